@@ -1,0 +1,170 @@
+"""Paged KV-cache blocks with reference counts and a hash-chained prefix cache (torch-free).
+
+A block's hash chains its parent's hash with its token ids, so equal hashes name equal prefixes.
+Full blocks are offered to the cache when they are scheduled (their tokens are known then, and the
+runner writes each layer's KV before that layer's attention reads it, so a request scheduled in the
+same step may already share them). Freed blocks keep their contents and stay reusable until their
+space is needed: blocks are handed out never-used first, then freed blocks holding nothing
+cacheable, then cached blocks least recently freed first.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+
+import xxhash
+
+from engine.sequence import Sequence
+
+ROOT_HASH = 0  # the parent hash of every sequence's first block
+
+
+def hash_block(parent_hash: int, token_bytes: bytes) -> int:
+    return xxhash.xxh3_64_intdigest(parent_hash.to_bytes(8, "little") + token_bytes)
+
+
+class BlockManager:
+    """Owns block ids ``0 .. num_blocks-1``. "Can't allocate" is a ``False`` return, never an exception."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks} and {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        # Per-block state grows as blocks are first handed out, so a huge (effectively unbounded) cache costs nothing up front.
+        self.ref_counts: list[int] = []
+        self.block_hashes: list[int | None] = []
+        self._block_tokens: list[bytes | None] = []
+        self._num_ever_used = 0
+        self._free: OrderedDict[int, None] = OrderedDict()  # freed blocks, evicted from the head
+        self._cached: dict[int, int] = {}  # block hash -> block id
+        self.num_queried_tokens = 0  # prompt tokens looked up in the prefix cache at admission
+        self.num_hit_tokens = 0  # ... and of those, tokens served from it
+
+    # ---- capacity -------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks that can be handed out now, cached-but-unreferenced ones included."""
+        return self.num_blocks - self._num_ever_used + len(self._free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self._num_ever_used - len(self._free)
+
+    @property
+    def usage(self) -> float:
+        return self.num_used_blocks / self.num_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self._cached)
+
+    def num_blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    # ---- prefix cache ---------------------------------------------------------------------------
+    def _token_bytes(self, seq: Sequence, index: int) -> bytes:
+        start = index * self.block_size
+        return array("i", seq.token_ids[start : start + self.block_size]).tobytes()
+
+    def _block_hash(self, seq: Sequence, index: int) -> tuple[int, bytes]:
+        """The chained hash of the sequence's full block ``index`` (all earlier hashes are computed first)."""
+        hashes = seq.block_hashes
+        while len(hashes) <= index:
+            i = len(hashes)
+            hashes.append(hash_block(hashes[i - 1] if i else ROOT_HASH, self._token_bytes(seq, i)))
+        return hashes[index], self._token_bytes(seq, index)
+
+    def find_cached_prefix(self, seq: Sequence) -> list[int]:
+        """Block ids holding the longest cached prefix of ``seq``; at least one token is always left to compute."""
+        if not self.enable_prefix_caching:
+            return []
+        hits: list[int] = []
+        for index in range((seq.num_tokens - 1) // self.block_size):
+            block_hash, token_bytes = self._block_hash(seq, index)
+            block_id = self._cached.get(block_hash)
+            if block_id is None or self._block_tokens[block_id] != token_bytes:
+                break
+            hits.append(block_id)
+        return hits
+
+    def _register_full_blocks(self, seq: Sequence, num_full_blocks: int) -> None:
+        cached = self._cached
+        for index in range(seq.num_registered_blocks, num_full_blocks):
+            block_hash, token_bytes = self._block_hash(seq, index)
+            if block_hash not in cached:  # else another block already holds this content
+                block_id = seq.block_table[index]
+                cached[block_hash] = block_id
+                self.block_hashes[block_id] = block_hash
+                self._block_tokens[block_id] = token_bytes
+        seq.num_registered_blocks = num_full_blocks
+
+    # ---- allocation -----------------------------------------------------------------------------
+    def _take_free_block(self) -> int:
+        if self._num_ever_used < self.num_blocks:
+            block_id = self._num_ever_used
+            self._num_ever_used += 1
+            self.ref_counts.append(1)
+            self.block_hashes.append(None)
+            self._block_tokens.append(None)
+            return block_id
+        block_id, _ = self._free.popitem(last=False)
+        block_hash = self.block_hashes[block_id]
+        if block_hash is not None:  # evict its cached content
+            del self._cached[block_hash]
+            self.block_hashes[block_id] = None
+            self._block_tokens[block_id] = None
+        self.ref_counts[block_id] = 1
+        return block_id
+
+    def allocate(self, seq: Sequence, cached_blocks: list[int], num_new_tokens: int) -> bool:
+        """Admit ``seq``: share ``cached_blocks`` (from find_cached_prefix) and add room for ``num_new_tokens``."""
+        num_cached_tokens = len(cached_blocks) * self.block_size
+        num_tokens_after = num_cached_tokens + num_new_tokens
+        num_new_blocks = self.num_blocks_for(num_tokens_after) - len(cached_blocks)
+        ref_counts = self.ref_counts
+        num_revived = sum(1 for b in cached_blocks if ref_counts[b] == 0)
+        if num_new_blocks + num_revived > self.num_free_blocks:
+            return False
+        for block_id in cached_blocks:
+            if ref_counts[block_id] == 0:
+                del self._free[block_id]
+            ref_counts[block_id] += 1
+        seq.block_table = list(cached_blocks)
+        seq.block_table.extend(self._take_free_block() for _ in range(num_new_blocks))
+        seq.num_computed_tokens = num_cached_tokens
+        seq.num_registered_blocks = len(cached_blocks)
+        if self.enable_prefix_caching:
+            self.num_queried_tokens += seq.num_tokens
+            self.num_hit_tokens += num_cached_tokens
+            self._register_full_blocks(seq, num_tokens_after // self.block_size)
+        return True
+
+    def append_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
+        """Make room for ``num_new_tokens`` more tokens of a running sequence."""
+        num_tokens_after = seq.num_computed_tokens + num_new_tokens
+        table = seq.block_table
+        num_new_blocks = -(-num_tokens_after // self.block_size) - len(table)
+        if num_new_blocks > 0:
+            if num_new_blocks > self.num_free_blocks:
+                return False
+            for _ in range(num_new_blocks):
+                table.append(self._take_free_block())
+        if self.enable_prefix_caching and num_tokens_after // self.block_size > seq.num_registered_blocks:
+            self._register_full_blocks(seq, num_tokens_after // self.block_size)
+        return True
+
+    def free(self, seq: Sequence) -> None:
+        """Drop the sequence's references; the tail is freed first so it is evicted before the shared head."""
+        ref_counts = self.ref_counts
+        free = self._free
+        for block_id in reversed(seq.block_table):
+            ref_counts[block_id] -= 1
+            if ref_counts[block_id] == 0:
+                free[block_id] = None
+                if self.block_hashes[block_id] is None:
+                    free.move_to_end(block_id, last=False)  # holds nothing reusable: hand it out first
+        seq.block_table = []
+        seq.num_registered_blocks = 0

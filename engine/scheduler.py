@@ -1,0 +1,253 @@
+"""Decides what each engine step computes (torch-free; the simulator runs this very code).
+
+Two policies, chosen by ``SchedulerConfig.policy``:
+
+- ``mixed`` (default), continuous batching as in vLLM v1: every step first advances the running
+  sequences (a decode token each, or the next chunk of a prompt), then fills the rest of the token
+  budget with waiting prompts, splitting long prompts into chunks. Under KV pressure the newest
+  running sequence is preempted (its blocks freed; it is recomputed later), and no new request is
+  admitted in a step that preempted.
+- ``nano``, as in nano-vLLM: a step is all-prefill when the oldest waiting prompt fits (whole, no
+  chunking), otherwise all-decode.
+
+``schedule()`` returns a ``ScheduledBatch``; the runner computes it; ``postprocess()`` appends the
+sampled tokens, applies the stop rules and frees finished sequences. Per-step work grows with the
+number of running sequences only, never with the waiting or finished ones.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from engine.block_manager import BlockManager
+from engine.config import SchedulerConfig
+from engine.sequence import FinishReason, Sequence, SequenceStatus
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    """One step's work. ``num_new_tokens[i]`` tokens of ``seqs[i]`` are computed, starting at that
+    sequence's ``num_computed_tokens``; a sequence samples a token when that reaches its end."""
+
+    seqs: list[Sequence] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    num_prefill_seqs: int = 0
+    num_prefill_tokens: int = 0
+    prefill_context_tokens: int = 0  # tokens already in cache before the prefill chunks
+    num_decode_seqs: int = 0
+    decode_context_tokens: int = 0  # KV tokens the decode sequences attend to (their new token included)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_seqs
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.seqs
+
+    def add(self, seq: Sequence, num_new_tokens: int) -> None:
+        self.seqs.append(seq)
+        self.num_new_tokens.append(num_new_tokens)
+        context = seq.num_computed_tokens
+        if num_new_tokens == 1:
+            self.num_decode_seqs += 1
+            self.decode_context_tokens += context + 1
+        else:
+            self.num_prefill_seqs += 1
+            self.num_prefill_tokens += num_new_tokens
+            self.prefill_context_tokens += context
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, eos_token_ids: Iterable[int] = ()) -> None:
+        self.config = config
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.block_manager = BlockManager(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._schedule = self._schedule_mixed if config.policy == "mixed" else self._schedule_nano
+        self._now_s = 0.0
+
+    # ---- requests -------------------------------------------------------------------------------
+    def rejection_reason(self, seq: Sequence) -> str | None:
+        """Why ``seq`` can never be served by this configuration, or None."""
+        cfg = self.config
+        n = seq.num_prompt_tokens
+        if n == 0:
+            return "empty prompt"
+        if n > cfg.max_model_len:
+            return f"prompt has {n} tokens, more than max_model_len={cfg.max_model_len}"
+        num_blocks = self.block_manager.num_blocks_for(n)
+        if num_blocks > cfg.num_gpu_blocks:
+            return (
+                f"prompt needs {num_blocks} KV blocks of {cfg.block_size} tokens, "
+                f"the cache has {cfg.num_gpu_blocks}"
+            )
+        if cfg.policy == "nano" and n > cfg.max_num_batched_tokens:
+            return (
+                f"prompt has {n} tokens, more than max_num_batched_tokens={cfg.max_num_batched_tokens}, "
+                "and the nano policy does not chunk prefills"
+            )
+        return None
+
+    def add(self, seq: Sequence) -> bool:
+        """Queue ``seq``; a request that can never fit is finished as rejected at once (returns False)."""
+        reason = self.rejection_reason(seq)
+        if reason is not None:
+            seq.status = SequenceStatus.FINISHED
+            seq.finish_reason = FinishReason.REJECTED
+            seq.reject_reason = reason
+            return False
+        seq.max_num_tokens = min(seq.max_num_tokens, self.config.max_seq_len)
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+        return True
+
+    def abort(self, seq: Sequence) -> None:
+        if seq.is_finished:
+            return
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
+        self._finish(seq, FinishReason.ABORTED)
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---- scheduling -----------------------------------------------------------------------------
+    def schedule(self, now_s: float = 0.0) -> ScheduledBatch:
+        """Pick this step's work; ``now_s`` stamps the first scheduling of newly admitted requests."""
+        self._now_s = now_s
+        return self._schedule()
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _admit(self, seq: Sequence, budget: int, chunked: bool) -> int:
+        """Try to start the waiting head ``seq``; returns the tokens it computes this step (0: not admitted)."""
+        bm = self.block_manager
+        cached_blocks = bm.find_cached_prefix(seq)
+        num_cached = len(cached_blocks) * bm.block_size
+        num_new = seq.num_tokens - num_cached
+        if num_new > budget:
+            if not chunked:
+                return 0
+            num_new = budget
+        if not bm.allocate(seq, cached_blocks, num_new):
+            return 0
+        self.waiting.popleft()
+        seq.status = SequenceStatus.RUNNING
+        if seq.first_scheduled_s is None:
+            seq.first_scheduled_s = self._now_s
+            seq.num_cached_tokens = num_cached
+        self.running.append(seq)
+        return num_new
+
+    def _reserve_or_preempt(self, seq: Sequence, num_new: int, batch: ScheduledBatch) -> bool:
+        """Find room for ``seq``'s next tokens, preempting the newest running sequences as needed.
+        Returns False if ``seq`` itself had to be preempted."""
+        while not self.block_manager.append_slots(seq, num_new):
+            victim = self.running.pop()
+            self._preempt(victim)
+            batch.preempted.append(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def _schedule_mixed(self) -> ScheduledBatch:
+        cfg = self.config
+        batch = ScheduledBatch()
+        budget = cfg.max_num_batched_tokens
+        running = self.running
+        index = 0
+        while index < len(running) and budget > 0:
+            seq = running[index]
+            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            if not self._reserve_or_preempt(seq, num_new, batch):
+                break
+            batch.add(seq, num_new)
+            budget -= num_new
+            index += 1
+        if batch.preempted:
+            return batch
+        waiting = self.waiting
+        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+            seq = waiting[0]
+            num_new = self._admit(seq, budget, chunked=True)
+            if num_new == 0:
+                break
+            batch.add(seq, num_new)
+            budget -= num_new
+        return batch
+
+    def _schedule_nano(self) -> ScheduledBatch:
+        cfg = self.config
+        batch = ScheduledBatch()
+        budget = cfg.max_num_batched_tokens
+        waiting = self.waiting
+        while waiting and len(self.running) < cfg.max_num_seqs:
+            seq = waiting[0]
+            num_new = self._admit(seq, budget, chunked=False)
+            if num_new == 0:
+                break
+            batch.add(seq, num_new)
+            budget -= num_new
+        if batch.seqs:
+            return batch
+        running = self.running
+        index = 0
+        while index < len(running):
+            seq = running[index]
+            if not self._reserve_or_preempt(seq, 1, batch):
+                break
+            batch.add(seq, 1)
+            index += 1
+        return batch
+
+    # ---- after the runner -----------------------------------------------------------------------
+    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        self.block_manager.free(seq)
+
+    def postprocess(self, batch: ScheduledBatch, token_ids: list[int], now_s: float) -> list[Sequence]:
+        """Record the step's results: ``token_ids[i]`` is the token sampled for ``batch.seqs[i]``
+        (ignored for prompt chunks that do not reach the end). Returns the sequences that finished."""
+        finished: list[Sequence] = []
+        eos = self.eos_token_ids
+        for seq, num_new, token_id in zip(batch.seqs, batch.num_new_tokens, token_ids):
+            seq.num_computed_tokens += num_new
+            if seq.num_computed_tokens < seq.num_tokens:
+                continue  # a prompt chunk: nothing sampled yet
+            seq.token_ids.append(token_id)
+            seq.token_times_s.append(now_s)
+            if seq.first_token_s is None:
+                seq.first_token_s = now_s
+            params = seq.sampling_params
+            if (not params.ignore_eos and token_id in eos) or token_id in params.stop_token_ids:
+                self._finish(seq, FinishReason.STOP)
+                finished.append(seq)
+            elif len(seq.token_ids) >= seq.max_num_tokens:
+                self._finish(seq, FinishReason.LENGTH)
+                finished.append(seq)
+        if finished:
+            self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]
+        for seq in finished:
+            seq.finish_s = now_s
+        return finished

@@ -1,0 +1,117 @@
+"""A request as the scheduler sees it: tokens, KV-cache mapping, status and timing (torch-free)."""
+
+from __future__ import annotations
+
+import enum
+from array import array
+
+from engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # eos or a stop token
+    LENGTH = "length"  # max_tokens or the longest sequence the engine allows
+    REJECTED = "rejected"  # can never be served; see Sequence.reject_reason
+    ABORTED = "aborted"  # cancelled by the caller
+
+
+class Sequence:
+    """One request. ``token_ids`` holds the prompt followed by the completion.
+
+    ``num_computed_tokens`` counts tokens whose KV is in the cache (computed or hit in the prefix cache);
+    the scheduler schedules ``num_tokens - num_computed_tokens`` more (1 while decoding). Times are in
+    the engine clock's seconds, so the simulator and the GPU produce comparable records.
+    """
+
+    __slots__ = (
+        "seq_id",
+        "request_id",
+        "token_ids",
+        "num_prompt_tokens",
+        "sampling_params",
+        "max_num_tokens",
+        "status",
+        "finish_reason",
+        "reject_reason",
+        "num_computed_tokens",
+        "num_cached_tokens",
+        "block_table",
+        "block_hashes",
+        "num_registered_blocks",
+        "arrival_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "finish_s",
+        "token_times_s",
+        "num_preemptions",
+        "replica",
+    )
+
+    def __init__(
+        self,
+        seq_id: int,
+        prompt_token_ids: list[int],
+        sampling_params: SamplingParams,
+        arrival_s: float = 0.0,
+        request_id: object = None,
+    ) -> None:
+        self.seq_id = seq_id
+        self.request_id = seq_id if request_id is None else request_id
+        self.token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(self.token_ids)
+        self.sampling_params = sampling_params
+        # Prompt + max_tokens; the scheduler lowers it to the engine's max_seq_len when the request is added.
+        self.max_num_tokens = self.num_prompt_tokens + sampling_params.max_tokens
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.reject_reason: str | None = None
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0
+        self.block_table: list[int] = []
+        # Chained hashes of this sequence's full blocks; they depend only on tokens, so they survive preemption.
+        self.block_hashes: list[int] = []
+        # Leading blocks of block_table already offered to the prefix cache (reset on each admission).
+        self.num_registered_blocks = 0
+        self.arrival_s = arrival_s
+        self.first_scheduled_s: float | None = None
+        self.first_token_s: float | None = None
+        self.finish_s: float | None = None
+        self.token_times_s = array("d")
+        self.num_preemptions = 0
+        self.replica = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence(id={self.seq_id}, status={self.status.value}, tokens={self.num_tokens}, "
+            f"prompt={self.num_prompt_tokens}, computed={self.num_computed_tokens}, blocks={self.block_table})"
+        )
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.token_ids[: self.num_prompt_tokens]
+
+    @property
+    def completion_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    @property
+    def last_token_id(self) -> int:
+        return self.token_ids[-1]

@@ -1,0 +1,196 @@
+"""Replays a trace on simulated replicas with simpy: each replica runs the engine's own step loop
+(``LLMEngine.begin_step`` / ``end_step``) with a cost-model runner, behind a router.
+
+Requests join a replica's waiting queue at their arrival time and are considered at the next step
+boundary, exactly as on hardware; an idle replica sleeps until a request arrives.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import simpy
+
+from engine.config import SCHEDULING_POLICIES, SchedulerConfig
+from engine.llm_engine import LLMEngine
+from engine.model_config import ModelShape
+from engine.records import request_row
+from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence
+from sim.cost_model import CostModel, RooflineCostModel, num_kv_blocks_for
+from sim.hardware import get_gpu
+from sim.router import ROUTERS, make_router
+from sim.runner import CostModelRunner
+
+
+class SimClock:
+    def __init__(self, env: simpy.Environment) -> None:
+        self._env = env
+
+    def now(self) -> float:
+        return self._env.now
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    model: str = "qwen3-0.6b"
+    gpu: str = "h200"
+    num_replicas: int = 1
+    router: str = "rr"
+    policy: str = "mixed"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 256
+    num_gpu_blocks: int | None = None  # None: sized from GPU memory like the engine does
+    max_model_len: int | None = None  # None: the model's max_position_embeddings
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_replicas < 1:
+            raise ValueError(f"--replicas must be >= 1, got {self.num_replicas}")
+        if self.router not in ROUTERS:
+            raise ValueError(f"unknown router {self.router!r}; supported: {', '.join(ROUTERS)}")
+        if self.policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}; supported: {', '.join(SCHEDULING_POLICIES)}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
+        get_gpu(self.gpu)  # validates the name
+
+    @property
+    def model_shape(self) -> ModelShape:
+        return ModelShape.load(self.model)
+
+    def scheduler_config(self, model: ModelShape) -> SchedulerConfig:
+        num_blocks = self.num_gpu_blocks
+        if num_blocks is None:
+            num_blocks = num_kv_blocks_for(
+                model,
+                get_gpu(self.gpu),
+                self.block_size,
+                self.gpu_memory_utilization,
+                self.max_num_batched_tokens,
+                self.tensor_parallel_size,
+            )
+        return SchedulerConfig(
+            num_gpu_blocks=num_blocks,
+            max_model_len=self.max_model_len or model.max_position_embeddings,
+            block_size=self.block_size,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            policy=self.policy,
+            enable_prefix_caching=self.enable_prefix_caching,
+        )
+
+
+@dataclass
+class SimResult:
+    request_rows: list[tuple]
+    engines: list[LLMEngine]
+    config: SimConfig
+    scheduler_config: SchedulerConfig
+    cost_model_name: str
+    wall_s: float
+    meta: dict = field(default_factory=dict)
+
+    def requests_table(self):
+        from engine.records import requests_to_arrow
+
+        return requests_to_arrow(self.request_rows)
+
+    def steps_table(self):
+        import pyarrow as pa
+
+        return pa.concat_tables([e.step_log.to_arrow() for e in self.engines])
+
+    def describe(self) -> dict:
+        """The options and derived figures that produced this run, for summary.json."""
+        return {
+            **asdict(self.config),
+            "num_gpu_blocks": self.scheduler_config.num_gpu_blocks,
+            "max_model_len": self.scheduler_config.max_model_len,
+            "cost_model": self.cost_model_name,
+            "simulator_wall_s": round(self.wall_s, 3),
+            **self.meta,
+        }
+
+
+def make_cost_model(config: SimConfig, model: ModelShape) -> CostModel:
+    return RooflineCostModel(model, get_gpu(config.gpu), config.tensor_parallel_size)
+
+
+def simulate(
+    trace,
+    config: SimConfig,
+    *,
+    cost_model: CostModel | None = None,
+    on_request_done: Callable[[int], None] | None = None,
+) -> SimResult:
+    """Run ``trace`` (a ``traces.schema.Trace``) to completion; every request finishes or is rejected."""
+    started = time.perf_counter()
+    model = config.model_shape
+    sched_config = config.scheduler_config(model)
+    cost_model = cost_model or make_cost_model(config, model)
+    env = simpy.Environment()
+    clock = SimClock(env)
+    engines = [
+        LLMEngine(
+            sched_config, CostModelRunner(cost_model), clock=clock, eos_token_ids=model.eos_token_ids, replica=i
+        )
+        for i in range(config.num_replicas)
+    ]
+    wakeups: list[simpy.Event | None] = [None] * len(engines)
+    rows: list[tuple] = []
+    router = make_router(config.router)
+
+    def done(seqs: list[Sequence]) -> None:
+        for seq in seqs:
+            rows.append(request_row(seq))
+        if on_request_done is not None and seqs:
+            on_request_done(len(seqs))
+
+    def replica(env: simpy.Environment, index: int):
+        engine = engines[index]
+        runner = engine.runner
+        while True:
+            if not engine.has_unfinished_requests():
+                wakeups[index] = env.event()
+                yield wakeups[index]
+                continue
+            batch = engine.begin_step()
+            output = runner.run(batch)
+            yield env.timeout(output.duration_s)
+            done(engine.end_step(batch, output))
+
+    requests = trace.requests
+    arrivals_s = requests["arrival_s"].to_list()
+    output_tokens = requests["output_tokens"].to_list()
+    request_ids = requests["request_id"].to_list()
+    vocab_size = model.vocab_size
+
+    def arrivals(env: simpy.Environment):
+        for i, arrival_s in enumerate(arrivals_s):
+            if arrival_s > env.now:
+                yield env.timeout(arrival_s - env.now)
+            prompt = trace.prompt_token_ids(i, vocab_size, config.seed)
+            index = router.route(prompt, engines)
+            params = SamplingParams(max_tokens=output_tokens[i], ignore_eos=True)
+            seq = engines[index].add_request(prompt, params, request_id=request_ids[i], arrival_s=arrival_s)
+            if seq.is_finished:  # rejected
+                done([seq])
+            wakeup = wakeups[index]
+            if wakeup is not None:
+                wakeups[index] = None
+                wakeup.succeed()
+
+    for i in range(len(engines)):
+        env.process(replica(env, i))
+    env.process(arrivals(env))
+    env.run()
+    return SimResult(rows, engines, config, sched_config, cost_model.name, time.perf_counter() - started)

@@ -1,0 +1,54 @@
+"""Test doubles for the step loop: a runner that samples a fixed token and a manual clock."""
+
+from __future__ import annotations
+
+from engine.config import SchedulerConfig
+from engine.llm_engine import LLMEngine
+from engine.runner import RunnerOutput
+from engine.sampling_params import SamplingParams
+from engine.scheduler import ScheduledBatch
+
+
+class FixedTokenRunner:
+    """Samples ``token_id`` for every sequence and advances the clock by ``step_s``."""
+
+    def __init__(self, clock: "ManualClock", token_id: int = 7, step_s: float = 0.01) -> None:
+        self.clock = clock
+        self.token_id = token_id
+        self.step_s = step_s
+        self.batches: list[list[tuple[int, int]]] = []
+
+    def run(self, batch: ScheduledBatch) -> RunnerOutput:
+        self.batches.append([(s.seq_id, n) for s, n in zip(batch.seqs, batch.num_new_tokens)])
+        self.clock.t += self.step_s
+        return RunnerOutput([self.token_id] * len(batch.seqs), self.step_s)
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+def make_engine(**config) -> tuple[LLMEngine, FixedTokenRunner]:
+    token_id = config.pop("token_id", 7)
+    eos = config.pop("eos_token_ids", (2,))
+    cfg = SchedulerConfig(**{"num_gpu_blocks": 64, "max_model_len": 1024, "block_size": 4, **config})
+    clock = ManualClock()
+    runner = FixedTokenRunner(clock, token_id)
+    return LLMEngine(cfg, runner, clock=clock, eos_token_ids=eos), runner
+
+
+def params(max_tokens: int = 4, ignore_eos: bool = True) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)
+
+
+def run_to_completion(engine: LLMEngine, max_steps: int = 10_000) -> int:
+    steps = 0
+    while engine.has_unfinished_requests():
+        engine.step()
+        steps += 1
+        assert steps < max_steps, "engine did not drain"
+    return steps

@@ -1,0 +1,69 @@
+"""Point reduction for plots, so HTML reports stay small without hiding outliers.
+
+A 100k-step run or 4M inter-token gaps would make a page of hundreds of MB;
+each reducer here keeps the points a reader looks for (spikes, tails, min/max).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def minmax_indices(x: np.ndarray, y: np.ndarray, num_buckets: int) -> np.ndarray:
+    """Indices of the min and max `y` in each of `num_buckets` equal-width `x` buckets.
+
+    Drawn as a line, the kept points trace the same envelope as the full series,
+    so short spikes (a burst of waiting requests, a KV-usage peak) stay visible.
+    Returned indices are ascending, so an `x`-sorted input stays sorted.
+    """
+    num_points = len(x)
+    if num_points <= 2 * num_buckets:
+        return np.arange(num_points)
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    x_min, x_max = float(np.nanmin(x)), float(np.nanmax(x))
+    width = (x_max - x_min) / num_buckets or 1.0
+    bucket = np.clip(((x - x_min) / width).astype(np.int64), 0, num_buckets - 1)
+    order = np.lexsort((y, bucket))
+    sorted_bucket = bucket[order]
+    is_start = np.empty(num_points, dtype=bool)
+    is_start[0] = True
+    is_start[1:] = sorted_bucket[1:] != sorted_bucket[:-1]
+    starts = np.flatnonzero(is_start)
+    ends = np.append(starts[1:], num_points) - 1
+    return np.unique(np.concatenate([order[starts], order[ends]]))
+
+
+def cdf_points(values: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Empirical CDF as (sorted values, cumulative fraction), at most `max_points` long.
+
+    Long inputs are thinned to evenly spaced ranks, always keeping the minimum
+    and the maximum so the tail of the distribution is drawn exactly.
+    """
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    num_values = ordered.size
+    if num_values == 0:
+        return ordered, ordered.copy()
+    if num_values <= max_points:
+        ranks = np.arange(num_values)
+    else:
+        ranks = np.unique(np.linspace(0, num_values - 1, max_points).round().astype(np.int64))
+    return ordered[ranks], (ranks + 1) / num_values
+
+
+def tail_preserving_sample(y: np.ndarray, max_points: int, tail_fraction: float = 0.1, seed: int = 0) -> np.ndarray:
+    """Ascending indices of at most `max_points` points: the largest `y` plus a uniform sample.
+
+    For scatter plots of per-request latency, where the slowest requests are the
+    interesting ones and a purely random sample would drop most of them.
+    """
+    num_points = len(y)
+    if num_points <= max_points:
+        return np.arange(num_points)
+    values = np.nan_to_num(np.asarray(y, dtype=np.float64), nan=-np.inf)
+    num_tail = max(1, int(max_points * tail_fraction))
+    tail = np.argpartition(values, num_points - num_tail)[num_points - num_tail:]
+    rest = np.setdiff1d(np.arange(num_points), tail, assume_unique=True)
+    rng = np.random.default_rng(seed)
+    sample = rng.choice(rest, size=max_points - num_tail, replace=False)
+    return np.sort(np.concatenate([tail, sample]))

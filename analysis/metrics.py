@@ -1,0 +1,228 @@
+"""Serving metrics of one replay, defined as in vLLM's serving benchmark.
+
+Simulated and GPU replays both go through these functions, so a sim-vs-real
+comparison only ever differs in its inputs, never in how a metric is computed.
+
+Definitions (all per request, in seconds):
+- TTFT  = first_token_s - arrival_s
+- E2E   = finish_s - arrival_s for finished requests ("stop"/"length"), else the
+          last token time - arrival_s (null without tokens)
+- TPOT  = (E2E - TTFT) / (output_tokens - 1), null for outputs of one token or less
+- queue = first_scheduled_s - arrival_s
+- ITL   = every gap between consecutive token times, pooled over requests
+All are null for rejected requests. Like vLLM, the latency distributions of a
+summary cover finished requests only; aborted ones are counted but not timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import polars as pl
+
+from analysis.schema import (
+    ABORTED,
+    FINISHED_REASONS,
+    REJECTED,
+    REQUESTS_SCHEMA,
+    conform_requests,
+    conform_steps,
+)
+from analysis.stats import latency_stats, round_sig, scaled_stats
+from analysis.summary_table import format_summary_table
+
+__all__ = [
+    "LATENCY_COLUMNS",
+    "MS_PER_S",
+    "add_latency_columns",
+    "format_summary_table",
+    "goodput",
+    "itl_values",
+    "latency_stats",
+    "makespan_s",
+    "meets_slos",
+    "summarize",
+]
+
+LATENCY_COLUMNS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+MS_PER_S = 1e3
+
+_LATENCY_INPUTS = (
+    "arrival_s",
+    "first_scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "output_tokens",
+    "finish_reason",
+    "token_times_s",
+)
+_SUMMARY_REQUEST_INPUTS = tuple(column for column in REQUESTS_SCHEMA if column not in ("request_id", "replica"))
+_SUMMARY_STEP_INPUTS = ("duration_s", "kv_usage")
+
+
+def _is_finished() -> pl.Expr:
+    return pl.col("finish_reason").is_in(FINISHED_REASONS).fill_null(False)
+
+
+def _is_rejected() -> pl.Expr:
+    return (pl.col("finish_reason") == REJECTED).fill_null(False)
+
+
+def add_latency_columns(requests: pl.DataFrame) -> pl.DataFrame:
+    """Return `requests` with `ttft_s`, `tpot_s`, `e2e_s`, `queue_s` added (seconds).
+
+    Kept as columns (not only aggregates) so callers can plot them, filter them
+    or check SLOs per request.
+    """
+    frame = conform_requests(requests, _LATENCY_INPUTS)
+    admitted = ~_is_rejected()
+    arrival = pl.col("arrival_s")
+    last_token_s = pl.col("token_times_s").list.last()
+    end_s = pl.when(_is_finished()).then(pl.col("finish_s")).otherwise(last_token_s)
+    frame = frame.with_columns(
+        pl.when(admitted).then(pl.col("first_token_s") - arrival).alias("ttft_s"),
+        pl.when(admitted).then(end_s - arrival).alias("e2e_s"),
+        pl.when(admitted).then(pl.col("first_scheduled_s") - arrival).alias("queue_s"),
+    )
+    num_gaps = pl.col("output_tokens") - 1
+    return frame.with_columns(
+        pl.when(num_gaps > 0)
+        .then((pl.col("e2e_s") - pl.col("ttft_s")) / num_gaps.cast(pl.Float64))
+        .alias("tpot_s")
+    )
+
+
+def itl_values(requests: pl.DataFrame) -> np.ndarray:
+    """Inter-token latencies (s) of all rows, pooled: each gap between consecutive tokens."""
+    token_times = conform_requests(requests, ["token_times_s"])["token_times_s"]
+    # `list.diff` leaves a null first element (and `explode` a null for empty lists).
+    return token_times.list.diff().explode().drop_nulls().to_numpy().astype(np.float64, copy=False)
+
+
+def makespan_s(requests: pl.DataFrame) -> float:
+    """Time from the first arrival to the last finish or token: the run's duration."""
+    frame = conform_requests(requests, ["arrival_s", "finish_s", "token_times_s"])
+    if frame.height == 0:
+        return 0.0
+    bounds = frame.select(
+        pl.col("arrival_s").min().alias("start"),
+        pl.max_horizontal(pl.col("finish_s").max(), pl.col("token_times_s").list.max().max()).alias("end"),
+    ).row(0)
+    start, end = bounds
+    if start is None or end is None:
+        return 0.0
+    return max(0.0, float(end) - float(start))
+
+
+def _slo_column(key: str) -> tuple[str, float]:
+    """Map an SLO key ("ttft_s", "tpot_ms", ...) to its latency column and a factor to seconds."""
+    for suffix, to_s in (("_s", 1.0), ("_ms", 1e-3)):
+        if key.endswith(suffix):
+            column = key[: -len(suffix)] + "_s"
+            if column in LATENCY_COLUMNS:
+                return column, to_s
+    raise ValueError(f"unknown SLO {key!r}; expected one of {', '.join(LATENCY_COLUMNS)} (or *_ms)")
+
+
+def meets_slos(requests: pl.DataFrame, slos: Mapping[str, float]) -> pl.Series:
+    """Per request: finished and within every SLO (limit inclusive), never null.
+
+    Rejected and aborted requests never meet. A request with a single output
+    token has no TPOT and so cannot violate a TPOT SLO (vLLM counts it as 0).
+    """
+    checks = [_slo_column(key) + (float(limit),) for key, limit in slos.items()]
+    frame = add_latency_columns(requests)
+    passes = _is_finished()
+    for column, to_s, limit in checks:
+        within = pl.col(column) <= limit * to_s
+        if column == "tpot_s":
+            within = within | pl.col(column).is_null()
+        passes = passes & within.fill_null(False)
+    return frame.select(passes.alias("meets_slos")).to_series()
+
+
+def goodput(requests: pl.DataFrame, slos: Mapping[str, float], duration_s: float) -> float:
+    """Requests per second that finished within every SLO (vLLM's goodput)."""
+    if duration_s <= 0:
+        return 0.0
+    return float(meets_slos(requests, slos).sum()) / duration_s
+
+
+def _kv_usage(steps: pl.DataFrame) -> tuple[float | None, float | None]:
+    """Peak and duration-weighted mean KV usage; None without steps."""
+    if steps.height == 0:
+        return None, None
+    peak, weighted, busy_s, plain_mean = steps.select(
+        pl.col("kv_usage").max().alias("peak"),
+        (pl.col("kv_usage") * pl.col("duration_s")).sum().alias("weighted"),
+        pl.col("duration_s").sum().alias("busy_s"),
+        pl.col("kv_usage").mean().alias("plain_mean"),
+    ).row(0)
+    mean = weighted / busy_s if busy_s and busy_s > 0 else plain_mean
+    return peak, mean
+
+
+def _rate(count: float, duration_s: float) -> float | None:
+    return round_sig(count / duration_s) if duration_s > 0 else None
+
+
+def summarize(
+    requests: pl.DataFrame,
+    steps: pl.DataFrame | None,
+    slos: Mapping[str, float] | None = None,
+) -> dict:
+    """One JSON-ready dict of a replay's headline metrics (see the module docstring).
+
+    Latencies are in ms as {p50, p90, p99, mean}; statistics with no data are
+    None. With `slos`, `goodput` (req/s) and the `slos` used are added.
+    """
+    frame = add_latency_columns(conform_requests(requests, _SUMMARY_REQUEST_INPUTS))
+    step_frame = conform_steps(steps, _SUMMARY_STEP_INPUTS)
+    finished = frame.filter(_is_finished())
+    admitted = frame.filter(~_is_rejected())
+    duration_s = makespan_s(frame)
+
+    total_output_tokens = int(admitted["output_tokens"].sum())
+    total_prompt_tokens = int(admitted["prompt_tokens"].sum())
+    total_cached_tokens = int(admitted["cached_tokens"].sum())
+    rejected = frame.filter(_is_rejected())
+    reject_reasons = {
+        (str(reason) if reason is not None else "unknown"): int(count)
+        for reason, count in rejected.group_by("reject_reason").len().sort("reject_reason").iter_rows()
+    }
+    peak_kv, mean_kv = _kv_usage(step_frame)
+
+    summary: dict = {
+        "num_requests": frame.height,
+        "num_finished": finished.height,
+        "num_rejected": rejected.height,
+        "num_aborted": int((frame["finish_reason"] == ABORTED).sum()),
+        "reject_reasons": reject_reasons,
+        "duration_s": round_sig(duration_s),
+        "request_throughput": _rate(finished.height, duration_s),
+        "output_throughput": _rate(total_output_tokens, duration_s),
+        "total_prompt_tokens": total_prompt_tokens,
+        "total_output_tokens": total_output_tokens,
+        "total_cached_tokens": total_cached_tokens,
+    }
+    for name in ("ttft", "tpot"):
+        summary[f"{name}_ms"] = scaled_stats(latency_stats(finished[f"{name}_s"]), MS_PER_S)
+    summary["itl_ms"] = scaled_stats(latency_stats(itl_values(finished)), MS_PER_S)
+    for name in ("e2e", "queue"):
+        summary[f"{name}_ms"] = scaled_stats(latency_stats(finished[f"{name}_s"]), MS_PER_S)
+    summary.update(
+        {
+            "num_preemptions": int(frame["num_preemptions"].sum()),
+            "prefix_cache_hit_rate": round_sig(total_cached_tokens / total_prompt_tokens)
+            if total_prompt_tokens > 0
+            else 0.0,
+            "peak_kv_usage": round_sig(peak_kv),
+            "mean_kv_usage": round_sig(mean_kv),
+            "num_steps": step_frame.height,
+        }
+    )
+    if slos is not None:
+        summary["goodput"] = round_sig(goodput(frame, slos, duration_s))
+        summary["slos"] = {key: float(limit) for key, limit in slos.items()}
+    return summary

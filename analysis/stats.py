@@ -1,0 +1,63 @@
+"""Distribution statistics and JSON-safe rounding shared by summaries and reports.
+
+Summaries end up in JSON files and in sim-vs-real diffs, so every number here is
+a plain Python float or None: never NaN, never a numpy scalar.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+SIGNIFICANT_DIGITS = 6
+
+Values = np.ndarray | pl.Series | Sequence[float | None]
+
+
+def finite_values(values: Values) -> np.ndarray:
+    """`values` as a float64 array with nulls, NaN and infinities dropped."""
+    if isinstance(values, pl.Series):
+        array = values.cast(pl.Float64).drop_nulls().to_numpy()
+    elif isinstance(values, np.ndarray) and values.dtype != object:
+        array = values.astype(np.float64, copy=False).ravel()
+    else:
+        array = pl.Series(values=list(values), dtype=pl.Float64, strict=False).drop_nulls().to_numpy()
+    return array[np.isfinite(array)]
+
+
+def latency_stats(values: Values) -> dict[str, float | None]:
+    """p50/p90/p99 (linear interpolation, as numpy's default) and mean of `values`.
+
+    Missing values are ignored; with nothing left every statistic is None, so an
+    empty run still yields a valid JSON summary.
+    """
+    array = finite_values(values)
+    if array.size == 0:
+        return {**{name: None for name in PERCENTILES}, "mean": None}
+    points = np.percentile(array, list(PERCENTILES.values()))
+    stats: dict[str, float | None] = {name: float(point) for name, point in zip(PERCENTILES, points)}
+    stats["mean"] = float(array.mean())
+    return stats
+
+
+def round_sig(value: float | int | None, digits: int = SIGNIFICANT_DIGITS) -> float | int | None:
+    """Round to `digits` significant digits; ints pass through, NaN/inf become None."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    number = float(value)
+    if not math.isfinite(number):
+        return None
+    return float(f"{number:.{digits}g}")
+
+
+def scaled_stats(stats: dict[str, float | None], factor: float) -> dict[str, float | None]:
+    """Multiply every statistic by `factor` (e.g. 1e3 for seconds to ms) and round."""
+    return {name: None if value is None else round_sig(value * factor) for name, value in stats.items()}

@@ -1,0 +1,264 @@
+"""Exact metric values on small hand-made replays."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from analysis.metrics import (
+    add_latency_columns,
+    format_summary_table,
+    goodput,
+    itl_values,
+    latency_stats,
+    meets_slos,
+    summarize,
+)
+from analysis.schema import REQUESTS_SCHEMA, STEPS_SCHEMA, empty_frame
+from tests.analysis.frames import requests_frame, steps_frame, synthetic_requests, synthetic_steps
+
+LATENCY_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms")
+NULL_STATS = {"p50": None, "p90": None, "p99": None, "mean": None}
+
+
+@pytest.fixture
+def replay() -> pl.DataFrame:
+    """Two finished requests, one rejected and one aborted (see comments for expected values)."""
+    return requests_frame(
+        [
+            # TTFT 0.5, E2E 1.5, TPOT (1.5-0.5)/2 = 0.5, queue 0.1, ITL [0.5, 0.5]
+            dict(arrival_s=0.0, first_scheduled_s=0.1, first_token_s=0.5, finish_s=1.5, output_tokens=3,
+                 prompt_tokens=100, cached_tokens=50, num_preemptions=1, token_times_s=[0.5, 1.0, 1.5]),
+            # TTFT 0.4, E2E 1.2, TPOT 0.8/3, queue 0.2, ITL [0.2, 0.4, 0.2]
+            dict(arrival_s=1.0, first_scheduled_s=1.2, first_token_s=1.4, finish_s=2.2, output_tokens=4,
+                 prompt_tokens=40, finish_reason="length", token_times_s=[1.4, 1.6, 2.0, 2.2]),
+            # rejected: excluded from token totals and the prefix-cache hit rate
+            dict(arrival_s=2.0, finish_s=2.0, prompt_tokens=1000, cached_tokens=500,
+                 finish_reason="rejected", reject_reason="prompt_too_long"),
+            # aborted at 3.0 after two tokens: E2E from its last token = 0.6, TPOT 0.2
+            dict(arrival_s=0.5, first_scheduled_s=0.6, first_token_s=0.9, finish_s=3.0, output_tokens=2,
+                 prompt_tokens=60, cached_tokens=10, finish_reason="aborted", token_times_s=[0.9, 1.1]),
+        ]
+    )
+
+
+@pytest.fixture
+def steps() -> pl.DataFrame:
+    return steps_frame(
+        [
+            dict(replica=0, start_s=0.0, duration_s=1.0, kv_usage=0.2),
+            dict(replica=0, start_s=1.0, duration_s=3.0, kv_usage=0.6),
+            dict(replica=1, start_s=0.0, duration_s=0.0, kv_usage=1.0),
+        ]
+    )
+
+
+def test_latency_columns(replay: pl.DataFrame) -> None:
+    frame = add_latency_columns(replay)
+    assert frame["ttft_s"].to_list()[2] is None
+    assert frame["ttft_s"].to_list()[:2] == pytest.approx([0.5, 0.4])
+    assert frame["ttft_s"][3] == pytest.approx(0.4)
+    assert frame["e2e_s"][0] == pytest.approx(1.5)
+    assert frame["e2e_s"][1] == pytest.approx(1.2)
+    assert frame["e2e_s"][2] is None
+    assert frame["e2e_s"][3] == pytest.approx(0.6)
+    assert frame["tpot_s"][0] == pytest.approx(0.5)
+    assert frame["tpot_s"][1] == pytest.approx(0.8 / 3)
+    assert frame["tpot_s"][2] is None
+    assert frame["tpot_s"][3] == pytest.approx(0.2)
+    assert frame["queue_s"].to_list()[:2] == pytest.approx([0.1, 0.2])
+    assert frame["queue_s"][2] is None
+    assert frame.columns[: len(REQUESTS_SCHEMA)] == list(REQUESTS_SCHEMA)
+
+
+def test_tpot_is_null_for_single_token_outputs() -> None:
+    frame = add_latency_columns(
+        requests_frame([dict(arrival_s=0.0, first_scheduled_s=0.0, first_token_s=0.3, finish_s=0.3,
+                             output_tokens=1, token_times_s=[0.3])])
+    )
+    assert frame["tpot_s"][0] is None
+    assert frame["e2e_s"][0] == pytest.approx(0.3)
+
+
+def test_rejected_request_has_null_latencies_even_with_timestamps() -> None:
+    frame = add_latency_columns(
+        requests_frame([dict(arrival_s=0.0, first_scheduled_s=0.1, first_token_s=0.2, finish_s=0.3,
+                             finish_reason="rejected", reject_reason="x")])
+    )
+    assert frame.select("ttft_s", "tpot_s", "e2e_s", "queue_s").row(0) == (None, None, None, None)
+
+
+def test_itl_values_pool_gaps_over_requests(replay: pl.DataFrame) -> None:
+    assert np.sort(itl_values(replay)) == pytest.approx([0.2, 0.2, 0.2, 0.4, 0.5, 0.5])
+    assert itl_values(replay.head(0)).size == 0
+
+
+def test_latency_stats_match_numpy_linear_interpolation() -> None:
+    values = [4.0, 1.0, 3.0, 2.0, 10.0]
+    stats = latency_stats(values)
+    assert stats["p50"] == pytest.approx(3.0)
+    assert stats["p90"] == pytest.approx(np.percentile(values, 90))  # 7.6
+    assert stats["p90"] == pytest.approx(7.6)
+    assert stats["p99"] == pytest.approx(9.76)
+    assert stats["mean"] == pytest.approx(4.0)
+    assert set(stats) == {"p50", "p90", "p99", "mean"}
+
+
+def test_latency_stats_ignore_missing_and_handle_empty() -> None:
+    assert latency_stats([1.0, None, 3.0, float("nan")])["p50"] == pytest.approx(2.0)
+    assert latency_stats(pl.Series([None, 5.0]))["mean"] == pytest.approx(5.0)
+    assert latency_stats([]) == NULL_STATS
+    assert latency_stats(np.array([])) == NULL_STATS
+    assert latency_stats(pl.Series([None, None], dtype=pl.Float64)) == NULL_STATS
+
+
+def test_summary_values(replay: pl.DataFrame, steps: pl.DataFrame) -> None:
+    summary = summarize(replay, steps)
+    assert summary["num_requests"] == 4
+    assert summary["num_finished"] == 2
+    assert summary["num_rejected"] == 1
+    assert summary["num_aborted"] == 1
+    assert summary["reject_reasons"] == {"prompt_too_long": 1}
+    assert summary["duration_s"] == pytest.approx(3.0)  # first arrival 0.0, aborted finish 3.0
+    assert summary["request_throughput"] == pytest.approx(2 / 3, rel=1e-5)
+    assert summary["total_output_tokens"] == 9
+    assert summary["output_throughput"] == pytest.approx(3.0)
+    assert summary["total_prompt_tokens"] == 200
+    assert summary["prefix_cache_hit_rate"] == pytest.approx(60 / 200)
+    assert summary["num_preemptions"] == 1
+    assert summary["ttft_ms"] == pytest.approx({"p50": 450.0, "p90": 490.0, "p99": 499.0, "mean": 450.0})
+    assert summary["tpot_ms"]["mean"] == pytest.approx((500.0 + 800 / 3) / 2, rel=1e-5)
+    # finished requests' gaps: [500, 500, 200, 400, 200] ms
+    assert summary["itl_ms"] == pytest.approx({"p50": 400.0, "p90": 500.0, "p99": 500.0, "mean": 360.0})
+    assert summary["e2e_ms"] == pytest.approx({"p50": 1350.0, "p90": 1470.0, "p99": 1497.0, "mean": 1350.0})
+    assert summary["queue_ms"] == pytest.approx({"p50": 150.0, "p90": 190.0, "p99": 199.0, "mean": 150.0})
+    assert summary["peak_kv_usage"] == pytest.approx(1.0)
+    assert summary["mean_kv_usage"] == pytest.approx((0.2 * 1.0 + 0.6 * 3.0) / 4.0)
+    assert summary["num_steps"] == 3
+    assert "goodput" not in summary
+
+
+def test_summary_is_plain_json(replay: pl.DataFrame, steps: pl.DataFrame) -> None:
+    summary = summarize(replay, steps, slos={"ttft_s": 1.0})
+    assert json.loads(json.dumps(summary, allow_nan=False)) == summary
+
+    def check(value: object) -> None:
+        if isinstance(value, dict):
+            for item in value.values():
+                check(item)
+        else:
+            assert value is None or type(value) in (int, float, str), value
+
+    check(summary)
+
+
+def test_summary_rounds_to_six_significant_digits(replay: pl.DataFrame, steps: pl.DataFrame) -> None:
+    summary = summarize(replay, steps)
+    assert summary["request_throughput"] == 0.666667
+    assert summary["tpot_ms"]["p50"] == 383.333
+
+
+def test_mean_kv_usage_falls_back_to_plain_mean_without_durations() -> None:
+    summary = summarize(requests_frame([]), steps_frame([dict(kv_usage=0.2), dict(kv_usage=0.4)]))
+    assert summary["mean_kv_usage"] == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(
+    "requests, steps",
+    [
+        (empty_frame(REQUESTS_SCHEMA), empty_frame(STEPS_SCHEMA)),
+        (pl.DataFrame(), None),
+    ],
+)
+def test_empty_summary(requests: pl.DataFrame, steps: pl.DataFrame | None) -> None:
+    summary = summarize(requests, steps, slos={"ttft_s": 1.0})
+    assert summary["num_requests"] == 0
+    assert summary["num_finished"] == 0
+    assert summary["duration_s"] == 0.0
+    assert summary["request_throughput"] is None
+    assert summary["output_throughput"] is None
+    for key in LATENCY_KEYS:
+        assert summary[key] == NULL_STATS
+    assert summary["prefix_cache_hit_rate"] == 0.0
+    assert summary["peak_kv_usage"] is None
+    assert summary["mean_kv_usage"] is None
+    assert summary["num_steps"] == 0
+    assert summary["goodput"] == 0.0
+    json.dumps(summary, allow_nan=False)
+    assert "-" in format_summary_table(summary)
+
+
+def test_all_rejected_summary() -> None:
+    requests = requests_frame(
+        [
+            dict(arrival_s=0.0, finish_s=0.5, prompt_tokens=100, finish_reason="rejected", reject_reason="kv_full"),
+            dict(arrival_s=1.0, finish_s=2.0, prompt_tokens=50, finish_reason="rejected", reject_reason="kv_full"),
+        ]
+    )
+    summary = summarize(requests, empty_frame(STEPS_SCHEMA))
+    assert summary["num_rejected"] == 2
+    assert summary["num_finished"] == 0
+    assert summary["duration_s"] == pytest.approx(2.0)
+    assert summary["request_throughput"] == 0.0
+    assert summary["output_throughput"] == 0.0
+    assert summary["total_prompt_tokens"] == 0
+    assert summary["prefix_cache_hit_rate"] == 0.0
+    assert summary["reject_reasons"] == {"kv_full": 2}
+    for key in LATENCY_KEYS:
+        assert summary[key] == NULL_STATS
+    assert goodput(requests, {"ttft_s": 100.0}, summary["duration_s"]) == 0.0
+
+
+def test_meets_slos_and_goodput(replay: pl.DataFrame) -> None:
+    # ttft 0.5 / 0.4, tpot 0.5 / 0.267, e2e 1.5 / 1.2 for the two finished requests
+    assert meets_slos(replay, {"ttft_s": 0.45}).to_list() == [False, True, False, False]
+    assert meets_slos(replay, {"ttft_s": 0.5}).to_list() == [True, True, False, False]  # limit inclusive
+    assert meets_slos(replay, {"tpot_ms": 300.0}).to_list() == [False, True, False, False]
+    assert meets_slos(replay, {"e2e_s": 1.3, "ttft_s": 1.0}).to_list() == [False, True, False, False]
+    assert meets_slos(replay, {}).to_list() == [True, True, False, False]
+    assert goodput(replay, {"ttft_s": 0.45}, duration_s=3.0) == pytest.approx(1 / 3)
+    assert goodput(replay, {"ttft_s": 10.0}, duration_s=4.0) == pytest.approx(0.5)
+    assert goodput(replay, {"ttft_s": 10.0}, duration_s=0.0) == 0.0
+    assert summarize(replay, None, slos={"ttft_s": 0.45})["goodput"] == pytest.approx(1 / 3, rel=1e-5)
+
+
+def test_single_token_request_cannot_miss_a_tpot_slo() -> None:
+    requests = requests_frame([dict(arrival_s=0.0, first_scheduled_s=0.0, first_token_s=0.1, finish_s=0.1,
+                                    output_tokens=1, token_times_s=[0.1])])
+    assert meets_slos(requests, {"tpot_s": 0.001}).to_list() == [True]
+
+
+def test_unknown_slo_is_an_error(replay: pl.DataFrame) -> None:
+    with pytest.raises(ValueError, match="unknown SLO"):
+        meets_slos(replay, {"latency": 1.0})
+
+
+def test_missing_columns_are_reported() -> None:
+    with pytest.raises(ValueError, match="first_token_s"):
+        add_latency_columns(pl.DataFrame({"arrival_s": [0.0]}))
+
+
+def test_format_summary_table(replay: pl.DataFrame, steps: pl.DataFrame) -> None:
+    table = format_summary_table(summarize(replay, steps, slos={"ttft_s": 0.45}))
+    lines = table.splitlines()
+    assert "2 / 4" in lines[0]
+    for label in ("rejected", "throughput", "goodput", "TTFT", "TPOT", "ITL", "E2E", "p99", "preemptions",
+                  "prefix cache hit rate", "30.0 %", "KV usage"):
+        assert label in table
+    ttft_line = next(line for line in lines if line.strip().startswith("TTFT"))
+    assert ttft_line.split()[1:] == ["450.00", "490.00", "499.00", "450.00"]
+    assert format_summary_table({})  # missing keys render as "-"
+
+
+def test_summarize_handles_a_large_replay() -> None:
+    # Speed is a benchmark's business (benchmarks/sim_speed.py); this checks the vectorised paths at scale.
+    requests = synthetic_requests(num_requests=20_000, mean_output_tokens=200)
+    steps = synthetic_steps(num_steps=100_000)
+    assert requests["output_tokens"].sum() > 3_500_000
+    summary = summarize(requests, steps, slos={"ttft_s": 0.5, "tpot_s": 0.04})
+    assert summary["num_finished"] == 20_000
+    assert summary["total_output_tokens"] == requests["output_tokens"].sum()
+    assert 10.0 <= summary["itl_ms"]["mean"] <= 50.0

@@ -67,6 +67,11 @@ class ModelShape:
         try:
             num_heads = int(config["num_attention_heads"])
             hidden = int(config["hidden_size"])
+            # transformers 5 folds rope_theta and rope_scaling into rope_parameters.
+            rope = config.get("rope_parameters") or {}
+            rope_scaling = config.get("rope_scaling")
+            if rope_scaling is None and rope.get("rope_type", "default") != "default":
+                rope_scaling = rope
             eos = config.get("eos_token_id")
             eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
             return cls(
@@ -85,8 +90,8 @@ class ModelShape:
                 attention_bias=bool(config.get("attention_bias", arch == "Qwen2ForCausalLM")),
                 qk_norm=arch == "Qwen3ForCausalLM",
                 rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-                rope_theta=float(config.get("rope_theta", 10000.0)),
-                rope_scaling=config.get("rope_scaling"),
+                rope_theta=float(config.get("rope_theta") or rope.get("rope_theta") or 10000.0),
+                rope_scaling=rope_scaling,
                 eos_token_ids=eos_ids,
                 torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),
             )

@@ -1,0 +1,283 @@
+"""Triton kernels for the paged KV cache (layout per layer: [num_blocks, num_kv_heads, block_size, head_dim]).
+
+- ``store_kv``: writes each new token's K and V to its slot (slot -1: padding, skipped).
+- ``paged_decode``: one query token per sequence against its whole paged context. Split-KV
+  (flash-decoding): the context is cut into ``num_splits`` ranges handled by separate programs,
+  whose partial results are merged by their log-sum-exp, so small batches still fill the GPU.
+  The query heads sharing a KV head are processed together, so each KV tile is read once.
+- ``paged_prefill``: a chunk of query tokens per sequence, causal, against its cached prefix and
+  itself (already stored), read through the block table.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from engine.attention.triton_kernels_host import decode_num_splits  # noqa: F401  (re-exported)
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _store_kv_kernel(
+    K, V, K_cache, V_cache, Slots,
+    stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_cb, stride_ch, stride_ct,
+    NUM_KV_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
+):
+    token = tl.program_id(0)
+    slot = tl.load(Slots + token)
+    if slot < 0:
+        return
+    page = slot // PAGE
+    offset = slot % PAGE
+    heads = tl.arange(0, HEADS_PAD)
+    dims = tl.arange(0, HEAD_DIM)
+    mask = (heads < NUM_KV_HEADS)[:, None]
+    k = tl.load(K + token * stride_kt + heads[:, None] * stride_kh + dims[None, :], mask=mask)
+    v = tl.load(V + token * stride_vt + heads[:, None] * stride_vh + dims[None, :], mask=mask)
+    dst = page.to(tl.int64) * stride_cb + heads[:, None] * stride_ch + offset * stride_ct + dims[None, :]
+    tl.store(K_cache + dst, k.to(K_cache.dtype.element_ty), mask=mask)
+    tl.store(V_cache + dst, v.to(V_cache.dtype.element_ty), mask=mask)
+
+
+def store_kv(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    heads_first: bool = True,
+) -> None:
+    """Caches are [blocks, kv_heads, page, head_dim] (``heads_first``) or [blocks, page, kv_heads, head_dim]."""
+    num_tokens, num_kv_heads, head_dim = k.shape
+    if num_tokens == 0:
+        return
+    assert k.stride(-1) == 1 and v.stride(-1) == 1 and k_cache.is_contiguous() and v_cache.is_contiguous()
+    head_dim_index, token_dim_index = (1, 2) if heads_first else (2, 1)
+    _store_kv_kernel[(num_tokens,)](
+        k, v, k_cache, v_cache, slots,
+        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        k_cache.stride(0), k_cache.stride(head_dim_index), k_cache.stride(token_dim_index),
+        NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads), HEAD_DIM=head_dim,
+        PAGE=k_cache.shape[token_dim_index],
+    )
+
+
+@triton.jit
+def _paged_decode_kernel(
+    Q, K_cache, V_cache, Block_tables, Context_lens, Out, Part_out, Part_lse,
+    qk_scale,  # softmax scale * log2(e)
+    stride_qt, stride_qh,
+    stride_cb, stride_ch, stride_ct,
+    stride_bt,
+    stride_ot, stride_oh,
+    stride_pt, stride_ph, stride_ps,
+    stride_lt, stride_lh,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    context = tl.load(Context_lens + seq)
+    num_tiles = tl.cdiv(context, BLOCK_N)
+    tiles_per_split = tl.cdiv(num_tiles, NUM_SPLITS)
+    start = split * tiles_per_split * BLOCK_N
+    end = tl.minimum(start + tiles_per_split * BLOCK_N, context)
+
+    rows = tl.arange(0, GROUP_PAD)
+    dims = tl.arange(0, HEAD_DIM)
+    heads = kv_head * GROUP + rows
+    row_mask = rows < GROUP
+    q = tl.load(Q + seq * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=row_mask[:, None], other=0.0)
+
+    m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    cols = tl.arange(0, BLOCK_N)
+    head_base = kv_head * stride_ch
+    table = Block_tables + seq * stride_bt
+    for tile_start in range(start, end, BLOCK_N):
+        page = tl.load(table + tile_start // PAGE).to(tl.int64)
+        offs = tile_start + cols
+        valid = offs < end
+        kv_off = page * stride_cb + head_base + (offs % PAGE)[:, None] * stride_ct + dims[None, :]
+        k = tl.load(K_cache + kv_off, mask=valid[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V_cache + kv_off, mask=valid[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    safe_l = tl.where(l_i > 0, l_i, 1.0)
+    out = acc / safe_l[:, None]
+    if NUM_SPLITS == 1:
+        tl.store(Out + seq * stride_ot + heads[:, None] * stride_oh + dims[None, :],
+                 out.to(Out.dtype.element_ty), mask=row_mask[:, None])
+    else:
+        tl.store(Part_out + seq * stride_pt + heads[:, None] * stride_ph + split * stride_ps + dims[None, :],
+                 out, mask=row_mask[:, None])
+        lse = tl.where(l_i > 0, m_i + tl.log2(safe_l), float("-inf"))  # base-2 log-sum-exp
+        tl.store(Part_lse + seq * stride_lt + heads * stride_lh + split, lse, mask=row_mask)
+
+
+@triton.jit
+def _merge_splits_kernel(
+    Part_out, Part_lse, Out,
+    stride_pt, stride_ph, stride_ps, stride_lt, stride_lh, stride_ot, stride_oh,
+    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    splits = tl.arange(0, NUM_SPLITS)
+    dims = tl.arange(0, HEAD_DIM)
+    lse = tl.load(Part_lse + seq * stride_lt + head * stride_lh + splits)
+    m = tl.max(lse, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp2(lse - m)
+    part = tl.load(Part_out + seq * stride_pt + head * stride_ph + splits[:, None] * stride_ps + dims[None, :])
+    total = tl.sum(w, 0)
+    out = tl.sum(part * w[:, None], 0) / tl.where(total > 0, total, 1.0)
+    tl.store(Out + seq * stride_ot + head * stride_oh + dims, out.to(Out.dtype.element_ty))
+
+
+def paged_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    num_splits: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """q: [num_seqs, num_heads, head_dim] -> [num_seqs, num_heads, head_dim]."""
+    num_seqs, num_heads, head_dim = q.shape
+    num_kv_heads, page = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    if out is None:
+        out = torch.empty_like(q)
+    if num_seqs == 0:
+        return out
+    block_n = min(64, page)
+    if num_splits > 1:
+        part_out = torch.empty(num_seqs, num_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(num_seqs, num_heads, num_splits, dtype=torch.float32, device=q.device)
+    else:
+        part_out = part_lse = out  # unused
+    _paged_decode_kernel[(num_seqs, num_kv_heads, num_splits)](
+        q, k_cache, v_cache, block_tables, context_lens, out, part_out, part_lse,
+        scale * LOG2E,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0), out.stride(1),
+        part_out.stride(0), part_out.stride(1), part_out.stride(2) if num_splits > 1 else 0,
+        part_lse.stride(0), part_lse.stride(1),
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
+        BLOCK_N=block_n, NUM_SPLITS=num_splits, num_warps=4, num_stages=3,
+    )
+    if num_splits > 1:
+        _merge_splits_kernel[(num_seqs, num_heads)](
+            part_out, part_lse, out,
+            part_out.stride(0), part_out.stride(1), part_out.stride(2), part_lse.stride(0), part_lse.stride(1),
+            out.stride(0), out.stride(1),
+            HEAD_DIM=head_dim, NUM_SPLITS=num_splits, num_warps=4,
+        )
+    return out
+
+
+@triton.jit
+def _paged_prefill_kernel(
+    Q, K_cache, V_cache, Block_tables, Cu_seqlens_q, Context_lens, Out,
+    qk_scale,
+    stride_qt, stride_qh,
+    stride_cb, stride_ch, stride_ct,
+    stride_bt,
+    stride_ot, stride_oh,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    seq = tl.program_id(1)
+    head = tl.program_id(2)
+    q_start = tl.load(Cu_seqlens_q + seq)
+    q_len = tl.load(Cu_seqlens_q + seq + 1) - q_start
+    if tile * BLOCK_M >= q_len:
+        return
+    context = tl.load(Context_lens + seq)
+    kv_head = head // GROUP
+    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < q_len
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + (q_start + rows)[:, None].to(tl.int64) * stride_qt + head * stride_qh + dims[None, :],
+                mask=row_mask[:, None], other=0.0)
+    q_pos = context + rows
+    kv_end = context + tl.minimum((tile + 1) * BLOCK_M, q_len)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    cols = tl.arange(0, BLOCK_N)
+    head_base = kv_head * stride_ch
+    table = Block_tables + seq * stride_bt
+    for tile_start in range(0, kv_end, BLOCK_N):
+        page = tl.load(table + tile_start // PAGE).to(tl.int64)
+        offs = tile_start + cols
+        valid = offs < kv_end
+        kv_off = page * stride_cb + head_base + (offs % PAGE)[:, None] * stride_ct + dims[None, :]
+        k = tl.load(K_cache + kv_off, mask=valid[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = tl.where(valid[None, :] & (offs[None, :] <= q_pos[:, None]), s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V_cache + kv_off, mask=valid[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    tl.store(Out + (q_start + rows)[:, None].to(tl.int64) * stride_ot + head * stride_oh + dims[None, :],
+             out.to(Out.dtype.element_ty), mask=row_mask[:, None])
+
+
+def paged_prefill(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    context_lens: torch.Tensor,
+    max_q_len: int,
+    scale: float,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """q: [prefill tokens, num_heads, head_dim] (chunks back to back) -> same shape."""
+    num_tokens, num_heads, head_dim = q.shape
+    num_kv_heads, page = k_cache.shape[1], k_cache.shape[2]
+    if out is None:
+        out = torch.empty_like(q)
+    num_seqs = cu_seqlens_q.shape[0] - 1
+    if num_tokens == 0 or num_seqs == 0:
+        return out
+    block_m = 128 if max_q_len > 64 else 64
+    block_n = min(64, page)
+    grid = (triton.cdiv(max_q_len, block_m), num_seqs, num_heads)
+    _paged_prefill_kernel[grid](
+        q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, out,
+        scale * LOG2E,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0), out.stride(1),
+        GROUP=num_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE=page,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=8 if block_m == 128 else 4, num_stages=2,
+    )
+    return out

@@ -1,0 +1,1 @@
+"""Model building blocks, written so tensor parallelism can shard them."""

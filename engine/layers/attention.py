@@ -1,0 +1,25 @@
+"""Attention layer: stores the new K/V into this layer's paged cache, then attends through the backend."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.attention.metadata import AttentionMetadata
+
+
+class Attention(nn.Module):
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, backend) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.scale = scale
+        self.backend = backend
+        # Views into the runner's single KV allocation, bound once it is sized.
+        self.k_cache = torch.empty(0)
+        self.v_cache = torch.empty(0)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        self.backend.store(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        return self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)

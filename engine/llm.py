@@ -1,0 +1,172 @@
+"""``engine.LLM``: offline generation over the step loop, with a streaming form."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence as Seq
+
+from engine.config import SchedulerConfig
+from engine.llm_engine import LLMEngine
+from engine.model_config import ModelShape, resolve_model_dir
+from engine.options import EngineOptions
+from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence
+
+Prompt = str | list[int]
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    index: int  # the prompt's position in the input list
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None
+
+
+def _load_tokenizer(model_dir: Path):
+    has_tokenizer = any((model_dir / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+    if not has_tokenizer:
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir))
+
+
+class LLM:
+    """``LLM(model, **options)``; ``model`` is an HF model directory or a shipped config name (with load_format="dummy")."""
+
+    def __init__(self, model: str, **options: object) -> None:
+        self.options = opts = EngineOptions.from_kwargs(str(model), **options)
+        model_dir = resolve_model_dir(model)
+        self.shape = ModelShape.load(model_dir)
+        self.model_dir = model_dir
+        load_format = opts.load_format
+        if load_format == "auto":
+            load_format = "safetensors" if any(model_dir.glob("*.safetensors")) else "dummy"
+            if load_format == "dummy" and model_dir.parent.name != "configs":
+                raise FileNotFoundError(
+                    f"{model_dir} has no *.safetensors weights; pass load_format='dummy' for random weights"
+                )
+        self.tokenizer = _load_tokenizer(model_dir)
+        self.max_model_len = opts.max_model_len or self.shape.max_position_embeddings
+        if opts.tensor_parallel_size > 1:
+            from engine.distributed import TensorParallelRunner
+
+            self.runner = TensorParallelRunner(opts, self.shape, model_dir if load_format != "dummy" else None)
+        else:
+            from engine.model_runner import ModelRunner
+
+            self.runner = ModelRunner(opts, self.shape, model_dir if load_format != "dummy" else None)
+        eos = set(self.shape.eos_token_ids)
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            eos.add(int(self.tokenizer.eos_token_id))
+        self.scheduler_config = SchedulerConfig(
+            num_gpu_blocks=self.runner.num_gpu_blocks,
+            max_model_len=self.max_model_len,
+            block_size=opts.block_size,
+            max_num_seqs=opts.max_num_seqs,
+            max_num_batched_tokens=opts.max_num_batched_tokens,
+            policy=opts.policy,
+            enable_prefix_caching=opts.enable_prefix_caching,
+        )
+        self.engine = LLMEngine(self.scheduler_config, self.runner, eos_token_ids=eos)
+
+    # ---- inputs ---------------------------------------------------------------------------------
+    def _token_ids(self, index: int, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError(f"prompt {index} is text but {self.model_dir} has no tokenizer; pass token ids")
+            ids = self.tokenizer.encode(prompt)
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:
+            raise ValueError(f"prompt {index} is empty")
+        if len(ids) > self.max_model_len:
+            raise ValueError(f"prompt {index} has {len(ids)} tokens, more than max_model_len={self.max_model_len}")
+        bad = [t for t in ids if not 0 <= t < self.shape.vocab_size]
+        if bad:
+            raise ValueError(f"prompt {index} has token id {bad[0]} outside the vocabulary [0, {self.shape.vocab_size})")
+        return ids
+
+    def _add_all(self, prompts: Seq[Prompt], sampling_params) -> list[Sequence]:
+        if isinstance(prompts, (str,)) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]  # a single prompt
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        if isinstance(sampling_params, SamplingParams):
+            sampling_params = [sampling_params] * len(prompts)
+        elif len(sampling_params) != len(prompts):
+            raise ValueError(f"got {len(sampling_params)} sampling params for {len(prompts)} prompts")
+        token_ids = [self._token_ids(i, p) for i, p in enumerate(prompts)]
+        seqs = [self.engine.add_request(ids, sp, request_id=i) for i, (ids, sp) in enumerate(zip(token_ids, sampling_params))]
+        for seq in seqs:
+            if seq.reject_reason:
+                raise ValueError(f"prompt {seq.request_id} cannot be served: {seq.reject_reason}")
+        return seqs
+
+    def _decode(self, token_ids: list[int]) -> str | None:
+        if self.tokenizer is None:
+            return None
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    # ---- generation -----------------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: Seq[Prompt] | Prompt,
+        sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+    ) -> list[dict]:
+        """Outputs in input order: ``{"text", "token_ids"}`` (text is None without a tokenizer)."""
+        seqs = self._add_all(prompts, sampling_params)
+        progress = None
+        if use_tqdm:
+            from tqdm.auto import tqdm
+
+            progress = tqdm(total=len(seqs), desc="generating", dynamic_ncols=True)
+        prefill_tps = decode_tps = 0.0
+        while self.engine.has_unfinished_requests():
+            start = time.perf_counter()
+            batch, finished = self.engine.step()
+            elapsed = max(time.perf_counter() - start, 1e-9)
+            if progress is not None:
+                if batch.num_prefill_tokens:
+                    prefill_tps = batch.num_prefill_tokens / elapsed
+                if batch.num_decode_seqs:
+                    decode_tps = batch.num_decode_seqs / elapsed
+                progress.set_postfix(prefill=f"{prefill_tps:.0f} tok/s", decode=f"{decode_tps:.0f} tok/s", refresh=False)
+                progress.update(len(finished))
+        if progress is not None:
+            progress.close()
+        return [{"text": self._decode(s.completion_token_ids), "token_ids": s.completion_token_ids} for s in seqs]
+
+    def stream(
+        self,
+        prompts: Seq[Prompt] | Prompt,
+        sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
+    ) -> Iterator[StreamEvent]:
+        """Yields each request's new tokens as steps produce them; the last event of a request has finished=True."""
+        seqs = self._add_all(prompts, sampling_params)
+        index_of = {s.seq_id: i for i, s in enumerate(seqs)}
+        sent = {s.seq_id: 0 for s in seqs}
+        while self.engine.has_unfinished_requests():
+            batch, _ = self.engine.step()
+            for seq in batch.seqs:
+                produced = seq.num_completion_tokens
+                if produced > sent[seq.seq_id]:
+                    new = seq.completion_token_ids[sent[seq.seq_id] :]
+                    sent[seq.seq_id] = produced
+                    reason = seq.finish_reason.value if seq.finish_reason else None
+                    yield StreamEvent(index_of[seq.seq_id], new, seq.is_finished, reason)
+
+    def close(self) -> None:
+        close = getattr(self.runner, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,449 @@
+"""Runs a scheduled batch through the model: the GPU (or CPU) implementation of the Runner protocol.
+
+Per step: pack the batch (decode rows first, then prefill chunks) into flat token, position and
+slot tensors plus attention metadata; run the model (a captured CUDA graph for decode-only steps,
+eagerly otherwise); compute logits only where a token is sampled; sample.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.attention import AttentionMetadata, default_backend, get_backend
+from engine.attention.triton_kernels_host import decode_num_splits
+from engine.layers.sampler import SamplingTensors, sample
+from engine.loader import init_dummy, load_safetensors
+from engine.model_config import ModelShape
+from engine.models import DecoderForCausalLM
+from engine.options import EngineOptions
+from engine.parallel import SINGLE, ParallelContext
+from engine.runner import RunnerOutput
+from engine.scheduler import ScheduledBatch
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+@dataclass
+class StepTimings:
+    """Accumulated seconds per part of a step (forward and sampling from CUDA events on GPU)."""
+
+    num_steps: int = 0
+    prepare_s: float = 0.0
+    execute_s: float = 0.0
+    forward_s: float = 0.0
+    sample_s: float = 0.0
+    num_graph_steps: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class StepInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    logits_indices: torch.Tensor
+    sample_rows: list[int]  # batch index of each sampled row, in logits order
+    sampling: SamplingTensors | None
+    graph_batch_size: int = 0  # > 0: replay the graph captured for this many decode rows
+
+
+def resolve_device(options: EngineOptions) -> torch.device:
+    if options.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(options.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked for but torch sees no CUDA device")
+    return device
+
+
+def resolve_dtype(options: EngineOptions, device: torch.device) -> torch.dtype:
+    if options.dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[options.dtype]
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        options: EngineOptions,
+        shape: ModelShape,
+        model_dir: Path | None,
+        parallel: ParallelContext = SINGLE,
+        device: torch.device | None = None,
+    ) -> None:
+        self.options = options
+        self.shape = shape
+        self.parallel = parallel
+        self.device = device or resolve_device(options)
+        self.dtype = resolve_dtype(options, self.device)
+        self.block_size = options.block_size
+        self.max_model_len = options.max_model_len or shape.max_position_embeddings
+        self.max_blocks_per_seq = -(-self.max_model_len // self.block_size)
+        backend_name = options.attention_backend
+        if backend_name == "auto":
+            backend_name = default_backend(self.device.type)
+        self.backend = get_backend(backend_name, self.device.type)
+        self.timings = StepTimings()
+        self._generators: dict[int, torch.Generator] = {}
+        self._is_cuda = self.device.type == "cuda"
+        self._num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count if self._is_cuda else 1
+        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)] if self._is_cuda else []
+
+        torch.manual_seed(options.seed)
+        default_dtype = torch.get_default_dtype()
+        torch.set_default_dtype(self.dtype)
+        try:
+            with torch.device(self.device):
+                self.model = DecoderForCausalLM(shape, self.max_model_len, self.backend, parallel)
+        finally:
+            torch.set_default_dtype(default_dtype)
+        if options.load_format == "dummy" or model_dir is None:
+            init_dummy(self.model, options.seed)
+        else:
+            load_safetensors(self.model, model_dir)
+        self.model.eval()
+        self.num_kv_heads = self.model.model.layers[0].self_attn.num_kv_heads
+        self.num_gpu_blocks = self._size_kv_cache()
+        self._allocate_kv_cache(self.num_gpu_blocks)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        if self._is_cuda and not options.enforce_eager:
+            self._capture_graphs()
+
+    # ---- KV cache -------------------------------------------------------------------------------
+    def _block_bytes(self) -> int:
+        element = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.shape.num_layers * self.num_kv_heads * self.block_size * self.shape.head_dim * element
+
+    def _allocate_kv_cache(self, num_blocks: int) -> None:
+        layers = self.model.attention_layers()
+        shape = self.backend.cache_shape(num_blocks, self.block_size, self.num_kv_heads, self.shape.head_dim)
+        self.kv_cache = torch.empty((2, len(layers), *shape), dtype=self.dtype, device=self.device)
+        for i, attn in enumerate(layers):
+            attn.k_cache = self.kv_cache[0, i]
+            attn.v_cache = self.kv_cache[1, i]
+
+    @torch.inference_mode()
+    def _size_kv_cache(self) -> int:
+        """Run a warm-up forward at the token budget, then give the KV cache what memory remains."""
+        opts = self.options
+        if opts.num_gpu_blocks is not None and not self._is_cuda:
+            return opts.num_gpu_blocks
+        if not self._is_cuda:
+            # CPU: room for every sequence at full length, capped at 2 GiB.
+            wanted = opts.max_num_seqs * self.max_blocks_per_seq
+            return max(1, min(wanted, (2 << 30) // self._block_bytes()))
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        seq_len = min(self.max_model_len, opts.max_num_batched_tokens)
+        num_seqs = max(1, min(opts.max_num_seqs, opts.max_num_batched_tokens // seq_len))
+        warmup_blocks = num_seqs * -(-seq_len // self.block_size)
+        self._allocate_kv_cache(warmup_blocks)
+        self._warmup_forward(num_seqs, seq_len)
+        torch.cuda.synchronize(self.device)
+        warmup_cache_bytes = self.kv_cache.numel() * self.kv_cache.element_size()
+        stats = torch.cuda.memory_stats(self.device)
+        peak = stats["allocated_bytes.all.peak"] - warmup_cache_bytes
+        del self.kv_cache
+        for attn in self.model.attention_layers():
+            attn.k_cache = attn.v_cache = torch.empty(0)
+        torch.cuda.empty_cache()
+        current = torch.cuda.memory_stats(self.device)["allocated_bytes.all.current"]
+        free, total = torch.cuda.mem_get_info(self.device)
+        used = total - free
+        available = total * opts.gpu_memory_utilization - used - (peak - current)
+        num_blocks = int(available // self._block_bytes())
+        if opts.num_gpu_blocks is not None:
+            if opts.num_gpu_blocks > num_blocks:
+                raise ValueError(f"num_gpu_blocks={opts.num_gpu_blocks} does not fit: at most {num_blocks} blocks fit")
+            return opts.num_gpu_blocks
+        if num_blocks < 1:
+            raise ValueError(
+                f"no memory left for the KV cache at gpu_memory_utilization={opts.gpu_memory_utilization} "
+                f"(weights and activations use {(used + peak - current) / 2**30:.1f} GiB of {total / 2**30:.1f} GiB)"
+            )
+        return num_blocks
+
+    def _warmup_forward(self, num_seqs: int, seq_len: int) -> None:
+        bs = self.block_size
+        blocks_per_seq = -(-seq_len // bs)
+        ids, positions, slots = [], [], []
+        for s in range(num_seqs):
+            ids.extend([1] * seq_len)
+            positions.extend(range(seq_len))
+            base = s * blocks_per_seq * bs
+            slots.extend(base + p for p in range(seq_len))
+        tables = [list(range(s * blocks_per_seq, (s + 1) * blocks_per_seq)) for s in range(num_seqs)]
+        meta = self._prefill_only_meta(slots, [seq_len] * num_seqs, [0] * num_seqs, tables)
+        hidden = self.model(self._to_device(ids, torch.int64), self._to_device(positions, torch.int64), meta)
+        last = torch.arange(1, num_seqs + 1, device=self.device) * seq_len - 1
+        logits = self.model.compute_logits(hidden[last])
+        if logits is not None:
+            params = SamplingTensors([1.0] * num_seqs, [-1] * num_seqs, [1.0] * num_seqs, [None] * num_seqs, self.device)
+            sample(logits, params)
+
+    # ---- host -> device -------------------------------------------------------------------------
+    def _to_device(self, values, dtype: torch.dtype) -> torch.Tensor:
+        host = torch.as_tensor(values, dtype=dtype)
+        if not self._is_cuda:
+            return host
+        return host.pin_memory().to(self.device, non_blocking=True)
+
+    def _block_table_array(self, tables: list[list[int]], width: int | None = None) -> np.ndarray:
+        width = width or self.max_blocks_per_seq
+        out = np.zeros((len(tables), width), dtype=np.int32)
+        lengths = np.fromiter(map(len, tables), dtype=np.int64, count=len(tables))
+        total = int(lengths.sum())
+        if total:
+            flat = np.fromiter(chain.from_iterable(tables), dtype=np.int32, count=total)
+            rows = np.repeat(np.arange(len(tables)), lengths)
+            starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+            out[rows, np.arange(total) - starts] = flat
+        return out
+
+    def _prefill_only_meta(self, slots, q_lens, context_lens, tables) -> AttentionMetadata:
+        cu = np.zeros(len(q_lens) + 1, dtype=np.int32)
+        np.cumsum(q_lens, out=cu[1:])
+        return AttentionMetadata(
+            slot_mapping=self._to_device(slots, torch.int64),
+            num_decode_tokens=0,
+            num_prefill_seqs=len(q_lens),
+            prefill_cu_seqlens_q=self._to_device(cu, torch.int32),
+            prefill_context_lens=self._to_device(context_lens, torch.int32),
+            prefill_block_tables=self._to_device(self._block_table_array(tables), torch.int32),
+            prefill_max_q_len=max(q_lens),
+            prefill_max_k_len=max(c + q for c, q in zip(context_lens, q_lens)),
+            host_prefill_q_lens=list(q_lens),
+            host_prefill_context_lens=list(context_lens),
+        )
+
+    def _num_splits(self, num_decode: int) -> int:
+        if not self._is_cuda:
+            return 1
+        return decode_num_splits(num_decode, self.num_kv_heads, -(-self.max_model_len // 64), self._num_sms)
+
+    # ---- one step -------------------------------------------------------------------------------
+    def prepare(self, batch: ScheduledBatch) -> StepInputs:
+        bs = self.block_size
+        seqs = batch.seqs
+        new_tokens = batch.num_new_tokens
+        if batch.num_prefill_seqs == 0:
+            decode_rows = list(range(len(seqs)))
+            prefill_rows: list[int] = []
+        else:
+            decode_rows = [i for i, n in enumerate(new_tokens) if n == 1]
+            prefill_rows = [i for i, n in enumerate(new_tokens) if n > 1]
+        decode_seqs = [seqs[i] for i in decode_rows]
+        positions = [s.num_computed_tokens for s in decode_seqs]
+        ids = [s.token_ids[p] for s, p in zip(decode_seqs, positions)]
+        slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(decode_seqs, positions)]
+        sample_rows: list[int] = []
+        logits_indices: list[int] = []
+        for offset, (row, seq, p) in enumerate(zip(decode_rows, decode_seqs, positions)):
+            if p + 1 == seq.num_tokens:
+                sample_rows.append(row)
+                logits_indices.append(offset)
+        num_decode = len(decode_rows)
+
+        q_lens: list[int] = []
+        context_lens: list[int] = []
+        prefill_tables: list[list[int]] = []
+        if prefill_rows:
+            position_parts = [np.asarray(positions, dtype=np.int64)]
+            slot_parts = [np.asarray(slots, dtype=np.int64)]
+            offset = num_decode
+            for row in prefill_rows:
+                seq = seqs[row]
+                start, n = seq.num_computed_tokens, new_tokens[row]
+                ids.extend(seq.token_ids[start : start + n])
+                pos = np.arange(start, start + n, dtype=np.int64)
+                table = np.asarray(seq.block_table, dtype=np.int64)
+                position_parts.append(pos)
+                slot_parts.append(table[pos // bs] * bs + pos % bs)
+                q_lens.append(n)
+                context_lens.append(start)
+                prefill_tables.append(seq.block_table)
+                offset += n
+                if start + n == seq.num_tokens:
+                    sample_rows.append(row)
+                    logits_indices.append(offset - 1)
+            positions_host = np.concatenate(position_parts)
+            slots_host = np.concatenate(slot_parts)
+        else:
+            positions_host = positions
+            slots_host = slots
+
+        sampling = self._sampling_tensors([seqs[r] for r in sample_rows]) if sample_rows else None
+        graph_bs = 0
+        if not prefill_rows and self.graphs and num_decode <= self._max_graph_bs:
+            graph_bs = next(b for b in self._graph_sizes if b >= num_decode)
+            meta = self._fill_graph_inputs(graph_bs, ids, positions, slots, decode_seqs)
+            input_ids = self._graph_ids[:graph_bs]
+            positions_t = self._graph_positions[:graph_bs]
+        else:
+            meta = AttentionMetadata(slot_mapping=self._to_device(slots_host, torch.int64), num_decode_tokens=num_decode)
+            if num_decode:
+                meta.decode_block_tables = self._to_device(
+                    self._block_table_array([s.block_table for s in decode_seqs]), torch.int32
+                )
+                context = [p + 1 for p in positions]
+                meta.decode_context_lens = self._to_device(context, torch.int32)
+                meta.host_decode_context_lens = context
+                meta.decode_num_splits = self._num_splits(num_decode)
+            if prefill_rows:
+                prefill_meta = self._prefill_only_meta([], q_lens, context_lens, prefill_tables)
+                meta.num_prefill_seqs = prefill_meta.num_prefill_seqs
+                meta.prefill_cu_seqlens_q = prefill_meta.prefill_cu_seqlens_q
+                meta.prefill_context_lens = prefill_meta.prefill_context_lens
+                meta.prefill_block_tables = prefill_meta.prefill_block_tables
+                meta.prefill_max_q_len = prefill_meta.prefill_max_q_len
+                meta.prefill_max_k_len = prefill_meta.prefill_max_k_len
+                meta.host_prefill_q_lens = q_lens
+                meta.host_prefill_context_lens = context_lens
+            input_ids = self._to_device(ids, torch.int64)
+            positions_t = self._to_device(positions_host, torch.int64)
+        return StepInputs(
+            input_ids=input_ids,
+            positions=positions_t,
+            meta=meta,
+            logits_indices=self._to_device(logits_indices, torch.int64),
+            sample_rows=sample_rows,
+            sampling=sampling,
+            graph_batch_size=graph_bs,
+        )
+
+    def _sampling_tensors(self, seqs) -> SamplingTensors:
+        temperatures, top_ks, top_ps, generators = [], [], [], []
+        for seq in seqs:
+            p = seq.sampling_params
+            temperatures.append(p.temperature)
+            top_ks.append(p.top_k)
+            top_ps.append(p.top_p)
+            generator = None
+            if p.seed is not None and p.temperature > 0:
+                generator = self._generators.get(seq.seq_id)
+                if generator is None:
+                    generator = torch.Generator(device=self.device).manual_seed(p.seed)
+                    self._generators[seq.seq_id] = generator
+            generators.append(generator)
+        return SamplingTensors(temperatures, top_ks, top_ps, generators, self.device)
+
+    @torch.inference_mode()
+    def execute(self, inputs: StepInputs) -> torch.Tensor | None:
+        """Forward and sampling; returns the sampled token ids (None on ranks other than the first)."""
+        events = self._events if self._is_cuda else None
+        if events:
+            events[0].record()
+        if inputs.graph_batch_size:
+            self.graphs[inputs.graph_batch_size].replay()
+            hidden = self._graph_outputs[inputs.graph_batch_size]
+        else:
+            hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta)
+        if events:
+            events[1].record()
+        tokens = None
+        if inputs.sampling is not None:
+            logits = self.model.compute_logits(hidden[inputs.logits_indices])
+            if logits is not None:
+                tokens = sample(logits, inputs.sampling)
+        if events:
+            events[2].record()
+        return tokens
+
+    def run(self, batch: ScheduledBatch) -> RunnerOutput:
+        t0 = time.perf_counter()
+        inputs = self.prepare(batch)
+        t1 = time.perf_counter()
+        tokens = self.execute(inputs)
+        token_ids = [-1] * len(batch.seqs)
+        if tokens is not None:
+            for row, token in zip(inputs.sample_rows, tokens.tolist()):
+                token_ids[row] = token
+        t2 = time.perf_counter()
+        timings = self.timings
+        timings.num_steps += 1
+        timings.prepare_s += t1 - t0
+        timings.execute_s += t2 - t1  # launch, GPU time of forward and sampling, and the wait for it
+        if self._is_cuda:
+            timings.forward_s += self._events[0].elapsed_time(self._events[1]) / 1e3
+            timings.sample_s += self._events[1].elapsed_time(self._events[2]) / 1e3
+        if inputs.graph_batch_size:
+            timings.num_graph_steps += 1
+        if self._generators:
+            for seq in batch.seqs:
+                if seq.seq_id in self._generators and seq.num_computed_tokens + 1 >= seq.max_num_tokens:
+                    del self._generators[seq.seq_id]
+        return RunnerOutput(token_ids)
+
+    # ---- CUDA graphs ----------------------------------------------------------------------------
+    def _graph_sizes_for(self, max_bs: int) -> list[int]:
+        sizes = [b for b in (1, 2, 4, 8) if b <= max_bs]
+        sizes += list(range(16, max_bs + 1, 16))
+        if sizes[-1] != max_bs:
+            sizes.append(max_bs)
+        return sizes
+
+    @torch.inference_mode()
+    def _capture_graphs(self) -> None:
+        """Decode graphs for bucketed batch sizes, captured largest first into one memory pool."""
+        max_bs = min(self.options.max_num_seqs, self.options.max_cuda_graph_batch_size)
+        self._graph_sizes = self._graph_sizes_for(max_bs)
+        self._max_graph_bs = max_bs
+        dev = self.device
+        self._graph_ids = torch.zeros(max_bs, dtype=torch.int64, device=dev)
+        self._graph_positions = torch.zeros(max_bs, dtype=torch.int64, device=dev)
+        self._graph_slots = torch.full((max_bs,), -1, dtype=torch.int64, device=dev)
+        self._graph_context = torch.zeros(max_bs, dtype=torch.int32, device=dev)
+        self._graph_tables = torch.zeros(max_bs, self.max_blocks_per_seq, dtype=torch.int32, device=dev)
+        self._graph_meta: dict[int, AttentionMetadata] = {}
+        self._graph_outputs: dict[int, torch.Tensor] = {}
+        pool = None
+        for bs in reversed(self._graph_sizes):
+            meta = AttentionMetadata(
+                slot_mapping=self._graph_slots[:bs],
+                num_decode_tokens=bs,
+                decode_block_tables=self._graph_tables[:bs],
+                decode_context_lens=self._graph_context[:bs],
+                decode_num_splits=self._num_splits(bs),
+            )
+            self.model(self._graph_ids[:bs], self._graph_positions[:bs], meta)  # warm-up: compiles kernels
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool):
+                out = self.model(self._graph_ids[:bs], self._graph_positions[:bs], meta)
+            if pool is None:
+                pool = graph.pool()
+            self.graphs[bs] = graph
+            self._graph_outputs[bs] = out
+            self._graph_meta[bs] = meta
+            torch.cuda.synchronize(dev)
+
+    def _fill_graph_inputs(self, graph_bs: int, ids, positions, slots, decode_seqs) -> AttentionMetadata:
+        n = len(ids)
+        pad = graph_bs - n
+        host = np.zeros((4, graph_bs), dtype=np.int64)
+        host[0, :n] = ids
+        host[1, :n] = positions
+        host[2, :n] = slots
+        host[2, n:] = -1
+        host[3, :n] = positions
+        host[3, :n] += 1
+        staged = torch.from_numpy(host).pin_memory().to(self.device, non_blocking=True)
+        self._graph_ids[:graph_bs].copy_(staged[0])
+        self._graph_positions[:graph_bs].copy_(staged[1])
+        self._graph_slots[:graph_bs].copy_(staged[2])
+        self._graph_context[:graph_bs].copy_(staged[3])
+        tables = self._block_table_array([s.block_table for s in decode_seqs])
+        if pad:
+            tables = np.concatenate([tables, np.zeros((pad, tables.shape[1]), dtype=np.int32)])
+        self._graph_tables[:graph_bs].copy_(torch.from_numpy(tables).pin_memory(), non_blocking=True)
+        return self._graph_meta[graph_bs]
+
+    def close(self) -> None:
+        self.graphs.clear()
+        self.kv_cache = None

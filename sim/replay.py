@@ -1,0 +1,178 @@
+"""Replay a request trace in simulation: ``python -m sim.replay TRACE [options]``.
+
+Writes requests.parquet, steps.parquet, summary.json and report.html to --out and prints a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from sim.hardware import GPUS
+from sim.router import ROUTERS
+from sim.simulator import SimConfig, SimResult, simulate
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every replay (simulated or on a GPU) and by sweeps."""
+    g = parser.add_argument_group("engine")
+    g.add_argument("--model", default="qwen3-0.6b", help="shipped model config name or HF model dir (default: %(default)s)")
+    g.add_argument("--policy", default="mixed", choices=["mixed", "nano"], help="scheduling policy (default: %(default)s)")
+    g.add_argument("--max-num-seqs", type=int, default=256, help="most sequences in one step (default: %(default)s)")
+    g.add_argument(
+        "--max-num-batched-tokens", type=int, default=8192, help="token budget of one step (default: %(default)s)"
+    )
+    g.add_argument("--block-size", type=int, default=256, help="tokens per KV block (default: %(default)s)")
+    g.add_argument(
+        "--num-gpu-blocks", type=int, default=None, help="KV blocks per replica (default: sized from GPU memory)"
+    )
+    g.add_argument("--max-model-len", type=int, default=None, help="longest prompt+output (default: the model's)")
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="share of GPU memory used (default: %(default)s)")
+    g.add_argument("--no-prefix-caching", action="store_true", help="disable the prefix cache")
+    g.add_argument("--seed", type=int, default=0, help="seed for synthesized prompt tokens (default: %(default)s)")
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", help="trace parquet (see traces/README.md; convert others with python -m traces.convert)")
+    rate = parser.add_mutually_exclusive_group()
+    rate.add_argument("--qps", type=float, default=None, help="rescale arrivals to this mean rate (requests/s)")
+    rate.add_argument("--time-scale", type=float, default=None, help="multiply inter-arrival gaps by this factor")
+    parser.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
+
+
+def load_trace_for_replay(args: argparse.Namespace):
+    from traces.schema import load_trace
+
+    trace = load_trace(args.trace)
+    if args.limit is not None:
+        if args.limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {args.limit}")
+        trace = trace.head(args.limit)
+    if args.qps is not None:
+        if args.qps <= 0:
+            raise ValueError(f"--qps must be > 0, got {args.qps}")
+        trace = trace.with_qps(args.qps)
+    elif args.time_scale is not None:
+        if args.time_scale <= 0:
+            raise ValueError(f"--time-scale must be > 0, got {args.time_scale}")
+        trace = trace.with_time_scale(args.time_scale)
+    return trace
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sim.replay",
+        description="Replay a request trace on simulated GPU replicas that run the engine's own scheduler.",
+    )
+    add_trace_arguments(parser)
+    add_engine_arguments(parser)
+    g = parser.add_argument_group("deployment")
+    g.add_argument("--gpu", default="h200", choices=sorted(GPUS), help="GPU type (default: %(default)s)")
+    g.add_argument("--replicas", type=int, default=1, help="number of engine replicas (default: %(default)s)")
+    g.add_argument("--router", default="rr", choices=sorted(ROUTERS), help="request router (default: %(default)s)")
+    g.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs per replica (default: %(default)s)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", default=None, help="output folder (default: a new folder under runs/)")
+    out.add_argument("--no-report", action="store_true", help="skip report.html")
+    out.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(
+        model=args.model,
+        gpu=args.gpu,
+        num_replicas=args.replicas,
+        router=args.router,
+        policy=args.policy,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        num_gpu_blocks=args.num_gpu_blocks,
+        max_model_len=args.max_model_len,
+        enable_prefix_caching=not args.no_prefix_caching,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        tensor_parallel_size=args.tensor_parallel_size,
+        seed=args.seed,
+    )
+
+
+def default_out_dir(prefix: str, trace_path: str) -> Path:
+    stem = Path(trace_path).stem
+    base = Path("runs") / f"{prefix}-{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = base
+    n = 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
+
+
+def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bool) -> dict:
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    from analysis.metrics import add_latency_columns, summarize
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    requests = add_latency_columns(pl.from_arrow(result.requests_table()))
+    requests = requests.sort("arrival_s", "request_id", maintain_order=True)
+    steps = pl.from_arrow(result.steps_table())
+    requests.write_parquet(out_dir / "requests.parquet")
+    pq.write_table(steps.to_arrow(), out_dir / "steps.parquet")
+    summary = summarize(requests, steps)
+    summary["cost_model"] = result.cost_model_name
+    summary["trace"] = str(trace_path)
+    summary["config"] = result.describe()
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if report:
+        from analysis.report import write_report
+
+        estimate = " (an analytic estimate, not measured)" if result.cost_model_name == "roofline-estimate" else ""
+        cfg = result.config
+        write_report(
+            requests,
+            steps,
+            summary,
+            out_dir / "report.html",
+            title=f"Simulated replay of {Path(trace_path).name}",
+            subtitle=(
+                f"{cfg.model} on {cfg.num_replicas}x {cfg.gpu} (TP={cfg.tensor_parallel_size}), policy {cfg.policy}, "
+                f"router {cfg.router}; cost model: {result.cost_model_name}{estimate}"
+            ),
+        )
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+        trace = load_trace_for_replay(args)
+        config.scheduler_config(config.model_shape)  # fail on bad options before simulating
+    except (ValueError, FileNotFoundError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    progress = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        progress = tqdm(total=len(trace), unit="req", desc="simulating", mininterval=0.5, file=sys.stderr)
+    result = simulate(trace, config, on_request_done=progress.update if progress else None)
+    if progress is not None:
+        progress.close()
+    out_dir = Path(args.out) if args.out else default_out_dir("sim", args.trace)
+    summary = write_outputs(result, out_dir, args.trace, report=not args.no_report)
+    if not args.quiet:
+        from analysis.metrics import format_summary_table
+
+        print(format_summary_table(summary))
+        print(f"cost model: {result.cost_model_name}; simulated in {result.wall_s:.1f} s wall; outputs in {out_dir}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

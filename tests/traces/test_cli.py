@@ -1,0 +1,89 @@
+"""The command lines, run as a user would (`python -m ...` in a subprocess)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.traces.helpers import REPO_ROOT
+from traces import load_trace
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.mark.parametrize("module", ["traces.convert", "traces.synth", "traces.info"])
+def test_help(module: str) -> None:
+    result = _run(module, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage: python -m " + module in result.stdout
+
+
+def test_convert_help_lists_every_format() -> None:
+    out = _run("traces.convert", "--help").stdout
+    for name in ("azure", "mooncake", "burstgpt", "sharegpt", "vidur"):
+        assert f"\n  {name} " in out
+
+
+def test_convert_cli(tmp_path: Path) -> None:
+    source = tmp_path / "azure.csv"
+    source.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,396,109\n"
+        "2023-11-16 18:15:51.2224670,879,0\n"
+    )
+    out = tmp_path / "out.parquet"
+    result = _run("traces.convert", "azure", str(source), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        f"wrote 2 requests to {out}: span 4.315 s (0.232 req/s), mean prompt 385.0 tokens, "
+        "mean output 76.5 tokens, dropped 1 requests with 0 prompt or 0 output tokens"
+    )
+    assert load_trace(out).requests["prompt_tokens"].to_list() == [374, 396]
+
+
+def test_convert_cli_reports_errors_without_a_traceback(tmp_path: Path) -> None:
+    source = tmp_path / "bad.csv"
+    source.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,x,1\n")
+    result = _run("traces.convert", "azure", str(source), "-o", str(tmp_path / "o.parquet"))
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: {source}: line 2: field 'ContextTokens' is 'x'; expected an integer"
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_synth_cli(tmp_path: Path) -> None:
+    out = tmp_path / "synth.parquet"
+    args = ["traces.synth", "-o", str(out), "--num-requests", "200", "--qps", "4", "--arrival", "gamma", "--cv", "2",
+            "--prompt-dist", "uniform:low=10,high=20", "--output-dist", "fixed:5", "--multi-turn", "--turns", "fixed:2",
+            "--seed", "9"]
+    result = _run(*args)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"wrote 200 requests to {out}: span ")
+    trace = load_trace(out)
+    assert len(trace) == 200 and trace.hash_block_size == 16
+    first = out.read_bytes()
+    assert _run(*args).returncode == 0
+    assert out.read_bytes() == first  # deterministic with --seed
+
+
+def test_synth_cli_rejects_bad_arguments(tmp_path: Path) -> None:
+    result = _run("traces.synth", "-o", str(tmp_path / "x.parquet"), "--num-requests", "5", "--qps", "1",
+                  "--prompt-dist", "lognormal:sigma=1")
+    assert result.returncode == 2
+    assert "give exactly one of mean= or median=" in result.stderr
+    result = _run("traces.synth", "-o", str(tmp_path / "x.parquet"), "--num-requests", "5", "--qps", "1", "--arrival", "gamma")
+    assert result.returncode == 2 and "--arrival gamma needs --cv" in result.stderr
+
+
+def test_info_cli(tmp_path: Path) -> None:
+    result = _run("traces.info", str(REPO_ROOT / "traces" / "sharegpt.parquet"), str(tmp_path / "missing.parquet"))
+    assert result.returncode == 1
+    assert "sharegpt.parquet: 2000 requests over" in result.stdout
+    assert "missing.parquet: cannot read the trace: no such file" in result.stderr

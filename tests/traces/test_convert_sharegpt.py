@@ -1,0 +1,149 @@
+"""ShareGPT conversations tokenized with a tiny local tokenizer (no downloads)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.traces.helpers import word_ids
+from traces import TraceError
+from traces.convert import convert
+from traces.formats import ConvertOptions
+
+CONVERSATIONS = [
+    {
+        "id": "c0",
+        "conversations": [
+            {"from": "human", "value": "hello world"},
+            {"from": "gpt", "value": "how are you"},
+            {"from": "human", "value": "fine thanks and you"},
+            {"from": "gpt", "value": "fine"},
+            {"from": "human", "value": "what is a trace"},
+            {"from": "gpt", "value": "a trace is what you replay"},
+        ],
+    },
+    {
+        "id": "c1",
+        "conversations": [
+            {"from": "system", "value": "you are fine"},
+            {"from": "human", "value": "hello"},
+            {"from": "gpt", "value": ""},  # empty answer: request dropped, message kept in history
+            {"from": "human", "value": "hello again"},
+            {"from": "gpt", "value": "hello"},
+            {"from": "human", "value": "unanswered"},
+        ],
+    },
+    {"id": "c2", "conversations": [{"from": "gpt", "value": "no question"}]},
+]
+
+
+def _write(tmp_path: Path, data: object) -> Path:
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _options(tokenizer: Path, **kw: object) -> ConvertOptions:
+    return ConvertOptions(**{"tokenizer": str(tokenizer), "qps": 2.0, "seed": 1, **kw})
+
+
+def _by_session_turn(trace) -> dict:
+    return {(s, t): row for row, (s, t) in enumerate(trace.requests.select("session_id", "turn").iter_rows())}
+
+
+def test_turns_become_requests_whose_history_is_an_exact_prefix(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
+    trace, dropped = convert("sharegpt", _write(tmp_path, CONVERSATIONS), _options(tiny_tokenizer_dir))
+    assert len(trace) == 4
+    assert dropped == "dropped 1 turns whose prompt or answer has 0 tokens"
+    rows = _by_session_turn(trace)
+    assert set(rows) == {("c0", 0), ("c0", 1), ("c0", 2), ("c1", 0)}
+    ids = trace.requests["prompt_token_ids"].to_list()
+    out = trace.requests["output_tokens"].to_list()
+    c0 = [word_ids(m["value"]) for m in CONVERSATIONS[0]["conversations"]]
+    assert ids[rows["c0", 0]] == c0[0]
+    assert ids[rows["c0", 1]] == c0[0] + c0[1] + c0[2]
+    assert ids[rows["c0", 2]] == c0[0] + c0[1] + c0[2] + c0[3] + c0[4]
+    assert [out[rows["c0", t]] for t in range(3)] == [3, 1, 6]
+    # turn k's prompt plus its answer is a prefix of turn k+1's prompt
+    for turn in (0, 1):
+        earlier, later = ids[rows["c0", turn]], ids[rows["c0", turn + 1]]
+        assert later[: len(earlier)] == earlier
+    c1 = [word_ids(m["value"]) for m in CONVERSATIONS[1]["conversations"]]
+    assert ids[rows["c1", 0]] == c1[0] + c1[1] + c1[3]  # system + dropped turn + new message
+    assert out[rows["c1", 0]] == 1
+    assert trace.requests["prompt_tokens"].to_list() == [len(x) for x in ids]
+    assert trace.prompt_token_ids(rows["c0", 1], vocab_size=13) == ids[rows["c0", 1]]
+
+
+def test_arrivals_poisson_conversations_and_think_times(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
+    options = _options(tiny_tokenizer_dir, think_time_s=7.0, think_time_cv=0.0)
+    trace, _ = convert("sharegpt", _write(tmp_path, CONVERSATIONS), options)
+    arrivals = trace.requests["arrival_s"].to_list()
+    rows = _by_session_turn(trace)
+    assert arrivals[rows["c0", 0]] == 0.0
+    assert arrivals[rows["c0", 1]] - arrivals[rows["c0", 0]] == pytest.approx(7.0)
+    assert arrivals[rows["c0", 2]] - arrivals[rows["c0", 1]] == pytest.approx(7.0)
+    assert arrivals[rows["c1", 0]] > 0.0
+    again, _ = convert("sharegpt", _write(tmp_path, CONVERSATIONS), options)
+    assert again.requests.equals(trace.requests)
+
+
+def test_long_run_rate_is_qps(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
+    many = [
+        {"id": f"s{i}", "conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "world"}] * (1 + i % 3)}
+        for i in range(1500)
+    ]
+    trace, _ = convert("sharegpt", _write(tmp_path, many), _options(tiny_tokenizer_dir, qps=4.0, think_time_s=2.0))
+    arrivals = trace.requests["arrival_s"]
+    assert len(trace) == 3000
+    assert (len(trace) - 1) / (arrivals[-1] - arrivals[0]) == pytest.approx(4.0, rel=0.08)
+    starts = trace.requests.filter(trace.requests["turn"] == 0)["arrival_s"].to_numpy()
+    gaps = np.diff(starts)
+    assert gaps.mean() == pytest.approx(0.5, rel=0.1)  # 2 requests per conversation on average
+
+
+def test_limit_counts_requests(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
+    trace, _ = convert("sharegpt", _write(tmp_path, CONVERSATIONS), _options(tiny_tokenizer_dir, limit=2))
+    assert len(trace) == 2
+    assert set(trace.requests["session_id"]) == {"c0"}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"id": "x"}, r"sharegpt\.json: top level is a JSON dict; expected a list of conversations"),
+        ([{"id": "x", "turns": []}], r"conversation 0 \(id 'x'\): field 'conversations' is missing or not a list"),
+        (
+            [CONVERSATIONS[0], {"id": "y", "conversations": [{"from": "robot", "value": "hi"}]}],
+            r"sharegpt\.json: conversation 1 \(id 'y'\), message 0: field 'from' is 'robot'; expected 'human' or 'gpt'",
+        ),
+        (
+            [{"id": "z", "conversations": [{"from": "human", "value": 5}]}],
+            r"conversation 0 \(id 'z'\), message 0: field 'value' is int; expected a string",
+        ),
+        ([CONVERSATIONS[2]], r"no human message with a model answer"),
+    ],
+)
+def test_bad_sharegpt(tmp_path: Path, tiny_tokenizer_dir: Path, data: object, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        convert("sharegpt", _write(tmp_path, data), _options(tiny_tokenizer_dir))
+
+
+def test_invalid_json_names_the_line(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
+    path = tmp_path / "sharegpt.json"
+    path.write_text('[\n{"id": "a",\n "conversations": [}\n]')
+    with pytest.raises(TraceError, match=r"sharegpt\.json: line 3: not valid JSON"):
+        convert("sharegpt", path, _options(tiny_tokenizer_dir))
+
+
+def test_needs_tokenizer_and_qps(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
+    path = _write(tmp_path, CONVERSATIONS)
+    with pytest.raises(TraceError, match="sharegpt needs --tokenizer"):
+        convert("sharegpt", path, ConvertOptions(qps=1.0))
+    with pytest.raises(TraceError, match="sharegpt needs --qps"):
+        convert("sharegpt", path, ConvertOptions(tokenizer=str(tiny_tokenizer_dir)))
+    with pytest.raises(TraceError, match=r"--tokenizer .*missing_tok: cannot load a local tokenizer"):
+        convert("sharegpt", path, ConvertOptions(tokenizer=str(tmp_path / "missing_tok"), qps=1.0))

@@ -1,0 +1,118 @@
+"""Synthesized prompt token ids: shared hash ids give shared blocks, everything is deterministic."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from traces import Trace, TraceError
+
+VOCAB = 151_936
+BLOCK = 16
+
+
+def _hash_trace() -> Trace:
+    frame = pl.DataFrame(
+        {
+            "request_id": [0, 1, 2, 3],
+            "arrival_s": [0.0, 0.0, 1.0, 2.0],
+            "prompt_tokens": [40, 48, 20, 5],
+            "output_tokens": [1, 1, 1, 1],
+            "hash_ids": [[10, 11, 12], [10, 11, 13], [12, 10], [11]],
+        }
+    )
+    return Trace.from_frame(frame, "mem", BLOCK)
+
+
+def test_equal_hash_ids_give_equal_blocks_at_any_position() -> None:
+    trace = _hash_trace()
+    a, b, c, d = (trace.prompt_token_ids(row, VOCAB) for row in range(4))
+    assert a[:32] == b[:32]  # shared hash ids 10, 11
+    assert c[:8] == a[32:40]  # block 12 heads c; in a it is the partial (8-token) third block
+    assert c[16:20] == a[:4]  # block 10 in second position: same tokens as in first position
+    assert d == a[16:21]  # block 11 truncated to 5 tokens
+
+
+def test_different_hash_ids_give_different_blocks() -> None:
+    trace = _hash_trace()
+    a, b = trace.prompt_token_ids(0, VOCAB), trace.prompt_token_ids(1, VOCAB)
+    assert a[32:40] != b[32:40]  # hash 12 vs 13
+    blocks = {tuple(trace.prompt_token_ids(0, VOCAB)[i : i + BLOCK]) for i in (0, 16)}
+    assert len(blocks) == 2
+
+
+def test_truncated_to_prompt_tokens_and_in_range() -> None:
+    trace = _hash_trace()
+    for row, expected in enumerate([40, 48, 20, 5]):
+        ids = trace.prompt_token_ids(row, VOCAB)
+        assert len(ids) == expected
+        assert all(isinstance(token, int) and 0 <= token < VOCAB for token in ids)
+    small = trace.prompt_token_ids(1, vocab_size=7)
+    assert set(small) <= set(range(7)) and len(set(small)) == 7
+
+
+def test_hash_tokens_do_not_depend_on_seed_row_or_block_size() -> None:
+    trace = _hash_trace()
+    assert trace.prompt_token_ids(0, VOCAB, seed=0) == trace.prompt_token_ids(0, VOCAB, seed=99)
+    reordered = Trace.from_frame(trace.requests.reverse().with_columns(arrival_s=pl.lit(0.0)), "mem", BLOCK)
+    assert reordered.prompt_token_ids(3, VOCAB) == trace.prompt_token_ids(0, VOCAB)
+    # a bigger block size continues the same per-position sequence
+    wide = Trace.from_frame(
+        pl.DataFrame({"request_id": [0], "arrival_s": [0.0], "prompt_tokens": [16], "output_tokens": [1], "hash_ids": [[10]]}),
+        "mem",
+        32,
+    )
+    assert wide.prompt_token_ids(0, VOCAB) == trace.prompt_token_ids(0, VOCAB)[:16]
+
+
+def test_array_and_list_agree() -> None:
+    trace = _hash_trace()
+    array = trace.prompt_token_array(1, VOCAB)
+    assert array.dtype == np.int64
+    assert array.tolist() == trace.prompt_token_ids(1, VOCAB)
+
+
+def _plain_trace(num: int = 50, prompt: int = 64) -> Trace:
+    frame = pl.DataFrame(
+        {"request_id": range(num), "arrival_s": [0.0] * num, "prompt_tokens": [prompt] * num, "output_tokens": [1] * num}
+    )
+    return Trace.from_frame(frame, "mem")
+
+
+def test_without_ids_tokens_depend_on_seed_and_row_only() -> None:
+    trace = _plain_trace()
+    first = [trace.prompt_token_ids(row, VOCAB) for row in range(len(trace))]
+    assert first == [trace.prompt_token_ids(row, VOCAB) for row in range(len(trace))]
+    assert len({ids[0] for ids in first}) == len(first)  # no two requests share even a first token here
+    assert trace.prompt_token_ids(3, VOCAB, seed=1) != first[3]
+    assert trace.head(5).prompt_token_ids(3, VOCAB) == first[3]
+    assert all(0 <= t < VOCAB for ids in first for t in ids)
+
+
+def test_stored_prompt_token_ids_are_returned_and_checked_against_the_vocabulary() -> None:
+    frame = pl.DataFrame(
+        {
+            "request_id": ["x", "y"],
+            "arrival_s": [0.0, 1.0],
+            "prompt_tokens": [3, 2],
+            "output_tokens": [1, 1],
+            "prompt_token_ids": [[5, 6, 7], [1, 900]],
+        }
+    )
+    trace = Trace.from_frame(frame, "stored.parquet")
+    assert trace.prompt_token_ids(0, vocab_size=8) == [5, 6, 7]
+    with pytest.raises(
+        TraceError,
+        match=r"stored\.parquet: row 1 \(request_id 'y'\): column 'prompt_token_ids' holds token id 900 at position 1, "
+        r"outside the vocabulary \[0, 100\)",
+    ):
+        trace.prompt_token_ids(1, vocab_size=100)
+
+
+def test_bad_row_and_vocab() -> None:
+    trace = _plain_trace(3)
+    with pytest.raises(IndexError, match="row 3 is out of range"):
+        trace.prompt_token_ids(3, VOCAB)
+    with pytest.raises(ValueError, match="vocab_size"):
+        trace.prompt_token_ids(0, 0)

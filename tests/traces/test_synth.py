@@ -1,0 +1,141 @@
+"""Synthetic traces: arrival processes, length distributions and multi-turn sessions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from traces.lengths import parse_length_dist
+from traces.synth import SynthConfig, synthesize
+
+
+def test_single_turn_poisson_is_deterministic_and_at_rate() -> None:
+    config = SynthConfig(num_requests=4000, qps=8.0, prompt_dist="fixed:100", output_dist="uniform:low=10,high=20", seed=5)
+    trace = synthesize(config)
+    requests = trace.requests
+    assert requests["request_id"].to_list() == list(range(4000))
+    assert set(requests["prompt_tokens"]) == {100}
+    assert set(requests["output_tokens"]) == set(range(10, 21))
+    arrivals = requests["arrival_s"].to_numpy()
+    assert arrivals[0] == 0.0
+    assert (len(arrivals) - 1) / arrivals[-1] == pytest.approx(8.0, rel=0.05)
+    gaps = np.diff(arrivals)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.05)
+    assert synthesize(config).requests.equals(requests)
+    assert not synthesize(SynthConfig(**{**config.__dict__, "seed": 6})).requests.equals(requests)
+    assert "hash_ids" not in requests.columns and trace.hash_block_size is None
+
+
+@pytest.mark.parametrize("cv", [0.0, 0.5, 3.0])
+def test_gamma_arrivals_have_the_requested_cv(cv: float) -> None:
+    trace = synthesize(SynthConfig(num_requests=20_000, qps=10.0, arrival_cv=cv, seed=1))
+    gaps = np.diff(trace.requests["arrival_s"].to_numpy())
+    assert gaps.mean() == pytest.approx(0.1, rel=0.06)
+    assert gaps.std() / gaps.mean() == pytest.approx(cv, abs=0.1 * max(cv, 0.2))
+
+
+def test_length_distributions() -> None:
+    rng = np.random.default_rng(0)
+    lognormal = parse_length_dist("lognormal:mean=161,sigma=1.0").sample(200_000, rng)
+    assert lognormal.mean() == pytest.approx(161, rel=0.02)
+    median = parse_length_dist("lognormal:median=100,sigma=0.5").sample(100_000, rng)
+    assert np.median(median) == pytest.approx(100, rel=0.02)
+    capped = parse_length_dist("lognormal:mean=1000,sigma=2,max=50").sample(1000, rng)
+    assert capped.max() == 50 and capped.min() >= 1
+    assert parse_length_dist("fixed:7").sample(3, rng).tolist() == [7, 7, 7]
+    assert parse_length_dist("fixed:value=7") == parse_length_dist("fixed:value=7")
+    turns = parse_length_dist("geometric:mean=3.51,max=40")
+    assert turns.sample(200_000, rng).mean() == pytest.approx(turns.mean(), rel=0.01)
+    assert turns.mean() == pytest.approx(3.51, rel=0.001)
+    sharegpt_prompt = parse_length_dist("sharegpt", "prompt").sample(200_000, rng)
+    sharegpt_output = parse_length_dist("sharegpt", "output").sample(200_000, rng)
+    assert sharegpt_prompt.mean() == pytest.approx(161, rel=0.02)
+    assert sharegpt_output.mean() == pytest.approx(338, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("zipf:a=2", "unknown kind 'zipf'"),
+        ("fixed:0", "integer >= 1"),
+        ("uniform:low=5", r"missing \['high'\]"),
+        ("uniform:low=9,high=5", "low <= high"),
+        ("lognormal:sigma=1", "exactly one of mean= or median="),
+        ("lognormal:mean=10,median=5,sigma=1", "exactly one of"),
+        ("lognormal:mean=abc,sigma=1", "'mean' is 'abc', not a number"),
+        ("geometric:mean=0.5", "mean must be >= 1"),
+        ("fixed:value=3,colour=2", r"unknown \['colour'\]"),
+        ("sharegpt:x=1", "takes no parameters"),
+    ],
+)
+def test_bad_distribution_specs(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_length_dist(spec)
+
+
+MULTI = SynthConfig(
+    num_requests=1500, qps=5.0, multi_turn=True, think_time_s=10.0, hash_block_size=16, max_context_tokens=8192, seed=2
+)
+
+
+@pytest.fixture(scope="module")
+def multi_turn():
+    return synthesize(MULTI)
+
+
+def test_multi_turn_later_turns_extend_earlier_prompts(multi_turn) -> None:
+    requests = multi_turn.requests
+    assert multi_turn.hash_block_size == 16
+    assert requests["request_id"].to_list() == list(range(len(requests)))
+    checked = 0
+    for _, session in requests.sort("session_id", "turn").group_by("session_id", maintain_order=True):
+        rows = session.to_dicts()
+        for earlier, later in zip(rows, rows[1:]):
+            if later["turn"] != earlier["turn"] + 1:
+                continue
+            # the next prompt holds the previous prompt, its answer and a new message of >= 1 token
+            assert later["prompt_tokens"] >= earlier["prompt_tokens"] + earlier["output_tokens"] + 1
+            assert later["hash_ids"][: len(earlier["hash_ids"])] == earlier["hash_ids"]
+            assert later["arrival_s"] > earlier["arrival_s"]
+            a = multi_turn.prompt_token_ids(earlier["request_id"], 1000)
+            b = multi_turn.prompt_token_ids(later["request_id"], 1000)
+            assert b[: len(a)] == a
+            checked += 1
+    assert checked > 500
+
+
+def test_multi_turn_sessions_share_nothing_and_fit_the_context(multi_turn) -> None:
+    requests = multi_turn.requests
+    owners: dict[int, int] = {}
+    for session, hash_ids in requests.select("session_id", "hash_ids").iter_rows():
+        for block in hash_ids:
+            assert owners.setdefault(block, session) == session
+    assert ((requests["prompt_tokens"] + requests["output_tokens"]) <= 8192).all()
+    assert requests["arrival_s"][0] == 0.0
+    rate = (len(requests) - 1) / requests["arrival_s"][-1]
+    assert rate == pytest.approx(5.0, rel=0.1)  # steady state from the start thanks to the warm-up
+
+
+def test_multi_turn_is_deterministic(multi_turn) -> None:
+    assert synthesize(MULTI).requests.equals(multi_turn.requests)
+
+
+def test_multi_turn_first_turn_lengths_follow_the_prompt_dist() -> None:
+    config = SynthConfig(
+        num_requests=300, qps=2.0, multi_turn=True, prompt_dist="fixed:20", output_dist="fixed:30",
+        turns_dist="fixed:3", think_time_s=5.0, think_time_cv=0.0, warmup_s=0.0, seed=0,
+    )
+    requests = synthesize(config).requests
+    by_turn = {turn: set(requests.filter(requests["turn"] == turn)["prompt_tokens"]) for turn in range(3)}
+    assert by_turn == {0: {20}, 1: {70}, 2: {120}}
+    assert set(requests["output_tokens"]) == {30}
+    assert set(requests["hash_ids"].list.len()) == {2, 5, 8}  # ceil(20/16), ceil(70/16), ceil(120/16)
+    session0 = requests.filter(requests["session_id"] == 0)
+    assert session0["arrival_s"].to_list() == pytest.approx([0.0, 5.0, 10.0])
+
+
+def test_bad_configs() -> None:
+    with pytest.raises(ValueError, match="num_requests"):
+        SynthConfig(num_requests=0, qps=1.0)
+    with pytest.raises(ValueError, match="qps"):
+        SynthConfig(num_requests=1, qps=0.0)

@@ -1,0 +1,32 @@
+"""Arrival processes: Poisson, or gamma renewal processes whose burstiness is set by a CV.
+
+A gamma inter-arrival gap with shape k = 1/CV^2 and mean 1/rate has coefficient of
+variation CV: CV = 1 is a Poisson process, CV > 1 is burstier, CV < 1 more regular and
+CV = 0 a fixed gap. The same gamma family is used for think times between chat turns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def gamma_gaps_s(num: int, mean_s: float, cv: float, rng: np.random.Generator) -> np.ndarray:
+    """`num` positive gaps with the given mean and coefficient of variation."""
+    if not mean_s > 0:
+        raise ValueError(f"mean gap must be > 0 seconds, got {mean_s}")
+    if not cv >= 0:
+        raise ValueError(f"coefficient of variation must be >= 0, got {cv}")
+    if cv == 0:
+        return np.full(num, mean_s, dtype=np.float64)
+    if cv == 1:
+        return rng.exponential(mean_s, size=num)
+    shape = 1.0 / (cv * cv)
+    return rng.gamma(shape, mean_s / shape, size=num)
+
+
+def arrival_times_s(num: int, rate_per_s: float, cv: float, rng: np.random.Generator) -> np.ndarray:
+    """`num` non-decreasing arrival times starting at 0 with mean rate `rate_per_s`."""
+    if not rate_per_s > 0:
+        raise ValueError(f"arrival rate must be > 0 per second, got {rate_per_s}")
+    gaps = gamma_gaps_s(max(num - 1, 0), 1.0 / rate_per_s, cv, rng)
+    return np.concatenate([[0.0], np.cumsum(gaps)])[:num]

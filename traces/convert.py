@@ -1,0 +1,93 @@
+"""Convert public traces to the project's parquet schema: `python -m traces.convert FORMAT SRC -o OUT`.
+
+Every format goes through the same steps: read (format specific, errors name the file,
+line and field), stable sort by arrival, optional rescale to --qps, optional --limit,
+validate, write, and print a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from traces.errors import TraceError
+from traces.formats import FORMATS, ConvertOptions
+from traces.schema import Trace, save_trace
+from traces.summary import describe
+
+
+def convert(fmt: str, source: str | Path, options: ConvertOptions = ConvertOptions()) -> tuple[Trace, str]:
+    """Read `source` in format `fmt`; returns the validated trace and a note on dropped rows."""
+    if fmt not in FORMATS:
+        raise TraceError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    source = Path(source)
+    converted = FORMATS[fmt].read(source, options)
+    requests = converted.requests
+    if requests.height == 0:
+        raise TraceError(f"{source}: no requests left after dropping empty ones ({converted.drop_reason})")
+    requests = requests.sort("arrival_s", maintain_order=True)
+    if options.limit is not None:
+        requests = requests.head(options.limit)
+    trace = Trace.from_frame(requests, f"{source} (converted from {fmt})", converted.hash_block_size)
+    if options.qps is not None and not converted.arrivals_assigned:
+        trace = trace.with_qps(options.qps)
+    return trace, converted.drop_reason
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formats = "\n".join(f"  {name:<9} {spec.summary}" for name, spec in FORMATS.items())
+    parser = argparse.ArgumentParser(
+        prog="python -m traces.convert",
+        description="Convert a public request trace to the trace parquet schema (see traces/README.md).",
+        epilog=f"formats:\n{formats}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("format", choices=sorted(FORMATS), metavar="FORMAT", help="source format (listed below)")
+    parser.add_argument("source", metavar="SRC", help="source trace file")
+    parser.add_argument("-o", "--output", required=True, help="parquet file to write")
+    parser.add_argument("--limit", type=int, default=None, help="keep only the first N requests by arrival")
+    parser.add_argument(
+        "--tokenizer", default=None, help="sharegpt: local Hugging Face tokenizer directory (no downloads)"
+    )
+    parser.add_argument(
+        "--qps", type=float, default=None,
+        help="mean request rate: sharegpt and vidur without arrived_at draw seeded Poisson arrivals at this "
+        "rate; formats with recorded times are rescaled to it (gaps keep their shape)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for drawn arrivals and think times")
+    parser.add_argument(
+        "--think-time-s", type=float, default=30.0, help="sharegpt: mean gap between turns of a conversation (s)"
+    )
+    parser.add_argument(
+        "--think-time-cv", type=float, default=1.0,
+        help="sharegpt: think-time coefficient of variation (1 = exponential, 0 = fixed)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        parser.error("--limit must be >= 1")
+    if args.qps is not None and not args.qps > 0:
+        parser.error("--qps must be > 0")
+    if not args.think_time_s > 0 or args.think_time_cv < 0:
+        parser.error("--think-time-s must be > 0 and --think-time-cv >= 0")
+    options = ConvertOptions(
+        limit=args.limit, tokenizer=args.tokenizer, qps=args.qps, seed=args.seed,
+        think_time_s=args.think_time_s, think_time_cv=args.think_time_cv,
+    )
+    try:
+        trace, dropped = convert(args.format, args.source, options)
+        save_trace(trace, args.output)
+    except (TraceError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(describe(trace, args.output, dropped))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Azure LLM inference traces (Patel et al., Splitwise, ISCA 2024; AzurePublicDataset).
+
+Columns `TIMESTAMP`, `ContextTokens`, `GeneratedTokens`. The 2023 files write times as
+`2023-11-16 18:15:46.6805900` (7 fractional digits, no zone); the 2024 files as
+`2024-05-10 00:00:00.009930+00:00`. Arrival = time - earliest time, at nanosecond
+resolution, after a stable sort by time. Requests with 0 context or 0 generated tokens
+are dropped and counted. request_id is the 0-based data row in the CSV.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+
+from traces.errors import TraceError
+from traces.formats.base import ConvertOptions, Converted, drop_zero_lengths, row_ids
+from traces.formats.tabular import int_column, line_of_row, read_csv_text
+
+_ZONE_SUFFIX = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
+
+
+def parse_timestamps(path: Path, text: pl.Series) -> pl.Series:
+    """Wall-clock strings to datetime[ns] (UTC when the file gives zones)."""
+    first = text.drop_nulls().head(1)
+    zoned = len(first) > 0 and bool(_ZONE_SUFFIX.search(first[0]))
+    fmt = "%Y-%m-%d %H:%M:%S%.f%#z" if zoned else "%Y-%m-%d %H:%M:%S%.f"
+    normalised = text.str.replace("T", " ", literal=True)
+    if zoned:
+        normalised = normalised.str.replace(r"Z$", "+00:00")
+    parsed = normalised.str.to_datetime(fmt, strict=False, time_unit="ns")
+    bad = parsed.is_null().arg_true()
+    if len(bad):
+        row = int(bad[0])
+        example = "2024-05-10 00:00:00.009930+00:00" if zoned else "2023-11-16 18:15:46.6805900"
+        raise TraceError(
+            f"{path}: line {line_of_row(row)}: field 'TIMESTAMP' is {text[row]!r}; expected a time like {example!r}"
+        )
+    return parsed
+
+
+def read(path: Path, options: ConvertOptions) -> Converted:
+    frame = read_csv_text(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+    timestamps = parse_timestamps(path, frame["TIMESTAMP"])
+    requests = pl.DataFrame(
+        {
+            "request_id": row_ids(frame.height),
+            "time": timestamps,
+            "prompt_tokens": int_column(path, frame, "ContextTokens"),
+            "output_tokens": int_column(path, frame, "GeneratedTokens"),
+        }
+    ).sort("time", maintain_order=True)
+    requests = requests.with_columns(  # stays in polars: a Python datetime would drop the 100 ns digit
+        arrival_s=(pl.col("time") - pl.col("time").first()).dt.total_nanoseconds().cast(pl.Float64) / 1e9
+    ).select("request_id", "arrival_s", "prompt_tokens", "output_tokens")
+    requests, num_dropped, reason = drop_zero_lengths(requests, "requests")
+    return Converted(requests, num_dropped=num_dropped, drop_reason=reason)

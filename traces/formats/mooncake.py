@@ -1,0 +1,80 @@
+"""Mooncake traces (Qin et al., FAST 2025; kvcache-ai/Mooncake, FAST25-release/traces).
+
+JSON lines with `timestamp` (ms from the trace start), `input_length`, `output_length`
+and `hash_ids`, each naming one 512-token block of the prompt (the last may be partial).
+hash_ids are kept with hash_block_size 512, so replays can synthesize prompts that
+share the prefixes the trace records. Requests with 0 input or 0 output tokens are
+dropped and counted. request_id is the 0-based record index in the file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from traces.errors import TraceError
+from traces.formats.base import ConvertOptions, Converted, drop_zero_lengths
+
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int, list[int]]:
+    def fail(problem: str) -> TraceError:
+        return TraceError(f"{path}: line {line_no}: {problem}")
+
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise fail(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(record, dict):
+        raise fail(f"expected a JSON object, got {type(record).__name__}")
+    for field in ("timestamp", "input_length", "output_length", "hash_ids"):
+        if field not in record:
+            raise fail(f"field {field!r} is missing; expected timestamp, input_length, output_length, hash_ids")
+    timestamp = record["timestamp"]
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or not 0 <= timestamp < float("inf"):
+        raise fail(f"field 'timestamp' is {timestamp!r}; expected milliseconds >= 0")
+    lengths = []
+    for field in ("input_length", "output_length"):
+        value = record[field]
+        if not _is_int(value) or value < 0:
+            raise fail(f"field {field!r} is {value!r}; expected an integer >= 0")
+        lengths.append(value)
+    hash_ids = record["hash_ids"]
+    if not isinstance(hash_ids, list) or not all(_is_int(h) for h in hash_ids):
+        raise fail(f"field 'hash_ids' is not a list of integers: {str(hash_ids)[:80]}")
+    expected = -(-lengths[0] // MOONCAKE_BLOCK_TOKENS)
+    if len(hash_ids) != expected:
+        raise fail(
+            f"field 'hash_ids' has {len(hash_ids)} ids but input_length {lengths[0]} needs "
+            f"ceil({lengths[0]}/{MOONCAKE_BLOCK_TOKENS}) = {expected}"
+        )
+    return timestamp / 1000.0, lengths[0], lengths[1], hash_ids
+
+
+def read(path: Path, options: ConvertOptions) -> Converted:
+    columns: dict[str, list] = {"arrival_s": [], "prompt_tokens": [], "output_tokens": [], "hash_ids": []}
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for line_no, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                for name, value in zip(columns, _parse_record(path, line_no, line)):
+                    columns[name].append(value)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read: {exc}") from exc
+    if not columns["arrival_s"]:
+        raise TraceError(f"{path}: no records; expected JSON lines with timestamp, input_length, output_length, hash_ids")
+    requests = pl.DataFrame(
+        columns,
+        schema={"arrival_s": pl.Float64, "prompt_tokens": pl.Int64, "output_tokens": pl.Int64, "hash_ids": pl.List(pl.Int64)},
+    ).with_row_index("request_id")
+    requests = requests.with_columns(pl.col("request_id").cast(pl.Int64))
+    requests, num_dropped, reason = drop_zero_lengths(requests, "requests")
+    return Converted(requests, hash_block_size=MOONCAKE_BLOCK_TOKENS, num_dropped=num_dropped, drop_reason=reason)

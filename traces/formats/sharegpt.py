@@ -1,0 +1,158 @@
+"""ShareGPT conversations (a JSON list of {"id", "conversations": [{"from", "value"}, ...]}).
+
+Every human message that is followed by a model answer becomes one request. Its prompt
+is the whole conversation so far plus the new message, tokenized message by message
+(no chat template, no special tokens) and concatenated, so the ids of turn k are an
+exact prefix of the ids of turn k+1 and prefix caching sees the real reuse. output_tokens
+is the token count of the answer. Requests whose prompt or answer tokenizes to nothing
+are dropped and counted (their messages stay in the history).
+
+Arrivals: conversations start as a seeded Poisson process at rate qps / (mean requests
+per conversation), so the long-run request rate is --qps; each later turn arrives a think
+time (gamma, mean --think-time-s, CV --think-time-cv) after the previous turn's arrival.
+request_id numbers requests in file order; session_id is the conversation's "id".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from traces.arrivals import arrival_times_s, gamma_gaps_s
+from traces.errors import TraceError
+from traces.formats.base import ConvertOptions, Converted
+
+USER_ROLES = frozenset({"human", "user"})
+MODEL_ROLES = frozenset({"gpt", "chatgpt", "bing", "bard", "assistant", "model"})
+CONTEXT_ROLES = frozenset({"system"})
+_CHUNK_CONVERSATIONS = 256  # conversations per tokenizer call
+
+
+def load_tokenizer(name_or_path: str | None) -> Any:
+    """A local Hugging Face tokenizer; never downloads."""
+    if not name_or_path:
+        raise TraceError("sharegpt needs --tokenizer PATH (a local Hugging Face tokenizer directory)")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:  # pragma: no cover - transformers is a dev dependency
+        raise TraceError(f"sharegpt needs the transformers package ({exc})") from exc
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+    except Exception as exc:  # transformers raises many types for a missing or broken tokenizer
+        raise TraceError(f"--tokenizer {name_or_path}: cannot load a local tokenizer ({exc})") from exc
+
+
+def _load_conversations(path: Path) -> list:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: cannot read: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read: {exc}") from exc
+    if not isinstance(data, list):
+        raise TraceError(f"{path}: top level is a JSON {type(data).__name__}; expected a list of conversations")
+    return data
+
+
+def _messages(path: Path, index: int, item: object) -> tuple[str, list[tuple[str, str]]]:
+    """(session id, [(role, text), ...]) for one conversation, checking its shape."""
+    if not isinstance(item, dict):
+        raise TraceError(f"{path}: conversation {index}: expected an object, got {type(item).__name__}")
+    session = str(item.get("id", index))
+    where = f"{path}: conversation {index} (id {session!r})"
+    turns = item.get("conversations")
+    if not isinstance(turns, list):
+        raise TraceError(f"{where}: field 'conversations' is missing or not a list")
+    messages = []
+    for position, message in enumerate(turns):
+        if not isinstance(message, dict):
+            raise TraceError(f"{where}, message {position}: expected an object with 'from' and 'value'")
+        role, text = message.get("from"), message.get("value")
+        if role not in USER_ROLES | MODEL_ROLES | CONTEXT_ROLES:
+            raise TraceError(
+                f"{where}, message {position}: field 'from' is {role!r}; expected 'human' or 'gpt' "
+                f"(also accepted: {', '.join(sorted((USER_ROLES | MODEL_ROLES | CONTEXT_ROLES) - {'human', 'gpt'}))})"
+            )
+        if not isinstance(text, str):
+            raise TraceError(f"{where}, message {position}: field 'value' is {type(text).__name__}; expected a string")
+        messages.append((role, text))
+    return session, messages
+
+
+def _requests_of(messages: list[tuple[str, str]], ids: list[list[int]]) -> tuple[list[tuple[list[int], int]], int]:
+    """[(prompt ids, output tokens)] for each answered human turn, and how many were dropped."""
+    history: list[int] = []
+    found, dropped = [], 0
+    for position, ((role, _), message_ids) in enumerate(zip(messages, ids)):
+        answered = (
+            role in USER_ROLES and position + 1 < len(messages) and messages[position + 1][0] in MODEL_ROLES
+        )
+        history = history + message_ids
+        if answered:
+            output_tokens = len(ids[position + 1])
+            if history and output_tokens:
+                found.append((history, output_tokens))
+            else:
+                dropped += 1
+    return found, dropped
+
+
+def read(path: Path, options: ConvertOptions) -> Converted:
+    tokenizer = load_tokenizer(options.tokenizer)
+    if options.qps is None or not options.qps > 0:
+        raise TraceError("sharegpt needs --qps Q (> 0): the data has no arrival times")
+    data = _load_conversations(path)
+    columns: dict[str, list] = {"prompt_token_ids": [], "output_tokens": [], "session_id": [], "turn": []}
+    num_dropped = 0
+    for start in range(0, len(data), _CHUNK_CONVERSATIONS):
+        chunk = [_messages(path, start + i, item) for i, item in enumerate(data[start : start + _CHUNK_CONVERSATIONS])]
+        texts = [text for _, messages in chunk for _, text in messages]
+        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        offset = 0
+        for session, messages in chunk:
+            ids = encoded[offset : offset + len(messages)]
+            offset += len(messages)
+            found, dropped = _requests_of(messages, ids)
+            num_dropped += dropped
+            for turn, (prompt_ids, output_tokens) in enumerate(found):
+                for name, value in zip(columns, (prompt_ids, output_tokens, session, turn)):
+                    columns[name].append(value)
+        if options.limit is not None and len(columns["turn"]) >= options.limit:
+            break
+    if not columns["turn"]:
+        raise TraceError(f"{path}: no human message with a model answer; nothing to convert")
+    if options.limit is not None:
+        columns = {name: values[: options.limit] for name, values in columns.items()}
+    requests = pl.DataFrame(
+        columns,
+        schema={"prompt_token_ids": pl.List(pl.Int64), "output_tokens": pl.Int64, "session_id": pl.String, "turn": pl.Int64},
+    )
+    requests = requests.with_columns(
+        request_id=pl.int_range(pl.len(), dtype=pl.Int64),
+        prompt_tokens=pl.col("prompt_token_ids").list.len().cast(pl.Int64),
+        arrival_s=pl.Series(_arrivals_s(requests["turn"].to_numpy(), options)),
+    )
+    reason = f"dropped {num_dropped} turns whose prompt or answer has 0 tokens" if num_dropped else ""
+    return Converted(requests, num_dropped=num_dropped, drop_reason=reason, arrivals_assigned=True)
+
+
+def _arrivals_s(turns: np.ndarray, options: ConvertOptions) -> np.ndarray:
+    """Arrival of every request: its conversation's Poisson start plus think times."""
+    first = np.flatnonzero(turns == 0)
+    num_conversations = len(first)
+    start_rng, think_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(options.seed).spawn(2))
+    conversation_rate = options.qps * num_conversations / len(turns)
+    starts = arrival_times_s(num_conversations, conversation_rate, 1.0, start_rng)
+    thinks = gamma_gaps_s(len(turns), options.think_time_s, options.think_time_cv, think_rng)
+    thinks[first] = 0.0
+    conversation = np.cumsum(turns == 0) - 1
+    # cumulative think time within each conversation: global cumsum minus its value at the start
+    total = np.cumsum(thinks)
+    return starts[conversation] + total - total[first][conversation]

@@ -1,0 +1,81 @@
+"""CSV reading for the converters, with errors that name the file, the line and the field.
+
+Columns are read as text and cast here, so a bad value is reported as
+`FILE: line 7: field 'ContextTokens' is 'abc'; expected an integer` instead of a parser
+error without a location. Line numbers assume one record per line (header is line 1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from traces.errors import TraceError
+
+
+def line_of_row(row: int) -> int:
+    """1-based file line of 0-based data row `row` (the header is line 1)."""
+    return row + 2
+
+
+def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> pl.DataFrame:
+    """All columns as strings; raises TraceError for an unreadable file or missing columns."""
+    if not path.is_file():
+        raise TraceError(f"{path}: cannot read: no such file")
+    try:
+        frame = pl.read_csv(path, infer_schema=False, has_header=True)
+    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: not a readable CSV file ({exc})") from exc
+    missing = [name for name in required if name not in frame.columns]
+    if missing:
+        raise TraceError(
+            f"{path}: missing column(s) {', '.join(repr(m) for m in missing)} in the header; "
+            f"found {frame.columns}; expected {', '.join(required + optional)}"
+        )
+    if frame.height == 0:
+        raise TraceError(f"{path}: no data rows after the header; expected at least one request")
+    return frame.with_columns(pl.col(name).str.strip_chars() for name in frame.columns)
+
+
+def _first_bad(path: Path, text: pl.Series, parsed: pl.Series, field: str, expected: str) -> None:
+    """Raise for the first row whose text is missing or did not parse."""
+    bad = (text.is_null() | parsed.is_null()).arg_true()
+    if len(bad):
+        row = int(bad[0])
+        value = text[row]
+        shown = "empty" if value in (None, "") else f"{value!r}"
+        raise TraceError(f"{path}: line {line_of_row(row)}: field {field!r} is {shown}; expected {expected}")
+
+
+def int_column(path: Path, frame: pl.DataFrame, field: str, minimum: int = 0) -> pl.Series:
+    """Field as Int64; whole-number floats such as '12.0' are accepted; must be >= minimum."""
+    text = frame[field]
+    as_float = text.cast(pl.Float64, strict=False)
+    whole = as_float.is_finite() & (as_float == as_float.floor())
+    parsed = pl.Series(field, as_float).set(~whole.fill_null(False), None)
+    _first_bad(path, text, parsed, field, "an integer")
+    values = parsed.cast(pl.Int64)
+    low = (values < minimum).arg_true()
+    if len(low):
+        row = int(low[0])
+        raise TraceError(
+            f"{path}: line {line_of_row(row)}: field {field!r} is {values[row]}; expected an integer >= {minimum}"
+        )
+    return values
+
+
+def float_column(path: Path, frame: pl.DataFrame, field: str, minimum: float | None = None) -> pl.Series:
+    """Field as finite Float64, optionally >= minimum."""
+    text = frame[field]
+    parsed = text.cast(pl.Float64, strict=False)
+    parsed = parsed.set(~parsed.is_finite().fill_null(False), None)
+    _first_bad(path, text, parsed, field, "a finite number")
+    if minimum is not None:
+        low = (parsed < minimum).arg_true()
+        if len(low):
+            row = int(low[0])
+            raise TraceError(
+                f"{path}: line {line_of_row(row)}: field {field!r} is {parsed[row]}; expected a number >= {minimum}"
+            )
+    return parsed

@@ -1,0 +1,46 @@
+"""Vidur simulator traces (Agrawal et al., MLSys 2024; microsoft/vidur data/processed_traces).
+
+Columns `num_prefill_tokens`, `num_decode_tokens` and, in replay traces, `arrived_at`
+(seconds). Without `arrived_at` every request arrives at 0, unless `--qps` is given, in
+which case arrivals are a seeded Poisson process at that rate. Requests with 0 prefill
+or 0 decode tokens are dropped and counted. request_id is the 0-based data row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from traces.arrivals import arrival_times_s
+from traces.errors import TraceError
+from traces.formats.base import ConvertOptions, Converted, drop_zero_lengths, row_ids
+from traces.formats.tabular import float_column, int_column, read_csv_text
+
+
+def read(path: Path, options: ConvertOptions) -> Converted:
+    frame = read_csv_text(path, ("num_prefill_tokens", "num_decode_tokens"), ("arrived_at",))
+    recorded = "arrived_at" in frame.columns
+    if recorded:
+        arrivals = float_column(path, frame, "arrived_at", minimum=0.0)
+    else:
+        arrivals = pl.Series("arrival_s", np.zeros(frame.height))
+    requests = pl.DataFrame(
+        {
+            "request_id": row_ids(frame.height),
+            "arrival_s": arrivals,
+            "prompt_tokens": int_column(path, frame, "num_prefill_tokens"),
+            "output_tokens": int_column(path, frame, "num_decode_tokens"),
+        }
+    )
+    requests, num_dropped, reason = drop_zero_lengths(requests, "requests")
+    assigned = not recorded and options.qps is not None
+    if assigned:
+        if requests.height == 0:
+            raise TraceError(f"{path}: every request was dropped; nothing to assign arrivals to")
+        rng = np.random.default_rng(options.seed)
+        requests = requests.with_columns(
+            arrival_s=pl.Series(arrival_times_s(requests.height, options.qps, 1.0, rng))
+        )
+    return Converted(requests, num_dropped=num_dropped, drop_reason=reason, arrivals_assigned=assigned)

@@ -1,0 +1,39 @@
+"""Validate a trace file and print its summary: `python -m traces.info PATH [PATH ...]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from traces.errors import TraceError
+from traces.schema import load_trace
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m traces.info",
+        description="Load (and so validate) trace parquet files and print one summary line each.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="trace parquet file(s)")
+    args = parser.parse_args(argv)
+    status = 0
+    for path in args.paths:
+        try:
+            trace = load_trace(path)
+        except TraceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        requests = trace.requests
+        span_s = float(requests["arrival_s"][-1] - requests["arrival_s"][0])
+        extras = [c for c in requests.columns if c not in ("request_id", "arrival_s", "prompt_tokens", "output_tokens")]
+        print(
+            f"{path}: {len(trace)} requests over {span_s:.3f} s, mean prompt {requests['prompt_tokens'].mean():.1f}, "
+            f"mean output {requests['output_tokens'].mean():.1f} tokens, other columns {extras}"
+            + (f", hash_block_size {trace.hash_block_size}" if trace.hash_block_size else "")
+        )
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

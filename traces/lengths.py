@@ -1,0 +1,144 @@
+"""Integer-valued distributions for token lengths and turns per session, parsed from CLI text.
+
+Spec syntax: `KIND[:key=value,...]`, for example `fixed:512` (or `fixed:value=512`),
+`uniform:low=64,high=1024`, `lognormal:mean=161,sigma=1.0`, `lognormal:median=100,sigma=1,max=4096`,
+`geometric:mean=3.51,max=40`, or the preset `sharegpt`, whose meaning depends on what is being
+drawn (see SHAREGPT_PRESETS and traces/README.md for the published figures behind it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# Published ShareGPT figures (sources in traces/README.md):
+#  - mean input 161 and mean output 338 tokens per request: Kwon et al., "Efficient Memory
+#    Management for Large Language Model Serving with PagedAttention", SOSP 2023, Fig. 11;
+#  - 3.51 turns per conversation (330,239 turns / 94,145 conversations): Yan et al.,
+#    "ShareChat: A Dataset of Chatbot Conversations in the Wild", arXiv:2512.17843, Table 1.
+# The shapes (lognormal sigmas, geometric turns, the caps) are our assumptions.
+SHAREGPT_PRESETS: dict[str, str] = {
+    "prompt": "lognormal:mean=161,sigma=1.0,max=4096",
+    "output": "lognormal:mean=338,sigma=0.8,max=4096",
+    "turns": "geometric:mean=3.51,max=40",
+}
+
+_KINDS = ("fixed", "uniform", "lognormal", "geometric", "sharegpt")
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A distribution over integers >= 1; `spec` is the text it was parsed from."""
+
+    kind: str
+    params: tuple[tuple[str, float], ...]
+    spec: str
+
+    def param(self, name: str, default: float | None = None) -> float | None:
+        return dict(self.params).get(name, default)
+
+    def sample(self, num: int, rng: np.random.Generator) -> np.ndarray:
+        """`num` draws as int64, each >= 1 (and <= max when a max is given)."""
+        p = dict(self.params)
+        if self.kind == "fixed":
+            values = np.full(num, p["value"], dtype=np.float64)
+        elif self.kind == "uniform":
+            values = rng.integers(int(p["low"]), int(p["high"]), size=num, endpoint=True).astype(np.float64)
+        elif self.kind == "lognormal":
+            values = np.rint(rng.lognormal(_lognormal_mu(p), p["sigma"], size=num))
+        elif self.kind == "geometric":
+            values = rng.geometric(1.0 / p["mean"], size=num).astype(np.float64)
+        else:  # pragma: no cover - parse_length_dist only builds known kinds
+            raise AssertionError(self.kind)
+        upper = p.get("max", math.inf)
+        return np.clip(values, 1, upper).astype(np.int64)
+
+    def mean(self) -> float:
+        """The mean of `sample` (exact for fixed/uniform/geometric, ignoring caps for lognormal)."""
+        p = dict(self.params)
+        if self.kind == "fixed":
+            return float(p["value"])
+        if self.kind == "uniform":
+            return (p["low"] + p["high"]) / 2
+        if self.kind == "lognormal":
+            return math.exp(_lognormal_mu(p) + p["sigma"] ** 2 / 2)
+        prob = 1.0 / p["mean"]
+        cap = p.get("max")
+        if cap is None:
+            return p["mean"]
+        ks = np.arange(1, int(cap))
+        pmf = prob * (1 - prob) ** (ks - 1)
+        return float((ks * pmf).sum() + cap * (1 - prob) ** (cap - 1))
+
+
+def _lognormal_mu(p: dict[str, float]) -> float:
+    if "median" in p:
+        return math.log(p["median"])
+    return math.log(p["mean"]) - p["sigma"] ** 2 / 2
+
+
+_ALLOWED = {
+    "fixed": ({"value"}, set()),
+    "uniform": ({"low", "high"}, set()),
+    "lognormal": ({"sigma"}, {"mean", "median", "max"}),
+    "geometric": ({"mean"}, {"max"}),
+}
+
+
+def parse_length_dist(text: str, role: str = "prompt") -> LengthDist:
+    """Parse a spec; `role` ('prompt', 'output' or 'turns') picks the `sharegpt` preset."""
+    kind, _, rest = text.strip().partition(":")
+    if kind not in _KINDS:
+        raise ValueError(f"distribution {text!r}: unknown kind {kind!r}; expected one of {', '.join(_KINDS)}")
+    if kind == "sharegpt":
+        if rest:
+            raise ValueError(f"distribution {text!r}: 'sharegpt' takes no parameters")
+        if role not in SHAREGPT_PRESETS:
+            raise ValueError(f"no sharegpt preset for {role!r}; expected one of {', '.join(SHAREGPT_PRESETS)}")
+        preset = parse_length_dist(SHAREGPT_PRESETS[role], role)
+        return LengthDist(preset.kind, preset.params, text)
+    params: dict[str, float] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            if kind == "fixed" and not params:
+                key, value = "value", item
+            else:
+                raise ValueError(f"distribution {text!r}: expected key=value, got {item!r}")
+        try:
+            params[key.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"distribution {text!r}: {key.strip()!r} is {value!r}, not a number") from None
+    required, optional = _ALLOWED[kind]
+    unknown = set(params) - required - optional
+    missing = required - set(params)
+    if unknown or missing:
+        raise ValueError(
+            f"distribution {text!r}: {kind} takes {', '.join(sorted(required))}"
+            + (f" and optionally {', '.join(sorted(optional))}" if optional else "")
+            + (f"; unknown {sorted(unknown)}" if unknown else "")
+            + (f"; missing {sorted(missing)}" if missing else "")
+        )
+    _check_values(kind, params, text)
+    return LengthDist(kind, tuple(sorted(params.items())), text)
+
+
+def _check_values(kind: str, p: dict[str, float], text: str) -> None:
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise ValueError(f"distribution {text!r}: {what}")
+
+    if kind == "fixed":
+        need(p["value"] >= 1 and p["value"] == int(p["value"]), "value must be an integer >= 1")
+    elif kind == "uniform":
+        need(1 <= p["low"] <= p["high"], "need 1 <= low <= high")
+    elif kind == "lognormal":
+        need(("mean" in p) != ("median" in p), "give exactly one of mean= or median=")
+        need(p.get("mean", p.get("median", 0)) > 0, "mean/median must be > 0")
+        need(p["sigma"] >= 0, "sigma must be >= 0")
+    elif kind == "geometric":
+        need(p["mean"] >= 1, "mean must be >= 1 (every session has at least one turn)")
+    if "max" in p:
+        need(p["max"] >= 1, "max must be >= 1")

@@ -1,0 +1,203 @@
+"""The trace type every other package uses, and its parquet storage.
+
+A trace is one table of requests (see `traces/README.md` for the columns) stored as a
+parquet file. The block size behind `hash_ids` lives in the file's schema metadata under
+`hash_block_size`, so the file alone says how to expand hash ids into tokens. Loading
+always validates, so code downstream can trust dtypes, ordering and lengths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from traces.errors import TraceError, row_error
+from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
+from traces.validation import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, validate
+
+__all__ = [
+    "HASH_BLOCK_SIZE_KEY",
+    "OPTIONAL_COLUMNS",
+    "REQUIRED_COLUMNS",
+    "Trace",
+    "TraceError",
+    "load_trace",
+    "save_trace",
+    "validate",
+]
+
+HASH_BLOCK_SIZE_KEY = b"hash_block_size"
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A validated request table; build one with `Trace.from_frame` or `load_trace`."""
+
+    requests: pl.DataFrame
+    hash_block_size: int | None
+    source: str
+
+    @classmethod
+    def from_frame(cls, df: pl.DataFrame, source: str, hash_block_size: int | None = None) -> "Trace":
+        """Validate `df` and wrap it; `hash_block_size` is dropped when there are no hash_ids."""
+        requests = validate(df, source, hash_block_size)
+        block_size = hash_block_size if "hash_ids" in requests.columns else None
+        return cls(requests=requests, hash_block_size=block_size, source=source)
+
+    def __len__(self) -> int:
+        return self.requests.height
+
+    def _replace_requests(self, requests: pl.DataFrame) -> "Trace":
+        return Trace(requests=requests, hash_block_size=self.hash_block_size, source=self.source)
+
+    def head(self, n: int) -> "Trace":
+        """The first `n` requests in row order (all of them if `n` exceeds the length)."""
+        if n < 1:
+            raise ValueError(f"head needs n >= 1 (a trace holds at least one request), got {n}")
+        return self._replace_requests(self.requests.head(n))
+
+    def with_time_scale(self, scale: float) -> "Trace":
+        """Stretch (scale > 1) or compress (scale < 1) the gaps after the first arrival."""
+        if not scale > 0 or not np.isfinite(scale):
+            raise ValueError(f"time scale must be a finite number > 0, got {scale}")
+        arrival = pl.col("arrival_s")
+        first = arrival.first()
+        return self._replace_requests(
+            self.requests.with_columns(first + (arrival - first) * scale)
+        )
+
+    def with_qps(self, qps: float) -> "Trace":
+        """Rescale gaps so the mean rate `(num_requests - 1) / span` equals `qps` requests/s."""
+        if not qps > 0 or not np.isfinite(qps):
+            raise ValueError(f"qps must be a finite number > 0, got {qps}")
+        arrivals = self.requests["arrival_s"]
+        span_s = float(arrivals[-1] - arrivals[0])
+        if span_s <= 0:
+            raise ValueError(
+                f"{self.source}: qps cannot be set on a trace whose requests all arrive at once "
+                f"({len(self)} request(s) at {arrivals[0]} s); use with_time_scale or assign arrivals first"
+            )
+        current_qps = (len(self) - 1) / span_s
+        return self.with_time_scale(current_qps / qps)
+
+    # --- prompt token ids ------------------------------------------------------------
+
+    @cached_property
+    def _hash_id_offsets(self) -> tuple[np.ndarray, np.ndarray]:
+        """All hash ids flattened into one array plus row offsets, built once per trace."""
+        column = self.requests["hash_ids"]
+        flat = column.explode().to_numpy().astype(np.int64, copy=False)
+        offsets = np.zeros(len(column) + 1, dtype=np.int64)
+        np.cumsum(column.list.len().to_numpy(), out=offsets[1:])
+        return flat, offsets
+
+    def _check_row(self, row: int) -> None:
+        if not 0 <= row < len(self):
+            raise IndexError(f"{self.source}: row {row} is out of range for a trace of {len(self)} requests")
+
+    def prompt_token_array(self, row: int, vocab_size: int, seed: int = 0) -> np.ndarray:
+        """`prompt_token_ids` as an int64 numpy array (the fast path: no Python list)."""
+        self._check_row(row)
+        num_tokens = int(self.requests["prompt_tokens"][row])
+        if "prompt_token_ids" in self.requests.columns:
+            ids = self.requests["prompt_token_ids"][row].to_numpy().astype(np.int64, copy=False)
+            too_big = np.flatnonzero(ids >= vocab_size)
+            if too_big.size:
+                raise row_error(
+                    self.source,
+                    row,
+                    self.requests["request_id"][row],
+                    "prompt_token_ids",
+                    f"holds token id {int(ids[too_big[0]])} at position {int(too_big[0])}, "
+                    f"outside the vocabulary [0, {vocab_size})",
+                )
+            return ids
+        if "hash_ids" in self.requests.columns:
+            flat, offsets = self._hash_id_offsets
+            hash_ids = flat[offsets[row] : offsets[row + 1]]
+            assert self.hash_block_size is not None  # validated: hash_ids imply a block size
+            return tokens_from_hash_ids_array(hash_ids, num_tokens, self.hash_block_size, vocab_size)
+        return tokens_from_row_array(row, num_tokens, seed, vocab_size)
+
+    def prompt_token_ids(self, row: int, vocab_size: int, seed: int = 0) -> list[int]:
+        """The prompt of request `row` as token ids in [0, vocab_size), deterministically.
+
+        Stored `prompt_token_ids` are returned as they are; `hash_ids` expand to blocks that
+        depend only on the hash id and the position in the block (so shared ids give shared
+        prefixes); otherwise the ids depend only on (seed, row) and requests share nothing.
+        """
+        return self.prompt_token_array(row, vocab_size, seed).tolist()
+
+
+def _read_table(path: Path, source: str) -> pa.Table:
+    if not path.exists():
+        raise TraceError(f"{source}: cannot read the trace: no such file")
+    if path.is_dir():
+        raise TraceError(f"{source}: cannot read the trace: it is a directory, expected a parquet file")
+    try:
+        size_bytes = path.stat().st_size
+    except OSError as exc:
+        raise TraceError(f"{source}: cannot read the trace: {exc.strerror or exc}") from exc
+    if size_bytes == 0:
+        raise TraceError(f"{source}: the file is empty (0 bytes); expected a parquet trace")
+    try:
+        return pq.ParquetFile(path).read()
+    except PermissionError as exc:
+        raise TraceError(f"{source}: cannot read the trace: permission denied") from exc
+    except (OSError, pa.ArrowException) as exc:
+        raise TraceError(f"{source}: not a readable parquet file ({exc}); expected a trace written by save_trace") from exc
+
+
+def _block_size_from_metadata(table: pa.Table, source: str) -> int | None:
+    raw = (table.schema.metadata or {}).get(HASH_BLOCK_SIZE_KEY)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        value = 0
+    if value < 1:
+        raise TraceError(
+            f"{source}: schema metadata 'hash_block_size' is {raw!r}; expected a decimal integer >= 1"
+        )
+    return value
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read and validate a parquet trace; any problem raises TraceError naming the file."""
+    path = Path(path)
+    source = str(path)
+    table = _read_table(path, source)
+    block_size = _block_size_from_metadata(table, source)
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return Trace.from_frame(frame, source, block_size)
+
+
+def save_trace(trace_or_df: Trace | pl.DataFrame, path: str | Path, hash_block_size: int | None = None) -> None:
+    """Validate and write a trace as zstd parquet; same input gives the same bytes.
+
+    `hash_block_size` defaults to the Trace's own; it is stored in the schema metadata
+    only when the table has `hash_ids`.
+    """
+    path = Path(path)
+    if isinstance(trace_or_df, Trace):
+        frame = trace_or_df.requests
+        block_size = hash_block_size if hash_block_size is not None else trace_or_df.hash_block_size
+    else:
+        frame = trace_or_df
+        block_size = hash_block_size
+    trace = Trace.from_frame(frame, str(path), block_size)
+    table = trace.requests.to_arrow()
+    metadata = dict(table.schema.metadata or {})
+    if trace.hash_block_size is not None:
+        metadata[HASH_BLOCK_SIZE_KEY] = str(trace.hash_block_size).encode("ascii")
+    table = table.replace_schema_metadata(metadata or None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="zstd", compression_level=9)

@@ -1,0 +1,23 @@
+"""One-line summaries of a trace, printed by the CLIs so a run shows what it wrote."""
+
+from __future__ import annotations
+
+from traces.schema import Trace
+
+
+def describe(trace: Trace, destination: str, dropped: str = "") -> str:
+    """`wrote N requests to OUT: span S s (R req/s), mean prompt P, mean output O tokens[; dropped]`."""
+    requests = trace.requests
+    arrivals = requests["arrival_s"]
+    span_s = float(arrivals[-1] - arrivals[0])
+    rate = f"{(len(trace) - 1) / span_s:.3f} req/s" if span_s > 0 else "all at once"
+    parts = [
+        f"wrote {len(trace)} requests to {destination}: span {span_s:.3f} s ({rate})",
+        f"mean prompt {requests['prompt_tokens'].mean():.1f} tokens",
+        f"mean output {requests['output_tokens'].mean():.1f} tokens",
+    ]
+    if "session_id" in requests.columns:
+        parts.append(f"{requests['session_id'].n_unique()} sessions")
+    if dropped:
+        parts.append(dropped)
+    return ", ".join(parts)

@@ -1,0 +1,179 @@
+"""Synthetic traces: `python -m traces.synth -o OUT.parquet --num-requests N --qps Q ...`.
+
+Single-turn traces draw each request's prompt and output length independently. With
+`--multi-turn`, requests come from chat sessions whose later prompts contain the whole
+earlier conversation, written as `hash_ids` so prefix caching sees the reuse. Output is
+a pure function of the arguments: the same command writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from traces.arrivals import arrival_times_s
+from traces.lengths import LengthDist, parse_length_dist
+from traces.schema import Trace, save_trace
+from traces.sessions import SessionConfig, build_sessions
+from traces.summary import describe
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Everything that determines a synthetic trace."""
+
+    num_requests: int
+    qps: float
+    arrival_cv: float = 1.0  # 1 = Poisson
+    prompt_dist: str = "sharegpt"  # per user message when multi_turn
+    output_dist: str = "sharegpt"
+    multi_turn: bool = False
+    turns_dist: str = "sharegpt"
+    think_time_s: float = 30.0
+    think_time_cv: float = 1.0
+    hash_block_size: int = 16
+    max_context_tokens: int = 16384
+    warmup_s: float | None = None  # None: 4 x mean turns x mean think time
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_requests < 1:
+            raise ValueError(f"num_requests must be >= 1, got {self.num_requests}")
+        if not self.qps > 0:
+            raise ValueError(f"qps must be > 0, got {self.qps}")
+        if self.arrival_cv < 0 or self.think_time_cv < 0:
+            raise ValueError("coefficients of variation must be >= 0")
+        if self.hash_block_size < 1 or self.max_context_tokens < 2:
+            raise ValueError("hash_block_size must be >= 1 and max_context_tokens >= 2")
+        if self.warmup_s is not None and self.warmup_s < 0:
+            raise ValueError(f"warmup_s must be >= 0, got {self.warmup_s}")
+
+
+def _single_turn(config: SynthConfig, prompt: LengthDist, output: LengthDist) -> pl.DataFrame:
+    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(3)]
+    n = config.num_requests
+    return pl.DataFrame(
+        {
+            "request_id": np.arange(n, dtype=np.int64),
+            "arrival_s": arrival_times_s(n, config.qps, config.arrival_cv, streams[0]),
+            "prompt_tokens": prompt.sample(n, streams[1]),
+            "output_tokens": output.sample(n, streams[2]),
+        }
+    )
+
+
+def synthesize(config: SynthConfig) -> Trace:
+    """Build the trace described by `config` (validated, ready to save or replay)."""
+    prompt = parse_length_dist(config.prompt_dist, "prompt")
+    output = parse_length_dist(config.output_dist, "output")
+    source = f"synthetic trace (seed {config.seed})"
+    if not config.multi_turn:
+        return Trace.from_frame(_single_turn(config, prompt, output), source)
+    sessions = SessionConfig(
+        turns=parse_length_dist(config.turns_dist, "turns"),
+        user_tokens=prompt,
+        answer_tokens=output,
+        think_time_s=config.think_time_s,
+        think_time_cv=config.think_time_cv,
+        hash_block_size=config.hash_block_size,
+        max_context_tokens=config.max_context_tokens,
+    )
+    warmup_s = config.warmup_s
+    if warmup_s is None:
+        warmup_s = 4 * sessions.turns.mean() * config.think_time_s
+    frame = build_sessions(config.num_requests, config.qps, config.arrival_cv, sessions, config.seed, warmup_s)
+    return Trace.from_frame(frame, source, config.hash_block_size)
+
+
+DIST_HELP = (
+    "KIND[:key=value,...] with KIND one of: fixed:N; uniform:low=A,high=B; "
+    "lognormal:mean=M,sigma=S (or median=M), optional max=N; geometric:mean=M, optional max=N; "
+    "sharegpt (published ShareGPT statistics, see traces/README.md)"
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m traces.synth",
+        description="Write a synthetic request trace (parquet). Deterministic for a given --seed.",
+    )
+    parser.add_argument("-o", "--output", required=True, help="parquet file to write")
+    parser.add_argument("--num-requests", type=int, required=True, help="number of requests in the trace")
+    parser.add_argument("--qps", type=float, required=True, help="mean request rate, requests per second")
+    parser.add_argument(
+        "--arrival", choices=("poisson", "gamma"), default="poisson",
+        help="inter-arrival process: poisson (exponential gaps) or gamma (burstiness set by --cv)",
+    )
+    parser.add_argument(
+        "--cv", type=float, default=None, help="coefficient of variation of gamma gaps (1 = Poisson, >1 bursty)"
+    )
+    parser.add_argument(
+        "--prompt-dist", default="sharegpt", help=f"prompt length (per user message with --multi-turn): {DIST_HELP}"
+    )
+    parser.add_argument("--output-dist", default="sharegpt", help=f"output length: {DIST_HELP}")
+    parser.add_argument(
+        "--multi-turn", action="store_true",
+        help="draw chat sessions; later turns reuse earlier turns as prefix (hash_ids)",
+    )
+    parser.add_argument("--turns", default="sharegpt", help=f"turns per session with --multi-turn: {DIST_HELP}")
+    parser.add_argument(
+        "--think-time-s", type=float, default=30.0, help="mean gap between a turn's arrival and the next turn's (s)"
+    )
+    parser.add_argument(
+        "--think-time-cv", type=float, default=1.0,
+        help="coefficient of variation of think times (1 = exponential, 0 = fixed)",
+    )
+    parser.add_argument("--hash-block-size", type=int, default=16, help="tokens per hash block with --multi-turn")
+    parser.add_argument(
+        "--max-context-tokens", type=int, default=16384,
+        help="a session ends before a turn whose prompt + output would exceed this",
+    )
+    parser.add_argument(
+        "--warmup-s", type=float, default=None,
+        help="with --multi-turn, start sessions this long before the trace window so it opens in steady "
+        "state (default: 4 x mean turns x mean think time; 0 = ramp up from an idle start)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> SynthConfig:
+    if args.arrival == "poisson" and args.cv not in (None, 1.0):
+        raise ValueError("--cv applies to --arrival gamma; a Poisson process has CV 1")
+    if args.arrival == "gamma" and args.cv is None:
+        raise ValueError("--arrival gamma needs --cv")
+    return SynthConfig(
+        num_requests=args.num_requests,
+        qps=args.qps,
+        arrival_cv=1.0 if args.cv is None else args.cv,
+        prompt_dist=args.prompt_dist,
+        output_dist=args.output_dist,
+        multi_turn=args.multi_turn,
+        turns_dist=args.turns,
+        think_time_s=args.think_time_s,
+        think_time_cv=args.think_time_cv,
+        hash_block_size=args.hash_block_size,
+        max_context_tokens=args.max_context_tokens,
+        warmup_s=args.warmup_s,
+        seed=args.seed,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        trace = synthesize(config_from_args(args))
+    except ValueError as exc:
+        parser.error(str(exc))
+    save_trace(trace, args.output)
+    print(describe(trace, args.output))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -356,6 +356,7 @@ class ModelRunner:
             events[2].record()
         return tokens
 
+    @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
         t0 = time.perf_counter()
         inputs = self.prepare(batch)
@@ -371,6 +372,7 @@ class ModelRunner:
         timings.prepare_s += t1 - t0
         timings.execute_s += t2 - t1  # launch, GPU time of forward and sampling, and the wait for it
         if self._is_cuda:
+            self._events[2].synchronize()  # steps that sample nothing never waited on the GPU
             timings.forward_s += self._events[0].elapsed_time(self._events[1]) / 1e3
             timings.sample_s += self._events[1].elapsed_time(self._events[2]) / 1e3
         if inputs.graph_batch_size:
@@ -445,5 +447,14 @@ class ModelRunner:
         return self._graph_meta[graph_bs]
 
     def close(self) -> None:
+        """Release graphs, the KV cache and the weights now rather than at garbage collection."""
         self.graphs.clear()
+        self.__dict__.pop("_graph_outputs", None)
+        self.__dict__.pop("_graph_meta", None)
+        if getattr(self, "model", None) is not None:
+            for attn in self.model.attention_layers():
+                attn.k_cache = attn.v_cache = torch.empty(0)
         self.kv_cache = None
+        self.model = None
+        if self._is_cuda:
+            torch.cuda.empty_cache()

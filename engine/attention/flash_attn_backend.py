@@ -41,7 +41,7 @@ class FlashAttnBackend:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
-        out = torch.empty_like(q)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         num_decode = meta.num_decode_tokens
         if num_decode:
             out[:num_decode] = self._with_kvcache(

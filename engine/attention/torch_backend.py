@@ -58,7 +58,7 @@ class TorchBackend:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
-        out = torch.empty_like(q)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         num_decode = meta.num_decode_tokens
         if num_decode:
             lens = meta.host_decode_context_lens

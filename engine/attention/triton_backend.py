@@ -29,7 +29,7 @@ class TritonBackend:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
-        out = torch.empty_like(q)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         num_decode = meta.num_decode_tokens
         if num_decode:
             kernels.paged_decode(

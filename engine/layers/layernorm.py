@@ -21,6 +21,12 @@ class RMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        if x.is_cuda and x.dim() == 2:
+            from engine.layers.fused_kernels import rms_norm
+
+            if residual is None:
+                return rms_norm(x, self.weight, self.eps)
+            return rms_norm(x, self.weight, self.eps, residual), residual  # residual updated in place
         if residual is None:
             return self._norm(x)
         # The residual stream is kept in the activation dtype, as in HF models.

@@ -38,14 +38,24 @@ class DecoderAttention(nn.Module):
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         qkv = self.qkv_proj(hidden)
+        if qkv.is_cuda:  # one fused kernel for q/k norms and rotary, in place
+            from engine.layers.fused_kernels import qk_norm_rope_
+
+            qk_norm_rope_(
+                qkv, positions, self.rotary_emb.cos_sin_cache, self.num_heads, self.num_kv_heads, self.head_dim,
+                self.q_norm.weight if self.q_norm is not None else None,
+                self.k_norm.weight if self.k_norm is not None else None,
+                self.q_norm.eps if self.q_norm is not None else 0.0,
+            )
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q = self.q_norm(q)
-            k = self.k_norm(k)
-        q, k = self.rotary_emb(positions, q, k)
+        if not qkv.is_cuda:
+            if self.q_norm is not None:
+                q = self.q_norm(q)
+                k = self.k_norm(k)
+            q, k = self.rotary_emb(positions, q, k)
         out = self.attn(q, k, v, meta)
         return self.o_proj(out.view(-1, self.q_size))
 

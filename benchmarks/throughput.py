@@ -1,0 +1,165 @@
+"""Offline throughput on nano-vLLM's benchmark workload: ``python benchmarks/throughput.py``.
+
+Qwen3-0.6B shape with dummy weights, 256 sequences, prompt lengths and max_tokens each uniform in
+[100, 1024] drawn with random.seed(0) (prompts first, then max_tokens, as nano-vLLM's bench.py),
+token ids uniform in [0, 10000], ignore_eos, temperature 0.6, max_model_len 4096. Prints output
+tokens per second, where a step's time goes, and (with --peer) transformers' continuous batching
+on a subset of the same workload, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine import SamplingParams  # noqa: E402
+
+
+def workload(num_seqs: int, max_input_len: int, max_output_len: int, seed: int = 0):
+    random.seed(seed)
+    prompts = [[random.randint(0, 10000) for _ in range(random.randint(100, max_input_len))] for _ in range(num_seqs)]
+    params = [
+        SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=random.randint(100, max_output_len))
+        for _ in range(num_seqs)
+    ]
+    return prompts, params
+
+
+def run_engine(args, prompts, params) -> dict:
+    import torch
+
+    from engine import LLM
+
+    options = dict(load_format="dummy", max_model_len=args.max_model_len, policy=args.policy,
+                   enforce_eager=args.enforce_eager, tensor_parallel_size=args.tensor_parallel_size)
+    if args.block_size:
+        options["block_size"] = args.block_size
+    if args.max_num_batched_tokens:
+        options["max_num_batched_tokens"] = args.max_num_batched_tokens
+    started = time.perf_counter()
+    llm = LLM(args.model, **options)
+    init_s = time.perf_counter() - started
+    llm.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=8), use_tqdm=False)  # warm-up
+
+    engine = llm.engine
+    runner = llm.runner
+    timings = runner.timings
+    for name in ("num_steps", "num_graph_steps"):
+        setattr(timings, name, 0)
+    for name in ("prepare_s", "execute_s", "forward_s", "sample_s"):
+        setattr(timings, name, 0.0)
+    seqs = [engine.add_request(p, sp) for p, sp in zip(prompts, params)]
+    schedule_s = postprocess_s = 0.0
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    while engine.has_unfinished_requests():
+        t0 = time.perf_counter()
+        batch = engine.begin_step()
+        t1 = time.perf_counter()
+        output = runner.run(batch)
+        t2 = time.perf_counter()
+        engine.end_step(batch, output)
+        t3 = time.perf_counter()
+        schedule_s += t1 - t0
+        postprocess_s += t3 - t2
+    wall_s = time.perf_counter() - start
+    output_tokens = sum(s.num_completion_tokens for s in seqs)
+    num_steps = timings.num_steps
+    result = {
+        "output_tokens": output_tokens,
+        "prompt_tokens": sum(len(p) for p in prompts),
+        "wall_s": wall_s,
+        "output_tok_per_s": output_tokens / wall_s,
+        "num_steps": num_steps,
+        "num_graph_steps": timings.num_graph_steps,
+        "num_gpu_blocks": runner.num_gpu_blocks,
+        "init_s": init_s,
+        "per_step_ms": {
+            "schedule": 1e3 * schedule_s / num_steps,
+            "prepare_inputs": 1e3 * timings.prepare_s / num_steps,
+            "forward_gpu": 1e3 * timings.forward_s / num_steps,
+            "sample_gpu": 1e3 * timings.sample_s / num_steps,
+            "execute_host_wall": 1e3 * timings.execute_s / num_steps,
+            "postprocess": 1e3 * postprocess_s / num_steps,
+            "total": 1e3 * wall_s / num_steps,
+        },
+    }
+    llm.close()
+    return result
+
+
+def run_peer(args, prompts, params) -> dict:
+    """transformers' continuous batching (generate_batch, paged sdpa) on the first --peer-num-seqs requests."""
+    import torch
+    import transformers
+    from transformers import GenerationConfig
+
+    from engine.model_config import resolve_model_dir
+
+    config = transformers.AutoConfig.from_pretrained(str(resolve_model_dir(args.model)))
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa_paged", dtype=torch.bfloat16)
+    model = model.to("cuda").eval()
+    n = args.peer_num_seqs
+    subset_prompts = prompts[:n]
+    max_new = max(p.max_tokens for p in params[:n])
+    gen_config = GenerationConfig(max_new_tokens=max_new, do_sample=True, temperature=0.6, eos_token_id=-1,
+                                  pad_token_id=0)
+    model.generate_batch(inputs=[[1, 2, 3, 4]], generation_config=GenerationConfig(max_new_tokens=8, eos_token_id=-1, pad_token_id=0), progress_bar=False)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    outputs = model.generate_batch(inputs=subset_prompts, generation_config=gen_config, progress_bar=False)
+    torch.cuda.synchronize()
+    wall_s = time.perf_counter() - start
+    tokens = sum(len(o.generated_tokens) for o in outputs.values())
+    return {"num_seqs": n, "max_new_tokens": max_new, "output_tokens": tokens, "wall_s": wall_s,
+            "output_tok_per_s": tokens / wall_s, "transformers": transformers.__version__}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python benchmarks/throughput.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3-0.6b", help="shipped config name or model dir (dummy weights)")
+    parser.add_argument("--num-seqs", type=int, default=256)
+    parser.add_argument("--max-input-len", type=int, default=1024)
+    parser.add_argument("--max-output-len", type=int, default=1024)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--policy", default="mixed", choices=["mixed", "nano"])
+    parser.add_argument("--block-size", type=int, default=None)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--peer", action="store_true", help="also time transformers' generate_batch on a subset")
+    parser.add_argument("--peer-num-seqs", type=int, default=32, help="requests given to the peer (default: %(default)s)")
+    parser.add_argument("--json", default=None, help="write the results here")
+    args = parser.parse_args(argv)
+
+    prompts, params = workload(args.num_seqs, args.max_input_len, args.max_output_len)
+    results = {"workload": {"num_seqs": args.num_seqs, "prompt_tokens": sum(map(len, prompts)),
+                            "max_output_tokens": sum(p.max_tokens for p in params)}}
+    results["engine"] = engine = run_engine(args, prompts, params)
+    print(f"engine: {engine['output_tokens']} output tokens in {engine['wall_s']:.2f} s = "
+          f"{engine['output_tok_per_s']:.0f} tok/s ({engine['num_steps']} steps, {engine['num_graph_steps']} graph replays, "
+          f"{engine['num_gpu_blocks']} KV blocks)")
+    print("per step (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in engine["per_step_ms"].items()))
+    if args.peer:
+        try:
+            results["peer"] = peer = run_peer(args, prompts, params)
+            print(f"peer (transformers {peer['transformers']} generate_batch, first {peer['num_seqs']} requests, "
+                  f"max_new_tokens {peer['max_new_tokens']}): {peer['output_tok_per_s']:.0f} tok/s")
+            print(f"ratio engine / peer: {engine['output_tok_per_s'] / peer['output_tok_per_s']:.1f}x")
+        except Exception as exc:  # the peer is optional; say why it did not run
+            results["peer_error"] = f"{type(exc).__name__}: {exc}"
+            print(f"peer not measured: {results['peer_error']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Triton kernels against the PyTorch reference on random paged inputs (skipped without CUDA)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+from engine.attention.torch_backend import TorchBackend  # noqa: E402
+
+
+def kernels():
+    from engine.attention import triton_kernels
+
+    return triton_kernels
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    assert not torch.isnan(out).any(), "NaN (or an unwritten poisoned element) in the output"
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def random_cache(num_blocks, num_kv_heads, page, head_dim, gen):
+    shape = (num_blocks, num_kv_heads, page, head_dim)
+    k = torch.randn(shape, generator=gen, device="cuda").bfloat16()
+    v = torch.randn(shape, generator=gen, device="cuda").bfloat16()
+    return k, v
+
+
+def random_tables(lengths, page, num_blocks, gen):
+    """Distinct, shuffled blocks per sequence, padded with zeros to a common width."""
+    need = [-(-n // page) for n in lengths]
+    perm = torch.randperm(num_blocks, generator=gen, device="cuda")
+    width = max(need)
+    tables = torch.zeros(len(lengths), width, dtype=torch.int32, device="cuda")
+    start = 0
+    for i, n in enumerate(need):
+        tables[i, :n] = perm[start : start + n]
+        start += n
+    return tables
+
+
+@pytest.mark.parametrize("heads_first", [True, False])
+def test_store_kv_writes_every_valid_slot_and_skips_padding(heads_first):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    num_blocks, page, heads, dim = 12, 16, 8, 128
+    shape = (num_blocks, heads, page, dim) if heads_first else (num_blocks, page, heads, dim)
+    k_cache = torch.zeros(shape, dtype=torch.bfloat16, device="cuda")
+    v_cache = torch.zeros_like(k_cache)
+    qkv = torch.randn(37, 3 * heads, dim, generator=gen, device="cuda").bfloat16()
+    k, v = qkv[:, heads : 2 * heads], qkv[:, 2 * heads :]  # strided views, as the model passes them
+    slots = torch.randperm(num_blocks * page, generator=gen, device="cuda")[:37]
+    slots[::5] = -1
+    kernels().store_kv(k, v, k_cache, v_cache, slots, heads_first=heads_first)
+    keep = slots >= 0
+    blocks, offsets = slots[keep] // page, slots[keep] % page
+    if heads_first:
+        assert torch.equal(k_cache[blocks, :, offsets], k[keep]) and torch.equal(v_cache[blocks, :, offsets], v[keep])
+    else:
+        assert torch.equal(k_cache[blocks, offsets], k[keep]) and torch.equal(v_cache[blocks, offsets], v[keep])
+    assert int((k_cache != 0).any(dim=-1).sum()) == int(keep.sum()) * heads
+
+
+@pytest.mark.parametrize(
+    "page,group,num_splits",
+    [(16, 1, 1), (16, 2, 4), (64, 4, 2), (64, 8, 8), (256, 2, 1), (256, 2, 8), (256, 8, 4), (256, 4, 1)],
+)
+def test_paged_decode_matches_reference(page, group, num_splits):
+    gen = torch.Generator(device="cuda").manual_seed(page * 100 + group * 10 + num_splits)
+    num_kv_heads, dim = 4, 128
+    lengths = [1, 7, page - 1, page, page + 1, 3 * page + 5, 700, 1500]
+    num_blocks = sum(-(-n // page) for n in lengths) + 3
+    k_cache, v_cache = random_cache(num_blocks, num_kv_heads, page, dim, gen)
+    tables = random_tables(lengths, page, num_blocks, gen)
+    q = torch.randn(len(lengths), num_kv_heads * group, dim, generator=gen, device="cuda").bfloat16()
+    context = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    scale = dim**-0.5
+    kernels().paged_decode(q, k_cache, v_cache, tables, context, scale, num_splits, out=out)
+    ref = TorchBackend()
+    for i, n in enumerate(lengths):
+        kk = ref._gather(k_cache, tables[i], n).float()
+        vv = ref._gather(v_cache, tables[i], n).float()
+        expected = ref._attend(q[i : i + 1].float(), kk, vv, n - 1, scale)
+        assert rel_err(out[i : i + 1], expected) < 1e-2, f"sequence {i} (length {n})"
+
+
+def test_paged_decode_padding_rows_are_zero_not_nan():
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    k_cache, v_cache = random_cache(4, 2, 16, 64, gen)
+    q = torch.randn(3, 4, 64, generator=gen, device="cuda").bfloat16()
+    tables = torch.zeros(3, 2, dtype=torch.int32, device="cuda")
+    context = torch.tensor([5, 0, 0], dtype=torch.int32, device="cuda")
+    for splits in (1, 4):
+        out = kernels().paged_decode(q, k_cache, v_cache, tables, context, 0.125, splits)
+        assert torch.isfinite(out).all() and (out[1:] == 0).all()
+
+
+@pytest.mark.parametrize("page,group", [(16, 1), (64, 2), (256, 2), (256, 4)])
+def test_paged_prefill_over_cached_prefix_matches_reference(page, group):
+    gen = torch.Generator(device="cuda").manual_seed(page + group)
+    num_kv_heads, dim = 2, 128
+    contexts = [0, 0, 5, page, 3 * page + 7, 300]  # tokens already cached
+    q_lens = [1, 130, 64, 17, page + 3, 200]  # new tokens this chunk
+    totals = [c + n for c, n in zip(contexts, q_lens)]
+    num_blocks = sum(-(-t // page) for t in totals) + 2
+    k_cache, v_cache = random_cache(num_blocks, num_kv_heads, page, dim, gen)
+    tables = random_tables(totals, page, num_blocks, gen)
+    q = torch.randn(sum(q_lens), num_kv_heads * group, dim, generator=gen, device="cuda").bfloat16()
+    cu = torch.zeros(len(q_lens) + 1, dtype=torch.int32, device="cuda")
+    cu[1:] = torch.tensor(q_lens, device="cuda").cumsum(0)
+    ctx = torch.tensor(contexts, dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    scale = dim**-0.5
+    kernels().paged_prefill(q, k_cache, v_cache, tables, cu, ctx, max(q_lens), scale, out=out)
+    ref = TorchBackend()
+    for i, (c, n) in enumerate(zip(contexts, q_lens)):
+        kk = ref._gather(k_cache, tables[i], c + n).float()
+        vv = ref._gather(v_cache, tables[i], c + n).float()
+        start = int(cu[i])
+        expected = ref._attend(q[start : start + n].float(), kk, vv, c, scale)
+        assert rel_err(out[start : start + n], expected) < 1e-2, f"sequence {i} (context {c}, chunk {n})"
+
+
+def test_decode_split_heuristic_fills_the_gpu():
+    from engine.attention.triton_kernels_host import decode_num_splits
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert decode_num_splits(1, 8, 64, sms) >= 32
+    assert decode_num_splits(256, 8, 64, sms) == 1
+    assert decode_num_splits(4, 8, 1, sms) == 1  # never more splits than tiles
+    assert math.log2(decode_num_splits(16, 8, 64, sms)).is_integer()
+
+
+def test_fused_rms_norm_matches_torch_reference():
+    from engine.layers.fused_kernels import rms_norm
+    from engine.layers.layernorm import RMSNorm
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    norm = RMSNorm(1024, 1e-6).cuda().bfloat16()
+    norm.weight.data = torch.randn(1024, generator=gen, device="cuda").bfloat16()
+    x = torch.randn(77, 1024, generator=gen, device="cuda").bfloat16()
+    res = torch.randn(77, 1024, generator=gen, device="cuda").bfloat16()
+    assert rel_err(rms_norm(x, norm.weight, 1e-6), norm._norm(x)) < 1e-2
+    expected_res = x + res
+    expected = norm._norm(expected_res)
+    res_inplace = res.clone()
+    out = rms_norm(x, norm.weight, 1e-6, res_inplace)
+    assert torch.equal(res_inplace, expected_res)
+    assert rel_err(out, expected) < 1e-2
+
+
+@pytest.mark.parametrize("has_norm", [True, False])
+def test_fused_qk_norm_rope_matches_torch_reference(has_norm):
+    from engine.layers.fused_kernels import qk_norm_rope_
+    from engine.layers.layernorm import RMSNorm
+    from engine.layers.rotary_embedding import RotaryEmbedding
+
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    hq, hkv, d = 16, 8, 128
+    rope = RotaryEmbedding(d, 4096, 1e6).cuda()
+    qn, kn = RMSNorm(d).cuda().bfloat16(), RMSNorm(d).cuda().bfloat16()
+    qn.weight.data = torch.rand(d, generator=gen, device="cuda").bfloat16() + 0.5
+    kn.weight.data = torch.rand(d, generator=gen, device="cuda").bfloat16() + 0.5
+    qkv = torch.randn(50, (hq + 2 * hkv) * d, generator=gen, device="cuda").bfloat16()
+    positions = torch.randint(0, 4096, (50,), generator=gen, device="cuda")
+    q = qkv[:, : hq * d].view(50, hq, d)
+    k = qkv[:, hq * d : (hq + hkv) * d].view(50, hkv, d)
+    v_before = qkv[:, (hq + hkv) * d :].clone()
+    if has_norm:
+        q_ref, k_ref = rope(positions, qn(q), kn(k))
+    else:
+        q_ref, k_ref = rope(positions, q, k)
+    qk_norm_rope_(qkv, positions, rope.cos_sin_cache, hq, hkv, d, qn.weight if has_norm else None,
+                  kn.weight if has_norm else None, 1e-6)
+    assert rel_err(qkv[:, : hq * d].view(50, hq, d), q_ref) < 1e-2
+    assert rel_err(qkv[:, hq * d : (hq + hkv) * d].view(50, hkv, d), k_ref) < 1e-2
+    assert torch.equal(qkv[:, (hq + hkv) * d :], v_before)
+
+
+def test_fused_silu_and_mul_matches_torch_reference():
+    from engine.layers.fused_kernels import silu_and_mul
+
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    x = torch.randn(33, 2 * 3072, generator=gen, device="cuda").bfloat16()
+    gate, up = x.chunk(2, dim=-1)
+    assert rel_err(silu_and_mul(x), torch.nn.functional.silu(gate) * up) < 1e-2

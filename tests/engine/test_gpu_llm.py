@@ -1,0 +1,115 @@
+"""engine.LLM in bfloat16 on a Qwen3-0.6B-shaped random model against transformers (skipped without CUDA).
+
+Two checks per configuration:
+- accuracy: along the engine's own greedy path, its bf16 logits are as close to the float32
+  reference as transformers' bf16 logits are (a wrong kernel or layer is off by ~100%, not ~10%);
+- tokens: where the engine's greedy tokens part from transformers' bf16 greedy tokens, the two tokens
+  nearly tie in the float32 model: their exact logits differ by less than twice the error bf16 puts on
+  the reference's logits.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+import engine.model_runner as model_runner_module  # noqa: E402
+from engine import LLM, SamplingParams  # noqa: E402
+from engine.model_config import resolve_model_dir  # noqa: E402
+
+NEAR_TIE_NOISE_MULTIPLE = 2.0
+ACCURACY_RATIO = 1.5  # our bf16 error may exceed transformers' bf16 error by at most this factor
+MAX_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def qwen3_06b_shaped(tmp_path_factory):
+    config = transformers.AutoConfig.from_pretrained(str(resolve_model_dir("qwen3-0.6b")))
+    config.initializer_range = 0.05  # a little larger than HF's 0.02, so logits are not all ties
+    torch.manual_seed(0)
+    exact = transformers.Qwen3ForCausalLM(config).to("cuda").eval()  # float32
+    model = transformers.Qwen3ForCausalLM(config).to("cuda", torch.bfloat16).eval()
+    model.load_state_dict({k: v.bfloat16() for k, v in exact.state_dict().items()})
+    path = tmp_path_factory.mktemp("qwen3-0.6b-random")
+    model.save_pretrained(path)
+    return str(path), model, exact
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm()).item()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(), dict(enforce_eager=True, max_num_batched_tokens=256), dict(policy="nano")],
+    ids=["graphs-mixed", "eager-chunked", "nano"],
+)
+def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch):
+    path, model, exact = qwen3_06b_shaped
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 150_000, (n,), generator=gen).tolist() for n in (4, 33, 200, 700, 1300)]
+    prompts.append(prompts[3][:500] + prompts[1])  # shares a prefix with another prompt
+
+    # Record the logits the engine samples from, keyed by (request index, position of the sampled token).
+    captured: dict[tuple[int, int], torch.Tensor] = {}
+    pending: list[tuple[int, int]] = []
+    real_sample = model_runner_module.sample
+
+    def recording_sample(logits, params):
+        for key, row in zip(pending, logits):
+            captured[key] = row.float().cpu()
+        pending.clear()
+        return real_sample(logits, params)
+
+    llm = LLM(path, max_model_len=2048, **options)
+    try:
+        real_prepare = llm.runner.prepare
+
+        def recording_prepare(batch):
+            inputs = real_prepare(batch)
+            pending[:] = [(batch.seqs[r].request_id, batch.seqs[r].num_tokens) for r in inputs.sample_rows]
+            return inputs
+
+        monkeypatch.setattr(model_runner_module, "sample", recording_sample)
+        monkeypatch.setattr(llm.runner, "prepare", recording_prepare)
+        greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+        ours = [o["token_ids"] for o in llm.generate(prompts, greedy, use_tqdm=False)]
+    finally:
+        llm.close()
+        del llm
+        gc.collect()
+        torch.cuda.empty_cache()
+
+    for index, (prompt, out) in enumerate(zip(prompts, ours)):
+        ids = torch.tensor([prompt + out], device="cuda")
+        with torch.no_grad():
+            ref32 = exact(ids).logits[0, len(prompt) - 1 : -1].float().cpu()
+            ref16 = model(ids).logits[0, len(prompt) - 1 : -1].float().cpu()
+        engine16 = torch.stack([captured[(index, len(prompt) + j)] for j in range(len(out))])
+        ours_err, hf_err = rel(engine16, ref32), rel(ref16, ref32)
+        print(f"prompt {index} ({len(prompt)} tokens): relative logit error {ours_err:.4f} vs transformers bf16 {hf_err:.4f}")
+        assert ours_err <= ACCURACY_RATIO * hf_err, f"prompt {index}: logits off by {ours_err:.3f} (reference bf16: {hf_err:.3f})"
+
+        with torch.no_grad():
+            ref = model.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=MAX_TOKENS, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
+        i = first_divergence(out, ref)
+        if i is None:
+            continue
+        with torch.no_grad():
+            prefix = torch.tensor([prompt + out[:i]], device="cuda")
+            bf16 = model(prefix).logits[0, -1].float()
+            fp32 = exact(prefix).logits[0, -1].float()
+        noise = (bf16 - fp32).abs().quantile(0.999).item()
+        gap = abs(fp32[ref[i]] - fp32[out[i]]).item()
+        print(f"prompt {index}: greedy paths part at token {i}: float32 gap {gap:.4f}, bf16 noise {noise:.4f}")
+        assert gap <= NEAR_TIE_NOISE_MULTIPLE * noise, f"prompt {index}: token {i} is not a near-tie (gap {gap:.3f})"

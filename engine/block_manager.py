@@ -24,6 +24,16 @@ def hash_block(parent_hash: int, token_bytes: bytes) -> int:
     return xxhash.xxh3_64_intdigest(parent_hash.to_bytes(8, "little") + token_bytes)
 
 
+def prefix_block_hashes(token_ids: list[int], block_size: int) -> list[int]:
+    """Chained hashes of the full blocks of ``token_ids`` (the same values a Sequence's blocks get)."""
+    hashes: list[int] = []
+    parent = ROOT_HASH
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = hash_block(parent, array("i", token_ids[start : start + block_size]).tobytes())
+        hashes.append(parent)
+    return hashes
+
+
 class BlockManager:
     """Owns block ids ``0 .. num_blocks-1``. "Can't allocate" is a ``False`` return, never an exception."""
 
@@ -89,6 +99,16 @@ class BlockManager:
                 break
             hits.append(block_id)
         return hits
+
+    def num_cached_prefix_blocks(self, block_hashes: list[int]) -> int:
+        """How many leading blocks of these hashes are cached here: a side-effect-free probe for routers."""
+        cached = self._cached
+        count = 0
+        for block_hash in block_hashes:
+            if block_hash not in cached:
+                break
+            count += 1
+        return count
 
     def _register_full_blocks(self, seq: Sequence, num_full_blocks: int) -> None:
         cached = self._cached

@@ -173,3 +173,16 @@ def test_prefix_caching_disabled():
 def test_unbounded_cache_costs_nothing_up_front():
     bm = BlockManager(num_blocks=10**9, block_size=16)
     assert bm.ref_counts == [] and bm.num_free_blocks == 10**9
+
+
+def test_prefix_probe_counts_cached_leading_blocks_without_side_effects():
+    from engine.block_manager import prefix_block_hashes
+
+    bm = BlockManager(num_blocks=8, block_size=2)
+    seq = make_seq([1, 2, 3, 4, 5], 0)
+    admit(bm, seq)
+    assert prefix_block_hashes([1, 2, 3, 4, 5], 2) == seq.block_hashes
+    assert bm.num_cached_prefix_blocks(prefix_block_hashes([1, 2, 3, 4, 9, 9], 2)) == 2
+    assert bm.num_cached_prefix_blocks(prefix_block_hashes([1, 2, 7, 7], 2)) == 1
+    assert bm.num_cached_prefix_blocks(prefix_block_hashes([9, 9], 2)) == 0
+    assert bm.ref_counts == [1, 1, 1] and bm.num_queried_tokens == 5

@@ -43,14 +43,29 @@ class StepTimings:
 
 
 @dataclass
+class StepPlan:
+    """One step's inputs on the host, in the flattened order (decode rows, then prefill chunks)."""
+
+    ids: list[int]
+    positions: list[int] | np.ndarray
+    slots: list[int] | np.ndarray
+    num_decode: int
+    decode_tables: np.ndarray | None
+    logits_indices: list[int]
+    sample_rows: list[int]  # batch index of each sampled row, in logits order
+    q_lens: list[int] = field(default_factory=list)
+    context_lens: list[int] = field(default_factory=list)
+    prefill_tables: np.ndarray | None = None
+    graph_bs: int = 0  # > 0: replay the graph captured for this many decode rows
+
+
+@dataclass
 class StepInputs:
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata
     logits_indices: torch.Tensor
-    sample_rows: list[int]  # batch index of each sampled row, in logits order
-    sampling: SamplingTensors | None
-    graph_batch_size: int = 0  # > 0: replay the graph captured for this many decode rows
+    graph_batch_size: int = 0
 
 
 def resolve_device(options: EngineOptions) -> torch.device:
@@ -158,7 +173,7 @@ class ModelRunner:
         free, total = torch.cuda.mem_get_info(self.device)
         used = total - free
         available = total * opts.gpu_memory_utilization - used - (peak - current)
-        num_blocks = int(available // self._block_bytes())
+        num_blocks = self.parallel.min_across_ranks(int(available // self._block_bytes()), self.device)
         if opts.num_gpu_blocks is not None:
             if opts.num_gpu_blocks > num_blocks:
                 raise ValueError(f"num_gpu_blocks={opts.num_gpu_blocks} does not fit: at most {num_blocks} blocks fit")
@@ -171,22 +186,25 @@ class ModelRunner:
         return num_blocks
 
     def _warmup_forward(self, num_seqs: int, seq_len: int) -> None:
-        bs = self.block_size
-        blocks_per_seq = -(-seq_len // bs)
-        ids, positions, slots = [], [], []
-        for s in range(num_seqs):
-            ids.extend([1] * seq_len)
-            positions.extend(range(seq_len))
-            base = s * blocks_per_seq * bs
-            slots.extend(base + p for p in range(seq_len))
-        tables = [list(range(s * blocks_per_seq, (s + 1) * blocks_per_seq)) for s in range(num_seqs)]
-        meta = self._prefill_only_meta(slots, [seq_len] * num_seqs, [0] * num_seqs, tables)
-        hidden = self.model(self._to_device(ids, torch.int64), self._to_device(positions, torch.int64), meta)
-        last = torch.arange(1, num_seqs + 1, device=self.device) * seq_len - 1
-        logits = self.model.compute_logits(hidden[last])
-        if logits is not None:
-            params = SamplingTensors([1.0] * num_seqs, [-1] * num_seqs, [1.0] * num_seqs, [None] * num_seqs, self.device)
-            sample(logits, params)
+        """A prefill of ``num_seqs`` sequences of ``seq_len`` tokens: the largest step the scheduler may form."""
+        blocks_per_seq = -(-seq_len // self.block_size)
+        positions = np.tile(np.arange(seq_len, dtype=np.int64), num_seqs)
+        seq_index = np.repeat(np.arange(num_seqs, dtype=np.int64), seq_len)
+        plan = StepPlan(
+            ids=[1] * (num_seqs * seq_len),
+            positions=positions,
+            slots=seq_index * blocks_per_seq * self.block_size + positions,
+            num_decode=0,
+            decode_tables=None,
+            logits_indices=[(i + 1) * seq_len - 1 for i in range(num_seqs)],
+            sample_rows=list(range(num_seqs)),
+            q_lens=[seq_len] * num_seqs,
+            context_lens=[0] * num_seqs,
+            prefill_tables=np.arange(num_seqs * blocks_per_seq, dtype=np.int32).reshape(num_seqs, blocks_per_seq),
+        )
+        self.broadcast_plan(plan)
+        sampling = SamplingTensors([1.0] * num_seqs, [-1] * num_seqs, [1.0] * num_seqs, [None] * num_seqs, self.device)
+        self.execute(self.materialize(plan), sampling)
 
     # ---- host -> device -------------------------------------------------------------------------
     def _to_device(self, values, dtype: torch.dtype) -> torch.Tensor:
@@ -207,29 +225,14 @@ class ModelRunner:
             out[rows, np.arange(total) - starts] = flat
         return out
 
-    def _prefill_only_meta(self, slots, q_lens, context_lens, tables) -> AttentionMetadata:
-        cu = np.zeros(len(q_lens) + 1, dtype=np.int32)
-        np.cumsum(q_lens, out=cu[1:])
-        return AttentionMetadata(
-            slot_mapping=self._to_device(slots, torch.int64),
-            num_decode_tokens=0,
-            num_prefill_seqs=len(q_lens),
-            prefill_cu_seqlens_q=self._to_device(cu, torch.int32),
-            prefill_context_lens=self._to_device(context_lens, torch.int32),
-            prefill_block_tables=self._to_device(self._block_table_array(tables), torch.int32),
-            prefill_max_q_len=max(q_lens),
-            prefill_max_k_len=max(c + q for c, q in zip(context_lens, q_lens)),
-            host_prefill_q_lens=list(q_lens),
-            host_prefill_context_lens=list(context_lens),
-        )
-
     def _num_splits(self, num_decode: int) -> int:
         if not self._is_cuda:
             return 1
         return decode_num_splits(num_decode, self.num_kv_heads, -(-self.max_model_len // 64), self._num_sms)
 
     # ---- one step -------------------------------------------------------------------------------
-    def prepare(self, batch: ScheduledBatch) -> StepInputs:
+    def plan(self, batch: ScheduledBatch) -> StepPlan:
+        """Pack the batch on the host: decode rows first, then prefill chunks (picklable, for TP workers)."""
         bs = self.block_size
         seqs = batch.seqs
         new_tokens = batch.num_new_tokens
@@ -250,14 +253,20 @@ class ModelRunner:
                 sample_rows.append(row)
                 logits_indices.append(offset)
         num_decode = len(decode_rows)
-
-        q_lens: list[int] = []
-        context_lens: list[int] = []
-        prefill_tables: list[list[int]] = []
+        plan = StepPlan(
+            ids=ids,
+            positions=positions,
+            slots=slots,
+            num_decode=num_decode,
+            decode_tables=self._block_table_array([s.block_table for s in decode_seqs]) if num_decode else None,
+            logits_indices=logits_indices,
+            sample_rows=sample_rows,
+        )
         if prefill_rows:
             position_parts = [np.asarray(positions, dtype=np.int64)]
             slot_parts = [np.asarray(slots, dtype=np.int64)]
             offset = num_decode
+            tables = []
             for row in prefill_rows:
                 seq = seqs[row]
                 start, n = seq.num_computed_tokens, new_tokens[row]
@@ -266,56 +275,54 @@ class ModelRunner:
                 table = np.asarray(seq.block_table, dtype=np.int64)
                 position_parts.append(pos)
                 slot_parts.append(table[pos // bs] * bs + pos % bs)
-                q_lens.append(n)
-                context_lens.append(start)
-                prefill_tables.append(seq.block_table)
+                plan.q_lens.append(n)
+                plan.context_lens.append(start)
+                tables.append(seq.block_table)
                 offset += n
                 if start + n == seq.num_tokens:
                     sample_rows.append(row)
                     logits_indices.append(offset - 1)
-            positions_host = np.concatenate(position_parts)
-            slots_host = np.concatenate(slot_parts)
-        else:
-            positions_host = positions
-            slots_host = slots
+            plan.positions = np.concatenate(position_parts)
+            plan.slots = np.concatenate(slot_parts)
+            plan.prefill_tables = self._block_table_array(tables)
+        elif self.graphs and num_decode <= self._max_graph_bs:
+            plan.graph_bs = next(b for b in self._graph_sizes if b >= num_decode)
+        return plan
 
-        sampling = self._sampling_tensors([seqs[r] for r in sample_rows]) if sample_rows else None
-        graph_bs = 0
-        if not prefill_rows and self.graphs and num_decode <= self._max_graph_bs:
-            graph_bs = next(b for b in self._graph_sizes if b >= num_decode)
-            meta = self._fill_graph_inputs(graph_bs, ids, positions, slots, decode_seqs)
-            input_ids = self._graph_ids[:graph_bs]
-            positions_t = self._graph_positions[:graph_bs]
+    def materialize(self, plan: StepPlan) -> StepInputs:
+        """Device tensors for a plan (or the captured graph's static buffers, filled in place)."""
+        if plan.graph_bs:
+            meta = self._fill_graph_inputs(plan)
+            input_ids = self._graph_ids[: plan.graph_bs]
+            positions = self._graph_positions[: plan.graph_bs]
         else:
-            meta = AttentionMetadata(slot_mapping=self._to_device(slots_host, torch.int64), num_decode_tokens=num_decode)
+            num_decode = plan.num_decode
+            meta = AttentionMetadata(slot_mapping=self._to_device(plan.slots, torch.int64), num_decode_tokens=num_decode)
             if num_decode:
-                meta.decode_block_tables = self._to_device(
-                    self._block_table_array([s.block_table for s in decode_seqs]), torch.int32
-                )
-                context = [p + 1 for p in positions]
+                context = [p + 1 for p in plan.positions[:num_decode]]
+                meta.decode_block_tables = self._to_device(plan.decode_tables, torch.int32)
                 meta.decode_context_lens = self._to_device(context, torch.int32)
-                meta.host_decode_context_lens = context
+                meta.host_decode_context_lens = [int(c) for c in context]
                 meta.decode_num_splits = self._num_splits(num_decode)
-            if prefill_rows:
-                prefill_meta = self._prefill_only_meta([], q_lens, context_lens, prefill_tables)
-                meta.num_prefill_seqs = prefill_meta.num_prefill_seqs
-                meta.prefill_cu_seqlens_q = prefill_meta.prefill_cu_seqlens_q
-                meta.prefill_context_lens = prefill_meta.prefill_context_lens
-                meta.prefill_block_tables = prefill_meta.prefill_block_tables
-                meta.prefill_max_q_len = prefill_meta.prefill_max_q_len
-                meta.prefill_max_k_len = prefill_meta.prefill_max_k_len
-                meta.host_prefill_q_lens = q_lens
-                meta.host_prefill_context_lens = context_lens
-            input_ids = self._to_device(ids, torch.int64)
-            positions_t = self._to_device(positions_host, torch.int64)
+            if plan.q_lens:
+                cu = np.zeros(len(plan.q_lens) + 1, dtype=np.int32)
+                np.cumsum(plan.q_lens, out=cu[1:])
+                meta.num_prefill_seqs = len(plan.q_lens)
+                meta.prefill_cu_seqlens_q = self._to_device(cu, torch.int32)
+                meta.prefill_context_lens = self._to_device(plan.context_lens, torch.int32)
+                meta.prefill_block_tables = self._to_device(plan.prefill_tables, torch.int32)
+                meta.prefill_max_q_len = max(plan.q_lens)
+                meta.prefill_max_k_len = max(c + q for c, q in zip(plan.context_lens, plan.q_lens))
+                meta.host_prefill_q_lens = plan.q_lens
+                meta.host_prefill_context_lens = plan.context_lens
+            input_ids = self._to_device(plan.ids, torch.int64)
+            positions = self._to_device(plan.positions, torch.int64)
         return StepInputs(
             input_ids=input_ids,
-            positions=positions_t,
+            positions=positions,
             meta=meta,
-            logits_indices=self._to_device(logits_indices, torch.int64),
-            sample_rows=sample_rows,
-            sampling=sampling,
-            graph_batch_size=graph_bs,
+            logits_indices=self._to_device(plan.logits_indices, torch.int64),
+            graph_batch_size=plan.graph_bs,
         )
 
     def _sampling_tensors(self, seqs) -> SamplingTensors:
@@ -335,8 +342,8 @@ class ModelRunner:
         return SamplingTensors(temperatures, top_ks, top_ps, generators, self.device)
 
     @torch.inference_mode()
-    def execute(self, inputs: StepInputs) -> torch.Tensor | None:
-        """Forward and sampling; returns the sampled token ids (None on ranks other than the first)."""
+    def execute(self, inputs: StepInputs, sampling: SamplingTensors | None) -> torch.Tensor | None:
+        """Forward, logits where sampled, sampling; returns token ids (None on ranks other than the first)."""
         events = self._events if self._is_cuda else None
         if events:
             events[0].record()
@@ -348,10 +355,10 @@ class ModelRunner:
         if events:
             events[1].record()
         tokens = None
-        if inputs.sampling is not None:
-            logits = self.model.compute_logits(hidden[inputs.logits_indices])
-            if logits is not None:
-                tokens = sample(logits, inputs.sampling)
+        if inputs.logits_indices.numel():
+            logits = self.model.compute_logits(hidden[inputs.logits_indices])  # collective under TP
+            if logits is not None and sampling is not None:
+                tokens = sample(logits, sampling)
         if events:
             events[2].record()
         return tokens
@@ -359,12 +366,15 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
         t0 = time.perf_counter()
-        inputs = self.prepare(batch)
+        plan = self.plan(batch)
+        self.broadcast_plan(plan)
+        inputs = self.materialize(plan)
+        sampling = self._sampling_tensors([batch.seqs[r] for r in plan.sample_rows]) if plan.sample_rows else None
         t1 = time.perf_counter()
-        tokens = self.execute(inputs)
+        tokens = self.execute(inputs, sampling)
         token_ids = [-1] * len(batch.seqs)
         if tokens is not None:
-            for row, token in zip(inputs.sample_rows, tokens.tolist()):
+            for row, token in zip(plan.sample_rows, tokens.tolist()):
                 token_ids[row] = token
         t2 = time.perf_counter()
         timings = self.timings
@@ -375,7 +385,7 @@ class ModelRunner:
             self._events[2].synchronize()  # steps that sample nothing never waited on the GPU
             timings.forward_s += self._events[0].elapsed_time(self._events[1]) / 1e3
             timings.sample_s += self._events[1].elapsed_time(self._events[2]) / 1e3
-        if inputs.graph_batch_size:
+        if plan.graph_bs:
             timings.num_graph_steps += 1
         if self._generators:
             for seq in batch.seqs:
@@ -425,26 +435,28 @@ class ModelRunner:
             self._graph_meta[bs] = meta
             torch.cuda.synchronize(dev)
 
-    def _fill_graph_inputs(self, graph_bs: int, ids, positions, slots, decode_seqs) -> AttentionMetadata:
-        n = len(ids)
-        pad = graph_bs - n
+    def _fill_graph_inputs(self, plan: StepPlan) -> AttentionMetadata:
+        graph_bs = plan.graph_bs
+        n = plan.num_decode
         host = np.zeros((4, graph_bs), dtype=np.int64)
-        host[0, :n] = ids
-        host[1, :n] = positions
-        host[2, :n] = slots
+        host[0, :n] = plan.ids
+        host[1, :n] = plan.positions
+        host[2, :n] = plan.slots
         host[2, n:] = -1
-        host[3, :n] = positions
-        host[3, :n] += 1
+        host[3, :n] = host[1, :n] + 1
         staged = torch.from_numpy(host).pin_memory().to(self.device, non_blocking=True)
         self._graph_ids[:graph_bs].copy_(staged[0])
         self._graph_positions[:graph_bs].copy_(staged[1])
         self._graph_slots[:graph_bs].copy_(staged[2])
         self._graph_context[:graph_bs].copy_(staged[3])
-        tables = self._block_table_array([s.block_table for s in decode_seqs])
-        if pad:
-            tables = np.concatenate([tables, np.zeros((pad, tables.shape[1]), dtype=np.int32)])
+        tables = plan.decode_tables
+        if graph_bs > n:
+            tables = np.concatenate([tables, np.zeros((graph_bs - n, tables.shape[1]), dtype=np.int32)])
         self._graph_tables[:graph_bs].copy_(torch.from_numpy(tables).pin_memory(), non_blocking=True)
         return self._graph_meta[graph_bs]
+
+    def broadcast_plan(self, plan: StepPlan) -> None:
+        """Hook for tensor parallelism: the driver sends each step's plan to its workers."""
 
     def close(self) -> None:
         """Release graphs, the KV cache and the weights now rather than at garbage collection."""

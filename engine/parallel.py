@@ -22,6 +22,14 @@ class ParallelContext:
             dist.all_reduce(x)
         return x
 
+    def min_across_ranks(self, value: int, device: torch.device) -> int:
+        """Every rank must size its KV cache alike: take the smallest count any rank can hold."""
+        if self.world_size == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.int64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return int(t.item())
+
     def gather_to_first(self, x: torch.Tensor, dim: int = -1) -> torch.Tensor | None:
         """Concatenate every rank's ``x`` along ``dim`` on rank 0 (others get None)."""
         if self.world_size == 1:

@@ -72,15 +72,15 @@ def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch
 
     llm = LLM(path, max_model_len=2048, **options)
     try:
-        real_prepare = llm.runner.prepare
+        real_plan = llm.runner.plan
 
-        def recording_prepare(batch):
-            inputs = real_prepare(batch)
-            pending[:] = [(batch.seqs[r].request_id, batch.seqs[r].num_tokens) for r in inputs.sample_rows]
-            return inputs
+        def recording_plan(batch):
+            plan = real_plan(batch)
+            pending[:] = [(batch.seqs[r].request_id, batch.seqs[r].num_tokens) for r in plan.sample_rows]
+            return plan
 
         monkeypatch.setattr(model_runner_module, "sample", recording_sample)
-        monkeypatch.setattr(llm.runner, "prepare", recording_prepare)
+        monkeypatch.setattr(llm.runner, "plan", recording_plan)
         greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
         ours = [o["token_ids"] for o in llm.generate(prompts, greedy, use_tqdm=False)]
     finally:

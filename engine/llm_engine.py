@@ -37,6 +37,13 @@ class LLMEngine:
         self._seq_ids = itertools.count()
         self._step_start_s = 0.0
 
+    def reset(self) -> None:
+        """Start over with an empty scheduler, cache and step log (e.g. after a warm-up)."""
+        if self.has_unfinished_requests():
+            raise RuntimeError("cannot reset an engine with unfinished requests")
+        self.scheduler = Scheduler(self.config, self.scheduler.eos_token_ids)
+        self.step_log = StepLog(replica=self.replica, num_kv_blocks=self.config.num_gpu_blocks)
+
     def add_request(
         self,
         prompt_token_ids: list[int],

@@ -11,55 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+from engine.replay_args import add_engine_arguments, add_trace_arguments, load_trace_for_replay
 from sim.hardware import GPUS
 from sim.router import ROUTERS
 from sim.simulator import SimConfig, SimResult, simulate
-
-
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by every replay (simulated or on a GPU) and by sweeps."""
-    g = parser.add_argument_group("engine")
-    g.add_argument("--model", default="qwen3-0.6b", help="shipped model config name or HF model dir (default: %(default)s)")
-    g.add_argument("--policy", default="mixed", choices=["mixed", "nano"], help="scheduling policy (default: %(default)s)")
-    g.add_argument("--max-num-seqs", type=int, default=256, help="most sequences in one step (default: %(default)s)")
-    g.add_argument(
-        "--max-num-batched-tokens", type=int, default=8192, help="token budget of one step (default: %(default)s)"
-    )
-    g.add_argument("--block-size", type=int, default=256, help="tokens per KV block (default: %(default)s)")
-    g.add_argument(
-        "--num-gpu-blocks", type=int, default=None, help="KV blocks per replica (default: sized from GPU memory)"
-    )
-    g.add_argument("--max-model-len", type=int, default=None, help="longest prompt+output (default: the model's)")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="share of GPU memory used (default: %(default)s)")
-    g.add_argument("--no-prefix-caching", action="store_true", help="disable the prefix cache")
-    g.add_argument("--seed", type=int, default=0, help="seed for synthesized prompt tokens (default: %(default)s)")
-
-
-def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", help="trace parquet (see traces/README.md; convert others with python -m traces.convert)")
-    rate = parser.add_mutually_exclusive_group()
-    rate.add_argument("--qps", type=float, default=None, help="rescale arrivals to this mean rate (requests/s)")
-    rate.add_argument("--time-scale", type=float, default=None, help="multiply inter-arrival gaps by this factor")
-    parser.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
-
-
-def load_trace_for_replay(args: argparse.Namespace):
-    from traces.schema import load_trace
-
-    trace = load_trace(args.trace)
-    if args.limit is not None:
-        if args.limit < 1:
-            raise ValueError(f"--limit must be >= 1, got {args.limit}")
-        trace = trace.head(args.limit)
-    if args.qps is not None:
-        if args.qps <= 0:
-            raise ValueError(f"--qps must be > 0, got {args.qps}")
-        trace = trace.with_qps(args.qps)
-    elif args.time_scale is not None:
-        if args.time_scale <= 0:
-            raise ValueError(f"--time-scale must be > 0, got {args.time_scale}")
-        trace = trace.with_time_scale(args.time_scale)
-    return trace
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,7 +28,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gpu", default="h200", choices=sorted(GPUS), help="GPU type (default: %(default)s)")
     g.add_argument("--replicas", type=int, default=1, help="number of engine replicas (default: %(default)s)")
     g.add_argument("--router", default="rr", choices=sorted(ROUTERS), help="request router (default: %(default)s)")
-    g.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs per replica (default: %(default)s)")
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=None, help="output folder (default: a new folder under runs/)")
     out.add_argument("--no-report", action="store_true", help="skip report.html")
@@ -162,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
         progress = tqdm(total=len(trace), unit="req", desc="simulating", mininterval=0.5, file=sys.stderr)
     result = simulate(trace, config, on_request_done=progress.update if progress else None)
+    result.meta.update(qps=args.qps, time_scale=args.time_scale, limit=args.limit, offline=args.offline)
     if progress is not None:
         progress.close()
     out_dir = Path(args.out) if args.out else default_out_dir("sim", args.trace)

@@ -72,6 +72,10 @@ class Trace:
             self.requests.with_columns(first + (arrival - first) * scale)
         )
 
+    def offline(self) -> "Trace":
+        """Every request arrives at time 0, as in an offline batch run."""
+        return self._replace_requests(self.requests.with_columns(pl.lit(0.0, dtype=pl.Float64).alias("arrival_s")))
+
     def with_qps(self, qps: float) -> "Trace":
         """Rescale gaps so the mean rate `(num_requests - 1) / span` equals `qps` requests/s."""
         if not qps > 0 or not np.isfinite(qps):

@@ -1,0 +1,85 @@
+"""engine.replay end to end on CPU, and the offline fidelity rule: with every request at t=0, the
+simulator forms exactly the real engine's batches, step by step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pl = pytest.importorskip("polars")
+
+from engine.replay import main as engine_replay  # noqa: E402
+from traces.schema import save_trace  # noqa: E402
+
+SCHEDULE_COLUMNS = [
+    "num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
+    "decode_context_tokens", "num_batched_tokens", "num_running", "num_waiting", "num_kv_blocks_used",
+    "num_preempted", "num_finished",
+]
+
+
+@pytest.fixture(scope="module")
+def shared_prefix_trace(tmp_path_factory):
+    """24 requests; groups of them share 16-token hash blocks so the prefix cache is exercised."""
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for i in range(24):
+        prompt = int(torch.randint(20, 200, (1,), generator=g))
+        blocks = -(-prompt // 16)
+        shared = min(blocks, int(torch.randint(0, 6, (1,), generator=g)))
+        hash_ids = [1000 * (i % 3) + b for b in range(shared)] + [100_000 + 100 * i + b for b in range(blocks - shared)]
+        rows.append({"request_id": f"r{i}", "arrival_s": 0.05 * i, "prompt_tokens": prompt,
+                     "output_tokens": int(torch.randint(2, 40, (1,), generator=g)), "hash_ids": hash_ids})
+    path = tmp_path_factory.mktemp("trace") / "shared.parquet"
+    save_trace(pl.DataFrame(rows), path, hash_block_size=16)
+    return str(path)
+
+
+COMMON = ["--block-size", "16", "--max-model-len", "512", "--max-num-batched-tokens", "96", "--max-num-seqs", "6",
+          "--num-gpu-blocks", "30", "--quiet"]
+
+
+@pytest.mark.parametrize("policy", ["mixed", "nano"])
+def test_offline_simulation_forms_the_real_batches(tiny_qwen3, shared_prefix_trace, tmp_path, policy):
+    from sim.replay import main as sim_replay
+
+    model_dir, _ = tiny_qwen3
+    options = [shared_prefix_trace, "--model", model_dir, "--offline", "--policy", policy, *COMMON]
+    if policy == "nano":
+        options[options.index("--max-num-batched-tokens") + 1] = "512"
+    assert engine_replay([*options, "--out", str(tmp_path / "real"), "--warmup-requests", "2"]) == 0
+    assert sim_replay([*options, "--out", str(tmp_path / "sim"), "--no-report"]) == 0
+    real_steps = pl.read_parquet(tmp_path / "real" / "steps.parquet").select(SCHEDULE_COLUMNS)
+    sim_steps = pl.read_parquet(tmp_path / "sim" / "steps.parquet").select(SCHEDULE_COLUMNS)
+    assert real_steps.height > 10
+    assert real_steps.equals(sim_steps), "the simulated schedule differs from the real one"
+    assert real_steps["num_preempted"].sum() > 0, "the cache was meant to be small enough to preempt"
+    columns = ["request_id", "prompt_tokens", "output_tokens", "cached_tokens", "num_preemptions", "finish_reason"]
+    real_requests = pl.read_parquet(tmp_path / "real" / "requests.parquet").select(columns).sort("request_id")
+    sim_requests = pl.read_parquet(tmp_path / "sim" / "requests.parquet").select(columns).sort("request_id")
+    assert real_requests.equals(sim_requests)
+    assert real_requests["cached_tokens"].sum() > 0
+    real = json.loads((tmp_path / "real" / "summary.json").read_text())
+    assert real["num_finished"] == 24 and real["config"]["num_gpu_blocks"] == 30 and real["cost_model"] == "measured"
+
+
+def test_online_replay_waits_for_arrivals(tiny_qwen3, shared_prefix_trace, tmp_path):
+    model_dir, _ = tiny_qwen3
+    out = tmp_path / "online"
+    assert engine_replay([shared_prefix_trace, "--model", model_dir, *COMMON, "--out", str(out), "--warmup-requests", "0"]) == 0
+    requests = pl.read_parquet(out / "requests.parquet")
+    assert requests.height == 24
+    # No request is scheduled before it arrives, and the last arrival (1.15 s) is respected.
+    assert (requests["first_scheduled_s"] >= requests["arrival_s"]).all()
+    assert requests["first_scheduled_s"].max() >= 1.15
+    assert set(requests["finish_reason"]) == {"length"}
+
+
+def test_replay_rejects_bad_options_with_a_message(tiny_qwen3, shared_prefix_trace, tmp_path, capsys):
+    model_dir, _ = tiny_qwen3
+    with pytest.raises(SystemExit) as exit_info:
+        engine_replay([shared_prefix_trace, "--model", model_dir, "--block-size", "24", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "block_size must be a power of two" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from pathlib import Path
 from engine.replay_args import add_engine_arguments, add_trace_arguments, load_trace_for_replay
 from sim.hardware import GPUS
 from sim.router import ROUTERS
-from sim.simulator import SimConfig, SimResult, simulate
+from sim.simulator import SimConfig, SimResult, make_cost_model, simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gpu", default="h200", choices=sorted(GPUS), help="GPU type (default: %(default)s)")
     g.add_argument("--replicas", type=int, default=1, help="number of engine replicas (default: %(default)s)")
     g.add_argument("--router", default="rr", choices=sorted(ROUTERS), help="request router (default: %(default)s)")
+    g.add_argument(
+        "--cost-model", default="auto",
+        help="auto (a measured profile from sim/profiles/ when one matches --model, --gpu and TP, else the roofline "
+        "estimate), roofline, or a profile JSON path (default: %(default)s)",
+    )
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=None, help="output folder (default: a new folder under runs/)")
     out.add_argument("--no-report", action="store_true", help="skip report.html")
@@ -51,6 +56,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         gpu_memory_utilization=args.gpu_memory_utilization,
         tensor_parallel_size=args.tensor_parallel_size,
         seed=args.seed,
+        cost_model=args.cost_model,
     )
 
 
@@ -107,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = config_from_args(args)
         trace = load_trace_for_replay(args)
-        config.scheduler_config(config.model_shape)  # fail on bad options before simulating
+        shape = config.model_shape
+        config.scheduler_config(shape)  # fail on bad options before simulating
+        make_cost_model(config, shape)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
     progress = None

@@ -8,6 +8,7 @@ boundary, exactly as on hardware; an idle replica sleeps until a request arrives
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -21,6 +22,7 @@ from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 from sim.cost_model import CostModel, RooflineCostModel, num_kv_blocks_for
 from sim.hardware import get_gpu
+from sim.profiled_cost_model import ProfiledCostModel, find_profile
 from sim.router import ROUTERS, make_router
 from sim.runner import CostModelRunner
 
@@ -49,6 +51,7 @@ class SimConfig:
     gpu_memory_utilization: float = 0.9
     tensor_parallel_size: int = 1
     seed: int = 0
+    cost_model: str = "auto"  # auto: a shipped measured profile if one matches, else the roofline; or roofline; or a profile path
 
     def __post_init__(self) -> None:
         if self.num_replicas < 1:
@@ -122,7 +125,18 @@ class SimResult:
 
 
 def make_cost_model(config: SimConfig, model: ModelShape) -> CostModel:
-    return RooflineCostModel(model, get_gpu(config.gpu), config.tensor_parallel_size)
+    choice = config.cost_model
+    if choice == "roofline":
+        return RooflineCostModel(model, get_gpu(config.gpu), config.tensor_parallel_size)
+    if choice == "auto":
+        path = find_profile(model.name, config.gpu, config.tensor_parallel_size)
+        if path is None:
+            return RooflineCostModel(model, get_gpu(config.gpu), config.tensor_parallel_size)
+    else:
+        path = Path(choice)
+        if not path.is_file():
+            raise ValueError(f"cost model {choice!r} is neither 'auto', 'roofline' nor an existing profile JSON")
+    return ProfiledCostModel.load(path)
 
 
 def simulate(

@@ -48,10 +48,18 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
+TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+
+
 @pytest.mark.parametrize(
     "options",
-    [dict(), dict(enforce_eager=True, max_num_batched_tokens=256), dict(policy="nano")],
-    ids=["graphs-mixed", "eager-chunked", "nano"],
+    [
+        dict(),
+        dict(enforce_eager=True, max_num_batched_tokens=256),
+        dict(policy="nano"),
+        pytest.param(dict(tensor_parallel_size=2), marks=TWO_GPUS),
+    ],
+    ids=["graphs-mixed", "eager-chunked", "nano", "tp2"],
 )
 def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch):
     path, model, exact = qwen3_06b_shaped

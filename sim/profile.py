@@ -1,0 +1,198 @@
+"""Measure real step times through the real engine, for the simulator's cost model (runs on the GPU).
+
+``python -m sim.profile --model qwen3-0.6b --gpu h200 --out sim/profiles/h200/qwen3-0.6b.json``
+
+Each grid point puts the scheduler in a chosen state (sequences with a given cached context and a
+given number of new tokens), then times whole engine steps: scheduling, input preparation, the
+forward (a CUDA graph for decode-only steps, eager otherwise), sampling and postprocessing, as a
+replay pays them. KV contents do not change the timing, so states are injected rather than
+prefilled. The grid covers decode batches over context lengths, prefill chunks with and without a
+cached prefix, multi-sequence prefills and mixed prefill+decode steps. Needs torch; not simpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence, SequenceStatus
+from sim.batch_features import batch_features
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    family: str  # decode | prefill | multi_prefill | mixed
+    decode: tuple[int, int] = (0, 0)  # (num sequences, context tokens each)
+    prefill: tuple[tuple[int, int], ...] = ()  # (cached context, new tokens) per prefilling sequence
+
+
+def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens: int, quick: bool) -> list[GridPoint]:
+    graph_sizes = [b for b in (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512) if b <= max_num_seqs]
+    contexts = [32, 256, 1024, 4096, 16384]
+    chunks = [16, 64, 256, 1024, 2048, 4096, 8192]
+    cached = [0, 512, 4096, 16384]
+    if quick:
+        graph_sizes, contexts, chunks, cached = graph_sizes[::3], contexts[::2], chunks[::2], cached[::2]
+    points: list[GridPoint] = []
+    for bs, ctx in itertools.product(graph_sizes, contexts):
+        if bs * (ctx + 16) <= max_kv_tokens and ctx + 16 <= max_model_len:
+            points.append(GridPoint("decode", decode=(bs, ctx)))
+    for q, c in itertools.product(chunks, cached):
+        if q <= budget and c + q + 2 <= max_model_len:
+            points.append(GridPoint("prefill", prefill=((c, q),)))
+    for n, q in ((2, 1024), (4, 512), (8, 256), (16, 128), (4, 2048), (32, 64), (3, 1500)):
+        if n * q <= budget:
+            points.append(GridPoint("multi_prefill", prefill=tuple((0, q) for _ in range(n))))
+    for bs, ctx, q, c in itertools.product((8, 32, 96, 192), (512, 4096), (64, 1024, 4096), (0, 2048)):
+        fits_len = ctx + 16 <= max_model_len and c + q + 2 <= max_model_len
+        if fits_len and bs + q <= budget and bs + 1 <= max_num_seqs and bs * (ctx + 16) + c + q <= max_kv_tokens:
+            points.append(GridPoint("mixed", decode=(bs, ctx), prefill=((c, q),)))
+    return points
+
+
+class StateInjector:
+    """Puts sequences straight into the scheduler's running list with their KV blocks allocated."""
+
+    def __init__(self, engine, vocab_size: int, seed: int = 0) -> None:
+        self.engine = engine
+        self.vocab_size = vocab_size
+        self.rng = random.Random(seed)
+        self._next_id = 10**9
+
+    def add(self, num_cached: int, num_new: int, max_tokens: int) -> Sequence:
+        scheduler = self.engine.scheduler
+        tokens = [self.rng.randrange(self.vocab_size) for _ in range(num_cached + num_new)]
+        seq = Sequence(self._next_id, tokens, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True))
+        self._next_id += 1
+        seq.max_num_tokens = min(seq.max_num_tokens, scheduler.config.max_seq_len)
+        if not scheduler.block_manager.allocate(seq, [], num_cached + num_new):
+            raise RuntimeError(f"grid point does not fit the KV cache ({num_cached + num_new} tokens)")
+        seq.num_computed_tokens = num_cached
+        seq.status = SequenceStatus.RUNNING
+        seq.first_scheduled_s = 0.0
+        scheduler.running.append(seq)
+        return seq
+
+    def clear(self) -> None:
+        scheduler = self.engine.scheduler
+        for seq in list(scheduler.running) + list(scheduler.waiting):
+            scheduler.abort(seq)
+
+
+def time_step(engine) -> tuple[dict, float]:
+    """One whole engine step, timed; its features are read before the step changes the sequences."""
+    t0 = time.perf_counter()
+    batch = engine.begin_step()
+    t1 = time.perf_counter()
+    features = batch_features(batch)
+    t2 = time.perf_counter()
+    output = engine.runner.run(batch)
+    engine.end_step(batch, output)
+    t3 = time.perf_counter()
+    return features, (t1 - t0) + (t3 - t2)
+
+
+def measure(engine, injector: StateInjector, point: GridPoint, repeats: int) -> dict:
+    samples: list[tuple[dict, float]] = []
+    if point.family == "decode":
+        bs, ctx = point.decode
+        for _ in range(bs):
+            injector.add(ctx - 1, 1, max_tokens=repeats + 8)
+        time_step(engine)  # warm-up
+        samples = [time_step(engine) for _ in range(repeats)]
+        injector.clear()
+    else:
+        for rep in range(repeats + 1):
+            bs, ctx = point.decode
+            for _ in range(bs):
+                injector.add(ctx - 1, 1, max_tokens=8)
+            for c, q in point.prefill:
+                injector.add(c, q, max_tokens=8)
+            sample = time_step(engine)
+            if rep:  # the first is a warm-up
+                samples.append(sample)
+            injector.clear()
+    features = samples[len(samples) // 2][0]
+    times = [t for _, t in samples]
+    return {
+        "family": point.family,
+        "decode": list(point.decode),
+        "prefill": [list(p) for p in point.prefill],
+        "features": features,
+        "times_s": times,
+        "median_s": statistics.median(times),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.profile", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3-0.6b", help="shipped model config or model dir (dummy weights)")
+    parser.add_argument("--gpu", default="h200", help="name stored in the profile, matched by sim.replay --gpu")
+    parser.add_argument("--out", required=True, help="profile JSON to write")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    parser.add_argument("--block-size", type=int, default=256)
+    parser.add_argument("--max-model-len", type=int, default=32768)
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps per grid point")
+    parser.add_argument("--quick", action="store_true", help="a coarse grid (for smoke tests)")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from engine.llm import LLM
+    from sim.profiled_cost_model import fit_profile
+
+    started = time.perf_counter()
+    llm = LLM(
+        args.model, load_format="dummy", max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
+        max_model_len=args.max_model_len, tensor_parallel_size=args.tensor_parallel_size, device=args.device,
+    )
+    engine = llm.engine
+    max_kv_tokens = engine.config.kv_capacity_tokens // 2
+    grid = build_grid(args.max_num_seqs, args.max_num_batched_tokens, engine.config.max_model_len, max_kv_tokens, args.quick)
+    injector = StateInjector(engine, llm.shape.vocab_size)
+    points = []
+    for i, point in enumerate(grid):
+        points.append(measure(engine, injector, point, args.repeats))
+        if (i + 1) % 20 == 0:
+            print(f"  {i + 1}/{len(grid)} grid points, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    llm.close()
+    profile = {
+        "model": llm.shape.name if args.model.count("/") == 0 else args.model,
+        "gpu": args.gpu,
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "torch": torch.__version__,
+        "measured_at": time.strftime("%Y-%m-%d"),
+        "engine_options": {
+            "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
+            "block_size": args.block_size, "max_model_len": args.max_model_len,
+            "num_gpu_blocks": engine.config.num_gpu_blocks,
+            "cuda_graph_sizes": list(getattr(llm.runner, "_graph_sizes", [])),
+        },
+        "points": points,
+        "profile_wall_s": round(time.perf_counter() - started, 1),
+    }
+    profile["fit"] = fit_profile(profile)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(profile, indent=1) + "\n")
+    held = profile["fit"]["held_out"]
+    print(f"{len(points)} grid points in {profile['profile_wall_s']} s; held-out error: mean {held['mean_abs_rel_error']:.1%}, "
+          f"p90 {held['p90_abs_rel_error']:.1%}, max {held['max_abs_rel_error']:.1%} over {held['num_points']} points")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""A cost model fitted to step times measured on the real engine (``python -m sim.profile``).
+
+Two regimes, as the engine runs them:
+- decode-only steps replay a CUDA graph padded to a batch-size bucket: time = a(bucket) + b(bucket) x
+  (KV tokens read), with a and b fitted per measured bucket size and interpolated between them;
+- every other step runs eagerly: least squares on a piecewise-linear basis in the step's tokens
+  (weights are streamed until the batch is large enough to be compute-bound, so cost is not linear
+  in tokens), plus prefill attention pairs, prefill and decode KV tokens read, and sequences.
+Every fourth grid point of each family is held out of the fit and its error is reported.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from engine.scheduler import ScheduledBatch
+from sim.batch_features import prefill_attention_pairs
+
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+TOKEN_KNOTS = (256, 1024, 4096)
+EAGER_BASIS = ("one", "tokens", *(f"tokens_over_{k}" for k in TOKEN_KNOTS), "attention_pairs", "prefill_kv_tokens",
+               "decode_kv_tokens", "num_seqs")
+
+
+def _eager_row(f: dict) -> list[float]:
+    tokens = f["num_prefill_tokens"] + f["num_decode_seqs"]
+    return [1.0, tokens, *(max(0, tokens - k) for k in TOKEN_KNOTS), f["prefill_attention_pairs"],
+            f["prefill_context_tokens"] + f["num_prefill_tokens"], f["decode_context_tokens"], f["num_seqs"]]
+
+
+def _is_graph_step(f: dict, max_graph_bs: int) -> bool:
+    return f["num_prefill_tokens"] == 0 and 0 < f["num_decode_seqs"] <= max_graph_bs
+
+
+def _fit_decode(points: list[dict]) -> dict:
+    by_bs: dict[int, list[tuple[float, float]]] = {}
+    for p in points:
+        f = p["features"]
+        by_bs.setdefault(f["num_decode_seqs"], []).append((f["decode_context_tokens"], p["median_s"]))
+    slopes = []
+    fits = {}
+    for bs, pairs in sorted(by_bs.items()):
+        x = np.array([c for c, _ in pairs], dtype=float)
+        y = np.array([t for _, t in pairs], dtype=float)
+        if len(pairs) >= 2 and np.ptp(x) > 0:
+            b, a = np.polyfit(x, y, 1)
+            b = max(b, 0.0)
+            a = float(np.mean(y - b * x))
+            slopes.append(b)
+        else:
+            a, b = float(y.mean()), None
+        fits[bs] = [a, b]
+    default_slope = float(np.median(slopes)) if slopes else 0.0
+    batch_sizes = sorted(fits)
+    return {
+        "batch_sizes": batch_sizes,
+        "intercept_s": [fits[b][0] for b in batch_sizes],
+        "per_kv_token_s": [fits[b][1] if fits[b][1] is not None else default_slope for b in batch_sizes],
+    }
+
+
+def _fit_eager(points: list[dict]) -> dict:
+    x = np.array([_eager_row(p["features"]) for p in points], dtype=float)
+    y = np.array([p["median_s"] for p in points], dtype=float)
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-12)
+    # Relative error matters, not absolute: weight each point by 1/time so short steps count as much as long ones.
+    w = 1.0 / y
+    coef, *_ = np.linalg.lstsq((x / scale) * w[:, None], y * w, rcond=None)
+    return {"basis": list(EAGER_BASIS), "coef": (coef / scale).tolist()}
+
+
+def _fit(points: list[dict], max_graph_bs: int) -> dict:
+    decode = [p for p in points if _is_graph_step(p["features"], max_graph_bs)]
+    eager = [p for p in points if not _is_graph_step(p["features"], max_graph_bs)]
+    return {"graph_decode": _fit_decode(decode), "eager": _fit_eager(eager), "max_graph_batch_size": max_graph_bs}
+
+
+def fit_profile(profile: dict) -> dict:
+    """Fit on three of every four grid points per family; report the error on the fourth."""
+    points = profile["points"]
+    sizes = profile["engine_options"].get("cuda_graph_sizes") or [0]
+    max_graph_bs = max(sizes)
+    train, held = [], []
+    counters: dict[str, int] = {}
+    for p in points:
+        i = counters.get(p["family"], 0)
+        counters[p["family"]] = i + 1
+        (held if i % 4 == 3 else train).append(p)
+    fit = _fit(train, max_graph_bs)
+    fit["graph_sizes"] = sizes
+    model = ProfiledCostModel(fit, name="fit")
+    errors = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in held]
+    by_family = {}
+    for family in sorted({p["family"] for p in held}):
+        errs = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in held if p["family"] == family]
+        by_family[family] = round(float(np.mean(errs)), 4)
+    fit["held_out"] = {
+        "num_points": len(held),
+        "mean_abs_rel_error": float(np.mean(errors)) if errors else None,
+        "p90_abs_rel_error": float(np.percentile(errors, 90)) if errors else None,
+        "max_abs_rel_error": float(np.max(errors)) if errors else None,
+        "mean_abs_rel_error_by_family": by_family,
+    }
+    train_errors = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in train]
+    fit["train_mean_abs_rel_error"] = float(np.mean(train_errors))
+    return fit
+
+
+class ProfiledCostModel:
+    def __init__(self, fit: dict, name: str) -> None:
+        self.name = name
+        self.fit = fit
+        decode = fit["graph_decode"]
+        sizes = sorted(fit.get("graph_sizes") or decode["batch_sizes"])
+        self.max_graph_bs = fit["max_graph_batch_size"]
+        measured = np.array(decode["batch_sizes"], dtype=float)
+        # Per decode batch size: the graph bucket it is padded to, then that bucket's interpolated a and b.
+        self._decode_a = [0.0] * (self.max_graph_bs + 1)
+        self._decode_b = [0.0] * (self.max_graph_bs + 1)
+        for bs in range(1, self.max_graph_bs + 1):
+            bucket = next((s for s in sizes if s >= bs), sizes[-1])
+            self._decode_a[bs] = float(np.interp(bucket, measured, decode["intercept_s"]))
+            self._decode_b[bs] = float(np.interp(bucket, measured, decode["per_kv_token_s"]))
+        self._coef = np.array(fit["eager"]["coef"], dtype=float)
+        self._min_s = float(min(decode["intercept_s"])) if decode["intercept_s"] else 1e-4
+
+    @classmethod
+    def load(cls, path: Path) -> "ProfiledCostModel":
+        profile = json.loads(Path(path).read_text())
+        name = f"profile:{profile['gpu']}/{Path(path).stem} (measured {profile.get('measured_at', '?')})"
+        return cls(profile["fit"], name)
+
+    def predict(self, f: dict) -> float:
+        if _is_graph_step(f, self.max_graph_bs):
+            bs = f["num_decode_seqs"]
+            return self._decode_a[bs] + self._decode_b[bs] * f["decode_context_tokens"]
+        return max(float(np.dot(self._coef, _eager_row(f))), self._min_s)
+
+    def step_time_s(self, batch: ScheduledBatch) -> float:
+        if batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:  # hot path
+            bs = batch.num_decode_seqs
+            return self._decode_a[bs] + self._decode_b[bs] * batch.decode_context_tokens
+        return self.predict(
+            {
+                "num_seqs": len(batch.seqs),
+                "num_prefill_seqs": batch.num_prefill_seqs,
+                "num_prefill_tokens": batch.num_prefill_tokens,
+                "prefill_context_tokens": batch.prefill_context_tokens,
+                "num_decode_seqs": batch.num_decode_seqs,
+                "decode_context_tokens": batch.decode_context_tokens,
+                "prefill_attention_pairs": prefill_attention_pairs(batch),
+            }
+        )
+
+
+def profile_path(model: str, gpu: str, tensor_parallel_size: int = 1) -> Path:
+    suffix = f"-tp{tensor_parallel_size}" if tensor_parallel_size > 1 else ""
+    return PROFILE_DIR / gpu.lower() / f"{model}{suffix}.json"
+
+
+def find_profile(model: str, gpu: str, tensor_parallel_size: int = 1) -> Path | None:
+    path = profile_path(model, gpu, tensor_parallel_size)
+    return path if path.is_file() else None

@@ -1,0 +1,68 @@
+"""Build the validation traces from ../shared/traces (kept out of git; regenerate with this script).
+
+- bench_workload.parquet: the throughput benchmark's 256 requests (nano-vLLM's workload), all at t=0;
+- azure_conv_slice.parquet: a contiguous slice of the Azure 2023 conversation trace;
+- mooncake_slice.parquet: a contiguous slice of the Mooncake conversation trace (prefix reuse via hash ids).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import polars as pl  # noqa: E402
+
+from traces.convert import ConvertOptions, convert  # noqa: E402
+from traces.schema import save_trace  # noqa: E402
+
+
+def bench_workload(out: Path) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from throughput import workload
+
+    prompts, params = workload(256, 1024, 1024)
+    df = pl.DataFrame({
+        "request_id": [f"bench-{i}" for i in range(len(prompts))],
+        "arrival_s": [0.0] * len(prompts),
+        "prompt_tokens": [len(p) for p in prompts],
+        "output_tokens": [p.max_tokens for p in params],
+    })
+    save_trace(df, out)
+
+
+def slice_of(fmt: str, src: Path, start: int, count: int, out: Path) -> None:
+    trace, _ = convert(fmt, src, ConvertOptions())
+    requests = trace.requests.slice(start, count)
+    requests = requests.with_columns(pl.col("arrival_s") - requests["arrival_s"][0])
+    save_trace(requests, out, hash_block_size=trace.hash_block_size)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", default=str(ROOT.parent / "shared" / "traces"), help="folder of the public traces")
+    parser.add_argument("--out", default=str(ROOT / "validation" / "traces"))
+    parser.add_argument("--azure-start", type=int, default=2000)
+    parser.add_argument("--azure-count", type=int, default=6000)
+    parser.add_argument("--mooncake-start", type=int, default=0)
+    parser.add_argument("--mooncake-count", type=int, default=600)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    shared = Path(args.shared)
+    bench_workload(out / "bench_workload.parquet")
+    slice_of("azure", shared / "azure_llm_2023_conv.csv", args.azure_start, args.azure_count, out / "azure_conv_slice.parquet")
+    slice_of("mooncake", shared / "mooncake_conversation.jsonl", args.mooncake_start, args.mooncake_count,
+             out / "mooncake_slice.parquet")
+    for path in sorted(out.glob("*.parquet")):
+        df = pl.read_parquet(path)
+        print(f"{path.name}: {df.height} requests, span {df['arrival_s'].max():.1f} s, "
+              f"mean prompt {df['prompt_tokens'].mean():.0f}, mean output {df['output_tokens'].mean():.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU half of the validation (and the measured profiles and throughput figures), in phases that
+# each fit one 10-minute device command. Run from the repository root on the GPU machine:
+#   bash validation/run_gpu.sh PHASE OUT_DIR
+# Phases: tp-and-profiles (needs 2 GPUs for its TP parts), offline, online.
+# Needs validation/traces/ (python validation/make_traces.py) and, where polars is missing, its
+# wheels in .whl/ (see validation/README.md). Every step runs even if an earlier one failed.
+set -u
+phase=$1
+out=$2
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ] && ! python3 -c 'import polars' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+step() { echo "=== $* ($(date +%T))"; "$@" || echo "!!! failed: $*"; }
+pack() { tar -czf "$out/$1.tgz" -C "$out" "$1" && rm -r "${out:?}/$1"; }
+
+case "$phase" in
+tp-and-profiles)
+  if [ "$ngpu" -ge 2 ]; then
+    step timeout 300 python3 -m pytest -q -x -s -p no:cacheprovider tests/engine/test_gpu_llm.py -k tp2
+    step timeout 240 python3 -m sim.profile --model qwen3-8b --gpu h200 --tensor-parallel-size 2 --repeats 3 --out "$out/qwen3-8b-tp2.json"
+    step timeout 180 python3 benchmarks/throughput.py --model qwen3-8b --tensor-parallel-size 2 --json "$out/throughput-qwen3-8b-tp2.json"
+  fi
+  step timeout 180 python3 -m sim.profile --model qwen3-0.6b --gpu h200 --out "$out/qwen3-0.6b.json"
+  step timeout 240 python3 -m sim.profile --model qwen3-8b --gpu h200 --repeats 3 --out "$out/qwen3-8b.json"
+  ;;
+throughput)
+  step timeout 300 python3 benchmarks/throughput.py --peer --json "$out/throughput-qwen3-0.6b.json"
+  ;;
+offline)
+  # (a) the throughput benchmark's workload, offline, both policies (temperature 0.6 as in the benchmark).
+  for policy in mixed nano; do
+    step timeout 180 python3 -m engine.replay validation/traces/bench_workload.parquet --offline --model qwen3-0.6b \
+      --load-format dummy --max-model-len 4096 --temperature 0.6 --policy "$policy" --out "$out/a-bench-$policy" --quiet
+    pack "a-bench-$policy"
+  done
+  # Capacity of the Azure slice: its first 3000 requests offline; the online loads are fractions of it.
+  step timeout 180 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --offline --limit 3000 \
+    --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/b-azure-offline" --quiet
+  pack b-azure-offline
+  ;;
+online)
+  # (b) Azure at three loads (QPS_LIGHT, QPS_70, QPS_95 given in the environment), (c) Mooncake at one.
+  for spec in "light:$QPS_LIGHT:800" "p70:$QPS_70:2400" "p95:$QPS_95:3000"; do
+    IFS=: read -r name qps limit <<< "$spec"
+    step timeout 170 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --qps "$qps" --limit "$limit" \
+      --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/b-azure-$name" --quiet
+    pack "b-azure-$name"
+  done
+  step timeout 200 python3 -m engine.replay validation/traces/mooncake_slice.parquet --qps "$QPS_MOONCAKE" --limit 200 \
+    --model qwen3-0.6b --load-format dummy --max-model-len 65536 --out "$out/c-mooncake" --quiet
+  pack c-mooncake
+  ;;
+*)
+  echo "unknown phase $phase (tp-and-profiles, throughput, offline, online)"; exit 2 ;;
+esac
+ls -la "$out"

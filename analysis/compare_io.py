@@ -1,0 +1,102 @@
+"""Loading the two replay folders of a sim-vs-real comparison.
+
+Both sides come from folders written by `sim.replay` or `engine.replay`. A
+wrong path or a half-written folder must end in one line naming the file, not
+in a traceback from deep inside polars, so every read here turns its failure
+into a `CompareInputError`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from analysis.schema import conform_requests, conform_steps
+
+REQUESTS_FILE = "requests.parquet"
+STEPS_FILE = "steps.parquet"
+SUMMARY_FILE = "summary.json"
+
+
+class CompareInputError(Exception):
+    """An input that cannot be compared; the message names the offending path."""
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One replay folder: its two tables (conformed to `analysis.schema`) and summary.json.
+
+    `metadata` is summary.json as written by the replay (config, cost model,
+    trace); it is only used for context, the metrics are recomputed from the
+    tables so both sides go through the same code.
+    """
+
+    label: str
+    path: Path
+    requests: pl.DataFrame
+    steps: pl.DataFrame
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The folder name, short enough for titles and legends."""
+        return self.path.resolve().name or str(self.path)
+
+    @property
+    def cost_model(self) -> str | None:
+        """The simulator's cost model, or None (a GPU replay has none)."""
+        value = self.metadata.get("cost_model")
+        return str(value) if value is not None else None
+
+    @property
+    def config(self) -> dict:
+        """The engine/deployment config recorded in summary.json ({} if absent)."""
+        config = self.metadata.get("config")
+        return dict(config) if isinstance(config, dict) else {}
+
+
+def _read_parquet(path: Path) -> pl.DataFrame:
+    if not path.is_file():
+        raise CompareInputError(f"{path}: no such file")
+    try:
+        return pl.read_parquet(path)
+    except Exception as exc:  # polars and pyarrow raise many kinds; all mean "cannot read this file"
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CompareInputError(f"{path}: not a readable parquet file ({detail})") from exc
+
+
+def _read_summary(path: Path) -> dict:
+    """summary.json as a dict; {} when absent, since hand-made or older folders may lack it."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CompareInputError(f"{path}: not a readable JSON file ({exc})") from exc
+    if not isinstance(data, dict):
+        raise CompareInputError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def load_run(path: str | Path, label: str) -> RunData:
+    """Read and check one replay folder; `label` ("real" or "sim") names it in tables and legends."""
+    path = Path(path)
+    if not path.exists():
+        raise CompareInputError(f"{path}: no such directory")
+    if not path.is_dir():
+        raise CompareInputError(f"{path}: not a directory (expected a replay output folder)")
+    requests_path, steps_path = path / REQUESTS_FILE, path / STEPS_FILE
+    requests = _read_parquet(requests_path)
+    steps = _read_parquet(steps_path)
+    try:
+        requests = conform_requests(requests)
+    except (ValueError, pl.exceptions.PolarsError) as exc:
+        raise CompareInputError(f"{requests_path}: {exc}") from exc
+    try:
+        steps = conform_steps(steps)
+    except (ValueError, pl.exceptions.PolarsError) as exc:
+        raise CompareInputError(f"{steps_path}: {exc}") from exc
+    return RunData(label=label, path=path, requests=requests, steps=steps, metadata=_read_summary(path / SUMMARY_FILE))

@@ -1,0 +1,147 @@
+"""The per-metric error table of a sim-vs-real comparison.
+
+Errors are signed and relative, (sim - real) / real, so "+0.10" reads "the
+simulator says 10 % more". Both sides' numbers are recomputed here from their
+tables with `analysis.metrics.summarize`, so a difference can only come from
+the runs themselves, never from two versions of the metric code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import polars as pl
+
+from analysis.metrics import MS_PER_S, summarize
+from analysis.stats import round_sig
+
+LATENCY_METRICS: tuple[tuple[str, str], ...] = (
+    ("TTFT", "ttft_ms"),
+    ("TPOT", "tpot_ms"),
+    ("ITL", "itl_ms"),
+    ("E2E", "e2e_ms"),
+)
+LATENCY_STATS: tuple[str, ...] = ("p50", "p90", "p99", "mean")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One row of the error table: where its value lives in a flat metrics dict, and its unit.
+
+    `kind` tells renderers how to print it: "count" values are integers (their
+    absolute difference matters more than a relative one), "fraction" values
+    are 0..1 shares.
+    """
+
+    key: str
+    label: str
+    unit: str
+    kind: str = "value"
+
+
+METRIC_SPECS: tuple[MetricSpec, ...] = (
+    *(
+        MetricSpec(f"{key}.{stat}", f"{label} {stat}", "ms", "latency")
+        for label, key in LATENCY_METRICS
+        for stat in LATENCY_STATS
+    ),
+    MetricSpec("output_throughput", "output throughput", "tok/s"),
+    MetricSpec("request_throughput", "request throughput", "req/s"),
+    MetricSpec("duration_s", "makespan", "s"),
+    MetricSpec("num_finished", "finished requests", "", "count"),
+    MetricSpec("num_rejected", "rejected requests", "", "count"),
+    MetricSpec("num_preemptions", "preemptions", "", "count"),
+    MetricSpec("prefix_cache_hit_rate", "prefix-cache hit rate", "", "fraction"),
+    MetricSpec("num_steps", "engine steps", "", "count"),
+    MetricSpec("mean_step_duration_ms", "mean step duration", "ms"),
+)
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """Real and simulated value of one metric, their difference and signed relative error."""
+
+    key: str
+    label: str
+    unit: str
+    kind: str
+    real: float | int | None
+    sim: float | int | None
+    diff: float | int | None
+    rel_error: float | None
+
+    @property
+    def title(self) -> str:
+        """The label with its unit, e.g. "TTFT p50 (ms)"."""
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+    def to_dict(self) -> dict:
+        """JSON-ready fields plus the display title."""
+        return {**asdict(self), "title": self.title}
+
+
+def relative_error(real: float | int | None, sim: float | int | None) -> float | None:
+    """Signed (sim - real) / |real|; None when either is missing or real is 0 (undefined)."""
+    if real is None or sim is None or real == 0:
+        return None
+    return round_sig((float(sim) - float(real)) / abs(float(real)))
+
+
+def _difference(real: float | int | None, sim: float | int | None) -> float | int | None:
+    if real is None or sim is None:
+        return None
+    if isinstance(real, int) and isinstance(sim, int):
+        return sim - real
+    return round_sig(float(sim) - float(real))
+
+
+def mean_step_duration_ms(steps: pl.DataFrame) -> float | None:
+    """Mean engine step duration in ms (None without steps): the cost model's average error."""
+    if steps.height == 0:
+        return None
+    mean_s = steps["duration_s"].mean()
+    return None if mean_s is None else round_sig(float(mean_s) * MS_PER_S)
+
+
+def flatten_summary(summary: Mapping) -> dict[str, float | int | None]:
+    """A summary with nested latency stats flattened to "ttft_ms.p50"-style keys."""
+    flat: dict[str, float | int | None] = {}
+    for key, value in summary.items():
+        if isinstance(value, Mapping):
+            for stat, number in value.items():
+                flat[f"{key}.{stat}"] = number
+        elif isinstance(value, (int, float)) or value is None:
+            flat[key] = value
+    return flat
+
+
+def run_metrics(requests: pl.DataFrame, steps: pl.DataFrame) -> tuple[dict, dict[str, float | int | None]]:
+    """(summarize() dict, flat metrics dict with every `METRIC_SPECS` key) of one run."""
+    summary = summarize(requests, steps)
+    summary["mean_step_duration_ms"] = mean_step_duration_ms(steps)
+    return summary, flatten_summary(summary)
+
+
+def error_table(
+    real: Mapping[str, float | int | None],
+    sim: Mapping[str, float | int | None],
+    specs: Sequence[MetricSpec] = METRIC_SPECS,
+) -> list[MetricRow]:
+    """One `MetricRow` per spec from two flat metrics dicts (see `run_metrics`)."""
+    rows = []
+    for spec in specs:
+        real_value, sim_value = real.get(spec.key), sim.get(spec.key)
+        rows.append(
+            MetricRow(
+                key=spec.key,
+                label=spec.label,
+                unit=spec.unit,
+                kind=spec.kind,
+                real=real_value,
+                sim=sim_value,
+                diff=_difference(real_value, sim_value),
+                rel_error=relative_error(real_value, sim_value),
+            )
+        )
+    return rows

@@ -1,0 +1,215 @@
+"""The sim-vs-real overlay report: both runs drawn on the same axes, one offline HTML page.
+
+Uses the single-run report's figure builders so a comparison looks like two
+reports laid on top of each other: one colour per run (per run and replica
+when there are several replicas). Time axes start at each run's first arrival,
+since a GPU replay's clock need not start at 0 like the simulator's.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import polars as pl
+from plotly.subplots import make_subplots
+
+from analysis.compare_io import RunData
+from analysis.compare_metrics import MetricRow
+from analysis.compare_requests import PER_REQUEST_METRICS, REAL_SUFFIX, SIM_SUFFIX, RequestJoin
+from analysis.compare_tables import error_table_html
+from analysis.downsample import tail_preserving_sample
+from analysis.figures import ROW_HEIGHT_PX, Series, histogram_figure, latency_cdf_figure, timeseries_figure
+from analysis.html_page import key_value_table_html, write_html
+from analysis.metrics import MS_PER_S, add_latency_columns, itl_values
+from analysis.report import replica_series
+from analysis.schema import FINISHED_REASONS
+from analysis.step_diff import ScheduleDiff
+
+COMPARE_CHART_TITLES: dict[str, str] = {
+    "latency_cdf": "Latency CDFs, sim vs real (finished requests)",
+    "request_scatter": "Per-request latency, sim vs real (y = x is a perfect match)",
+    "request_error": "Per-request signed relative error of sim vs real (%)",
+    "queues": "Running and waiting sequences",
+    "kv_usage": "KV cache usage",
+    "tokens_per_step": "Tokens per step and step duration",
+    "step_histogram": "Step distributions",
+    "step_cost": "Step duration by batch size",
+}
+MAX_SCATTER_POINTS = 8000
+LOG_AXIS_MIN_RATIO = 100.0  # use log axes when a scatter's values span more than this factor
+
+
+def _finished(run: RunData) -> pl.DataFrame:
+    frame = add_latency_columns(run.requests)
+    return frame.filter(pl.col("finish_reason").is_in(FINISHED_REASONS).fill_null(False))
+
+
+def time_origin_s(run: RunData) -> float:
+    """The run's first arrival (s), used as t = 0 so both runs' time axes line up."""
+    first = run.requests["arrival_s"].min() if run.requests.height else None
+    if first is None and run.steps.height:
+        first = run.steps["start_s"].min()
+    return float(first) if first is not None else 0.0
+
+
+def run_step_series(run: RunData, y: str, scale: float = 1.0, x: str = "start_s") -> list[Series]:
+    """One series per replica of `run`'s steps, named after the run (and replica if several)."""
+    origin = time_origin_s(run) if x == "start_s" else 0.0
+    steps = run.steps.with_columns(pl.col("start_s") - origin) if x == "start_s" else run.steps
+    series = replica_series(steps, x, y, scale, prefix=f"{run.label} ")
+    if len(series) == 1:
+        only = series[0]
+        return [Series(name=run.label, x=only.x, y=only.y)]
+    return series
+
+
+def _overlay_panels(real: RunData, sim: RunData, panels: dict[str, tuple[str, float]], x: str = "start_s") -> dict:
+    return {
+        title: run_step_series(real, column, scale, x) + run_step_series(sim, column, scale, x)
+        for title, (column, scale) in panels.items()
+    }
+
+
+def latency_cdf_overlay(real: RunData, sim: RunData) -> go.Figure:
+    """TTFT/TPOT/ITL/E2E CDFs of both runs on shared axes."""
+    runs = {run.label: _finished(run) for run in (real, sim)}
+    metrics = {
+        "TTFT": {label: frame["ttft_s"] * MS_PER_S for label, frame in runs.items()},
+        "TPOT": {label: frame["tpot_s"] * MS_PER_S for label, frame in runs.items()},
+        "ITL": {label: itl_values(frame) * MS_PER_S for label, frame in runs.items()},
+        "E2E": {label: frame["e2e_s"] * MS_PER_S for label, frame in runs.items()},
+    }
+    return latency_cdf_figure(metrics, title=COMPARE_CHART_TITLES["latency_cdf"])
+
+
+def request_scatter_figure(join: RequestJoin, max_points: int = MAX_SCATTER_POINTS) -> go.Figure:
+    """Sim vs real TTFT/TPOT/E2E per matched request, with the y = x line; hover shows the request id."""
+    fig = make_subplots(rows=1, cols=len(PER_REQUEST_METRICS), horizontal_spacing=0.07,
+                        subplot_titles=[label for label, _ in PER_REQUEST_METRICS])
+    for col, (label, key) in enumerate(PER_REQUEST_METRICS, start=1):
+        pairs = join.frame.select(
+            "request_id",
+            (pl.col(f"{key}_s{REAL_SUFFIX}") * MS_PER_S).alias("real"),
+            (pl.col(f"{key}_s{SIM_SUFFIX}") * MS_PER_S).alias("sim"),
+        ).drop_nulls()
+        real, sim = pairs["real"].to_numpy(), pairs["sim"].to_numpy()
+        if real.size == 0:
+            fig.add_annotation(text="no data", showarrow=False, x=0.5, y=0.5, xref="x domain", yref="y domain",
+                               row=1, col=col)
+        else:
+            keep = tail_preserving_sample(np.abs(sim - real), max_points)
+            fig.add_trace(
+                go.Scattergl(
+                    x=real[keep], y=sim[keep], text=pairs["request_id"].to_numpy()[keep], mode="markers",
+                    name="requests", legendgroup="requests", showlegend=col == 1,
+                    marker={"size": 4, "opacity": 0.6, "color": "#636EFA"},
+                    hovertemplate=f"request %{{text}}<br>real {label}: %{{x:.3f}} ms<br>sim {label}: %{{y:.3f}} ms"
+                    "<extra></extra>",
+                ),
+                row=1, col=col,
+            )
+            both = np.concatenate([real, sim])
+            low, high = float(both.min()), float(both.max())
+            positive = both[both > 0]
+            log_axes = positive.size == both.size and high / max(float(positive.min()), 1e-12) > LOG_AXIS_MIN_RATIO
+            fig.add_trace(
+                go.Scatter(x=[low, high], y=[low, high], mode="lines", name="y = x", legendgroup="y = x",
+                           showlegend=col == 1, line={"color": "#888", "dash": "dash"},
+                           hovertemplate="y = x<extra></extra>"),
+                row=1, col=col,
+            )
+            if log_axes:
+                fig.update_xaxes(type="log", row=1, col=col)
+                fig.update_yaxes(type="log", row=1, col=col)
+        fig.update_xaxes(title_text=f"real {label} (ms)", row=1, col=col)
+        fig.update_yaxes(title_text=f"sim {label} (ms)", row=1, col=col)
+    fig.update_layout(title=COMPARE_CHART_TITLES["request_scatter"], height=ROW_HEIGHT_PX + 200, hovermode="closest")
+    return fig
+
+
+def request_error_figure(join: RequestJoin) -> go.Figure:
+    """CDFs of per-request signed relative errors (%), one panel per metric."""
+    errors = {f"{label} rel. error": join.frame[f"{key}_rel_error"] * 100.0 for label, key in PER_REQUEST_METRICS}
+    return latency_cdf_figure(errors, title=COMPARE_CHART_TITLES["request_error"], unit="%",
+                              num_columns=len(errors), default_series="sim vs real")
+
+
+def step_figures(real: RunData, sim: RunData) -> list[go.Figure]:
+    """Queues, KV usage, tokens per step, step distributions and step cost of both runs."""
+    x_title = "time since first arrival (s)"
+    queues = timeseries_figure(
+        _overlay_panels(real, sim, {"running sequences": ("num_running", 1.0),
+                                    "waiting sequences": ("num_waiting", 1.0)}),
+        title=COMPARE_CHART_TITLES["queues"], x_title=x_title,
+    )
+    kv_usage = timeseries_figure(
+        _overlay_panels(real, sim, {"KV cache usage (%)": ("kv_usage", 100.0)}),
+        title=COMPARE_CHART_TITLES["kv_usage"], x_title=x_title,
+    )
+    tokens = timeseries_figure(
+        _overlay_panels(real, sim, {"batched tokens per step": ("num_batched_tokens", 1.0),
+                                    "prefill tokens per step": ("num_prefill_tokens", 1.0),
+                                    "decode sequences per step": ("num_decode_seqs", 1.0),
+                                    "step duration (ms)": ("duration_s", MS_PER_S)}),
+        title=COMPARE_CHART_TITLES["tokens_per_step"], x_title=x_title,
+    )
+    histograms = histogram_figure(
+        {
+            "step duration (ms)": {run.label: run.steps["duration_s"] * MS_PER_S for run in (real, sim)},
+            "batched tokens per step (tokens)": {run.label: run.steps["num_batched_tokens"] for run in (real, sim)},
+            "sequences per step (seqs)": {run.label: run.steps["num_seqs"] for run in (real, sim)},
+        },
+        title=COMPARE_CHART_TITLES["step_histogram"], y_title="steps",
+    )
+    cost = timeseries_figure(
+        _overlay_panels(real, sim, {"step duration (ms)": ("duration_s", MS_PER_S)}, x="num_batched_tokens"),
+        title=COMPARE_CHART_TITLES["step_cost"], x_title="batched tokens per step (tokens)", mode="markers",
+    )
+    return [queues, kv_usage, tokens, histograms, cost]
+
+
+def compare_figures(real: RunData, sim: RunData, join: RequestJoin) -> list[go.Figure]:
+    """Every chart of the comparison page, in `COMPARE_CHART_TITLES` order."""
+    return [latency_cdf_overlay(real, sim), request_scatter_figure(join), request_error_figure(join),
+            *step_figures(real, sim)]
+
+
+def _run_rows(real: RunData, sim: RunData, join: RequestJoin) -> list[tuple[str, str]]:
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value * 100:.1f} %"
+
+    return [
+        ("real run", str(real.path)),
+        ("sim run", str(sim.path)),
+        ("sim cost model", sim.cost_model or "-"),
+        ("real requests matched", f"{join.num_matched} / {join.num_real} ({share(join.matched_share_real)})"),
+        ("sim requests matched", f"{join.num_matched} / {join.num_sim} ({share(join.matched_share_sim)})"),
+    ]
+
+
+def _config_rows(differences: dict[str, dict]) -> list[tuple[str, str]]:
+    return [(key, f"real {values['real']!r} / sim {values['sim']!r}") for key, values in differences.items()]
+
+
+def write_compare_report(
+    real: RunData,
+    sim: RunData,
+    rows: Sequence[MetricRow],
+    join: RequestJoin,
+    schedule: ScheduleDiff | None,
+    config_differences: dict[str, dict],
+    path: str | Path,
+) -> Path:
+    """Write the offline comparison page: context, error table, schedule verdict, then the charts."""
+    header = key_value_table_html(_run_rows(real, sim, join), caption="runs")
+    if config_differences:
+        header += key_value_table_html(_config_rows(config_differences), caption="config differences")
+    header += error_table_html(rows)
+    if schedule is not None:
+        header += f'<pre style="white-space: pre-wrap">{html.escape(schedule.describe())}</pre>'
+    title = f"Simulation vs real: {sim.name} vs {real.name}"
+    return write_html(compare_figures(real, sim, join), path, title, header)

@@ -1,0 +1,142 @@
+"""Per-request join of a real and a simulated replay on `request_id`.
+
+Aggregate errors can cancel out (one request too fast, another too slow); the
+join pairs each request with its simulated twin so scatter plots and
+per-request error distributions show where the simulator is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from analysis.compare_io import CompareInputError
+from analysis.metrics import add_latency_columns
+from analysis.stats import finite_values, round_sig
+
+PER_REQUEST_METRICS: tuple[tuple[str, str], ...] = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"))
+JOINED_COLUMNS: tuple[str, ...] = (
+    "replica",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "num_preemptions",
+    "finish_reason",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "queue_s",
+)
+REAL_SUFFIX = "_real"
+SIM_SUFFIX = "_sim"
+
+
+class NoCommonRequestsError(CompareInputError):
+    """The two runs share no request id: they replayed different traces."""
+
+
+@dataclass(frozen=True)
+class RequestJoin:
+    """Matched requests, one row each: `<column>_real`, `<column>_sim` and `<metric>_rel_error`.
+
+    Counts of both inputs are kept so the share of requests matched can be
+    reported; a low share means the runs did not replay the same trace slice.
+    """
+
+    frame: pl.DataFrame
+    num_real: int
+    num_sim: int
+
+    @property
+    def num_matched(self) -> int:
+        return self.frame.height
+
+    @property
+    def matched_share_real(self) -> float | None:
+        """Share of the real run's requests found in the simulated run."""
+        return round_sig(self.num_matched / self.num_real) if self.num_real else None
+
+    @property
+    def matched_share_sim(self) -> float | None:
+        """Share of the simulated run's requests found in the real run."""
+        return round_sig(self.num_matched / self.num_sim) if self.num_sim else None
+
+    def error_stats(self) -> dict[str, dict[str, float | int | None]]:
+        """Per metric: pairs compared and the signed relative error's mean, p10/p50/p90 and mean |error|."""
+        return {key: relative_error_stats(self.frame[f"{key}_rel_error"]) for _, key in PER_REQUEST_METRICS}
+
+    def to_dict(self) -> dict:
+        return {
+            "num_real": self.num_real,
+            "num_sim": self.num_sim,
+            "num_matched": self.num_matched,
+            "matched_share_real": self.matched_share_real,
+            "matched_share_sim": self.matched_share_sim,
+            "relative_errors": self.error_stats(),
+        }
+
+
+def relative_error_stats(errors: pl.Series | np.ndarray) -> dict[str, float | int | None]:
+    """Summary of per-request signed relative errors; nulls (undefined errors) are skipped."""
+    values = finite_values(errors)
+    if values.size == 0:
+        return {"num_pairs": 0, "mean": None, "p10": None, "p50": None, "p90": None, "mean_abs": None}
+    p10, p50, p90 = np.percentile(values, [10.0, 50.0, 90.0])
+    return {
+        "num_pairs": int(values.size),
+        "mean": round_sig(float(values.mean())),
+        "p10": round_sig(float(p10)),
+        "p50": round_sig(float(p50)),
+        "p90": round_sig(float(p90)),
+        "mean_abs": round_sig(float(np.abs(values).mean())),
+    }
+
+
+def _check_unique_ids(requests: pl.DataFrame, name: str) -> None:
+    duplicated = requests.filter(pl.col("request_id").is_duplicated())["request_id"]
+    if duplicated.len():
+        example = duplicated[0]
+        raise CompareInputError(
+            f"{name}: request_id is not unique ({duplicated.n_unique()} ids repeated, e.g. {example!r})"
+        )
+
+
+def _side(requests: pl.DataFrame, suffix: str) -> pl.DataFrame:
+    frame = add_latency_columns(requests).with_columns(pl.col("request_id").cast(pl.Utf8))
+    return frame.select("request_id", *(pl.col(column).alias(column + suffix) for column in JOINED_COLUMNS))
+
+
+def _rel_error_expr(column: str) -> pl.Expr:
+    real, sim = pl.col(column + REAL_SUFFIX), pl.col(column + SIM_SUFFIX)
+    return pl.when(real != 0).then((sim - real) / real.abs())
+
+
+def join_requests(
+    real_requests: pl.DataFrame,
+    sim_requests: pl.DataFrame,
+    real_name: str = "real",
+    sim_name: str = "sim",
+) -> RequestJoin:
+    """Inner-join two requests tables on `request_id` (as utf8), in the real run's order.
+
+    Raises `NoCommonRequestsError` naming both runs when no id matches, and
+    `CompareInputError` when an id repeats within one run (the pairing would be
+    ambiguous).
+    """
+    _check_unique_ids(real_requests, real_name)
+    _check_unique_ids(sim_requests, sim_name)
+    real = _side(real_requests, REAL_SUFFIX)
+    sim = _side(sim_requests, SIM_SUFFIX)
+    joined = real.join(sim, on="request_id", how="inner", maintain_order="left")
+    if joined.height == 0:
+        raise NoCommonRequestsError(
+            f"no request ids in common between {real_name} ({real.height} requests) and {sim_name} "
+            f"({sim.height} requests): were they replays of the same trace?"
+        )
+    joined = joined.with_columns(
+        _rel_error_expr(f"{key}_s").alias(f"{key}_rel_error") for _, key in PER_REQUEST_METRICS
+    )
+    return RequestJoin(frame=joined, num_real=real.height, num_sim=sim.height)

@@ -1,0 +1,239 @@
+"""Step-by-step comparison of what two replays scheduled (not how long it took).
+
+For offline runs the simulator must reproduce the real schedule exactly: the
+same batches step by step, the same preemptions and prefix-cache hits. Timings
+are left out on purpose (they are the cost model's business); the columns
+compared are the ones that say WHICH work each step did. The first differing
+step is reported with both rows, since everything after it usually differs too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+import polars as pl
+
+from analysis.schema import conform_requests, conform_steps
+
+STEP_KEY: tuple[str, ...] = ("replica", "step")
+SCHEDULE_COLUMNS: tuple[str, ...] = (
+    "num_seqs",
+    "num_prefill_seqs",
+    "num_prefill_tokens",
+    "prefill_context_tokens",
+    "num_decode_seqs",
+    "decode_context_tokens",
+    "num_batched_tokens",
+    "num_running",
+    "num_waiting",
+    "num_kv_blocks_used",
+    "num_preempted",
+    "num_finished",
+)
+REQUEST_SCHEDULE_COLUMNS: tuple[str, ...] = (
+    "replica",
+    "prompt_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "num_preemptions",
+)
+SIM_SUFFIX = "_sim"
+_IN_REAL, _IN_SIM, _ORDER = "__in_real", "__in_sim", "__order"
+
+
+@dataclass(frozen=True)
+class RowDifference:
+    """The first differing step (key: replica, step) or request (key: request_id), with both rows.
+
+    `missing_in` is "real" or "sim" when the row exists on one side only (then
+    that side's row is None and `columns` is empty).
+    """
+
+    key: dict[str, object]
+    columns: tuple[str, ...]
+    real_row: dict[str, object] | None
+    sim_row: dict[str, object] | None
+    missing_in: str | None = None
+
+
+@dataclass(frozen=True)
+class TableDiff:
+    """Row-by-row equality of one table's schedule columns between two runs."""
+
+    num_real: int
+    num_sim: int
+    num_compared: int
+    num_differing: int
+    differing_columns: dict[str, int] = field(default_factory=dict)
+    first_difference: RowDifference | None = None
+
+    @property
+    def identical(self) -> bool:
+        return self.num_differing == 0
+
+
+@dataclass(frozen=True)
+class ScheduleDiff:
+    """Steps compared per (replica, step); requests (optional) per request_id."""
+
+    steps: TableDiff
+    requests: TableDiff | None = None
+
+    @property
+    def identical(self) -> bool:
+        return self.steps.identical and (self.requests is None or self.requests.identical)
+
+    def to_dict(self) -> dict:
+        return {"identical": self.identical, "steps": asdict(self.steps),
+                "requests": None if self.requests is None else asdict(self.requests)}
+
+    def describe(self) -> str:
+        """Multi-line text: "schedules identical: N steps ..." or the first difference with both rows."""
+        return describe_schedule_diff(self)
+
+
+def _diff_tables(
+    real: pl.DataFrame,
+    sim: pl.DataFrame,
+    key: tuple[str, ...],
+    columns: tuple[str, ...],
+    order_by: str,
+) -> TableDiff:
+    """Full outer join on `key`; a row differs if any of `columns` differs or it exists on one side only.
+
+    "First" means smallest `order_by` (taken from whichever side has the row),
+    ties broken by `key`: the earliest step over all replicas, or the earliest
+    arrival rather than the smallest id string.
+    """
+    for frame, side in ((real, "real"), (sim, "sim")):
+        repeated = frame.select(*key).is_duplicated()
+        if repeated.any():
+            example = frame.filter(repeated).row(0, named=True)
+            raise ValueError(f"{side} table repeats key {', '.join(f'{k}={example[k]}' for k in key)}")
+    left = real.select(*key, *columns, pl.col(order_by).alias(_ORDER)).with_columns(pl.lit(True).alias(_IN_REAL))
+    right = sim.select(*key, *columns, pl.col(order_by).alias(_ORDER)).with_columns(pl.lit(True).alias(_IN_SIM))
+    joined = left.join(right, on=list(key), how="full", coalesce=True, suffix=SIM_SUFFIX)
+    in_both = pl.col(_IN_REAL).is_not_null() & pl.col(_IN_SIM).is_not_null()
+    order = pl.coalesce(pl.col(_ORDER), pl.col(_ORDER + SIM_SUFFIX)).alias(_ORDER)
+    flags = [pl.col(column).ne_missing(pl.col(column + SIM_SUFFIX)).alias(column) for column in columns]
+    flagged = joined.select(*key, order, in_both.alias("__in_both"), *flags)
+    differs = (~pl.col("__in_both")) | pl.any_horizontal(*(pl.col(column) for column in columns))
+    flagged = flagged.with_columns(differs.alias("__differs")).sort(_ORDER, *key, nulls_last=True)
+    compared = flagged.filter(pl.col("__in_both"))
+    counts = compared.select(pl.col(column).sum() for column in columns).row(0, named=True) if compared.height else {}
+    differing_columns = {column: int(count) for column, count in counts.items() if count}
+    differing = flagged.filter(pl.col("__differs"))
+    first = None
+    if differing.height:
+        first = _first_difference(differing.row(0, named=True), joined, key, columns)
+    return TableDiff(
+        num_real=real.height,
+        num_sim=sim.height,
+        num_compared=compared.height,
+        num_differing=differing.height,
+        differing_columns=differing_columns,
+        first_difference=first,
+    )
+
+
+def _first_difference(
+    flags: Mapping[str, object], joined: pl.DataFrame, key: tuple[str, ...], columns: tuple[str, ...]
+) -> RowDifference:
+    key_values = {name: flags[name] for name in key}
+    match = joined.filter(pl.all_horizontal(*(pl.col(name) == value for name, value in key_values.items())))
+    row = match.row(0, named=True)
+    real_row = {column: row[column] for column in columns} if row[_IN_REAL] else None
+    sim_row = {column: row[column + SIM_SUFFIX] for column in columns} if row[_IN_SIM] else None
+    missing_in = "real" if real_row is None else "sim" if sim_row is None else None
+    differing = () if missing_in else tuple(column for column in columns if flags[column])
+    return RowDifference(key=key_values, columns=differing, real_row=real_row, sim_row=sim_row, missing_in=missing_in)
+
+
+def compare_schedules(
+    real_steps: pl.DataFrame,
+    sim_steps: pl.DataFrame,
+    real_requests: pl.DataFrame | None = None,
+    sim_requests: pl.DataFrame | None = None,
+) -> ScheduleDiff:
+    """Compare two runs' schedules step by step (per replica), and per request when both tables are given.
+
+    Steps are matched on (replica, step) and compared on `SCHEDULE_COLUMNS`;
+    requests on `request_id` and compared on `REQUEST_SCHEDULE_COLUMNS`
+    (placement, token counts, prefix-cache hits and preemptions). A step or
+    request present on one side only counts as a difference.
+    """
+    step_columns = (*STEP_KEY, *SCHEDULE_COLUMNS)
+    steps = _diff_tables(
+        conform_steps(real_steps, step_columns),
+        conform_steps(sim_steps, step_columns),
+        STEP_KEY,
+        SCHEDULE_COLUMNS,
+        order_by="step",
+    )
+    requests = None
+    if real_requests is not None and sim_requests is not None:
+        request_columns = ("request_id", "arrival_s", *REQUEST_SCHEDULE_COLUMNS)
+        requests = _diff_tables(
+            conform_requests(real_requests, request_columns).with_columns(pl.col("request_id").cast(pl.Utf8)),
+            conform_requests(sim_requests, request_columns).with_columns(pl.col("request_id").cast(pl.Utf8)),
+            ("request_id",),
+            REQUEST_SCHEDULE_COLUMNS,
+            order_by="arrival_s",
+        )
+    return ScheduleDiff(steps=steps, requests=requests)
+
+
+def _format_key(key: Mapping[str, object]) -> str:
+    return ", ".join(f"{name} {value!r}" if isinstance(value, str) else f"{name} {value}"
+                     for name, value in key.items())
+
+
+def _row_lines(difference: RowDifference, columns: tuple[str, ...]) -> list[str]:
+    """Both rows side by side, one column per line, differing columns marked with "*"."""
+    width = max(len(column) for column in columns)
+    lines = [f"    {'column':<{width}}  {'real':>12}  {'sim':>12}"]
+    for column in columns:
+        real = "-" if difference.real_row is None else str(difference.real_row[column])
+        sim = "-" if difference.sim_row is None else str(difference.sim_row[column])
+        mark = "  *" if column in difference.columns else ""
+        lines.append(f"    {column:<{width}}  {real:>12}  {sim:>12}{mark}")
+    return lines
+
+
+def _describe_table(diff: TableDiff, noun: str, columns: tuple[str, ...]) -> list[str]:
+    first = diff.first_difference
+    if first is None:
+        return []
+    where = _format_key(first.key)
+    if first.missing_in:
+        head = f"  first: {where} exists only in {'sim' if first.missing_in == 'real' else 'real'}"
+    else:
+        head = f"  first: {where}, differing in {', '.join(first.columns)}"
+    counts = ", ".join(f"{column} ({count})" for column, count in diff.differing_columns.items())
+    lines = [
+        f"{noun} differ: {diff.num_differing} of {max(diff.num_real, diff.num_sim)} "
+        f"(real {diff.num_real}, sim {diff.num_sim})",
+        head,
+    ]
+    if counts:
+        lines.append(f"  {noun} differing per column: {counts}")
+    return lines + _row_lines(first, columns)
+
+
+def describe_schedule_diff(diff: ScheduleDiff) -> str:
+    """Human-readable verdict; starts with "schedules identical: N steps" or "schedules differ"."""
+    if diff.identical:
+        text = f"schedules identical: {diff.steps.num_compared} steps"
+        if diff.requests is not None:
+            text += f", {diff.requests.num_compared} requests (same placement, tokens, cached tokens, preemptions)"
+        return text
+    lines = ["schedules differ"]
+    if diff.steps.identical:
+        lines.append(f"steps identical: {diff.steps.num_compared} steps")
+    lines += _describe_table(diff.steps, "steps", SCHEDULE_COLUMNS)
+    if diff.requests is not None:
+        if diff.requests.identical:
+            lines.append(f"requests identical: {diff.requests.num_compared} requests")
+        lines += _describe_table(diff.requests, "requests", REQUEST_SCHEDULE_COLUMNS)
+    return "\n".join(lines)

@@ -1,0 +1,146 @@
+"""`python -m analysis.compare` end to end: outputs, schedule check, exit codes on bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from plotly.offline import get_plotlyjs
+
+from analysis.compare import main
+from analysis.compare_report import COMPARE_CHART_TITLES
+from tests.analysis.test_compare import real_requests, real_steps, write_pair, write_run
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """main(argv) -> (exit code, stdout, stderr); argparse's SystemExit counts as a return."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_writes_table_json_markdown_parquet_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real_dir, sim_dir = write_pair(tmp_path)
+    out = tmp_path / "out"
+    code, stdout, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(out)], capsys)
+    assert code == 0, stderr
+    assert "TTFT p50 (ms)" in stdout and "+10.00 %" in stdout
+    assert "config differences: max_num_seqs real=256 sim=8" in stdout
+    assert "requests matched on request_id: 3 of 3 real (100.0 %)" in stdout
+    assert "schedules" not in stdout  # only with --schedule
+    document = json.loads((out / "compare.json").read_text())
+    rows = {row["key"]: row for row in document["metrics"]}
+    assert rows["ttft_ms.p50"]["rel_error"] == pytest.approx(0.10)
+    assert rows["num_preemptions"]["diff"] == 2 and rows["num_preemptions"]["rel_error"] is None
+    assert document["requests"]["matched_share_real"] == 1.0
+    assert document["schedule"]["requests"]["differing_columns"] == {"cached_tokens": 1, "num_preemptions": 1}
+    markdown = (out / "compare.md").read_text()
+    assert "| TTFT p50 (ms) | 200.0 | 220.0 | +20.00 | +10.00 % |" in markdown
+    import polars as pl
+
+    pairs = pl.read_parquet(out / "compare.parquet")
+    assert pairs.height == 3 and "ttft_rel_error" in pairs.columns
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert page.count(get_plotlyjs()[:2000]) == 1 and "<script src=" not in page
+    for title in COMPARE_CHART_TITLES.values():
+        assert title in page
+    assert page.count('class="plotly-graph-div"') == len(COMPARE_CHART_TITLES)
+    assert "Simulation vs real: sim vs real" in page and "roofline-estimate" in page
+
+
+def test_cli_schedule_identical_and_required(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real_dir, sim_dir = write_pair(tmp_path)
+    twin = tmp_path / "twin"
+    shutil.copytree(real_dir, twin)
+    code, stdout, _ = run_cli([str(real_dir), str(twin), "--out", str(tmp_path / "o1"), "--no-report",
+                               "--require-identical-schedule"], capsys)
+    assert code == 0
+    assert "schedules identical: 3 steps" in stdout
+    assert not (tmp_path / "o1" / "report.html").exists()
+    code, stdout, _ = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "o2"), "--no-report",
+                               "--schedule"], capsys)
+    assert code == 0  # --schedule only reports
+    assert "schedules differ" in stdout and "step 3 exists only in sim" in stdout
+    code, stdout, _ = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "o3"), "--no-report",
+                               "--require-identical-schedule"], capsys)
+    assert code == 1
+    assert "schedules differ" in stdout
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("missing_dir", "nope: no such directory"),
+        ("missing_file", "steps.parquet: no such file"),
+        ("bad_parquet", "requests.parquet: not a readable parquet file"),
+        ("missing_column", "requests.parquet: requests table is missing columns: token_times_s"),
+        ("bad_summary", "summary.json: not a readable JSON file"),
+        ("no_overlap", "no request ids in common"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, expected: str
+) -> None:
+    real_dir, sim_dir = write_pair(tmp_path)
+    if case == "missing_dir":
+        sim_dir = tmp_path / "nope"
+    elif case == "missing_file":
+        (sim_dir / "steps.parquet").unlink()
+    elif case == "bad_parquet":
+        (sim_dir / "requests.parquet").write_text("not parquet")
+    elif case == "missing_column":
+        real_requests().drop("token_times_s").write_parquet(sim_dir / "requests.parquet")
+    elif case == "bad_summary":
+        (sim_dir / "summary.json").write_text("{oops")
+    elif case == "no_overlap":
+        renamed = real_requests().with_columns(("x" + real_requests()["request_id"]).alias("request_id"))
+        write_run(sim_dir, renamed, real_steps())
+    code, stdout, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2
+    assert stderr.count("\n") == 1 and stderr.startswith("error: ") and expected in stderr
+    assert "Traceback" not in stderr
+    if case == "no_overlap":
+        assert str(real_dir) in stderr and str(sim_dir) in stderr
+    elif case != "missing_dir":
+        assert str(sim_dir) in stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_module_entry_point_has_no_traceback(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "analysis.compare", str(tmp_path / "a"), str(tmp_path / "b")],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {tmp_path / 'a'}: no such directory"
+
+
+def test_simulated_replays_compare_identical_and_different(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two identical simulations: zero errors and the same schedule; a smaller batch cap changes it."""
+    from sim.replay import main as replay_main
+
+    trace = str(REPO_ROOT / "traces" / "sharegpt.parquet")
+    base = ["--limit", "40", "--quiet", "--no-report"]
+    runs = {name: tmp_path / name for name in ("a", "b", "small")}
+    assert replay_main([trace, *base, "--out", str(runs["a"])]) == 0
+    assert replay_main([trace, *base, "--out", str(runs["b"])]) == 0
+    assert replay_main([trace, *base, "--max-num-seqs", "2", "--out", str(runs["small"])]) == 0
+    capsys.readouterr()
+    code, stdout, _ = run_cli([str(runs["a"]), str(runs["b"]), "--out", str(tmp_path / "same"),
+                               "--require-identical-schedule", "--no-report"], capsys)
+    assert code == 0, stdout
+    assert "schedules identical:" in stdout
+    rows = json.loads((tmp_path / "same" / "compare.json").read_text())["metrics"]
+    assert all(row["rel_error"] in (0.0, None) for row in rows)
+    code, stdout, _ = run_cli([str(runs["a"]), str(runs["small"]), "--out", str(tmp_path / "diff"),
+                               "--require-identical-schedule"], capsys)
+    assert code == 1
+    assert "schedules differ" in stdout and "first: replica 0, step" in stdout
+    assert (tmp_path / "diff" / "report.html").exists()

@@ -22,13 +22,13 @@ pack() { tar -czf "$out/$1.tgz" -C "$out" "$1" && rm -r "${out:?}/$1"; }
 
 case "$phase" in
 tp-and-profiles)
-  if [ "$ngpu" -ge 2 ]; then
-    step timeout 300 python3 -m pytest -q -x -s -p no:cacheprovider tests/engine/test_gpu_llm.py -k tp2
-    step timeout 240 python3 -m sim.profile --model qwen3-8b --gpu h200 --tensor-parallel-size 2 --repeats 3 --out "$out/qwen3-8b-tp2.json"
-    step timeout 180 python3 benchmarks/throughput.py --model qwen3-8b --tensor-parallel-size 2 --json "$out/throughput-qwen3-8b-tp2.json"
-  fi
   step timeout 180 python3 -m sim.profile --model qwen3-0.6b --gpu h200 --out "$out/qwen3-0.6b.json"
-  step timeout 240 python3 -m sim.profile --model qwen3-8b --gpu h200 --repeats 3 --out "$out/qwen3-8b.json"
+  if [ "$ngpu" -ge 2 ]; then
+    step timeout 240 python3 -m pytest -q -x -s -p no:cacheprovider tests/engine/test_gpu_llm.py -k tp2
+    step timeout 150 python3 benchmarks/throughput.py --model qwen3-8b --tensor-parallel-size 2 --json "$out/throughput-qwen3-8b-tp2.json"
+    step timeout 200 python3 -m sim.profile --model qwen3-8b --gpu h200 --tensor-parallel-size 2 --repeats 3 --out "$out/qwen3-8b-tp2.json"
+  fi
+  step timeout 200 python3 -m sim.profile --model qwen3-8b --gpu h200 --repeats 3 --out "$out/qwen3-8b.json"
   ;;
 throughput)
   step timeout 300 python3 benchmarks/throughput.py --peer --json "$out/throughput-qwen3-0.6b.json"

@@ -2,7 +2,8 @@
 # The GPU half of the validation (and the measured profiles and throughput figures), in phases that
 # each fit one 10-minute device command. Run from the repository root on the GPU machine:
 #   bash validation/run_gpu.sh PHASE OUT_DIR
-# Phases: tp-and-profiles (needs 2 GPUs for its TP parts), offline, online.
+# Phases: tp-and-profiles (needs 2 GPUs for its TP parts), throughput, offline, capacity, online (QPS_* in the
+# environment; validation/README.md gives the values used and how they were chosen).
 # Needs validation/traces/ (python validation/make_traces.py) and, where polars is missing, its
 # wheels in .whl/ (see validation/README.md). Every step runs even if an earlier one failed.
 set -u
@@ -40,14 +41,16 @@ offline)
       --load-format dummy --max-model-len 4096 --temperature 0.6 --policy "$policy" --out "$out/a-bench-$policy" --quiet
     pack "a-bench-$policy"
   done
-  # Capacity of the Azure slice: its first 3000 requests offline; the online loads are fractions of it.
+  ;;
+capacity)
+  # Capacity of the Azure slice measured on the GPU: its first 3000 requests offline.
   step timeout 180 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --offline --limit 3000 \
     --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/b-azure-offline" --quiet
   pack b-azure-offline
   ;;
 online)
   # (b) Azure at three loads (QPS_LIGHT, QPS_70, QPS_95 given in the environment), (c) Mooncake at one.
-  for spec in "light:$QPS_LIGHT:800" "p70:$QPS_70:2400" "p95:$QPS_95:3000"; do
+  for spec in "light:$QPS_LIGHT:600" "p70:$QPS_70:2200" "p95:$QPS_95:2700"; do
     IFS=: read -r name qps limit <<< "$spec"
     step timeout 170 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --qps "$qps" --limit "$limit" \
       --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/b-azure-$name" --quiet

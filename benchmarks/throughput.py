@@ -104,7 +104,7 @@ def run_peer(args, prompts, params) -> dict:
     from engine.model_config import resolve_model_dir
 
     config = transformers.AutoConfig.from_pretrained(str(resolve_model_dir(args.model)))
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa_paged", dtype=torch.bfloat16)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="paged|sdpa", dtype=torch.bfloat16)
     model = model.to("cuda").eval()
     n = args.peer_num_seqs
     subset_prompts = prompts[:n]

@@ -29,7 +29,11 @@ from engine.sequence import FinishReason, Sequence, SequenceStatus
 @dataclass(slots=True)
 class ScheduledBatch:
     """One step's work. ``num_new_tokens[i]`` tokens of ``seqs[i]`` are computed, starting at that
-    sequence's ``num_computed_tokens``; a sequence samples a token when that reaches its end."""
+    sequence's ``num_computed_tokens``; a sequence samples a token when that reaches its end.
+
+    A row computing a single token counts as a decode: that is how the runner executes it (decode
+    kernels, CUDA graphs) and what it costs, whether it is a decode or a prompt's last token computed
+    alone (a chunk remainder, or a prefix-cache hit covering all but one token)."""
 
     seqs: list[Sequence] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
@@ -212,7 +216,7 @@ class Scheduler:
             return batch
         running = self.running
         index = 0
-        while index < len(running):
+        while index < len(running) and index < budget:
             seq = running[index]
             if not self._reserve_or_preempt(seq, 1, batch):
                 break

@@ -3,9 +3,9 @@
 Two regimes, as the engine runs them:
 - decode-only steps replay a CUDA graph padded to a batch-size bucket: time = a(bucket) + b(bucket) x
   (KV tokens read), with a and b fitted per measured bucket size and interpolated between them;
-- every other step runs eagerly: least squares on a piecewise-linear basis in the step's tokens
-  (weights are streamed until the batch is large enough to be compute-bound, so cost is not linear
-  in tokens), plus prefill attention pairs, prefill and decode KV tokens read, and sequences.
+- every other step runs eagerly: the larger of a host-bound floor (launching every kernel of every
+  layer from Python, plus per-sequence input work) and a device-bound time (matmuls over the step's
+  tokens, prefill attention pairs, KV tokens read), each linear with non-negative coefficients.
 Every fourth grid point of each family is held out of the fit and its error is reported.
 """
 
@@ -20,15 +20,36 @@ from engine.scheduler import ScheduledBatch
 from sim.batch_features import prefill_attention_pairs
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
-TOKEN_KNOTS = (256, 1024, 4096)
-EAGER_BASIS = ("one", "tokens", *(f"tokens_over_{k}" for k in TOKEN_KNOTS), "attention_pairs", "prefill_kv_tokens",
-               "decode_kv_tokens", "num_seqs")
+FLOOR_BASIS = ("one", "num_seqs", "num_prefill_seqs")
+GPU_BASIS = ("one", "tokens", "attention_pairs", "kv_tokens_read")
 
 
-def _eager_row(f: dict) -> list[float]:
+def _floor_row(f: dict) -> list[float]:
+    """Host-bound floor of an eager step: launching every kernel of every layer, plus per-sequence input work."""
+    return [1.0, f["num_seqs"], f["num_prefill_seqs"]]
+
+
+def _gpu_row(f: dict) -> list[float]:
+    """Device-bound time: matmuls over the step's tokens, prefill attention, KV bytes read."""
     tokens = f["num_prefill_tokens"] + f["num_decode_seqs"]
-    return [1.0, tokens, *(max(0, tokens - k) for k in TOKEN_KNOTS), f["prefill_attention_pairs"],
-            f["prefill_context_tokens"] + f["num_prefill_tokens"], f["decode_context_tokens"], f["num_seqs"]]
+    kv = f["prefill_context_tokens"] + f["num_prefill_tokens"] + f["decode_context_tokens"]
+    return [1.0, tokens, f["prefill_attention_pairs"], kv]
+
+
+def _nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with every coefficient >= 0 (drop the most negative column until none is)."""
+    active = list(range(x.shape[1]))
+    coef = np.zeros(x.shape[1])
+    while active:
+        scale = np.maximum(np.abs(x[:, active]).max(axis=0), 1e-12)
+        sol, *_ = np.linalg.lstsq(x[:, active] / scale, y, rcond=None)
+        sol = sol / scale
+        if (sol >= 0).all():
+            coef[:] = 0.0
+            coef[active] = sol
+            return coef
+        active.pop(int(np.argmin(sol)))
+    return coef
 
 
 def _is_graph_step(f: dict, max_graph_bs: int) -> bool:
@@ -62,14 +83,24 @@ def _fit_decode(points: list[dict]) -> dict:
     }
 
 
-def _fit_eager(points: list[dict]) -> dict:
-    x = np.array([_eager_row(p["features"]) for p in points], dtype=float)
+def _fit_eager(points: list[dict], iterations: int = 8) -> dict:
+    """t = max(floor, gpu): each point is assigned to the regime that predicts it larger, each regime is refit
+    on its points (non-negative, relative error), and so on until the assignment settles."""
+    floor_x = np.array([_floor_row(p["features"]) for p in points], dtype=float)
+    gpu_x = np.array([_gpu_row(p["features"]) for p in points], dtype=float)
     y = np.array([p["median_s"] for p in points], dtype=float)
-    scale = np.maximum(np.abs(x).max(axis=0), 1e-12)
-    # Relative error matters, not absolute: weight each point by 1/time so short steps count as much as long ones.
-    w = 1.0 / y
-    coef, *_ = np.linalg.lstsq((x / scale) * w[:, None], y * w, rcond=None)
-    return {"basis": list(EAGER_BASIS), "coef": (coef / scale).tolist()}
+    w = 1.0 / y  # relative error: short steps count as much as long ones
+    small = gpu_x[:, 1] <= np.quantile(gpu_x[:, 1], 0.5)
+    floor_coef = _nonnegative_lstsq(floor_x[small] * w[small, None], y[small] * w[small])
+    gpu_coef = _nonnegative_lstsq(gpu_x[~small] * w[~small, None], y[~small] * w[~small])
+    for _ in range(iterations):
+        on_gpu = gpu_x @ gpu_coef > floor_x @ floor_coef
+        if on_gpu.sum() >= gpu_x.shape[1]:
+            gpu_coef = _nonnegative_lstsq(gpu_x[on_gpu] * w[on_gpu, None], y[on_gpu] * w[on_gpu])
+        if (~on_gpu).sum() >= floor_x.shape[1]:
+            floor_coef = _nonnegative_lstsq(floor_x[~on_gpu] * w[~on_gpu, None], y[~on_gpu] * w[~on_gpu])
+    return {"floor_basis": list(FLOOR_BASIS), "floor_coef": floor_coef.tolist(),
+            "gpu_basis": list(GPU_BASIS), "gpu_coef": gpu_coef.tolist()}
 
 
 def _fit(points: list[dict], max_graph_bs: int) -> dict:
@@ -124,7 +155,8 @@ class ProfiledCostModel:
             bucket = next((s for s in sizes if s >= bs), sizes[-1])
             self._decode_a[bs] = float(np.interp(bucket, measured, decode["intercept_s"]))
             self._decode_b[bs] = float(np.interp(bucket, measured, decode["per_kv_token_s"]))
-        self._coef = np.array(fit["eager"]["coef"], dtype=float)
+        self._floor_coef = np.array(fit["eager"]["floor_coef"], dtype=float)
+        self._gpu_coef = np.array(fit["eager"]["gpu_coef"], dtype=float)
         self._min_s = float(min(decode["intercept_s"])) if decode["intercept_s"] else 1e-4
 
     @classmethod
@@ -137,7 +169,8 @@ class ProfiledCostModel:
         if _is_graph_step(f, self.max_graph_bs):
             bs = f["num_decode_seqs"]
             return self._decode_a[bs] + self._decode_b[bs] * f["decode_context_tokens"]
-        return max(float(np.dot(self._coef, _eager_row(f))), self._min_s)
+        return max(float(np.dot(self._floor_coef, _floor_row(f))), float(np.dot(self._gpu_coef, _gpu_row(f))),
+                   self._min_s)
 
     def step_time_s(self, batch: ScheduledBatch) -> float:
         if batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:  # hot path

@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         make_cost_model(config, shape)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
+    out_dir = Path(args.out) if args.out else default_out_dir("sim", args.trace)
+    if out_dir.exists() and not out_dir.is_dir():
+        parser.exit(2, f"error: --out {out_dir} exists and is not a folder\n")
     progress = None
     if not args.quiet:
         from tqdm import tqdm
@@ -127,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     result.meta.update(qps=args.qps, time_scale=args.time_scale, limit=args.limit, offline=args.offline)
     if progress is not None:
         progress.close()
-    out_dir = Path(args.out) if args.out else default_out_dir("sim", args.trace)
     summary = write_outputs(result, out_dir, args.trace, report=not args.no_report)
     if not args.quiet:
         from analysis.metrics import format_summary_table

@@ -54,6 +54,14 @@ class SimConfig:
     cost_model: str = "auto"  # auto: a shipped measured profile if one matches, else the roofline; or roofline; or a profile path
 
     def __post_init__(self) -> None:
+        for name, flag in (("max_num_seqs", "--max-num-seqs"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
+                           ("block_size", "--block-size"), ("num_gpu_blocks", "--num-gpu-blocks"),
+                           ("max_model_len", "--max-model-len")):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{flag} must be a positive integer, got {value!r}")
+        if self.block_size & (self.block_size - 1):
+            raise ValueError(f"--block-size must be a power of two, got {self.block_size}")
         if self.num_replicas < 1:
             raise ValueError(f"--replicas must be >= 1, got {self.num_replicas}")
         if self.router not in ROUTERS:
@@ -83,7 +91,7 @@ class SimConfig:
             )
         return SchedulerConfig(
             num_gpu_blocks=num_blocks,
-            max_model_len=self.max_model_len or model.max_position_embeddings,
+            max_model_len=model.max_position_embeddings if self.max_model_len is None else self.max_model_len,
             block_size=self.block_size,
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,

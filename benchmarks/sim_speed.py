@@ -1,0 +1,162 @@
+"""Simulator speed: ``python benchmarks/sim_speed.py [--limit N] [--json OUT] [--profile]``.
+
+Replays ``../shared/traces/azure_llm_2023_conv.csv`` (19,366 requests, about one hour of the Azure
+2023 conversation trace) with the simulator's default options, pinned to one CPU core where the OS
+allows it, and prints the wall seconds of the simulation itself, the simulated seconds, simulated
+requests per wall second, and separately the wall seconds to write the outputs (requests.parquet,
+steps.parquet, summary.json, report.html) to a temporary folder.
+
+Target: the whole trace simulated in 30 s or less on a 2-core CPU machine.
+
+``--profile`` runs the simulation under cProfile (slower) and prints the top functions by
+cumulative and by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "azure_llm_2023_conv.csv"
+
+
+def pin_to_one_core() -> str:
+    """Run on a single CPU (the first one this process may use); says what happened."""
+    if not hasattr(os, "sched_setaffinity"):
+        return "not pinned (os.sched_setaffinity unavailable on this platform)"
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {allowed[0]})
+    return f"pinned to CPU {allowed[0]} (of {len(allowed)} allowed)"
+
+
+def load(trace_path: Path, limit: int | None):
+    from traces.convert import convert
+    from traces.formats.base import ConvertOptions
+
+    if trace_path.suffix == ".parquet":
+        from traces.schema import load_trace
+
+        trace = load_trace(trace_path)
+        return trace.head(limit) if limit is not None else trace
+    fmt = "mooncake" if trace_path.suffix == ".jsonl" else "azure"
+    trace, _ = convert(fmt, trace_path, ConvertOptions(limit=limit))
+    return trace
+
+
+def simulated_span_s(result) -> float:
+    """First arrival to the last finish, in simulated seconds."""
+    arrivals = [row[2] for row in result.request_rows]
+    finishes = [row[5] for row in result.request_rows if row[5] is not None]
+    return max(finishes) - min(arrivals) if arrivals and finishes else 0.0
+
+
+def print_profile(profiler, top: int) -> None:
+    import io
+    import pstats
+
+    for key in ("cumulative", "tottime"):
+        stream = io.StringIO()
+        pstats.Stats(profiler, stream=stream).strip_dirs().sort_stats(key).print_stats(top)
+        print(f"\n=== cProfile of simulate(), top {top} by {key} ===")
+        # Skip pstats' preamble down to the table header.
+        text = stream.getvalue()
+        start = text.find("   ncalls")
+        print(text[start:] if start >= 0 else text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python benchmarks/sim_speed.py", description=__doc__.split("\n\n")[1])
+    parser.add_argument(
+        "--trace", type=Path, default=DEFAULT_TRACE,
+        help="Azure CSV, Mooncake JSONL or trace parquet (default: %(default)s)",
+    )
+    parser.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
+    parser.add_argument(
+        "--json", type=Path, default=None, metavar="OUT", help="also write the figures to this JSON file"
+    )
+    parser.add_argument("--no-pin", action="store_true", help="do not pin to one CPU core")
+    parser.add_argument("--no-report", action="store_true", help="leave report.html out of the output-writing time")
+    parser.add_argument("--profile", action="store_true", help="run simulate() under cProfile and print the hot spots")
+    parser.add_argument("--top", type=int, default=20, help="rows of each profile table (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"--limit must be >= 1, got {args.limit}")
+    if not args.trace.exists():
+        parser.exit(2, f"error: trace {args.trace} does not exist (expected the shared Azure 2023 conversation CSV)\n")
+
+    pinning = "not pinned (--no-pin)" if args.no_pin else pin_to_one_core()
+
+    from sim.replay import write_outputs
+    from sim.simulator import SimConfig, simulate
+
+    started = time.perf_counter()
+    trace = load(args.trace, args.limit)
+    load_s = time.perf_counter() - started
+
+    config = SimConfig()
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    started = time.perf_counter()
+    result = simulate(trace, config)
+    sim_wall_s = time.perf_counter() - started
+    if profiler is not None:
+        profiler.disable()
+
+    with tempfile.TemporaryDirectory(prefix="sim_speed-") as out_dir:
+        started = time.perf_counter()
+        summary = write_outputs(result, Path(out_dir), str(args.trace), report=not args.no_report)
+        write_s = time.perf_counter() - started
+
+    span_s = simulated_span_s(result)
+    num_requests = len(result.request_rows)
+    num_steps = sum(len(e.step_log) for e in result.engines)
+    figures = {
+        "trace": str(args.trace),
+        "num_requests": num_requests,
+        "num_finished": summary["num_finished"],
+        "num_rejected": summary["num_rejected"],
+        "num_steps": num_steps,
+        "load_wall_s": round(load_s, 3),
+        "simulate_wall_s": round(sim_wall_s, 3),
+        "write_outputs_wall_s": round(write_s, 3),
+        "report_written": not args.no_report,
+        "simulated_s": round(span_s, 3),
+        "simulated_requests_per_wall_s": round(num_requests / sim_wall_s, 1),
+        "simulated_steps_per_wall_s": round(num_steps / sim_wall_s, 1),
+        "speedup_vs_real_time": round(span_s / sim_wall_s, 1),
+        "profiled": args.profile,
+        "cpu": pinning,
+        "python": platform.python_version(),
+        "config": {k: v for k, v in result.describe().items() if k != "simulator_wall_s"},
+    }
+    print(f"trace            {args.trace} ({num_requests} requests, loaded in {load_s:.2f} s)")
+    print(f"cpu              {pinning}{' (under cProfile: times inflated)' if args.profile else ''}")
+    print(f"simulate()       {sim_wall_s:.2f} s wall for {span_s:.1f} simulated s ({num_steps} steps)")
+    print(f"throughput       {num_requests / sim_wall_s:.0f} simulated requests per wall s, "
+          f"{num_steps / sim_wall_s:.0f} steps per wall s, {span_s / sim_wall_s:.0f}x real time")
+    print(f"write outputs    {write_s:.2f} s wall{'' if not args.no_report else ' (no report.html)'}")
+    print(f"finished         {summary['num_finished']} finished, {summary['num_rejected']} rejected")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"figures written to {args.json}")
+    if profiler is not None:
+        print_profile(profiler, args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

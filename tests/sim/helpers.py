@@ -1,0 +1,169 @@
+"""Shared helpers of the simulator tests: tiny hand-made traces, CLI runs and table checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from traces.schema import Trace, save_trace
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
+SHAREGPT = REPO / "traces" / "sharegpt.parquet"
+
+SUMMARY_STAT_KEYS = ("p50", "p90", "p99", "mean")
+
+
+def trace_frame(
+    prompt_tokens: Sequence[int],
+    output_tokens: Sequence[int],
+    arrival_s: Sequence[float] | None = None,
+    hash_ids: Sequence[Sequence[int]] | None = None,
+) -> pl.DataFrame:
+    n = len(prompt_tokens)
+    assert len(output_tokens) == n
+    columns: dict = {
+        "request_id": list(range(n)),
+        "arrival_s": [0.0] * n if arrival_s is None else [float(a) for a in arrival_s],
+        "prompt_tokens": list(prompt_tokens),
+        "output_tokens": list(output_tokens),
+    }
+    schema = {"request_id": pl.Int64, "arrival_s": pl.Float64, "prompt_tokens": pl.Int64, "output_tokens": pl.Int64}
+    if hash_ids is not None:
+        columns["hash_ids"] = [list(h) for h in hash_ids]
+        schema["hash_ids"] = pl.List(pl.Int64)
+    return pl.DataFrame(columns, schema=schema)
+
+
+def make_trace(
+    prompt_tokens: Sequence[int],
+    output_tokens: Sequence[int],
+    arrival_s: Sequence[float] | None = None,
+    hash_ids: Sequence[Sequence[int]] | None = None,
+    hash_block_size: int | None = None,
+) -> Trace:
+    """A validated in-memory trace; request ids are the row numbers 0..n-1."""
+    frame = trace_frame(prompt_tokens, output_tokens, arrival_s, hash_ids)
+    return Trace.from_frame(frame, "hand-made test trace", hash_block_size)
+
+
+def write_trace(path: Path, *args, hash_block_size: int | None = None, **kwargs) -> Path:
+    """Like make_trace, written as a parquet trace with ``save_trace``."""
+    save_trace(trace_frame(*args, **kwargs), path, hash_block_size=hash_block_size)
+    return path
+
+
+def run_cli(
+    args: Sequence[object], env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """``python -m sim.replay ARGS`` in a child process at the repository root."""
+    full_env = dict(os.environ)
+    full_env.pop("PYTHONHASHSEED", None)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "sim.replay", *map(str, args)],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def read_outputs(out_dir: Path) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+    requests = pl.read_parquet(out_dir / "requests.parquet")
+    steps = pl.read_parquet(out_dir / "steps.parquet")
+    summary = json.loads((out_dir / "summary.json").read_text())
+    return requests, steps, summary
+
+
+def result_tables(result) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A SimResult's requests (with the latency columns, in arrival order) and steps, as the CLI writes them."""
+    from analysis.metrics import add_latency_columns
+
+    requests = add_latency_columns(pl.from_arrow(result.requests_table()))
+    requests = requests.sort("arrival_s", "request_id", maintain_order=True)
+    return requests, pl.from_arrow(result.steps_table())
+
+
+def without_wall_clock(value):
+    """``value`` (a summary) with every wall-clock field (a key containing ``wall``) removed, recursively."""
+    if isinstance(value, dict):
+        return {k: without_wall_clock(v) for k, v in value.items() if "wall" not in k}
+    if isinstance(value, list):
+        return [without_wall_clock(v) for v in value]
+    return value
+
+
+def assert_frames_equal(left: pl.DataFrame, right: pl.DataFrame, what: str) -> None:
+    assert left.columns == right.columns, f"{what}: columns differ: {left.columns} vs {right.columns}"
+    assert left.schema == right.schema, f"{what}: dtypes differ"
+    assert left.height == right.height, f"{what}: {left.height} vs {right.height} rows"
+    if not left.equals(right, null_equal=True):
+        for column in left.columns:
+            if not left[column].equals(right[column], null_equal=True):
+                diff = (left[column] != right[column]).fill_null(True).arg_true()
+                row = int(diff[0]) if len(diff) else None
+                raise AssertionError(
+                    f"{what}: column {column!r} differs, first at row {row}: "
+                    f"{left[column][row] if row is not None else '?'} vs "
+                    f"{right[column][row] if row is not None else '?'}"
+                )
+        raise AssertionError(f"{what}: frames differ")
+
+
+def assert_conserved(requests: pl.DataFrame, request_ids: Sequence[object]) -> None:
+    """Every request of the trace appears exactly once and ended finished ("stop"/"length") or rejected."""
+    ids = requests["request_id"].to_list()
+    assert len(ids) == len(set(ids)), "a request id appears more than once"
+    assert sorted(ids) == sorted(str(i) for i in request_ids), "requests missing or unexpected"
+    reasons = requests["finish_reason"]
+    assert reasons.null_count() == 0, "a request has no finish_reason"
+    assert set(reasons.unique().to_list()) <= {"stop", "length", "rejected"}, reasons.value_counts()
+    rejected = requests.filter(pl.col("finish_reason") == "rejected")
+    assert rejected["reject_reason"].null_count() == 0, "a rejected request has no reject_reason"
+    assert (rejected["output_tokens"] == 0).all(), "a rejected request produced tokens"
+    served = requests.filter(pl.col("finish_reason") != "rejected")
+    assert served["reject_reason"].null_count() == served.height, "a served request has a reject_reason"
+    # Served requests have every timestamp, in order, and as many token times as output tokens.
+    for column in ("first_scheduled_s", "first_token_s", "finish_s"):
+        assert served[column].null_count() == 0, f"a served request has no {column}"
+    assert (served["first_scheduled_s"] >= served["arrival_s"]).all()
+    assert (served["first_token_s"] > served["first_scheduled_s"]).all()
+    assert (served["finish_s"] >= served["first_token_s"]).all()
+    assert (served["token_times_s"].list.len() == served["output_tokens"]).all()
+    assert (served["output_tokens"] >= 1).all()
+
+
+def assert_steps_within_limits(
+    steps: pl.DataFrame, *, max_num_seqs: int, max_num_batched_tokens: int, num_gpu_blocks: int
+) -> None:
+    """Every step respects the batch limits and the cache size, and a replica's steps never overlap in time."""
+    assert steps.height > 0
+    worst = steps.select(
+        pl.col("num_seqs").max(),
+        pl.col("num_batched_tokens").max(),
+        pl.col("num_kv_blocks_used").max(),
+    ).row(0, named=True)
+    assert worst["num_seqs"] <= max_num_seqs, f"a step ran {worst['num_seqs']} > max_num_seqs={max_num_seqs} sequences"
+    assert worst["num_batched_tokens"] <= max_num_batched_tokens, (
+        f"a step computed {worst['num_batched_tokens']} > max_num_batched_tokens={max_num_batched_tokens} tokens"
+    )
+    assert worst["num_kv_blocks_used"] <= num_gpu_blocks
+    assert (steps["num_seqs"] >= 1).all(), "an empty step was recorded"
+    assert (steps["num_seqs"] == steps["num_prefill_seqs"] + steps["num_decode_seqs"]).all()
+    assert (steps["num_batched_tokens"] == steps["num_prefill_tokens"] + steps["num_decode_seqs"]).all()
+    assert (steps["duration_s"] > 0).all()
+    assert (steps["kv_usage"] <= 1.0).all()
+    for replica, group in steps.group_by("replica"):
+        group = group.sort("step")
+        assert group["step"].to_list() == list(range(group.height)), f"replica {replica}: step numbers not 0..n-1"
+        ends = (group["start_s"] + group["duration_s"]).head(group.height - 1)
+        starts = group["start_s"].tail(group.height - 1)
+        assert (starts >= ends - 1e-9).all(), f"replica {replica}: steps overlap in time"

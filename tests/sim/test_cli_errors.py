@@ -1,0 +1,139 @@
+"""Bad input to ``python -m sim.replay``: a non-zero exit and one line naming the file or option and what
+was expected, never a traceback, and nothing written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from sim.replay import main as replay_main
+from tests.sim.helpers import SHAREGPT, run_cli
+
+TRACE = str(SHAREGPT)
+
+
+def _error_line(stderr: str) -> str:
+    """The single error line; argparse may print its usage lines before it, nothing else may."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines, "nothing on stderr"
+    assert "Traceback" not in stderr, stderr
+    error_lines = [line for line in lines if "error" in line.lower()]
+    assert len(error_lines) == 1, f"expected one error line, got:\n{stderr}"
+    assert lines[-1] == error_lines[0], f"the error is not the last line:\n{stderr}"
+    usage = lines[:-1]
+    assert not usage or usage[0].startswith("usage:"), f"unexpected output before the error:\n{stderr}"
+    return lines[-1]
+
+
+def _bad_files(tmp_path: Path) -> dict[str, Path]:
+    files = {
+        "missing": tmp_path / "no_such_trace.parquet",
+        "text": tmp_path / "trace.csv",
+        "empty": tmp_path / "empty.parquet",
+        "directory": tmp_path / "a_directory",
+        "missing_column": tmp_path / "no_output_tokens.parquet",
+        "bad_value": tmp_path / "zero_prompt.parquet",
+    }
+    files["text"].write_text("request_id,arrival_s,prompt_tokens,output_tokens\n0,0.0,10,10\n")
+    files["empty"].write_bytes(b"")
+    files["directory"].mkdir()
+    pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "prompt_tokens": [10, 20]}).write_parquet(
+        files["missing_column"]
+    )
+    pl.DataFrame(
+        {"request_id": [0, 1], "arrival_s": [0.0, 1.0], "prompt_tokens": [10, 0], "output_tokens": [5, 5]}
+    ).write_parquet(files["bad_value"])
+    return files
+
+
+# (trace: a key of _bad_files or None for the default trace, extra args, regexes the error line must match)
+CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
+    "nonexistent trace": ("missing", [], ["{trace}", "no such file"]),
+    "csv, not parquet": ("text", [], ["{trace}", "parquet"]),
+    "empty file": ("empty", [], ["{trace}", "empty"]),
+    "directory": ("directory", [], ["{trace}", "directory"]),
+    "missing column": ("missing_column", [], ["{trace}", "output_tokens", "missing"]),
+    "zero prompt tokens": ("bad_value", [], ["{trace}", "prompt_tokens", ">= 1"]),
+    "qps 0": (None, ["--qps", "0"], ["--qps", "> 0"]),
+    "qps negative": (None, ["--qps", "-2"], ["--qps", "> 0"]),
+    "qps not a number": (None, ["--qps", "fast"], ["--qps", "float"]),
+    "qps with time-scale": (None, ["--qps", "2", "--time-scale", "2"], ["--qps", "--time-scale", "not allowed"]),
+    "qps on simultaneous arrivals": (None, ["--limit", "1", "--qps", "1"], ["qps", "at once"]),
+    "time-scale 0": (None, ["--time-scale", "0"], ["--time-scale", "> 0"]),
+    "limit 0": (None, ["--limit", "0"], ["--limit", ">= 1"]),
+    "replicas 0": (None, ["--replicas", "0"], ["--replicas", ">= 1"]),
+    "unknown model": (None, ["--model", "no-such-model"], ["model", "no-such-model", "qwen3-0.6b"]),
+    "unknown gpu": (None, ["--gpu", "tpu9"], ["--gpu", "tpu9", "h200"]),
+    "unknown policy": (None, ["--policy", "bogus"], ["--policy", "bogus", "mixed"]),
+    "unknown router": (None, ["--router", "bogus"], ["--router", "bogus", "rr"]),
+    "block size 3": (None, ["--block-size", "3"], ["block[-_]size", "power of two", "3"]),
+    "max-num-seqs 0": (None, ["--max-num-seqs", "0"], ["max[-_]num[-_]seqs", "positive"]),
+    "max-num-batched-tokens 0": (
+        None, ["--max-num-batched-tokens", "0"], ["max[-_]num[-_]batched[-_]tokens", "positive"]
+    ),
+    "num-gpu-blocks 0": (None, ["--num-gpu-blocks", "0"], ["num[-_]gpu[-_]blocks", "positive"]),
+    "max-model-len negative": (None, ["--max-model-len", "-1"], ["max[-_]model[-_]len", "positive"]),
+    "tensor-parallel-size 0": (None, ["--tensor-parallel-size", "0"], ["tensor[-_]parallel[-_]size", ">= 1"]),
+    "gpu-memory-utilization 1.5": (
+        None, ["--gpu-memory-utilization", "1.5"], ["gpu[-_]memory[-_]utilization", r"\(0, 1\]"]
+    ),
+    "model does not fit": (
+        None, ["--model", "qwen3-8b", "--gpu-memory-utilization", "0.05"], ["qwen3-8b", "does not fit"]
+    ),
+    "cost model file missing": (None, ["--cost-model", "{tmp}/no_profile.json"], ["cost model", "no_profile.json"]),
+    "block size 0": (None, ["--block-size", "0"], ["block[-_]size"]),
+    "block size negative": (None, ["--block-size", "-16"], ["block[-_]size"]),
+    "max-model-len 0": (None, ["--max-model-len", "0"], ["max[-_]model[-_]len"]),
+    "out is a file": (None, ["--out", "{tmp}/a_file"], ["{tmp}/a_file"]),
+}
+
+def _args(tmp_path: Path, trace_key: str | None, extra: list[str]) -> list[str]:
+    trace = TRACE if trace_key is None else str(_bad_files(tmp_path)[trace_key])
+    args = [trace, "--quiet", "--no-report"]
+    if "--limit" not in extra:
+        args += ["--limit", "20"]
+    if "--out" not in extra:
+        args += ["--out", str(tmp_path / "out")]
+    return args + [a.replace("{tmp}", str(tmp_path)) for a in extra]
+
+
+def _check(tmp_path: Path, trace: str, stderr: str, patterns: list[str]) -> None:
+    line = _error_line(stderr)
+    for pattern in patterns:
+        pattern = pattern.replace("{trace}", re.escape(trace)).replace("{tmp}", re.escape(str(tmp_path)))
+        assert re.search(pattern, line), f"{pattern!r} not in {line!r}"
+    assert not (tmp_path / "out").exists(), "a failed run wrote outputs"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_clean_line(tmp_path, capsys, case) -> None:
+    trace_key, extra, patterns = CASES[case]
+    (tmp_path / "a_file").write_text("not a folder\n")
+    args = _args(tmp_path, trace_key, extra)
+    with pytest.raises(SystemExit) as exited:  # any other exception would be a traceback at the shell
+        replay_main(args)
+    assert exited.value.code not in (0, None)
+    _check(tmp_path, args[0], capsys.readouterr().err, patterns)
+
+
+@pytest.mark.parametrize(
+    ("extra", "patterns"),
+    [
+        (["/nonexistent/trace.parquet"], ["/nonexistent/trace.parquet", "no such file"]),
+        ([TRACE, "--qps", "3", "--time-scale", "2"], ["--time-scale", "--qps"]),
+        ([TRACE, "--model", "no-such-model"], ["no-such-model"]),
+    ],
+    ids=["nonexistent trace", "qps with time-scale", "unknown model"],
+)
+def test_bad_input_in_a_child_process(tmp_path, extra, patterns) -> None:
+    """The same through ``python -m``: exit status 2 and no traceback at the process level."""
+    proc = run_cli([*extra, "--quiet", "--out", tmp_path / "out"])
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    line = _error_line(proc.stderr)
+    for pattern in patterns:
+        assert re.search(re.escape(pattern), line), (pattern, line)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,94 @@
+"""The CPU half of the validation: simulate every GPU run with the same options and compare.
+
+    python validation/compare_all.py --real validation/runs/real
+
+``--real`` holds one folder per GPU run (as ``validation/run_gpu.sh`` writes them, unpacked). For
+each, the simulator replays the same trace slice with the same options and the GPU's KV block count,
+``analysis.compare`` measures the signed errors, and the small outputs (summaries, compare tables)
+go to ``validation/results/<run>/``; ``validation/results/errors.md`` collects the headline table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TRACES = ROOT / "validation" / "traces"
+
+# name -> (description, trace, replay options): must match validation/run_gpu.sh
+PLAN: dict[str, tuple[str, str, list[str]]] = {
+    "a-bench-mixed": ("(a) benchmark workload, offline, mixed", "bench_workload.parquet",
+                      ["--offline", "--max-model-len", "4096"]),
+    "a-bench-nano": ("(a) benchmark workload, offline, nano", "bench_workload.parquet",
+                     ["--offline", "--max-model-len", "4096", "--policy", "nano"]),
+    "b-azure-light": ("(b) Azure conv, light load (12 req/s)", "azure_conv_slice.parquet",
+                      ["--qps", "12", "--limit", "600", "--max-model-len", "16384"]),
+    "b-azure-p70": ("(b) Azure conv, ~70% of capacity (39 req/s)", "azure_conv_slice.parquet",
+                    ["--qps", "39", "--limit", "2200", "--max-model-len", "16384"]),
+    "b-azure-p95": ("(b) Azure conv, ~95% of capacity (53 req/s)", "azure_conv_slice.parquet",
+                    ["--qps", "53", "--limit", "2700", "--max-model-len", "16384"]),
+    "c-mooncake": ("(c) Mooncake conv, ~70% of capacity (2.8 req/s)", "mooncake_slice.parquet",
+                   ["--qps", "2.8", "--limit", "200", "--max-model-len", "65536"]),
+}
+HEADLINE = ["ttft_ms.p50", "ttft_ms.p90", "tpot_ms.p50", "tpot_ms.p90", "e2e_ms.p50", "e2e_ms.p90", "output_throughput"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--real", default=str(ROOT / "validation" / "runs" / "real"), help="GPU run folders")
+    parser.add_argument("--sim-out", default=str(ROOT / "validation" / "runs" / "sim"), help="where simulated runs go")
+    parser.add_argument("--results", default=str(ROOT / "validation" / "results"), help="small outputs to commit")
+    parser.add_argument("--cost-model", default="auto", help="passed to sim.replay (default: %(default)s)")
+    args = parser.parse_args(argv)
+
+    from analysis.compare import main as compare_main
+    from analysis.summarize import summarize_run_dir
+    from sim.replay import main as sim_replay
+
+    real_root, sim_root, results = Path(args.real), Path(args.sim_out), Path(args.results)
+    rows = []
+    for name, (description, trace, options) in PLAN.items():
+        real = real_root / name
+        if not (real / "requests.parquet").is_file():
+            print(f"skipping {name}: no GPU run in {real}")
+            continue
+        if not (real / "summary.json").is_file():
+            summarize_run_dir(real)
+        real_config = json.loads((real / "summary.json").read_text())["config"]
+        sim = sim_root / name
+        if sim.exists():
+            shutil.rmtree(sim)
+        sim_replay([str(TRACES / trace), *options, "--num-gpu-blocks", str(real_config["num_gpu_blocks"]),
+                    "--cost-model", args.cost_model, "--out", str(sim), "--quiet", "--no-report"])
+        out = results / name
+        compare_main([str(real), str(sim), "--out", str(out), "--no-report"])
+        (out / "compare.parquet").unlink(missing_ok=True)
+        shutil.copy(real / "summary.json", out / "real_summary.json")
+        shutil.copy(sim / "summary.json", out / "sim_summary.json")
+        comparison = json.loads((out / "compare.json").read_text())
+        errors = {m["key"]: m["rel_error"] for m in comparison["metrics"]}
+        schedule = comparison.get("schedule") or {}
+        rows.append((name, description, errors, schedule.get("identical")))
+
+    lines = ["| run | " + " | ".join(HEADLINE) + " | same schedule |", "|:---" + "|---:" * len(HEADLINE) + "|:---:|"]
+    for name, description, errors, identical in rows:
+        cells = [f"{errors[k]:+.1%}" if errors.get(k) is not None else "n/a" for k in HEADLINE]
+        lines.append(f"| {description} | " + " | ".join(cells) + f" | {'yes' if identical else 'no'} |")
+    table = "\n".join(lines) + "\n"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "errors.md").write_text(
+        "Signed relative error of the simulation against the GPU, (sim - real) / real; written by "
+        "validation/compare_all.py.\n\n" + table
+    )
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

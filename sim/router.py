@@ -1,9 +1,15 @@
-"""Which replica an arriving request goes to."""
+"""Which replica an arriving request goes to.
+
+Every router has a ``name`` (the value of ``--router``) and ``route(prompt_token_ids, engines) -> index``;
+``ROUTERS`` maps names to classes and ``make_router`` builds one, so a new router is one class plus
+one registry entry, and the CLIs' ``--router`` choices follow the registry.
+"""
 
 from __future__ import annotations
 
 from typing import Protocol, Sequence as Seq
 
+from engine.block_manager import prefix_block_hashes
 from engine.llm_engine import LLMEngine
 
 
@@ -35,7 +41,35 @@ class LeastOutstandingRouter:
         return loads.index(min(loads))
 
 
-ROUTERS = {cls.name: cls for cls in (RoundRobinRouter, LeastOutstandingRouter)}
+class PrefixAffinityRouter:
+    """Most cached leading blocks of the prompt; ties by fewest unfinished requests, then lowest index.
+
+    A multi-turn conversation resends its history, so sending a turn where the earlier turns' KV
+    blocks are still cached skips recomputing them. Falling back to least-outstanding keeps prompts
+    that share nothing (or that every replica has cached) spread by load rather than piled on one
+    replica. The prompt is hashed once per block size; probing a replica has no side effects.
+    """
+
+    name = "prefix"
+
+    def route(self, prompt_token_ids: list[int], engines: Seq[LLMEngine]) -> int:
+        hashes_by_block_size: dict[int, list[int]] = {}
+        best_index = 0
+        best_key: tuple[int, int] | None = None
+        for index, engine in enumerate(engines):
+            block_size = engine.config.block_size
+            hashes = hashes_by_block_size.get(block_size)
+            if hashes is None:
+                hashes = hashes_by_block_size[block_size] = prefix_block_hashes(prompt_token_ids, block_size)
+            scheduler = engine.scheduler
+            num_cached_blocks = scheduler.block_manager.num_cached_prefix_blocks(hashes) if hashes else 0
+            key = (-num_cached_blocks, scheduler.num_unfinished)
+            if best_key is None or key < best_key:  # strict: an equal key keeps the lower index
+                best_key, best_index = key, index
+        return best_index
+
+
+ROUTERS: dict[str, type] = {cls.name: cls for cls in (RoundRobinRouter, LeastOutstandingRouter, PrefixAffinityRouter)}
 
 
 def make_router(name: str) -> Router:

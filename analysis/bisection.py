@@ -1,0 +1,242 @@
+"""Search for the highest load (QPS) that passes a yes/no test, one configuration at a time.
+
+The search is a state machine (`propose` the next QPS values, `observe` their verdicts) rather
+than a loop that calls a simulator, so a sweep can interleave many configurations' searches over
+one process pool, and a test can drive it with a plain function. Its decisions depend only on the
+verdicts, never on timing, so a sweep gives the same answer serially, on many cores or on Ray.
+
+Strategy: first a bracket [lo passes, hi fails]: from `--qps-min`/`--qps-max` when given, else from
+a start rate (the trace's own), doubling while it passes or halving while it fails. Then bisect
+until (hi - lo) / lo <= tolerance. With `candidates_per_round = k > 1`, k evenly spaced points of
+the bracket are tried per round (k-section), which uses k cores for one configuration. Every
+simulation counts towards `max_iterations`.
+
+A finite trace rescaled to ever higher QPS degenerates into one burst: once a passing QPS already
+delivers the whole trace in a small fraction of the replay (the caller says so by passing it in
+`bursts`), going higher cannot show a limit, so the upward search stops there and says so.
+
+Bisection assumes latency grows with load. When a tried QPS passed although a lower one failed,
+the outcome says so (`monotone = False`) and keeps the bracket below the first failure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["SearchParams", "SearchOutcome", "CapacitySearch", "run_search", "round_sig_qps"]
+
+START_SIGNIFICANT_DIGITS = 3
+# Candidates are rounded so outputs read 43.355, not 43.355000000000004; far finer than any tolerance.
+CANDIDATE_SIGNIFICANT_DIGITS = 6
+MIN_TOLERANCE = 1e-4  # finer brackets would be lost to that rounding (and to simulation noise)
+
+
+def round_sig_qps(qps: float, digits: int = START_SIGNIFICANT_DIGITS) -> float:
+    """`qps` to `digits` significant digits: a start rate people can read (5.98, not 5.976309267816164)."""
+    return float(f"{qps:.{digits}g}")
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """How to search one configuration; `start_qps` is used only when neither bound is given."""
+
+    start_qps: float = 1.0
+    qps_min: float | None = None
+    qps_max: float | None = None
+    tolerance: float = 0.05
+    max_iterations: int = 20
+    candidates_per_round: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("start_qps", "qps_min", "qps_max"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
+        if self.qps_min is not None and self.qps_max is not None and not self.qps_min < self.qps_max:
+            raise ValueError(f"--qps-min ({self.qps_min}) must be below --qps-max ({self.qps_max})")
+        if not (math.isfinite(self.tolerance) and MIN_TOLERANCE <= self.tolerance < 1):
+            raise ValueError(f"--tolerance must be in [{MIN_TOLERANCE}, 1), got {self.tolerance}")
+        if self.max_iterations < 1:
+            raise ValueError(f"--max-iterations must be >= 1, got {self.max_iterations}")
+        if self.candidates_per_round < 1:
+            raise ValueError(f"--candidates-per-round must be >= 1, got {self.candidates_per_round}")
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """`max_qps`: highest QPS that passed below the first failure (None: none passed).
+
+    `points` holds (qps, passed) in the order tried; `converged` says the bracket closed to the
+    tolerance; `notes` explains anything a reader should know (unclosed bracket, non-monotone).
+    """
+
+    max_qps: float | None
+    points: tuple[tuple[float, bool], ...]
+    converged: bool
+    monotone: bool
+    notes: tuple[str, ...] = field(default=())
+
+
+class CapacitySearch:
+    """One configuration's search; call `propose` then `observe` until `done`."""
+
+    def __init__(self, params: SearchParams) -> None:
+        self.params = params
+        self._verdicts: dict[float, bool] = {}
+        self._order: list[float] = []
+        self._pending: list[float] = []
+        self._bursts: set[float] = set()
+        self._lo: float | None = None  # highest QPS known to pass (below every known failure)
+        self._hi: float | None = None  # lowest QPS known to fail
+        self._done = False
+        self._notes: list[str] = []
+
+    # ---- the protocol -----------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def pending(self) -> tuple[float, ...]:
+        """The values proposed and not yet observed."""
+        return tuple(self._pending)
+
+    @property
+    def num_evaluated(self) -> int:
+        return len(self._order)
+
+    def propose(self) -> list[float]:
+        """QPS values to evaluate next (all may run at once); empty when done or waiting."""
+        if self._done or self._pending:
+            return []
+        budget = self.params.max_iterations - self.num_evaluated
+        if budget <= 0:
+            self._finish(converged=False)
+            return []
+        candidates = self._next_candidates(budget)
+        candidates = [q for q in candidates if q not in self._verdicts]
+        if not candidates:
+            self._finish(converged=self._closed())
+            return []
+        self._pending = candidates
+        return list(candidates)
+
+    def observe(self, verdicts: Mapping[float, bool], bursts: Collection[float] = ()) -> None:
+        """Record verdicts of the proposed values (all of them, in any order).
+
+        `bursts`: proposed values at which the trace arrived as (nearly) one burst.
+        """
+        missing = [q for q in self._pending if q not in verdicts]
+        if missing:
+            raise ValueError(f"no verdict for proposed QPS {missing}")
+        for qps in self._pending:
+            self._verdicts[qps] = bool(verdicts[qps])
+            self._order.append(qps)
+            if qps in bursts:
+                self._bursts.add(qps)
+        self._pending = []
+        self._update_bracket()
+        if self._closed():
+            self._finish(converged=True)
+        elif self._lo is None and self._hi is not None and self._has_bound("qps_min"):
+            self._finish(converged=False)  # even --qps-min fails
+        elif self._hi is None and self._lo is not None and (self._has_bound("qps_max") or self._lo in self._bursts):
+            self._finish(converged=False)  # even --qps-max passes, or the trace is too short to load it further
+
+    def outcome(self) -> SearchOutcome:
+        if not self._done:
+            raise RuntimeError("the search is not finished")
+        return SearchOutcome(
+            max_qps=self._lo,
+            points=tuple((q, self._verdicts[q]) for q in self._order),
+            converged=self._converged,
+            monotone=self._monotone(),
+            notes=tuple(self._notes),
+        )
+
+    # ---- internals --------------------------------------------------------------------------
+    def _has_bound(self, name: str) -> bool:
+        return getattr(self.params, name) is not None
+
+    def _closed(self) -> bool:
+        lo, hi = self._lo, self._hi
+        return lo is not None and hi is not None and (hi - lo) / lo <= self.params.tolerance
+
+    def _next_candidates(self, budget: int) -> list[float]:
+        p = self.params
+        if not self._order:  # the first round
+            if p.qps_min is not None and p.qps_max is not None:
+                return [float(p.qps_min), float(p.qps_max)][:budget]
+            if p.qps_min is not None:
+                return [float(p.qps_min)]
+            if p.qps_max is not None:
+                return [float(p.qps_max)]
+            return [float(p.start_qps)]
+        lo, hi = self._lo, self._hi
+        if hi is None:  # everything passed so far: go up
+            return [round_sig_qps(lo * 2.0, CANDIDATE_SIGNIFICANT_DIGITS)]
+        if lo is None:  # everything failed so far: go down
+            return [round_sig_qps(hi / 2.0, CANDIDATE_SIGNIFICANT_DIGITS)]
+        k = min(p.candidates_per_round, budget)
+        return [round_sig_qps(lo + (hi - lo) * i / (k + 1), CANDIDATE_SIGNIFICANT_DIGITS) for i in range(1, k + 1)]
+
+    def _update_bracket(self) -> None:
+        failures = [q for q, ok in self._verdicts.items() if not ok]
+        self._hi = min(failures) if failures else None
+        passes = [q for q, ok in self._verdicts.items() if ok and (self._hi is None or q < self._hi)]
+        self._lo = max(passes) if passes else None
+
+    def _monotone(self) -> bool:
+        return self._hi is None or all(q < self._hi for q, ok in self._verdicts.items() if ok)
+
+    def _finish(self, converged: bool) -> None:
+        self._done = True
+        self._converged = converged
+        p = self.params
+        if self._lo is None:
+            if any(self._verdicts.values()):
+                self._notes.append(f"no QPS below the first failure ({self._hi:.4g} req/s) met the SLOs")
+            elif self._order:
+                lowest = min(self._order)
+                advice = "lower --qps-min" if p.qps_min is not None else "raise --max-iterations or set --qps-min"
+                self._notes.append(f"no QPS tried met the SLOs (lowest tried: {lowest:.4g} req/s); {advice}")
+        elif self._hi is None and self._lo in self._bursts:
+            self._notes.append(
+                f"capacity is at least {self._lo:.4g} req/s: at that rate the trace arrives as one burst and still "
+                "met the SLOs, so it is too short to load this configuration further; use more requests"
+            )
+        elif self._hi is None:
+            if p.qps_max is not None:
+                bound, advice = "--qps-max", "raise --qps-max"
+            else:
+                bound, advice = "the highest QPS tried", "raise --max-iterations or set --qps-max"
+            self._notes.append(f"capacity is at least {self._lo:.4g} req/s ({bound} met the SLOs); {advice}")
+        elif not converged:
+            precision = (self._hi - self._lo) / self._lo
+            self._notes.append(
+                f"stopped after --max-iterations={p.max_iterations} simulations with the bracket "
+                f"[{self._lo:.4g}, {self._hi:.4g}] req/s ({precision:.1%} wide, tolerance {p.tolerance:.1%})"
+            )
+        if not self._monotone():
+            above = sorted(q for q, ok in self._verdicts.items() if ok and q > self._hi)
+            self._notes.append(
+                f"non-monotone: {', '.join(f'{q:.4g}' for q in above)} req/s met the SLOs although "
+                f"{self._hi:.4g} req/s did not; bisection assumes latency grows with load, so max_qps is "
+                "the highest passing QPS below the first failure"
+            )
+
+
+def run_search(
+    params: SearchParams,
+    passes: Callable[[float], bool],
+    is_burst: Callable[[float], bool] = lambda qps: False,
+) -> SearchOutcome:
+    """Run a whole search serially against `passes(qps)` (tests, or a one-off capacity check)."""
+    search = CapacitySearch(params)
+    while not search.done:
+        candidates = search.propose()
+        if candidates:
+            search.observe({q: passes(q) for q in candidates}, {q for q in candidates if is_burst(q)})
+    return search.outcome()

@@ -1,0 +1,233 @@
+"""What a measured capacity means in money and in hardware: $/1M output tokens, the cost/latency
+Pareto front, and how many replicas a target load needs.
+
+Kept apart from the sweep so each rule is a small pure function with exact tests, and so the
+report's in-page cost editor (JavaScript) can mirror exactly these formulas.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.hardware import GPUS
+
+__all__ = [
+    "DEFAULT_GPU_COST_PER_HOUR_USD",
+    "ReplicasNeeded",
+    "cost_per_million_output_tokens_usd",
+    "load_gpu_costs",
+    "pareto_front",
+    "replicas_needed",
+]
+
+# Illustrative on-demand list prices in USD per GPU-hour, for comparing configurations only: not a
+# quote, and real prices vary widely by provider, region and commitment. Edit here, or pass
+# --gpu-cost h200=3.5,h100=2.5 (or a file) to the CLI, or edit the table in report.html.
+DEFAULT_GPU_COST_PER_HOUR_USD: dict[str, float] = {
+    "h200": 3.50,
+    "h100": 2.50,
+    "a100-80g": 1.80,
+    "l40s": 1.00,
+}
+SECONDS_PER_HOUR = 3600.0
+TOKENS_PER_MILLION = 1e6
+
+
+def _parse_price(name: str, text: object, source: str) -> tuple[str, float]:
+    try:
+        price = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{source}: price of {name!r} is {text!r}, expected a number of USD per GPU-hour") from None
+    if not (math.isfinite(price) and price >= 0):
+        raise ValueError(f"{source}: price of {name!r} must be a finite number >= 0, got {text!r}")
+    key = name.strip().lower()
+    if key not in GPUS:
+        raise ValueError(f"{source}: unknown GPU {name.strip()!r}; supported: {', '.join(GPUS)}")
+    return key, price
+
+
+def _parse_pairs(text: str, source: str, separators: str) -> dict[str, float]:
+    prices: dict[str, float] = {}
+    for raw in text.replace("\n", separators[0]).split(separators[0]):
+        item = raw.split("#", 1)[0].strip()
+        if not item:
+            continue
+        if "=" not in item:
+            raise ValueError(f"{source}: cannot parse {item!r}; expected GPU=USD_PER_HOUR, e.g. h200=3.5")
+        name, value = item.split("=", 1)
+        key, price = _parse_price(name, value.strip(), source)
+        prices[key] = price
+    return prices
+
+
+def load_gpu_costs(spec: str | None, defaults: Mapping[str, float] = DEFAULT_GPU_COST_PER_HOUR_USD) -> dict[str, float]:
+    """`defaults` overridden by `spec`: ``h200=3.5,h100=2.5``, or a file with a JSON object or
+    ``gpu=price`` lines (``#`` comments). Errors name the GPU or the file."""
+    prices = {name: float(price) for name, price in defaults.items()}
+    if spec is None or not spec.strip():
+        return prices
+    path = Path(spec)
+    if path.is_file():
+        source = str(path)
+        text = path.read_text(encoding="utf-8")
+        if text.lstrip().startswith("{"):
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{source}: not valid JSON ({exc})") from None
+            prices.update(dict(_parse_price(str(name), value, source) for name, value in data.items()))
+        else:
+            prices.update(_parse_pairs(text, source, "\n"))
+        return prices
+    if "=" not in spec:
+        raise ValueError(f"{spec!r} is neither a file nor GPU=USD_PER_HOUR pairs such as h200=3.5,h100=2.5")
+    prices.update(_parse_pairs(spec, "--gpu-cost", ","))
+    return prices
+
+
+def output_tokens_per_s(qps: float, output_tokens_per_request: float) -> float:
+    """The steady token rate of serving `qps` requests/s.
+
+    Not a finite replay's measured throughput, which its ramp-up and drain dilute.
+    """
+    return qps * output_tokens_per_request
+
+
+def cost_per_million_output_tokens_usd(
+    num_replicas: int,
+    tensor_parallel_size: int,
+    usd_per_gpu_hour: float,
+    tokens_per_s: float,
+) -> float | None:
+    """(replicas x TP x $/GPU-hour) / (output tokens per hour / 1e6); None without any tokens."""
+    tokens_per_hour = tokens_per_s * SECONDS_PER_HOUR
+    if not tokens_per_hour > 0:
+        return None
+    usd_per_hour = num_replicas * tensor_parallel_size * usd_per_gpu_hour
+    return usd_per_hour / (tokens_per_hour / TOKENS_PER_MILLION)
+
+
+def pareto_front(points: Sequence[tuple[float, float] | None]) -> list[bool]:
+    """For (cost, latency) points, lower being better in both: True where no other point dominates.
+
+    A point is dominated by one that is no worse in both and better in at least one; identical
+    points do not dominate each other. None (no capacity) is never on the front.
+    """
+    present = [(i, p) for i, p in enumerate(points) if p is not None]
+    on_front = [False] * len(points)
+    for i, (cost, latency) in present:
+        on_front[i] = not any(
+            other_cost <= cost and other_latency <= latency and (other_cost < cost or other_latency < latency)
+            for j, (other_cost, other_latency) in present
+            if j != i
+        )
+    return on_front
+
+
+@dataclass(frozen=True)
+class ReplicasNeeded:
+    """Fewest replicas for `target_qps`: measured when some replica count reached it, else extrapolated."""
+
+    target_qps: float
+    num_replicas: int | None
+    extrapolated: bool
+    note: str
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.target_qps) and self.target_qps > 0):
+            raise ValueError(f"--target-qps must be a finite number > 0, got {self.target_qps}")
+
+
+def replicas_needed(measured: Mapping[int, float | None], target_qps: float) -> ReplicasNeeded:
+    """From {num_replicas: max_qps} of one configuration family, the fewest replicas for `target_qps`.
+
+    When no measured count reaches the target, scale linearly from the largest measured count's
+    per-replica max QPS (the one that includes most of the router's effect), and say so: real
+    scaling is at best linear, so read it as a lower bound.
+    """
+    reached = sorted(n for n, qps in measured.items() if qps is not None and qps >= target_qps)
+    if reached:
+        n = reached[0]
+        return ReplicasNeeded(target_qps, n, False, f"measured: {n} replica(s) reach {measured[n]:.4g} req/s")
+    with_capacity = sorted((n, qps) for n, qps in measured.items() if qps is not None and qps > 0)
+    if not with_capacity:
+        return ReplicasNeeded(target_qps, None, False, "no measured replica count met the SLOs at any QPS")
+    n, qps = with_capacity[-1]
+    per_replica_qps = qps / n
+    needed = math.ceil(target_qps / per_replica_qps - 1e-9)
+    return ReplicasNeeded(
+        target_qps,
+        needed,
+        True,
+        f"extrapolated linearly from {n} replica(s) at {qps:.4g} req/s ({per_replica_qps:.4g} req/s per replica)",
+    )
+
+
+def group_by_all_but(items: Sequence[Mapping[str, Hashable]], field: str) -> dict[tuple, list[int]]:
+    """Indices of `items` grouped by every key except `field` (e.g. configurations by all but replicas)."""
+    groups: dict[tuple, list[int]] = {}
+    for index, item in enumerate(items):
+        key = tuple((k, v) for k, v in item.items() if k != field)
+        groups.setdefault(key, []).append(index)
+    return groups
+
+
+@dataclass(frozen=True)
+class ConfigEconomics:
+    """The money and hardware view of one configuration's capacity (None where undefined)."""
+
+    num_gpus: int
+    usd_per_gpu_hour: float | None
+    output_tokens_per_s: float | None
+    cost_per_million_output_tokens_usd: float | None
+    pareto_latency_ms: float | None
+    on_pareto_front: bool
+    replicas_needed: ReplicasNeeded | None
+
+
+def assess(
+    results: Sequence,
+    gpu_costs: Mapping[str, float],
+    target_qps: float | None,
+    pareto_key: str,
+) -> list[ConfigEconomics]:
+    """Cost, Pareto membership and replicas needed for each `analysis.sweep.ConfigResult`.
+
+    `pareto_key` names the SLO statistic (e.g. ``ttft_p90``) used as the latency axis, read at
+    each configuration's max QPS.
+    """
+    family_of = group_by_all_but([_options(r.config) for r in results], "num_replicas")
+    needed_by_index: dict[int, ReplicasNeeded] = {}
+    if target_qps is not None:
+        for members in family_of.values():
+            measured = {results[i].config.num_replicas: results[i].max_qps for i in members}
+            answer = replicas_needed(measured, target_qps)
+            for i in members:
+                needed_by_index[i] = answer
+    rows = []
+    for index, result in enumerate(results):
+        config = result.config
+        num_gpus = config.num_replicas * config.tensor_parallel_size
+        price = gpu_costs.get(config.gpu.lower())
+        point = result.point_at_max
+        tokens_per_s = output_tokens_per_s(result.max_qps, point.output_tokens_per_request) if point else None
+        cost = None
+        if price is not None and tokens_per_s is not None:
+            cost = cost_per_million_output_tokens_usd(config.num_replicas, config.tensor_parallel_size, price, tokens_per_s)
+        latency = point.slo_values_ms.get(pareto_key) if point else None
+        rows.append((num_gpus, price, tokens_per_s, cost, latency))
+    front = pareto_front([(c, lat) if c is not None and lat is not None else None for *_, c, lat in rows])
+    return [
+        ConfigEconomics(num_gpus, price, tokens_per_s, cost, latency, front[i], needed_by_index.get(i))
+        for i, (num_gpus, price, tokens_per_s, cost, latency) in enumerate(rows)
+    ]
+
+
+def _options(config) -> dict[str, Hashable]:
+    from dataclasses import asdict
+
+    return asdict(config)

@@ -1,0 +1,418 @@
+"""report.html of a capacity sweep: latency and goodput versus load, max QPS, replicas needed,
+cost per million output tokens and the cost/latency Pareto front, in one offline page.
+
+The page carries an editable $/GPU-hour table: changing a price recomputes the cost bars and the
+Pareto front in the browser with the same formulas as `analysis.capacity_cost`, so a reader can
+try their own prices without rerunning the sweep.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from analysis.capacity_cost import ConfigEconomics
+from analysis.html_page import write_html
+from analysis.slo import SLO
+from analysis.summary_table import format_number
+from analysis.sweep import ConfigResult
+
+__all__ = ["CHART_TITLES", "capacity_figures", "write_capacity_report"]
+
+PALETTE = tuple(qualitative.Plotly)
+CHART_HEIGHT_PX = 460
+CHART_TITLES: dict[str, str] = {
+    "latency": "Latency versus offered load (circle: met every SLO, cross: missed one)",
+    "goodput": "Goodput versus offered load",
+    "max_qps": "Highest QPS meeting every SLO",
+    "replicas": "Replicas needed for the target QPS",
+    "cost": "Cost per million output tokens at max QPS",
+    "pareto": "Cost versus latency at max QPS (Pareto front)",
+}
+# Figures the in-page cost editor redraws, found in the page by their layout.meta.
+COST_META = "capacity-cost"
+PARETO_META = "capacity-pareto"
+
+
+def _color(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+def _log_axis_ok(values: Sequence[float | None]) -> bool:
+    """A log axis only when every value is positive (else plotly drops points silently)."""
+    present = [v for v in values if v is not None]
+    return bool(present) and min(present) > 0
+
+
+def latency_figure(results: Sequence[ConfigResult], slos: Sequence[SLO]) -> go.Figure:
+    """One panel per SLO: its statistic (ms) at every QPS tried, per configuration, with the limit."""
+    fig = make_subplots(rows=len(slos), cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[f"{slo.label} (limit {format_number(slo.limit_ms, '.4g', ' ms')})" for slo in slos])
+    for row, slo in enumerate(slos, start=1):
+        values_all: list[float | None] = [slo.limit_ms]
+        for result in results:
+            points = sorted(result.points, key=lambda p: p.qps)
+            values = [p.slo_values_ms.get(slo.key) for p in points]
+            values_all += values
+            fig.add_trace(
+                go.Scatter(
+                    x=[p.qps for p in points],
+                    y=values,
+                    mode="lines+markers",
+                    name=result.label,
+                    legendgroup=result.label,
+                    showlegend=row == 1,
+                    connectgaps=False,
+                    line={"color": _color(result.index)},
+                    marker={"symbol": ["circle" if p.meets_slos else "x" for p in points], "size": 9},
+                    customdata=[["met" if p.meets_slos else "missed", p.num_rejected, p.goodput_rps] for p in points],
+                    hovertemplate=(
+                        f"{html.escape(result.label)}<br>offered load: %{{x:.4g}} req/s<br>{slo.label}: %{{y:.4g}} ms"
+                        "<br>SLOs %{customdata[0]}; rejected: %{customdata[1]}<br>goodput: %{customdata[2]:.4g} req/s"
+                        "<extra></extra>"
+                    ),
+                ),
+                row=row,
+                col=1,
+            )
+        highest_qps = max((p.qps for r in results for p in r.points), default=1.0)
+        fig.add_trace(  # a trace, not add_hline: a legend entry, hover text, and log axes stay correct
+            go.Scatter(
+                x=[0.0, highest_qps * 1.05],
+                y=[slo.limit_ms, slo.limit_ms],
+                mode="lines",
+                name="SLO limit",
+                legendgroup="SLO limit",
+                showlegend=row == 1,
+                line={"color": "crimson", "dash": "dash"},
+                hovertemplate=f"SLO {slo}: {slo.label} <= %{{y:.4g}} ms<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+        log = _log_axis_ok(values_all)
+        fig.update_yaxes(title_text=f"{slo.label} (ms{', log' if log else ''})", type="log" if log else "linear",
+                         row=row, col=1)
+    fig.update_xaxes(title_text="offered load (requests/s)", row=len(slos), col=1)
+    fig.update_layout(title=CHART_TITLES["latency"], height=300 * len(slos) + 160, hovermode="closest")
+    return fig
+
+
+def goodput_figure(results: Sequence[ConfigResult]) -> go.Figure:
+    """Goodput against offered load; the diagonal is "every request met every SLO"."""
+    fig = go.Figure()
+    highest = max((p.qps for r in results for p in r.points), default=1.0)
+    fig.add_trace(go.Scatter(x=[0, highest], y=[0, highest], mode="lines", name="goodput = offered load",
+                             line={"dash": "dot", "color": "gray"}, hoverinfo="skip"))
+    for result in results:
+        points = sorted(result.points, key=lambda p: p.qps)
+        fig.add_trace(
+            go.Scatter(
+                x=[p.qps for p in points],
+                y=[p.goodput_rps for p in points],
+                mode="lines+markers",
+                name=result.label,
+                line={"color": _color(result.index)},
+                customdata=[[p.num_finished, p.num_requests] for p in points],
+                hovertemplate=f"{html.escape(result.label)}<br>offered load: %{{x:.4g}} req/s"
+                "<br>goodput: %{y:.4g} req/s<br>finished: %{customdata[0]} / %{customdata[1]}<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text="offered load (requests/s)")
+    fig.update_yaxes(title_text="goodput (requests/s meeting every SLO)")
+    fig.update_layout(title=CHART_TITLES["goodput"], height=CHART_HEIGHT_PX, hovermode="closest")
+    return fig
+
+
+def max_qps_figure(results: Sequence[ConfigResult]) -> go.Figure:
+    fig = go.Figure(
+        go.Bar(
+            x=[r.label for r in results],
+            y=[r.max_qps or 0.0 for r in results],
+            marker={"color": [_color(r.index) for r in results]},
+            text=[format_number(r.max_qps, ".4g") if r.max_qps is not None else "none" for r in results],
+            textposition="outside",
+            name="max QPS",
+            customdata=[[len(r.points), "yes" if r.outcome.converged else "no", "; ".join(r.outcome.notes) or "-"]
+                        for r in results],
+            hovertemplate="%{x}<br>max QPS: %{text} req/s<br>simulations: %{customdata[0]}"
+            "<br>converged: %{customdata[1]}<br>notes: %{customdata[2]}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title_text="configuration")
+    fig.update_yaxes(title_text="max QPS meeting every SLO (requests/s)")
+    fig.update_layout(title=CHART_TITLES["max_qps"], height=CHART_HEIGHT_PX, showlegend=False)
+    return fig
+
+
+def replicas_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics], family_labels: Sequence[str],
+                    target_qps: float) -> go.Figure:
+    """One bar per configuration family (all options but the replica count)."""
+    seen: dict[str, int] = {}
+    for index, label in enumerate(family_labels):
+        seen.setdefault(label, index)
+    labels = list(seen)
+    answers = [economics[i].replicas_needed for i in seen.values()]
+    fig = go.Figure()
+    for kind, extrapolated, pattern in (("measured", False, ""), ("extrapolated (linear)", True, "/")):
+        chosen = [(label, a) for label, a in zip(labels, answers) if a is not None and a.extrapolated == extrapolated]
+        fig.add_trace(
+            go.Bar(
+                x=[label for label, _ in chosen],
+                y=[a.num_replicas or 0 for _, a in chosen],
+                name=kind,
+                marker={"pattern": {"shape": pattern}},
+                text=[str(a.num_replicas) if a.num_replicas is not None else "none" for _, a in chosen],
+                textposition="outside",
+                customdata=[[a.note] for _, a in chosen],
+                hovertemplate="%{x}<br>replicas needed: %{text}<br>%{customdata[0]}<extra>" + kind + "</extra>",
+            )
+        )
+    fig.update_xaxes(title_text="configuration (all replica counts)")
+    fig.update_yaxes(title_text=f"replicas for {target_qps:.4g} req/s")
+    fig.update_layout(title=f"{CHART_TITLES['replicas']} ({target_qps:.4g} requests/s)", height=CHART_HEIGHT_PX,
+                      barmode="group")
+    return fig
+
+
+def cost_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics]) -> go.Figure:
+    fig = go.Figure(
+        go.Bar(
+            x=[r.label for r in results],
+            y=[e.cost_per_million_output_tokens_usd for e in economics],
+            marker={"color": [_color(r.index) for r in results]},
+            name="cost",
+            customdata=[[e.num_gpus, r.config.gpu, e.output_tokens_per_s or 0.0] for r, e in zip(results, economics)],
+            hovertemplate="%{x}<br>$%{y:.4g} per 1M output tokens<br>%{customdata[0]} x %{customdata[1]}"
+            "<br>%{customdata[2]:.5g} output tokens/s at max QPS<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title_text="configuration")
+    fig.update_yaxes(title_text="cost per 1M output tokens (USD)")
+    fig.update_layout(title=CHART_TITLES["cost"], height=CHART_HEIGHT_PX, showlegend=False, meta=COST_META)
+    return fig
+
+
+def pareto_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics], latency_label: str) -> go.Figure:
+    """Every configuration with a capacity, and the front of the non-dominated ones (cheapest first)."""
+    costs = [e.cost_per_million_output_tokens_usd for e in economics]
+    latencies = [e.pareto_latency_ms for e in economics]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=costs,
+            y=latencies,
+            mode="markers+text",
+            text=[r.label for r in results],
+            textposition="top center",
+            name="configurations",
+            marker={"size": 11, "color": [_color(r.index) for r in results]},
+            hovertemplate="%{text}<br>$%{x:.4g} per 1M output tokens<br>" + latency_label + ": %{y:.4g} ms<extra></extra>",
+        )
+    )
+    front = sorted((c, lat, r.label) for c, lat, r, e in zip(costs, latencies, results, economics) if e.on_pareto_front)
+    fig.add_trace(
+        go.Scatter(
+            x=[c for c, _, _ in front],
+            y=[lat for _, lat, _ in front],
+            mode="lines+markers",
+            name="Pareto front",
+            line={"color": "black", "dash": "dash"},
+            marker={"symbol": "circle-open", "size": 16, "color": "black"},
+            text=[label for _, _, label in front],
+            hovertemplate="Pareto front: %{text}<br>$%{x:.4g} per 1M output tokens<br>" + latency_label
+            + ": %{y:.4g} ms<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title_text="cost per 1M output tokens (USD)")
+    fig.update_yaxes(title_text=f"{latency_label} at max QPS (ms)")
+    fig.update_layout(title=CHART_TITLES["pareto"], height=CHART_HEIGHT_PX, hovermode="closest", meta=PARETO_META)
+    return fig
+
+
+def capacity_figures(
+    results: Sequence[ConfigResult],
+    economics: Sequence[ConfigEconomics],
+    slos: Sequence[SLO],
+    family_labels: Sequence[str],
+    target_qps: float | None,
+) -> list[go.Figure]:
+    """The page's charts in order; the replicas chart only when a target QPS is known."""
+    figures = [latency_figure(results, slos), goodput_figure(results), max_qps_figure(results)]
+    if target_qps is not None:
+        figures.append(replicas_figure(results, economics, family_labels, target_qps))
+    figures += [cost_figure(results, economics), pareto_figure(results, economics, slos[0].label)]
+    return figures
+
+
+# ---- the page around the charts ------------------------------------------------------------------
+_EDITOR_SCRIPT = """
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("capacity-data").textContent);
+  function plotByMeta(meta) {
+    var divs = document.querySelectorAll(".plotly-graph-div");
+    for (var i = 0; i < divs.length; i++) {
+      if (divs[i].layout && divs[i].layout.meta === meta) { return divs[i]; }
+    }
+    return null;
+  }
+  function prices() {
+    var out = {};
+    document.querySelectorAll("input[data-gpu]").forEach(function (input) {
+      var value = parseFloat(input.value);
+      out[input.getAttribute("data-gpu")] = isFinite(value) && value >= 0 ? value : null;
+    });
+    return out;
+  }
+  // Mirrors analysis.capacity_cost.cost_per_million_output_tokens_usd and pareto_front.
+  function costs(price) {
+    return data.configs.map(function (c) {
+      var p = price[c.gpu];
+      if (p === null || p === undefined || !(c.tokens_per_s > 0)) { return null; }
+      return c.num_gpus * p / (c.tokens_per_s * 3600 / 1e6);
+    });
+  }
+  function front(xs, ys) {
+    var on = [];
+    for (var i = 0; i < xs.length; i++) {
+      if (xs[i] === null || ys[i] === null) { continue; }
+      var dominated = false;
+      for (var j = 0; j < xs.length && !dominated; j++) {
+        if (j === i || xs[j] === null || ys[j] === null) { continue; }
+        dominated = xs[j] <= xs[i] && ys[j] <= ys[i] && (xs[j] < xs[i] || ys[j] < ys[i]);
+      }
+      if (!dominated) { on.push(i); }
+    }
+    on.sort(function (a, b) { return xs[a] - xs[b] || ys[a] - ys[b]; });
+    return on;
+  }
+  function redraw() {
+    var xs = costs(prices());
+    var ys = data.configs.map(function (c) { return c.latency_ms; });
+    var costDiv = plotByMeta("%(cost_meta)s");
+    var paretoDiv = plotByMeta("%(pareto_meta)s");
+    if (costDiv) { Plotly.restyle(costDiv, {y: [xs]}, [0]); }
+    if (paretoDiv) {
+      var on = front(xs, ys);
+      Plotly.restyle(paretoDiv, {x: [xs]}, [0]);
+      Plotly.restyle(paretoDiv, {
+        x: [on.map(function (i) { return xs[i]; })],
+        y: [on.map(function (i) { return ys[i]; })],
+        text: [on.map(function (i) { return data.configs[i].label; })]
+      }, [1]);
+    }
+    document.querySelectorAll("td[data-cost-of]").forEach(function (cell) {
+      var value = xs[parseInt(cell.getAttribute("data-cost-of"), 10)];
+      cell.textContent = value === null ? "-" : "$" + value.toPrecision(4);
+    });
+  }
+  window.addEventListener("load", function () {
+    document.querySelectorAll("input[data-gpu]").forEach(function (input) {
+      input.addEventListener("input", redraw);
+    });
+  });
+})();
+"""
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], caption: str | None = None, raw_cells: bool = False) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(c if raw_cells else f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return f'<table class="summary">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _cell(text: str, attrs: str = "") -> str:
+    return f"<td{attrs}>{html.escape(text)}</td>"
+
+
+def _results_table(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics], slos: Sequence[SLO]) -> str:
+    header = ["configuration", "max QPS (req/s)", "simulations", "goodput at max (req/s)"]
+    header += [f"{slo.label} at max (ms)" for slo in slos]
+    header += ["GPUs", "cost per 1M output tokens", "Pareto", "notes"]
+    rows = []
+    for r, e in zip(results, economics):
+        point = r.point_at_max
+        cells = [
+            _cell(r.label),
+            _cell(format_number(r.max_qps, ".4g") if r.max_qps is not None else "none"),
+            _cell(str(len(r.points))),
+            _cell(format_number(point.goodput_rps if point else None, ".4g")),
+        ]
+        cells += [_cell(format_number(point.slo_values_ms.get(s.key) if point else None, ".4g")) for s in slos]
+        cost = e.cost_per_million_output_tokens_usd
+        cells += [
+            _cell(f"{e.num_gpus} x {r.config.gpu}"),
+            _cell("-" if cost is None else f"${cost:.4g}", f' data-cost-of="{r.index}"'),
+            _cell("yes" if e.on_pareto_front else ""),
+            _cell("; ".join(r.outcome.notes)),
+        ]
+        rows.append(cells)
+    return _table(header, rows, "Capacity per configuration", raw_cells=True)
+
+
+def _price_editor(gpus: Sequence[str], gpu_costs: dict[str, float]) -> str:
+    rows = []
+    for gpu in gpus:
+        price = gpu_costs.get(gpu)
+        value = "" if price is None else f"{price:g}"
+        rows.append([
+            _cell(gpu),
+            f'<td><input type="number" min="0" step="0.05" data-gpu="{html.escape(gpu)}" value="{value}" '
+            f'aria-label="USD per GPU-hour for {html.escape(gpu)}" style="width:6rem"></td>',
+        ])
+    return _table(["GPU", "USD per GPU-hour (editable)"], rows,
+                  "Illustrative list prices, not quotes: edit to redraw the cost charts", raw_cells=True)
+
+
+def write_capacity_report(
+    path: str | Path,
+    results: Sequence[ConfigResult],
+    economics: Sequence[ConfigEconomics],
+    slos: Sequence[SLO],
+    family_labels: Sequence[str],
+    target_qps: float | None,
+    gpu_costs: dict[str, float],
+    title: str,
+    subtitle: str,
+) -> Path:
+    """Write report.html; returns its path."""
+    gpus = sorted({r.config.gpu.lower() for r in results})
+    data = {
+        "configs": [
+            {
+                "label": r.label,
+                "gpu": r.config.gpu.lower(),
+                "num_gpus": e.num_gpus,
+                "tokens_per_s": e.output_tokens_per_s,
+                "latency_ms": e.pareto_latency_ms,
+            }
+            for r, e in zip(results, economics)
+        ]
+    }
+    data_json = json.dumps(data).replace("</", "<\\/")
+    header = f'<p class="subtitle">{html.escape(subtitle)}</p>\n'
+    header += _results_table(results, economics, slos)
+    if target_qps is not None:
+        seen: dict[str, ConfigEconomics] = {}
+        for label, e in zip(family_labels, economics):
+            seen.setdefault(label, e)
+        rows = [
+            [label, str(e.replicas_needed.num_replicas) if e.replicas_needed and e.replicas_needed.num_replicas else "none",
+             e.replicas_needed.note if e.replicas_needed else "-"]
+            for label, e in seen.items()
+        ]
+        header += _table(["configuration (all replica counts)", "replicas needed", "how"], rows,
+                         f"Replicas needed for {target_qps:.4g} req/s")
+    header += _price_editor(gpus, gpu_costs)
+    header += f'\n<script type="application/json" id="capacity-data">{data_json}</script>\n'
+    header += "<script>" + _EDITOR_SCRIPT % {"cost_meta": COST_META, "pareto_meta": PARETO_META} + "</script>\n"
+    figures = capacity_figures(results, economics, slos, family_labels, target_qps)
+    return write_html(figures, path, title, header)

@@ -1,0 +1,388 @@
+"""Run many capacity searches at once: the cross product of options, each bisected on QPS.
+
+The process that drives the sweep holds every configuration's `CapacitySearch` and sends single
+simulations (one configuration at one QPS) to an executor: in-process, a local process pool, or
+a Ray cluster. A search only ever sees its own verdicts, so completion order cannot change any
+decision and the results are identical whatever `--jobs` or executor ran them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from analysis.bisection import CapacitySearch, SearchOutcome, SearchParams
+from analysis.slo import SLO, check_slos, goodput_rps
+from analysis.stats import round_sig
+from sim.simulator import SimConfig, simulate
+
+__all__ = [
+    "SWEEP_AXES",
+    "ConfigResult",
+    "PointResult",
+    "SweepError",
+    "config_label",
+    "evaluate_point",
+    "expand_configs",
+    "family_label",
+    "make_executor",
+    "run_sweep",
+]
+
+# SimConfig field -> the CLI option that lists its values; the cross product follows this order.
+SWEEP_AXES: dict[str, str] = {
+    "model": "--model",
+    "gpu": "--gpu",
+    "num_replicas": "--replicas",
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "policy": "--policy",
+    "max_num_seqs": "--max-num-seqs",
+    "router": "--router",
+}
+_LABEL_FORMATS: dict[str, Callable[[object], str]] = {
+    "model": str,
+    "gpu": str,
+    "num_replicas": lambda v: f"x{v}",
+    "tensor_parallel_size": lambda v: f"tp{v}",
+    "policy": str,
+    "max_num_seqs": lambda v: f"seqs{v}",
+    "router": lambda v: f"router {v}",
+}
+LATENCY_SUMMARY_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms")
+# A replay whose arrivals span at most this share of its duration is (nearly) one burst: higher QPS
+# cannot load it more, so a passing burst ends the upward search (see analysis.bisection).
+BURST_SPAN_FRACTION = 0.05
+
+
+class SweepError(Exception):
+    """A sweep that cannot start (bad options, missing Ray); the message names the option."""
+
+
+def expand_configs(base: SimConfig, axes: Mapping[str, Sequence]) -> list[SimConfig]:
+    """Every combination of `axes` (SimConfig field -> values) applied to `base`, in SWEEP_AXES order.
+
+    Fields not in `axes` keep `base`'s value; an empty list of values is an error naming its option.
+    """
+    unknown = [name for name in axes if name not in SWEEP_AXES]
+    if unknown:
+        raise SweepError(f"cannot sweep {', '.join(unknown)}; sweepable: {', '.join(SWEEP_AXES)}")
+    names = [name for name in SWEEP_AXES if name in axes]
+    for name in names:
+        if len(axes[name]) == 0:
+            raise SweepError(f"{SWEEP_AXES[name]}: empty list; give at least one value")
+    return [dataclasses.replace(base, **dict(zip(names, values))) for values in itertools.product(*(axes[n] for n in names))]
+
+
+def config_label(config: SimConfig, varying: Iterable[str] | None = None) -> str:
+    """A short name for charts: the swept options that differ between configurations.
+
+    With nothing varying, the model, GPU and replica count, so a one-configuration sweep still
+    reads well.
+    """
+    names = [n for n in SWEEP_AXES if n in set(varying or ())] or ["model", "gpu", "num_replicas"]
+    return " ".join(_LABEL_FORMATS[name](getattr(config, name)) for name in names)
+
+
+def family_label(config: SimConfig, varying: Iterable[str]) -> str:
+    """`config_label` without the replica count: names a family measured at several counts."""
+    names = [n for n in SWEEP_AXES if n in set(varying) and n != "num_replicas"] or ["model", "gpu"]
+    return " ".join(_LABEL_FORMATS[name](getattr(config, name)) for name in names)
+
+
+def varying_axes(configs: Sequence[SimConfig]) -> list[str]:
+    """The sweepable fields that take more than one value among `configs`."""
+    return [n for n in SWEEP_AXES if len({getattr(c, n) for c in configs}) > 1]
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """The outcome of one simulation: a configuration replaying the trace at `qps`.
+
+    Latency statistics are in ms (`slo_values_ms` per SLO key, None when unbounded because
+    requests were rejected or when there are no samples); rates per second of the replay's makespan.
+    """
+
+    qps: float
+    meets_slos: bool
+    goodput_rps: float
+    slo_values_ms: dict[str, float | None]
+    num_requests: int
+    num_finished: int
+    num_rejected: int
+    duration_s: float
+    arrival_span_s: float
+    request_throughput_rps: float | None
+    output_throughput_tok_s: float | None
+    total_output_tokens: int
+    prefix_cache_hit_rate: float | None
+    num_preemptions: int
+    latency_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
+
+    @property
+    def output_tokens_per_request(self) -> float:
+        """Output tokens served per request offered (rejected ones serve none)."""
+        return self.total_output_tokens / self.num_requests if self.num_requests else 0.0
+
+    @property
+    def is_burst(self) -> bool:
+        """The trace arrived within a small share of the replay: more QPS would change little."""
+        return self.arrival_span_s <= BURST_SPAN_FRACTION * self.duration_s
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def evaluate_point(trace, slos: Sequence[SLO], config: SimConfig, qps: float) -> PointResult:
+    """Simulate `config` on `trace` rescaled to `qps` requests/s and judge it against `slos`."""
+    import polars as pl
+
+    from analysis.metrics import summarize
+
+    scaled = trace.with_qps(qps)
+    arrivals = scaled.requests["arrival_s"]
+    result = simulate(scaled, config)
+    requests = pl.from_arrow(result.requests_table())
+    steps = pl.from_arrow(result.steps_table())
+    summary = summarize(requests, steps)
+    check = check_slos(requests, slos)
+    return PointResult(
+        qps=qps,
+        meets_slos=check.meets_slos,
+        goodput_rps=round_sig(goodput_rps(requests, slos)),
+        slo_values_ms={key: round_sig(value) for key, value in check.values_ms.items()},
+        num_requests=summary["num_requests"],
+        num_finished=summary["num_finished"],
+        num_rejected=summary["num_rejected"],
+        duration_s=summary["duration_s"],
+        arrival_span_s=round_sig(float(arrivals[-1] - arrivals[0])),
+        request_throughput_rps=summary["request_throughput"],
+        output_throughput_tok_s=summary["output_throughput"],
+        total_output_tokens=summary["total_output_tokens"],
+        prefix_cache_hit_rate=summary["prefix_cache_hit_rate"],
+        num_preemptions=summary["num_preemptions"],
+        latency_ms={key: dict(summary[key]) for key in LATENCY_SUMMARY_KEYS},
+    )
+
+
+@dataclass(frozen=True)
+class ConfigResult:
+    """One configuration's search: its options, the points tried (in order) and the outcome."""
+
+    index: int
+    config: SimConfig
+    label: str
+    outcome: SearchOutcome
+    points: tuple[PointResult, ...]
+
+    @property
+    def max_qps(self) -> float | None:
+        return self.outcome.max_qps
+
+    @property
+    def point_at_max(self) -> PointResult | None:
+        """The simulation at max_qps: the latencies and token rate the capacity figures use."""
+        if self.max_qps is None:
+            return None
+        return next(p for p in self.points if p.qps == self.max_qps)
+
+
+# ---- executors -----------------------------------------------------------------------------------
+class Executor:
+    """Runs `evaluate_point(trace, slos, config, qps)` somewhere; `submit` returns a Future."""
+
+    def submit(self, config: SimConfig, qps: float) -> Future:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release workers; pending work is cancelled."""
+
+
+class SerialExecutor(Executor):
+    """In this process, at submit time: the reference the parallel executors must match."""
+
+    def __init__(self, trace, slos: Sequence[SLO]) -> None:
+        self._trace, self._slos = trace, tuple(slos)
+
+    def submit(self, config: SimConfig, qps: float) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(evaluate_point(self._trace, self._slos, config, qps))
+        except Exception as exc:  # surfaced by future.result(), as a pool would
+            future.set_exception(exc)
+        return future
+
+
+_WORKER_STATE: dict[str, object] = {}
+
+
+def _init_worker(trace, slos: tuple[SLO, ...]) -> None:
+    """Receive the trace once per worker process rather than once per simulation."""
+    _WORKER_STATE["trace"] = trace
+    _WORKER_STATE["slos"] = slos
+
+
+def _evaluate_in_worker(config: SimConfig, qps: float) -> PointResult:
+    return evaluate_point(_WORKER_STATE["trace"], _WORKER_STATE["slos"], config, qps)
+
+
+class LocalExecutor(Executor):
+    """A pool of `num_jobs` local processes.
+
+    Started with "spawn", not "fork": polars and pyarrow keep thread pools that a forked child
+    can inherit in a locked state.
+    """
+
+    def __init__(self, trace, slos: Sequence[SLO], num_jobs: int) -> None:
+        import multiprocessing
+
+        self._pool = ProcessPoolExecutor(
+            max_workers=num_jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(trace, tuple(slos)),
+        )
+
+    def submit(self, config: SimConfig, qps: float) -> Future:
+        return self._pool.submit(_evaluate_in_worker, config, qps)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RayExecutor(Executor):
+    """Tasks on a Ray cluster; the trace is put in the object store once.
+
+    The project's packages travel with the job (`py_modules`); the cluster's Python needs the
+    simulator's dependencies (see pyproject.toml) installed.
+    """
+
+    def __init__(self, trace, slos: Sequence[SLO], address: str) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise SweepError(
+                "--ray: the 'ray' package is not installed; install it (pip install 'ray[default]') "
+                "or drop --ray to run on local cores"
+            ) from None
+        import analysis
+        import engine
+        import sim
+        import traces
+
+        try:
+            ray.init(
+                address=address,
+                runtime_env={"py_modules": [engine, sim, traces, analysis]},
+                ignore_reinit_error=True,
+                log_to_driver=False,
+            )
+        except Exception as exc:  # ray raises several types (ConnectionError, RuntimeError, ...)
+            raise SweepError(f"--ray: cannot connect to the Ray cluster at {address!r}: {exc}") from exc
+        self._ray = ray
+        self._remote = ray.remote(evaluate_point)
+        self._trace_ref = ray.put(trace)
+        self._slos = tuple(slos)
+
+    def submit(self, config: SimConfig, qps: float) -> Future:
+        return self._remote.remote(self._trace_ref, self._slos, config, qps).future()
+
+    def close(self) -> None:
+        self._ray.shutdown()
+
+
+def default_num_jobs() -> int:
+    """The cores this process may run on (the affinity mask, not the machine's total)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def make_executor(trace, slos: Sequence[SLO], num_jobs: int, ray_address: str | None = None) -> Executor:
+    """Ray when an address is given, else a local pool (in-process for one job)."""
+    if ray_address:
+        return RayExecutor(trace, slos, ray_address)
+    if num_jobs < 1:
+        raise SweepError(f"--jobs must be >= 1, got {num_jobs}")
+    if num_jobs == 1:
+        return SerialExecutor(trace, slos)
+    return LocalExecutor(trace, slos, num_jobs)
+
+
+# ---- the driver ----------------------------------------------------------------------------------
+class _Progress:
+    """What run_sweep reports to a progress bar; `total` shrinks as searches finish early."""
+
+    def __init__(self, bar, total: int) -> None:
+        self._bar = bar
+        self.total = total
+        if bar is not None:
+            bar.total = total
+            bar.refresh()
+
+    def advance(self) -> None:
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def shrink(self, by: int) -> None:
+        self.total -= by
+        if self._bar is not None and by:
+            self._bar.total = self.total
+            self._bar.refresh()
+
+
+def run_sweep(
+    configs: Sequence[SimConfig],
+    params: SearchParams,
+    executor: Executor,
+    labels: Sequence[str] | None = None,
+    progress_bar=None,
+) -> list[ConfigResult]:
+    """Search every configuration's max QPS; searches proceed concurrently on `executor`.
+
+    `progress_bar` (e.g. tqdm) counts simulations; its total starts at the worst case
+    (configurations x max_iterations) and shrinks as searches converge.
+    """
+    labels = list(labels) if labels is not None else [config_label(c, varying_axes(configs)) for c in configs]
+    searches = [CapacitySearch(params) for _ in configs]
+    points: list[dict[float, PointResult]] = [{} for _ in configs]
+    waiting: list[set[float]] = [set() for _ in configs]
+    in_flight: dict[Future, tuple[int, float]] = {}
+    progress = _Progress(progress_bar, len(configs) * params.max_iterations)
+
+    def launch(index: int) -> None:
+        search = searches[index]
+        for qps in search.propose():
+            waiting[index].add(qps)
+            in_flight[executor.submit(configs[index], qps)] = (index, qps)
+        if search.done:
+            progress.shrink(params.max_iterations - search.num_evaluated)
+
+    try:
+        for index in range(len(configs)):
+            launch(index)
+        while in_flight:
+            finished, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+            for future in finished:
+                index, qps = in_flight.pop(future)
+                points[index][qps] = future.result()
+                waiting[index].discard(qps)
+                progress.advance()
+                if not waiting[index]:  # the search's whole round is back
+                    search = searches[index]
+                    round_points = [points[index][q] for q in search.pending]
+                    search.observe({p.qps: p.meets_slos for p in round_points}, {p.qps for p in round_points if p.is_burst})
+                    launch(index)
+    finally:
+        executor.close()
+    results = []
+    for index, (config, search) in enumerate(zip(configs, searches)):
+        outcome = search.outcome()
+        tried = tuple(points[index][qps] for qps, _ in outcome.points)
+        results.append(ConfigResult(index, config, labels[index], outcome, tried))
+    return results
+

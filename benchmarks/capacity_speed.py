@@ -1,0 +1,81 @@
+"""Capacity-sweep speed: ``python benchmarks/capacity_speed.py [--jobs N] [--json OUT]``.
+
+Runs ``python -m analysis.capacity`` in-process on ``traces/sharegpt.parquet`` (2,000 requests) for
+two configurations (1 and 2 replicas of qwen3-0.6b on an H200) under ``ttft_p90=2s,tpot_p90=100ms``,
+with ``--tolerance 0.01 --max-iterations 10`` so that each search runs its full 10 simulations:
+20 simulations in all. Prints the number of simulations and the wall seconds of the sweep, of
+writing the outputs, and of the whole command (start-up of the worker processes included).
+
+Target: the whole command in 120 s or less on a 2-core CPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TARGET_S = 120.0
+MIN_SIMULATIONS = 20
+SWEEP = [
+    str(REPO / "traces" / "sharegpt.parquet"),
+    "--slo", "ttft_p90=2s,tpot_p90=100ms",
+    "--replicas", "1,2",
+    "--tolerance", "0.01",
+    "--max-iterations", "10",
+    "--quiet",
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from analysis.capacity import build_parser, run_capacity, write_outputs
+    from analysis.sweep import default_num_jobs
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=default_num_jobs(), help="local processes (default: %(default)s)")
+    parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as out:
+        capacity_parser = build_parser()
+        capacity_args = capacity_parser.parse_args(SWEEP + ["--jobs", str(args.jobs), "--out", out])
+        run = run_capacity(capacity_args, capacity_parser)
+        written = time.perf_counter()
+        write_outputs(run, Path(out))
+        outputs_s = time.perf_counter() - written
+    total_s = time.perf_counter() - started
+    num_simulations = sum(len(r.points) for r in run.results)
+    figures = {
+        "num_simulations": num_simulations,
+        "num_configurations": len(run.results),
+        "num_jobs": run.num_jobs,
+        "sweep_wall_s": round(run.wall_s, 2),
+        "outputs_wall_s": round(outputs_s, 2),
+        "total_wall_s": round(total_s, 2),
+        "max_qps": {r.label: r.max_qps for r in run.results},
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    verdict = "PASS" if total_s <= TARGET_S and num_simulations >= MIN_SIMULATIONS else "FAIL"
+    print(
+        f"{num_simulations} simulations ({len(run.results)} configurations) on {run.num_jobs} process(es): "
+        f"sweep {run.wall_s:.1f} s, outputs {outputs_s:.1f} s, total {total_s:.1f} s wall "
+        f"(target <= {TARGET_S:.0f} s for >= {MIN_SIMULATIONS} simulations: {verdict})"
+    )
+    print("max QPS: " + ", ".join(f"{label} {qps}" for label, qps in figures["max_qps"].items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0 if verdict == "PASS" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

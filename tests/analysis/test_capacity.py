@@ -1,0 +1,150 @@
+"""The capacity CLI end to end on a small slice, and its exit code 2 for bad inputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from analysis.capacity import main
+from analysis.capacity_report import CHART_TITLES
+
+REPO = Path(__file__).resolve().parents[2]
+TRACE = str(REPO / "traces" / "sharegpt.parquet")
+# An 8B model on L40S saturates within 200 requests, so every configuration bisects to a real limit
+# (the roofline cost model is pinned so a measured profile added later cannot change that).
+SMALL_SWEEP = [
+    TRACE, "--limit", "200", "--model", "qwen3-8b", "--gpu", "l40s", "--replicas", "1,2", "--cost-model", "roofline",
+    "--slo", "ttft_p90=500ms,tpot_p90=50ms", "--tolerance", "0.1", "--max-iterations", "10",
+    "--target-qps", "20", "--gpu-cost", "l40s=1.25", "--quiet",
+]
+CONFIG_KEYS = {
+    "config_id", "label", "options", "max_qps", "converged", "monotone", "notes", "num_simulations", "cost_model",
+    "slos_ms", "cost", "pareto", "replicas_needed", "points",
+}
+POINT_KEYS = {
+    "iteration", "qps", "meets_slos", "goodput_rps", "slo_values_ms", "num_requests", "num_finished", "num_rejected",
+    "duration_s", "arrival_span_s", "request_throughput_rps", "output_throughput_tok_s", "total_output_tokens",
+    "prefix_cache_hit_rate", "num_preemptions", "latency_ms",
+}
+
+
+@pytest.fixture(scope="module")
+def sweep_dirs(tmp_path_factory) -> dict[int, Path]:
+    """The same small sweep run with 2 processes and serially."""
+    dirs = {}
+    for jobs in (2, 1):
+        out = tmp_path_factory.mktemp(f"capacity-jobs{jobs}")
+        assert main(SMALL_SWEEP + ["--jobs", str(jobs), "--out", str(out)]) == 0
+        dirs[jobs] = out
+    return dirs
+
+
+def test_writes_the_three_outputs_with_the_documented_keys(sweep_dirs: dict[int, Path]) -> None:
+    out = sweep_dirs[2]
+    records = json.loads((out / "capacity.json").read_text())
+    assert isinstance(records, list) and len(records) == 2
+    for record in records:
+        assert set(record) == CONFIG_KEYS
+        assert record["options"]["model"] == "qwen3-8b" and record["options"]["gpu"] == "l40s"
+        assert record["slos_ms"] == {"ttft_p90": 500.0, "tpot_p90": 50.0}
+        assert record["num_simulations"] == len(record["points"]) >= 3
+        assert all(set(point) == POINT_KEYS for point in record["points"])
+        assert [p["iteration"] for p in record["points"]] == list(range(len(record["points"])))
+        passing = [p["qps"] for p in record["points"] if p["meets_slos"]]
+        assert record["max_qps"] == max(q for q in passing if q <= record["max_qps"])
+        assert record["monotone"] and record["converged"]
+        assert record["cost"]["usd_per_gpu_hour"] == 1.25
+        assert record["pareto"]["latency_key"] == "ttft_p90"
+        assert record["replicas_needed"]["target_qps"] == 20.0
+    assert [r["options"]["num_replicas"] for r in records] == [1, 2]
+    assert records[1]["max_qps"] > records[0]["max_qps"]
+
+    frame = pl.read_parquet(out / "capacity.parquet")
+    assert frame.height == sum(r["num_simulations"] for r in records)
+    for column in ("config_id", "num_replicas", "qps", "meets_slos", "goodput_rps", "max_qps", "is_max_qps",
+                   "ttft_p90_ms", "tpot_p90_ms", "ttft_p99_ms", "cost_per_million_output_tokens_usd"):
+        assert column in frame.columns
+    assert frame.filter(pl.col("is_max_qps")).height == 2
+
+    page = (out / "report.html").read_text()
+    for title in ("Latency versus offered load", CHART_TITLES["max_qps"], CHART_TITLES["replicas"],
+                  CHART_TITLES["cost"], CHART_TITLES["pareto"]):
+        assert title in page
+    assert 'data-gpu="l40s" value="1.25"' in page  # the editable price table
+    assert "<script src=" not in page  # offline: plotly.js is inlined
+
+
+def test_results_do_not_depend_on_jobs(sweep_dirs: dict[int, Path]) -> None:
+    assert (sweep_dirs[2] / "capacity.json").read_text() == (sweep_dirs[1] / "capacity.json").read_text()
+    parallel = pl.read_parquet(sweep_dirs[2] / "capacity.parquet")
+    serial = pl.read_parquet(sweep_dirs[1] / "capacity.parquet")
+    assert parallel.equals(serial)
+
+
+def test_prints_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [a for a in SMALL_SWEEP if a != "--quiet"] + ["--replicas", "2", "--jobs", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "configuration" in printed and "max QPS" in printed and "$/1M tok" in printed
+    assert "replicas needed for 20 req/s:" in printed
+    assert f"outputs in {tmp_path}/" in printed
+
+
+def test_help() -> None:
+    result = subprocess.run([sys.executable, "-m", "analysis.capacity", "--help"], cwd=REPO, capture_output=True,
+                            text=True, check=True)
+    for option in ("--slo", "--replicas", "--router", "--qps-min", "--tolerance", "--target-qps", "--gpu-cost",
+                   "--jobs", "--ray", "--candidates-per-round"):
+        assert option in result.stdout
+
+
+BAD_INPUTS = [
+    (["--slo", "ttft_p90=2"], "argument --slo: SLO 'ttft_p90=2' needs a unit"),
+    (["--slo", "ttft_p90=2s", "--replicas", ""], "argument --replicas: empty list"),
+    (["--slo", "ttft_p90=2s", "--replicas", "1,0"], "argument --replicas: 0 must be >= 1"),
+    (["--slo", "ttft_p90=2s", "--max-num-seqs", "8,x"], "argument --max-num-seqs: 'x' is not an integer"),
+    (["--slo", "ttft_p90=2s", "--model", "nope"], "argument --model: model 'nope' is neither"),
+    (["--slo", "ttft_p90=2s", "--gpu", "h200,h900"], "argument --gpu: unknown GPU 'h900'; supported: h200"),
+    (["--slo", "ttft_p90=2s", "--policy", "fifo"], "argument --policy: unknown policy 'fifo'; supported: mixed, nano"),
+    (["--slo", "ttft_p90=2s", "--router", "random"], "argument --router: unknown router 'random'; supported: rr, lor"),
+    (["--slo", "ttft_p90=2s", "--router", "rr,rr"], "argument --router: rr given twice"),
+    ([], "the following arguments are required: --slo"),
+    (["--slo", "ttft_p90=2s", "--gpu-cost", "h200=abc"], "--gpu-cost: --gpu-cost: price of 'h200'"),
+    (["--slo", "ttft_p90=2s", "--gpu", "l40s", "--gpu-cost", "/no/such/prices.json"], "--gpu-cost: "),
+    (["--slo", "ttft_p90=2s", "--tolerance", "0"], "--tolerance must be in"),
+    (["--slo", "ttft_p90=2s", "--qps-min", "5", "--qps-max", "2"], r"--qps-min (5.0) must be below --qps-max (2.0)"),
+    (["--slo", "ttft_p90=2s", "--limit", "1"], "--limit must be >= 2"),
+    (["--slo", "ttft_p90=2s", "--jobs", "0"], "argument --jobs: 0 must be >= 1"),
+    (["--slo", "ttft_p90=2s", "--block-size", "100"], "power of two"),  # an engine option of sim.replay
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_INPUTS, ids=[m.split(":")[0][:40] for _, m in BAD_INPUTS])
+def test_bad_inputs_exit_2_naming_the_option(argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([TRACE, "--quiet", "--out", str(tmp_path / "out")] + argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_trace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "missing.parquet"), "--slo", "ttft_p90=2s", "--quiet"])
+    assert exit_info.value.code == 2
+    assert "error: TRACE: " in capsys.readouterr().err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is not None, reason="ray is installed")
+def test_ray_without_ray_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([TRACE, "--slo", "ttft_p90=2s", "--ray", "auto", "--quiet", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "--ray: the 'ray' package is not installed" in capsys.readouterr().err

@@ -43,6 +43,7 @@ class ScheduledBatch:
     prefill_context_tokens: int = 0  # tokens already in cache before the prefill chunks
     num_decode_seqs: int = 0
     decode_context_tokens: int = 0  # KV tokens the decode sequences attend to (their new token included)
+    prefill_attention_pairs: int = 0  # (query, key) pairs of the prefill chunks: sum of q * (context + (q + 1) / 2)
 
     @property
     def num_seqs(self) -> int:
@@ -67,6 +68,7 @@ class ScheduledBatch:
             self.num_prefill_seqs += 1
             self.num_prefill_tokens += num_new_tokens
             self.prefill_context_tokens += context
+            self.prefill_attention_pairs += num_new_tokens * context + num_new_tokens * (num_new_tokens + 1) // 2
 
 
 class Scheduler:

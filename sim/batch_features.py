@@ -5,15 +5,6 @@ from __future__ import annotations
 from engine.scheduler import ScheduledBatch
 
 
-def prefill_attention_pairs(batch: ScheduledBatch) -> int:
-    """(query, key) pairs the prefill chunks attend over: sum of q * (context + (q + 1) / 2)."""
-    pairs = 0
-    for seq, q in zip(batch.seqs, batch.num_new_tokens):
-        if q > 1:
-            pairs += q * seq.num_computed_tokens + q * (q + 1) // 2
-    return pairs
-
-
 def batch_features(batch: ScheduledBatch) -> dict[str, int]:
     return {
         "num_seqs": len(batch.seqs),
@@ -22,5 +13,5 @@ def batch_features(batch: ScheduledBatch) -> dict[str, int]:
         "prefill_context_tokens": batch.prefill_context_tokens,
         "num_decode_seqs": batch.num_decode_seqs,
         "decode_context_tokens": batch.decode_context_tokens,
-        "prefill_attention_pairs": prefill_attention_pairs(batch),
+        "prefill_attention_pairs": batch.prefill_attention_pairs,
     }

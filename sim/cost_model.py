@@ -80,11 +80,7 @@ class RooflineCostModel:
         linear_s = max(matmul_s, self._weight_time_s)
         attention_s = 0.0
         if batch.num_prefill_seqs:
-            pairs = 0
-            for seq, q in zip(batch.seqs, batch.num_new_tokens):
-                if q > 1:
-                    pairs += q * seq.num_computed_tokens + q * (q + 1) // 2
-            attention_s += pairs * self._attn_flops_per_pair / self._attn_rate
+            attention_s += batch.prefill_attention_pairs * self._attn_flops_per_pair / self._attn_rate
             attention_s += (batch.prefill_context_tokens + batch.num_prefill_tokens) * self._kv_bytes_per_token / (
                 self._kv_rate
             )

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.scheduler import ScheduledBatch
-from sim.batch_features import prefill_attention_pairs
+from sim.batch_features import batch_features
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 FLOOR_BASIS = ("one", "num_seqs", "num_prefill_seqs")
@@ -176,17 +176,7 @@ class ProfiledCostModel:
         if batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:  # hot path
             bs = batch.num_decode_seqs
             return self._decode_a[bs] + self._decode_b[bs] * batch.decode_context_tokens
-        return self.predict(
-            {
-                "num_seqs": len(batch.seqs),
-                "num_prefill_seqs": batch.num_prefill_seqs,
-                "num_prefill_tokens": batch.num_prefill_tokens,
-                "prefill_context_tokens": batch.prefill_context_tokens,
-                "num_decode_seqs": batch.num_decode_seqs,
-                "decode_context_tokens": batch.decode_context_tokens,
-                "prefill_attention_pairs": prefill_attention_pairs(batch),
-            }
-        )
+        return self.predict(batch_features(batch))
 
 
 def profile_path(model: str, gpu: str, tensor_parallel_size: int = 1) -> Path:

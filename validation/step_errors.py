@@ -1,0 +1,73 @@
+"""Where the cost model misses: the measured profile's prediction for every step of a GPU run.
+
+    python validation/step_errors.py validation/runs/real/b-azure-p70 [...]
+
+Steps are split into eager steps (any prefill), decode steps right after an eager step, and the
+remaining decode steps (CUDA graph replays in steady state). For each class it prints the real and
+predicted mean durations and their ratio, so a latency error can be traced to a kind of step.
+Runs recorded before steps.parquet had ``prefill_attention_pairs`` get it estimated from equal chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+
+from sim.profiled_cost_model import ProfiledCostModel, find_profile  # noqa: E402
+
+FEATURES = ("num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
+            "decode_context_tokens", "prefill_attention_pairs")
+
+
+def with_pairs(steps: pl.DataFrame) -> pl.DataFrame:
+    if "prefill_attention_pairs" in steps.columns:
+        return steps
+    n = pl.col("num_prefill_seqs").clip(1, None)
+    q = pl.col("num_prefill_tokens") / n
+    pairs = pl.col("num_prefill_tokens") * pl.col("prefill_context_tokens") / n + n * q * (q + 1) / 2
+    return steps.with_columns(pl.when(pl.col("num_prefill_seqs") > 0).then(pairs).otherwise(0).alias("prefill_attention_pairs"))
+
+
+def step_errors(run_dir: Path, model: ProfiledCostModel) -> list[dict]:
+    steps = with_pairs(pl.read_parquet(run_dir / "steps.parquet").sort("replica", "step"))
+    eager = pl.col("num_prefill_tokens") > 0
+    steps = steps.with_columns(
+        (pl.col("num_prefill_tokens").shift(1).over("replica").fill_null(0) > 0).alias("after_eager")
+    )
+    predicted = np.array([model.predict({k: row[k] for k in FEATURES}) for row in steps.iter_rows(named=True)])
+    steps = steps.with_columns(pl.Series("predicted_s", predicted))
+    rows = []
+    for label, condition in (("eager", eager), ("decode after eager", ~eager & pl.col("after_eager")),
+                             ("decode, steady", ~eager & ~pl.col("after_eager")), ("all", pl.lit(True))):
+        part = steps.filter(condition)
+        if part.height:
+            real, pred = part["duration_s"].sum(), part["predicted_s"].sum()
+            rows.append({"run": run_dir.name, "steps": label, "count": part.height,
+                         "real_ms": 1e3 * real / part.height, "predicted_ms": 1e3 * pred / part.height,
+                         "predicted_over_real": pred / real})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="GPU replay folders")
+    parser.add_argument("--profile", default=None, help="profile JSON (default: the shipped h200 qwen3-0.6b one)")
+    args = parser.parse_args(argv)
+    model = ProfiledCostModel.load(Path(args.profile) if args.profile else find_profile("qwen3-0.6b", "h200"))
+    print(f"{'run':<16}{'steps':<20}{'count':>7}{'real ms':>10}{'pred ms':>10}{'pred/real':>11}")
+    for run in args.runs:
+        for r in step_errors(Path(run), model):
+            print(f"{r['run']:<16}{r['steps']:<20}{r['count']:>7}{r['real_ms']:>10.2f}{r['predicted_ms']:>10.2f}"
+                  f"{r['predicted_over_real']:>11.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

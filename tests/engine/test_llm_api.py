@@ -1,0 +1,119 @@
+"""engine.LLM's surface on CPU: text prompts, streaming, sampling options, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+from engine import LLM, SamplingParams  # noqa: E402
+
+OPTIONS = dict(block_size=16, max_model_len=128)
+
+
+@pytest.fixture(scope="module")
+def model_with_tokenizer(tiny_qwen3, tmp_path_factory):
+    """The tiny Qwen3 plus a word-level tokenizer: token 'w<i>' is id i, '<eos>' is the model's eos (511)."""
+    path, model = tiny_qwen3
+    target = tmp_path_factory.mktemp("with-tokenizer")
+    shutil.copytree(path, target, dirs_exist_ok=True)
+    vocab = {f"w{i}": i for i in range(500)} | {"[UNK]": 500, "<eos>": 511}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.decoder = tokenizers.decoders.WordPiece(prefix="##")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="<eos>")
+    fast.save_pretrained(target)
+    return str(target), model
+
+
+def test_text_prompts_are_tokenized_and_outputs_decoded(model_with_tokenizer):
+    path, model = model_with_tokenizer
+    llm = LLM(path, **OPTIONS)
+    out = llm.generate(["w1 w2 w3", "w7 w8"], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True), use_tqdm=False)
+    with torch.no_grad():
+        ref = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=5, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert out[0]["token_ids"] == ref[0, 3:].tolist()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    for o in out:
+        assert len(o["token_ids"]) == 5
+        assert o["text"] == tokenizer.decode(o["token_ids"], skip_special_tokens=True) and o["text"]
+
+
+def test_stream_yields_every_token_once_in_order(tiny_qwen3):
+    path, _ = tiny_qwen3
+    llm = LLM(path, **OPTIONS)
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (4, 7, 2)]
+    expected = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+    streamed = {i: [] for i in range(3)}
+    finished = []
+    for event in llm.stream(prompts, params):
+        assert not event.finished or event.index not in finished
+        streamed[event.index].extend(event.new_token_ids)
+        if event.finished:
+            finished.append(event.index)
+            assert event.finish_reason == "length"
+    assert [streamed[i] for i in range(3)] == expected
+    assert sorted(finished) == [0, 1, 2]
+
+
+def test_seeded_sampling_is_reproducible_and_filters_work(tiny_qwen3):
+    path, _ = tiny_qwen3
+    llm = LLM(path, **OPTIONS)
+    prompt = [[3, 1, 4, 1, 5]]
+    seeded = SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True, seed=42)
+    first = llm.generate(prompt, seeded, use_tqdm=False)[0]["token_ids"]
+    # The same seed alone and beside other requests gives the same tokens.
+    again = llm.generate(prompt + [[9, 9, 9]], [seeded, SamplingParams(temperature=1.0, max_tokens=12)], use_tqdm=False)
+    assert again[0]["token_ids"] == first
+    other = llm.generate(prompt, SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True, seed=7), use_tqdm=False)
+    assert other[0]["token_ids"] != first
+    greedy = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True), use_tqdm=False)
+    top1 = llm.generate(prompt, SamplingParams(temperature=1.5, top_k=1, max_tokens=12, ignore_eos=True), use_tqdm=False)
+    tiny_p = llm.generate(prompt, SamplingParams(temperature=1.5, top_p=1e-6, max_tokens=12, ignore_eos=True), use_tqdm=False)
+    assert top1[0]["token_ids"] == greedy[0]["token_ids"] == tiny_p[0]["token_ids"]
+
+
+def test_eos_stops_unless_ignored(tiny_qwen3):
+    path, _ = tiny_qwen3
+    llm = LLM(path, **OPTIONS)
+    greedy = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+    stop_at = greedy[0]["token_ids"][2]
+    out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=8, stop_token_ids=(stop_at,)), use_tqdm=False)
+    assert out[0]["token_ids"] == greedy[0]["token_ids"][: greedy[0]["token_ids"].index(stop_at) + 1]
+
+
+def test_clear_errors(tiny_qwen3, tmp_path):
+    path, _ = tiny_qwen3
+    with pytest.raises(ValueError, match="unknown option.*bogus"):
+        LLM(path, bogus=1)
+    with pytest.raises(ValueError, match="block_size must be a power of two from 16 to 256"):
+        LLM(path, block_size=8)
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        LLM(path, gpu_memory_utilization=1.5)
+    with pytest.raises(FileNotFoundError, match="neither a directory with a config.json nor a shipped config"):
+        LLM(str(tmp_path / "nowhere"))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"architectures": ["MambaForCausalLM"], "hidden_size": 8}))
+    with pytest.raises(ValueError, match="unsupported architecture 'MambaForCausalLM'.*Qwen3ForCausalLM"):
+        LLM(str(bad))
+    llm = LLM(path, **OPTIONS)
+    with pytest.raises(ValueError, match="prompt 1 has 129 tokens, more than max_model_len=128"):
+        llm.generate([[1, 2], [1] * 129], use_tqdm=False)
+    with pytest.raises(ValueError, match="prompt 0 is text but .* has no tokenizer"):
+        llm.generate(["hello"], use_tqdm=False)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        llm.generate([[1, 99999]], use_tqdm=False)
+
+
+def test_dummy_weights_from_a_shipped_config_name():
+    llm = LLM("qwen3-0.6b", load_format="dummy", device="cpu", max_model_len=64, block_size=16, num_gpu_blocks=8,
+              max_num_seqs=2)
+    out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True), use_tqdm=False)
+    assert len(out[0]["token_ids"]) == 2 and out[0]["text"] is None

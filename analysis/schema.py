@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 
 import polars as pl
 
+from engine.records import SCHEDULE_COLUMNS
+
 FINISHED_REASONS: tuple[str, ...] = ("stop", "length")
 REJECTED = "rejected"
 ABORTED = "aborted"
@@ -31,22 +33,8 @@ REQUESTS_SCHEMA: dict[str, pl.DataType] = {
     "token_times_s": pl.List(pl.Float64()),
 }
 
-_STEP_INT_COLUMNS = (
-    "replica",
-    "step",
-    "num_seqs",
-    "num_prefill_seqs",
-    "num_prefill_tokens",
-    "prefill_context_tokens",
-    "num_decode_seqs",
-    "decode_context_tokens",
-    "num_batched_tokens",
-    "num_running",
-    "num_waiting",
-    "num_kv_blocks_used",
-    "num_preempted",
-    "num_finished",
-)
+# Required step columns; COST_COLUMNS (newer) are optional, so runs recorded before them still load.
+_STEP_INT_COLUMNS = ("replica", "step", *SCHEDULE_COLUMNS)
 
 STEPS_SCHEMA: dict[str, pl.DataType] = {
     **{name: pl.Int64() for name in _STEP_INT_COLUMNS},

@@ -15,22 +15,9 @@ from dataclasses import asdict, dataclass, field
 import polars as pl
 
 from analysis.schema import conform_requests, conform_steps
+from engine.records import SCHEDULE_COLUMNS
 
 STEP_KEY: tuple[str, ...] = ("replica", "step")
-SCHEDULE_COLUMNS: tuple[str, ...] = (
-    "num_seqs",
-    "num_prefill_seqs",
-    "num_prefill_tokens",
-    "prefill_context_tokens",
-    "num_decode_seqs",
-    "decode_context_tokens",
-    "num_batched_tokens",
-    "num_running",
-    "num_waiting",
-    "num_kv_blocks_used",
-    "num_preempted",
-    "num_finished",
-)
 REQUEST_SCHEDULE_COLUMNS: tuple[str, ...] = (
     "replica",
     "prompt_tokens",

@@ -15,16 +15,14 @@ if TYPE_CHECKING:
 
     from engine.scheduler import ScheduledBatch
 
-STEP_INT_COLUMNS = (
-    "replica",
-    "step",
+# What a step scheduled: identical in a simulation and a GPU run of the same offline schedule.
+SCHEDULE_COLUMNS = (
     "num_seqs",
     "num_prefill_seqs",
     "num_prefill_tokens",
     "prefill_context_tokens",
     "num_decode_seqs",
     "decode_context_tokens",
-    "prefill_attention_pairs",
     "num_batched_tokens",
     "num_running",
     "num_waiting",
@@ -32,6 +30,8 @@ STEP_INT_COLUMNS = (
     "num_preempted",
     "num_finished",
 )
+COST_COLUMNS = ("prefill_attention_pairs",)  # derived from the batch, for cost models
+STEP_INT_COLUMNS = ("replica", "step", *SCHEDULE_COLUMNS, *COST_COLUMNS)
 STEP_FLOAT_COLUMNS = ("start_s", "duration_s", "kv_usage")
 
 

@@ -176,10 +176,9 @@ class Scheduler:
                 return False
         return True
 
-    def _schedule_mixed(self) -> ScheduledBatch:
-        cfg = self.config
-        batch = ScheduledBatch()
-        budget = cfg.max_num_batched_tokens
+    def _advance_running(self, batch: ScheduledBatch, budget: int) -> int:
+        """Give running sequences their next tokens (a decode token, or the next prompt chunk), oldest
+        first, preempting the newest under KV pressure; returns the budget left."""
         running = self.running
         index = 0
         while index < len(running) and budget > 0:
@@ -190,40 +189,30 @@ class Scheduler:
             batch.add(seq, num_new)
             budget -= num_new
             index += 1
-        if batch.preempted:
-            return batch
+        return budget
+
+    def _admit_waiting(self, batch: ScheduledBatch, budget: int, chunked: bool) -> None:
+        """Start waiting requests in arrival order while they fit (FCFS: the first that does not fit stops it)."""
         waiting = self.waiting
-        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
-            seq = waiting[0]
-            num_new = self._admit(seq, budget, chunked=True)
+        while waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            num_new = self._admit(waiting[0], budget, chunked)
             if num_new == 0:
                 break
-            batch.add(seq, num_new)
+            batch.add(self.running[-1], num_new)
             budget -= num_new
+
+    def _schedule_mixed(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        budget = self._advance_running(batch, self.config.max_num_batched_tokens)
+        if not batch.preempted:  # as vLLM: a step that had to preempt admits nobody
+            self._admit_waiting(batch, budget, chunked=True)
         return batch
 
     def _schedule_nano(self) -> ScheduledBatch:
-        cfg = self.config
         batch = ScheduledBatch()
-        budget = cfg.max_num_batched_tokens
-        waiting = self.waiting
-        while waiting and len(self.running) < cfg.max_num_seqs:
-            seq = waiting[0]
-            num_new = self._admit(seq, budget, chunked=False)
-            if num_new == 0:
-                break
-            batch.add(seq, num_new)
-            budget -= num_new
-        if batch.seqs:
-            return batch
-        running = self.running
-        index = 0
-        while index < len(running) and index < budget:
-            seq = running[index]
-            if not self._reserve_or_preempt(seq, 1, batch):
-                break
-            batch.add(seq, 1)
-            index += 1
+        self._admit_waiting(batch, self.config.max_num_batched_tokens, chunked=False)
+        if not batch.seqs:  # all-prefill when anything could be admitted, else all-decode
+            self._advance_running(batch, self.config.max_num_batched_tokens)
         return batch
 
     # ---- after the runner -----------------------------------------------------------------------

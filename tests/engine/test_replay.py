@@ -10,14 +10,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("polars")
 
+from engine.records import SCHEDULE_COLUMNS  # noqa: E402
 from engine.replay import main as engine_replay  # noqa: E402
 from traces.schema import save_trace  # noqa: E402
 
-SCHEDULE_COLUMNS = [
-    "num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
-    "decode_context_tokens", "num_batched_tokens", "num_running", "num_waiting", "num_kv_blocks_used",
-    "num_preempted", "num_finished",
-]
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +47,8 @@ def test_offline_simulation_forms_the_real_batches(tiny_qwen3, shared_prefix_tra
         options[options.index("--max-num-batched-tokens") + 1] = "512"
     assert engine_replay([*options, "--out", str(tmp_path / "real"), "--warmup-requests", "2"]) == 0
     assert sim_replay([*options, "--out", str(tmp_path / "sim"), "--no-report"]) == 0
-    real_steps = pl.read_parquet(tmp_path / "real" / "steps.parquet").select(SCHEDULE_COLUMNS)
-    sim_steps = pl.read_parquet(tmp_path / "sim" / "steps.parquet").select(SCHEDULE_COLUMNS)
+    real_steps = pl.read_parquet(tmp_path / "real" / "steps.parquet").select(SCHEDULE_COLUMNS + ("prefill_attention_pairs",))
+    sim_steps = pl.read_parquet(tmp_path / "sim" / "steps.parquet").select(SCHEDULE_COLUMNS + ("prefill_attention_pairs",))
     assert real_steps.height > 10
     assert real_steps.equals(sim_steps), "the simulated schedule differs from the real one"
     assert real_steps["num_preempted"].sum() > 0, "the cache was meant to be small enough to preempt"

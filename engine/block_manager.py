@@ -80,12 +80,16 @@ class BlockManager:
         return array("i", seq.token_ids[start : start + self.block_size]).tobytes()
 
     def _block_hash(self, seq: Sequence, index: int) -> tuple[int, bytes]:
-        """The chained hash of the sequence's full block ``index`` (all earlier hashes are computed first)."""
+        """The chained hash and token bytes of the sequence's full block ``index`` (earlier hashes first)."""
         hashes = seq.block_hashes
+        token_bytes = None
         while len(hashes) <= index:
             i = len(hashes)
-            hashes.append(hash_block(hashes[i - 1] if i else ROOT_HASH, self._token_bytes(seq, i)))
-        return hashes[index], self._token_bytes(seq, index)
+            token_bytes = self._token_bytes(seq, i)
+            hashes.append(hash_block(hashes[i - 1] if i else ROOT_HASH, token_bytes))
+        if token_bytes is None:  # hashed on an earlier call
+            token_bytes = self._token_bytes(seq, index)
+        return hashes[index], token_bytes
 
     def find_cached_prefix(self, seq: Sequence) -> list[int]:
         """Block ids holding the longest cached prefix of ``seq``; at least one token is always left to compute."""

@@ -7,8 +7,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-LOAD_FORMATS = ("auto", "safetensors", "dummy")
-
 
 def _default_loader(param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
     if param.shape != loaded.shape:

@@ -39,7 +39,6 @@ class StepTimings:
     forward_s: float = 0.0
     sample_s: float = 0.0
     num_graph_steps: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -15,7 +15,6 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.attention.triton_kernels_host import decode_num_splits  # noqa: F401  (re-exported)
 
 LOG2E = 1.4426950408889634
 

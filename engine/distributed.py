@@ -25,7 +25,8 @@ from engine.model_runner import ModelRunner, StepPlan, resolve_device
 from engine.options import EngineOptions
 from engine.parallel import ParallelContext
 
-COLLECTIVE_TIMEOUT = timedelta(minutes=5)
+# A collective that waits this long means a rank is gone: fail with an error rather than hang.
+COLLECTIVE_TIMEOUT = timedelta(seconds=120)
 
 
 def _free_port() -> int:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 
 from engine.attention import triton_kernels as kernels
-from engine.attention.metadata import AttentionMetadata
+from engine.attention.base import PagedAttentionBackend
 
 
-class FlashAttnBackend:
+class FlashAttnBackend(PagedAttentionBackend):
     name = "flash_attn"
 
     def __init__(self) -> None:
@@ -27,46 +27,16 @@ class FlashAttnBackend:
             raise ValueError(f"the flash_attn backend needs block_size to be a multiple of 256, got {block_size}")
         return (num_blocks, block_size, num_kv_heads, head_dim)
 
-    @staticmethod
-    def store(k, v, k_cache, v_cache, slot_mapping) -> None:
+    def store(self, k, v, k_cache, v_cache, slot_mapping) -> None:
         kernels.store_kv(k, v, k_cache, v_cache, slot_mapping, heads_first=False)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-    ) -> torch.Tensor:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        num_decode = meta.num_decode_tokens
-        if num_decode:
-            out[:num_decode] = self._with_kvcache(
-                q[:num_decode].unsqueeze(1),
-                k_cache,
-                v_cache,
-                cache_seqlens=meta.decode_context_lens,
-                block_table=meta.decode_block_tables,
-                softmax_scale=scale,
-                causal=True,
-            ).squeeze(1)
-        if meta.num_prefill_seqs:
-            cu_k = torch.zeros_like(meta.prefill_cu_seqlens_q)
-            q_lens = meta.prefill_cu_seqlens_q.diff()
-            torch.cumsum(meta.prefill_context_lens + q_lens, 0, out=cu_k[1:])
-            out[num_decode:] = self._varlen(
-                q[num_decode:],
-                k_cache,
-                v_cache,
-                cu_seqlens_q=meta.prefill_cu_seqlens_q,
-                cu_seqlens_k=cu_k,
-                max_seqlen_q=meta.prefill_max_q_len,
-                max_seqlen_k=meta.prefill_max_k_len,
-                softmax_scale=scale,
-                causal=True,
-                block_table=meta.prefill_block_tables,
-            )
-        return out
+    def decode(self, q, k_cache, v_cache, meta, scale, out) -> None:
+        out.copy_(self._with_kvcache(q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.decode_context_lens,
+                                     block_table=meta.decode_block_tables, softmax_scale=scale, causal=True).squeeze(1))
+
+    def prefill(self, q, k_cache, v_cache, meta, scale, out) -> None:
+        cu_k = torch.zeros_like(meta.prefill_cu_seqlens_q)
+        torch.cumsum(meta.prefill_context_lens + meta.prefill_cu_seqlens_q.diff(), 0, out=cu_k[1:])
+        out.copy_(self._varlen(q, k_cache, v_cache, cu_seqlens_q=meta.prefill_cu_seqlens_q, cu_seqlens_k=cu_k,
+                               max_seqlen_q=meta.prefill_max_q_len, max_seqlen_k=meta.prefill_max_k_len,
+                               softmax_scale=scale, causal=True, block_table=meta.prefill_block_tables))

@@ -9,18 +9,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.attention.metadata import AttentionMetadata
+from engine.attention.base import PagedAttentionBackend
 
 
-class TorchBackend:
+class TorchBackend(PagedAttentionBackend):
     name = "torch"
 
-    @staticmethod
-    def cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
-        return (num_blocks, num_kv_heads, block_size, head_dim)
-
-    @staticmethod
-    def store(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    def store(self, k, v, k_cache, v_cache, slot_mapping) -> None:
         block_size = k_cache.shape[2]
         keep = slot_mapping >= 0
         slots = slot_mapping[keep]
@@ -48,34 +43,22 @@ class TorchBackend:
         out = F.scaled_dot_product_attention(q.transpose(0, 1), k, v, attn_mask=mask, scale=scale)
         return out.transpose(0, 1)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-    ) -> torch.Tensor:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        num_decode = meta.num_decode_tokens
-        if num_decode:
-            lens = meta.host_decode_context_lens
-            for i in range(num_decode):
-                length = lens[i]
-                if length == 0:  # padding row
-                    out[i] = 0
-                    continue
-                kk = self._gather(k_cache, meta.decode_block_tables[i], length).to(q.dtype)
-                vv = self._gather(v_cache, meta.decode_block_tables[i], length).to(q.dtype)
-                out[i : i + 1] = self._attend(q[i : i + 1], kk, vv, length - 1, scale)
-        start = num_decode
-        for j in range(meta.num_prefill_seqs):
-            n = meta.host_prefill_q_lens[j]
-            context = meta.host_prefill_context_lens[j]
-            kk = self._gather(k_cache, meta.prefill_block_tables[j], context + n).to(q.dtype)
-            vv = self._gather(v_cache, meta.prefill_block_tables[j], context + n).to(q.dtype)
-            out[start : start + n] = self._attend(q[start : start + n], kk, vv, context, scale)
+    def _sequence(self, q, k_cache, v_cache, table, num_context: int, scale: float) -> torch.Tensor:
+        length = num_context + q.shape[0]
+        kk = self._gather(k_cache, table, length).to(q.dtype)
+        vv = self._gather(v_cache, table, length).to(q.dtype)
+        return self._attend(q, kk, vv, num_context, scale)
+
+    def decode(self, q, k_cache, v_cache, meta, scale, out) -> None:
+        for i, length in enumerate(meta.host_decode_context_lens):
+            if length == 0:  # padding row
+                out[i] = 0
+            else:
+                out[i : i + 1] = self._sequence(q[i : i + 1], k_cache, v_cache, meta.decode_block_tables[i], length - 1, scale)
+
+    def prefill(self, q, k_cache, v_cache, meta, scale, out) -> None:
+        start = 0
+        for j, (n, context) in enumerate(zip(meta.host_prefill_q_lens, meta.host_prefill_context_lens)):
+            out[start : start + n] = self._sequence(q[start : start + n], k_cache, v_cache,
+                                                    meta.prefill_block_tables[j], context, scale)
             start += n
-        return out

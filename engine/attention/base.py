@@ -1,0 +1,44 @@
+"""What every attention backend shares: the step's layout (decode rows, then prefill chunks) and the
+output buffer; a backend supplies the cache layout, the KV store, and its decode and prefill paths."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.attention.metadata import AttentionMetadata
+
+
+class PagedAttentionBackend:
+    name = "base"
+
+    @staticmethod
+    def cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple[int, ...]:
+        """Per-layer K (and V) cache shape; the default puts heads first: [blocks, kv_heads, block, dim]."""
+        return (num_blocks, num_kv_heads, block_size, head_dim)
+
+    def store(self, k, v, k_cache, v_cache, slot_mapping) -> None:
+        raise NotImplementedError
+
+    def decode(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float, out: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def prefill(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float, out: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        num_decode = meta.num_decode_tokens
+        if num_decode:
+            self.decode(q[:num_decode], k_cache, v_cache, meta, scale, out[:num_decode])
+        if meta.num_prefill_seqs:
+            self.prefill(q[num_decode:], k_cache, v_cache, meta, scale, out[num_decode:])
+        return out

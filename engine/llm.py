@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,10 @@ class LLM:
             enable_prefix_caching=opts.enable_prefix_caching,
         )
         self.engine = LLMEngine(self.scheduler_config, self.runner, eos_token_ids=eos)
+        # The model, graphs and tokenizer live as long as the engine: moved out of the collector's sight,
+        # its full passes (which would walk all of them) no longer stall a step now and then.
+        gc.collect()
+        gc.freeze()
 
     # ---- inputs ---------------------------------------------------------------------------------
     def _token_ids(self, index: int, prompt: Prompt) -> list[int]:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from engine.attention import AttentionMetadata, default_backend, get_backend
-from engine.attention.triton_kernels_host import decode_num_splits
+from engine.attention.triton_kernels_host import DecodeSplits, decode_splits
 from engine.layers.sampler import SamplingTensors, sample
 from engine.loader import init_dummy, load_safetensors
 from engine.model_config import ModelShape
@@ -224,10 +224,10 @@ class ModelRunner:
             out[rows, np.arange(total) - starts] = flat
         return out
 
-    def _num_splits(self, num_decode: int) -> int:
+    def _decode_splits(self, num_decode: int) -> DecodeSplits:
         if not self._is_cuda:
-            return 1
-        return decode_num_splits(num_decode, self.num_kv_heads, -(-self.max_model_len // 64), self._num_sms)
+            return DecodeSplits(1, 1, 1 << 30)
+        return decode_splits(num_decode, self.num_kv_heads, -(-self.max_model_len // 64), self._num_sms)
 
     # ---- one step -------------------------------------------------------------------------------
     def plan(self, batch: ScheduledBatch) -> StepPlan:
@@ -302,7 +302,7 @@ class ModelRunner:
                 meta.decode_block_tables = self._to_device(plan.decode_tables, torch.int32)
                 meta.decode_context_lens = self._to_device(context, torch.int32)
                 meta.host_decode_context_lens = [int(c) for c in context]
-                meta.decode_num_splits = self._num_splits(num_decode)
+                meta.decode_splits = self._decode_splits(num_decode)
             if plan.q_lens:
                 cu = np.zeros(len(plan.q_lens) + 1, dtype=np.int32)
                 np.cumsum(plan.q_lens, out=cu[1:])
@@ -421,7 +421,7 @@ class ModelRunner:
                 num_decode_tokens=bs,
                 decode_block_tables=self._graph_tables[:bs],
                 decode_context_lens=self._graph_context[:bs],
-                decode_num_splits=self._num_splits(bs),
+                decode_splits=self._decode_splits(bs),
             )
             self.model(self._graph_ids[:bs], self._graph_positions[:bs], meta)  # warm-up: compiles kernels
             graph = torch.cuda.CUDAGraph()

@@ -30,7 +30,7 @@ SCHEDULE_COLUMNS = (
     "num_preempted",
     "num_finished",
 )
-COST_COLUMNS = ("prefill_attention_pairs",)  # derived from the batch, for cost models
+COST_COLUMNS = ("prefill_attention_pairs", "max_decode_context_tokens")  # derived from the batch, for cost models
 STEP_INT_COLUMNS = ("replica", "step", *SCHEDULE_COLUMNS, *COST_COLUMNS)
 STEP_FLOAT_COLUMNS = ("start_s", "duration_s", "kv_usage")
 
@@ -53,6 +53,7 @@ class StepLog:
             c["num_decode_seqs"].append,
             c["decode_context_tokens"].append,
             c["prefill_attention_pairs"].append,
+            c["max_decode_context_tokens"].append,
             c["num_batched_tokens"].append,
             c["num_running"].append,
             c["num_waiting"].append,
@@ -84,6 +85,7 @@ class StepLog:
             batch.num_decode_seqs,
             batch.decode_context_tokens,
             batch.prefill_attention_pairs,
+            batch.max_decode_context_tokens,
             batch.num_prefill_tokens + batch.num_decode_seqs,
             num_running,
             num_waiting,

@@ -8,6 +8,7 @@ and summary.json as ``sim.replay``, so ``analysis.compare`` can hold the two sid
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -48,6 +49,8 @@ def replay(llm, trace, args) -> tuple[list, object]:
     # Prompts are synthesized before the clock starts, so the replay loop only queues them.
     prompts = [trace.prompt_token_ids(i, vocab, args.seed) for i in range(len(trace))]
     rows: list[tuple] = []
+    gc.collect()
+    gc.freeze()  # the synthesized prompts are long-lived: keep the collector's passes from walking them mid-replay
     clock = engine.clock
     engine.reset()  # a fresh scheduler and step log: the warm-up leaves no trace in the records
     clock.reset()

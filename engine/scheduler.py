@@ -43,6 +43,7 @@ class ScheduledBatch:
     prefill_context_tokens: int = 0  # tokens already in cache before the prefill chunks
     num_decode_seqs: int = 0
     decode_context_tokens: int = 0  # KV tokens the decode sequences attend to (their new token included)
+    max_decode_context_tokens: int = 0  # the longest of those: split-KV decode time follows it when one is long
     prefill_attention_pairs: int = 0  # (query, key) pairs of the prefill chunks: sum of q * (context + (q + 1) / 2)
 
     @property
@@ -64,6 +65,8 @@ class ScheduledBatch:
         if num_new_tokens == 1:
             self.num_decode_seqs += 1
             self.decode_context_tokens += context + 1
+            if context + 1 > self.max_decode_context_tokens:
+                self.max_decode_context_tokens = context + 1
         else:
             self.num_prefill_seqs += 1
             self.num_prefill_tokens += num_new_tokens

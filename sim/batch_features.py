@@ -14,4 +14,5 @@ def batch_features(batch: ScheduledBatch) -> dict[str, int]:
         "num_decode_seqs": batch.num_decode_seqs,
         "decode_context_tokens": batch.decode_context_tokens,
         "prefill_attention_pairs": batch.prefill_attention_pairs,
+        "max_decode_context_tokens": batch.max_decode_context_tokens,
     }

@@ -6,8 +6,9 @@ Each grid point puts the scheduler in a chosen state (sequences with a given cac
 given number of new tokens), then times whole engine steps: scheduling, input preparation, the
 forward (a CUDA graph for decode-only steps, eager otherwise), sampling and postprocessing, as a
 replay pays them. KV contents do not change the timing, so states are injected rather than
-prefilled. The grid covers decode batches over context lengths, prefill chunks with and without a
-cached prefix, multi-sequence prefills and mixed prefill+decode steps. Needs torch; not simpy.
+prefilled. The grid covers decode batches over context lengths (equal, and one long context among
+short ones), the decode step right after an eager one, prefill chunks with and without a cached
+prefix, multi-sequence prefills and mixed prefill+decode steps. Needs torch; not simpy.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from sim.batch_features import batch_features
 
 @dataclass(frozen=True)
 class GridPoint:
-    family: str  # decode | prefill | multi_prefill | mixed
+    family: str  # decode | decode_skewed | decode_after_eager | prefill | multi_prefill | mixed
     decode: tuple[int, int] = (0, 0)  # (num sequences, context tokens each)
     prefill: tuple[tuple[int, int], ...] = ()  # (cached context, new tokens) per prefilling sequence
+    long_decode: tuple[int, int] = (0, 0)  # (num sequences, context tokens each) decoding beside the short ones
 
 
 def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens: int, quick: bool) -> list[GridPoint]:
@@ -55,6 +57,14 @@ def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens
         fits_len = ctx + 16 <= max_model_len and c + q + 2 <= max_model_len
         if fits_len and bs + q <= budget and bs + 1 <= max_num_seqs and bs * (ctx + 16) + c + q <= max_kv_tokens:
             points.append(GridPoint("mixed", decode=(bs, ctx), prefill=((c, q),)))
+    # Serving batches mix short and long contexts: one long sequence among short ones.
+    for bs, ctx, long_ctx in itertools.product((32, 96, 192, 256), (256, 1024), (4096, 16384)):
+        if bs <= max_num_seqs and long_ctx + 16 <= max_model_len and bs * (ctx + 16) + long_ctx <= max_kv_tokens:
+            points.append(GridPoint("decode_skewed", decode=(bs - 1, ctx), long_decode=(1, long_ctx)))
+    # The decode step right after an eager one (the prefilled sequence joins the batch): serving alternates them.
+    for bs, ctx, q in itertools.product((8, 64, 192), (512, 2048), (256, 2048)):
+        if bs + 1 <= max_num_seqs and q <= budget and bs * (ctx + 16) + q <= max_kv_tokens:
+            points.append(GridPoint("decode_after_eager", decode=(bs, ctx), prefill=((0, q),)))
     return points
 
 
@@ -102,13 +112,27 @@ def time_step(engine) -> tuple[dict, float]:
 
 def measure(engine, injector: StateInjector, point: GridPoint, repeats: int) -> dict:
     samples: list[tuple[dict, float]] = []
-    if point.family == "decode":
+    if point.family in ("decode", "decode_skewed"):
         bs, ctx = point.decode
         for _ in range(bs):
             injector.add(ctx - 1, 1, max_tokens=repeats + 8)
+        for _ in range(point.long_decode[0]):
+            injector.add(point.long_decode[1] - 1, 1, max_tokens=repeats + 8)
         time_step(engine)  # warm-up
         samples = [time_step(engine) for _ in range(repeats)]
         injector.clear()
+    elif point.family == "decode_after_eager":
+        for rep in range(repeats + 1):
+            bs, ctx = point.decode
+            for _ in range(bs):
+                injector.add(ctx - 1, 1, max_tokens=8)
+            for c, q in point.prefill:
+                injector.add(c, q, max_tokens=8)
+            time_step(engine)  # the eager step, untimed
+            sample = time_step(engine)
+            if rep:
+                samples.append(sample)
+            injector.clear()
     else:
         for rep in range(repeats + 1):
             bs, ctx = point.decode
@@ -126,6 +150,7 @@ def measure(engine, injector: StateInjector, point: GridPoint, repeats: int) -> 
         "family": point.family,
         "decode": list(point.decode),
         "prefill": [list(p) for p in point.prefill],
+        "long_decode": list(point.long_decode),
         "features": features,
         "times_s": times,
         "median_s": statistics.median(times),

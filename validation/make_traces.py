@@ -2,7 +2,9 @@
 
 - bench_workload.parquet: the throughput benchmark's 256 requests (nano-vLLM's workload), all at t=0;
 - azure_conv_slice.parquet: a contiguous slice of the Azure 2023 conversation trace;
-- mooncake_slice.parquet: a contiguous slice of the Mooncake conversation trace (prefix reuse via hash ids).
+- mooncake_slice.parquet: a contiguous slice of the Mooncake conversation trace (prefix reuse via hash ids);
+- azure_conv_calibration.parquet, mooncake_calibration.parquet: later slices of the same traces, disjoint
+  from the validation slices, replayed on the GPU only to calibrate the cost model on serving steps.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--azure-count", type=int, default=6000)
     parser.add_argument("--mooncake-start", type=int, default=0)
     parser.add_argument("--mooncake-count", type=int, default=600)
+    parser.add_argument("--azure-calibration-start", type=int, default=12000)
+    parser.add_argument("--mooncake-calibration-start", type=int, default=1000)
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -57,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     slice_of("azure", shared / "azure_llm_2023_conv.csv", args.azure_start, args.azure_count, out / "azure_conv_slice.parquet")
     slice_of("mooncake", shared / "mooncake_conversation.jsonl", args.mooncake_start, args.mooncake_count,
              out / "mooncake_slice.parquet")
+    slice_of("azure", shared / "azure_llm_2023_conv.csv", args.azure_calibration_start, args.azure_count,
+             out / "azure_conv_calibration.parquet")
+    slice_of("mooncake", shared / "mooncake_conversation.jsonl", args.mooncake_calibration_start, args.mooncake_count,
+             out / "mooncake_calibration.parquet")
     for path in sorted(out.glob("*.parquet")):
         df = pl.read_parquet(path)
         print(f"{path.name}: {df.height} requests, span {df['arrival_s'].max():.1f} s, "

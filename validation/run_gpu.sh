@@ -2,8 +2,10 @@
 # The GPU half of the validation (and the measured profiles and throughput figures), in phases that
 # each fit one 10-minute device command. Run from the repository root on the GPU machine:
 #   bash validation/run_gpu.sh PHASE OUT_DIR
-# Phases: tp-and-profiles (needs 2 GPUs for its TP parts), throughput, offline, capacity, online (QPS_* in the
-# environment; validation/README.md gives the values used and how they were chosen).
+# Phases: check (GPU tests, decode-split benchmark, qwen3-0.6b profile), calibrate (serving runs on slices
+# disjoint from the validation ones; QPS_CAL, QPS_CAL_MOONCAKE), tp-and-profiles (needs 2 GPUs for its TP
+# parts), throughput, offline, capacity, online (QPS_* in the environment; validation/README.md gives the
+# values used and how they were chosen).
 # Needs validation/traces/ (python validation/make_traces.py) and, where polars is missing, its
 # wheels in .whl/ (see validation/README.md). Every step runs even if an earlier one failed.
 set -u
@@ -22,6 +24,20 @@ step() { echo "=== $* ($(date +%T))"; "$@" || echo "!!! failed: $*"; }
 pack() { tar -czf "$out/$1.tgz" -C "$out" "$1" && rm -r "${out:?}/$1"; }
 
 case "$phase" in
+check)
+  step timeout 240 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu_kernels.py tests/engine/test_gpu_llm.py -k "not tp2"
+  step timeout 60 python3 benchmarks/decode_splits.py --json "$out/decode-splits.json"
+  step timeout 180 python3 -m sim.profile --model qwen3-0.6b --gpu h200 --out "$out/qwen3-0.6b.json"
+  ;;
+calibrate)
+  # Serving step logs for the cost model, from trace slices the validation never replays.
+  step timeout 150 python3 -m engine.replay validation/traces/azure_conv_calibration.parquet --qps "$QPS_CAL" --limit 2400 \
+    --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/cal-azure" --quiet
+  pack cal-azure
+  step timeout 150 python3 -m engine.replay validation/traces/mooncake_calibration.parquet --qps "$QPS_CAL_MOONCAKE" --limit 200 \
+    --model qwen3-0.6b --load-format dummy --max-model-len 65536 --out "$out/cal-mooncake" --quiet
+  pack cal-mooncake
+  ;;
 tp-and-profiles)
   step timeout 180 python3 -m sim.profile --model qwen3-0.6b --gpu h200 --out "$out/qwen3-0.6b.json"
   if [ "$ngpu" -ge 2 ]; then
@@ -61,6 +77,6 @@ online)
   pack c-mooncake
   ;;
 *)
-  echo "unknown phase $phase (tp-and-profiles, throughput, offline, online)"; exit 2 ;;
+  echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online)"; exit 2 ;;
 esac
 ls -la "$out"

@@ -75,6 +75,7 @@ def _paged_decode_kernel(
     stride_ot, stride_oh,
     stride_pt, stride_ph, stride_ps,
     stride_lt, stride_lh,
+    fill_splits, cap_tiles,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
 ):
@@ -83,7 +84,9 @@ def _paged_decode_kernel(
     split = tl.program_id(2)
     context = tl.load(Context_lens + seq)
     num_tiles = tl.cdiv(context, BLOCK_N)
-    tiles_per_split = tl.cdiv(num_tiles, NUM_SPLITS)
+    # A sequence spreads over fill_splits programs, more if that would give one program over cap_tiles
+    # tiles: a long context among short ones is then no straggler. Splits past the end stay empty.
+    tiles_per_split = tl.maximum(tl.minimum(tl.cdiv(num_tiles, fill_splits), cap_tiles), tl.cdiv(num_tiles, NUM_SPLITS))
     start = split * tiles_per_split * BLOCK_N
     end = tl.minimum(start + tiles_per_split * BLOCK_N, context)
 
@@ -91,6 +94,10 @@ def _paged_decode_kernel(
     dims = tl.arange(0, HEAD_DIM)
     heads = kv_head * GROUP + rows
     row_mask = rows < GROUP
+    if NUM_SPLITS > 1:
+        if start >= context:  # an empty split: only its weight (zero) for the merge
+            tl.store(Part_lse + seq * stride_lt + heads * stride_lh + split, float("-inf"), mask=row_mask)
+            return
     q = tl.load(Q + seq * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=row_mask[:, None], other=0.0)
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
@@ -141,7 +148,9 @@ def _merge_splits_kernel(
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)
     w = tl.exp2(lse - m)
-    part = tl.load(Part_out + seq * stride_pt + head * stride_ph + splits[:, None] * stride_ps + dims[None, :])
+    used = lse > float("-inf")  # empty splits wrote no partial output
+    part = tl.load(Part_out + seq * stride_pt + head * stride_ph + splits[:, None] * stride_ps + dims[None, :],
+                   mask=used[:, None], other=0.0)
     total = tl.sum(w, 0)
     out = tl.sum(part * w[:, None], 0) / tl.where(total > 0, total, 1.0)
     tl.store(Out + seq * stride_ot + head * stride_oh + dims, out.to(Out.dtype.element_ty))
@@ -156,8 +165,13 @@ def paged_decode(
     scale: float,
     num_splits: int,
     out: torch.Tensor | None = None,
+    fill_splits: int | None = None,
+    cap_tiles: int = 1 << 30,
 ) -> torch.Tensor:
-    """q: [num_seqs, num_heads, head_dim] -> [num_seqs, num_heads, head_dim]."""
+    """q: [num_seqs, num_heads, head_dim] -> [num_seqs, num_heads, head_dim].
+
+    Each sequence's context is cut into ``fill_splits`` ranges (default ``num_splits``), or into more, up
+    to ``num_splits``, where a range would exceed ``cap_tiles`` tiles of 64 tokens (see ``DecodeSplits``)."""
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads, page = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -180,6 +194,7 @@ def paged_decode(
         out.stride(0), out.stride(1),
         part_out.stride(0), part_out.stride(1), part_out.stride(2) if num_splits > 1 else 0,
         part_lse.stride(0), part_lse.stride(1),
+        num_splits if fill_splits is None else min(fill_splits, num_splits), max(1, cap_tiles),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
         BLOCK_N=block_n, NUM_SPLITS=num_splits, num_warps=4, num_stages=3,
     )

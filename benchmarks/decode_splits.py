@@ -1,0 +1,82 @@
+"""Split-KV decode with and without the long-context split cap, on equal and skewed batches (GPU).
+
+``python benchmarks/decode_splits.py [--json OUT]``: one layer's paged decode (Qwen3-0.6B heads:
+16 query, 8 KV, head_dim 128; 256-token pages), timed with CUDA events, median of 100 launches.
+"old" cuts every context into the batch-size rule's splits only; "capped" is what the engine runs
+(``decode_splits``). A skewed batch is one long context among short ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--max-model-len", type=int, default=16384)
+    args = parser.parse_args(argv)
+    import torch
+
+    from engine.attention.triton_kernels import paged_decode
+    from engine.attention.triton_kernels_host import decode_splits
+
+    dev = "cuda"
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    heads, kv_heads, dim, page = 16, 8, 128, 256
+    max_tiles = -(-args.max_model_len // 64)
+    cases = [(bs, short, long) for bs in (32, 128, 256) for short, long in ((1024, 0), (512, 16384), (1024, 16384), (256, 8192))]
+    rows = []
+    for bs, short, long in cases:
+        lengths = [short] * bs if not long else [short] * (bs - 1) + [long]
+        need = [-(-n // page) for n in lengths]
+        num_blocks = sum(need) + 1
+        k = torch.randn(num_blocks, kv_heads, page, dim, device=dev, dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        tables = torch.zeros(bs, max(need), dtype=torch.int32, device=dev)
+        start = 0
+        for i, n in enumerate(need):
+            tables[i, :n] = torch.arange(start, start + n, device=dev)
+            start += n
+        context = torch.tensor(lengths, dtype=torch.int32, device=dev)
+        q = torch.randn(bs, heads, dim, device=dev, dtype=torch.bfloat16)
+        out = torch.empty_like(q)
+        plan = decode_splits(bs, kv_heads, max_tiles, sms)
+        variants = {
+            "old": dict(num_splits=plan.fill_splits, fill_splits=plan.fill_splits, cap_tiles=1 << 30),
+            "capped": dict(num_splits=plan.num_splits, fill_splits=plan.fill_splits, cap_tiles=plan.cap_tiles),
+        }
+        row = {"batch": bs, "short_context": short, "long_context": long, "splits": plan.num_splits,
+               "fill_splits": plan.fill_splits, "kv_mbytes": round(2 * sum(lengths) * kv_heads * dim * 2 / 1e6, 1)}
+        for name, kw in variants.items():
+            def launch():
+                paged_decode(q, k, v, tables, context, dim**-0.5, kw["num_splits"], out=out,
+                             fill_splits=kw["fill_splits"], cap_tiles=kw["cap_tiles"])
+            for _ in range(5):
+                launch()
+            times = []
+            for _ in range(100):
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                launch()
+                e.record()
+                e.synchronize()
+                times.append(s.elapsed_time(e) * 1000)
+            row[f"{name}_us"] = round(statistics.median(times), 1)
+        row["capped_over_old"] = round(row["capped_us"] / row["old_us"], 3)
+        row["capped_gbps"] = round(row["kv_mbytes"] * 1e6 / (row["capped_us"] * 1e-6) / 1e9, 0)
+        rows.append(row)
+        print(json.dumps(row))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": torch.cuda.get_device_name(0), "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from engine.attention import AttentionMetadata, default_backend, get_backend
-from engine.attention.triton_kernels_host import DecodeSplits, decode_splits
+from engine.attention.triton_kernels_host import NO_SPLITS, DecodeSplits, decode_splits, long_decode_rows
 from engine.layers.sampler import SamplingTensors, sample
 from engine.loader import init_dummy, load_safetensors
 from engine.model_config import ModelShape
@@ -226,7 +226,7 @@ class ModelRunner:
 
     def _decode_splits(self, num_decode: int) -> DecodeSplits:
         if not self._is_cuda:
-            return DecodeSplits(1, 1, 1 << 30)
+            return NO_SPLITS
         return decode_splits(num_decode, self.num_kv_heads, -(-self.max_model_len // 64), self._num_sms)
 
     # ---- one step -------------------------------------------------------------------------------
@@ -302,7 +302,9 @@ class ModelRunner:
                 meta.decode_block_tables = self._to_device(plan.decode_tables, torch.int32)
                 meta.decode_context_lens = self._to_device(context, torch.int32)
                 meta.host_decode_context_lens = [int(c) for c in context]
-                meta.decode_splits = self._decode_splits(num_decode)
+                meta.decode_splits = splits = self._decode_splits(num_decode)
+                if splits.num_long_seqs:
+                    meta.decode_long_seqs = self._to_device(long_decode_rows(context, splits), torch.int32)
             if plan.q_lens:
                 cu = np.zeros(len(plan.q_lens) + 1, dtype=np.int32)
                 np.cumsum(plan.q_lens, out=cu[1:])
@@ -412,16 +414,19 @@ class ModelRunner:
         self._graph_slots = torch.full((max_bs,), -1, dtype=torch.int64, device=dev)
         self._graph_context = torch.zeros(max_bs, dtype=torch.int32, device=dev)
         self._graph_tables = torch.zeros(max_bs, self.max_blocks_per_seq, dtype=torch.int32, device=dev)
+        self._graph_long_seqs = torch.full((8,), -1, dtype=torch.int32, device=dev)
         self._graph_meta: dict[int, AttentionMetadata] = {}
         self._graph_outputs: dict[int, torch.Tensor] = {}
         pool = None
         for bs in reversed(self._graph_sizes):
+            splits = self._decode_splits(bs)
             meta = AttentionMetadata(
                 slot_mapping=self._graph_slots[:bs],
                 num_decode_tokens=bs,
                 decode_block_tables=self._graph_tables[:bs],
                 decode_context_lens=self._graph_context[:bs],
-                decode_splits=self._decode_splits(bs),
+                decode_splits=splits,
+                decode_long_seqs=self._graph_long_seqs[: splits.num_long_seqs] if splits.num_long_seqs else None,
             )
             self.model(self._graph_ids[:bs], self._graph_positions[:bs], meta)  # warm-up: compiles kernels
             graph = torch.cuda.CUDAGraph()
@@ -437,22 +442,29 @@ class ModelRunner:
     def _fill_graph_inputs(self, plan: StepPlan) -> AttentionMetadata:
         graph_bs = plan.graph_bs
         n = plan.num_decode
-        host = np.zeros((4, graph_bs), dtype=np.int64)
+        meta = self._graph_meta[graph_bs]
+        num_long = meta.decode_splits.num_long_seqs
+        flat = np.zeros(4 * graph_bs + num_long, dtype=np.int64)  # one host-to-device copy for all of it
+        host = flat[: 4 * graph_bs].reshape(4, graph_bs)
         host[0, :n] = plan.ids
         host[1, :n] = plan.positions
         host[2, :n] = plan.slots
         host[2, n:] = -1
         host[3, :n] = host[1, :n] + 1
-        staged = torch.from_numpy(host).pin_memory().to(self.device, non_blocking=True)
-        self._graph_ids[:graph_bs].copy_(staged[0])
-        self._graph_positions[:graph_bs].copy_(staged[1])
-        self._graph_slots[:graph_bs].copy_(staged[2])
-        self._graph_context[:graph_bs].copy_(staged[3])
+        if num_long:
+            flat[4 * graph_bs :] = long_decode_rows(host[3, :n].tolist(), meta.decode_splits)
+        staged = torch.from_numpy(flat).pin_memory().to(self.device, non_blocking=True)
+        self._graph_ids[:graph_bs].copy_(staged[:graph_bs])
+        self._graph_positions[:graph_bs].copy_(staged[graph_bs : 2 * graph_bs])
+        self._graph_slots[:graph_bs].copy_(staged[2 * graph_bs : 3 * graph_bs])
+        self._graph_context[:graph_bs].copy_(staged[3 * graph_bs : 4 * graph_bs])
+        if num_long:
+            self._graph_long_seqs[:num_long].copy_(staged[4 * graph_bs :])
         tables = plan.decode_tables
         if graph_bs > n:
             tables = np.concatenate([tables, np.zeros((graph_bs - n, tables.shape[1]), dtype=np.int32)])
         self._graph_tables[:graph_bs].copy_(torch.from_numpy(tables).pin_memory(), non_blocking=True)
-        return self._graph_meta[graph_bs]
+        return meta
 
     def broadcast_plan(self, plan: StepPlan) -> None:
         """Hook for tensor parallelism: the driver sends each step's plan to its workers."""

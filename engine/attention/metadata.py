@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.attention.triton_kernels_host import DecodeSplits
+from engine.attention.triton_kernels_host import NO_SPLITS, DecodeSplits
 
 
 @dataclass
@@ -20,7 +20,8 @@ class AttentionMetadata:
     num_decode_tokens: int
     decode_block_tables: torch.Tensor | None = None  # [num_decode, max_blocks] int32
     decode_context_lens: torch.Tensor | None = None  # [num_decode] int32, the new token included
-    decode_splits: DecodeSplits = DecodeSplits(1, 1, 1 << 30)
+    decode_splits: DecodeSplits = NO_SPLITS
+    decode_long_seqs: torch.Tensor | None = None  # [decode_splits.num_long_seqs] int32 rows, -1 = unused
     num_prefill_seqs: int = 0
     prefill_cu_seqlens_q: torch.Tensor | None = None  # [num_prefill + 1] int32, from 0 over prefill tokens only
     prefill_context_lens: torch.Tensor | None = None  # [num_prefill] int32, tokens cached before the chunk

@@ -2,8 +2,9 @@
 
 - ``store_kv``: writes each new token's K and V to its slot (slot -1: padding, skipped).
 - ``paged_decode``: one query token per sequence against its whole paged context. Split-KV
-  (flash-decoding): the context is cut into ``num_splits`` ranges handled by separate programs,
-  whose partial results are merged by their log-sum-exp, so small batches still fill the GPU.
+  (flash-decoding): the context is cut into ranges handled by separate programs, whose partial
+  results are merged by their log-sum-exp, so small batches still fill the GPU; the few longest
+  contexts of a batch get more ranges (a second, small launch), so none becomes a straggler.
   The query heads sharing a KV head are processed together, so each KV tile is read once.
 - ``paged_prefill``: a chunk of query tokens per sequence, causal, against its cached prefix and
   itself (already stored), read through the block table.
@@ -66,8 +67,19 @@ def store_kv(
 
 
 @triton.jit
+def _seq_num_splits(Long_seqs, seq, FILL_SPLITS: tl.constexpr, NUM_SPLITS: tl.constexpr, NUM_LONG: tl.constexpr):
+    """FILL_SPLITS ranges for a sequence, NUM_SPLITS for one of the (at most NUM_LONG) long ones."""
+    if NUM_LONG > 0:
+        longs = tl.load(Long_seqs + tl.arange(0, NUM_LONG))
+        is_long = tl.sum((longs == seq).to(tl.int32), 0) > 0
+        return tl.where(is_long, NUM_SPLITS, FILL_SPLITS)
+    else:
+        return FILL_SPLITS
+
+
+@triton.jit
 def _paged_decode_kernel(
-    Q, K_cache, V_cache, Block_tables, Context_lens, Out, Part_out, Part_lse,
+    Q, K_cache, V_cache, Block_tables, Context_lens, Long_seqs, Out, Part_out, Part_lse,
     qk_scale,  # softmax scale * log2(e)
     stride_qt, stride_qh,
     stride_cb, stride_ch, stride_ct,
@@ -75,18 +87,24 @@ def _paged_decode_kernel(
     stride_ot, stride_oh,
     stride_pt, stride_ph, stride_ps,
     stride_lt, stride_lh,
-    fill_splits, cap_tiles,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, FILL_SPLITS: tl.constexpr, NUM_LONG: tl.constexpr,
+    HELPER: tl.constexpr,
 ):
-    seq = tl.program_id(0)
+    # The main launch is (sequence, KV head, split < FILL_SPLITS). The helper launch is (long slot, KV head,
+    # FILL_SPLITS + j): the further ranges of the few long sequences the host named in Long_seqs (-1: none).
+    if HELPER:
+        seq = tl.load(Long_seqs + tl.program_id(0))
+        split = FILL_SPLITS + tl.program_id(2)
+    else:
+        seq = tl.program_id(0)
+        split = tl.program_id(2)
+    if seq < 0:
+        return
     kv_head = tl.program_id(1)
-    split = tl.program_id(2)
     context = tl.load(Context_lens + seq)
     num_tiles = tl.cdiv(context, BLOCK_N)
-    # A sequence spreads over fill_splits programs, more if that would give one program over cap_tiles
-    # tiles: a long context among short ones is then no straggler. Splits past the end stay empty.
-    tiles_per_split = tl.maximum(tl.minimum(tl.cdiv(num_tiles, fill_splits), cap_tiles), tl.cdiv(num_tiles, NUM_SPLITS))
+    tiles_per_split = tl.cdiv(num_tiles, _seq_num_splits(Long_seqs, seq, FILL_SPLITS, NUM_SPLITS, NUM_LONG))
     start = split * tiles_per_split * BLOCK_N
     end = tl.minimum(start + tiles_per_split * BLOCK_N, context)
 
@@ -95,7 +113,7 @@ def _paged_decode_kernel(
     heads = kv_head * GROUP + rows
     row_mask = rows < GROUP
     if NUM_SPLITS > 1:
-        if start >= context:  # an empty split: only its weight (zero) for the merge
+        if start >= context:  # an empty range: only its weight (zero) for the merge
             tl.store(Part_lse + seq * stride_lt + heads * stride_lh + split, float("-inf"), mask=row_mask)
             return
     q = tl.load(Q + seq * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=row_mask[:, None], other=0.0)
@@ -136,19 +154,20 @@ def _paged_decode_kernel(
 
 @triton.jit
 def _merge_splits_kernel(
-    Part_out, Part_lse, Out,
+    Part_out, Part_lse, Long_seqs, Out,
     stride_pt, stride_ph, stride_ps, stride_lt, stride_lh, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, FILL_SPLITS: tl.constexpr, NUM_LONG: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
     splits = tl.arange(0, NUM_SPLITS)
     dims = tl.arange(0, HEAD_DIM)
-    lse = tl.load(Part_lse + seq * stride_lt + head * stride_lh + splits)
+    written = splits < _seq_num_splits(Long_seqs, seq, FILL_SPLITS, NUM_SPLITS, NUM_LONG)
+    lse = tl.load(Part_lse + seq * stride_lt + head * stride_lh + splits, mask=written, other=float("-inf"))
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)
     w = tl.exp2(lse - m)
-    used = lse > float("-inf")  # empty splits wrote no partial output
+    used = lse > float("-inf")  # empty ranges wrote no partial output
     part = tl.load(Part_out + seq * stride_pt + head * stride_ph + splits[:, None] * stride_ps + dims[None, :],
                    mask=used[:, None], other=0.0)
     total = tl.sum(w, 0)
@@ -166,15 +185,20 @@ def paged_decode(
     num_splits: int,
     out: torch.Tensor | None = None,
     fill_splits: int | None = None,
-    cap_tiles: int = 1 << 30,
+    long_seqs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q: [num_seqs, num_heads, head_dim] -> [num_seqs, num_heads, head_dim].
 
-    Each sequence's context is cut into ``fill_splits`` ranges (default ``num_splits``), or into more, up
-    to ``num_splits``, where a range would exceed ``cap_tiles`` tiles of 64 tokens (see ``DecodeSplits``)."""
+    Each context is cut into ``fill_splits`` ranges (default: ``num_splits``); the sequences listed in
+    ``long_seqs`` (int32 row indices, -1 for an unused slot) into ``num_splits``. See ``DecodeSplits``.
+    """
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads, page = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
+    fill = num_splits if fill_splits is None else fill_splits
+    assert 1 <= fill <= num_splits
+    num_long = 0 if long_seqs is None or fill == num_splits else long_seqs.shape[0]
+    assert num_long & (num_long - 1) == 0, "the long-sequence slots must be a power of two"
     if out is None:
         out = torch.empty_like(q)
     if num_seqs == 0:
@@ -185,8 +209,9 @@ def paged_decode(
         part_lse = torch.empty(num_seqs, num_heads, num_splits, dtype=torch.float32, device=q.device)
     else:
         part_out = part_lse = out  # unused
-    _paged_decode_kernel[(num_seqs, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, block_tables, context_lens, out, part_out, part_lse,
+    longs = long_seqs if num_long else context_lens  # unused when num_long == 0
+    args = (
+        q, k_cache, v_cache, block_tables, context_lens, longs, out, part_out, part_lse,
         scale * LOG2E,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -194,16 +219,20 @@ def paged_decode(
         out.stride(0), out.stride(1),
         part_out.stride(0), part_out.stride(1), part_out.stride(2) if num_splits > 1 else 0,
         part_lse.stride(0), part_lse.stride(1),
-        num_splits if fill_splits is None else min(fill_splits, num_splits), max(1, cap_tiles),
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
-        BLOCK_N=block_n, NUM_SPLITS=num_splits, num_warps=4, num_stages=3,
     )
+    constants = dict(
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
+        BLOCK_N=block_n, NUM_SPLITS=num_splits, FILL_SPLITS=fill, NUM_LONG=num_long, num_warps=4, num_stages=3,
+    )
+    _paged_decode_kernel[(num_seqs, num_kv_heads, fill)](*args, HELPER=False, **constants)
+    if num_long:
+        _paged_decode_kernel[(num_long, num_kv_heads, num_splits - fill)](*args, HELPER=True, **constants)
     if num_splits > 1:
         _merge_splits_kernel[(num_seqs, num_heads)](
-            part_out, part_lse, out,
+            part_out, part_lse, longs, out,
             part_out.stride(0), part_out.stride(1), part_out.stride(2), part_lse.stride(0), part_lse.stride(1),
             out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, NUM_SPLITS=num_splits, num_warps=4,
+            HEAD_DIM=head_dim, NUM_SPLITS=num_splits, FILL_SPLITS=fill, NUM_LONG=num_long, num_warps=4,
         )
     return out
 

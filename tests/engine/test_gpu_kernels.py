@@ -89,10 +89,12 @@ def test_paged_decode_matches_reference(page, group, num_splits):
         assert rel_err(out[i : i + 1], expected) < 1e-2, f"sequence {i} (length {n})"
 
 
-@pytest.mark.parametrize("page,fill_splits,cap_tiles,num_splits", [(16, 1, 2, 8), (64, 2, 3, 16), (256, 1, 4, 8), (256, 4, 1, 4)])
-def test_paged_decode_with_capped_splits_matches_reference(page, fill_splits, cap_tiles, num_splits):
-    """Long contexts spread over more splits than short ones; the splits past a context's end stay empty."""
-    gen = torch.Generator(device="cuda").manual_seed(page + fill_splits + cap_tiles)
+@pytest.mark.parametrize("page,fill_splits,num_splits,long_rows", [
+    (16, 1, 8, [5, 6, -1, -1]), (64, 2, 16, [1, 4, 5, 6]), (256, 1, 8, [6, -1, -1, -1]), (256, 4, 8, [-1, -1, -1, -1]),
+])
+def test_paged_decode_with_long_rows_split_further_matches_reference(page, fill_splits, num_splits, long_rows):
+    """The listed rows use num_splits ranges (a second launch), the others fill_splits."""
+    gen = torch.Generator(device="cuda").manual_seed(page + fill_splits + num_splits)
     num_kv_heads, dim, group = 2, 128, 4
     lengths = [1, 40, 64, 65, 300, 2100, 5000, 9]
     num_blocks = sum(-(-n // page) for n in lengths) + 3
@@ -102,8 +104,9 @@ def test_paged_decode_with_capped_splits_matches_reference(page, fill_splits, ca
     context = torch.tensor(lengths, dtype=torch.int32, device="cuda")
     out = torch.full_like(q, float("nan"))
     scale = dim**-0.5
+    longs = torch.tensor(long_rows, dtype=torch.int32, device="cuda")
     kernels().paged_decode(q, k_cache, v_cache, tables, context, scale, num_splits, out=out,
-                           fill_splits=fill_splits, cap_tiles=cap_tiles)
+                           fill_splits=fill_splits, long_seqs=longs)
     ref = TorchBackend()
     for i, n in enumerate(lengths):
         kk = ref._gather(k_cache, tables[i], n).float()
@@ -118,8 +121,9 @@ def test_paged_decode_padding_rows_are_zero_not_nan():
     q = torch.randn(3, 4, 64, generator=gen, device="cuda").bfloat16()
     tables = torch.zeros(3, 2, dtype=torch.int32, device="cuda")
     context = torch.tensor([5, 0, 0], dtype=torch.int32, device="cuda")
+    longs = torch.tensor([0, 1, -1, -1], dtype=torch.int32, device="cuda")  # a padding row listed as long, too
     for splits, fill in ((1, 1), (4, 4), (8, 1)):
-        out = kernels().paged_decode(q, k_cache, v_cache, tables, context, 0.125, splits, fill_splits=fill, cap_tiles=1)
+        out = kernels().paged_decode(q, k_cache, v_cache, tables, context, 0.125, splits, fill_splits=fill, long_seqs=longs)
         assert torch.isfinite(out).all() and (out[1:] == 0).all()
 
 

@@ -57,15 +57,21 @@ TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two C
         dict(),
         dict(enforce_eager=True, max_num_batched_tokens=256),
         dict(policy="nano"),
+        dict(max_model_len=16384),
         pytest.param(dict(tensor_parallel_size=2), marks=TWO_GPUS),
     ],
-    ids=["graphs-mixed", "eager-chunked", "nano", "tp2"],
+    ids=["graphs-mixed", "eager-chunked", "nano", "graphs-long-splits", "tp2"],
 )
 def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch):
     path, model, exact = qwen3_06b_shaped
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 150_000, (n,), generator=gen).tolist() for n in (4, 33, 200, 700, 1300)]
     prompts.append(prompts[3][:500] + prompts[1])  # shares a prefix with another prompt
+    if options.get("max_model_len", 0) > 2048:
+        # A decode batch of ~40 (one split per short context) with one context long enough for the
+        # second launch's extra splits (DecodeSplits): its logits are checked like every other.
+        prompts.append(torch.randint(0, 150_000, (5000,), generator=gen).tolist())
+        prompts += [torch.randint(0, 150_000, (16,), generator=gen).tolist() for _ in range(34)]
 
     # Record the logits the engine samples from, keyed by (request index, position of the sampled token).
     captured: dict[tuple[int, int], torch.Tensor] = {}
@@ -78,7 +84,7 @@ def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch
         pending.clear()
         return real_sample(logits, params)
 
-    llm = LLM(path, max_model_len=2048, **options)
+    llm = LLM(path, **{"max_model_len": 2048, **options})
     try:
         real_plan = llm.runner.plan
 

@@ -1,7 +1,8 @@
 """Split-KV decode with and without extra splits for long contexts, on equal and skewed batches (GPU).
 
 ``python benchmarks/decode_splits.py [--json OUT]``: one layer's paged decode (Qwen3-0.6B heads:
-16 query, 8 KV, head_dim 128; 256-token pages), timed with CUDA events, median of 100 launches.
+16 query, 8 KV, head_dim 128; 256-token pages), captured 20 times in a CUDA graph as the engine runs
+it, timed with CUDA events over 30 replays (median, per launch).
 "old" cuts every context into the batch-size rule's splits only; "long_split" is what the engine
 runs (``decode_splits``: the few longest contexts over the cap get more splits in a second launch).
 A skewed batch is one long context among short ones.
@@ -16,6 +17,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+LAUNCHES_PER_GRAPH = 20
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,16 +64,22 @@ def main(argv: list[str] | None = None) -> int:
             def launch():
                 paged_decode(q, k, v, tables, context, dim**-0.5, kw["num_splits"], out=out,
                              fill_splits=kw["fill_splits"], long_seqs=kw["long_seqs"])
-            for _ in range(5):
+            for _ in range(3):
                 launch()
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()  # as the engine runs decode: no host launch cost in the timing
+            with torch.cuda.graph(graph):
+                for _ in range(LAUNCHES_PER_GRAPH):
+                    launch()
+            graph.replay()
             times = []
-            for _ in range(100):
+            for _ in range(30):
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 s.record()
-                launch()
+                graph.replay()
                 e.record()
                 e.synchronize()
-                times.append(s.elapsed_time(e) * 1000)
+                times.append(s.elapsed_time(e) * 1000 / LAUNCHES_PER_GRAPH)
             row[f"{name}_us"] = round(statistics.median(times), 1)
         row["long_split_over_old"] = round(row["long_split_us"] / row["old_us"], 3)
         row["long_split_gbps"] = round(row["kv_mbytes"] * 1e6 / (row["long_split_us"] * 1e-6) / 1e9, 0)

@@ -4,7 +4,7 @@
 - ``paged_decode``: one query token per sequence against its whole paged context. Split-KV
   (flash-decoding): the context is cut into ranges handled by separate programs, whose partial
   results are merged by their log-sum-exp, so small batches still fill the GPU; the few longest
-  contexts of a batch get more ranges (a second, small launch), so none becomes a straggler.
+  contexts of a batch get more ranges, scheduled first, so none becomes a straggler.
   The query heads sharing a KV head are processed together, so each KV tile is read once.
 - ``paged_prefill``: a chunk of query tokens per sequence, causal, against its cached prefix and
   itself (already stored), read through the block table.
@@ -89,22 +89,29 @@ def _paged_decode_kernel(
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, FILL_SPLITS: tl.constexpr, NUM_LONG: tl.constexpr,
-    HELPER: tl.constexpr,
 ):
-    # The main launch is (sequence, KV head, split < FILL_SPLITS). The helper launch is (long slot, KV head,
-    # FILL_SPLITS + j): the further ranges of the few long sequences the host named in Long_seqs (-1: none).
-    if HELPER:
-        seq = tl.load(Long_seqs + tl.program_id(0))
-        split = FILL_SPLITS + tl.program_id(2)
+    # Grid (KV head, work item). The first NUM_LONG * (NUM_SPLITS - FILL_SPLITS) items are the further
+    # ranges of the few long sequences the host named in Long_seqs (-1: none), so they start first; then
+    # FILL_SPLITS ranges of every sequence. One launch: a second one would run only after this one ends.
+    kv_head = tl.program_id(0)
+    item = tl.program_id(1)
+    NUM_EXTRA: tl.constexpr = NUM_SPLITS - FILL_SPLITS
+    if NUM_LONG > 0:
+        if item < NUM_LONG * NUM_EXTRA:
+            seq = tl.load(Long_seqs + item // NUM_EXTRA)
+            split = FILL_SPLITS + item % NUM_EXTRA
+        else:
+            seq = (item - NUM_LONG * NUM_EXTRA) // FILL_SPLITS
+            split = (item - NUM_LONG * NUM_EXTRA) % FILL_SPLITS
     else:
-        seq = tl.program_id(0)
-        split = tl.program_id(2)
+        seq = item // FILL_SPLITS
+        split = item % FILL_SPLITS
     if seq < 0:
         return
-    kv_head = tl.program_id(1)
     context = tl.load(Context_lens + seq)
     num_tiles = tl.cdiv(context, BLOCK_N)
-    tiles_per_split = tl.cdiv(num_tiles, _seq_num_splits(Long_seqs, seq, FILL_SPLITS, NUM_SPLITS, NUM_LONG))
+    seq_splits = _seq_num_splits(Long_seqs, seq, FILL_SPLITS, NUM_SPLITS, NUM_LONG)
+    tiles_per_split = tl.cdiv(num_tiles, seq_splits)
     start = split * tiles_per_split * BLOCK_N
     end = tl.minimum(start + tiles_per_split * BLOCK_N, context)
 
@@ -112,10 +119,6 @@ def _paged_decode_kernel(
     dims = tl.arange(0, HEAD_DIM)
     heads = kv_head * GROUP + rows
     row_mask = rows < GROUP
-    if NUM_SPLITS > 1:
-        if start >= context:  # an empty range: only its weight (zero) for the merge
-            tl.store(Part_lse + seq * stride_lt + heads * stride_lh + split, float("-inf"), mask=row_mask)
-            return
     q = tl.load(Q + seq * stride_qt + heads[:, None] * stride_qh + dims[None, :], mask=row_mask[:, None], other=0.0)
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
@@ -142,7 +145,7 @@ def _paged_decode_kernel(
 
     safe_l = tl.where(l_i > 0, l_i, 1.0)
     out = acc / safe_l[:, None]
-    if NUM_SPLITS == 1:
+    if seq_splits == 1:  # the whole context in this program: no merge
         tl.store(Out + seq * stride_ot + heads[:, None] * stride_oh + dims[None, :],
                  out.to(Out.dtype.element_ty), mask=row_mask[:, None])
     else:
@@ -162,7 +165,10 @@ def _merge_splits_kernel(
     head = tl.program_id(1)
     splits = tl.arange(0, NUM_SPLITS)
     dims = tl.arange(0, HEAD_DIM)
-    written = splits < _seq_num_splits(Long_seqs, seq, FILL_SPLITS, NUM_SPLITS, NUM_LONG)
+    seq_splits = _seq_num_splits(Long_seqs, seq, FILL_SPLITS, NUM_SPLITS, NUM_LONG)
+    if seq_splits == 1:  # written straight to Out by its one program
+        return
+    written = splits < seq_splits
     lse = tl.load(Part_lse + seq * stride_lt + head * stride_lh + splits, mask=written, other=float("-inf"))
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)
@@ -224,9 +230,7 @@ def paged_decode(
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
         BLOCK_N=block_n, NUM_SPLITS=num_splits, FILL_SPLITS=fill, NUM_LONG=num_long, num_warps=4, num_stages=3,
     )
-    _paged_decode_kernel[(num_seqs, num_kv_heads, fill)](*args, HELPER=False, **constants)
-    if num_long:
-        _paged_decode_kernel[(num_long, num_kv_heads, num_splits - fill)](*args, HELPER=True, **constants)
+    _paged_decode_kernel[(num_kv_heads, num_long * (num_splits - fill) + num_seqs * fill)](*args, **constants)
     if num_splits > 1:
         _merge_splits_kernel[(num_seqs, num_heads)](
             part_out, part_lse, longs, out,

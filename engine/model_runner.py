@@ -104,6 +104,8 @@ class ModelRunner:
             backend_name = default_backend(self.device.type)
         self.backend = get_backend(backend_name, self.device.type)
         self.timings = StepTimings()
+        # Per-step (prepare, launch, wait, GPU forward, GPU sampling) seconds, when a list is put here.
+        self.step_timings: list[tuple[float, float, float, float, float]] | None = None
         self._generators: dict[int, torch.Generator] = {}
         self._is_cuda = self.device.type == "cuda"
         self._num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count if self._is_cuda else 1
@@ -373,6 +375,7 @@ class ModelRunner:
         sampling = self._sampling_tensors([batch.seqs[r] for r in plan.sample_rows]) if plan.sample_rows else None
         t1 = time.perf_counter()
         tokens = self.execute(inputs, sampling)
+        t_launched = time.perf_counter()
         token_ids = [-1] * len(batch.seqs)
         if tokens is not None:
             for row, token in zip(plan.sample_rows, tokens.tolist()):
@@ -382,10 +385,15 @@ class ModelRunner:
         timings.num_steps += 1
         timings.prepare_s += t1 - t0
         timings.execute_s += t2 - t1  # launch, GPU time of forward and sampling, and the wait for it
+        forward_s = sample_s = 0.0
         if self._is_cuda:
             self._events[2].synchronize()  # steps that sample nothing never waited on the GPU
-            timings.forward_s += self._events[0].elapsed_time(self._events[1]) / 1e3
-            timings.sample_s += self._events[1].elapsed_time(self._events[2]) / 1e3
+            forward_s = self._events[0].elapsed_time(self._events[1]) / 1e3
+            sample_s = self._events[1].elapsed_time(self._events[2]) / 1e3
+            timings.forward_s += forward_s
+            timings.sample_s += sample_s
+        if self.step_timings is not None:
+            self.step_timings.append((t1 - t0, t_launched - t1, t2 - t_launched, forward_s, sample_s))
         if plan.graph_bs:
             timings.num_graph_steps += 1
         if self._generators:

@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weights: the model dir's safetensors, or random (default: %(default)s)")
     g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     g.add_argument("--warmup-requests", type=int, default=8, help="untimed requests run before the replay")
+    g.add_argument("--step-timings", action="store_true",
+                   help="add each step's host and GPU times to steps.parquet (host_prepare_ms, host_launch_ms, "
+                        "host_wait_ms, gpu_forward_ms, gpu_sample_ms)")
     out = parser.add_argument_group("output")
     out.add_argument("--out", required=True, help="output folder")
     out.add_argument("--quiet", action="store_true", help="no progress output")
@@ -106,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
 
             warm = [[(7 * i + j) % llm.shape.vocab_size for j in range(64 + 32 * i)] for i in range(args.warmup_requests)]
             llm.generate(warm, SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)
+        timed = args.step_timings and hasattr(llm.runner, "step_timings")
+        if timed:
+            llm.runner.step_timings = []
         started = time.perf_counter()
         rows, engine = replay(llm, trace, args)
         wall_s = time.perf_counter() - started
@@ -123,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             "replay_wall_s": round(wall_s, 3),
             "device": _device_name(),
         }
-        write_run(Path(args.out), rows, engine.step_log, config, quiet=args.quiet)
+        step_timings = llm.runner.step_timings[-len(engine.step_log):] if timed else None
+        write_run(Path(args.out), rows, engine.step_log, config, quiet=args.quiet, step_timings=step_timings)
     return 0
 
 
@@ -133,15 +140,23 @@ def _device_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def write_run(out_dir: Path, rows: list, step_log, config: dict, quiet: bool = False) -> None:
+STEP_TIMING_COLUMNS = ("host_prepare_ms", "host_launch_ms", "host_wait_ms", "gpu_forward_ms", "gpu_sample_ms")
+
+
+def write_run(out_dir: Path, rows: list, step_log, config: dict, quiet: bool = False, step_timings=None) -> None:
     """requests.parquet and steps.parquet, and summary.json when polars is importable (else run.json only)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from engine.records import requests_to_arrow
 
     out_dir.mkdir(parents=True, exist_ok=True)
     pq.write_table(requests_to_arrow(rows), out_dir / "requests.parquet")
-    pq.write_table(step_log.to_arrow(), out_dir / "steps.parquet")
+    steps = step_log.to_arrow()
+    if step_timings is not None and len(step_timings) == steps.num_rows:
+        for i, name in enumerate(STEP_TIMING_COLUMNS):
+            steps = steps.append_column(name, pa.array([1e3 * t[i] for t in step_timings], pa.float64()))
+    pq.write_table(steps, out_dir / "steps.parquet")
     (out_dir / "run.json").write_text(json.dumps({"config": config, "cost_model": "measured"}, indent=2) + "\n")
     try:
         from analysis.summarize import summarize_run_dir

@@ -2,7 +2,7 @@
 # The GPU half of the validation (and the measured profiles and throughput figures), in phases that
 # each fit one 10-minute device command. Run from the repository root on the GPU machine:
 #   bash validation/run_gpu.sh PHASE OUT_DIR
-# Phases: check (GPU tests, decode-split benchmark, qwen3-0.6b profile), calibrate (serving runs on slices
+# Phases: diagnose (a replay with step timings, GPU clocks and CPU counters), check (GPU tests, decode-split benchmark, qwen3-0.6b profile), calibrate (serving runs on slices
 # disjoint from the validation ones; QPS_CAL, QPS_CAL_MOONCAKE), tp-and-profiles (needs 2 GPUs for its TP
 # parts), throughput, offline, capacity, online (QPS_* in the environment; validation/README.md gives the
 # values used and how they were chosen).
@@ -37,6 +37,19 @@ calibrate)
   step timeout 150 python3 -m engine.replay validation/traces/mooncake_calibration.parquet --qps "$QPS_CAL_MOONCAKE" --limit 200 \
     --model qwen3-0.6b --load-format dummy --max-model-len 65536 --out "$out/cal-mooncake" --quiet
   pack cal-mooncake
+  ;;
+diagnose)
+  # The ~70% Azure run again, with per-step host/GPU times, GPU clocks and host CPU counters sampled beside it.
+  mkdir -p "$out/diag"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu --format=csv -lms 250 > "$out/diag/smi.csv" &
+  smi=$!
+  (while true; do echo "$(date +%s.%N) $(head -1 /proc/stat) mhz $(awk '/MHz/ {s+=$4; n++} END {print s/n}' /proc/cpuinfo)"; sleep 0.25; done) > "$out/diag/cpu.txt" &
+  cpu=$!
+  date +%s.%N > "$out/diag/start.txt"
+  step timeout 170 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --qps "$QPS_70" --limit 2200 \
+    --model qwen3-0.6b --load-format dummy --max-model-len 16384 --step-timings --out "$out/diag/b-azure-p70" --quiet
+  kill $smi $cpu
+  tar -czf "$out/diag.tgz" -C "$out" diag && rm -r "$out/diag"
   ;;
 tp-and-profiles)
   step timeout 180 python3 -m sim.profile --model qwen3-0.6b --gpu h200 --out "$out/qwen3-0.6b.json"

@@ -45,10 +45,15 @@ def test_offline_simulation_forms_the_real_batches(tiny_qwen3, shared_prefix_tra
     options = [shared_prefix_trace, "--model", model_dir, "--offline", "--policy", policy, *COMMON]
     if policy == "nano":
         options[options.index("--max-num-batched-tokens") + 1] = "512"
-    assert engine_replay([*options, "--out", str(tmp_path / "real"), "--warmup-requests", "2"]) == 0
+    assert engine_replay([*options, "--out", str(tmp_path / "real"), "--warmup-requests", "2", "--step-timings"]) == 0
     assert sim_replay([*options, "--out", str(tmp_path / "sim"), "--no-report"]) == 0
-    real_steps = pl.read_parquet(tmp_path / "real" / "steps.parquet").select(SCHEDULE_COLUMNS + ("prefill_attention_pairs",))
-    sim_steps = pl.read_parquet(tmp_path / "sim" / "steps.parquet").select(SCHEDULE_COLUMNS + ("prefill_attention_pairs",))
+    compared = SCHEDULE_COLUMNS + ("prefill_attention_pairs", "max_decode_context_tokens")
+    real_steps = pl.read_parquet(tmp_path / "real" / "steps.parquet")
+    # --step-timings: every step has its host times (CPU: no GPU times, so zeros)
+    assert (real_steps["host_prepare_ms"] > 0).all() and (real_steps["host_launch_ms"] > 0).all()
+    assert (real_steps["gpu_forward_ms"] == 0).all()
+    real_steps = real_steps.select(compared)
+    sim_steps = pl.read_parquet(tmp_path / "sim" / "steps.parquet").select(compared)
     assert real_steps.height > 10
     assert real_steps.equals(sim_steps), "the simulated schedule differs from the real one"
     assert real_steps["num_preempted"].sum() > 0, "the cache was meant to be small enough to preempt"

@@ -19,7 +19,9 @@ from sim.hardware import GPUSpec
 class CostModel(Protocol):
     name: str  # "roofline-estimate" or a measured profile's name
 
-    def step_time_s(self, batch: ScheduledBatch) -> float: ...
+    def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
+        """Seconds for the step; ``host_slowdown`` scales the host-bound part (None: the model's own default)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class RooflineCostModel:
         self._attn_rate = flops * c.attention_flops_efficiency
         self._fixed_s = c.step_overhead_s + c.per_layer_overhead_s * model.num_layers
 
-    def step_time_s(self, batch: ScheduledBatch) -> float:
+    def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
         num_tokens = batch.num_prefill_tokens + batch.num_decode_seqs
         num_sampled = batch.num_decode_seqs + batch.num_prefill_seqs
         matmul_s = (num_tokens * self._matmul_flops_per_token + num_sampled * self._lm_head_flops_per_token) / (
@@ -85,7 +87,10 @@ class RooflineCostModel:
                 self._kv_rate
             )
         attention_s += batch.decode_context_tokens * self._kv_bytes_per_token / self._kv_rate
-        return self._fixed_s + self.constants.per_seq_overhead_s * len(batch.seqs) + linear_s + attention_s
+        host_s = self._fixed_s + self.constants.per_seq_overhead_s * len(batch.seqs)
+        if host_slowdown is not None:
+            host_s *= host_slowdown
+        return host_s + linear_s + attention_s
 
 
 def num_kv_blocks_for(

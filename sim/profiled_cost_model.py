@@ -6,7 +6,8 @@ Two regimes, as the engine runs them:
 - every other step runs eagerly: the larger of a host-bound floor (launching every kernel of every
   layer from Python, plus per-sequence input work) and a device-bound time (matmuls over the step's
   tokens, prefill attention pairs, KV tokens read), each linear with non-negative coefficients.
-Every fourth grid point of each family is held out of the fit and its error is reported.
+Every fourth grid point of each family is held out of the fit and its error is reported. A profile
+calibrated on serving runs (``python -m sim.calibrate``) scales the host-bound floor by its factor.
 """
 
 from __future__ import annotations
@@ -103,10 +104,33 @@ def _fit_eager(points: list[dict], iterations: int = 8) -> dict:
             "gpu_basis": list(GPU_BASIS), "gpu_coef": gpu_coef.tolist()}
 
 
-def _fit(points: list[dict], max_graph_bs: int) -> dict:
-    decode = [p for p in points if _is_graph_step(p["features"], max_graph_bs)]
+def _excess_context(f: dict) -> float:
+    """How far the longest decode context exceeds the mean one: the extra time of the program that reads it."""
+    n = f["num_decode_seqs"]
+    return max(0.0, f.get("max_decode_context_tokens", 0) - f["decode_context_tokens"] / n) if n else 0.0
+
+
+def _fit_skew(points: list[dict], decode: dict, graph_sizes: list[int]) -> float:
+    """Seconds per token of excess context, least squares through the origin on the equal-context model's misses."""
+    if not points:
+        return 0.0
+    model = ProfiledCostModel({"graph_decode": decode, "graph_sizes": graph_sizes, "max_graph_batch_size": max(graph_sizes),
+                               "eager": {"floor_coef": [0.0] * len(FLOOR_BASIS), "gpu_coef": [0.0] * len(GPU_BASIS)}}, "fit")
+    x = np.array([_excess_context(p["features"]) for p in points])
+    y = np.array([p["median_s"] - model.predict(p["features"]) for p in points])
+    return max(0.0, float(x @ y / (x @ x))) if (x @ x) > 0 else 0.0
+
+
+def _fit(points: list[dict], max_graph_bs: int, graph_sizes: list[int]) -> dict:
+    graph = [p for p in points if _is_graph_step(p["features"], max_graph_bs)]
+    equal = [p for p in graph if p["family"] == "decode"]  # equal contexts, steady state
+    decode = _fit_decode(equal)
+    skewed = [p for p in graph if p["family"] == "decode_skewed"]
+    decode["per_excess_context_token_s"] = _fit_skew(skewed, decode, graph_sizes)
+    # Small batches split every context widely (engine DecodeSplits): the excess costs nothing measurable there.
+    decode["skew_min_batch_size"] = min((p["features"]["num_decode_seqs"] for p in skewed), default=0)
     eager = [p for p in points if not _is_graph_step(p["features"], max_graph_bs)]
-    return {"graph_decode": _fit_decode(decode), "eager": _fit_eager(eager), "max_graph_batch_size": max_graph_bs}
+    return {"graph_decode": decode, "eager": _fit_eager(eager), "max_graph_batch_size": max_graph_bs}
 
 
 def fit_profile(profile: dict) -> dict:
@@ -120,7 +144,7 @@ def fit_profile(profile: dict) -> dict:
         i = counters.get(p["family"], 0)
         counters[p["family"]] = i + 1
         (held if i % 4 == 3 else train).append(p)
-    fit = _fit(train, max_graph_bs)
+    fit = _fit(train, max_graph_bs, sizes)
     fit["graph_sizes"] = sizes
     model = ProfiledCostModel(fit, name="fit")
     errors = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in held]
@@ -137,6 +161,8 @@ def fit_profile(profile: dict) -> dict:
     }
     train_errors = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in train]
     fit["train_mean_abs_rel_error"] = float(np.mean(train_errors))
+    if profile.get("serving"):  # python -m sim.calibrate; the errors above are on the grid, uncalibrated
+        fit["serving"] = profile["serving"]
     return fit
 
 
@@ -155,7 +181,21 @@ class ProfiledCostModel:
             bucket = next((s for s in sizes if s >= bs), sizes[-1])
             self._decode_a[bs] = float(np.interp(bucket, measured, decode["intercept_s"]))
             self._decode_b[bs] = float(np.interp(bucket, measured, decode["per_kv_token_s"]))
-        self._floor_coef = np.array(fit["eager"]["floor_coef"], dtype=float)
+        per_excess_s = float(decode.get("per_excess_context_token_s", 0.0))
+        skew_min_bs = int(decode.get("skew_min_batch_size", 0))
+        self._per_excess_s = [per_excess_s if bs >= skew_min_bs else 0.0 for bs in range(self.max_graph_bs + 1)]
+        # Host-bound work runs slower in serving than on the profiling grid (python -m sim.calibrate): by
+        # host_factor on average. The eager floor is all host; of a decode step's intercept, the share
+        # host_share (fitted as the ratio of the two calibrated factors; 1/2 when uncalibrated).
+        serving = fit.get("serving") or {}
+        self.host_factor = float(serving.get("host_factor", 1.0))
+        decode_factor = float(serving.get("decode_intercept_factor", 1.0))
+        share = (decode_factor - 1.0) / (self.host_factor - 1.0) if abs(self.host_factor - 1.0) > 0.01 else 0.5
+        self.host_share = min(1.0, max(0.0, share))
+        self._grid_decode_a = self._decode_a
+        self._grid_floor_coef = np.array(fit["eager"]["floor_coef"], dtype=float)
+        self._decode_a = [a * decode_factor for a in self._grid_decode_a]
+        self._floor_coef = self._grid_floor_coef * self.host_factor
         self._gpu_coef = np.array(fit["eager"]["gpu_coef"], dtype=float)
         self._min_s = float(min(decode["intercept_s"])) if decode["intercept_s"] else 1e-4
 
@@ -163,20 +203,29 @@ class ProfiledCostModel:
     def load(cls, path: Path) -> "ProfiledCostModel":
         profile = json.loads(Path(path).read_text())
         name = f"profile:{profile['gpu']}/{Path(path).stem} (measured {profile.get('measured_at', '?')})"
+        if profile.get("serving"):
+            name += f", serving-calibrated (host x{profile['serving']['host_factor']:.2f})"
         return cls(profile["fit"], name)
 
-    def predict(self, f: dict) -> float:
+    def decode_intercept_s(self, batch_size: int) -> float:
+        return self._decode_a[batch_size]
+
+    def predict(self, f: dict, host_slowdown: float | None = None) -> float:
+        """Step time for features ``f``; ``host_slowdown`` (vs the grid) replaces the calibrated average."""
         if _is_graph_step(f, self.max_graph_bs):
             bs = f["num_decode_seqs"]
-            return self._decode_a[bs] + self._decode_b[bs] * f["decode_context_tokens"]
-        return max(float(np.dot(self._floor_coef, _floor_row(f))), float(np.dot(self._gpu_coef, _gpu_row(f))),
-                   self._min_s)
+            a = self._decode_a[bs] if host_slowdown is None else self._grid_decode_a[bs] * (1.0 + self.host_share * (host_slowdown - 1.0))
+            return a + self._decode_b[bs] * f["decode_context_tokens"] + self._per_excess_s[bs] * _excess_context(f)
+        floor_coef = self._floor_coef if host_slowdown is None else self._grid_floor_coef * host_slowdown
+        return max(float(np.dot(floor_coef, _floor_row(f))), float(np.dot(self._gpu_coef, _gpu_row(f))), self._min_s)
 
-    def step_time_s(self, batch: ScheduledBatch) -> float:
-        if batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:  # hot path
+    def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
+        if host_slowdown is None and batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:  # hot path
             bs = batch.num_decode_seqs
-            return self._decode_a[bs] + self._decode_b[bs] * batch.decode_context_tokens
-        return self.predict(batch_features(batch))
+            kv = batch.decode_context_tokens
+            excess = batch.max_decode_context_tokens - kv / bs
+            return self._decode_a[bs] + self._decode_b[bs] * kv + (self._per_excess_s[bs] * excess if excess > 0 else 0.0)
+        return self.predict(batch_features(batch), host_slowdown)
 
 
 def profile_path(model: str, gpu: str, tensor_parallel_size: int = 1) -> Path:

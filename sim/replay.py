@@ -33,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto (a measured profile from sim/profiles/ when one matches --model, --gpu and TP, else the roofline "
         "estimate), roofline, or a profile JSON path (default: %(default)s)",
     )
+    g.add_argument(
+        "--host-slowdown", default="calibrated",
+        help="how much slower than on the profiling grid the serving host runs: calibrated (the profile's measured "
+        "serving average), a number, episodes:NORMAL,SLOW,FRACTION,MEAN_S (seeded random slow periods), or a CSV of "
+        "start_s,slowdown (python -m sim.host_speed) (default: %(default)s)",
+    )
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=None, help="output folder (default: a new folder under runs/)")
     out.add_argument("--no-report", action="store_true", help="skip report.html")
@@ -57,6 +63,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         tensor_parallel_size=args.tensor_parallel_size,
         seed=args.seed,
         cost_model=args.cost_model,
+        host_slowdown=args.host_slowdown,
     )
 
 

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+from engine.clock import Clock
 from engine.runner import RunnerOutput
 from engine.scheduler import ScheduledBatch
 from sim.cost_model import CostModel
+from sim.host_speed import HostSpeed
 
 
 class CostModelRunner:
     """Samples a fixed token for every sequence: output lengths come from the trace (as with ignore_eos),
-    and since block hashes chain over the prompt, equal generated tokens never fake a prefix-cache hit."""
+    and since block hashes chain over the prompt, equal generated tokens never fake a prefix-cache hit.
+    With a ``host_speed``, each step's host-bound part is scaled by its slowdown at the step's start."""
 
-    def __init__(self, cost_model: CostModel, token_id: int = 0) -> None:
+    def __init__(self, cost_model: CostModel, token_id: int = 0, host_speed: HostSpeed | None = None,
+                 clock: Clock | None = None) -> None:
+        if host_speed is not None and clock is None:
+            raise ValueError("a host speed that varies over time needs the simulation clock")
         self.cost_model = cost_model
         self.token_id = token_id
+        self.host_speed = host_speed
+        self.clock = clock
 
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
-        return RunnerOutput([self.token_id] * len(batch.seqs), self.cost_model.step_time_s(batch))
+        tokens = [self.token_id] * len(batch.seqs)
+        if self.host_speed is None:
+            return RunnerOutput(tokens, self.cost_model.step_time_s(batch))
+        slowdown = self.host_speed.slowdown_at(self.clock.now())
+        return RunnerOutput(tokens, self.cost_model.step_time_s(batch, slowdown))

@@ -24,6 +24,7 @@ from sim.cost_model import CostModel, RooflineCostModel, num_kv_blocks_for
 from sim.hardware import get_gpu
 from sim.profiled_cost_model import ProfiledCostModel, find_profile
 from sim.router import ROUTERS, make_router
+from sim.host_speed import parse_host_slowdown
 from sim.runner import CostModelRunner
 
 
@@ -52,6 +53,7 @@ class SimConfig:
     tensor_parallel_size: int = 1
     seed: int = 0
     cost_model: str = "auto"  # auto: a shipped measured profile if one matches, else the roofline; or roofline; or a profile path
+    host_slowdown: str = "calibrated"  # see sim.host_speed: calibrated, a number, episodes:NORMAL,SLOW,FRACTION,MEAN_S, or a CSV
 
     def __post_init__(self) -> None:
         for name, flag in (("max_num_seqs", "--max-num-seqs"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
@@ -73,6 +75,7 @@ class SimConfig:
         if self.tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
         get_gpu(self.gpu)  # validates the name
+        parse_host_slowdown(self.host_slowdown)  # validates the spec (and the file, if one is named)
 
     @property
     def model_shape(self) -> ModelShape:
@@ -163,7 +166,12 @@ def simulate(
     clock = SimClock(env)
     engines = [
         LLMEngine(
-            sched_config, CostModelRunner(cost_model), clock=clock, eos_token_ids=model.eos_token_ids, replica=i
+            sched_config,
+            # one host-speed process per replica: each replica is its own machine
+            CostModelRunner(cost_model, host_speed=parse_host_slowdown(config.host_slowdown, config.seed + i), clock=clock),
+            clock=clock,
+            eos_token_ids=model.eos_token_ids,
+            replica=i,
         )
         for i in range(config.num_replicas)
     ]

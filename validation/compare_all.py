@@ -6,6 +6,10 @@
 each, the simulator replays the same trace slice with the same options and the GPU's KV block count,
 ``analysis.compare`` measures the signed errors, and the small outputs (summaries, compare tables)
 go to ``validation/results/<run>/``; ``validation/results/errors.md`` collects the headline table.
+
+``--host-timelines`` is a diagnosis, not a prediction: each run is simulated with the host-slowdown
+timeline read off that same run (``python -m sim.host_speed``), to show how much of the error is the
+host's varying speed; its outputs go to ``validation/results/diagnosis/``.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sim-out", default=str(ROOT / "validation" / "runs" / "sim"), help="where simulated runs go")
     parser.add_argument("--results", default=str(ROOT / "validation" / "results"), help="small outputs to commit")
     parser.add_argument("--cost-model", default="auto", help="passed to sim.replay (default: %(default)s)")
+    parser.add_argument("--host-timelines", action="store_true",
+                        help="diagnosis: simulate each run with the host-slowdown timeline read off that run")
     args = parser.parse_args(argv)
 
     from analysis.compare import main as compare_main
@@ -52,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     from sim.replay import main as sim_replay
 
     real_root, sim_root, results = Path(args.real), Path(args.sim_out), Path(args.results)
+    if args.host_timelines:
+        from sim.host_speed import timeline_from_run
+        from sim.profiled_cost_model import find_profile
+
+        sim_root, results = sim_root / "diagnosis", results / "diagnosis"
+        sim_root.mkdir(parents=True, exist_ok=True)
     rows = []
     for name, (description, trace, options) in PLAN.items():
         real = real_root / name
@@ -64,8 +76,17 @@ def main(argv: list[str] | None = None) -> int:
         sim = sim_root / name
         if sim.exists():
             shutil.rmtree(sim)
+        extra = []
+        if args.host_timelines:
+            profile = Path(args.cost_model) if args.cost_model not in ("auto", "roofline") else find_profile("qwen3-0.6b", "h200")
+            timeline = sim_root / f"{name}-host.csv"
+            try:
+                timeline_from_run(real, profile).write_csv(timeline)
+                extra = ["--host-slowdown", str(timeline)]
+            except ValueError as exc:  # no host-bound eager step to read the speed from: the calibrated average
+                print(f"{name}: {exc}; simulated with the calibrated average")
         sim_replay([str(TRACES / trace), *options, "--num-gpu-blocks", str(real_config["num_gpu_blocks"]),
-                    "--cost-model", args.cost_model, "--out", str(sim), "--quiet", "--no-report"])
+                    "--cost-model", args.cost_model, *extra, "--out", str(sim), "--quiet", "--no-report"])
         out = results / name
         compare_main([str(real), str(sim), "--out", str(out), "--no-report"])
         (out / "compare.parquet").unlink(missing_ok=True)
@@ -82,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {description} | " + " | ".join(cells) + f" | {'yes' if identical else 'no'} |")
     table = "\n".join(lines) + "\n"
     results.mkdir(parents=True, exist_ok=True)
+    what = ("Diagnosis: each run simulated with the host-slowdown timeline read off that same run (not a prediction). "
+            if args.host_timelines else "")
     (results / "errors.md").write_text(
-        "Signed relative error of the simulation against the GPU, (sim - real) / real; written by "
+        what + "Signed relative error of the simulation against the GPU, (sim - real) / real; written by "
         "validation/compare_all.py.\n\n" + table
     )
     print(table)

@@ -243,6 +243,15 @@ def _check_cost_model(run: Run, base: Run) -> None:
     assert run.summary["cost_model"] == run.config["cost_model"] == "roofline-estimate"
 
 
+def _check_host_slowdown(run: Run, base: Run) -> None:
+    # x3 against the profile's calibrated ~x1.33: host-bound eager steps take about 2.25 times as long
+    assert run.config["host_slowdown"] == "3" and base.config["host_slowdown"] == "calibrated"
+    eager = pl.col("num_prefill_tokens") > 0
+    ratio = run.steps.filter(eager)["duration_s"].median() / base.steps.filter(eager)["duration_s"].median()
+    assert 1.6 < ratio < 2.6, ratio
+    assert run.tpot_ms > base.tpot_ms
+
+
 OPTION_CASES: dict[str, tuple[list[str], Callable[[Run, Run], None]]] = {
     "model": (["--model", "qwen3-8b"], _check_model),
     "gpu": (["--gpu", "h100"], _check_gpu),
@@ -264,6 +273,7 @@ OPTION_CASES: dict[str, tuple[list[str], Callable[[Run, Run], None]]] = {
     "no-prefix-caching": (["--no-prefix-caching"], _check_no_prefix_caching),
     "seed": (["--seed", "7"], _check_seed),
     "cost-model": (["--cost-model", "roofline"], _check_cost_model),
+    "host-slowdown": (["--host-slowdown", "3"], _check_host_slowdown),
 }
 # Exercised by every run above (and by test_default_trace_end_to_end / test_progress_... without them).
 ALWAYS_USED = {"--out", "--quiet", "--no-report"}

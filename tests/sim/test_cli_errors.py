@@ -84,6 +84,11 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
         None, ["--model", "qwen3-8b", "--gpu-memory-utilization", "0.05"], ["qwen3-8b", "does not fit"]
     ),
     "cost model file missing": (None, ["--cost-model", "{tmp}/no_profile.json"], ["cost model", "no_profile.json"]),
+    "host slowdown 0": (None, ["--host-slowdown", "0"], ["--host-slowdown", "> 0"]),
+    "host slowdown word": (None, ["--host-slowdown", "fast"], ["--host-slowdown", "fast", "calibrated", "episodes"]),
+    "host slowdown episodes": (None, ["--host-slowdown", "episodes:1,2"], ["--host-slowdown", "four numbers"]),
+    "host slowdown episodes fraction": (None, ["--host-slowdown", "episodes:1,2,1.5,3"], ["FRACTION", "1.5"]),
+    "host slowdown csv columns": (None, ["--host-slowdown", "{tmp}/host.csv"], ["host.csv", "start_s,slowdown"]),
     "block size 0": (None, ["--block-size", "0"], ["block[-_]size"]),
     "block size negative": (None, ["--block-size", "-16"], ["block[-_]size"]),
     "max-model-len 0": (None, ["--max-model-len", "0"], ["max[-_]model[-_]len"]),
@@ -92,6 +97,7 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
 
 def _args(tmp_path: Path, trace_key: str | None, extra: list[str]) -> list[str]:
     trace = TRACE if trace_key is None else str(_bad_files(tmp_path)[trace_key])
+    (tmp_path / "host.csv").write_text("time,factor\n0,1.5\n")
     args = [trace, "--quiet", "--no-report"]
     if "--limit" not in extra:
         args += ["--limit", "20"]

@@ -1,0 +1,118 @@
+"""Calibrate a measured profile on real serving runs: ``python -m sim.calibrate PROFILE RUN_DIR [RUN_DIR ...]``.
+
+The profiling grid times each step shape right after an identical one, on an otherwise idle host.
+In serving, the host-bound part of eager steps (launching every kernel of every layer from Python)
+runs slower on average: ``engine.replay --step-timings`` shows the host's speed varying by up to
+1.8x in episodes of seconds, with the GPU clock steady (validation/README.md). This fits one
+factor on the host-bound floor of the eager-step model so that the eager steps of the given GPU
+replays (``steps.parquet``) take, in total, the time they took for real. Use runs of traces the
+validation does not replay. Decode steps (CUDA graph replays) get a factor on their per-step
+intercept the same way (their per-token slope is device time, left as measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from sim.profiled_cost_model import FLOOR_BASIS, GPU_BASIS, ProfiledCostModel, _floor_row, _gpu_row, _is_graph_step, fit_profile
+
+FEATURES = ("num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
+            "decode_context_tokens", "prefill_attention_pairs", "max_decode_context_tokens")
+
+
+def read_steps(run_dir: Path) -> list[tuple[dict, float]]:
+    """(features, real duration in seconds) for every step of a replay."""
+    import pyarrow.parquet as pq
+
+    path = Path(run_dir) / "steps.parquet"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no steps.parquet (expected an engine.replay output folder)")
+    table = pq.read_table(path)
+    missing = [c for c in FEATURES + ("duration_s",) if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing columns {', '.join(missing)} (recorded by an older engine?)")
+    columns = {c: table.column(c).to_pylist() for c in FEATURES + ("duration_s",)}
+    return [({c: columns[c][i] for c in FEATURES}, columns["duration_s"][i]) for i in range(table.num_rows)]
+
+
+def fit_host_factor(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray) -> float:
+    """The k for which sum(max(k * floor, gpu)) equals sum(real): monotone in k, found by bisection."""
+    def total(k: float) -> float:
+        return float(np.maximum(k * floor_s, gpu_s).sum())
+
+    lo, hi = 0.25, 4.0
+    target = float(real_s.sum())
+    if total(lo) >= target:
+        return lo
+    if total(hi) <= target:
+        return hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if total(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def calibrate(profile: dict, run_dirs: list[Path]) -> dict:
+    """The ``serving`` block for ``profile``: host factor and what it was fitted on."""
+    fit = fit_profile({**profile, "serving": None})
+    model = ProfiledCostModel(fit, "grid")
+    max_bs = fit["max_graph_batch_size"]
+    floor_coef = np.array(fit["eager"]["floor_coef"])
+    gpu_coef = np.array(fit["eager"]["gpu_coef"])
+    floors, gpus, reals, decode_pred, decode_real, decode_intercept = [], [], [], 0.0, 0.0, 0.0
+    runs = []
+    for run_dir in run_dirs:
+        steps = read_steps(run_dir)
+        runs.append({"run": Path(run_dir).name, "num_steps": len(steps)})
+        for f, real in steps:
+            if _is_graph_step(f, max_bs):
+                decode_pred += model.predict(f)
+                decode_real += real
+                decode_intercept += model.decode_intercept_s(f["num_decode_seqs"])
+            else:
+                floors.append(float(floor_coef @ _floor_row(f)))
+                gpus.append(float(gpu_coef @ _gpu_row(f)))
+                reals.append(real)
+    if not reals:
+        raise ValueError("the runs have no eager steps to calibrate on")
+    floor_s, gpu_s, real_s = np.array(floors), np.array(gpus), np.array(reals)
+    k = fit_host_factor(floor_s, gpu_s, real_s)
+    # Decode steps: the per-step intercept (host work, graph launch, weight reads) scaled to match their total time.
+    decode_k = (decode_real - (decode_pred - decode_intercept)) / decode_intercept if decode_intercept else 1.0
+    return {
+        "host_factor": round(k, 4),
+        "decode_intercept_factor": round(max(0.5, min(2.0, decode_k)), 4),
+        "runs": runs,
+        "num_eager_steps": len(reals),
+        "eager_time_ratio_uncalibrated": round(float(np.maximum(floor_s, gpu_s).sum() / real_s.sum()), 4),
+        "decode_time_ratio_uncalibrated": round(decode_pred / decode_real, 4) if decode_real else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.calibrate", description=__doc__.splitlines()[0])
+    parser.add_argument("profile", help="profile JSON written by python -m sim.profile (updated in place)")
+    parser.add_argument("runs", nargs="+", help="engine.replay output folders (their steps.parquet) on the same GPU")
+    args = parser.parse_args(argv)
+    path = Path(args.profile)
+    try:
+        profile = json.loads(path.read_text())
+        profile["serving"] = calibrate(profile, [Path(r) for r in args.runs])
+    except (OSError, json.JSONDecodeError, KeyError, ValueError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    profile["fit"] = fit_profile(profile)
+    path.write_text(json.dumps(profile, indent=1) + "\n")
+    s = profile["serving"]
+    print(f"{path}: host factor {s['host_factor']} from {s['num_eager_steps']} eager steps, decode intercept factor "
+          f"{s['decode_intercept_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
+          f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their decode time)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""How much slower than on the profiling grid the serving host runs, over simulated time.
+
+An eager step is bound by Python launching every kernel of every layer, so its time scales with the
+host CPU's speed; a CUDA-graph decode step's fixed part does too, in part. On the H200 machines
+used here that speed is not constant: ``engine.replay --step-timings`` shows episodes of seconds in
+which all host code (input preparation and kernel launches alike) runs up to 1.8x slower while
+the GPU clock stays put (validation/README.md). A ``HostSpeed`` gives the slowdown at a time;
+the cost models scale their host-bound parts by it.
+
+``--host-slowdown`` takes:
+- ``calibrated`` (default): the profile's average serving slowdown (``python -m sim.calibrate``), 1 if none;
+- a number: that slowdown throughout (1 = the profiling grid's conditions);
+- ``episodes:NORMAL,SLOW,FRACTION,MEAN_S``: a seeded random two-state process: slowed by SLOW for
+  about FRACTION of the time, in episodes of MEAN_S seconds on average, and by NORMAL otherwise;
+- a CSV path with columns ``start_s,slowdown``: a measured timeline (``python -m sim.host_speed``
+  extracts one from a GPU replay), each value holding until the next row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import json
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+class HostSpeed(Protocol):
+    name: str
+
+    def slowdown_at(self, t_s: float) -> float: ...
+
+
+@dataclass(frozen=True)
+class ConstantHostSpeed:
+    slowdown: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.slowdown:g}"
+
+    def slowdown_at(self, t_s: float) -> float:
+        return self.slowdown
+
+
+class HostSpeedTimeline:
+    """Piecewise constant: ``slowdowns[i]`` from ``starts_s[i]`` until the next start."""
+
+    def __init__(self, starts_s: list[float], slowdowns: list[float], name: str = "timeline") -> None:
+        if not starts_s or len(starts_s) != len(slowdowns):
+            raise ValueError("a host-speed timeline needs at least one (start_s, slowdown) row")
+        if any(b <= a for a, b in zip(starts_s, starts_s[1:])):
+            raise ValueError("host-speed timeline: start_s must increase from row to row")
+        if any(s <= 0 for s in slowdowns):
+            raise ValueError("host-speed timeline: every slowdown must be > 0")
+        self.starts_s = list(starts_s)
+        self.slowdowns = list(slowdowns)
+        self.name = name
+
+    def slowdown_at(self, t_s: float) -> float:
+        return self.slowdowns[max(0, bisect.bisect_right(self.starts_s, t_s) - 1)]
+
+    @classmethod
+    def load_csv(cls, path: Path) -> "HostSpeedTimeline":
+        starts, values = [], []
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or not {"start_s", "slowdown"} <= set(reader.fieldnames):
+                raise ValueError(f"{path}: expected the columns start_s,slowdown, got {reader.fieldnames}")
+            for row_number, row in enumerate(reader, start=2):
+                try:
+                    starts.append(float(row["start_s"]))
+                    values.append(float(row["slowdown"]))
+                except (TypeError, ValueError):
+                    raise ValueError(f"{path}, line {row_number}: start_s and slowdown must be numbers, got {row}") from None
+        try:
+            return cls(starts, values, name=f"timeline:{Path(path).name}")
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+    def write_csv(self, path: Path) -> None:
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["start_s", "slowdown"])
+            writer.writerows((round(t, 3), round(s, 4)) for t, s in zip(self.starts_s, self.slowdowns))
+
+
+class HostSpeedEpisodes:
+    """Alternating normal and slow periods with exponential lengths (means chosen so the slow share is
+    ``fraction``), drawn from ``seed`` as simulated time advances."""
+
+    def __init__(self, normal: float, slow: float, fraction: float, mean_episode_s: float, seed: int = 0) -> None:
+        if normal <= 0 or slow <= 0 or not 0.0 <= fraction < 1.0 or mean_episode_s <= 0:
+            raise ValueError(
+                "episodes need NORMAL > 0, SLOW > 0, 0 <= FRACTION < 1 and MEAN_S > 0; "
+                f"got {normal}, {slow}, {fraction}, {mean_episode_s}"
+            )
+        self.normal, self.slow, self.fraction, self.mean_episode_s = normal, slow, fraction, mean_episode_s
+        self.name = f"episodes:{normal:g},{slow:g},{fraction:g},{mean_episode_s:g}"
+        self._rng = random.Random(seed)
+        self._mean_normal_s = mean_episode_s * (1.0 - fraction) / fraction if fraction > 0 else float("inf")
+        self._ends_s: list[float] = []  # end of each period; even index: normal, odd: slow
+        self._horizon_s = 0.0
+
+    def slowdown_at(self, t_s: float) -> float:
+        if self.fraction == 0:
+            return self.normal
+        while self._horizon_s <= t_s:
+            mean = self._mean_normal_s if len(self._ends_s) % 2 == 0 else self.mean_episode_s
+            self._horizon_s += self._rng.expovariate(1.0 / mean)
+            self._ends_s.append(self._horizon_s)
+        period = bisect.bisect_right(self._ends_s, t_s)
+        return self.slow if period % 2 else self.normal
+
+
+def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
+    """``--host-slowdown``: None for ``calibrated`` (the cost model's own average)."""
+    spec = spec.strip()
+    if spec == "calibrated":
+        return None
+    if spec.startswith("episodes:"):
+        parts = spec.removeprefix("episodes:").split(",")
+        try:
+            normal, slow, fraction, mean_s = (float(p) for p in parts)
+        except ValueError:
+            raise ValueError(
+                f"--host-slowdown {spec!r}: expected episodes:NORMAL,SLOW,FRACTION,MEAN_S (four numbers)"
+            ) from None
+        return HostSpeedEpisodes(normal, slow, fraction, mean_s, seed)
+    try:
+        value = float(spec)
+    except ValueError:
+        path = Path(spec)
+        if not path.is_file():
+            raise ValueError(
+                f"--host-slowdown {spec!r}: expected 'calibrated', a number, episodes:NORMAL,SLOW,FRACTION,MEAN_S "
+                "or a CSV file (start_s,slowdown)"
+            ) from None
+        return HostSpeedTimeline.load_csv(path)
+    if value <= 0:
+        raise ValueError(f"--host-slowdown must be > 0, got {value}")
+    return ConstantHostSpeed(value)
+
+
+def timeline_from_run(run_dir: Path, profile_path: Path, window_s: float = 2.0) -> HostSpeedTimeline:
+    """The host slowdown of a GPU replay over time: per window, the median of real / grid-predicted time of
+    its host-bound eager steps (the grid model uncalibrated); a window without one keeps the last value."""
+    import numpy as np
+
+    from sim.calibrate import read_steps
+    from sim.profiled_cost_model import ProfiledCostModel, _floor_row, _gpu_row, _is_graph_step, fit_profile
+
+    import pyarrow.parquet as pq
+
+    profile = json.loads(Path(profile_path).read_text())
+    fit = fit_profile({**profile, "serving": None})
+    model = ProfiledCostModel(fit, "grid")
+    floor_coef, gpu_coef = np.array(fit["eager"]["floor_coef"]), np.array(fit["eager"]["gpu_coef"])
+    starts = pq.read_table(Path(run_dir) / "steps.parquet", columns=["start_s"]).column("start_s").to_pylist()
+    by_window: dict[int, list[float]] = {}
+    for (f, real), start in zip(read_steps(run_dir), starts):
+        if _is_graph_step(f, model.max_graph_bs):
+            continue
+        floor = float(floor_coef @ _floor_row(f))
+        if floor >= float(gpu_coef @ _gpu_row(f)):  # host-bound on the grid
+            by_window.setdefault(int(start // window_s), []).append(real / floor)
+    if not by_window:
+        raise ValueError(f"{run_dir}: no host-bound eager steps to read the host's speed from")
+    last = max(by_window)
+    times, values, value = [], [], float(np.median(by_window[min(by_window)]))
+    for w in range(last + 1):
+        if w in by_window:
+            value = float(np.median(by_window[w]))
+        times.append(w * window_s)
+        values.append(value)
+    return HostSpeedTimeline(times, values, name=f"timeline:{Path(run_dir).name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sim.host_speed",
+        description="Extract a host-slowdown timeline from a GPU replay, for sim.replay --host-slowdown FILE.csv.",
+    )
+    parser.add_argument("run", help="engine.replay output folder (its steps.parquet)")
+    parser.add_argument("--profile", required=True, help="the measured profile JSON of that model and GPU")
+    parser.add_argument("--window-s", type=float, default=2.0, help="window length in seconds (default: %(default)s)")
+    parser.add_argument("--out", required=True, help="CSV to write (start_s,slowdown)")
+    args = parser.parse_args(argv)
+    if args.window_s <= 0:
+        parser.exit(2, "error: --window-s must be > 0\n")
+    try:
+        timeline = timeline_from_run(Path(args.run), Path(args.profile), args.window_s)
+    except (OSError, ValueError, KeyError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    timeline.write_csv(Path(args.out))
+    values = timeline.slowdowns
+    print(f"{args.out}: {len(values)} windows of {args.window_s:g} s; slowdown min {min(values):.2f}, "
+          f"median {sorted(values)[len(values) // 2]:.2f}, max {max(values):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""sim.calibrate: the serving factors are recovered from replays whose step times are known."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from engine.records import STEP_INT_COLUMNS
+from sim.calibrate import calibrate, main as calibrate_main
+from sim.profiled_cost_model import ProfiledCostModel, find_profile
+
+PROFILE = find_profile("qwen3-0.6b", "h200")
+
+
+def _features(num_decode: int, context: int, prefill: int = 0) -> dict:
+    return {"num_seqs": num_decode + (1 if prefill else 0), "num_prefill_seqs": 1 if prefill else 0,
+            "num_prefill_tokens": prefill, "prefill_context_tokens": 0, "num_decode_seqs": num_decode,
+            "decode_context_tokens": num_decode * context, "prefill_attention_pairs": prefill * (prefill + 1) // 2,
+            "max_decode_context_tokens": context if num_decode else 0}
+
+
+def _fake_run(path, host: float, decode_intercept: float):
+    """Eager host-bound steps at ``host`` x the grid; decode steps with their intercept x ``decode_intercept``."""
+    profile = json.loads(PROFILE.read_text())
+    grid = ProfiledCostModel({**profile["fit"], "serving": None}, "grid")
+    rows = []
+    for i, (bs, ctx, prefill) in enumerate([(8, 512, 64), (16, 1024, 128), (4, 256, 32)] * 10 + [(32, 700, 0), (96, 1500, 0)] * 20):
+        f = _features(bs, ctx, prefill)
+        if prefill:
+            duration = host * grid.predict(f, host_slowdown=1.0)
+        else:
+            duration = grid.predict(f, host_slowdown=1.0) + (decode_intercept - 1.0) * grid._grid_decode_a[bs]
+        rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "step": i, "start_s": 0.01 * i, "duration_s": duration})
+    path.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), path / "steps.parquet")
+    return path
+
+
+def test_calibration_recovers_the_factors(tmp_path):
+    run = _fake_run(tmp_path / "run", host=1.4, decode_intercept=1.1)
+    serving = calibrate(json.loads(PROFILE.read_text()), [run])
+    assert serving["host_factor"] == pytest.approx(1.4, abs=1e-3)
+    assert serving["decode_intercept_factor"] == pytest.approx(1.1, abs=1e-3)
+    assert serving["num_eager_steps"] == 30 and serving["runs"] == [{"run": "run", "num_steps": 70}]
+
+
+def test_cli_writes_the_profile_and_sim_uses_it(tmp_path):
+    profile = tmp_path / "p.json"
+    shutil.copy(PROFILE, profile)
+    run = _fake_run(tmp_path / "run", host=2.0, decode_intercept=1.0)
+    assert calibrate_main([str(profile), str(run)]) == 0
+    model = ProfiledCostModel.load(profile)
+    assert model.host_factor == pytest.approx(2.0, abs=1e-3)
+    assert "serving-calibrated" in model.name
+
+
+def test_cli_errors_name_the_run(tmp_path, capsys):
+    profile = tmp_path / "p.json"
+    shutil.copy(PROFILE, profile)
+    with pytest.raises(SystemExit) as exited:
+        calibrate_main([str(profile), str(tmp_path / "nowhere")])
+    assert exited.value.code == 2 and "nowhere" in capsys.readouterr().err
+    old = tmp_path / "old"
+    old.mkdir()
+    pq.write_table(pa.table({"duration_s": [0.01]}), old / "steps.parquet")
+    with pytest.raises(SystemExit):
+        calibrate_main([str(profile), str(old)])
+    assert "missing columns" in capsys.readouterr().err

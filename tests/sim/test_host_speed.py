@@ -1,0 +1,118 @@
+"""Host-slowdown processes, the cost models' use of them, and the timeline read off a replay."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from engine.records import STEP_INT_COLUMNS
+from sim.host_speed import (
+    ConstantHostSpeed,
+    HostSpeedEpisodes,
+    HostSpeedTimeline,
+    parse_host_slowdown,
+    timeline_from_run,
+)
+from sim.profiled_cost_model import ProfiledCostModel, find_profile
+
+PROFILE = find_profile("qwen3-0.6b", "h200")
+
+
+def test_timeline_holds_each_value_until_the_next_start(tmp_path):
+    t = HostSpeedTimeline([0.0, 2.0, 5.0], [1.0, 1.8, 1.2])
+    assert [t.slowdown_at(x) for x in (-1.0, 0.0, 1.99, 2.0, 4.9, 5.0, 99.0)] == [1.0, 1.0, 1.0, 1.8, 1.8, 1.2, 1.2]
+    t.write_csv(tmp_path / "h.csv")
+    again = HostSpeedTimeline.load_csv(tmp_path / "h.csv")
+    assert again.starts_s == [0.0, 2.0, 5.0] and again.slowdowns == [1.0, 1.8, 1.2]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("start_s,slowdown\n0,1\n0,2\n", "increase"),
+    ("start_s,slowdown\n0,-1\n", "> 0"),
+    ("start_s,slowdown\n0,x\n", "line 2"),
+    ("start_s,slowdown\n", "at least one"),
+])
+def test_bad_timeline_files_say_what_is_wrong(tmp_path, text, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as info:
+        HostSpeedTimeline.load_csv(path)
+    assert "bad.csv" in str(info.value)
+
+
+def test_episodes_are_seeded_and_spend_about_the_asked_share_slow():
+    a = HostSpeedEpisodes(1.1, 1.8, 0.25, 4.0, seed=3)
+    b = HostSpeedEpisodes(1.1, 1.8, 0.25, 4.0, seed=3)
+    times = np.arange(0.0, 20000.0, 0.5)
+    values = [a.slowdown_at(t) for t in times]
+    assert values == [b.slowdown_at(t) for t in times]
+    assert set(values) == {1.1, 1.8}
+    assert abs(np.mean(np.array(values) == 1.8) - 0.25) < 0.03
+    # a slow episode lasts 4 s on average: count the switches into slow
+    starts = sum(1 for x, y in zip(values, values[1:]) if x == 1.1 and y == 1.8)
+    assert 3.0 < 0.25 * 20000.0 / starts < 5.0
+    assert HostSpeedEpisodes(1.0, 2.0, 0.0, 1.0).slowdown_at(123.0) == 1.0
+
+
+def test_parse_host_slowdown():
+    assert parse_host_slowdown("calibrated") is None
+    assert parse_host_slowdown("1.5") == ConstantHostSpeed(1.5)
+    episodes = parse_host_slowdown("episodes:1,2,0.5,3", seed=4)
+    assert isinstance(episodes, HostSpeedEpisodes) and episodes.name == "episodes:1,2,0.5,3"
+
+
+def _batch_features(num_decode: int, context: int, prefill: int = 0) -> dict:
+    return {"num_seqs": num_decode + (1 if prefill else 0), "num_prefill_seqs": 1 if prefill else 0,
+            "num_prefill_tokens": prefill, "prefill_context_tokens": 0, "num_decode_seqs": num_decode,
+            "decode_context_tokens": num_decode * context, "prefill_attention_pairs": prefill * (prefill + 1) // 2,
+            "max_decode_context_tokens": context if num_decode else 0}
+
+
+def test_profiled_model_scales_only_the_host_bound_parts():
+    model = ProfiledCostModel.load(PROFILE)
+    fit = model.fit
+    serving = fit["serving"]
+    assert model.host_factor == pytest.approx(serving["host_factor"])
+    small_prefill = _batch_features(8, 512, prefill=64)  # host-bound on the grid
+    grid = model.predict(small_prefill, host_slowdown=1.0)
+    assert model.predict(small_prefill, host_slowdown=2.0) == pytest.approx(2 * grid)
+    assert model.predict(small_prefill) == pytest.approx(model.host_factor * grid)  # calibrated by default
+    big_prefill = _batch_features(0, 0, prefill=8192)  # device-bound: no change
+    assert model.predict(big_prefill, host_slowdown=1.5) == pytest.approx(model.predict(big_prefill, host_slowdown=1.0))
+    decode = _batch_features(64, 1024)
+    a = model._grid_decode_a[64]
+    assert model.predict(decode, 2.0) - model.predict(decode, 1.0) == pytest.approx(model.host_share * a)
+
+
+def test_one_long_context_costs_extra_only_in_large_batches():
+    model = ProfiledCostModel.load(PROFILE)
+    per_token = model.fit["graph_decode"]["per_excess_context_token_s"]
+    assert per_token > 0
+    for bs, extra in ((64, True), (8, False)):
+        equal = _batch_features(bs, 1024)
+        skewed = dict(equal, max_decode_context_tokens=8192)  # same KV total, one context far above the mean
+        gap = model.predict(skewed) - model.predict(equal)
+        assert gap == pytest.approx(per_token * (8192 - 1024)) if extra else gap == 0.0
+
+
+def test_timeline_from_a_replay_reads_the_slowdown_of_its_host_bound_steps(tmp_path):
+    """A fake replay whose host-bound eager steps take 1x the grid time for 4 s, then 2x."""
+    fit = json.loads(PROFILE.read_text())["fit"]
+    grid = ProfiledCostModel({**fit, "serving": None}, "grid")
+    rows = []
+    for i in range(40):
+        f = _batch_features(8, 512, prefill=64)
+        start = 0.2 * i
+        slowdown = 1.0 if start < 4.0 else 2.0
+        rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "step": i, "start_s": start,
+                     "duration_s": slowdown * grid.predict(f, host_slowdown=1.0)})
+    run = tmp_path / "run"
+    run.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), run / "steps.parquet")
+    timeline = timeline_from_run(run, PROFILE, window_s=2.0)
+    assert timeline.starts_s == [0.0, 2.0, 4.0, 6.0]
+    assert timeline.slowdowns == pytest.approx([1.0, 1.0, 2.0, 2.0])

@@ -6,8 +6,7 @@ runs slower on average: ``engine.replay --step-timings`` shows the host's speed 
 1.8x in episodes of seconds, with the GPU clock steady (validation/README.md). This fits one
 factor on the host-bound floor of the eager-step model so that the eager steps of the given GPU
 replays (``steps.parquet``) take, in total, the time they took for real. Use runs of traces the
-validation does not replay. Decode steps (CUDA graph replays) get a factor on their per-step
-intercept the same way (their per-token slope is device time, left as measured).
+validation does not replay. Decode steps (CUDA graph replays) get one factor the same way.
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ def calibrate(profile: dict, run_dirs: list[Path]) -> dict:
     max_bs = fit["max_graph_batch_size"]
     floor_coef = np.array(fit["eager"]["floor_coef"])
     gpu_coef = np.array(fit["eager"]["gpu_coef"])
-    floors, gpus, reals, decode_pred, decode_real, decode_intercept = [], [], [], 0.0, 0.0, 0.0
+    floors, gpus, reals, decode_pred, decode_real = [], [], [], 0.0, 0.0
     runs = []
     for run_dir in run_dirs:
         steps = read_steps(run_dir)
@@ -73,7 +72,6 @@ def calibrate(profile: dict, run_dirs: list[Path]) -> dict:
             if _is_graph_step(f, max_bs):
                 decode_pred += model.predict(f)
                 decode_real += real
-                decode_intercept += model.decode_intercept_s(f["num_decode_seqs"])
             else:
                 floors.append(float(floor_coef @ _floor_row(f)))
                 gpus.append(float(gpu_coef @ _gpu_row(f)))
@@ -82,11 +80,11 @@ def calibrate(profile: dict, run_dirs: list[Path]) -> dict:
         raise ValueError("the runs have no eager steps to calibrate on")
     floor_s, gpu_s, real_s = np.array(floors), np.array(gpus), np.array(reals)
     k = fit_host_factor(floor_s, gpu_s, real_s)
-    # Decode steps: the per-step intercept (host work, graph launch, weight reads) scaled to match their total time.
-    decode_k = (decode_real - (decode_pred - decode_intercept)) / decode_intercept if decode_intercept else 1.0
+    # Decode steps (CUDA graph replays): one factor on the whole prediction, to match their total time.
+    decode_k = decode_real / decode_pred if decode_pred else 1.0
     return {
         "host_factor": round(k, 4),
-        "decode_intercept_factor": round(max(0.5, min(2.0, decode_k)), 4),
+        "decode_factor": round(max(0.5, min(2.0, decode_k)), 4),
         "runs": runs,
         "num_eager_steps": len(reals),
         "eager_time_ratio_uncalibrated": round(float(np.maximum(floor_s, gpu_s).sum() / real_s.sum()), 4),
@@ -108,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     profile["fit"] = fit_profile(profile)
     path.write_text(json.dumps(profile, indent=1) + "\n")
     s = profile["serving"]
-    print(f"{path}: host factor {s['host_factor']} from {s['num_eager_steps']} eager steps, decode intercept factor "
-          f"{s['decode_intercept_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
+    print(f"{path}: host factor {s['host_factor']} from {s['num_eager_steps']} eager steps, decode factor "
+          f"{s['decode_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
           f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their decode time)")
     return 0
 

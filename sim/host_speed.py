@@ -146,9 +146,12 @@ def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
     return ConstantHostSpeed(value)
 
 
-def timeline_from_run(run_dir: Path, profile_path: Path, window_s: float = 2.0) -> HostSpeedTimeline:
+def timeline_from_run(
+    run_dir: Path, profile_path: Path, window_s: float = 2.0, min_steps: int = 100, min_steps_per_window: int = 3
+) -> HostSpeedTimeline:
     """The host slowdown of a GPU replay over time: per window, the median of real / grid-predicted time of
-    its host-bound eager steps (the grid model uncalibrated); a window without one keeps the last value."""
+    its host-bound eager steps (the grid model uncalibrated); a window with fewer than
+    ``min_steps_per_window`` of them keeps the last value. Too few such steps in all: an error."""
     import numpy as np
 
     from sim.calibrate import read_steps
@@ -168,8 +171,10 @@ def timeline_from_run(run_dir: Path, profile_path: Path, window_s: float = 2.0) 
         floor = float(floor_coef @ _floor_row(f))
         if floor >= float(gpu_coef @ _gpu_row(f)):  # host-bound on the grid
             by_window.setdefault(int(start // window_s), []).append(real / floor)
-    if not by_window:
-        raise ValueError(f"{run_dir}: no host-bound eager steps to read the host's speed from")
+    num_steps = sum(map(len, by_window.values()))
+    if num_steps < min_steps:
+        raise ValueError(f"{run_dir}: {num_steps} host-bound eager steps, too few (< {min_steps}) to read the host's speed from")
+    by_window = {w: v for w, v in by_window.items() if len(v) >= min_steps_per_window}
     last = max(by_window)
     times, values, value = [], [], float(np.median(by_window[min(by_window)]))
     for w in range(last + 1):

@@ -63,7 +63,7 @@ def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens
             points.append(GridPoint("decode_skewed", decode=(bs - 1, ctx), long_decode=(1, long_ctx)))
     # The decode step right after an eager one (the prefilled sequence joins the batch): serving alternates them.
     for bs, ctx, q in itertools.product((8, 64, 192), (512, 2048), (256, 2048)):
-        if bs + 1 <= max_num_seqs and q <= budget and bs * (ctx + 16) + q <= max_kv_tokens:
+        if bs + 1 <= max_num_seqs and bs + q <= budget and bs * (ctx + 16) + q <= max_kv_tokens:
             points.append(GridPoint("decode_after_eager", decode=(bs, ctx), prefill=((0, q),)))
     return points
 

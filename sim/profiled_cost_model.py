@@ -21,13 +21,14 @@ from engine.scheduler import ScheduledBatch
 from sim.batch_features import batch_features
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
-FLOOR_BASIS = ("one", "num_seqs", "num_prefill_seqs")
+FLOOR_BASIS = ("one", "num_seqs", "num_prefill_seqs", "has_decode_rows")
 GPU_BASIS = ("one", "tokens", "attention_pairs", "kv_tokens_read")
 
 
 def _floor_row(f: dict) -> list[float]:
-    """Host-bound floor of an eager step: launching every kernel of every layer, plus per-sequence input work."""
-    return [1.0, f["num_seqs"], f["num_prefill_seqs"]]
+    """Host-bound floor of an eager step: launching every kernel of every layer, plus per-sequence input work;
+    a step with decode rows beside its prefill also launches every layer's decode attention (and its merge)."""
+    return [1.0, f["num_seqs"], f["num_prefill_seqs"], 1.0 if f["num_decode_seqs"] else 0.0]
 
 
 def _gpu_row(f: dict) -> list[float]:
@@ -184,20 +185,24 @@ class ProfiledCostModel:
         per_excess_s = float(decode.get("per_excess_context_token_s", 0.0))
         skew_min_bs = int(decode.get("skew_min_batch_size", 0))
         self._per_excess_s = [per_excess_s if bs >= skew_min_bs else 0.0 for bs in range(self.max_graph_bs + 1)]
-        # Host-bound work runs slower in serving than on the profiling grid (python -m sim.calibrate): by
-        # host_factor on average. The eager floor is all host; of a decode step's intercept, the share
-        # host_share (fitted as the ratio of the two calibrated factors; 1/2 when uncalibrated).
+        # Host-bound work runs slower in serving than on the profiling grid (python -m sim.calibrate): the
+        # eager floor (all host) by host_factor on average, decode steps by decode_factor. Given a host
+        # slowdown f instead, decode steps scale by 1 + host_share (f - 1), host_share being the ratio of
+        # the two calibrated excesses (1/2 when uncalibrated).
         serving = fit.get("serving") or {}
         self.host_factor = float(serving.get("host_factor", 1.0))
-        decode_factor = float(serving.get("decode_intercept_factor", 1.0))
-        share = (decode_factor - 1.0) / (self.host_factor - 1.0) if abs(self.host_factor - 1.0) > 0.01 else 0.5
+        self.decode_factor = float(serving.get("decode_factor", 1.0))
+        share = (self.decode_factor - 1.0) / (self.host_factor - 1.0) if abs(self.host_factor - 1.0) > 0.01 else 0.5
         self.host_share = min(1.0, max(0.0, share))
-        self._grid_decode_a = self._decode_a
         self._grid_floor_coef = np.array(fit["eager"]["floor_coef"], dtype=float)
-        self._decode_a = [a * decode_factor for a in self._grid_decode_a]
         self._floor_coef = self._grid_floor_coef * self.host_factor
         self._gpu_coef = np.array(fit["eager"]["gpu_coef"], dtype=float)
         self._min_s = float(min(decode["intercept_s"])) if decode["intercept_s"] else 1e-4
+        self._grid_decode = (self._decode_a, self._decode_b, self._per_excess_s)
+        k = self.decode_factor
+        self._decode_a = [a * k for a in self._decode_a]
+        self._decode_b = [b * k for b in self._decode_b]
+        self._per_excess_s = [e * k for e in self._per_excess_s]
 
     @classmethod
     def load(cls, path: Path) -> "ProfiledCostModel":
@@ -207,15 +212,17 @@ class ProfiledCostModel:
             name += f", serving-calibrated (host x{profile['serving']['host_factor']:.2f})"
         return cls(profile["fit"], name)
 
-    def decode_intercept_s(self, batch_size: int) -> float:
-        return self._decode_a[batch_size]
-
     def predict(self, f: dict, host_slowdown: float | None = None) -> float:
-        """Step time for features ``f``; ``host_slowdown`` (vs the grid) replaces the calibrated average."""
+        """Step time for features ``f``; ``host_slowdown`` (vs the grid) replaces the calibrated averages."""
         if _is_graph_step(f, self.max_graph_bs):
             bs = f["num_decode_seqs"]
-            a = self._decode_a[bs] if host_slowdown is None else self._grid_decode_a[bs] * (1.0 + self.host_share * (host_slowdown - 1.0))
-            return a + self._decode_b[bs] * f["decode_context_tokens"] + self._per_excess_s[bs] * _excess_context(f)
+            if host_slowdown is None:
+                a, b, e = self._decode_a[bs], self._decode_b[bs], self._per_excess_s[bs]
+                scale = 1.0
+            else:
+                a, b, e = (values[bs] for values in self._grid_decode)
+                scale = 1.0 + self.host_share * (host_slowdown - 1.0)
+            return scale * (a + b * f["decode_context_tokens"] + e * _excess_context(f))
         floor_coef = self._floor_coef if host_slowdown is None else self._grid_floor_coef * host_slowdown
         return max(float(np.dot(floor_coef, _floor_row(f))), float(np.dot(self._gpu_coef, _gpu_row(f))), self._min_s)
 

@@ -23,8 +23,8 @@ def _features(num_decode: int, context: int, prefill: int = 0) -> dict:
             "max_decode_context_tokens": context if num_decode else 0}
 
 
-def _fake_run(path, host: float, decode_intercept: float):
-    """Eager host-bound steps at ``host`` x the grid; decode steps with their intercept x ``decode_intercept``."""
+def _fake_run(path, host: float, decode: float):
+    """Eager host-bound steps at ``host`` x the grid; decode steps at ``decode`` x the grid."""
     profile = json.loads(PROFILE.read_text())
     grid = ProfiledCostModel({**profile["fit"], "serving": None}, "grid")
     rows = []
@@ -33,7 +33,7 @@ def _fake_run(path, host: float, decode_intercept: float):
         if prefill:
             duration = host * grid.predict(f, host_slowdown=1.0)
         else:
-            duration = grid.predict(f, host_slowdown=1.0) + (decode_intercept - 1.0) * grid._grid_decode_a[bs]
+            duration = decode * grid.predict(f, host_slowdown=1.0)
         rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "step": i, "start_s": 0.01 * i, "duration_s": duration})
     path.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), path / "steps.parquet")
@@ -41,20 +41,20 @@ def _fake_run(path, host: float, decode_intercept: float):
 
 
 def test_calibration_recovers_the_factors(tmp_path):
-    run = _fake_run(tmp_path / "run", host=1.4, decode_intercept=1.1)
+    run = _fake_run(tmp_path / "run", host=1.4, decode=1.1)
     serving = calibrate(json.loads(PROFILE.read_text()), [run])
     assert serving["host_factor"] == pytest.approx(1.4, abs=1e-3)
-    assert serving["decode_intercept_factor"] == pytest.approx(1.1, abs=1e-3)
+    assert serving["decode_factor"] == pytest.approx(1.1, abs=1e-3)
     assert serving["num_eager_steps"] == 30 and serving["runs"] == [{"run": "run", "num_steps": 70}]
 
 
 def test_cli_writes_the_profile_and_sim_uses_it(tmp_path):
     profile = tmp_path / "p.json"
     shutil.copy(PROFILE, profile)
-    run = _fake_run(tmp_path / "run", host=2.0, decode_intercept=1.0)
+    run = _fake_run(tmp_path / "run", host=2.0, decode=1.0)
     assert calibrate_main([str(profile), str(run)]) == 0
     model = ProfiledCostModel.load(profile)
-    assert model.host_factor == pytest.approx(2.0, abs=1e-3)
+    assert model.host_factor == pytest.approx(2.0, abs=1e-3) and model.decode_factor == pytest.approx(1.0, abs=1e-3)
     assert "serving-calibrated" in model.name
 
 

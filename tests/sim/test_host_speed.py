@@ -84,8 +84,9 @@ def test_profiled_model_scales_only_the_host_bound_parts():
     big_prefill = _batch_features(0, 0, prefill=8192)  # device-bound: no change
     assert model.predict(big_prefill, host_slowdown=1.5) == pytest.approx(model.predict(big_prefill, host_slowdown=1.0))
     decode = _batch_features(64, 1024)
-    a = model._grid_decode_a[64]
-    assert model.predict(decode, 2.0) - model.predict(decode, 1.0) == pytest.approx(model.host_share * a)
+    grid_decode = model.predict(decode, 1.0)
+    assert model.predict(decode, 2.0) == pytest.approx((1 + model.host_share) * grid_decode)
+    assert model.predict(decode) == pytest.approx(model.decode_factor * grid_decode)  # calibrated by default
 
 
 def test_one_long_context_costs_extra_only_in_large_batches():
@@ -96,7 +97,7 @@ def test_one_long_context_costs_extra_only_in_large_batches():
         equal = _batch_features(bs, 1024)
         skewed = dict(equal, max_decode_context_tokens=8192)  # same KV total, one context far above the mean
         gap = model.predict(skewed) - model.predict(equal)
-        assert gap == pytest.approx(per_token * (8192 - 1024)) if extra else gap == 0.0
+        assert gap == pytest.approx(model.decode_factor * per_token * (8192 - 1024)) if extra else gap == 0.0
 
 
 def test_timeline_from_a_replay_reads_the_slowdown_of_its_host_bound_steps(tmp_path):
@@ -113,6 +114,8 @@ def test_timeline_from_a_replay_reads_the_slowdown_of_its_host_bound_steps(tmp_p
     run = tmp_path / "run"
     run.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), run / "steps.parquet")
-    timeline = timeline_from_run(run, PROFILE, window_s=2.0)
+    timeline = timeline_from_run(run, PROFILE, window_s=2.0, min_steps=40)
     assert timeline.starts_s == [0.0, 2.0, 4.0, 6.0]
     assert timeline.slowdowns == pytest.approx([1.0, 1.0, 2.0, 2.0])
+    with pytest.raises(ValueError, match="40 host-bound eager steps, too few"):
+        timeline_from_run(run, PROFILE, window_s=2.0)  # the default asks for 100

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.profiled_cost_model import FLOOR_BASIS, GPU_BASIS, ProfiledCostModel, _floor_row, _gpu_row, _is_graph_step, fit_profile
+from sim.profiled_cost_model import ProfiledCostModel, _floor_row, _gpu_row, _is_graph_step, fit_profile
 
 FEATURES = ("num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
             "decode_context_tokens", "prefill_attention_pairs", "max_decode_context_tokens")

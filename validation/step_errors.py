@@ -6,6 +6,7 @@ Steps are split into eager steps (any prefill), decode steps right after an eage
 remaining decode steps (CUDA graph replays in steady state). For each class it prints the real and
 predicted mean durations and their ratio, so a latency error can be traced to a kind of step.
 Runs recorded before steps.parquet had ``prefill_attention_pairs`` get it estimated from equal chunks.
+The profile's serving calibration applies (its averages), as in ``sim.replay``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def step_errors(run_dir: Path, model: ProfiledCostModel) -> list[dict]:
     steps = steps.with_columns(
         (pl.col("num_prefill_tokens").shift(1).over("replica").fill_null(0) > 0).alias("after_eager")
     )
-    predicted = np.array([model.predict({k: row[k] for k in FEATURES}) for row in steps.iter_rows(named=True)])
+    names = FEATURES + tuple(c for c in ("max_decode_context_tokens",) if c in steps.columns)
+    predicted = np.array([model.predict({k: row[k] for k in names}) for row in steps.iter_rows(named=True)])
     steps = steps.with_columns(pl.Series("predicted_s", predicted))
     rows = []
     for label, condition in (("eager", eager), ("decode after eager", ~eager & pl.col("after_eager")),

@@ -121,25 +121,15 @@ def measure(engine, injector: StateInjector, point: GridPoint, repeats: int) -> 
         time_step(engine)  # warm-up
         samples = [time_step(engine) for _ in range(repeats)]
         injector.clear()
-    elif point.family == "decode_after_eager":
+    else:  # each repeat from a fresh state: the step changes it (prefills complete)
         for rep in range(repeats + 1):
             bs, ctx = point.decode
             for _ in range(bs):
                 injector.add(ctx - 1, 1, max_tokens=8)
             for c, q in point.prefill:
                 injector.add(c, q, max_tokens=8)
-            time_step(engine)  # the eager step, untimed
-            sample = time_step(engine)
-            if rep:
-                samples.append(sample)
-            injector.clear()
-    else:
-        for rep in range(repeats + 1):
-            bs, ctx = point.decode
-            for _ in range(bs):
-                injector.add(ctx - 1, 1, max_tokens=8)
-            for c, q in point.prefill:
-                injector.add(c, q, max_tokens=8)
+            if point.family == "decode_after_eager":
+                time_step(engine)  # the eager step, untimed; the decode step after it is the sample
             sample = time_step(engine)
             if rep:  # the first is a warm-up
                 samples.append(sample)

@@ -31,6 +31,15 @@ def random_cache(num_blocks, num_kv_heads, page, head_dim, gen):
     return k, v
 
 
+def assert_decode_matches_reference(out, q, k_cache, v_cache, tables, lengths, scale):
+    ref = TorchBackend()
+    for i, n in enumerate(lengths):
+        kk = ref._gather(k_cache, tables[i], n).float()
+        vv = ref._gather(v_cache, tables[i], n).float()
+        expected = ref._attend(q[i : i + 1].float(), kk, vv, n - 1, scale)
+        assert rel_err(out[i : i + 1], expected) < 1e-2, f"sequence {i} (length {n})"
+
+
 def random_tables(lengths, page, num_blocks, gen):
     """Distinct, shuffled blocks per sequence, padded with zeros to a common width."""
     need = [-(-n // page) for n in lengths]
@@ -81,19 +90,14 @@ def test_paged_decode_matches_reference(page, group, num_splits):
     out = torch.full_like(q, float("nan"))
     scale = dim**-0.5
     kernels().paged_decode(q, k_cache, v_cache, tables, context, scale, num_splits, out=out)
-    ref = TorchBackend()
-    for i, n in enumerate(lengths):
-        kk = ref._gather(k_cache, tables[i], n).float()
-        vv = ref._gather(v_cache, tables[i], n).float()
-        expected = ref._attend(q[i : i + 1].float(), kk, vv, n - 1, scale)
-        assert rel_err(out[i : i + 1], expected) < 1e-2, f"sequence {i} (length {n})"
+    assert_decode_matches_reference(out, q, k_cache, v_cache, tables, lengths, scale)
 
 
 @pytest.mark.parametrize("page,fill_splits,num_splits,long_rows", [
     (16, 1, 8, [5, 6, -1, -1]), (64, 2, 16, [1, 4, 5, 6]), (256, 1, 8, [6, -1, -1, -1]), (256, 4, 8, [-1, -1, -1, -1]),
 ])
 def test_paged_decode_with_long_rows_split_further_matches_reference(page, fill_splits, num_splits, long_rows):
-    """The listed rows use num_splits ranges (a second launch), the others fill_splits."""
+    """The listed rows use num_splits ranges (their extra ranges first in the same launch), the others fill_splits."""
     gen = torch.Generator(device="cuda").manual_seed(page + fill_splits + num_splits)
     num_kv_heads, dim, group = 2, 128, 4
     lengths = [1, 40, 64, 65, 300, 2100, 5000, 9]
@@ -107,12 +111,7 @@ def test_paged_decode_with_long_rows_split_further_matches_reference(page, fill_
     longs = torch.tensor(long_rows, dtype=torch.int32, device="cuda")
     kernels().paged_decode(q, k_cache, v_cache, tables, context, scale, num_splits, out=out,
                            fill_splits=fill_splits, long_seqs=longs)
-    ref = TorchBackend()
-    for i, n in enumerate(lengths):
-        kk = ref._gather(k_cache, tables[i], n).float()
-        vv = ref._gather(v_cache, tables[i], n).float()
-        expected = ref._attend(q[i : i + 1].float(), kk, vv, n - 1, scale)
-        assert rel_err(out[i : i + 1], expected) < 1e-2, f"sequence {i} (length {n})"
+    assert_decode_matches_reference(out, q, k_cache, v_cache, tables, lengths, scale)
 
 
 def test_paged_decode_padding_rows_are_zero_not_nan():

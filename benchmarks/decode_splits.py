@@ -34,7 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     dev = "cuda"
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     heads, kv_heads, dim, page = 16, 8, 128, 256
-    max_tiles = -(-args.max_model_len // 64)
     cases = [(bs, short, long) for bs in (32, 128, 256) for short, long in ((1024, 0), (512, 16384), (1024, 16384), (256, 8192))]
     rows = []
     for bs, short, long in cases:
@@ -51,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         context = torch.tensor(lengths, dtype=torch.int32, device=dev)
         q = torch.randn(bs, heads, dim, device=dev, dtype=torch.bfloat16)
         out = torch.empty_like(q)
-        plan = decode_splits(bs, kv_heads, max_tiles, sms)
+        plan = decode_splits(bs, kv_heads, args.max_model_len, sms)
         rows_long = long_decode_rows(lengths, plan)
         longs = torch.tensor(rows_long, dtype=torch.int32, device=dev) if rows_long else None
         variants = {

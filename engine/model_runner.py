@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from engine.attention import AttentionMetadata, default_backend, get_backend
-from engine.attention.triton_kernels_host import NO_SPLITS, DecodeSplits, decode_splits, long_decode_rows
+from engine.attention.triton_kernels_host import LONG_SEQ_SLOTS, NO_SPLITS, DecodeSplits, decode_splits, long_decode_rows
 from engine.layers.sampler import SamplingTensors, sample
 from engine.loader import init_dummy, load_safetensors
 from engine.model_config import ModelShape
@@ -229,7 +229,7 @@ class ModelRunner:
     def _decode_splits(self, num_decode: int) -> DecodeSplits:
         if not self._is_cuda:
             return NO_SPLITS
-        return decode_splits(num_decode, self.num_kv_heads, -(-self.max_model_len // 64), self._num_sms)
+        return decode_splits(num_decode, self.num_kv_heads, self.max_model_len, self._num_sms)
 
     # ---- one step -------------------------------------------------------------------------------
     def plan(self, batch: ScheduledBatch) -> StepPlan:
@@ -422,7 +422,7 @@ class ModelRunner:
         self._graph_slots = torch.full((max_bs,), -1, dtype=torch.int64, device=dev)
         self._graph_context = torch.zeros(max_bs, dtype=torch.int32, device=dev)
         self._graph_tables = torch.zeros(max_bs, self.max_blocks_per_seq, dtype=torch.int32, device=dev)
-        self._graph_long_seqs = torch.full((8,), -1, dtype=torch.int32, device=dev)
+        self._graph_long_seqs = torch.full((LONG_SEQ_SLOTS,), -1, dtype=torch.int32, device=dev)
         self._graph_meta: dict[int, AttentionMetadata] = {}
         self._graph_outputs: dict[int, torch.Tensor] = {}
         pool = None
@@ -460,7 +460,7 @@ class ModelRunner:
         host[2, n:] = -1
         host[3, :n] = host[1, :n] + 1
         if num_long:
-            flat[4 * graph_bs :] = long_decode_rows(host[3, :n].tolist(), meta.decode_splits)
+            flat[4 * graph_bs :] = long_decode_rows(host[3, :n], meta.decode_splits)
         staged = torch.from_numpy(flat).pin_memory().to(self.device, non_blocking=True)
         self._graph_ids[:graph_bs].copy_(staged[:graph_bs])
         self._graph_positions[:graph_bs].copy_(staged[graph_bs : 2 * graph_bs])

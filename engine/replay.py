@@ -109,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
             warm = [[(7 * i + j) % llm.shape.vocab_size for j in range(64 + 32 * i)] for i in range(args.warmup_requests)]
             llm.generate(warm, SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)
-        timed = args.step_timings and hasattr(llm.runner, "step_timings")
-        if timed:
+        if args.step_timings:  # from here on: the warm-up's steps are not in the step log either
             llm.runner.step_timings = []
         started = time.perf_counter()
         rows, engine = replay(llm, trace, args)
@@ -129,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             "replay_wall_s": round(wall_s, 3),
             "device": _device_name(),
         }
-        step_timings = llm.runner.step_timings[-len(engine.step_log):] if timed else None
-        write_run(Path(args.out), rows, engine.step_log, config, quiet=args.quiet, step_timings=step_timings)
+        write_run(Path(args.out), rows, engine.step_log, config, quiet=args.quiet, step_timings=llm.runner.step_timings)
     return 0
 
 
@@ -153,7 +151,9 @@ def write_run(out_dir: Path, rows: list, step_log, config: dict, quiet: bool = F
     out_dir.mkdir(parents=True, exist_ok=True)
     pq.write_table(requests_to_arrow(rows), out_dir / "requests.parquet")
     steps = step_log.to_arrow()
-    if step_timings is not None and len(step_timings) == steps.num_rows:
+    if step_timings is not None:
+        if len(step_timings) != steps.num_rows:
+            raise RuntimeError(f"{len(step_timings)} step timings for {steps.num_rows} logged steps")
         for i, name in enumerate(STEP_TIMING_COLUMNS):
             steps = steps.append_column(name, pa.array([1e3 * t[i] for t in step_timings], pa.float64()))
     pq.write_table(steps, out_dir / "steps.parquet")

@@ -1,8 +1,22 @@
-"""What a step's cost depends on, read off a ScheduledBatch (shared by the profiler and the cost models)."""
+"""What a step's cost depends on, read off a ScheduledBatch or a recorded step log (shared by the
+profiler, the cost models and their calibration)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from engine.scheduler import ScheduledBatch
+
+FEATURE_NAMES = (
+    "num_seqs",
+    "num_prefill_seqs",
+    "num_prefill_tokens",
+    "prefill_context_tokens",
+    "num_decode_seqs",
+    "decode_context_tokens",
+    "prefill_attention_pairs",
+    "max_decode_context_tokens",
+)
 
 
 def batch_features(batch: ScheduledBatch) -> dict[str, int]:
@@ -16,3 +30,22 @@ def batch_features(batch: ScheduledBatch) -> dict[str, int]:
         "prefill_attention_pairs": batch.prefill_attention_pairs,
         "max_decode_context_tokens": batch.max_decode_context_tokens,
     }
+
+
+def read_steps(run_dir: Path) -> list[tuple[dict, float, float]]:
+    """(features, duration_s, start_s) for every step of a replay's ``steps.parquet``."""
+    import pyarrow.parquet as pq
+
+    path = Path(run_dir) / "steps.parquet"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no steps.parquet (expected an engine.replay output folder)")
+    table = pq.read_table(path)
+    needed = FEATURE_NAMES + ("duration_s", "start_s")
+    missing = [c for c in needed if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing columns {', '.join(missing)} (recorded by an older engine?)")
+    columns = {c: table.column(c).to_pylist() for c in needed}
+    return [
+        ({c: columns[c][i] for c in FEATURE_NAMES}, columns["duration_s"][i], columns["start_s"][i])
+        for i in range(table.num_rows)
+    ]

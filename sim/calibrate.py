@@ -18,29 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.profiled_cost_model import ProfiledCostModel, _floor_row, _gpu_row, _is_graph_step, fit_profile
-
-FEATURES = ("num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
-            "decode_context_tokens", "prefill_attention_pairs", "max_decode_context_tokens")
-
-
-def read_steps(run_dir: Path) -> list[tuple[dict, float]]:
-    """(features, real duration in seconds) for every step of a replay."""
-    import pyarrow.parquet as pq
-
-    path = Path(run_dir) / "steps.parquet"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no steps.parquet (expected an engine.replay output folder)")
-    table = pq.read_table(path)
-    missing = [c for c in FEATURES + ("duration_s",) if c not in table.column_names]
-    if missing:
-        raise ValueError(f"{path}: missing columns {', '.join(missing)} (recorded by an older engine?)")
-    columns = {c: table.column(c).to_pylist() for c in FEATURES + ("duration_s",)}
-    return [({c: columns[c][i] for c in FEATURES}, columns["duration_s"][i]) for i in range(table.num_rows)]
+from sim.batch_features import read_steps
+from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, fit_profile
 
 
 def fit_host_factor(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray) -> float:
-    """The k for which sum(max(k * floor, gpu)) equals sum(real): monotone in k, found by bisection."""
+    """The k for which sum(max(k * floor, gpu)) equals sum(real): monotone in k, found by bisection
+    (held within 0.25 to 4)."""
     def total(k: float) -> float:
         return float(np.maximum(k * floor_s, gpu_s).sum())
 
@@ -58,23 +42,20 @@ def fit_host_factor(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray) 
 
 def calibrate(profile: dict, run_dirs: list[Path]) -> dict:
     """The ``serving`` block for ``profile``: host factor and what it was fitted on."""
-    fit = fit_profile({**profile, "serving": None})
-    model = ProfiledCostModel(fit, "grid")
-    max_bs = fit["max_graph_batch_size"]
-    floor_coef = np.array(fit["eager"]["floor_coef"])
-    gpu_coef = np.array(fit["eager"]["gpu_coef"])
+    model = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
     floors, gpus, reals, decode_pred, decode_real = [], [], [], 0.0, 0.0
     runs = []
     for run_dir in run_dirs:
         steps = read_steps(run_dir)
         runs.append({"run": Path(run_dir).name, "num_steps": len(steps)})
-        for f, real in steps:
-            if _is_graph_step(f, max_bs):
+        for f, real, _ in steps:
+            if _is_graph_step(f, model.max_graph_bs):
                 decode_pred += model.predict(f)
                 decode_real += real
             else:
-                floors.append(float(floor_coef @ _floor_row(f)))
-                gpus.append(float(gpu_coef @ _gpu_row(f)))
+                floor, gpu = model.eager_parts(f)
+                floors.append(floor)
+                gpus.append(gpu)
                 reals.append(real)
     if not reals:
         raise ValueError("the runs have no eager steps to calibrate on")

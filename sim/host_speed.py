@@ -21,12 +21,14 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
-import json
 import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+
+SLOW_WINDOW = 1.3  # a window this much slower than the grid counts as slow in the summary line
 
 
 class HostSpeed(Protocol):
@@ -154,27 +156,23 @@ def timeline_from_run(
     ``min_steps_per_window`` of them keeps the last value. Too few such steps in all: an error."""
     import numpy as np
 
-    from sim.calibrate import read_steps
-    from sim.profiled_cost_model import ProfiledCostModel, _floor_row, _gpu_row, _is_graph_step, fit_profile
+    from sim.batch_features import read_steps
+    from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step
 
-    import pyarrow.parquet as pq
-
-    profile = json.loads(Path(profile_path).read_text())
-    fit = fit_profile({**profile, "serving": None})
-    model = ProfiledCostModel(fit, "grid")
-    floor_coef, gpu_coef = np.array(fit["eager"]["floor_coef"]), np.array(fit["eager"]["gpu_coef"])
-    starts = pq.read_table(Path(run_dir) / "steps.parquet", columns=["start_s"]).column("start_s").to_pylist()
+    model = ProfiledCostModel.load(Path(profile_path))  # eager_parts is at the grid's speed, calibrated or not
     by_window: dict[int, list[float]] = {}
-    for (f, real), start in zip(read_steps(run_dir), starts):
+    for f, real, start in read_steps(run_dir):
         if _is_graph_step(f, model.max_graph_bs):
             continue
-        floor = float(floor_coef @ _floor_row(f))
-        if floor >= float(gpu_coef @ _gpu_row(f)):  # host-bound on the grid
+        floor, gpu = model.eager_parts(f)
+        if floor >= gpu:  # host-bound on the grid
             by_window.setdefault(int(start // window_s), []).append(real / floor)
     num_steps = sum(map(len, by_window.values()))
     if num_steps < min_steps:
         raise ValueError(f"{run_dir}: {num_steps} host-bound eager steps, too few (< {min_steps}) to read the host's speed from")
     by_window = {w: v for w, v in by_window.items() if len(v) >= min_steps_per_window}
+    if not by_window:
+        raise ValueError(f"{run_dir}: no {window_s:g}-s window has {min_steps_per_window} host-bound eager steps")
     last = max(by_window)
     times, values, value = [], [], float(np.median(by_window[min(by_window)]))
     for w in range(last + 1):
@@ -203,8 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {exc}\n")
     timeline.write_csv(Path(args.out))
     values = timeline.slowdowns
+    slow = sum(v > SLOW_WINDOW for v in values) / len(values)
     print(f"{args.out}: {len(values)} windows of {args.window_s:g} s; slowdown min {min(values):.2f}, "
-          f"median {sorted(values)[len(values) // 2]:.2f}, max {max(values):.2f}")
+          f"median {sorted(values)[len(values) // 2]:.2f}, max {max(values):.2f}; {slow:.0%} of windows over {SLOW_WINDOW}x")
     return 0
 
 

@@ -7,7 +7,8 @@ Two regimes, as the engine runs them:
   layer from Python, plus per-sequence input work) and a device-bound time (matmuls over the step's
   tokens, prefill attention pairs, KV tokens read), each linear with non-negative coefficients.
 Every fourth grid point of each family is held out of the fit and its error is reported. A profile
-calibrated on serving runs (``python -m sim.calibrate``) scales the host-bound floor by its factor.
+calibrated on serving runs (``python -m sim.calibrate``) scales the host-bound floor and decode steps
+by its measured factors; ``host_slowdown`` replaces the average by a given host speed.
 """
 
 from __future__ import annotations
@@ -185,24 +186,21 @@ class ProfiledCostModel:
         per_excess_s = float(decode.get("per_excess_context_token_s", 0.0))
         skew_min_bs = int(decode.get("skew_min_batch_size", 0))
         self._per_excess_s = [per_excess_s if bs >= skew_min_bs else 0.0 for bs in range(self.max_graph_bs + 1)]
-        # Host-bound work runs slower in serving than on the profiling grid (python -m sim.calibrate): the
-        # eager floor (all host) by host_factor on average, decode steps by decode_factor. Given a host
-        # slowdown f instead, decode steps scale by 1 + host_share (f - 1), host_share being the ratio of
-        # the two calibrated excesses (1/2 when uncalibrated).
+        # Host-bound work runs slower in serving than on the profiling grid (python -m sim.calibrate): on
+        # average the eager floor (all host) by host_factor, decode steps by decode_factor. A host slowdown
+        # f scales the floor by f and decode steps along the line through (1, 1) and (host_factor,
+        # decode_factor), of slope host_share (1/2 when uncalibrated); by default f = host_factor.
         serving = fit.get("serving") or {}
         self.host_factor = float(serving.get("host_factor", 1.0))
         self.decode_factor = float(serving.get("decode_factor", 1.0))
         share = (self.decode_factor - 1.0) / (self.host_factor - 1.0) if abs(self.host_factor - 1.0) > 0.01 else 0.5
         self.host_share = min(1.0, max(0.0, share))
-        self._grid_floor_coef = np.array(fit["eager"]["floor_coef"], dtype=float)
-        self._floor_coef = self._grid_floor_coef * self.host_factor
+        self._floor_coef = np.array(fit["eager"]["floor_coef"], dtype=float)
         self._gpu_coef = np.array(fit["eager"]["gpu_coef"], dtype=float)
         self._min_s = float(min(decode["intercept_s"])) if decode["intercept_s"] else 1e-4
-        self._grid_decode = (self._decode_a, self._decode_b, self._per_excess_s)
-        k = self.decode_factor
-        self._decode_a = [a * k for a in self._decode_a]
-        self._decode_b = [b * k for b in self._decode_b]
-        self._per_excess_s = [e * k for e in self._per_excess_s]
+
+    def _decode_scale(self, host_slowdown: float) -> float:
+        return self.decode_factor + self.host_share * (host_slowdown - self.host_factor)
 
     @classmethod
     def load(cls, path: Path) -> "ProfiledCostModel":
@@ -212,26 +210,27 @@ class ProfiledCostModel:
             name += f", serving-calibrated (host x{profile['serving']['host_factor']:.2f})"
         return cls(profile["fit"], name)
 
+    def eager_parts(self, f: dict) -> tuple[float, float]:
+        """An eager step's host-bound floor and device time at the grid's host speed; it takes the larger."""
+        return float(np.dot(self._floor_coef, _floor_row(f))), float(np.dot(self._gpu_coef, _gpu_row(f)))
+
     def predict(self, f: dict, host_slowdown: float | None = None) -> float:
-        """Step time for features ``f``; ``host_slowdown`` (vs the grid) replaces the calibrated averages."""
+        """Step time for features ``f`` at ``host_slowdown`` against the grid (default: the calibrated average)."""
+        slowdown = self.host_factor if host_slowdown is None else host_slowdown
         if _is_graph_step(f, self.max_graph_bs):
             bs = f["num_decode_seqs"]
-            if host_slowdown is None:
-                a, b, e = self._decode_a[bs], self._decode_b[bs], self._per_excess_s[bs]
-                scale = 1.0
-            else:
-                a, b, e = (values[bs] for values in self._grid_decode)
-                scale = 1.0 + self.host_share * (host_slowdown - 1.0)
-            return scale * (a + b * f["decode_context_tokens"] + e * _excess_context(f))
-        floor_coef = self._floor_coef if host_slowdown is None else self._grid_floor_coef * host_slowdown
-        return max(float(np.dot(floor_coef, _floor_row(f))), float(np.dot(self._gpu_coef, _gpu_row(f))), self._min_s)
+            grid = self._decode_a[bs] + self._decode_b[bs] * f["decode_context_tokens"] + self._per_excess_s[bs] * _excess_context(f)
+            return self._decode_scale(slowdown) * grid
+        floor, gpu = self.eager_parts(f)
+        return max(slowdown * floor, gpu, self._min_s)
 
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
         if host_slowdown is None and batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:  # hot path
             bs = batch.num_decode_seqs
             kv = batch.decode_context_tokens
             excess = batch.max_decode_context_tokens - kv / bs
-            return self._decode_a[bs] + self._decode_b[bs] * kv + (self._per_excess_s[bs] * excess if excess > 0 else 0.0)
+            grid = self._decode_a[bs] + self._decode_b[bs] * kv + (self._per_excess_s[bs] * excess if excess > 0 else 0.0)
+            return self.decode_factor * grid
         return self.predict(batch_features(batch), host_slowdown)
 
 

@@ -21,10 +21,9 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
+from sim.batch_features import FEATURE_NAMES  # noqa: E402
 from sim.profiled_cost_model import ProfiledCostModel, find_profile  # noqa: E402
 
-FEATURES = ("num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
-            "decode_context_tokens", "prefill_attention_pairs")
 
 
 def with_pairs(steps: pl.DataFrame) -> pl.DataFrame:
@@ -42,7 +41,7 @@ def step_errors(run_dir: Path, model: ProfiledCostModel) -> list[dict]:
     steps = steps.with_columns(
         (pl.col("num_prefill_tokens").shift(1).over("replica").fill_null(0) > 0).alias("after_eager")
     )
-    names = FEATURES + tuple(c for c in ("max_decode_context_tokens",) if c in steps.columns)
+    names = [c for c in FEATURE_NAMES if c in steps.columns]  # runs recorded before a feature existed lack it
     predicted = np.array([model.predict({k: row[k] for k in names}) for row in steps.iter_rows(named=True)])
     steps = steps.with_columns(pl.Series("predicted_s", predicted))
     rows = []

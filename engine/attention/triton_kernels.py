@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.attention.triton_kernels_host import DECODE_TILE_TOKENS
+
 
 LOG2E = 1.4426950408889634
 
@@ -173,7 +175,7 @@ def _merge_splits_kernel(
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)
     w = tl.exp2(lse - m)
-    used = lse > float("-inf")  # empty ranges wrote no partial output
+    used = lse > float("-inf")  # splits past this sequence's count wrote nothing: their garbage x 0 could be NaN
     part = tl.load(Part_out + seq * stride_pt + head * stride_ph + splits[:, None] * stride_ps + dims[None, :],
                    mask=used[:, None], other=0.0)
     total = tl.sum(w, 0)
@@ -209,7 +211,7 @@ def paged_decode(
         out = torch.empty_like(q)
     if num_seqs == 0:
         return out
-    block_n = min(64, page)
+    block_n = min(DECODE_TILE_TOKENS, page)
     if num_splits > 1:
         part_out = torch.empty(num_seqs, num_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
         part_lse = torch.empty(num_seqs, num_heads, num_splits, dtype=torch.float32, device=q.device)

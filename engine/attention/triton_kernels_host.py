@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
+
+import numpy as np
+
+DECODE_TILE_TOKENS = 64  # KV tokens per tile of the decode kernel (fewer when a page is smaller)
+LONG_SEQ_SLOTS = 4  # at most this many long contexts per decode batch get extra splits
 
 
 @dataclass(frozen=True)
@@ -12,10 +16,10 @@ class DecodeSplits:
 
     Every sequence's context is cut into ``fill_splits`` ranges, enough programs to keep the GPU busy.
     Up to ``num_long_seqs`` sequences whose ranges would exceed ``cap_tiles`` tiles are cut into
-    ``num_splits`` instead, by a second small launch. Without that, a long context in a large batch
-    (``fill_splits`` 1) is one program that finishes long after the rest, and decode time follows the
-    longest context instead of the KV bytes read. Only a few are helped: once several contexts are
-    long, the work is balanced again.
+    ``num_splits`` instead; their extra ranges are the launch's first programs. Without that, a long
+    context in a large batch (``fill_splits`` 1) is one program that finishes long after the rest,
+    and decode time follows the longest context instead of the KV bytes read. Only a few are
+    helped: once several contexts are long, the work is balanced again.
     """
 
     num_splits: int
@@ -38,29 +42,30 @@ def decode_num_splits(num_seqs: int, num_kv_heads: int, max_tiles: int, num_sms:
 def decode_splits(
     num_seqs: int,
     num_kv_heads: int,
-    max_tiles: int,
+    max_model_len: int,
     num_sms: int,
     cap_tiles: int = 32,
     max_long_splits: int = 8,
-    num_long_seqs: int = 4,
 ) -> DecodeSplits:
     """``fill_splits`` from ``decode_num_splits``; long sequences get enough splits that the longest allowed
-    context (``max_tiles``) needs at most ``cap_tiles`` per program, but no more than ``max_long_splits``."""
+    context needs at most ``cap_tiles`` per program, but no more than ``max_long_splits``."""
+    max_tiles = -(-max_model_len // DECODE_TILE_TOKENS)
     fill = decode_num_splits(num_seqs, num_kv_heads, max_tiles, num_sms)
     wanted = min(max_long_splits, -(-max(1, max_tiles) // cap_tiles))
     wanted = 1 << (wanted - 1).bit_length()  # a power of two: the merge kernel loads all splits at once
     if wanted <= fill:
         return DecodeSplits(fill, fill, cap_tiles, 0)
-    return DecodeSplits(wanted, fill, cap_tiles, num_long_seqs)
+    return DecodeSplits(wanted, fill, cap_tiles, LONG_SEQ_SLOTS)
 
 
-def long_decode_rows(context_lens: list[int], splits: DecodeSplits, tile_tokens: int = 64) -> list[int]:
+def long_decode_rows(context_lens, splits: DecodeSplits) -> list[int]:
     """The rows to give ``num_splits`` ranges: the longest contexts whose ``fill_splits`` ranges would
-    exceed the cap, at most ``num_long_seqs``, padded with -1 to exactly that many slots."""
+    exceed the cap, at most ``num_long_seqs``, in row order, padded with -1 to exactly that many slots."""
     slots = splits.num_long_seqs
     if not slots:
         return []
-    threshold = splits.fill_splits * splits.cap_tiles * tile_tokens
-    longest = heapq.nlargest(slots, ((c, i) for i, c in enumerate(context_lens) if c > threshold))
-    rows = sorted(i for _, i in longest)
-    return rows + [-1] * (slots - len(rows))
+    context = np.asarray(context_lens)
+    rows = np.flatnonzero(context > splits.fill_splits * splits.cap_tiles * DECODE_TILE_TOKENS)
+    if len(rows) > slots:
+        rows = np.sort(rows[np.argpartition(context[rows], -slots)[-slots:]])
+    return rows.tolist() + [-1] * (slots - len(rows))

@@ -31,6 +31,16 @@ def random_cache(num_blocks, num_kv_heads, page, head_dim, gen):
     return k, v
 
 
+def random_decode_inputs(lengths, page, num_kv_heads, group, dim, gen):
+    """Paged K/V caches holding ``lengths`` tokens per sequence, their block tables, queries and context lengths."""
+    num_blocks = sum(-(-n // page) for n in lengths) + 3
+    k_cache, v_cache = random_cache(num_blocks, num_kv_heads, page, dim, gen)
+    tables = random_tables(lengths, page, num_blocks, gen)
+    q = torch.randn(len(lengths), num_kv_heads * group, dim, generator=gen, device="cuda").bfloat16()
+    context = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    return k_cache, v_cache, tables, q, context
+
+
 def assert_decode_matches_reference(out, q, k_cache, v_cache, tables, lengths, scale):
     ref = TorchBackend()
     for i, n in enumerate(lengths):
@@ -82,11 +92,7 @@ def test_paged_decode_matches_reference(page, group, num_splits):
     gen = torch.Generator(device="cuda").manual_seed(page * 100 + group * 10 + num_splits)
     num_kv_heads, dim = 4, 128
     lengths = [1, 7, page - 1, page, page + 1, 3 * page + 5, 700, 1500]
-    num_blocks = sum(-(-n // page) for n in lengths) + 3
-    k_cache, v_cache = random_cache(num_blocks, num_kv_heads, page, dim, gen)
-    tables = random_tables(lengths, page, num_blocks, gen)
-    q = torch.randn(len(lengths), num_kv_heads * group, dim, generator=gen, device="cuda").bfloat16()
-    context = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    k_cache, v_cache, tables, q, context = random_decode_inputs(lengths, page, num_kv_heads, group, dim, gen)
     out = torch.full_like(q, float("nan"))
     scale = dim**-0.5
     kernels().paged_decode(q, k_cache, v_cache, tables, context, scale, num_splits, out=out)
@@ -101,11 +107,7 @@ def test_paged_decode_with_long_rows_split_further_matches_reference(page, fill_
     gen = torch.Generator(device="cuda").manual_seed(page + fill_splits + num_splits)
     num_kv_heads, dim, group = 2, 128, 4
     lengths = [1, 40, 64, 65, 300, 2100, 5000, 9]
-    num_blocks = sum(-(-n // page) for n in lengths) + 3
-    k_cache, v_cache = random_cache(num_blocks, num_kv_heads, page, dim, gen)
-    tables = random_tables(lengths, page, num_blocks, gen)
-    q = torch.randn(len(lengths), num_kv_heads * group, dim, generator=gen, device="cuda").bfloat16()
-    context = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    k_cache, v_cache, tables, q, context = random_decode_inputs(lengths, page, num_kv_heads, group, dim, gen)
     out = torch.full_like(q, float("nan"))
     scale = dim**-0.5
     longs = torch.tensor(long_rows, dtype=torch.int32, device="cuda")

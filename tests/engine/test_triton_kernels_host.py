@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from engine.attention.triton_kernels_host import DecodeSplits, decode_num_splits, decode_splits, long_decode_rows
 
 SMS = 132  # H200
@@ -16,17 +18,17 @@ def test_fill_splits_keep_about_four_programs_per_multiprocessor():
 
 
 def test_large_batches_split_their_long_contexts_further():
-    # max_model_len 16384 -> 256 tiles of 64; a 32-tile cap needs 8 splits for the longest context.
-    assert decode_splits(256, 8, 256, SMS) == DecodeSplits(num_splits=8, fill_splits=1, cap_tiles=32, num_long_seqs=4)
-    assert decode_splits(32, 8, 256, SMS) == DecodeSplits(num_splits=8, fill_splits=4, cap_tiles=32, num_long_seqs=4)
+    # max_model_len 16384 = 256 tiles of 64; a 32-tile cap needs 8 splits for the longest context.
+    assert decode_splits(256, 8, 16384, SMS) == DecodeSplits(num_splits=8, fill_splits=1, cap_tiles=32, num_long_seqs=4)
+    assert decode_splits(32, 8, 16384, SMS) == DecodeSplits(num_splits=8, fill_splits=4, cap_tiles=32, num_long_seqs=4)
     # small batches already split widely: no second launch
-    assert decode_splits(1, 8, 256, SMS) == DecodeSplits(num_splits=64, fill_splits=64, cap_tiles=32, num_long_seqs=0)
+    assert decode_splits(1, 8, 16384, SMS) == DecodeSplits(num_splits=64, fill_splits=64, cap_tiles=32, num_long_seqs=0)
     # 65536-token contexts would need 32 splits; capped at 8 (a 128-tile range each)
-    assert decode_splits(256, 8, 1024, SMS).num_splits == 8
+    assert decode_splits(256, 8, 65536, SMS).num_splits == 8
     # short maximum lengths need no extra splits
-    assert decode_splits(256, 8, 32, SMS) == DecodeSplits(num_splits=1, fill_splits=1, cap_tiles=32, num_long_seqs=0)
+    assert decode_splits(256, 8, 2048, SMS) == DecodeSplits(num_splits=1, fill_splits=1, cap_tiles=32, num_long_seqs=0)
     # the split count is a power of two (the merge kernel loads them all in one block)
-    assert decode_splits(256, 8, 65, SMS).num_splits == 4
+    assert decode_splits(256, 8, 65 * 64, SMS).num_splits == 4
 
 
 def test_long_rows_are_the_longest_contexts_over_the_cap_in_row_order():
@@ -38,3 +40,5 @@ def test_long_rows_are_the_longest_contexts_over_the_cap_in_row_order():
     wide = DecodeSplits(num_splits=8, fill_splits=4, cap_tiles=32, num_long_seqs=4)  # cap: 4 x 2048 tokens
     assert long_decode_rows([8192, 8193], wide) == [1, -1, -1, -1]
     assert long_decode_rows([5000], DecodeSplits(8, 8)) == []
+    # numpy input, as the CUDA-graph path passes it
+    assert long_decode_rows(np.array(contexts, dtype=np.int64), splits) == [1, 4, 6, 7]

@@ -44,7 +44,7 @@ from analysis.sweep import (
     run_sweep,
     varying_axes,
 )
-from engine.config import SCHEDULING_POLICIES
+from engine.core.config import SCHEDULING_POLICIES
 from sim.simulator import SimConfig, make_cost_model
 from sim.hardware import get_gpu
 from engine.replay_args import add_engine_arguments
@@ -93,7 +93,7 @@ def positive_float(text: str) -> float:
 
 
 def model_name(text: str) -> str:
-    from engine.model_config import ModelShape
+    from engine.core.model_config import ModelShape
 
     try:
         ModelShape.load(text)

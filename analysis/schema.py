@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import polars as pl
 
-from engine.records import SCHEDULE_COLUMNS
+from engine.core.records import SCHEDULE_COLUMNS
 
 FINISHED_REASONS: tuple[str, ...] = ("stop", "length")
 REJECTED = "rejected"

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 import polars as pl
 
 from analysis.schema import conform_requests, conform_steps
-from engine.records import SCHEDULE_COLUMNS
+from engine.core.records import SCHEDULE_COLUMNS
 
 STEP_KEY: tuple[str, ...] = ("replica", "step")
 REQUEST_SCHEDULE_COLUMNS: tuple[str, ...] = (

@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from engine.attention.triton_kernels import paged_decode
-    from engine.attention.triton_kernels_host import decode_splits, long_decode_rows
+    from engine.gpu.attention.triton_kernels import paged_decode
+    from engine.gpu.attention.triton_kernels_host import decode_splits, long_decode_rows
 
     dev = "cuda"
     sms = torch.cuda.get_device_properties(0).multi_processor_count

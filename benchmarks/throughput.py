@@ -101,7 +101,7 @@ def run_peer(args, prompts, params) -> dict:
     import transformers
     from transformers import GenerationConfig
 
-    from engine.model_config import resolve_model_dir
+    from engine.core.model_config import resolve_model_dir
 
     config = transformers.AutoConfig.from_pretrained(str(resolve_model_dir(args.model)))
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="paged|sdpa", dtype=torch.bfloat16)

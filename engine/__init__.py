@@ -4,7 +4,7 @@ Importing ``engine`` loads no torch: the scheduling core is shared with the simu
 on machines without it. ``engine.LLM`` pulls in torch on first use.
 """
 
-from engine.sampling_params import SamplingParams
+from engine.core.sampling_params import SamplingParams
 
 __all__ = ["LLM", "SamplingParams"]
 

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence as Seq
 
-from engine.config import SchedulerConfig
-from engine.llm_engine import LLMEngine
-from engine.model_config import ModelShape, resolve_model_dir
+from engine.core.config import SchedulerConfig
+from engine.core.llm_engine import LLMEngine
+from engine.core.model_config import ModelShape, resolve_model_dir
 from engine.options import EngineOptions
-from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence
+from engine.core.sampling_params import SamplingParams
+from engine.core.sequence import Sequence
 
 Prompt = str | list[int]
 
@@ -53,11 +53,11 @@ class LLM:
         self.tokenizer = _load_tokenizer(model_dir)
         self.max_model_len = opts.max_model_len or self.shape.max_position_embeddings
         if opts.tensor_parallel_size > 1:
-            from engine.distributed import TensorParallelRunner
+            from engine.gpu.distributed import TensorParallelRunner
 
             self.runner = TensorParallelRunner(opts, self.shape, model_dir if load_format != "dummy" else None)
         else:
-            from engine.model_runner import ModelRunner
+            from engine.gpu.model_runner import ModelRunner
 
             self.runner = ModelRunner(opts, self.shape, model_dir if load_format != "dummy" else None)
         eos = set(self.shape.eos_token_ids)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from engine.config import SCHEDULING_POLICIES
+from engine.core.config import SCHEDULING_POLICIES
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 LOAD_FORMATS = ("auto", "safetensors", "dummy")

@@ -40,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def replay(llm, trace, args) -> tuple[list, object]:
     """Feed the trace to the engine in real time; returns (request rows, the engine)."""
-    from engine.records import request_row
-    from engine.sampling_params import SamplingParams
+    from engine.core.records import request_row
+    from engine.core.sampling_params import SamplingParams
 
     engine = llm.engine
     vocab = llm.shape.vocab_size
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {exc}\n")
     with llm:
         if args.warmup_requests:
-            from engine.sampling_params import SamplingParams
+            from engine.core.sampling_params import SamplingParams
 
             warm = [[(7 * i + j) % llm.shape.vocab_size for j in range(64 + 32 * i)] for i in range(args.warmup_requests)]
             llm.generate(warm, SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)
@@ -146,7 +146,7 @@ def write_run(out_dir: Path, rows: list, step_log, config: dict, quiet: bool = F
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from engine.records import requests_to_arrow
+    from engine.core.records import requests_to_arrow
 
     out_dir.mkdir(parents=True, exist_ok=True)
     pq.write_table(requests_to_arrow(rows), out_dir / "requests.parquet")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.scheduler import ScheduledBatch
+from engine.core.scheduler import ScheduledBatch
 
 FEATURE_NAMES = (
     "num_seqs",

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.model_config import ModelShape
-from engine.scheduler import ScheduledBatch
+from engine.core.model_config import ModelShape
+from engine.core.scheduler import ScheduledBatch
 from sim.hardware import GPUSpec
 
 

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence, SequenceStatus
+from engine.core.sampling_params import SamplingParams
+from engine.core.sequence import Sequence, SequenceStatus
 from sim.batch_features import batch_features
 
 

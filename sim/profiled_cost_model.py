@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.scheduler import ScheduledBatch
+from engine.core.scheduler import ScheduledBatch
 from sim.batch_features import batch_features
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"

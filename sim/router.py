@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence as Seq
 
-from engine.block_manager import prefix_block_hashes
-from engine.llm_engine import LLMEngine
+from engine.core.block_manager import prefix_block_hashes
+from engine.core.llm_engine import LLMEngine
 
 
 class Router(Protocol):

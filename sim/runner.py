@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from engine.clock import Clock
-from engine.runner import RunnerOutput
-from engine.scheduler import ScheduledBatch
+from engine.core.clock import Clock
+from engine.core.runner import RunnerOutput
+from engine.core.scheduler import ScheduledBatch
 from sim.cost_model import CostModel
 from sim.host_speed import HostSpeed
 

@@ -14,12 +14,12 @@ from typing import Callable
 
 import simpy
 
-from engine.config import SCHEDULING_POLICIES, SchedulerConfig
-from engine.llm_engine import LLMEngine
-from engine.model_config import ModelShape
-from engine.records import request_row
-from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence
+from engine.core.config import SCHEDULING_POLICIES, SchedulerConfig
+from engine.core.llm_engine import LLMEngine
+from engine.core.model_config import ModelShape
+from engine.core.records import request_row
+from engine.core.sampling_params import SamplingParams
+from engine.core.sequence import Sequence
 from sim.cost_model import CostModel, RooflineCostModel, num_kv_blocks_for
 from sim.hardware import get_gpu
 from sim.profiled_cost_model import ProfiledCostModel, find_profile
@@ -114,7 +114,7 @@ class SimResult:
     meta: dict = field(default_factory=dict)
 
     def requests_table(self):
-        from engine.records import requests_to_arrow
+        from engine.core.records import requests_to_arrow
 
         return requests_to_arrow(self.request_rows)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from engine.config import SchedulerConfig
-from engine.llm_engine import LLMEngine
-from engine.runner import RunnerOutput
-from engine.sampling_params import SamplingParams
-from engine.scheduler import ScheduledBatch
+from engine.core.config import SchedulerConfig
+from engine.core.llm_engine import LLMEngine
+from engine.core.runner import RunnerOutput
+from engine.core.sampling_params import SamplingParams
+from engine.core.scheduler import ScheduledBatch
 
 
 class FixedTokenRunner:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import engine.block_manager as bm_module
-from engine.block_manager import BlockManager
-from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence
+import engine.core.block_manager as bm_module
+from engine.core.block_manager import BlockManager
+from engine.core.sampling_params import SamplingParams
+from engine.core.sequence import Sequence
 
 PARAMS = SamplingParams(max_tokens=4)
 
@@ -176,7 +176,7 @@ def test_unbounded_cache_costs_nothing_up_front():
 
 
 def test_prefix_probe_counts_cached_leading_blocks_without_side_effects():
-    from engine.block_manager import prefix_block_hashes
+    from engine.core.block_manager import prefix_block_hashes
 
     bm = BlockManager(num_blocks=8, block_size=2)
     seq = make_seq([1, 2, 3, 4, 5], 0)

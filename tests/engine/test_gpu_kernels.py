@@ -9,11 +9,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-from engine.attention.torch_backend import TorchBackend  # noqa: E402
+from engine.gpu.attention.torch_backend import TorchBackend  # noqa: E402
 
 
 def kernels():
-    from engine.attention import triton_kernels
+    from engine.gpu.attention import triton_kernels
 
     return triton_kernels
 
@@ -155,7 +155,7 @@ def test_paged_prefill_over_cached_prefix_matches_reference(page, group):
 
 
 def test_decode_split_heuristic_fills_the_gpu():
-    from engine.attention.triton_kernels_host import decode_num_splits
+    from engine.gpu.attention.triton_kernels_host import decode_num_splits
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert decode_num_splits(1, 8, 64, sms) >= 32
@@ -165,8 +165,8 @@ def test_decode_split_heuristic_fills_the_gpu():
 
 
 def test_fused_rms_norm_matches_torch_reference():
-    from engine.layers.fused_kernels import rms_norm
-    from engine.layers.layernorm import RMSNorm
+    from engine.gpu.layers.fused_kernels import rms_norm
+    from engine.gpu.layers.layernorm import RMSNorm
 
     gen = torch.Generator(device="cuda").manual_seed(11)
     norm = RMSNorm(1024, 1e-6).cuda().bfloat16()
@@ -184,9 +184,9 @@ def test_fused_rms_norm_matches_torch_reference():
 
 @pytest.mark.parametrize("has_norm", [True, False])
 def test_fused_qk_norm_rope_matches_torch_reference(has_norm):
-    from engine.layers.fused_kernels import qk_norm_rope_
-    from engine.layers.layernorm import RMSNorm
-    from engine.layers.rotary_embedding import RotaryEmbedding
+    from engine.gpu.layers.fused_kernels import qk_norm_rope_
+    from engine.gpu.layers.layernorm import RMSNorm
+    from engine.gpu.layers.rotary_embedding import RotaryEmbedding
 
     gen = torch.Generator(device="cuda").manual_seed(12)
     hq, hkv, d = 16, 8, 128
@@ -211,7 +211,7 @@ def test_fused_qk_norm_rope_matches_torch_reference(has_norm):
 
 
 def test_fused_silu_and_mul_matches_torch_reference():
-    from engine.layers.fused_kernels import silu_and_mul
+    from engine.gpu.layers.fused_kernels import silu_and_mul
 
     gen = torch.Generator(device="cuda").manual_seed(13)
     x = torch.randn(33, 2 * 3072, generator=gen, device="cuda").bfloat16()

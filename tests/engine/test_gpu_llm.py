@@ -18,9 +18,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-import engine.model_runner as model_runner_module  # noqa: E402
+import engine.gpu.model_runner as model_runner_module  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
-from engine.model_config import resolve_model_dir  # noqa: E402
+from engine.core.model_config import resolve_model_dir  # noqa: E402
 
 NEAR_TIE_NOISE_MULTIPLE = 2.0
 ACCURACY_RATIO = 1.5  # our bf16 error may exceed transformers' bf16 error by at most this factor

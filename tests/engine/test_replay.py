@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("polars")
 
-from engine.records import SCHEDULE_COLUMNS  # noqa: E402
+from engine.core.records import SCHEDULE_COLUMNS  # noqa: E402
 from engine.replay import main as engine_replay  # noqa: E402
 from traces.schema import save_trace  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.sequence import FinishReason, SequenceStatus
+from engine.core.sequence import FinishReason, SequenceStatus
 from tests.engine.helpers import make_engine, params, run_to_completion
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.config import SchedulerConfig
-from engine.llm_engine import LLMEngine
-from engine.runner import RunnerOutput
-from engine.sampling_params import SamplingParams
-from engine.sequence import FinishReason, SequenceStatus
+from engine.core.config import SchedulerConfig
+from engine.core.llm_engine import LLMEngine
+from engine.core.runner import RunnerOutput
+from engine.core.sampling_params import SamplingParams
+from engine.core.sequence import FinishReason, SequenceStatus
 from tests.engine.helpers import ManualClock
 
 BASES = [[1000 * g + i for i in range(80)] for g in range(4)]  # shared prefixes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.attention.triton_kernels_host import DecodeSplits, decode_num_splits, decode_splits, long_decode_rows
+from engine.gpu.attention.triton_kernels_host import DecodeSplits, decode_num_splits, decode_splits, long_decode_rows
 
 SMS = 132  # H200
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.records import STEP_INT_COLUMNS
+from engine.core.records import STEP_INT_COLUMNS
 from sim.host_speed import (
     ConstantHostSpeed,
     HostSpeedEpisodes,

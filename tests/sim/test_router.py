@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from engine.block_manager import prefix_block_hashes
-from engine.llm_engine import LLMEngine
+from engine.core.block_manager import prefix_block_hashes
+from engine.core.llm_engine import LLMEngine
 from sim.router import (
     ROUTERS,
     LeastOutstandingRouter,

@@ -10,7 +10,7 @@ class SiluAndMul(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_cuda and x.dim() == 2:
-            from engine.layers.fused_kernels import silu_and_mul
+            from engine.gpu.layers.fused_kernels import silu_and_mul
 
             return silu_and_mul(x)
         gate, up = x.chunk(2, dim=-1)

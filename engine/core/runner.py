@@ -1,6 +1,6 @@
 """The one interface between the step loop and whatever executes a step (torch-free).
 
-Two implementations: ``engine.model_runner.ModelRunner`` runs the model on a GPU (or CPU), and
+Two implementations: ``engine.gpu.model_runner.ModelRunner`` runs the model on a GPU (or CPU), and
 ``sim.runner.CostModelRunner`` predicts the step's duration from a cost model. Everything the
 simulator knows about a step comes through here.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.scheduler import ScheduledBatch
+from engine.core.scheduler import ScheduledBatch
 
 
 @dataclass(slots=True)

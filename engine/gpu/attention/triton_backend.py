@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.attention import triton_kernels as kernels
-from engine.attention.base import PagedAttentionBackend
+from engine.gpu.attention import triton_kernels as kernels
+from engine.gpu.attention.base import PagedAttentionBackend
 
 
 class TritonBackend(PagedAttentionBackend):

@@ -5,15 +5,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.attention.metadata import AttentionMetadata
-from engine.layers.activation import SiluAndMul
-from engine.layers.attention import Attention
-from engine.layers.embed_head import ParallelLMHead, VocabParallelEmbedding
-from engine.layers.layernorm import RMSNorm
-from engine.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from engine.layers.rotary_embedding import RotaryEmbedding
-from engine.model_config import ModelShape
-from engine.parallel import ParallelContext
+from engine.gpu.attention.metadata import AttentionMetadata
+from engine.gpu.layers.activation import SiluAndMul
+from engine.gpu.layers.attention import Attention
+from engine.gpu.layers.embed_head import ParallelLMHead, VocabParallelEmbedding
+from engine.gpu.layers.layernorm import RMSNorm
+from engine.gpu.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from engine.gpu.layers.rotary_embedding import RotaryEmbedding
+from engine.core.model_config import ModelShape
+from engine.gpu.parallel import ParallelContext
 
 
 class DecoderAttention(nn.Module):
@@ -39,7 +39,7 @@ class DecoderAttention(nn.Module):
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         qkv = self.qkv_proj(hidden)
         if qkv.is_cuda:  # one fused kernel for q/k norms and rotary, in place
-            from engine.layers.fused_kernels import qk_norm_rope_
+            from engine.gpu.layers.fused_kernels import qk_norm_rope_
 
             qk_norm_rope_(
                 qkv, positions, self.rotary_emb.cos_sin_cache, self.num_heads, self.num_kv_heads, self.head_dim,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import triton_kernels as kernels
-from engine.attention.base import PagedAttentionBackend
+from engine.gpu.attention import triton_kernels as kernels
+from engine.gpu.attention.base import PagedAttentionBackend
 
 
 class FlashAttnBackend(PagedAttentionBackend):

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.attention.triton_kernels_host import DECODE_TILE_TOKENS
+from engine.gpu.attention.triton_kernels_host import DECODE_TILE_TOKENS
 
 
 LOG2E = 1.4426950408889634

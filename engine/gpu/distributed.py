@@ -20,10 +20,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from engine.model_config import ModelShape
-from engine.model_runner import ModelRunner, StepPlan, resolve_device
+from engine.core.model_config import ModelShape
+from engine.gpu.model_runner import ModelRunner, StepPlan, resolve_device
 from engine.options import EngineOptions
-from engine.parallel import ParallelContext
+from engine.gpu.parallel import ParallelContext
 
 # A collective that waits this long means a rank is gone: fail with an error rather than hang.
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)

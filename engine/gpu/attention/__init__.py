@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from engine.attention.metadata import AttentionMetadata
+from engine.gpu.attention.metadata import AttentionMetadata
 
 BACKENDS = ("triton", "flash_attn", "torch")
 
@@ -28,18 +28,18 @@ def get_backend(name: str, device_type: str):
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; supported: {', '.join(BACKENDS)}")
     if name == "torch":
-        from engine.attention.torch_backend import TorchBackend
+        from engine.gpu.attention.torch_backend import TorchBackend
 
         return TorchBackend()
     if device_type != "cuda":
         raise ValueError(f"attention backend {name!r} needs a CUDA device; use 'torch' on {device_type}")
     if name == "triton":
-        from engine.attention.triton_backend import TritonBackend
+        from engine.gpu.attention.triton_backend import TritonBackend
 
         return TritonBackend()
     if not flash_attn_available():
         raise ValueError("attention backend 'flash_attn' needs the flash-attn package, which is not importable")
-    from engine.attention.flash_attn_backend import FlashAttnBackend
+    from engine.gpu.attention.flash_attn_backend import FlashAttnBackend
 
     return FlashAttnBackend()
 

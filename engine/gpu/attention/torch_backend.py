@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.attention.base import PagedAttentionBackend
+from engine.gpu.attention.base import PagedAttentionBackend
 
 
 class TorchBackend(PagedAttentionBackend):

@@ -15,7 +15,7 @@ from collections import OrderedDict
 
 import xxhash
 
-from engine.sequence import Sequence
+from engine.core.sequence import Sequence
 
 ROOT_HASH = 0  # the parent hash of every sequence's first block
 

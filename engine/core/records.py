@@ -8,12 +8,12 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING, Iterable
 
-from engine.sequence import Sequence
+from engine.core.sequence import Sequence
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from engine.scheduler import ScheduledBatch
+    from engine.core.scheduler import ScheduledBatch
 
 # What a step scheduled: identical in a simulation and a GPU run of the same offline schedule.
 SCHEDULE_COLUMNS = (

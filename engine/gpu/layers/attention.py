@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.attention.metadata import AttentionMetadata
+from engine.gpu.attention.metadata import AttentionMetadata
 
 
 class Attention(nn.Module):

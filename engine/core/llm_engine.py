@@ -9,13 +9,13 @@ from __future__ import annotations
 import itertools
 from typing import Iterable
 
-from engine.clock import Clock, WallClock
-from engine.config import SchedulerConfig
-from engine.records import StepLog
-from engine.runner import Runner, RunnerOutput
-from engine.sampling_params import SamplingParams
-from engine.scheduler import ScheduledBatch, Scheduler
-from engine.sequence import Sequence
+from engine.core.clock import Clock, WallClock
+from engine.core.config import SchedulerConfig
+from engine.core.records import StepLog
+from engine.core.runner import Runner, RunnerOutput
+from engine.core.sampling_params import SamplingParams
+from engine.core.scheduler import ScheduledBatch, Scheduler
+from engine.core.sequence import Sequence
 
 
 class LLMEngine:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata
+from engine.gpu.attention.metadata import AttentionMetadata
 
 
 class PagedAttentionBackend:

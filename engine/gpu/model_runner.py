@@ -15,16 +15,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.attention import AttentionMetadata, default_backend, get_backend
-from engine.attention.triton_kernels_host import LONG_SEQ_SLOTS, NO_SPLITS, DecodeSplits, decode_splits, long_decode_rows
-from engine.layers.sampler import SamplingTensors, sample
-from engine.loader import init_dummy, load_safetensors
-from engine.model_config import ModelShape
-from engine.models import DecoderForCausalLM
+from engine.gpu.attention import AttentionMetadata, default_backend, get_backend
+from engine.gpu.attention.triton_kernels_host import LONG_SEQ_SLOTS, NO_SPLITS, DecodeSplits, decode_splits, long_decode_rows
+from engine.gpu.layers.sampler import SamplingTensors, sample
+from engine.gpu.loader import init_dummy, load_safetensors
+from engine.core.model_config import ModelShape
+from engine.gpu.models import DecoderForCausalLM
 from engine.options import EngineOptions
-from engine.parallel import SINGLE, ParallelContext
-from engine.runner import RunnerOutput
-from engine.scheduler import ScheduledBatch
+from engine.gpu.parallel import SINGLE, ParallelContext
+from engine.core.runner import RunnerOutput
+from engine.core.scheduler import ScheduledBatch
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 

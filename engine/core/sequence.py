@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from array import array
 
-from engine.sampling_params import SamplingParams
+from engine.core.sampling_params import SamplingParams
 
 
 class SequenceStatus(enum.Enum):

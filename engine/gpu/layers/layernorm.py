@@ -22,7 +22,7 @@ class RMSNorm(nn.Module):
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         if x.is_cuda and x.dim() == 2:
-            from engine.layers.fused_kernels import rms_norm
+            from engine.gpu.layers.fused_kernels import rms_norm
 
             if residual is None:
                 return rms_norm(x, self.weight, self.eps)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.attention.triton_kernels_host import NO_SPLITS, DecodeSplits
+from engine.gpu.attention.triton_kernels_host import NO_SPLITS, DecodeSplits
 
 
 @dataclass

@@ -21,9 +21,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from engine.block_manager import BlockManager
-from engine.config import SchedulerConfig
-from engine.sequence import FinishReason, Sequence, SequenceStatus
+from engine.core.block_manager import BlockManager
+from engine.core.config import SchedulerConfig
+from engine.core.sequence import FinishReason, Sequence, SequenceStatus
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.parallel import SINGLE, ParallelContext, divide
+from engine.gpu.parallel import SINGLE, ParallelContext, divide
 
 
 class VocabParallelEmbedding(nn.Module):

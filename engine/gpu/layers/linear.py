@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.parallel import SINGLE, ParallelContext, divide
+from engine.gpu.parallel import SINGLE, ParallelContext, divide
 
 
 class LinearBase(nn.Module):

@@ -11,36 +11,25 @@ from collections.abc import Iterable, Mapping
 
 import polars as pl
 
-from engine.core.records import SCHEDULE_COLUMNS
+from engine.core.records import OPTIONAL_STEP_COLUMNS, REQUEST_COLUMNS, SERVED_FINISH_REASONS, STEP_COLUMNS
+from engine.core.sequence import FinishReason
 
-FINISHED_REASONS: tuple[str, ...] = ("stop", "length")
-REJECTED = "rejected"
-ABORTED = "aborted"
+FINISHED_REASONS: tuple[str, ...] = SERVED_FINISH_REASONS
+REJECTED = FinishReason.REJECTED.value
+ABORTED = FinishReason.ABORTED.value
 
-REQUESTS_SCHEMA: dict[str, pl.DataType] = {
-    "request_id": pl.Utf8(),
-    "replica": pl.Int64(),
-    "arrival_s": pl.Float64(),
-    "first_scheduled_s": pl.Float64(),
-    "first_token_s": pl.Float64(),
-    "finish_s": pl.Float64(),
-    "prompt_tokens": pl.Int64(),
-    "output_tokens": pl.Int64(),
-    "cached_tokens": pl.Int64(),
-    "num_preemptions": pl.Int64(),
-    "finish_reason": pl.Utf8(),
-    "reject_reason": pl.Utf8(),
-    "token_times_s": pl.List(pl.Float64()),
+_POLARS_TYPES: dict[str, pl.DataType] = {
+    "int64": pl.Int64(),
+    "float64": pl.Float64(),
+    "string": pl.Utf8(),
+    "list<float64>": pl.List(pl.Float64()),
 }
 
-# Required step columns; COST_COLUMNS (newer) are optional, so runs recorded before them still load.
-_STEP_INT_COLUMNS = ("replica", "step", *SCHEDULE_COLUMNS)
+REQUESTS_SCHEMA: dict[str, pl.DataType] = {c.name: _POLARS_TYPES[c.dtype] for c in REQUEST_COLUMNS}
 
+# Required step columns; the optional ones (newer) may be missing, so runs recorded before them still load.
 STEPS_SCHEMA: dict[str, pl.DataType] = {
-    **{name: pl.Int64() for name in _STEP_INT_COLUMNS},
-    "start_s": pl.Float64(),
-    "duration_s": pl.Float64(),
-    "kv_usage": pl.Float64(),
+    c.name: _POLARS_TYPES[c.dtype] for c in STEP_COLUMNS if c.name not in OPTIONAL_STEP_COLUMNS
 }
 
 

@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
 
     pinning = "not pinned (--no-pin)" if args.no_pin else pin_to_one_core()
 
-    from sim.replay import write_outputs
-    from sim.simulator import SimConfig, simulate
+    from cli.sim_replay import write_outputs
+    from sim.config import SimConfig
+    from sim.simulator import simulate
 
     started = time.perf_counter()
     trace = load(args.trace, args.limit)

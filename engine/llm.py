@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence as Seq
 
-from engine.core.config import SchedulerConfig
 from engine.core.llm_engine import LLMEngine
 from engine.core.model_config import ModelShape, resolve_model_dir
 from engine.options import EngineOptions
@@ -42,6 +41,7 @@ class LLM:
         self.options = opts = EngineOptions.from_kwargs(str(model), **options)
         model_dir = resolve_model_dir(model)
         self.shape = ModelShape.load(model_dir)
+        opts.check_model(self.shape)
         self.model_dir = model_dir
         load_format = opts.load_format
         if load_format == "auto":
@@ -63,16 +63,8 @@ class LLM:
         eos = set(self.shape.eos_token_ids)
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             eos.add(int(self.tokenizer.eos_token_id))
-        self.scheduler_config = SchedulerConfig(
-            num_gpu_blocks=self.runner.num_gpu_blocks,
-            max_model_len=self.max_model_len,
-            block_size=opts.block_size,
-            max_num_seqs=opts.max_num_seqs,
-            max_num_batched_tokens=opts.max_num_batched_tokens,
-            policy=opts.policy,
-            enable_prefix_caching=opts.enable_prefix_caching,
-        )
-        self.engine = LLMEngine(self.scheduler_config, self.runner, eos_token_ids=eos)
+        self.config = opts.resolved(num_gpu_blocks=self.runner.num_gpu_blocks, max_model_len=self.max_model_len)
+        self.engine = LLMEngine(self.config, self.runner, eos_token_ids=eos)
         # The model, graphs and tokenizer live as long as the engine: moved out of the collector's sight,
         # its full passes (which would walk all of them) no longer stall a step now and then.
         gc.collect()

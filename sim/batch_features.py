@@ -5,22 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.core.records import BATCH_COLUMNS
 from engine.core.scheduler import ScheduledBatch
 
-FEATURE_NAMES = (
-    "num_seqs",
-    "num_prefill_seqs",
-    "num_prefill_tokens",
-    "prefill_context_tokens",
-    "num_decode_seqs",
-    "decode_context_tokens",
-    "prefill_attention_pairs",
-    "max_decode_context_tokens",
-)
+FEATURE_NAMES = BATCH_COLUMNS  # every batch column of the step log, read off the batch by name
 
 
 def batch_features(batch: ScheduledBatch) -> dict[str, int]:
-    return {name: getattr(batch, name) for name in FEATURE_NAMES}  # all are ScheduledBatch fields or properties
+    return {name: getattr(batch, name) for name in FEATURE_NAMES}
 
 
 def read_steps(run_dir: Path) -> list[tuple[dict, float, float]]:

@@ -29,3 +29,6 @@ class CostModelRunner:
             return RunnerOutput(tokens, self.cost_model.step_time_s(batch))
         slowdown = self.host_speed.slowdown_at(self.clock.now())
         return RunnerOutput(tokens, self.cost_model.step_time_s(batch, slowdown))
+
+    def release(self, seqs) -> None:
+        """Nothing to forget: the cost model keeps no per-request state."""

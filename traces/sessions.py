@@ -18,6 +18,7 @@ import polars as pl
 
 from traces.arrivals import gamma_gaps_s
 from traces.lengths import LengthDist
+from engine.core.config import cdiv
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class _Builder:
                     break
                 prompt = max(1, min(prompt, cfg.max_context_tokens // 2))
                 output = max(1, min(output, cfg.max_context_tokens - prompt))
-            num_blocks = -(-prompt // cfg.hash_block_size)
+            num_blocks = cdiv(prompt, cfg.hash_block_size)
             while len(blocks) < num_blocks:
                 blocks.append(self.next_block_id)
                 self.next_block_id += 1

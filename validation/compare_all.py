@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from analysis.compare import main as compare_main
     from analysis.summarize import summarize_run_dir
-    from sim.replay import main as sim_replay
+    from cli.sim_replay import main as sim_replay
 
     real_root, sim_root, results = Path(args.real), Path(args.sim_out), Path(args.results)
     if args.host_timelines:

@@ -16,6 +16,7 @@ from collections import OrderedDict
 import xxhash
 
 from engine.core.sequence import Sequence
+from engine.core.config import cdiv
 
 ROOT_HASH = 0  # the parent hash of every sequence's first block
 
@@ -72,7 +73,7 @@ class BlockManager:
         return len(self._cached)
 
     def num_blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+        return cdiv(num_tokens, self.block_size)
 
     # ---- prefix cache ---------------------------------------------------------------------------
     def _token_bytes(self, seq: Sequence, index: int) -> bytes:
@@ -170,7 +171,7 @@ class BlockManager:
         """Make room for ``num_new_tokens`` more tokens of a running sequence."""
         num_tokens_after = seq.num_computed_tokens + num_new_tokens
         table = seq.block_table
-        num_new_blocks = -(-num_tokens_after // self.block_size) - len(table)
+        num_new_blocks = -(-num_tokens_after // self.block_size) - len(table)  # cdiv, inlined: runs per sequence per step
         if num_new_blocks > 0:
             if num_new_blocks > self.num_free_blocks:
                 return False

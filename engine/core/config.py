@@ -1,45 +1,116 @@
-"""Scheduling limits shared by the GPU engine and the simulator (torch-free)."""
+"""The one configuration of scheduling and KV-cache settings (torch-free).
+
+``EngineConfig`` declares every setting the scheduler and the KV cache depend on, with its default,
+its command-line help and the engine's limits, validated once. The GPU engine's options
+(``engine.options.EngineOptions``) and the simulator's deployment (``sim.config.SimConfig``) extend
+it, so the simulator accepts exactly the configurations the engine accepts. Command lines are
+generated from the fields (``engine.core.config_args``), and variants are made with
+``dataclasses.replace``.
+
+``num_gpu_blocks`` and ``max_model_len`` may be left to be derived (from free GPU memory or the cost
+model, and from the model): ``resolved()`` fills them in, and the scheduler takes only a resolved
+config.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 SCHEDULING_POLICIES = ("mixed", "nano")
 
 
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """What the scheduler may put into one step, and how much KV cache it manages.
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative integers (blocks needed for ``a`` tokens of ``b`` per block)."""
+    return -(-a // b)
 
-    ``num_gpu_blocks`` is known only after the runner sized its cache (on a GPU) or the cost model
-    computed it (in the simulator), so the engine builds this config once that number exists.
-    """
 
-    num_gpu_blocks: int
-    max_model_len: int
-    block_size: int = 256
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    policy: str = "mixed"
-    enable_prefix_caching: bool = True
+def option(default: object, help: str, *, flag: str | None = None, choices: tuple | None = None):
+    """A config field with what its command-line option needs: help text, flag (default: --field-name), choices."""
+    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices})
+
+
+class ConfigError(ValueError):
+    """A setting out of its range; ``field`` names it, so a command line can name its option instead."""
+
+    def __init__(self, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def check(ok: bool, message: str, field: str | None = None) -> None:
+    if not ok:
+        raise ConfigError(field, message)
+
+
+def check_int(name: str, value: object, minimum: int = 1, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    check(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
+          f"{name} must be an integer >= {minimum}, got {value!r}", name)
+
+
+def check_choice(name: str, value: object, choices: tuple) -> None:
+    check(value in choices, f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}", name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    # The paged-attention kernels tile a block with at least 16 rows and at most 256; the block size
+    # is a power of two so a token's block is a shift away.
+    SUPPORTED_BLOCK_SIZES: ClassVar[tuple[int, ...]] = (16, 32, 64, 128, 256)
+
+    policy: str = option("mixed", "scheduling policy", choices=SCHEDULING_POLICIES)
+    max_num_seqs: int = option(256, "most sequences in one step")
+    max_num_batched_tokens: int = option(8192, "token budget of one step")
+    block_size: int = option(256, "tokens per KV block")
+    num_gpu_blocks: int | None = option(None, "KV blocks per replica (default: sized from GPU memory)")
+    max_model_len: int | None = option(None, "longest prompt+output in tokens (default: the model's)")
+    enable_prefix_caching: bool = option(True, "disable the prefix cache", flag="--no-prefix-caching")
+    gpu_memory_utilization: float = option(0.9, "share of GPU memory used")
+    tensor_parallel_size: int = option(1, "GPUs per replica")
+    seed: int = option(0, "seed for weights, sampling and synthesized prompt tokens")
 
     def __post_init__(self) -> None:
-        for name in ("num_gpu_blocks", "max_model_len", "block_size", "max_num_seqs", "max_num_batched_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.block_size & (self.block_size - 1):
-            raise ValueError(f"block_size must be a power of two, got {self.block_size}")
-        if self.policy not in SCHEDULING_POLICIES:
-            raise ValueError(f"unknown scheduling policy {self.policy!r}; supported: {', '.join(SCHEDULING_POLICIES)}")
+        check_choice("policy", self.policy, SCHEDULING_POLICIES)
+        for name in ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size"):
+            check_int(name, getattr(self, name))
+        check_int("num_gpu_blocks", self.num_gpu_blocks, optional=True)
+        check_int("max_model_len", self.max_model_len, optional=True)
+        check_int("seed", self.seed, minimum=0)
+        sizes = self.SUPPORTED_BLOCK_SIZES
+        check(self.block_size in sizes,
+              f"block_size must be a power of two from {sizes[0]} to {sizes[-1]}, got {self.block_size!r}", "block_size")
+        check(isinstance(self.enable_prefix_caching, bool),
+              f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r}", "enable_prefix_caching")
+        utilization = self.gpu_memory_utilization
+        check(isinstance(utilization, (int, float)) and not isinstance(utilization, bool)
+              and math.isfinite(utilization) and 0.0 < utilization <= 1.0,
+              f"gpu_memory_utilization must be in (0, 1], got {utilization!r}", "gpu_memory_utilization")
+
+    # ---- derived values ---------------------------------------------------------------------------
+    @property
+    def is_resolved(self) -> bool:
+        return self.num_gpu_blocks is not None and self.max_model_len is not None
+
+    def resolved(self, *, num_gpu_blocks: int, max_model_len: int):
+        """This config with the KV cache size and the longest sequence filled in (same type)."""
+        return dataclasses.replace(self, num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len)
+
+    def _require_resolved(self) -> None:
+        if not self.is_resolved:
+            raise ValueError("num_gpu_blocks and max_model_len must be resolved first (EngineConfig.resolved)")
 
     @property
     def kv_capacity_tokens(self) -> int:
+        self._require_resolved()
         return self.num_gpu_blocks * self.block_size
 
     @property
     def max_seq_len(self) -> int:
-        """Longest a sequence may grow (prompt + output) before it finishes with reason ``length``.
+        """Longest a sequence may grow (prompt + output) before it is cut.
 
         Besides max_model_len, a sequence must fit the whole KV cache on its own, and under the nano
         policy (no chunked prefill) it must be re-prefillable in one step after a preemption.
@@ -48,3 +119,14 @@ class SchedulerConfig:
         if self.policy == "nano":
             limit = min(limit, self.max_num_batched_tokens)
         return limit
+
+    def check_model(self, shape) -> None:
+        """Refuse settings the model cannot run with (a ``engine.core.model_config.ModelShape``)."""
+        if self.max_model_len is not None and self.max_model_len > shape.max_position_embeddings:
+            raise ValueError(f"max_model_len={self.max_model_len} is more than {shape.name}'s "
+                             f"max_position_embeddings={shape.max_position_embeddings}")
+        # The engine shards these across tensor-parallel ranks (engine.gpu.layers) and cannot split them unevenly.
+        tp = self.tensor_parallel_size
+        for what, count in (("attention heads", shape.num_heads), ("KV heads", shape.num_kv_heads),
+                            ("intermediate size", shape.intermediate_size), ("vocab size", shape.vocab_size)):
+            check(count % tp == 0, f"{shape.name}: {what} ({count}) is not divisible by tensor_parallel_size ({tp})")

@@ -1,16 +1,19 @@
 """The step loop: ``schedule -> runner.run -> postprocess``, over a Runner and a Clock (torch-free).
 
-The GPU engine calls ``step()``. The simulator calls ``begin_step()`` and ``end_step()`` itself with a
-simulated wait between them, so the scheduling, stop rules and records are this very code in both.
+``step_body`` is the one step body. The GPU engine and the profiler call ``step()``, which runs it on
+a real clock; the simulator's replica process runs it with ``yield from engine.step_body(env.timeout)``
+so its clock advances by the runner's predicted duration between the run and the postprocess. The
+scheduling, stop rules, records and the runner's release of finished requests are this very code in
+every path.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Iterable
+from typing import Callable, Generator, Iterable
 
 from engine.core.clock import Clock, WallClock
-from engine.core.config import SchedulerConfig
+from engine.core.config import EngineConfig
 from engine.core.records import StepLog
 from engine.core.runner import Runner, RunnerOutput
 from engine.core.sampling_params import SamplingParams
@@ -21,7 +24,7 @@ from engine.core.sequence import Sequence
 class LLMEngine:
     def __init__(
         self,
-        config: SchedulerConfig,
+        config: EngineConfig,
         runner: Runner,
         *,
         clock: Clock | None = None,
@@ -70,6 +73,7 @@ class LLMEngine:
         self.scheduler.abort(seq)
         if seq.finish_s is None:
             seq.finish_s = self.clock.now()
+        self.runner.release([seq])
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -79,7 +83,7 @@ class LLMEngine:
         return self.scheduler.schedule(now_s)
 
     def end_step(self, batch: ScheduledBatch, output: RunnerOutput) -> list[Sequence]:
-        """Apply the runner's tokens at the step's end time; returns the sequences that finished."""
+        """Apply the runner's tokens at the step's end time and release what finished; returns those sequences."""
         end_s = self.clock.now()
         scheduler = self.scheduler
         finished = scheduler.postprocess(batch, output.token_ids, end_s)
@@ -92,12 +96,33 @@ class LLMEngine:
             scheduler.block_manager.num_used_blocks,
             len(finished),
         )
+        if finished:
+            self.runner.release(finished)
         return finished
 
-    def step(self) -> tuple[ScheduledBatch, list[Sequence]]:
-        """Run one step on hardware time: the batch that ran and the sequences that finished."""
+    def step_body(
+        self, wait: Callable[[float], object] | None = None
+    ) -> Generator[object, object, tuple[ScheduledBatch, list[Sequence]]]:
+        """One step: schedule, run, wait for the step's duration where the clock is simulated, postprocess.
+
+        With ``wait`` (the simulator's ``env.timeout``), a runner that predicts its step time makes this
+        yield ``wait(duration_s)`` once; the caller's clock then reads the step's end. Without it the
+        clock is real: the runner returned after the work was done, and nothing is yielded. Returns the
+        batch that ran and the sequences that finished.
+        """
         batch = self.begin_step()
         if batch.is_empty:
             return batch, []
         output = self.runner.run(batch)
+        if wait is not None and output.duration_s is not None:
+            yield wait(output.duration_s)
         return batch, self.end_step(batch, output)
+
+    def step(self) -> tuple[ScheduledBatch, list[Sequence]]:
+        """Run one step on a real clock: the batch that ran and the sequences that finished."""
+        body = self.step_body()
+        try:
+            next(body)
+        except StopIteration as done:
+            return done.value
+        raise RuntimeError("a step on a real clock never waits")

@@ -1,38 +1,85 @@
-"""Per-request and per-step records in one schema for GPU replays and simulations.
+"""Per-request and per-step records, declared once for GPU replays, simulations and their readers.
 
-Kept in plain arrays on the hot path; turned into pyarrow tables (parquet) only at the end.
+Each column is declared here with its type and where its value comes from; the step log, the
+request rows, the cost model's features (``sim.batch_features``) and the analysis schemas
+(``analysis.schema``) all derive from these declarations. Kept in plain arrays on the hot path;
+turned into pyarrow tables (parquet) only at the end.
 """
 
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
-from engine.core.sequence import Sequence
+from engine.core.sequence import FinishReason, Sequence
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from engine.core.scheduler import ScheduledBatch
 
-# What a step scheduled: identical in a simulation and a GPU run of the same offline schedule.
-SCHEDULE_COLUMNS = (
-    "num_seqs",
-    "num_prefill_seqs",
-    "num_prefill_tokens",
-    "prefill_context_tokens",
-    "num_decode_seqs",
-    "decode_context_tokens",
-    "num_batched_tokens",
-    "num_running",
-    "num_waiting",
-    "num_kv_blocks_used",
-    "num_preempted",
-    "num_finished",
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: str  # "int64", "float64", "string" or "list<float64>"
+    source: str  # where the value comes from (see each table's comment)
+    doc: str = ""
+
+
+# Steps. Sources: "id" (replica, index), "batch" (the ScheduledBatch attribute of that name, fixed when
+# the step is scheduled), "engine" (the engine's state after the step), "clock", "derived".
+# Columns marked schedule=True are what the step scheduled: identical in a simulation and a GPU run
+# of the same offline schedule (analysis.compare diffs them step by step).
+STEP_COLUMNS: tuple[Column, ...] = (
+    Column("replica", "int64", "id"),
+    Column("step", "int64", "id"),
+    Column("num_seqs", "int64", "batch", "sequences in the step"),
+    Column("num_prefill_seqs", "int64", "batch", "sequences computing more than one token"),
+    Column("num_prefill_tokens", "int64", "batch", "tokens of those prefill chunks"),
+    Column("prefill_context_tokens", "int64", "batch", "tokens already cached before the prefill chunks"),
+    Column("num_decode_seqs", "int64", "batch", "sequences computing one token"),
+    Column("decode_context_tokens", "int64", "batch", "KV tokens the decode rows attend to"),
+    Column("num_batched_tokens", "int64", "batch", "prefill tokens + decode rows"),
+    Column("num_running", "int64", "engine", "running sequences after the step"),
+    Column("num_waiting", "int64", "engine", "waiting sequences after the step"),
+    Column("num_kv_blocks_used", "int64", "engine", "KV blocks in use after the step"),
+    Column("num_preempted", "int64", "engine", "sequences preempted to schedule the step"),
+    Column("num_finished", "int64", "engine", "sequences that finished in the step"),
+    Column("prefill_attention_pairs", "int64", "batch", "(query, key) pairs of the prefill chunks"),
+    Column("max_decode_context_tokens", "int64", "batch", "the longest decode context"),
+    Column("start_s", "float64", "clock", "when the step was scheduled"),
+    Column("duration_s", "float64", "clock", "from scheduling to the end of postprocess"),
+    Column("kv_usage", "float64", "derived", "num_kv_blocks_used / the cache's blocks"),
 )
-COST_COLUMNS = ("prefill_attention_pairs", "max_decode_context_tokens")  # derived from the batch, for cost models
-STEP_INT_COLUMNS = ("replica", "step", *SCHEDULE_COLUMNS, *COST_COLUMNS)
-STEP_FLOAT_COLUMNS = ("start_s", "duration_s", "kv_usage")
+_STEP_BY_NAME = {c.name: c for c in STEP_COLUMNS}
+# The schedule: every column from num_seqs to num_finished (the batch's shape and the engine's queues).
+SCHEDULE_COLUMNS: tuple[str, ...] = tuple(c.name for c in STEP_COLUMNS[2:14])
+# What a step's cost depends on: every batch column (the cost model's features).
+BATCH_COLUMNS: tuple[str, ...] = tuple(c.name for c in STEP_COLUMNS if c.source == "batch")
+# Newer columns: optional when reading runs recorded before they existed.
+OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("prefill_attention_pairs", "max_decode_context_tokens")
+
+# Requests. Every column is a Sequence attribute at the time it finished (token_times_s: one time per
+# output token).
+REQUEST_COLUMNS: tuple[Column, ...] = (
+    Column("request_id", "string", "sequence"),
+    Column("replica", "int64", "sequence"),
+    Column("arrival_s", "float64", "sequence"),
+    Column("first_scheduled_s", "float64", "sequence"),
+    Column("first_token_s", "float64", "sequence"),
+    Column("finish_s", "float64", "sequence"),
+    Column("prompt_tokens", "int64", "sequence"),
+    Column("output_tokens", "int64", "sequence"),
+    Column("cached_tokens", "int64", "sequence"),
+    Column("num_preemptions", "int64", "sequence"),
+    Column("finish_reason", "string", "sequence", "|".join(r.value for r in FinishReason)),
+    Column("reject_reason", "string", "sequence"),
+    Column("token_times_s", "list<float64>", "sequence"),
+)
+# Finish reasons of requests that were served (the others did not complete: rejected, aborted).
+SERVED_FINISH_REASONS: tuple[str, ...] = tuple(r.value for r in FinishReason if r.served)
 
 
 class StepLog:
@@ -41,31 +88,16 @@ class StepLog:
     def __init__(self, replica: int = 0, num_kv_blocks: int = 1) -> None:
         self.replica = replica
         self.num_kv_blocks = num_kv_blocks
-        self._ints = {name: array("q") for name in STEP_INT_COLUMNS}
-        self._floats = {name: array("d") for name in STEP_FLOAT_COLUMNS}
-        c = self._ints
-        f = self._floats
-        self._appenders = (
-            c["num_seqs"].append,
-            c["num_prefill_seqs"].append,
-            c["num_prefill_tokens"].append,
-            c["prefill_context_tokens"].append,
-            c["num_decode_seqs"].append,
-            c["decode_context_tokens"].append,
-            c["prefill_attention_pairs"].append,
-            c["max_decode_context_tokens"].append,
-            c["num_batched_tokens"].append,
-            c["num_running"].append,
-            c["num_waiting"].append,
-            c["num_kv_blocks_used"].append,
-            c["num_preempted"].append,
-            c["num_finished"].append,
-            f["start_s"].append,
-            f["duration_s"].append,
-        )
+        self._columns = {c.name: array("q" if c.dtype == "int64" else "d") for c in STEP_COLUMNS
+                         if c.source not in ("id", "derived")}
+        c = self._columns
+        self._batch_appenders = tuple((c[name].append, name) for name in BATCH_COLUMNS)
+        self._appenders = tuple(c[name].append for name in (
+            "num_running", "num_waiting", "num_kv_blocks_used", "num_finished", "start_s", "duration_s"))
+        self._append_preempted = c["num_preempted"].append
 
     def __len__(self) -> int:
-        return len(self._floats["start_s"])
+        return len(self._columns["start_s"])
 
     def record(
         self,
@@ -77,63 +109,35 @@ class StepLog:
         num_kv_blocks_used: int,
         num_finished: int,
     ) -> None:
-        values = (
-            len(batch.seqs),
-            batch.num_prefill_seqs,
-            batch.num_prefill_tokens,
-            batch.prefill_context_tokens,
-            batch.num_decode_seqs,
-            batch.decode_context_tokens,
-            batch.prefill_attention_pairs,
-            batch.max_decode_context_tokens,
-            batch.num_prefill_tokens + batch.num_decode_seqs,
-            num_running,
-            num_waiting,
-            num_kv_blocks_used,
-            len(batch.preempted),
-            num_finished,
-            start_s,
-            duration_s,
-        )
-        for append, value in zip(self._appenders, values):
+        for append, name in self._batch_appenders:
+            append(getattr(batch, name))
+        self._append_preempted(len(batch.preempted))
+        for append, value in zip(self._appenders,
+                                 (num_running, num_waiting, num_kv_blocks_used, num_finished, start_s, duration_s)):
             append(value)
 
     def to_arrow(self) -> pa.Table:
+        import numpy as np
         import pyarrow as pa
 
         n = len(self)
-        columns: dict[str, object] = {}
-        columns["replica"] = pa.array([self.replica] * n, pa.int64())
-        columns["step"] = pa.array(range(n), pa.int64())
-        for name in STEP_INT_COLUMNS[2:]:
-            columns[name] = pa.array(self._ints[name], pa.int64())
-        columns["start_s"] = pa.array(self._floats["start_s"], pa.float64())
-        columns["duration_s"] = pa.array(self._floats["duration_s"], pa.float64())
-        used = pa.array(self._ints["num_kv_blocks_used"], pa.float64())
-        import pyarrow.compute as pc
-
-        columns["kv_usage"] = pc.divide(used, float(self.num_kv_blocks))
-        return pa.table(columns)
-
-
-REQUEST_SCHEMA_FIELDS = (
-    ("request_id", "string"),
-    ("replica", "int64"),
-    ("arrival_s", "float64"),
-    ("first_scheduled_s", "float64"),
-    ("first_token_s", "float64"),
-    ("finish_s", "float64"),
-    ("prompt_tokens", "int64"),
-    ("output_tokens", "int64"),
-    ("cached_tokens", "int64"),
-    ("num_preemptions", "int64"),
-    ("finish_reason", "string"),
-    ("reject_reason", "string"),
-)
+        columns: dict[str, object] = {
+            "replica": pa.array(np.full(n, self.replica, dtype=np.int64)),
+            "step": pa.array(np.arange(n, dtype=np.int64)),
+        }
+        for column in STEP_COLUMNS:
+            if column.source in ("id", "derived"):
+                continue
+            # Wrapping the buffer is a copy-free view: pa.array would walk the array element by element.
+            values = np.frombuffer(self._columns[column.name], dtype=np.int64 if column.dtype == "int64" else np.float64)
+            columns[column.name] = pa.array(values)
+        used = np.frombuffer(self._columns["num_kv_blocks_used"], dtype=np.int64)
+        columns["kv_usage"] = pa.array(used / float(self.num_kv_blocks))
+        return pa.table({c.name: columns[c.name] for c in STEP_COLUMNS})
 
 
 def request_row(seq: Sequence) -> tuple:
-    """A finished sequence's record: the fields of REQUEST_SCHEMA_FIELDS, then its token times."""
+    """A finished sequence's record: the values of REQUEST_COLUMNS, in order."""
     return (
         str(seq.request_id),
         seq.replica,
@@ -152,14 +156,14 @@ def request_row(seq: Sequence) -> tuple:
 
 
 def requests_to_arrow(rows: Iterable[tuple]) -> pa.Table:
-    """Rows from ``request_row`` to a table with a ``token_times_s`` list column."""
+    """Rows from ``request_row`` to a table of REQUEST_COLUMNS (token_times_s as a list column)."""
     import numpy as np
     import pyarrow as pa
 
     rows = list(rows)
     columns = {}
-    for i, (name, type_name) in enumerate(REQUEST_SCHEMA_FIELDS):
-        columns[name] = pa.array([r[i] for r in rows], type=getattr(pa, type_name)())
+    for i, column in enumerate(REQUEST_COLUMNS[:-1]):
+        columns[column.name] = pa.array([r[i] for r in rows], type=getattr(pa, column.dtype)())
     times = [r[-1] for r in rows]
     lengths = np.fromiter((len(t) for t in times), dtype=np.int64, count=len(times))
     offsets = np.zeros(len(times) + 1, dtype=np.int32 if lengths.sum() < 2**31 else np.int64)

@@ -8,9 +8,11 @@ simulator knows about a step comes through here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from engine.core.scheduler import ScheduledBatch
+if TYPE_CHECKING:
+    from engine.core.scheduler import ScheduledBatch
+    from engine.core.sequence import Sequence
 
 
 @dataclass(slots=True)
@@ -20,4 +22,12 @@ class RunnerOutput:
 
 
 class Runner(Protocol):
-    def run(self, batch: ScheduledBatch) -> RunnerOutput: ...
+    def run(self, batch: ScheduledBatch) -> RunnerOutput:
+        """Compute one scheduled step; returns a token for each sequence that samples one."""
+        ...
+
+    def release(self, seqs: list[Sequence]) -> None:
+        """Forget per-request state (sampling generators, ...) of sequences that finished or were
+        aborted; the engine calls it once per sequence, after the step that finished it (as vLLM's
+        scheduler output carries ``finished_req_ids``)."""
+        ...

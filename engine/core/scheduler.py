@@ -1,6 +1,6 @@
 """Decides what each engine step computes (torch-free; the simulator runs this very code).
 
-Two policies, chosen by ``SchedulerConfig.policy``:
+Two policies, chosen by ``EngineConfig.policy``:
 
 - ``mixed`` (default), continuous batching as in vLLM v1: every step first advances the running
   sequences (a decode token each, or the next chunk of a prompt), then fills the rest of the token
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from engine.core.block_manager import BlockManager
-from engine.core.config import SchedulerConfig
+from engine.core.config import EngineConfig
 from engine.core.sequence import FinishReason, Sequence, SequenceStatus
 
 
@@ -75,7 +75,9 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, eos_token_ids: Iterable[int] = ()) -> None:
+    def __init__(self, config: EngineConfig, eos_token_ids: Iterable[int] = ()) -> None:
+        if not config.is_resolved:
+            raise ValueError("the scheduler needs num_gpu_blocks and max_model_len resolved (EngineConfig.resolved)")
         self.config = config
         self.eos_token_ids = frozenset(eos_token_ids)
         self.block_manager = BlockManager(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)

@@ -20,6 +20,11 @@ class FinishReason(str, enum.Enum):
     REJECTED = "rejected"  # can never be served; see Sequence.reject_reason
     ABORTED = "aborted"  # cancelled by the caller
 
+    @property
+    def served(self) -> bool:
+        """The request ran to one of its stop rules (as opposed to never being served or being cancelled)."""
+        return self in (FinishReason.STOP, FinishReason.LENGTH)
+
 
 class Sequence:
     """One request. ``token_ids`` holds the prompt followed by the completion.
@@ -111,7 +116,3 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
-
-    @property
-    def last_token_id(self) -> int:
-        return self.token_ids[-1]

@@ -25,6 +25,7 @@ from engine.options import EngineOptions
 from engine.gpu.parallel import SINGLE, ParallelContext
 from engine.core.runner import RunnerOutput
 from engine.core.scheduler import ScheduledBatch
+from engine.core.config import cdiv
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -98,7 +99,7 @@ class ModelRunner:
         self.dtype = resolve_dtype(options, self.device)
         self.block_size = options.block_size
         self.max_model_len = options.max_model_len or shape.max_position_embeddings
-        self.max_blocks_per_seq = -(-self.max_model_len // self.block_size)
+        self.max_blocks_per_seq = cdiv(self.max_model_len, self.block_size)
         backend_name = options.attention_backend
         if backend_name == "auto":
             backend_name = default_backend(self.device.type)
@@ -159,7 +160,7 @@ class ModelRunner:
         torch.cuda.reset_peak_memory_stats(self.device)
         seq_len = min(self.max_model_len, opts.max_num_batched_tokens)
         num_seqs = max(1, min(opts.max_num_seqs, opts.max_num_batched_tokens // seq_len))
-        warmup_blocks = num_seqs * -(-seq_len // self.block_size)
+        warmup_blocks = num_seqs * cdiv(seq_len, self.block_size)
         self._allocate_kv_cache(warmup_blocks)
         self._warmup_forward(num_seqs, seq_len)
         torch.cuda.synchronize(self.device)
@@ -188,7 +189,7 @@ class ModelRunner:
 
     def _warmup_forward(self, num_seqs: int, seq_len: int) -> None:
         """A prefill of ``num_seqs`` sequences of ``seq_len`` tokens: the largest step the scheduler may form."""
-        blocks_per_seq = -(-seq_len // self.block_size)
+        blocks_per_seq = cdiv(seq_len, self.block_size)
         positions = np.tile(np.arange(seq_len, dtype=np.int64), num_seqs)
         seq_index = np.repeat(np.arange(num_seqs, dtype=np.int64), seq_len)
         plan = StepPlan(
@@ -396,11 +397,14 @@ class ModelRunner:
             self.step_timings.append((t1 - t0, t_launched - t1, t2 - t_launched, forward_s, sample_s))
         if plan.graph_bs:
             timings.num_graph_steps += 1
-        if self._generators:
-            for seq in batch.seqs:
-                if seq.seq_id in self._generators and seq.num_computed_tokens + 1 >= seq.max_num_tokens:
-                    del self._generators[seq.seq_id]
         return RunnerOutput(token_ids)
+
+    def release(self, seqs) -> None:
+        """Drop finished or aborted sequences' sampling generators (the engine says which finished)."""
+        generators = self._generators
+        if generators:
+            for seq in seqs:
+                generators.pop(seq.seq_id, None)
 
     # ---- CUDA graphs ----------------------------------------------------------------------------
     def _graph_sizes_for(self, max_bs: int) -> list[int]:

@@ -79,6 +79,26 @@ def test_seeded_sampling_is_reproducible_and_filters_work(tiny_qwen3):
     assert top1[0]["token_ids"] == greedy[0]["token_ids"] == tiny_p[0]["token_ids"]
 
 
+def test_seeded_requests_leave_no_generator_behind(tiny_qwen3):
+    """The engine tells the runner which sequences finished; nothing per request outlives its request,
+    whether it ran to max_tokens or stopped early on a stop token."""
+    path, _ = tiny_qwen3
+    llm = LLM(path, **OPTIONS)
+    prompts = [[3, 1, 4, 1, 5], [2, 7, 1, 8], [1, 6, 1, 8], [9, 9, 9]]
+    greedy = llm.generate(prompts[0], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True), use_tqdm=False)
+    stop_early = greedy[0]["token_ids"][1]
+    for call in range(3):
+        params = [SamplingParams(temperature=1.0, max_tokens=4 + i, seed=100 * call + i,
+                                 stop_token_ids=(stop_early,) if i % 2 else ()) for i in range(len(prompts))]
+        llm.generate(prompts, params, use_tqdm=False)
+        assert llm.runner._generators == {}, f"after call {call + 1}: {len(llm.runner._generators)} live generators"
+    aborted = llm.engine.add_request([4, 4, 4], SamplingParams(temperature=1.0, max_tokens=50, seed=5))
+    llm.engine.step()
+    assert aborted.seq_id in llm.runner._generators  # a running seeded request holds its generator...
+    llm.engine.abort_request(aborted)
+    assert llm.runner._generators == {}  # ...until it is aborted
+
+
 def test_eos_stops_unless_ignored(tiny_qwen3):
     path, _ = tiny_qwen3
     llm = LLM(path, **OPTIONS)

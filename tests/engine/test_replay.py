@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pl = pytest.importorskip("polars")
 
 from engine.core.records import SCHEDULE_COLUMNS  # noqa: E402
-from engine.replay import main as engine_replay  # noqa: E402
+from cli.engine_replay import main as engine_replay  # noqa: E402
 from traces.schema import save_trace  # noqa: E402
 
 
@@ -39,7 +39,7 @@ COMMON = ["--block-size", "16", "--max-model-len", "512", "--max-num-batched-tok
 
 @pytest.mark.parametrize("policy", ["mixed", "nano"])
 def test_offline_simulation_forms_the_real_batches(tiny_qwen3, shared_prefix_trace, tmp_path, policy):
-    from sim.replay import main as sim_replay
+    from cli.sim_replay import main as sim_replay
 
     model_dir, _ = tiny_qwen3
     options = [shared_prefix_trace, "--model", model_dir, "--offline", "--policy", policy, *COMMON]

@@ -5,12 +5,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.core.config import SchedulerConfig
 from engine.core.llm_engine import LLMEngine
 from engine.core.runner import RunnerOutput
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import FinishReason, SequenceStatus
-from tests.engine.helpers import ManualClock
+from tests.engine.helpers import ManualClock, SmallBlockConfig
 
 BASES = [[1000 * g + i for i in range(80)] for g in range(4)]  # shared prefixes
 
@@ -22,6 +21,7 @@ class CheckingRunner:
         self.engine_ref = engine_ref
         self.clock = clock
         self.running_before: set[int] = set()  # ids running when the step began
+        self.released: set[int] = set()
 
     def run(self, batch):
         engine: LLMEngine = self.engine_ref[0]
@@ -44,6 +44,12 @@ class CheckingRunner:
                 assert all(n == 1 for n in batch.num_new_tokens)
         self.clock.t += 0.001
         return RunnerOutput([5] * len(batch.seqs))
+
+    def release(self, seqs) -> None:
+        for seq in seqs:
+            assert seq.is_finished, "a sequence was released before it finished"
+            assert seq.seq_id not in self.released, "a sequence was released twice"
+            self.released.add(seq.seq_id)
 
 
 def check_state(engine: LLMEngine) -> None:
@@ -92,7 +98,7 @@ requests_strategy = st.lists(
 def test_invariants_hold_every_step_and_everything_finishes(
     policy, block_size, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, max_model_len, prefix_caching, requests
 ):
-    cfg = SchedulerConfig(
+    cfg = SmallBlockConfig(
         num_gpu_blocks=num_gpu_blocks,
         max_model_len=max_model_len,
         block_size=block_size,
@@ -131,3 +137,5 @@ def test_invariants_hold_every_step_and_everything_finishes(
         assert len(seq.token_times_s) == seq.num_completion_tokens
     bm = engine.scheduler.block_manager
     assert bm.num_used_blocks == 0 and all(c == 0 for c in bm.ref_counts)
+    # Every sequence that reached the runner is released to it exactly once (rejected ones never ran).
+    assert runner.released == {s.seq_id for s in seqs if s.finish_reason is not FinishReason.REJECTED}

@@ -10,8 +10,9 @@ import polars as pl
 import pytest
 
 from analysis.metrics import add_latency_columns, summarize
-from sim.replay import build_parser, main as replay_main
-from sim.simulator import SimConfig, simulate
+from cli.sim_replay import build_parser, main as replay_main
+from sim.config import SimConfig
+from sim.simulator import simulate
 from traces.schema import load_trace
 from tests.sim.helpers import SHAREGPT, SUMMARY_STAT_KEYS, read_outputs, run_cli
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sim.replay import main as replay_main
+from cli.sim_replay import main as replay_main
 from tests.sim.helpers import SHAREGPT, run_cli
 
 TRACE = str(SHAREGPT)
@@ -70,12 +70,12 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "unknown policy": (None, ["--policy", "bogus"], ["--policy", "bogus", "mixed"]),
     "unknown router": (None, ["--router", "bogus"], ["--router", "bogus", "rr"]),
     "block size 3": (None, ["--block-size", "3"], ["block[-_]size", "power of two", "3"]),
-    "max-num-seqs 0": (None, ["--max-num-seqs", "0"], ["max[-_]num[-_]seqs", "positive"]),
+    "max-num-seqs 0": (None, ["--max-num-seqs", "0"], ["max[-_]num[-_]seqs", ">= 1"]),
     "max-num-batched-tokens 0": (
-        None, ["--max-num-batched-tokens", "0"], ["max[-_]num[-_]batched[-_]tokens", "positive"]
+        None, ["--max-num-batched-tokens", "0"], ["max[-_]num[-_]batched[-_]tokens", ">= 1"]
     ),
-    "num-gpu-blocks 0": (None, ["--num-gpu-blocks", "0"], ["num[-_]gpu[-_]blocks", "positive"]),
-    "max-model-len negative": (None, ["--max-model-len", "-1"], ["max[-_]model[-_]len", "positive"]),
+    "num-gpu-blocks 0": (None, ["--num-gpu-blocks", "0"], ["num[-_]gpu[-_]blocks", ">= 1"]),
+    "max-model-len negative": (None, ["--max-model-len", "-1"], ["max[-_]model[-_]len", ">= 1"]),
     "tensor-parallel-size 0": (None, ["--tensor-parallel-size", "0"], ["tensor[-_]parallel[-_]size", ">= 1"]),
     "gpu-memory-utilization 1.5": (
         None, ["--gpu-memory-utilization", "1.5"], ["gpu[-_]memory[-_]utilization", r"\(0, 1\]"]
@@ -90,6 +90,14 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "host slowdown episodes fraction": (None, ["--host-slowdown", "episodes:1,2,1.5,3"], ["FRACTION", "1.5"]),
     "host slowdown csv columns": (None, ["--host-slowdown", "{tmp}/host.csv"], ["host.csv", "start_s,slowdown"]),
     "block size 0": (None, ["--block-size", "0"], ["block[-_]size"]),
+    # The engine's own limits, refused by the one validator both share.
+    "block size 8": (None, ["--block-size", "8"], ["--block-size", "16 to 256", "got 8"]),
+    "max-model-len above the model's": (
+        None, ["--max-model-len", "100000"], ["max_model_len=100000", "max_position_embeddings=40960"]
+    ),
+    "tensor-parallel-size the model cannot split": (
+        None, ["--tensor-parallel-size", "3"], ["qwen3-0.6b", "not divisible by tensor_parallel_size \\(3\\)"]
+    ),
     "block size negative": (None, ["--block-size", "-16"], ["block[-_]size"]),
     "max-model-len 0": (None, ["--max-model-len", "0"], ["max[-_]model[-_]len"]),
     "out is a file": (None, ["--out", "{tmp}/a_file"], ["{tmp}/a_file"]),

@@ -9,8 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sim.replay import main as replay_main
-from sim.simulator import SimConfig, simulate
+from cli.sim_replay import main as replay_main
+from sim.config import SimConfig
+from sim.simulator import simulate
 from tests.sim.helpers import (
     SHAREGPT,
     assert_conserved,
@@ -185,7 +186,7 @@ def test_every_prompt_and_output_token_is_computed_once(policy, prefix_caching) 
 
 
 def result_num_blocks(config: SimConfig) -> int:
-    return config.scheduler_config(config.model_shape).num_gpu_blocks
+    return config.resolved_for(config.model_shape).num_gpu_blocks
 
 
 def test_nano_decode_steps_respect_the_token_budget() -> None:

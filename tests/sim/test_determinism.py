@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from sim.simulator import SimConfig, simulate
+from sim.config import SimConfig
+from sim.simulator import simulate
 from tests.sim.helpers import SHAREGPT, assert_frames_equal, read_outputs, result_tables, run_cli, without_wall_clock
 from traces.schema import load_trace
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from sim.replay import main as replay_main
+from cli.sim_replay import main as replay_main
 from tests.sim.helpers import read_outputs, write_trace
 
 

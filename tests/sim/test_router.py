@@ -104,7 +104,8 @@ def _hit_rate(result) -> float:
 
 
 def test_prefix_routing_raises_the_cache_hit_rate_of_a_multi_turn_trace() -> None:
-    from sim.simulator import SimConfig, simulate
+    from sim.config import SimConfig
+    from sim.simulator import simulate
     from traces.schema import load_trace
 
     trace = load_trace(Path(__file__).resolve().parents[2] / "traces" / "sharegpt.parquet").head(1000)

@@ -16,6 +16,7 @@ import polars as pl
 
 from traces.errors import TraceError
 from traces.formats.base import ConvertOptions, Converted, drop_zero_lengths
+from engine.core.config import cdiv
 
 MOONCAKE_BLOCK_TOKENS = 512
 
@@ -49,7 +50,7 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
     hash_ids = record["hash_ids"]
     if not isinstance(hash_ids, list) or not all(_is_int(h) for h in hash_ids):
         raise fail(f"field 'hash_ids' is not a list of integers: {str(hash_ids)[:80]}")
-    expected = -(-lengths[0] // MOONCAKE_BLOCK_TOKENS)
+    expected = cdiv(lengths[0], MOONCAKE_BLOCK_TOKENS)
     if len(hash_ids) != expected:
         raise fail(
             f"field 'hash_ids' has {len(hash_ids)} ids but input_length {lengths[0]} needs "

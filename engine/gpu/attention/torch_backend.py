@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.gpu.attention.base import PagedAttentionBackend
+from engine.core.config import cdiv
 
 
 class TorchBackend(PagedAttentionBackend):
@@ -27,7 +28,7 @@ class TorchBackend(PagedAttentionBackend):
     def _gather(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
         """[length, kv_heads, head_dim] for one sequence."""
         block_size = cache.shape[2]
-        num_blocks = -(-length // block_size)
+        num_blocks = cdiv(length, block_size)
         pages = cache[block_table[:num_blocks].long()]  # [n, H, bs, D]
         return pages.permute(0, 2, 1, 3).reshape(-1, cache.shape[1], cache.shape[3])[:length]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from engine.core.config import cdiv
 
 DECODE_TILE_TOKENS = 64  # KV tokens per tile of the decode kernel (fewer when a page is smaller)
 LONG_SEQ_SLOTS = 4  # at most this many long contexts per decode batch get extra splits
@@ -49,9 +50,9 @@ def decode_splits(
 ) -> DecodeSplits:
     """``fill_splits`` from ``decode_num_splits``; long sequences get enough splits that the longest allowed
     context needs at most ``cap_tiles`` per program, but no more than ``max_long_splits``."""
-    max_tiles = -(-max_model_len // DECODE_TILE_TOKENS)
+    max_tiles = cdiv(max_model_len, DECODE_TILE_TOKENS)
     fill = decode_num_splits(num_seqs, num_kv_heads, max_tiles, num_sms)
-    wanted = min(max_long_splits, -(-max(1, max_tiles) // cap_tiles))
+    wanted = min(max_long_splits, cdiv(max(1, max_tiles), cap_tiles))
     wanted = 1 << (wanted - 1).bit_length()  # a power of two: the merge kernel loads all splits at once
     if wanted <= fill:
         return DecodeSplits(fill, fill, cap_tiles, 0)

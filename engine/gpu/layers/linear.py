@@ -33,14 +33,6 @@ class LinearBase(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
-class ReplicatedLinear(LinearBase):
-    def __init__(self, in_features: int, out_features: int, bias: bool = False, parallel: ParallelContext = SINGLE):
-        super().__init__(in_features, out_features, bias, parallel)
-
-    def weight_loader(self, param, loaded, shard_id=None):
-        param.data.copy_(loaded)
-
-
 class ColumnParallelLinear(LinearBase):
     def __init__(self, in_features: int, out_features: int, bias: bool = False, parallel: ParallelContext = SINGLE):
         super().__init__(in_features, divide(out_features, parallel.world_size, "output features"), bias, parallel)

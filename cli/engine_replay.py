@@ -1,0 +1,155 @@
+"""Replay a request trace on the GPU with real arrival times: ``python -m engine.replay TRACE --model NAME``.
+
+A request joins the waiting queue at the first step boundary after its arrival time; while nothing
+is queued the engine sleeps until the next arrival. Writes the same folder as ``sim.replay`` (one
+writer, ``analysis.runs``), so ``analysis.compare`` can hold the two side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from pathlib import Path
+
+from cli.replay_args import add_trace_arguments, load_trace_for_replay
+from engine.core.config import EngineConfig
+from engine.core.config_args import add_config_arguments, build_config, field_names
+from engine.options import EngineOptions
+
+STEP_TIMING_COLUMNS = ("host_prepare_ms", "host_launch_ms", "host_wait_ms", "gpu_forward_ms", "gpu_sample_ms")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m engine.replay",
+        description="Replay a request trace through the real engine, with real arrival times.",
+    )
+    add_trace_arguments(parser)
+    engine_options = ["model", *field_names(EngineConfig)]
+    add_config_arguments(parser.add_argument_group("engine"), EngineOptions, engine_options)
+    g = parser.add_argument_group("GPU engine")
+    add_config_arguments(g, EngineOptions, [n for n in field_names(EngineOptions) if n not in engine_options])
+    g.add_argument("--warmup-requests", type=int, default=8, help="untimed requests run before the replay")
+    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: greedy)")
+    g.add_argument("--step-timings", action="store_true",
+                   help="add each step's host and GPU times to steps.parquet (host_prepare_ms, host_launch_ms, "
+                        "host_wait_ms, gpu_forward_ms, gpu_sample_ms)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", required=True, help="output folder")
+    out.add_argument("--no-report", action="store_true", help="skip report.html")
+    out.add_argument("--quiet", action="store_true", help="no progress output")
+    return parser
+
+
+def replay(llm, trace, args) -> tuple[list, object]:
+    """Feed the trace to the engine in real time; returns (request rows, the engine)."""
+    from engine.core.records import request_row
+    from traces.requests import TraceRequests
+
+    engine = llm.engine
+    requests = TraceRequests(trace, llm.shape.vocab_size, args.seed, args.temperature)
+    arrivals = requests.arrivals_s
+    # Prompts are synthesized before the clock starts, so the replay loop only queues them.
+    prompts = [requests.prompt(i) for i in range(len(requests))]
+    rows: list[tuple] = []
+    gc.collect()
+    gc.freeze()  # the synthesized prompts are long-lived: keep the collector's passes from walking them mid-replay
+    clock = engine.clock
+    engine.reset()  # a fresh scheduler and step log: the warm-up leaves no trace in the records
+    clock.reset()
+    next_index = 0
+    num_requests = len(prompts)
+    last_report = time.perf_counter()
+    while next_index < num_requests or engine.has_unfinished_requests():
+        now = clock.now()
+        while next_index < num_requests and arrivals[next_index] <= now:
+            seq = requests.add_to(engine, next_index, prompts[next_index])
+            if seq.is_finished:
+                rows.append(request_row(seq))
+            next_index += 1
+        if not engine.has_unfinished_requests():
+            clock.sleep_until(arrivals[next_index])
+            continue
+        _, finished = engine.step()
+        rows.extend(request_row(s) for s in finished)
+        if not args.quiet and time.perf_counter() - last_report > 10:
+            last_report = time.perf_counter()
+            print(f"  t={clock.now():.0f}s arrived {next_index}/{num_requests} finished {len(rows)}", file=sys.stderr)
+    return rows, engine
+
+
+def steps_table(step_log, step_timings):
+    """The step log, with each step's host and GPU times when they were recorded."""
+    import pyarrow as pa
+
+    steps = step_log.to_arrow()
+    if step_timings is not None:
+        if len(step_timings) != steps.num_rows:
+            raise RuntimeError(f"{len(step_timings)} step timings for {steps.num_rows} logged steps")
+        for i, name in enumerate(STEP_TIMING_COLUMNS):
+            steps = steps.append_column(name, pa.array([1e3 * t[i] for t in step_timings], pa.float64()))
+    return steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        import polars  # noqa: F401  the run writer's summary needs it: fail now, not after the replay
+    except ImportError:
+        parser.exit(2, "error: engine.replay writes its summary with polars; install it (pip install polars)\n")
+    try:
+        options = build_config(EngineOptions, args)
+        trace = load_trace_for_replay(args)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    from analysis.summary_table import format_summary_table
+    from analysis.runs import write_run
+    from engine.core.records import requests_to_arrow
+    from engine.core.sampling_params import SamplingParams
+    from engine.llm import LLM
+
+    try:
+        llm = LLM(options.model, **{k: v for k, v in vars(options).items() if k != "model"})
+    except (ValueError, FileNotFoundError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    with llm:
+        if args.warmup_requests:
+            warm = [[(7 * i + j) % llm.shape.vocab_size for j in range(64 + 32 * i)] for i in range(args.warmup_requests)]
+            llm.generate(warm, SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)
+        if args.step_timings:  # from here on: the warm-up's steps are not in the step log either
+            llm.runner.step_timings = []
+        started = time.perf_counter()
+        rows, engine = replay(llm, trace, args)
+        wall_s = time.perf_counter() - started
+        config = {
+            **vars(options),
+            "trace": args.trace,
+            "offline": args.offline,
+            "temperature": args.temperature,
+            "num_gpu_blocks": engine.config.num_gpu_blocks,
+            "max_model_len": engine.config.max_model_len,
+            "qps": args.qps,
+            "time_scale": args.time_scale,
+            "limit": args.limit,
+            "replay_wall_s": round(wall_s, 3),
+            "device": _device_name(),
+        }
+        steps = steps_table(engine.step_log, llm.runner.step_timings)
+        summary = write_run(
+            Path(args.out), requests_to_arrow(rows), steps,
+            {"cost_model": "measured", "trace": str(args.trace), "config": config},
+            report_title=None if args.no_report else f"GPU replay of {Path(args.trace).name}",
+            report_subtitle=f"{options.model} on {config['device']}, policy {options.policy}",
+        )
+    if not args.quiet:
+        print(format_summary_table(summary))
+    return 0
+
+
+def _device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"

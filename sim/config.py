@@ -1,0 +1,55 @@
+"""The simulator's deployment: the engine's ``EngineConfig`` plus the hardware, replicas, router and
+cost model it runs on (torch-free). Every engine setting is the engine's own field, validated by the
+engine's validator, so the simulator accepts exactly what the engine accepts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.core.config import ConfigError, EngineConfig, check, check_choice, check_int, option
+from engine.core.model_config import ModelShape
+from sim.cost_model import num_kv_blocks_for
+from sim.hardware import GPUS, get_gpu
+from sim.host_speed import parse_host_slowdown
+from sim.router import ROUTERS
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig(EngineConfig):
+    model: str = option("qwen3-0.6b", "shipped model config name or HF model dir")
+    gpu: str = option("h200", "GPU type", choices=tuple(sorted(GPUS)))
+    num_replicas: int = option(1, "number of engine replicas", flag="--replicas")
+    router: str = option("rr", "request router", choices=tuple(sorted(ROUTERS)))
+    cost_model: str = option(
+        "auto", "auto (a measured profile from sim/profiles/ when one matches --model, --gpu and TP, else the "
+        "roofline estimate), roofline, or a profile JSON path")
+    host_slowdown: str = option(
+        "calibrated", "how much slower than on the profiling grid the serving host runs: calibrated (the profile's "
+        "measured serving average), a number, episodes:NORMAL,SLOW,FRACTION,MEAN_S (seeded random slow periods), or "
+        "a CSV of start_s,slowdown (python -m sim.host_speed)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(isinstance(self.model, str) and bool(self.model), f"model must be a name or a folder, got {self.model!r}",
+              "model")
+        try:
+            get_gpu(self.gpu)
+        except ValueError as exc:
+            raise ConfigError("gpu", str(exc)) from None
+        check_int("num_replicas", self.num_replicas)
+        check_choice("router", self.router, tuple(ROUTERS))
+        parse_host_slowdown(self.host_slowdown)  # validates the spec (and the file, if one is named)
+
+    @property
+    def model_shape(self) -> ModelShape:
+        return ModelShape.load(self.model)
+
+    def resolved_for(self, model: ModelShape) -> "SimConfig":
+        """Checked against ``model``, with the KV cache sized as the engine sizes it and max_model_len filled in."""
+        self.check_model(model)
+        num_blocks = self.num_gpu_blocks
+        if num_blocks is None:
+            num_blocks = num_kv_blocks_for(model, get_gpu(self.gpu), self.block_size, self.gpu_memory_utilization,
+                                           self.max_num_batched_tokens, self.tensor_parallel_size)
+        max_model_len = model.max_position_embeddings if self.max_model_len is None else self.max_model_len
+        return self.resolved(num_gpu_blocks=num_blocks, max_model_len=max_model_len)

@@ -1,0 +1,42 @@
+"""A trace's rows as the engine takes them: one builder for the GPU replay and the simulator.
+
+Both replays queue request ``i`` with the same prompt tokens, the same ``max_tokens`` (the trace's
+output length, with ``ignore_eos`` so the output is exactly that long), the same request id and
+arrival time; only when the prompt is synthesized differs (up front on the GPU, so the replay loop
+only queues; at arrival in the simulator, so memory follows the requests in flight).
+"""
+
+from __future__ import annotations
+
+from engine.core.sampling_params import SamplingParams
+from engine.core.sequence import Sequence
+
+
+class TraceRequests:
+    def __init__(self, trace, vocab_size: int, seed: int = 0, temperature: float = 0.0) -> None:
+        requests = trace.requests
+        self.trace = trace
+        self.vocab_size = vocab_size
+        self.seed = seed
+        self.temperature = temperature
+        self.arrivals_s: list[float] = requests["arrival_s"].to_list()
+        self.request_ids: list[str] = requests["request_id"].to_list()
+        self.output_tokens: list[int] = requests["output_tokens"].to_list()
+
+    def __len__(self) -> int:
+        return len(self.arrivals_s)
+
+    def prompt(self, i: int) -> list[int]:
+        return self.trace.prompt_token_ids(i, self.vocab_size, self.seed)
+
+    def sampling_params(self, i: int) -> SamplingParams:
+        return SamplingParams(max_tokens=self.output_tokens[i], ignore_eos=True, temperature=self.temperature)
+
+    def add_to(self, engine, i: int, prompt: list[int] | None = None) -> Sequence:
+        """Queue request ``i`` on ``engine`` (an ``LLMEngine``); a request that can never fit comes back rejected."""
+        return engine.add_request(
+            self.prompt(i) if prompt is None else prompt,
+            self.sampling_params(i),
+            request_id=self.request_ids[i],
+            arrival_s=self.arrivals_s[i],
+        )

@@ -16,11 +16,12 @@ summary cover finished requests only; aborted ones are counted but not timed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 
 import numpy as np
 import polars as pl
 
+from analysis.formatting import LATENCY_LABELS
 from analysis.schema import (
     ABORTED,
     FINISHED_REASONS,
@@ -29,24 +30,11 @@ from analysis.schema import (
     conform_requests,
     conform_steps,
 )
-from analysis.stats import latency_stats, round_sig, scaled_stats
-from analysis.summary_table import format_summary_table
+from analysis.slo import SLO, statistic_of
+from analysis.stats import MS_PER_S, latency_stats, round_sig, scaled_stats
 
-__all__ = [
-    "LATENCY_COLUMNS",
-    "MS_PER_S",
-    "add_latency_columns",
-    "format_summary_table",
-    "goodput",
-    "itl_values",
-    "latency_stats",
-    "makespan_s",
-    "meets_slos",
-    "summarize",
-]
-
+# Per-request latency columns (s) that `add_latency_columns` adds; ITL has none (it pools gaps).
 LATENCY_COLUMNS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
-MS_PER_S = 1e3
 
 _LATENCY_INPUTS = (
     "arrival_s",
@@ -59,9 +47,12 @@ _LATENCY_INPUTS = (
 )
 _SUMMARY_REQUEST_INPUTS = tuple(column for column in REQUESTS_SCHEMA if column not in ("request_id", "replica"))
 _SUMMARY_STEP_INPUTS = ("duration_s", "kv_usage")
+# Metrics of the gaps between tokens: a request with one output token has none, so cannot miss their SLOs.
+_GAP_METRICS = ("tpot", "itl")
 
 
-def _is_finished() -> pl.Expr:
+def is_finished() -> pl.Expr:
+    """Per request: it finished ("stop" or "length"); never null. Only these are timed in summaries."""
     return pl.col("finish_reason").is_in(FINISHED_REASONS).fill_null(False)
 
 
@@ -79,7 +70,7 @@ def add_latency_columns(requests: pl.DataFrame) -> pl.DataFrame:
     admitted = ~_is_rejected()
     arrival = pl.col("arrival_s")
     last_token_s = pl.col("token_times_s").list.last()
-    end_s = pl.when(_is_finished()).then(pl.col("finish_s")).otherwise(last_token_s)
+    end_s = pl.when(is_finished()).then(pl.col("finish_s")).otherwise(last_token_s)
     frame = frame.with_columns(
         pl.when(admitted).then(pl.col("first_token_s") - arrival).alias("ttft_s"),
         pl.when(admitted).then(end_s - arrival).alias("e2e_s"),
@@ -115,38 +106,56 @@ def makespan_s(requests: pl.DataFrame) -> float:
     return max(0.0, float(end) - float(start))
 
 
-def _slo_column(key: str) -> tuple[str, float]:
-    """Map an SLO key ("ttft_s", "tpot_ms", ...) to its latency column and a factor to seconds."""
-    for suffix, to_s in (("_s", 1.0), ("_ms", 1e-3)):
-        if key.endswith(suffix):
-            column = key[: -len(suffix)] + "_s"
-            if column in LATENCY_COLUMNS:
-                return column, to_s
-    raise ValueError(f"unknown SLO {key!r}; expected one of {', '.join(LATENCY_COLUMNS)} (or *_ms)")
+def latency_column(metric: str) -> str | None:
+    """The per-request column (s) of a metric of `LATENCY_LABELS`; None for ITL."""
+    column = f"{metric}_s"
+    return column if column in LATENCY_COLUMNS else None
 
 
-def meets_slos(requests: pl.DataFrame, slos: Mapping[str, float]) -> pl.Series:
-    """Per request: finished and within every SLO (limit inclusive), never null.
+def latency_samples_s(requests: pl.DataFrame, metric: str) -> pl.Series | np.ndarray:
+    """The values of `metric` over `requests` (s, with latency columns): its column, or ITL's pooled gaps."""
+    column = latency_column(metric)
+    return itl_values(requests) if column is None else requests[column]
 
-    Rejected and aborted requests never meet. A request with a single output
-    token has no TPOT and so cannot violate a TPOT SLO (vLLM counts it as 0).
+
+def _per_request_itl_s(requests: pl.DataFrame, statistic: str) -> pl.Series:
+    """Each request's own ITL statistic (s); null with fewer than two tokens."""
+    values = [
+        statistic_of(np.diff(np.asarray(times, dtype=np.float64)), statistic) if times is not None else None
+        for times in requests["token_times_s"].to_list()
+    ]
+    return pl.Series("itl_s", values, dtype=pl.Float64)
+
+
+def requests_meeting_slos(requests: pl.DataFrame, slos: Iterable[SLO]) -> pl.Series:
+    """Per request: finished and within every SLO limit (vLLM's goodput criterion), never null.
+
+    Each request is held to its own value, so the SLO's statistic only matters for ITL (the
+    statistic of the request's own gaps); two SLOs on one metric (``ttft_p50=1s,ttft_p99=3s``) thus
+    apply the stricter limit. Rejected and aborted requests never meet. A request with a single
+    output token has no TPOT (nor ITL) and so cannot violate such an SLO (vLLM counts it as 0).
     """
-    checks = [_slo_column(key) + (float(limit),) for key, limit in slos.items()]
     frame = add_latency_columns(requests)
-    passes = _is_finished()
-    for column, to_s, limit in checks:
-        within = pl.col(column) <= limit * to_s
-        if column == "tpot_s":
+    passes = is_finished()
+    for slo in slos:
+        column = latency_column(slo.metric)
+        if column is None:  # ITL: the SLO's statistic of the request's own gaps
+            column = f"__itl_{slo.statistic}_s"
+            frame = frame.with_columns(_per_request_itl_s(frame, slo.statistic).alias(column))
+        within = pl.col(column) <= slo.limit_s
+        if slo.metric in _GAP_METRICS:
             within = within | pl.col(column).is_null()
         passes = passes & within.fill_null(False)
     return frame.select(passes.alias("meets_slos")).to_series()
 
 
-def goodput(requests: pl.DataFrame, slos: Mapping[str, float], duration_s: float) -> float:
-    """Requests per second that finished within every SLO (vLLM's goodput)."""
+def goodput_rps(requests: pl.DataFrame, slos: Iterable[SLO], duration_s: float | None = None) -> float:
+    """Requests per second that finished within every SLO (vLLM's goodput), over `duration_s`
+    (default: the replay's makespan)."""
+    duration_s = makespan_s(requests) if duration_s is None else duration_s
     if duration_s <= 0:
         return 0.0
-    return float(meets_slos(requests, slos).sum()) / duration_s
+    return float(requests_meeting_slos(requests, slos).sum()) / duration_s
 
 
 def _kv_usage(steps: pl.DataFrame) -> tuple[float | None, float | None]:
@@ -170,16 +179,16 @@ def _rate(count: float, duration_s: float) -> float | None:
 def summarize(
     requests: pl.DataFrame,
     steps: pl.DataFrame | None,
-    slos: Mapping[str, float] | None = None,
+    slos: Iterable[SLO] | None = None,
 ) -> dict:
     """One JSON-ready dict of a replay's headline metrics (see the module docstring).
 
     Latencies are in ms as {p50, p90, p99, mean}; statistics with no data are
-    None. With `slos`, `goodput` (req/s) and the `slos` used are added.
+    None. With `slos`, `goodput` (req/s) and the limits used (`slos_ms`) are added.
     """
     frame = add_latency_columns(conform_requests(requests, _SUMMARY_REQUEST_INPUTS))
     step_frame = conform_steps(steps, _SUMMARY_STEP_INPUTS)
-    finished = frame.filter(_is_finished())
+    finished = frame.filter(is_finished())
     admitted = frame.filter(~_is_rejected())
     duration_s = makespan_s(frame)
 
@@ -206,11 +215,8 @@ def summarize(
         "total_output_tokens": total_output_tokens,
         "total_cached_tokens": total_cached_tokens,
     }
-    for name in ("ttft", "tpot"):
-        summary[f"{name}_ms"] = scaled_stats(latency_stats(finished[f"{name}_s"]), MS_PER_S)
-    summary["itl_ms"] = scaled_stats(latency_stats(itl_values(finished)), MS_PER_S)
-    for name in ("e2e", "queue"):
-        summary[f"{name}_ms"] = scaled_stats(latency_stats(finished[f"{name}_s"]), MS_PER_S)
+    for metric in LATENCY_LABELS:
+        summary[f"{metric}_ms"] = scaled_stats(latency_stats(latency_samples_s(finished, metric)), MS_PER_S)
     summary.update(
         {
             "num_preemptions": int(frame["num_preemptions"].sum()),
@@ -223,6 +229,7 @@ def summarize(
         }
     )
     if slos is not None:
-        summary["goodput"] = round_sig(goodput(frame, slos, duration_s))
-        summary["slos"] = {key: float(limit) for key, limit in slos.items()}
+        slos = tuple(slos)
+        summary["goodput"] = round_sig(goodput_rps(frame, slos, duration_s))
+        summary["slos_ms"] = {slo.key: slo.limit_ms for slo in slos}
     return summary

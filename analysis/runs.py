@@ -38,7 +38,7 @@ def write_run(
     summary.update(meta)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if report_title is not None:
-        from analysis.report import write_report
+        from analysis.report.replay_report import write_report
 
         write_report(request_frame, step_frame, summary, out_dir / "report.html", title=report_title,
                      subtitle=report_subtitle)

@@ -1,48 +1,21 @@
-"""Latency SLOs such as ``ttft_p90=2s``: parsing, and checking a replay against them.
+"""Latency SLOs such as ``ttft_p90=2s``: the one SLO type of every tool, its syntax, and how its
+statistic is taken.
 
-A capacity sweep asks one yes/no question per replay ("does this load meet every SLO?") and one
-count ("how many requests met all of them?", vLLM's goodput), so both live here, next to the
-syntax they are written in.
-
-Semantics, chosen so that a replay cannot pass by dropping work:
-- The statistic of an SLO is taken over every request of the replay. A request that did not finish
-  (rejected or aborted) counts as an infinitely slow one, so, for example, more than 10 % rejected
-  requests fail any p90 SLO, and any rejected request fails a ``mean`` SLO.
-- ITL pools every gap between consecutive tokens of finished requests, plus one infinite gap per
-  unfinished request. TPOT, like vLLM, has no value for outputs of one token; those are skipped.
-- A statistic with no samples at all (a TPOT SLO when every output is one token) is met.
-- Goodput counts requests that finished and, for each SLO, have their own value (for ITL: the
-  SLO's statistic of their own gaps) within the limit. Two SLOs on one metric (``ttft_p50=1s,
-  ttft_p99=3s``) thus apply the stricter limit to each request.
+How a replay is judged against SLOs: per request (vLLM's goodput) in `analysis.metrics`, per replay
+(a capacity sweep's pass/fail) in `analysis.capacity.slo_check`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
-from analysis.metrics import MS_PER_S, add_latency_columns, makespan_s, meets_slos
-from analysis.schema import FINISHED_REASONS, conform_requests
+from analysis.formatting import LATENCY_LABELS
+from analysis.stats import MS_PER_S
 
-__all__ = [
-    "METRICS",
-    "STATISTICS",
-    "SLO",
-    "SLOCheck",
-    "check_slos",
-    "goodput_rps",
-    "parse_slos",
-    "percentile",
-    "requests_meeting_slos",
-]
-
-# metric name -> the per-request latency column of analysis.metrics (None: ITL, pooled gaps).
-METRICS: dict[str, str | None] = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": None, "e2e": "e2e_s", "queue": "queue_s"}
 # statistic name -> percentile (None: the mean).
 STATISTICS: dict[str, float | None] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "mean": None}
 UNITS_TO_S: dict[str, float] = {"ms": 1e-3, "s": 1.0}
@@ -60,8 +33,8 @@ class SLO:
     limit_s: float
 
     def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise ValueError(f"unknown SLO metric {self.metric!r}; supported: {', '.join(METRICS)}")
+        if self.metric not in LATENCY_LABELS:
+            raise ValueError(f"unknown SLO metric {self.metric!r}; supported: {', '.join(LATENCY_LABELS)}")
         if self.statistic not in STATISTICS:
             raise ValueError(f"unknown SLO statistic {self.statistic!r}; supported: {', '.join(STATISTICS)}")
         if not (math.isfinite(self.limit_s) and self.limit_s > 0):
@@ -145,76 +118,3 @@ def statistic_of(values: np.ndarray, statistic: str) -> float | None:
     if q is None:
         return float(values.mean())
     return percentile(np.sort(values), q)
-
-
-def _is_finished() -> pl.Expr:
-    return pl.col("finish_reason").is_in(FINISHED_REASONS).fill_null(False)
-
-
-def metric_samples_s(latencies: pl.DataFrame, metric: str) -> np.ndarray:
-    """The samples an SLO statistic is taken over (see the module docstring), in seconds."""
-    finished = latencies.filter(_is_finished())
-    num_unfinished = latencies.height - finished.height
-    column = METRICS[metric]
-    if column is None:
-        values = finished["token_times_s"].list.diff().explode().drop_nulls().to_numpy()
-    else:
-        values = finished[column].drop_nulls().to_numpy()
-    values = values.astype(np.float64, copy=False)
-    return np.concatenate([values, np.full(num_unfinished, np.inf)])
-
-
-@dataclass(frozen=True)
-class SLOCheck:
-    """The statistic of every SLO in one replay (ms; None: no samples, or infinite) and the verdict."""
-
-    values_ms: dict[str, float | None]
-    meets_slos: bool
-
-
-def check_slos(requests: pl.DataFrame, slos: Iterable[SLO]) -> SLOCheck:
-    """Whether a replay meets every SLO, and each SLO's measured statistic."""
-    latencies = add_latency_columns(conform_requests(requests, ["token_times_s"]))
-    values_ms: dict[str, float | None] = {}
-    meets = True
-    for slo in slos:
-        value_s = statistic_of(metric_samples_s(latencies, slo.metric), slo.statistic)
-        if value_s is not None and not value_s <= slo.limit_s:
-            meets = False
-        values_ms[slo.key] = value_s * MS_PER_S if value_s is not None and math.isfinite(value_s) else None
-    return SLOCheck(values_ms=values_ms, meets_slos=meets)
-
-
-def _per_request_itl_s(latencies: pl.DataFrame, statistic: str) -> pl.Series:
-    """Each request's own ITL statistic (s); null with fewer than two tokens."""
-    values = [
-        statistic_of(np.diff(np.asarray(times, dtype=np.float64)), statistic) if times is not None else None
-        for times in latencies["token_times_s"].to_list()
-    ]
-    return pl.Series("itl_s", values, dtype=pl.Float64)
-
-
-def requests_meeting_slos(requests: pl.DataFrame, slos: Iterable[SLO]) -> pl.Series:
-    """Per request: finished and within every SLO limit (vLLM's goodput criterion), never null."""
-    slos = tuple(slos)
-    limits_s: Mapping[str, float] = {}
-    for slo in slos:
-        if METRICS[slo.metric] is not None:
-            key = f"{slo.metric}_s"
-            limits_s[key] = min(limits_s.get(key, math.inf), slo.limit_s)
-    passes = meets_slos(requests, limits_s)
-    itl_slos = [slo for slo in slos if slo.metric == "itl"]
-    if itl_slos:
-        latencies = conform_requests(requests, ["token_times_s"])
-        for slo in itl_slos:
-            within = (_per_request_itl_s(latencies, slo.statistic) <= slo.limit_s).fill_null(True)
-            passes = passes & within
-    return passes.alias("meets_slos")
-
-
-def goodput_rps(requests: pl.DataFrame, slos: Iterable[SLO]) -> float:
-    """Requests per second that finished within every SLO, over the replay's makespan."""
-    duration_s = makespan_s(requests)
-    if duration_s <= 0:
-        return 0.0
-    return float(requests_meeting_slos(requests, slos).sum()) / duration_s

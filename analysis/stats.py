@@ -13,7 +13,10 @@ import numpy as np
 import polars as pl
 
 PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+# The keys of `latency_stats`, in the order tables show them.
+STATISTIC_NAMES: tuple[str, ...] = (*PERCENTILES, "mean")
 SIGNIFICANT_DIGITS = 6
+MS_PER_S = 1e3
 
 Values = np.ndarray | pl.Series | Sequence[float | None]
 
@@ -37,7 +40,7 @@ def latency_stats(values: Values) -> dict[str, float | None]:
     """
     array = finite_values(values)
     if array.size == 0:
-        return {**{name: None for name in PERCENTILES}, "mean": None}
+        return {name: None for name in STATISTIC_NAMES}
     points = np.percentile(array, list(PERCENTILES.values()))
     stats: dict[str, float | None] = {name: float(point) for name, point in zip(PERCENTILES, points)}
     stats["mean"] = float(array.mean())

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.metrics import add_latency_columns, format_summary_table, summarize
+from analysis.metrics import add_latency_columns, summarize
+from analysis.report.summary_table import format_summary_table
 
 
 def summarize_run_dir(run_dir: Path, report: bool = False, title: str | None = None) -> dict:
@@ -32,7 +33,7 @@ def summarize_run_dir(run_dir: Path, report: bool = False, title: str | None = N
         summary.update(json.loads(run_file.read_text()))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if report:
-        from analysis.report import write_report
+        from analysis.report.replay_report import write_report
 
         config = summary.get("config", {})
         write_report(requests, steps, summary, run_dir / "report.html",

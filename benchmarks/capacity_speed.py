@@ -36,8 +36,10 @@ SWEEP = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis.capacity import build_parser, run_capacity, write_outputs
-    from analysis.sweep import default_num_jobs
+    from analysis.capacity.cli import build_parser
+    from analysis.capacity.executors import default_num_jobs
+    from analysis.capacity.outputs import write_outputs
+    from analysis.capacity.plan import run_capacity
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=default_num_jobs(), help="local processes (default: %(default)s)")

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = load_trace_for_replay(args)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
-    from analysis.summary_table import format_summary_table
+    from analysis.report.summary_table import format_summary_table
     from analysis.runs import write_run
     from engine.core.records import requests_to_arrow
     from engine.core.sampling_params import SamplingParams

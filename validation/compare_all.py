@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="diagnosis: simulate each run with the host-slowdown timeline read off that run")
     args = parser.parse_args(argv)
 
-    from analysis.compare import main as compare_main
+    from analysis.compare.cli import main as compare_main
     from analysis.summarize import summarize_run_dir
     from cli.sim_replay import main as sim_replay
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analysis.capacity import main
-from analysis.capacity_report import CHART_TITLES
+from analysis.capacity.cli import main
+from analysis.capacity.report import CHART_TITLES
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE = str(REPO / "traces" / "sharegpt.parquet")

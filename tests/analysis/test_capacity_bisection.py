@@ -1,10 +1,10 @@
-"""The capacity search (analysis.bisection) on synthetic pass/fail functions, with exact expectations."""
+"""The capacity search (analysis.capacity.bisection) on synthetic pass/fail functions, with exact expectations."""
 
 from __future__ import annotations
 
 import pytest
 
-from analysis.bisection import CapacitySearch, SearchParams, run_search
+from analysis.capacity.bisection import CapacitySearch, SearchParams, run_search
 
 
 def below(limit: float):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.bisection import SearchOutcome
-from analysis.capacity_cost import (
+from analysis.capacity.bisection import SearchOutcome
+from analysis.capacity.cost import (
     DEFAULT_GPU_COST_PER_HOUR_USD,
     assess,
     cost_per_million_output_tokens_usd,
@@ -16,7 +16,7 @@ from analysis.capacity_cost import (
     pareto_front,
     replicas_needed,
 )
-from analysis.sweep import ConfigResult, PointResult
+from analysis.capacity.sweep import ConfigResult, PointResult
 from sim.hardware import GPUS
 from sim.simulator import SimConfig
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.capacity import main
+from analysis.capacity.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE = str(REPO / "traces" / "sharegpt.parquet")

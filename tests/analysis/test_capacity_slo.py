@@ -1,4 +1,4 @@
-"""SLO syntax and the pass/fail and goodput rules of a capacity sweep (analysis.slo)."""
+"""SLO syntax and the pass/fail and goodput rules of a capacity sweep (analysis.slo, analysis.capacity.slo_check)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from analysis.slo import SLO, check_slos, goodput_rps, parse_slos, percentile, requests_meeting_slos
+from analysis.capacity.slo_check import check_slos
+from analysis.metrics import goodput_rps, requests_meeting_slos
+from analysis.slo import SLO, parse_slos, percentile
 from tests.analysis.frames import requests_frame
 
 # TTFT 0.5 / 1.0 / 2.0 s, TPOT 0.1 / 0.3 / - s, queue 0.1 / 0.5 / 1.0 s, then one rejected request.

@@ -1,4 +1,4 @@
-"""Sweeps (analysis.sweep): the cross product, labels, and results that do not depend on parallelism."""
+"""Sweeps (analysis.capacity.sweep): the cross product, labels, and results that do not depend on parallelism."""
 
 from __future__ import annotations
 
@@ -7,19 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.bisection import SearchParams
+from analysis.capacity.bisection import SearchParams
+from analysis.capacity.executors import LocalExecutor, SerialExecutor, make_executor
+from analysis.capacity.sweep import SweepError, config_label, expand_configs, family_label, run_sweep, varying_axes
 from analysis.slo import parse_slos
-from analysis.sweep import (
-    LocalExecutor,
-    SerialExecutor,
-    SweepError,
-    config_label,
-    expand_configs,
-    family_label,
-    make_executor,
-    run_sweep,
-    varying_axes,
-)
 from sim.simulator import SimConfig
 from traces.schema import load_trace
 

@@ -8,11 +8,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analysis.compare import compare_runs, config_differences, markdown_document
-from analysis.compare_io import CompareInputError, load_run
-from analysis.compare_metrics import METRIC_SPECS, error_table, relative_error, run_metrics
-from analysis.compare_requests import NoCommonRequestsError, join_requests
-from analysis.compare_tables import error_table_markdown, format_error_table, format_float
+from analysis.compare.comparison import compare_runs, config_differences, markdown_document
+from analysis.compare.error_table import METRIC_SPECS, error_table, relative_error, run_metrics
+from analysis.compare.inputs import CompareInputError, load_run
+from analysis.compare.request_join import NoCommonRequestsError, join_requests
+from analysis.compare.tables import error_table_markdown, format_error_table
+from analysis.formatting import format_float
 from tests.analysis.frames import requests_frame, steps_frame
 
 TTFT_SCALE = 1.1  # the simulated run's TTFTs are 10 % higher than the real run's

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from plotly.offline import get_plotlyjs
 
-from analysis.compare import main
-from analysis.compare_report import COMPARE_CHART_TITLES
+from analysis.compare.cli import main
+from analysis.compare.report import COMPARE_CHART_TITLES
 from tests.analysis.test_compare import real_requests, real_steps, write_pair, write_run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -124,7 +124,7 @@ def test_module_entry_point_has_no_traceback(tmp_path: Path) -> None:
 
 def test_simulated_replays_compare_identical_and_different(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two identical simulations: zero errors and the same schedule; a smaller batch cap changes it."""
-    from sim.replay import main as replay_main
+    from cli.sim_replay import main as replay_main
 
     trace = str(REPO_ROOT / "traces" / "sharegpt.parquet")
     base = ["--limit", "40", "--quiet", "--no-report"]

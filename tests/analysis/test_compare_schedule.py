@@ -5,7 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analysis.step_diff import SCHEDULE_COLUMNS, compare_schedules
+from analysis.compare.step_diff import compare_schedules
+from engine.core.records import SCHEDULE_COLUMNS
 from tests.analysis.frames import requests_frame, steps_frame
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.downsample import cdf_points, minmax_indices, tail_preserving_sample
+from analysis.report.downsample import cdf_points, minmax_indices, tail_preserving_sample
 
 
 def test_minmax_keeps_spikes_and_order() -> None:

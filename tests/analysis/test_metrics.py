@@ -8,16 +8,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analysis.metrics import (
-    add_latency_columns,
-    format_summary_table,
-    goodput,
-    itl_values,
-    latency_stats,
-    meets_slos,
-    summarize,
-)
+from analysis.metrics import add_latency_columns, goodput_rps, itl_values, requests_meeting_slos, summarize
+from analysis.report.summary_table import format_summary_table
 from analysis.schema import REQUESTS_SCHEMA, STEPS_SCHEMA, empty_frame
+from analysis.slo import parse_slos
+from analysis.stats import latency_stats
 from tests.analysis.frames import requests_frame, steps_frame, synthetic_requests, synthetic_steps
 
 LATENCY_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms")
@@ -142,7 +137,7 @@ def test_summary_values(replay: pl.DataFrame, steps: pl.DataFrame) -> None:
 
 
 def test_summary_is_plain_json(replay: pl.DataFrame, steps: pl.DataFrame) -> None:
-    summary = summarize(replay, steps, slos={"ttft_s": 1.0})
+    summary = summarize(replay, steps, slos=parse_slos("ttft_p90=1s"))
     assert json.loads(json.dumps(summary, allow_nan=False)) == summary
 
     def check(value: object) -> None:
@@ -174,7 +169,7 @@ def test_mean_kv_usage_falls_back_to_plain_mean_without_durations() -> None:
     ],
 )
 def test_empty_summary(requests: pl.DataFrame, steps: pl.DataFrame | None) -> None:
-    summary = summarize(requests, steps, slos={"ttft_s": 1.0})
+    summary = summarize(requests, steps, slos=parse_slos("ttft_p90=1s"))
     assert summary["num_requests"] == 0
     assert summary["num_finished"] == 0
     assert summary["duration_s"] == 0.0
@@ -209,31 +204,33 @@ def test_all_rejected_summary() -> None:
     assert summary["reject_reasons"] == {"kv_full": 2}
     for key in LATENCY_KEYS:
         assert summary[key] == NULL_STATS
-    assert goodput(requests, {"ttft_s": 100.0}, summary["duration_s"]) == 0.0
+    assert goodput_rps(requests, parse_slos("ttft_p90=100s"), summary["duration_s"]) == 0.0
 
 
 def test_meets_slos_and_goodput(replay: pl.DataFrame) -> None:
     # ttft 0.5 / 0.4, tpot 0.5 / 0.267, e2e 1.5 / 1.2 for the two finished requests
-    assert meets_slos(replay, {"ttft_s": 0.45}).to_list() == [False, True, False, False]
-    assert meets_slos(replay, {"ttft_s": 0.5}).to_list() == [True, True, False, False]  # limit inclusive
-    assert meets_slos(replay, {"tpot_ms": 300.0}).to_list() == [False, True, False, False]
-    assert meets_slos(replay, {"e2e_s": 1.3, "ttft_s": 1.0}).to_list() == [False, True, False, False]
-    assert meets_slos(replay, {}).to_list() == [True, True, False, False]
-    assert goodput(replay, {"ttft_s": 0.45}, duration_s=3.0) == pytest.approx(1 / 3)
-    assert goodput(replay, {"ttft_s": 10.0}, duration_s=4.0) == pytest.approx(0.5)
-    assert goodput(replay, {"ttft_s": 10.0}, duration_s=0.0) == 0.0
-    assert summarize(replay, None, slos={"ttft_s": 0.45})["goodput"] == pytest.approx(1 / 3, rel=1e-5)
+    assert requests_meeting_slos(replay, parse_slos("ttft_p90=0.45s")).to_list() == [False, True, False, False]
+    # limit inclusive
+    assert requests_meeting_slos(replay, parse_slos("ttft_p90=0.5s")).to_list() == [True, True, False, False]
+    assert requests_meeting_slos(replay, parse_slos("tpot_p90=300ms")).to_list() == [False, True, False, False]
+    both = parse_slos("e2e_p90=1.3s,ttft_p90=1s")
+    assert requests_meeting_slos(replay, both).to_list() == [False, True, False, False]
+    assert requests_meeting_slos(replay, ()).to_list() == [True, True, False, False]
+    assert goodput_rps(replay, parse_slos("ttft_p90=0.45s"), duration_s=3.0) == pytest.approx(1 / 3)
+    assert goodput_rps(replay, parse_slos("ttft_p90=10s"), duration_s=4.0) == pytest.approx(0.5)
+    assert goodput_rps(replay, parse_slos("ttft_p90=10s"), duration_s=0.0) == 0.0
+    assert summarize(replay, None, slos=parse_slos("ttft_p90=0.45s"))["goodput"] == pytest.approx(1 / 3, rel=1e-5)
 
 
 def test_single_token_request_cannot_miss_a_tpot_slo() -> None:
     requests = requests_frame([dict(arrival_s=0.0, first_scheduled_s=0.0, first_token_s=0.1, finish_s=0.1,
                                     output_tokens=1, token_times_s=[0.1])])
-    assert meets_slos(requests, {"tpot_s": 0.001}).to_list() == [True]
+    assert requests_meeting_slos(requests, parse_slos("tpot_p90=0.001s")).to_list() == [True]
 
 
 def test_unknown_slo_is_an_error(replay: pl.DataFrame) -> None:
     with pytest.raises(ValueError, match="unknown SLO"):
-        meets_slos(replay, {"latency": 1.0})
+        requests_meeting_slos(replay, parse_slos("latency_p90=1s"))
 
 
 def test_missing_columns_are_reported() -> None:
@@ -242,7 +239,7 @@ def test_missing_columns_are_reported() -> None:
 
 
 def test_format_summary_table(replay: pl.DataFrame, steps: pl.DataFrame) -> None:
-    table = format_summary_table(summarize(replay, steps, slos={"ttft_s": 0.45}))
+    table = format_summary_table(summarize(replay, steps, slos=parse_slos("ttft_p90=0.45s")))
     lines = table.splitlines()
     assert "2 / 4" in lines[0]
     for label in ("rejected", "throughput", "goodput", "TTFT", "TPOT", "ITL", "E2E", "p99", "preemptions",
@@ -258,7 +255,7 @@ def test_summarize_handles_a_large_replay() -> None:
     requests = synthetic_requests(num_requests=20_000, mean_output_tokens=200)
     steps = synthetic_steps(num_steps=100_000)
     assert requests["output_tokens"].sum() > 3_500_000
-    summary = summarize(requests, steps, slos={"ttft_s": 0.5, "tpot_s": 0.04})
+    summary = summarize(requests, steps, slos=parse_slos("ttft_p90=0.5s,tpot_p90=0.04s"))
     assert summary["num_finished"] == 20_000
     assert summary["total_output_tokens"] == requests["output_tokens"].sum()
     assert 10.0 <= summary["itl_ms"]["mean"] <= 50.0

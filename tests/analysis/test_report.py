@@ -11,16 +11,9 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from analysis.metrics import summarize
-from analysis.report import (
-    CHART_TITLES,
-    Series,
-    histogram_figure,
-    latency_cdf_figure,
-    report_figures,
-    timeseries_figure,
-    write_html,
-    write_report,
-)
+from analysis.report.figures import Series, histogram_figure, latency_cdf_figure, timeseries_figure
+from analysis.report.html_page import write_html
+from analysis.report.replay_report import CHART_TITLES, report_figures, write_report
 from analysis.schema import REQUESTS_SCHEMA, STEPS_SCHEMA, empty_frame
 from tests.analysis.frames import requests_frame, steps_frame, synthetic_requests, synthetic_steps
 

@@ -9,7 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.core.records import STEP_INT_COLUMNS
+from engine.core.records import STEP_COLUMNS
+
+STEP_INT_COLUMNS = [c.name for c in STEP_COLUMNS if c.dtype == "int64"]
 from sim.calibrate import calibrate, main as calibrate_main
 from sim.profiled_cost_model import ProfiledCostModel, find_profile
 

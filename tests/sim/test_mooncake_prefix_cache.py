@@ -2,7 +2,8 @@
 
 ../shared/traces/README.md: with 256-token KV blocks, an unbounded cache and requests served one at
 a time, the share of prompt tokens served from the prefix cache is 0.3735 when every request is
-served (the longest request needs 126,527 tokens, hence --max-model-len 131072).
+served (the longest request needs 126,527 tokens, hence --max-model-len 131072, and a model whose
+context reaches that far: Llama-3.1-8B; the figure does not depend on the model).
 
 Slow: 12,031 requests, 145M prompt tokens to synthesize and hash, ~4.1M one-sequence steps; about
 a minute on a 2-core CPU machine.
@@ -45,7 +46,7 @@ def test_mooncake_prefix_cache_hit_rate(tmp_path) -> None:
     # changes nothing but the idle gaps, which cost no simulation work.
     # 2,000,000 blocks of 256 tokens (512M tokens) hold all 149M tokens of the trace: nothing is evicted.
     proc = run_cli([
-        trace_path, "--out", out, "--quiet", "--no-report",
+        trace_path, "--out", out, "--quiet", "--no-report", "--model", "llama-3.1-8b",
         "--num-gpu-blocks", 2_000_000, "--block-size", 256, "--max-model-len", 131072,
         "--max-num-seqs", 1, "--time-scale", 1000,
     ], timeout=900)

@@ -10,19 +10,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sim.hardware import GPUS
-
-__all__ = [
-    "DEFAULT_GPU_COST_PER_HOUR_USD",
-    "ReplicasNeeded",
-    "cost_per_million_output_tokens_usd",
-    "load_gpu_costs",
-    "pareto_front",
-    "replicas_needed",
-]
 
 # Illustrative on-demand list prices in USD per GPU-hour, for comparing configurations only: not a
 # quote, and real prices vary widely by provider, region and commitment. Edit here, or pass
@@ -195,12 +186,12 @@ def assess(
     target_qps: float | None,
     pareto_key: str,
 ) -> list[ConfigEconomics]:
-    """Cost, Pareto membership and replicas needed for each `analysis.sweep.ConfigResult`.
+    """Cost, Pareto membership and replicas needed for each `analysis.capacity.sweep.ConfigResult`.
 
     `pareto_key` names the SLO statistic (e.g. ``ttft_p90``) used as the latency axis, read at
     each configuration's max QPS.
     """
-    family_of = group_by_all_but([_options(r.config) for r in results], "num_replicas")
+    family_of = group_by_all_but([asdict(r.config) for r in results], "num_replicas")
     needed_by_index: dict[int, ReplicasNeeded] = {}
     if target_qps is not None:
         for members in family_of.values():
@@ -227,7 +218,11 @@ def assess(
     ]
 
 
-def _options(config) -> dict[str, Hashable]:
-    from dataclasses import asdict
-
-    return asdict(config)
+def replicas_needed_by_family(
+    family_labels: Sequence[str], economics: Sequence[ConfigEconomics]
+) -> dict[str, ReplicasNeeded | None]:
+    """{family label: replicas needed}, in first-appearance order; every member of a family shares the answer."""
+    answers: dict[str, ReplicasNeeded | None] = {}
+    for label, econ in zip(family_labels, economics):
+        answers.setdefault(label, econ.replicas_needed)
+    return answers

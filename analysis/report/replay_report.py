@@ -1,9 +1,4 @@
-"""The HTML report of one replay (simulated or on a GPU): summary tables plus charts.
-
-The figure builders and page writer it uses are re-exported here so other
-tools (sim-vs-real comparison, capacity sweeps) can build their own pages with
-the same look from one import.
-"""
+"""The HTML report of one replay (simulated or on a GPU): summary tables plus charts."""
 
 from __future__ import annotations
 
@@ -15,23 +10,27 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
-from analysis.figures import Series, histogram_figure, latency_cdf_figure, timeseries_figure
-from analysis.html_page import summary_table_html, write_html
-from analysis.metrics import MS_PER_S, add_latency_columns, itl_values
-from analysis.schema import FINISHED_REASONS, conform_requests, conform_steps
+from analysis.formatting import LATENCY_LABELS
+from analysis.metrics import add_latency_columns, is_finished, latency_samples_s
+from analysis.report.figures import Series, histogram_figure, latency_cdf_figure, timeseries_figure
+from analysis.report.html_page import write_html
+from analysis.report.summary_table import summary_table_html
+from analysis.schema import conform_requests, conform_steps
+from analysis.stats import MS_PER_S
 
-__all__ = [
-    "CHART_TITLES",
-    "Series",
-    "histogram_figure",
-    "latency_cdf_figure",
-    "replica_series",
-    "report_figures",
-    "summary_table_html",
-    "timeseries_figure",
-    "write_html",
-    "write_report",
-]
+# The latency metrics drawn as CDFs (queue time is in the summary table only).
+CDF_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e")
+# Step panels, y-axis title -> (steps column, scale), drawn by this report and by the comparison's.
+QUEUE_PANELS: dict[str, tuple[str, float]] = {
+    "running sequences": ("num_running", 1.0),
+    "waiting sequences": ("num_waiting", 1.0),
+}
+KV_PANELS: dict[str, tuple[str, float]] = {"KV cache usage (%)": ("kv_usage", 100.0)}
+TOKEN_PANELS: dict[str, tuple[str, float]] = {
+    "prefill tokens per step": ("num_prefill_tokens", 1.0),
+    "decode sequences per step": ("num_decode_seqs", 1.0),
+    "step duration (ms)": ("duration_s", MS_PER_S),
+}
 
 CHART_TITLES: dict[str, str] = {
     "latency_cdf": "Latency CDFs (finished requests)",
@@ -68,20 +67,16 @@ def replica_series(
     return series
 
 
+def latency_samples_ms(finished: pl.DataFrame) -> dict[str, object]:
+    """{label: values in ms} of each of `CDF_METRICS` over `finished` requests (with latency columns)."""
+    return {LATENCY_LABELS[metric]: latency_samples_s(finished, metric) * MS_PER_S for metric in CDF_METRICS}
+
+
 def report_figures(requests: pl.DataFrame, steps: pl.DataFrame | None) -> list[go.Figure]:
     """The standard charts of one replay, in page order (titles in `CHART_TITLES`)."""
     latencies = add_latency_columns(conform_requests(requests, ["replica", "arrival_s"]))
-    finished = latencies.filter(pl.col("finish_reason").is_in(FINISHED_REASONS).fill_null(False))
     step_frame = conform_steps(steps)
-    cdfs = latency_cdf_figure(
-        {
-            "TTFT": finished["ttft_s"] * MS_PER_S,
-            "TPOT": finished["tpot_s"] * MS_PER_S,
-            "ITL": itl_values(finished) * MS_PER_S,
-            "E2E": finished["e2e_s"] * MS_PER_S,
-        },
-        title=CHART_TITLES["latency_cdf"],
-    )
+    cdfs = latency_cdf_figure(latency_samples_ms(latencies.filter(is_finished())), title=CHART_TITLES["latency_cdf"])
     by_arrival = timeseries_figure(
         {
             "TTFT (ms)": replica_series(latencies, "arrival_s", "ttft_s", MS_PER_S),
@@ -91,28 +86,14 @@ def report_figures(requests: pl.DataFrame, steps: pl.DataFrame | None) -> list[g
         x_title="arrival time (s)",
         mode="markers",
     )
-    queues = timeseries_figure(
-        {
-            "running sequences": replica_series(step_frame, "start_s", "num_running"),
-            "waiting sequences": replica_series(step_frame, "start_s", "num_waiting"),
-        },
-        title=CHART_TITLES["queues"],
-        x_title="step start time (s)",
-    )
-    kv_usage = timeseries_figure(
-        {"KV cache usage (%)": replica_series(step_frame, "start_s", "kv_usage", 100.0)},
-        title=CHART_TITLES["kv_usage"],
-        x_title="step start time (s)",
-    )
-    tokens = timeseries_figure(
-        {
-            "prefill tokens per step": replica_series(step_frame, "start_s", "num_prefill_tokens"),
-            "decode sequences per step": replica_series(step_frame, "start_s", "num_decode_seqs"),
-            "step duration (ms)": replica_series(step_frame, "start_s", "duration_s", MS_PER_S),
-        },
-        title=CHART_TITLES["tokens_per_step"],
-        x_title="step start time (s)",
-    )
+    step_panels = [
+        timeseries_figure(
+            {y_title: replica_series(step_frame, "start_s", column, scale) for y_title, (column, scale) in panels.items()},
+            title=CHART_TITLES[name],
+            x_title="step start time (s)",
+        )
+        for name, panels in (("queues", QUEUE_PANELS), ("kv_usage", KV_PANELS), ("tokens_per_step", TOKEN_PANELS))
+    ]
     batch_histogram = histogram_figure(
         {
             "batched tokens per step (tokens)": {"all replicas": step_frame["num_batched_tokens"]},
@@ -121,7 +102,7 @@ def report_figures(requests: pl.DataFrame, steps: pl.DataFrame | None) -> list[g
         title=CHART_TITLES["batch_histogram"],
         y_title="steps",
     )
-    return [cdfs, by_arrival, queues, kv_usage, tokens, batch_histogram]
+    return [cdfs, by_arrival, *step_panels, batch_histogram]
 
 
 def write_report(

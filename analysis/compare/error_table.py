@@ -13,16 +13,12 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
-from analysis.metrics import MS_PER_S, summarize
-from analysis.stats import round_sig
+from analysis.formatting import LATENCY_LABELS
+from analysis.metrics import summarize
+from analysis.stats import MS_PER_S, STATISTIC_NAMES, round_sig
 
-LATENCY_METRICS: tuple[tuple[str, str], ...] = (
-    ("TTFT", "ttft_ms"),
-    ("TPOT", "tpot_ms"),
-    ("ITL", "itl_ms"),
-    ("E2E", "e2e_ms"),
-)
-LATENCY_STATS: tuple[str, ...] = ("p50", "p90", "p99", "mean")
+# Latency rows of the error table, four statistics each (queue time is not compared).
+COMPARED_LATENCIES: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e")
 
 
 @dataclass(frozen=True)
@@ -42,9 +38,9 @@ class MetricSpec:
 
 METRIC_SPECS: tuple[MetricSpec, ...] = (
     *(
-        MetricSpec(f"{key}.{stat}", f"{label} {stat}", "ms", "latency")
-        for label, key in LATENCY_METRICS
-        for stat in LATENCY_STATS
+        MetricSpec(f"{metric}_ms.{stat}", f"{LATENCY_LABELS[metric]} {stat}", "ms", "latency")
+        for metric in COMPARED_LATENCIES
+        for stat in STATISTIC_NAMES
     ),
     MetricSpec("output_throughput", "output throughput", "tok/s"),
     MetricSpec("request_throughput", "request throughput", "req/s"),
@@ -132,16 +128,6 @@ def error_table(
     rows = []
     for spec in specs:
         real_value, sim_value = real.get(spec.key), sim.get(spec.key)
-        rows.append(
-            MetricRow(
-                key=spec.key,
-                label=spec.label,
-                unit=spec.unit,
-                kind=spec.kind,
-                real=real_value,
-                sim=sim_value,
-                diff=_difference(real_value, sim_value),
-                rel_error=relative_error(real_value, sim_value),
-            )
-        )
+        rows.append(MetricRow(**asdict(spec), real=real_value, sim=sim_value,
+                              diff=_difference(real_value, sim_value), rel_error=relative_error(real_value, sim_value)))
     return rows

@@ -17,35 +17,45 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from analysis.compare_io import RunData
-from analysis.compare_metrics import MetricRow
-from analysis.compare_requests import PER_REQUEST_METRICS, REAL_SUFFIX, SIM_SUFFIX, RequestJoin
-from analysis.compare_tables import error_table_html
-from analysis.downsample import tail_preserving_sample
-from analysis.figures import ROW_HEIGHT_PX, Series, histogram_figure, latency_cdf_figure, timeseries_figure
-from analysis.html_page import key_value_table_html, write_html
-from analysis.metrics import MS_PER_S, add_latency_columns, itl_values
-from analysis.report import replica_series
-from analysis.schema import FINISHED_REASONS
-from analysis.step_diff import ScheduleDiff
+from analysis.compare.error_table import MetricRow
+from analysis.compare.inputs import RunData
+from analysis.compare.request_join import PER_REQUEST_METRICS, REAL_SUFFIX, SIM_SUFFIX, RequestJoin
+from analysis.compare.step_diff import ScheduleDiff
+from analysis.compare.tables import error_table_html
+from analysis.formatting import LATENCY_LABELS, format_percent
+from analysis.metrics import add_latency_columns, is_finished
+from analysis.report.downsample import tail_preserving_sample
+from analysis.report.figures import (
+    ROW_HEIGHT_PX,
+    Series,
+    add_no_data,
+    histogram_figure,
+    latency_cdf_figure,
+    timeseries_figure,
+)
+from analysis.report.html_page import table_html, write_html
+from analysis.report.replay_report import (
+    CHART_TITLES,
+    KV_PANELS,
+    QUEUE_PANELS,
+    TOKEN_PANELS,
+    latency_samples_ms,
+    replica_series,
+)
+from analysis.stats import MS_PER_S
 
 COMPARE_CHART_TITLES: dict[str, str] = {
     "latency_cdf": "Latency CDFs, sim vs real (finished requests)",
     "request_scatter": "Per-request latency, sim vs real (y = x is a perfect match)",
     "request_error": "Per-request signed relative error of sim vs real (%)",
-    "queues": "Running and waiting sequences",
-    "kv_usage": "KV cache usage",
+    "queues": CHART_TITLES["queues"],
+    "kv_usage": CHART_TITLES["kv_usage"],
     "tokens_per_step": "Tokens per step and step duration",
     "step_histogram": "Step distributions",
     "step_cost": "Step duration by batch size",
 }
 MAX_SCATTER_POINTS = 8000
 LOG_AXIS_MIN_RATIO = 100.0  # use log axes when a scatter's values span more than this factor
-
-
-def _finished(run: RunData) -> pl.DataFrame:
-    frame = add_latency_columns(run.requests)
-    return frame.filter(pl.col("finish_reason").is_in(FINISHED_REASONS).fill_null(False))
 
 
 def time_origin_s(run: RunData) -> float:
@@ -75,22 +85,19 @@ def _overlay_panels(real: RunData, sim: RunData, panels: dict[str, tuple[str, fl
 
 
 def latency_cdf_overlay(real: RunData, sim: RunData) -> go.Figure:
-    """TTFT/TPOT/ITL/E2E CDFs of both runs on shared axes."""
-    runs = {run.label: _finished(run) for run in (real, sim)}
-    metrics = {
-        "TTFT": {label: frame["ttft_s"] * MS_PER_S for label, frame in runs.items()},
-        "TPOT": {label: frame["tpot_s"] * MS_PER_S for label, frame in runs.items()},
-        "ITL": {label: itl_values(frame) * MS_PER_S for label, frame in runs.items()},
-        "E2E": {label: frame["e2e_s"] * MS_PER_S for label, frame in runs.items()},
-    }
+    """The single-run report's latency CDFs, both runs on shared axes."""
+    samples = {run.label: latency_samples_ms(add_latency_columns(run.requests).filter(is_finished()))
+               for run in (real, sim)}
+    metrics = {metric: {label: values[metric] for label, values in samples.items()} for metric in samples[real.label]}
     return latency_cdf_figure(metrics, title=COMPARE_CHART_TITLES["latency_cdf"])
 
 
 def request_scatter_figure(join: RequestJoin, max_points: int = MAX_SCATTER_POINTS) -> go.Figure:
     """Sim vs real TTFT/TPOT/E2E per matched request, with the y = x line; hover shows the request id."""
     fig = make_subplots(rows=1, cols=len(PER_REQUEST_METRICS), horizontal_spacing=0.07,
-                        subplot_titles=[label for label, _ in PER_REQUEST_METRICS])
-    for col, (label, key) in enumerate(PER_REQUEST_METRICS, start=1):
+                        subplot_titles=[LATENCY_LABELS[key] for key in PER_REQUEST_METRICS])
+    for col, key in enumerate(PER_REQUEST_METRICS, start=1):
+        label = LATENCY_LABELS[key]
         pairs = join.frame.select(
             "request_id",
             (pl.col(f"{key}_s{REAL_SUFFIX}") * MS_PER_S).alias("real"),
@@ -98,8 +105,7 @@ def request_scatter_figure(join: RequestJoin, max_points: int = MAX_SCATTER_POIN
         ).drop_nulls()
         real, sim = pairs["real"].to_numpy(), pairs["sim"].to_numpy()
         if real.size == 0:
-            fig.add_annotation(text="no data", showarrow=False, x=0.5, y=0.5, xref="x domain", yref="y domain",
-                               row=1, col=col)
+            add_no_data(fig, 1, col)
         else:
             keep = tail_preserving_sample(np.abs(sim - real), max_points)
             fig.add_trace(
@@ -133,7 +139,7 @@ def request_scatter_figure(join: RequestJoin, max_points: int = MAX_SCATTER_POIN
 
 def request_error_figure(join: RequestJoin) -> go.Figure:
     """CDFs of per-request signed relative errors (%), one panel per metric."""
-    errors = {f"{label} rel. error": join.frame[f"{key}_rel_error"] * 100.0 for label, key in PER_REQUEST_METRICS}
+    errors = {f"{LATENCY_LABELS[key]} rel. error": join.frame[f"{key}_rel_error"] * 100.0 for key in PER_REQUEST_METRICS}
     return latency_cdf_figure(errors, title=COMPARE_CHART_TITLES["request_error"], unit="%",
                               num_columns=len(errors), default_series="sim vs real")
 
@@ -141,21 +147,10 @@ def request_error_figure(join: RequestJoin) -> go.Figure:
 def step_figures(real: RunData, sim: RunData) -> list[go.Figure]:
     """Queues, KV usage, tokens per step, step distributions and step cost of both runs."""
     x_title = "time since first arrival (s)"
-    queues = timeseries_figure(
-        _overlay_panels(real, sim, {"running sequences": ("num_running", 1.0),
-                                    "waiting sequences": ("num_waiting", 1.0)}),
-        title=COMPARE_CHART_TITLES["queues"], x_title=x_title,
-    )
-    kv_usage = timeseries_figure(
-        _overlay_panels(real, sim, {"KV cache usage (%)": ("kv_usage", 100.0)}),
-        title=COMPARE_CHART_TITLES["kv_usage"], x_title=x_title,
-    )
-    tokens = timeseries_figure(
-        _overlay_panels(real, sim, {"batched tokens per step": ("num_batched_tokens", 1.0),
-                                    "prefill tokens per step": ("num_prefill_tokens", 1.0),
-                                    "decode sequences per step": ("num_decode_seqs", 1.0),
-                                    "step duration (ms)": ("duration_s", MS_PER_S)}),
-        title=COMPARE_CHART_TITLES["tokens_per_step"], x_title=x_title,
+    token_panels = {"batched tokens per step": ("num_batched_tokens", 1.0), **TOKEN_PANELS}
+    queues, kv_usage, tokens = (
+        timeseries_figure(_overlay_panels(real, sim, panels), title=COMPARE_CHART_TITLES[name], x_title=x_title)
+        for name, panels in (("queues", QUEUE_PANELS), ("kv_usage", KV_PANELS), ("tokens_per_step", token_panels))
     )
     histograms = histogram_figure(
         {
@@ -179,15 +174,12 @@ def compare_figures(real: RunData, sim: RunData, join: RequestJoin) -> list[go.F
 
 
 def _run_rows(real: RunData, sim: RunData, join: RequestJoin) -> list[tuple[str, str]]:
-    def share(value: float | None) -> str:
-        return "-" if value is None else f"{value * 100:.1f} %"
-
     return [
         ("real run", str(real.path)),
         ("sim run", str(sim.path)),
         ("sim cost model", sim.cost_model or "-"),
-        ("real requests matched", f"{join.num_matched} / {join.num_real} ({share(join.matched_share_real)})"),
-        ("sim requests matched", f"{join.num_matched} / {join.num_sim} ({share(join.matched_share_sim)})"),
+        ("real requests matched", f"{join.num_matched} / {join.num_real} ({format_percent(join.matched_share_real)})"),
+        ("sim requests matched", f"{join.num_matched} / {join.num_sim} ({format_percent(join.matched_share_sim)})"),
     ]
 
 
@@ -205,9 +197,9 @@ def write_compare_report(
     path: str | Path,
 ) -> Path:
     """Write the offline comparison page: context, error table, schedule verdict, then the charts."""
-    header = key_value_table_html(_run_rows(real, sim, join), caption="runs")
+    header = table_html(_run_rows(real, sim, join), caption="runs")
     if config_differences:
-        header += key_value_table_html(_config_rows(config_differences), caption="config differences")
+        header += table_html(_config_rows(config_differences), caption="config differences")
     header += error_table_html(rows)
     if schedule is not None:
         header += f'<pre style="white-space: pre-wrap">{html.escape(schedule.describe())}</pre>'

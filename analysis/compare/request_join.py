@@ -12,11 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from analysis.compare_io import CompareInputError
+from analysis.compare.inputs import CompareInputError
 from analysis.metrics import add_latency_columns
 from analysis.stats import finite_values, round_sig
 
-PER_REQUEST_METRICS: tuple[tuple[str, str], ...] = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"))
+# Latency metrics whose per-request relative errors are reported (ITL has no per-request value).
+PER_REQUEST_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 JOINED_COLUMNS: tuple[str, ...] = (
     "replica",
     "arrival_s",
@@ -66,7 +67,7 @@ class RequestJoin:
 
     def error_stats(self) -> dict[str, dict[str, float | int | None]]:
         """Per metric: pairs compared and the signed relative error's mean, p10/p50/p90 and mean |error|."""
-        return {key: relative_error_stats(self.frame[f"{key}_rel_error"]) for _, key in PER_REQUEST_METRICS}
+        return {key: relative_error_stats(self.frame[f"{key}_rel_error"]) for key in PER_REQUEST_METRICS}
 
     def to_dict(self) -> dict:
         return {
@@ -137,6 +138,6 @@ def join_requests(
             f"({sim.height} requests): were they replays of the same trace?"
         )
     joined = joined.with_columns(
-        _rel_error_expr(f"{key}_s").alias(f"{key}_rel_error") for _, key in PER_REQUEST_METRICS
+        _rel_error_expr(f"{key}_s").alias(f"{key}_rel_error") for key in PER_REQUEST_METRICS
     )
     return RequestJoin(frame=joined, num_real=real.height, num_sim=sim.height)

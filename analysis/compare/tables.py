@@ -6,35 +6,14 @@ the HTML report always show the same numbers.
 
 from __future__ import annotations
 
-import html
-import math
 from collections.abc import Sequence
 
-from analysis.compare_metrics import MetricRow
+from analysis.compare.error_table import MetricRow
+from analysis.formatting import MISSING, format_float, format_percent
+from analysis.report.html_page import table_html
 
 NOT_AVAILABLE = "n/a"
-MISSING = "-"
 HEADERS: tuple[str, ...] = ("metric", "real", "sim", "diff", "rel. error")
-SIGNIFICANT_DIGITS = 4
-_MAX_DECIMALS = 9
-
-
-def format_float(value: float, sign: bool = False) -> str:
-    """`value` with 4 significant digits in fixed notation (13690, 5.360, 0.2616): no "1.369e+04" in tables.
-
-    Exact zero prints as "0" so identical runs read cleanly; magnitudes too
-    large or small for fixed notation fall back to scientific.
-    """
-    plus = "+" if sign else ""
-    if value == 0:
-        return "0"
-    if not math.isfinite(value):
-        return str(value)
-    magnitude = math.floor(math.log10(abs(value)))
-    decimals = SIGNIFICANT_DIGITS - 1 - magnitude
-    if decimals > _MAX_DECIMALS or magnitude >= 12:
-        return f"{value:{plus}.{SIGNIFICANT_DIGITS}g}"
-    return f"{value:{plus}.{max(0, decimals)}f}"
 
 
 def format_fixed_width(lines: Sequence[Sequence[str]], num_left: int = 1) -> str:
@@ -50,40 +29,32 @@ def format_fixed_width(lines: Sequence[Sequence[str]], num_left: int = 1) -> str
     return "\n".join(out)
 
 
-def _format_value(value: float | int | None, kind: str) -> str:
+def _format_cell(value: float | int | None, kind: str, sign: bool = False) -> str:
+    """A real or simulated value, or with `sign` their difference (then exact zero reads "0")."""
+    plus = "+" if sign else ""
     if value is None:
         return MISSING
-    if kind == "fraction":
-        return f"{float(value) * 100:.2f} %"
-    if kind == "count" or (isinstance(value, int) and not isinstance(value, bool)):
-        return f"{int(value):d}"
-    return format_float(float(value))
-
-
-def _format_diff(value: float | int | None, kind: str) -> str:
-    if value is None:
-        return MISSING
-    if kind == "fraction":
-        return f"{float(value) * 100:+.2f} pp"  # percentage points: a difference of two shares
-    if value == 0:
+    if kind == "fraction":  # a difference of two shares is in percentage points
+        return f"{float(value) * 100:{plus}.2f} {'pp' if sign else '%'}"
+    if sign and value == 0:
         return "0"
-    if kind == "count" or isinstance(value, int):
-        return f"{int(value):+d}"
-    return format_float(float(value), sign=True)
+    if kind == "count" or (isinstance(value, int) and not isinstance(value, bool)):
+        return f"{int(value):{plus}d}"
+    return format_float(float(value), sign)
 
 
 def format_rel_error(value: float | None) -> str:
     """A signed relative error as a percentage ("+10.00 %"), or "n/a" when undefined."""
-    return NOT_AVAILABLE if value is None else f"{value * 100:+.2f} %"
+    return format_percent(value, "+.2f", missing=NOT_AVAILABLE)
 
 
 def row_cells(row: MetricRow) -> tuple[str, str, str, str, str]:
     """The five formatted cells of one row, in `HEADERS` order."""
     return (
         row.title,
-        _format_value(row.real, row.kind),
-        _format_value(row.sim, row.kind),
-        _format_diff(row.diff, row.kind),
+        _format_cell(row.real, row.kind),
+        _format_cell(row.sim, row.kind),
+        _format_cell(row.diff, row.kind, sign=True),
         format_rel_error(row.rel_error),
     )
 
@@ -111,8 +82,4 @@ def error_table_markdown(rows: Sequence[MetricRow], real_name: str = "real", sim
 
 def error_table_html(rows: Sequence[MetricRow]) -> str:
     """The error table as an HTML table in the report's `summary` style."""
-    head = "".join(f"<th>{html.escape(header)}</th>" for header in HEADERS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row_cells(row)) + "</tr>" for row in rows
-    )
-    return f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return table_html([row_cells(row) for row in rows], HEADERS)

@@ -10,38 +10,26 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
-from analysis.bisection import CapacitySearch, SearchOutcome, SearchParams
-from analysis.slo import SLO, check_slos, goodput_rps
-from analysis.stats import round_sig
-from sim.simulator import SimConfig, simulate
+import polars as pl
 
-__all__ = [
-    "SWEEP_AXES",
-    "ConfigResult",
-    "PointResult",
-    "SweepError",
-    "config_label",
-    "evaluate_point",
-    "expand_configs",
-    "family_label",
-    "make_executor",
-    "run_sweep",
-]
+from analysis.capacity.bisection import CapacitySearch, SearchOutcome, SearchParams
+from analysis.capacity.slo_check import check_slos
+from analysis.formatting import LATENCY_LABELS
+from analysis.metrics import goodput_rps, summarize
+from analysis.slo import SLO
+from analysis.stats import round_sig
+from engine.core.config_args import flag_of
+from sim.config import SimConfig
+from sim.simulator import simulate
 
 # SimConfig field -> the CLI option that lists its values; the cross product follows this order.
 SWEEP_AXES: dict[str, str] = {
-    "model": "--model",
-    "gpu": "--gpu",
-    "num_replicas": "--replicas",
-    "tensor_parallel_size": "--tensor-parallel-size",
-    "policy": "--policy",
-    "max_num_seqs": "--max-num-seqs",
-    "router": "--router",
+    name: flag_of(SimConfig.__dataclass_fields__[name])
+    for name in ("model", "gpu", "num_replicas", "tensor_parallel_size", "policy", "max_num_seqs", "router")
 }
 _LABEL_FORMATS: dict[str, Callable[[object], str]] = {
     "model": str,
@@ -52,9 +40,8 @@ _LABEL_FORMATS: dict[str, Callable[[object], str]] = {
     "max_num_seqs": lambda v: f"seqs{v}",
     "router": lambda v: f"router {v}",
 }
-LATENCY_SUMMARY_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms")
 # A replay whose arrivals span at most this share of its duration is (nearly) one burst: higher QPS
-# cannot load it more, so a passing burst ends the upward search (see analysis.bisection).
+# cannot load it more, so a passing burst ends the upward search (see analysis.capacity.bisection).
 BURST_SPAN_FRACTION = 0.05
 
 
@@ -84,12 +71,16 @@ def config_label(config: SimConfig, varying: Iterable[str] | None = None) -> str
     reads well.
     """
     names = [n for n in SWEEP_AXES if n in set(varying or ())] or ["model", "gpu", "num_replicas"]
-    return " ".join(_LABEL_FORMATS[name](getattr(config, name)) for name in names)
+    return _options_text(config, names)
 
 
 def family_label(config: SimConfig, varying: Iterable[str]) -> str:
     """`config_label` without the replica count: names a family measured at several counts."""
     names = [n for n in SWEEP_AXES if n in set(varying) and n != "num_replicas"] or ["model", "gpu"]
+    return _options_text(config, names)
+
+
+def _options_text(config: SimConfig, names: Iterable[str]) -> str:
     return " ".join(_LABEL_FORMATS[name](getattr(config, name)) for name in names)
 
 
@@ -138,10 +129,6 @@ class PointResult:
 
 def evaluate_point(trace, slos: Sequence[SLO], config: SimConfig, qps: float) -> PointResult:
     """Simulate `config` on `trace` rescaled to `qps` requests/s and judge it against `slos`."""
-    import polars as pl
-
-    from analysis.metrics import summarize
-
     scaled = trace.with_qps(qps)
     arrivals = scaled.requests["arrival_s"]
     result = simulate(scaled, config)
@@ -164,7 +151,7 @@ def evaluate_point(trace, slos: Sequence[SLO], config: SimConfig, qps: float) ->
         total_output_tokens=summary["total_output_tokens"],
         prefix_cache_hit_rate=summary["prefix_cache_hit_rate"],
         num_preemptions=summary["num_preemptions"],
-        latency_ms={key: dict(summary[key]) for key in LATENCY_SUMMARY_KEYS},
+        latency_ms={f"{metric}_ms": dict(summary[f"{metric}_ms"]) for metric in LATENCY_LABELS},
     )
 
 
@@ -190,7 +177,6 @@ class ConfigResult:
         return next(p for p in self.points if p.qps == self.max_qps)
 
 
-# ---- executors -----------------------------------------------------------------------------------
 class Executor:
     """Runs `evaluate_point(trace, slos, config, qps)` somewhere; `submit` returns a Future."""
 
@@ -199,118 +185,6 @@ class Executor:
 
     def close(self) -> None:
         """Release workers; pending work is cancelled."""
-
-
-class SerialExecutor(Executor):
-    """In this process, at submit time: the reference the parallel executors must match."""
-
-    def __init__(self, trace, slos: Sequence[SLO]) -> None:
-        self._trace, self._slos = trace, tuple(slos)
-
-    def submit(self, config: SimConfig, qps: float) -> Future:
-        future: Future = Future()
-        try:
-            future.set_result(evaluate_point(self._trace, self._slos, config, qps))
-        except Exception as exc:  # surfaced by future.result(), as a pool would
-            future.set_exception(exc)
-        return future
-
-
-_WORKER_STATE: dict[str, object] = {}
-
-
-def _init_worker(trace, slos: tuple[SLO, ...]) -> None:
-    """Receive the trace once per worker process rather than once per simulation."""
-    _WORKER_STATE["trace"] = trace
-    _WORKER_STATE["slos"] = slos
-
-
-def _evaluate_in_worker(config: SimConfig, qps: float) -> PointResult:
-    return evaluate_point(_WORKER_STATE["trace"], _WORKER_STATE["slos"], config, qps)
-
-
-class LocalExecutor(Executor):
-    """A pool of `num_jobs` local processes.
-
-    Started with "spawn", not "fork": polars and pyarrow keep thread pools that a forked child
-    can inherit in a locked state.
-    """
-
-    def __init__(self, trace, slos: Sequence[SLO], num_jobs: int) -> None:
-        import multiprocessing
-
-        self._pool = ProcessPoolExecutor(
-            max_workers=num_jobs,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(trace, tuple(slos)),
-        )
-
-    def submit(self, config: SimConfig, qps: float) -> Future:
-        return self._pool.submit(_evaluate_in_worker, config, qps)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-class RayExecutor(Executor):
-    """Tasks on a Ray cluster; the trace is put in the object store once.
-
-    The project's packages travel with the job (`py_modules`); the cluster's Python needs the
-    simulator's dependencies (see pyproject.toml) installed.
-    """
-
-    def __init__(self, trace, slos: Sequence[SLO], address: str) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise SweepError(
-                "--ray: the 'ray' package is not installed; install it (pip install 'ray[default]') "
-                "or drop --ray to run on local cores"
-            ) from None
-        import analysis
-        import engine
-        import sim
-        import traces
-
-        try:
-            ray.init(
-                address=address,
-                runtime_env={"py_modules": [engine, sim, traces, analysis]},
-                ignore_reinit_error=True,
-                log_to_driver=False,
-            )
-        except Exception as exc:  # ray raises several types (ConnectionError, RuntimeError, ...)
-            raise SweepError(f"--ray: cannot connect to the Ray cluster at {address!r}: {exc}") from exc
-        self._ray = ray
-        self._remote = ray.remote(evaluate_point)
-        self._trace_ref = ray.put(trace)
-        self._slos = tuple(slos)
-
-    def submit(self, config: SimConfig, qps: float) -> Future:
-        return self._remote.remote(self._trace_ref, self._slos, config, qps).future()
-
-    def close(self) -> None:
-        self._ray.shutdown()
-
-
-def default_num_jobs() -> int:
-    """The cores this process may run on (the affinity mask, not the machine's total)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def make_executor(trace, slos: Sequence[SLO], num_jobs: int, ray_address: str | None = None) -> Executor:
-    """Ray when an address is given, else a local pool (in-process for one job)."""
-    if ray_address:
-        return RayExecutor(trace, slos, ray_address)
-    if num_jobs < 1:
-        raise SweepError(f"--jobs must be >= 1, got {num_jobs}")
-    if num_jobs == 1:
-        return SerialExecutor(trace, slos)
-    return LocalExecutor(trace, slos, num_jobs)
 
 
 # ---- the driver ----------------------------------------------------------------------------------

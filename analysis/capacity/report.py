@@ -2,7 +2,7 @@
 cost per million output tokens and the cost/latency Pareto front, in one offline page.
 
 The page carries an editable $/GPU-hour table: changing a price recomputes the cost bars and the
-Pareto front in the browser with the same formulas as `analysis.capacity_cost`, so a reader can
+Pareto front in the browser with the same formulas as `analysis.capacity.cost`, so a reader can
 try their own prices without rerunning the sweep.
 """
 
@@ -14,18 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from analysis.capacity_cost import ConfigEconomics
-from analysis.html_page import write_html
+from analysis.capacity.cost import ConfigEconomics, replicas_needed_by_family
+from analysis.capacity.sweep import ConfigResult
+from analysis.formatting import format_number
+from analysis.report.figures import PALETTE
+from analysis.report.html_page import table_html, write_html
 from analysis.slo import SLO
-from analysis.summary_table import format_number
-from analysis.sweep import ConfigResult
 
-__all__ = ["CHART_TITLES", "capacity_figures", "write_capacity_report"]
-
-PALETTE = tuple(qualitative.Plotly)
 CHART_HEIGHT_PX = 460
 CHART_TITLES: dict[str, str] = {
     "latency": "Latency versus offered load (circle: met every SLO, cross: missed one)",
@@ -136,7 +133,7 @@ def max_qps_figure(results: Sequence[ConfigResult]) -> go.Figure:
             x=[r.label for r in results],
             y=[r.max_qps or 0.0 for r in results],
             marker={"color": [_color(r.index) for r in results]},
-            text=[format_number(r.max_qps, ".4g") if r.max_qps is not None else "none" for r in results],
+            text=[format_number(r.max_qps, ".4g", missing="none") for r in results],
             textposition="outside",
             name="max QPS",
             customdata=[[len(r.points), "yes" if r.outcome.converged else "no", "; ".join(r.outcome.notes) or "-"]
@@ -154,11 +151,8 @@ def max_qps_figure(results: Sequence[ConfigResult]) -> go.Figure:
 def replicas_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics], family_labels: Sequence[str],
                     target_qps: float) -> go.Figure:
     """One bar per configuration family (all options but the replica count)."""
-    seen: dict[str, int] = {}
-    for index, label in enumerate(family_labels):
-        seen.setdefault(label, index)
-    labels = list(seen)
-    answers = [economics[i].replicas_needed for i in seen.values()]
+    by_family = replicas_needed_by_family(family_labels, economics)
+    labels, answers = list(by_family), list(by_family.values())
     fig = go.Figure()
     for kind, extrapolated, pattern in (("measured", False, ""), ("extrapolated (linear)", True, "/")):
         chosen = [(label, a) for label, a in zip(labels, answers) if a is not None and a.extrapolated == extrapolated]
@@ -168,7 +162,7 @@ def replicas_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigE
                 y=[a.num_replicas or 0 for _, a in chosen],
                 name=kind,
                 marker={"pattern": {"shape": pattern}},
-                text=[str(a.num_replicas) if a.num_replicas is not None else "none" for _, a in chosen],
+                text=[format_number(a.num_replicas, "d", missing="none") for _, a in chosen],
                 textposition="outside",
                 customdata=[[a.note] for _, a in chosen],
                 hovertemplate="%{x}<br>replicas needed: %{text}<br>%{customdata[0]}<extra>" + kind + "</extra>",
@@ -271,7 +265,7 @@ _EDITOR_SCRIPT = """
     });
     return out;
   }
-  // Mirrors analysis.capacity_cost.cost_per_million_output_tokens_usd and pareto_front.
+  // Mirrors analysis.capacity.cost.cost_per_million_output_tokens_usd and pareto_front.
   function costs(price) {
     return data.configs.map(function (c) {
       var p = price[c.gpu];
@@ -322,13 +316,6 @@ _EDITOR_SCRIPT = """
 """
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], caption: str | None = None, raw_cells: bool = False) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(c if raw_cells else f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    return f'<table class="summary">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
 def _cell(text: str, attrs: str = "") -> str:
     return f"<td{attrs}>{html.escape(text)}</td>"
 
@@ -342,7 +329,7 @@ def _results_table(results: Sequence[ConfigResult], economics: Sequence[ConfigEc
         point = r.point_at_max
         cells = [
             _cell(r.label),
-            _cell(format_number(r.max_qps, ".4g") if r.max_qps is not None else "none"),
+            _cell(format_number(r.max_qps, ".4g", missing="none")),
             _cell(str(len(r.points))),
             _cell(format_number(point.goodput_rps if point else None, ".4g")),
         ]
@@ -350,12 +337,12 @@ def _results_table(results: Sequence[ConfigResult], economics: Sequence[ConfigEc
         cost = e.cost_per_million_output_tokens_usd
         cells += [
             _cell(f"{e.num_gpus} x {r.config.gpu}"),
-            _cell("-" if cost is None else f"${cost:.4g}", f' data-cost-of="{r.index}"'),
+            _cell(format_number(cost, ".4g", prefix="$"), f' data-cost-of="{r.index}"'),
             _cell("yes" if e.on_pareto_front else ""),
             _cell("; ".join(r.outcome.notes)),
         ]
         rows.append(cells)
-    return _table(header, rows, "Capacity per configuration", raw_cells=True)
+    return table_html(rows, header, "Capacity per configuration", raw_cells=True)
 
 
 def _price_editor(gpus: Sequence[str], gpu_costs: dict[str, float]) -> str:
@@ -368,8 +355,8 @@ def _price_editor(gpus: Sequence[str], gpu_costs: dict[str, float]) -> str:
             f'<td><input type="number" min="0" step="0.05" data-gpu="{html.escape(gpu)}" value="{value}" '
             f'aria-label="USD per GPU-hour for {html.escape(gpu)}" style="width:6rem"></td>',
         ])
-    return _table(["GPU", "USD per GPU-hour (editable)"], rows,
-                  "Illustrative list prices, not quotes: edit to redraw the cost charts", raw_cells=True)
+    return table_html(rows, ["GPU", "USD per GPU-hour (editable)"],
+                      "Illustrative list prices, not quotes: edit to redraw the cost charts", raw_cells=True)
 
 
 def write_capacity_report(
@@ -401,16 +388,13 @@ def write_capacity_report(
     header = f'<p class="subtitle">{html.escape(subtitle)}</p>\n'
     header += _results_table(results, economics, slos)
     if target_qps is not None:
-        seen: dict[str, ConfigEconomics] = {}
-        for label, e in zip(family_labels, economics):
-            seen.setdefault(label, e)
         rows = [
-            [label, str(e.replicas_needed.num_replicas) if e.replicas_needed and e.replicas_needed.num_replicas else "none",
-             e.replicas_needed.note if e.replicas_needed else "-"]
-            for label, e in seen.items()
+            [label, format_number(needed.num_replicas if needed else None, "d", missing="none"),
+             needed.note if needed else "-"]
+            for label, needed in replicas_needed_by_family(family_labels, economics).items()
         ]
-        header += _table(["configuration (all replica counts)", "replicas needed", "how"], rows,
-                         f"Replicas needed for {target_qps:.4g} req/s")
+        header += table_html(rows, ["configuration (all replica counts)", "replicas needed", "how"],
+                             f"Replicas needed for {target_qps:.4g} req/s")
     header += _price_editor(gpus, gpu_costs)
     header += f'\n<script type="application/json" id="capacity-data">{data_json}</script>\n'
     header += "<script>" + _EDITOR_SCRIPT % {"cost_meta": COST_META, "pareto_meta": PARETO_META} + "</script>\n"

@@ -4,7 +4,7 @@ Builders take plain named arrays (not replay tables) so that a single-run
 report, a sim-vs-real comparison and a capacity sweep can all draw the same
 kinds of charts with several runs or replicas overlaid. Every builder labels
 its axes with units, sets hover text, and reduces large inputs (see
-`analysis.downsample`) so pages stay small.
+`analysis.report.downsample`) so pages stay small.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from analysis.downsample import cdf_points, minmax_indices, tail_preserving_sample
+from analysis.report.downsample import cdf_points, minmax_indices, tail_preserving_sample
 from analysis.stats import finite_values
 
 PALETTE: tuple[str, ...] = tuple(qualitative.Plotly)
@@ -56,7 +56,8 @@ def _as_named(values: object, default_name: str) -> dict[str, object]:
     return {default_name: values}
 
 
-def _no_data(fig: go.Figure, row: int | None = None, col: int | None = None) -> None:
+def add_no_data(fig: go.Figure, row: int | None = None, col: int | None = None) -> None:
+    """Say "no data" in an empty panel rather than leave blank axes."""
     kwargs = {} if row is None else {"row": row, "col": col}
     fig.add_annotation(text="no data", showarrow=False, x=0.5, y=0.5, xref="x domain", yref="y domain", **kwargs)
 
@@ -113,7 +114,7 @@ def latency_cdf_figure(
         fig.update_xaxes(title_text=f"{metric} ({unit})", row=row, col=col)
         fig.update_yaxes(title_text="cumulative fraction", range=[0, 1.02], row=row, col=col)
         if not has_data:
-            _no_data(fig, row, col)
+            add_no_data(fig, row, col)
     fig.update_layout(title=title, height=ROW_HEIGHT_PX * num_rows + 120, hovermode="closest")
     return fig
 
@@ -169,7 +170,7 @@ def timeseries_figure(
             shown.add(series.name)
         fig.update_yaxes(title_text=y_title, row=row, col=1)
         if not series_list:
-            _no_data(fig, row, 1)
+            add_no_data(fig, row, 1)
     fig.update_xaxes(title_text=x_title, row=len(titles), col=1)
     fig.update_layout(title=title, height=ROW_HEIGHT_PX * len(titles) + 120, hovermode="closest")
     return fig
@@ -195,7 +196,7 @@ def histogram_figure(
         arrays = {name: finite_values(values) for name, values in named.items()}
         pooled = [array for array in arrays.values() if array.size]
         if not pooled:
-            _no_data(fig, 1, col)
+            add_no_data(fig, 1, col)
         else:
             edges = np.histogram_bin_edges(np.concatenate(pooled), bins=num_bins)
             for series_name, array in arrays.items():

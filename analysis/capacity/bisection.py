@@ -25,17 +25,13 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["SearchParams", "SearchOutcome", "CapacitySearch", "run_search", "round_sig_qps"]
+from analysis.stats import round_sig
 
+# A start rate people can read: 5.98, not 5.976309267816164.
 START_SIGNIFICANT_DIGITS = 3
 # Candidates are rounded so outputs read 43.355, not 43.355000000000004; far finer than any tolerance.
 CANDIDATE_SIGNIFICANT_DIGITS = 6
 MIN_TOLERANCE = 1e-4  # finer brackets would be lost to that rounding (and to simulation noise)
-
-
-def round_sig_qps(qps: float, digits: int = START_SIGNIFICANT_DIGITS) -> float:
-    """`qps` to `digits` significant digits: a start rate people can read (5.98, not 5.976309267816164)."""
-    return float(f"{qps:.{digits}g}")
 
 
 @dataclass(frozen=True)
@@ -176,11 +172,11 @@ class CapacitySearch:
             return [float(p.start_qps)]
         lo, hi = self._lo, self._hi
         if hi is None:  # everything passed so far: go up
-            return [round_sig_qps(lo * 2.0, CANDIDATE_SIGNIFICANT_DIGITS)]
+            return [round_sig(lo * 2.0, CANDIDATE_SIGNIFICANT_DIGITS)]
         if lo is None:  # everything failed so far: go down
-            return [round_sig_qps(hi / 2.0, CANDIDATE_SIGNIFICANT_DIGITS)]
+            return [round_sig(hi / 2.0, CANDIDATE_SIGNIFICANT_DIGITS)]
         k = min(p.candidates_per_round, budget)
-        return [round_sig_qps(lo + (hi - lo) * i / (k + 1), CANDIDATE_SIGNIFICANT_DIGITS) for i in range(1, k + 1)]
+        return [round_sig(lo + (hi - lo) * i / (k + 1), CANDIDATE_SIGNIFICANT_DIGITS) for i in range(1, k + 1)]
 
     def _update_bracket(self) -> None:
         failures = [q for q, ok in self._verdicts.items() if not ok]

@@ -1,0 +1,221 @@
+"""Capacity planning by simulation: ``python -m analysis.capacity TRACE --slo ttft_p90=2s,tpot_p90=100ms``.
+
+For every configuration in the cross product of the comma-separated options (models, GPUs, replica
+counts, policies, ...), bisect on the offered load (the trace's arrivals rescaled to a QPS) for the
+highest QPS that meets every SLO, recording the goodput at each QPS tried. Writes to --out:
+
+- ``capacity.json``: a list, one object per configuration: ``config_id``, ``label``, ``options``
+  (every simulator option), ``max_qps`` (null when no QPS tried met the SLOs), ``converged``,
+  ``monotone``, ``notes``, ``num_simulations``, ``slos_ms``, ``cost``, ``pareto``,
+  ``replicas_needed`` and ``points`` (each QPS tried, in order: ``qps``, ``meets_slos``,
+  ``goodput_rps``, ``slo_values_ms``, throughputs and latency percentiles).
+- ``capacity.parquet``: one row per (configuration, QPS tried), the same figures flattened.
+- ``report.html``: the charts (one offline file).
+
+Module map (all in `analysis.capacity`): `plan` (validate, then run), `slo_check` (the per-replay
+verdict), `bisection` (the search), `sweep` and `executors` (cross product, parallel execution),
+`cost` (cost, Pareto, replicas needed), `outputs` and `report` (the files). See analysis/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from analysis.capacity.cost import (
+    DEFAULT_GPU_COST_PER_HOUR_USD,
+    replicas_needed_by_family,
+)
+from analysis.capacity.outputs import write_outputs
+from analysis.capacity.plan import CapacityRun, run_capacity
+from analysis.formatting import format_number
+from analysis.outdir import default_out_dir
+from analysis.slo import SLO, parse_slos
+from analysis.capacity.sweep import SWEEP_AXES
+from engine.core.config import SCHEDULING_POLICIES
+from engine.core.config_args import add_config_arguments, field_names
+from sim.config import SimConfig
+from sim.hardware import get_gpu
+from sim.router import ROUTERS
+
+
+def comma_list(parse_item: Callable[[str], object]) -> Callable[[str], tuple]:
+    """An argparse type for ``a,b,c``; argparse prefixes its errors with the option's name."""
+
+    def parse(text: str) -> tuple:
+        items = [item.strip() for item in text.split(",")]
+        if not text.strip() or any(not item for item in items):
+            raise argparse.ArgumentTypeError(f"empty list or empty item in {text!r}; expected e.g. a,b,c")
+        values = tuple(parse_item(item) for item in items)
+        duplicates = sorted({str(v) for v in values if values.count(v) > 1})
+        if duplicates:
+            raise argparse.ArgumentTypeError(f"{', '.join(duplicates)} given twice in {text!r}")
+        return values
+
+    return parse
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
+    return value
+
+
+def model_name(text: str) -> str:
+    from engine.core.model_config import ModelShape
+
+    try:
+        ModelShape.load(text)
+    except (FileNotFoundError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def gpu_name(text: str) -> str:
+    try:
+        return get_gpu(text).name
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def choice_of(names: Sequence[str], what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in names:
+            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; supported: {', '.join(names)}")
+        return text
+
+    return parse
+
+
+def slo_list(text: str) -> tuple[SLO, ...]:
+    try:
+        return parse_slos(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# How one item of each swept comma list is read; SimConfig then validates the combination.
+SWEEP_ITEM_TYPES: dict[str, Callable[[str], object]] = {
+    "model": model_name,
+    "gpu": gpu_name,
+    "num_replicas": positive_int,
+    "tensor_parallel_size": positive_int,
+    "policy": choice_of(SCHEDULING_POLICIES, "policy"),
+    "max_num_seqs": positive_int,
+    "router": choice_of(list(ROUTERS), "router"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.capacity",
+        description=(
+            "Find, by simulation, the highest QPS each configuration serves within latency SLOs. Comma lists in "
+            "--model, --gpu, --replicas, --tensor-parallel-size, --policy, --max-num-seqs and --router form a "
+            "cross product; each configuration is bisected on QPS (the trace's arrivals rescaled)."
+        ),
+        epilog="example: python -m analysis.capacity traces/sharegpt.parquet --slo ttft_p90=2s,tpot_p90=100ms "
+        "--replicas 1,2 --policy mixed,nano --target-qps 100",
+    )
+    parser.add_argument("trace", help="trace parquet (see traces/README.md)")
+    parser.add_argument("--limit", type=positive_int, default=None, help="use only the first N requests (N >= 2)")
+    parser.add_argument(
+        "--slo",
+        required=True,
+        type=slo_list,
+        help="comma list of metric_statistic=value+unit; metrics: ttft, tpot, itl, e2e, queue; statistics: "
+        "p50, p90, p95, p99, mean; units: ms, s (e.g. ttft_p90=2s,tpot_p90=100ms). Unfinished requests count "
+        "as infinitely slow. The first SLO is the latency axis of the Pareto chart",
+    )
+    # Every simulator option, generated from SimConfig's fields as in sim.replay; the swept ones take comma lists.
+    add_config_arguments(parser.add_argument_group("engine and deployment (as in python -m sim.replay)"), SimConfig,
+                         [name for name in field_names(SimConfig) if name not in SWEEP_AXES])
+    add_config_arguments(
+        parser.add_argument_group("sweep (comma lists; their cross product is swept)"), SimConfig, list(SWEEP_AXES),
+        types={name: comma_list(parse_item) for name, parse_item in SWEEP_ITEM_TYPES.items()},
+    )
+    search = parser.add_argument_group("search")
+    search.add_argument("--qps-min", type=positive_float, default=None,
+                        help="lower end of the QPS bracket (default: found automatically)")
+    search.add_argument("--qps-max", type=positive_float, default=None,
+                        help="upper end of the QPS bracket (default: found automatically, starting at the trace's "
+                        "own rate and doubling or halving)")
+    search.add_argument("--tolerance", type=float, default=0.05,
+                        help="stop when (fail - pass) / pass <= this (default: %(default)s)")
+    search.add_argument("--max-iterations", type=positive_int, default=20,
+                        help="most simulations per configuration (default: %(default)s)")
+    search.add_argument("--candidates-per-round", type=positive_int, default=1,
+                        help="QPS values of one configuration simulated at once (k-section search; uses more "
+                        "cores per configuration, and can reveal non-monotone latency) (default: %(default)s)")
+    cost = parser.add_argument_group("capacity planning")
+    cost.add_argument("--target-qps", type=positive_float, default=None,
+                      help="load to size replicas for (default: the trace's own mean rate)")
+    defaults = ",".join(f"{gpu}={price:g}" for gpu, price in DEFAULT_GPU_COST_PER_HOUR_USD.items())
+    cost.add_argument("--gpu-cost", default=None,
+                      help=f"USD per GPU-hour as gpu=price pairs or a file (JSON object or gpu=price lines); "
+                      f"overrides the illustrative list prices {defaults}")
+    run = parser.add_argument_group("execution")
+    run.add_argument("--jobs", type=positive_int, default=None,
+                     help="local processes (default: the cores available); results do not depend on it")
+    run.add_argument("--ray", default=None, metavar="ADDRESS",
+                     help="run the simulations on this Ray cluster (e.g. auto or ray://host:10001)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", default=None, help="output folder (default: a new folder under runs/)")
+    out.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    return parser
+
+
+def format_table(run: CapacityRun) -> str:
+    """The printed summary: one line per configuration, then replicas needed."""
+    width = max([len("configuration")] + [len(r.label) for r in run.results]) + 2
+    slo_headers = [f"{s.label} ms" for s in run.slos]
+    header = f"{'configuration':<{width}}{'max QPS':>10}{'sims':>6}{'goodput':>10}"
+    header += "".join(f"{h:>13}" for h in slo_headers) + f"{'$/1M tok':>11}{'Pareto':>8}"
+    lines = [header]
+    notes = []
+    for r, e in zip(run.results, run.economics):
+        p = r.point_at_max
+        line = f"{r.label:<{width}}{format_number(r.max_qps, '.4g', missing='none'):>10}"
+        line += f"{len(r.points):>6}{format_number(p.goodput_rps if p else None, '.4g'):>10}"
+        line += "".join(f"{format_number(p.slo_values_ms.get(s.key) if p else None, '.4g'):>13}" for s in run.slos)
+        cost = e.cost_per_million_output_tokens_usd
+        line += f"{format_number(cost, '.4g', prefix='$'):>11}{'yes' if e.on_pareto_front else '':>8}"
+        lines.append(line)
+        notes += [f"  {r.label}: {note}" for note in r.outcome.notes]
+    if notes:
+        lines += ["notes:"] + notes
+    lines.append(f"replicas needed for {run.target_qps:.4g} req/s:")
+    for label, needed in replicas_needed_by_family(run.family_labels, run.economics).items():
+        count = format_number(needed.num_replicas if needed else None, "d", missing="none")
+        lines.append(f"  {label}: {count} ({needed.note if needed else '-'})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run = run_capacity(args, parser)
+    out_dir = Path(args.out) if args.out else default_out_dir("capacity", Path(args.trace).stem)
+    write_outputs(run, out_dir)
+    if not args.quiet:
+        print(format_table(run))
+        num_sims = sum(len(r.points) for r in run.results)
+        where = f"Ray cluster {args.ray}" if args.ray else f"{run.num_jobs} local process(es)"
+        print(f"cost model: {run.cost_model_text}; {num_sims} simulations in {run.wall_s:.1f} s wall on {where}; "
+              f"outputs in {out_dir}/")
+    return 0

@@ -1,0 +1,126 @@
+"""Where a sweep's simulations run: in this process, a local process pool, or a Ray cluster.
+
+Each implements `analysis.capacity.sweep.Executor`, the interface the sweep's driver uses.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+
+from analysis.capacity.sweep import Executor, PointResult, SweepError, evaluate_point
+from analysis.slo import SLO
+from sim.config import SimConfig
+
+
+class SerialExecutor(Executor):
+    """In this process, at submit time: the reference the parallel executors must match."""
+
+    def __init__(self, trace, slos: Sequence[SLO]) -> None:
+        self._trace, self._slos = trace, tuple(slos)
+
+    def submit(self, config: SimConfig, qps: float) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(evaluate_point(self._trace, self._slos, config, qps))
+        except Exception as exc:  # surfaced by future.result(), as a pool would
+            future.set_exception(exc)
+        return future
+
+
+_WORKER_STATE: dict[str, object] = {}
+
+
+def _init_worker(trace, slos: tuple[SLO, ...]) -> None:
+    """Receive the trace once per worker process rather than once per simulation."""
+    _WORKER_STATE["trace"] = trace
+    _WORKER_STATE["slos"] = slos
+
+
+def _evaluate_in_worker(config: SimConfig, qps: float) -> PointResult:
+    return evaluate_point(_WORKER_STATE["trace"], _WORKER_STATE["slos"], config, qps)
+
+
+class LocalExecutor(Executor):
+    """A pool of `num_jobs` local processes.
+
+    Started with "spawn", not "fork": polars and pyarrow keep thread pools that a forked child
+    can inherit in a locked state.
+    """
+
+    def __init__(self, trace, slos: Sequence[SLO], num_jobs: int) -> None:
+        import multiprocessing
+
+        self._pool = ProcessPoolExecutor(
+            max_workers=num_jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(trace, tuple(slos)),
+        )
+
+    def submit(self, config: SimConfig, qps: float) -> Future:
+        return self._pool.submit(_evaluate_in_worker, config, qps)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RayExecutor(Executor):
+    """Tasks on a Ray cluster; the trace is put in the object store once.
+
+    The project's packages travel with the job (`py_modules`); the cluster's Python needs the
+    simulator's dependencies (see pyproject.toml) installed.
+    """
+
+    def __init__(self, trace, slos: Sequence[SLO], address: str) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise SweepError(
+                "--ray: the 'ray' package is not installed; install it (pip install 'ray[default]') "
+                "or drop --ray to run on local cores"
+            ) from None
+        import analysis
+        import engine
+        import sim
+        import traces
+
+        try:
+            ray.init(
+                address=address,
+                runtime_env={"py_modules": [engine, sim, traces, analysis]},
+                ignore_reinit_error=True,
+                log_to_driver=False,
+            )
+        except Exception as exc:  # ray raises several types (ConnectionError, RuntimeError, ...)
+            raise SweepError(f"--ray: cannot connect to the Ray cluster at {address!r}: {exc}") from exc
+        self._ray = ray
+        self._remote = ray.remote(evaluate_point)
+        self._trace_ref = ray.put(trace)
+        self._slos = tuple(slos)
+
+    def submit(self, config: SimConfig, qps: float) -> Future:
+        return self._remote.remote(self._trace_ref, self._slos, config, qps).future()
+
+    def close(self) -> None:
+        self._ray.shutdown()
+
+
+def default_num_jobs() -> int:
+    """The cores this process may run on (the affinity mask, not the machine's total)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def make_executor(trace, slos: Sequence[SLO], num_jobs: int, ray_address: str | None = None) -> Executor:
+    """Ray when an address is given, else a local pool (in-process for one job)."""
+    if ray_address:
+        return RayExecutor(trace, slos, ray_address)
+    if num_jobs < 1:
+        raise SweepError(f"--jobs must be >= 1, got {num_jobs}")
+    if num_jobs == 1:
+        return SerialExecutor(trace, slos)
+    return LocalExecutor(trace, slos, num_jobs)

@@ -1,0 +1,170 @@
+"""A capacity sweep from its command-line options: validated before any simulation (so bad input
+costs nothing and exits with code 2 naming the option), then run and costed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+from analysis.capacity.bisection import START_SIGNIFICANT_DIGITS, SearchParams
+from analysis.capacity.cost import ConfigEconomics, assess, load_gpu_costs
+from analysis.capacity.executors import default_num_jobs, make_executor
+from analysis.capacity.sweep import (
+    SWEEP_AXES,
+    ConfigResult,
+    SweepError,
+    config_label,
+    expand_configs,
+    family_label,
+    run_sweep,
+    varying_axes,
+)
+from analysis.slo import SLO
+from analysis.stats import round_sig
+from engine.core.config_args import build_config
+from sim.config import SimConfig
+from sim.simulator import make_cost_model
+
+
+@dataclasses.dataclass(frozen=True)
+class CapacityRun:
+    """Everything a run produced, for the writers and the printed table."""
+
+    trace_path: str
+    num_requests: int
+    trace_qps: float
+    slos: tuple[SLO, ...]
+    results: list[ConfigResult]
+    economics: list[ConfigEconomics]
+    family_labels: list[str]
+    target_qps: float
+    gpu_costs: dict[str, float]
+    cost_models: list[str]  # per configuration: "auto" may pick a measured profile for some only
+    wall_s: float
+    num_jobs: int
+
+    @property
+    def cost_model_text(self) -> str:
+        return ", ".join(sorted(set(self.cost_models)))
+
+
+def _fail(parser: argparse.ArgumentParser, message: str) -> None:
+    parser.exit(2, f"error: {message}\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPlan:
+    """A validated sweep, ready to simulate: built before any simulation so bad input costs nothing."""
+
+    trace: object  # traces.schema.Trace, after --limit
+    trace_qps: float
+    configs: list[SimConfig]
+    labels: list[str]
+    family_labels: list[str]
+    cost_models: list[str]
+    params: SearchParams
+    gpu_costs: dict[str, float]
+
+
+def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> SweepPlan:
+    """Validate everything that can be checked before simulating; exit 2 with a named option otherwise."""
+    from traces.schema import TraceError, load_trace
+
+    try:
+        trace = load_trace(args.trace)
+    except TraceError as exc:
+        _fail(parser, f"TRACE: {exc}")
+    if args.limit is not None:
+        if args.limit < 2:
+            _fail(parser, f"--limit must be >= 2 (a rate needs two arrivals), got {args.limit}")
+        trace = trace.head(args.limit)
+    arrivals = trace.requests["arrival_s"]
+    span_s = float(arrivals[-1] - arrivals[0]) if len(trace) > 1 else 0.0
+    if span_s <= 0:
+        _fail(parser, f"TRACE: {args.trace}: every request arrives at once, so it has no rate to rescale")
+    trace_qps = (len(trace) - 1) / span_s
+
+    # A swept option is a tuple of values; left at its default it is the config's single default.
+    axes = {field: v if isinstance(v, tuple) else (v,) for field in SWEEP_AXES for v in [getattr(args, field)]}
+    # The first value of each swept list makes the base config; expand_configs replaces them per configuration.
+    scalar = argparse.Namespace(**{**vars(args), **{field: values[0] for field, values in axes.items()}})
+    try:
+        base = build_config(SimConfig, scalar)
+        configs = expand_configs(base, axes)
+    except (ValueError, SweepError) as exc:
+        _fail(parser, str(exc))
+    varying = varying_axes(configs)
+    labels = [config_label(c, varying) for c in configs]
+    cost_models = []
+    for config, label in zip(configs, labels):
+        try:
+            shape = config.model_shape
+            config.resolved_for(shape)
+            cost_models.append(make_cost_model(config, shape).name)
+        except (ValueError, FileNotFoundError) as exc:
+            _fail(parser, f"configuration {label!r}: {exc}")
+    try:
+        params = SearchParams(
+            start_qps=round_sig(trace_qps, START_SIGNIFICANT_DIGITS),
+            qps_min=args.qps_min,
+            qps_max=args.qps_max,
+            tolerance=args.tolerance,
+            max_iterations=args.max_iterations,
+            candidates_per_round=args.candidates_per_round,
+        )
+    except ValueError as exc:
+        _fail(parser, str(exc))
+    try:
+        gpu_costs = load_gpu_costs(args.gpu_cost)
+    except (ValueError, OSError) as exc:
+        _fail(parser, f"--gpu-cost: {exc}")
+    missing = sorted({c.gpu for c in configs if c.gpu not in gpu_costs})
+    if missing:
+        _fail(parser, f"--gpu-cost: no price for {', '.join(missing)}")
+    families = [family_label(c, varying) for c in configs]
+    return SweepPlan(trace, trace_qps, configs, labels, families, cost_models, params, gpu_costs)
+
+
+def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> CapacityRun:
+    """Plan, then run the sweep with a progress bar (unless --quiet), then cost it."""
+    plan = plan_sweep(parser, args)
+    slos: tuple[SLO, ...] = args.slo
+    requested_jobs = args.jobs or default_num_jobs()
+    # More processes than simulations that can run at once would only pay start-up time.
+    num_jobs = max(1, min(requested_jobs, len(plan.configs) * plan.params.candidates_per_round))
+    try:
+        executor = make_executor(plan.trace, slos, num_jobs, args.ray)
+    except SweepError as exc:
+        _fail(parser, str(exc))
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(unit="sim", desc=f"sweeping {len(plan.configs)} configuration(s)", file=sys.stderr,
+                   mininterval=0.5)
+    started = time.perf_counter()
+    try:
+        results = run_sweep(plan.configs, plan.params, executor, plan.labels, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    wall_s = time.perf_counter() - started
+    target_qps = args.target_qps if args.target_qps is not None else round_sig(plan.trace_qps, START_SIGNIFICANT_DIGITS)
+    economics = assess(results, plan.gpu_costs, target_qps, slos[0].key)
+    return CapacityRun(
+        trace_path=str(args.trace),
+        num_requests=len(plan.trace),
+        trace_qps=plan.trace_qps,
+        slos=slos,
+        results=results,
+        economics=economics,
+        family_labels=plan.family_labels,
+        target_qps=target_qps,
+        gpu_costs=plan.gpu_costs,
+        cost_models=plan.cost_models,
+        wall_s=wall_s,
+        num_jobs=num_jobs,
+    )

@@ -1,0 +1,102 @@
+"""Compare a real (GPU) replay with a simulated one: ``python -m analysis.compare REAL_DIR SIM_DIR``.
+
+Both folders hold requests.parquet, steps.parquet and (optionally) summary.json
+as written by `engine.replay` / `sim.replay`. Prints a per-metric table of
+signed relative errors (sim - real) / real and writes compare.json, compare.md,
+compare.parquet (per-request pairs) and report.html to --out. With --schedule
+it also says whether the two runs scheduled the same batches step by step.
+Exit codes: 0 done, 1 schedules differ under --require-identical-schedule,
+2 unusable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from analysis.compare.comparison import compare_runs, write_outputs
+from analysis.compare.inputs import CompareInputError, load_run
+from analysis.compare.request_join import PER_REQUEST_METRICS, RequestJoin
+from analysis.compare.tables import format_error_table, format_fixed_width, format_rel_error
+from analysis.formatting import LATENCY_LABELS, format_percent
+from analysis.outdir import default_out_dir
+
+EXIT_OK, EXIT_SCHEDULE_DIFFERS, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def format_request_summary(join: RequestJoin) -> str:
+    """Match counts and per-request error percentiles as text lines."""
+    header = (
+        f"requests matched on request_id: {join.num_matched} of {join.num_real} real "
+        f"({format_percent(join.matched_share_real)}), {join.num_matched} of {join.num_sim} sim "
+        f"({format_percent(join.matched_share_sim)})"
+    )
+    cells = [("per-request rel. error", "p10", "p50", "p90", "mean |err|", "pairs")]
+    stats = join.error_stats()
+    for key in PER_REQUEST_METRICS:
+        entry = stats[key]
+        cells.append((f"  {LATENCY_LABELS[key]}", *(format_rel_error(entry[name]) for name in ("p10", "p50", "p90")),
+                      format_percent(entry["mean_abs"], ".2f", missing="n/a"), str(entry["num_pairs"])))
+    return header + "\n" + format_fixed_width(cells)
+
+
+def format_config_differences(differences: dict[str, dict]) -> str:
+    """One line listing differing config keys, or "" when the configs agree."""
+    if not differences:
+        return ""
+    items = ", ".join(f"{key} real={values['real']!r} sim={values['sim']!r}" for key, values in differences.items())
+    return f"config differences: {items}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.compare",
+        description="Compare a real replay with a simulated one: per-metric signed relative errors "
+        "(sim - real) / real, per-request pairs, an overlay HTML report and an optional "
+        "step-by-step schedule check.",
+        epilog="exit codes: 0 done; 1 schedules differ (with --require-identical-schedule); 2 unusable input",
+    )
+    parser.add_argument("real_dir", metavar="REAL_DIR", help="folder of the real (GPU) replay: requests.parquet, "
+                        "steps.parquet and, for context only, summary.json")
+    parser.add_argument("sim_dir", metavar="SIM_DIR", help="folder of the simulated replay (same layout)")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="output folder for compare.json/.md/.parquet and report.html "
+                        "(default: a new folder under runs/)")
+    parser.add_argument("--schedule", action="store_true",
+                        help="print whether both runs scheduled the same batches step by step "
+                        "(or the first differing step)")
+    parser.add_argument("--require-identical-schedule", action="store_true",
+                        help="like --schedule, and exit with code 1 if the schedules differ")
+    parser.add_argument("--no-report", action="store_true", help="skip report.html")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        real = load_run(args.real_dir, "real")
+        sim = load_run(args.sim_dir, "sim")
+        comparison = compare_runs(real, sim)
+    except CompareInputError as exc:
+        parser.exit(EXIT_BAD_INPUT, f"error: {exc}\n")
+    cost_model = f" (cost model: {sim.cost_model})" if sim.cost_model else ""
+    print(f"sim {sim.path}{cost_model} vs real {real.path}; rel. error = (sim - real) / real")
+    differences = format_config_differences(comparison.config_differences)
+    if differences:
+        print(differences)
+    print(format_error_table(comparison.rows))
+    print(format_request_summary(comparison.join))
+    check_schedule = args.schedule or args.require_identical_schedule
+    if check_schedule:
+        print(comparison.schedule.describe())
+    both_names = f"{Path(args.real_dir).resolve().name}-vs-{Path(args.sim_dir).resolve().name}"
+    out_dir = Path(args.out) if args.out else default_out_dir("compare", both_names)
+    try:
+        write_outputs(comparison, out_dir, report=not args.no_report)
+    except OSError as exc:
+        parser.exit(EXIT_BAD_INPUT, f"error: cannot write to {out_dir}: {exc}\n")
+    print(f"outputs in {out_dir}/")
+    if args.require_identical_schedule and not comparison.schedule.identical:
+        return EXIT_SCHEDULE_DIFFERS
+    return EXIT_OK

@@ -1,0 +1,122 @@
+"""One real (GPU) replay against one simulated replay: the metrics of both through the same code,
+the per-request join and the schedule diff, and the files they are written to.
+
+Outputs: compare.json (everything), compare.md (the error table), compare.parquet (per-request
+pairs) and report.html (the overlay charts).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from analysis.compare.error_table import MetricRow, error_table, run_metrics
+from analysis.compare.inputs import CompareInputError, RunData
+from analysis.compare.report import write_compare_report
+from analysis.compare.request_join import RequestJoin, join_requests
+from analysis.compare.step_diff import ScheduleDiff, compare_schedules
+from analysis.compare.tables import error_table_markdown
+
+JSON_FILE = "compare.json"
+MARKDOWN_FILE = "compare.md"
+PARQUET_FILE = "compare.parquet"
+REPORT_FILE = "report.html"
+# Config keys that differ between any two runs and say nothing about the setup.
+_VOLATILE_CONFIG_KEYS = ("simulator_wall_s",)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything computed from one real and one simulated run, before anything is written."""
+
+    real: RunData
+    sim: RunData
+    real_summary: dict
+    sim_summary: dict
+    rows: list[MetricRow]
+    join: RequestJoin
+    schedule: ScheduleDiff
+    config_differences: dict[str, dict]
+
+    def to_dict(self) -> dict:
+        """The JSON document written to compare.json."""
+
+        def run_entry(run: RunData, summary: dict) -> dict:
+            return {"dir": str(run.path), "cost_model": run.cost_model, "trace": run.metadata.get("trace"),
+                    "config": run.config, "summary": summary}
+
+        return {
+            "real": run_entry(self.real, self.real_summary),
+            "sim": run_entry(self.sim, self.sim_summary),
+            "relative_error": "(sim - real) / |real|, null when real is 0 or missing",
+            "metrics": [row.to_dict() for row in self.rows],
+            "requests": self.join.to_dict(),
+            "schedule": self.schedule.to_dict(),
+            "config_differences": self.config_differences,
+        }
+
+
+def config_differences(real: dict, sim: dict) -> dict[str, dict]:
+    """Config keys whose values differ ({key: {"real": ..., "sim": ...}}, None where absent).
+
+    Shown next to the error table because a differing knob (e.g. max_num_seqs)
+    explains an error better than any chart.
+    """
+    keys = sorted(set(real) | set(sim))
+    return {
+        key: {"real": real.get(key), "sim": sim.get(key)}
+        for key in keys
+        if key not in _VOLATILE_CONFIG_KEYS and real.get(key) != sim.get(key)
+    }
+
+
+def compare_runs(real: RunData, sim: RunData) -> Comparison:
+    """Metrics of both runs through the same code, the per-request join and the schedule diff.
+
+    Raises `CompareInputError` (naming the folders) when the runs cannot be
+    paired, e.g. no request ids in common.
+    """
+    real_summary, real_metrics = run_metrics(real.requests, real.steps)
+    sim_summary, sim_metrics = run_metrics(sim.requests, sim.steps)
+    join = join_requests(real.requests, sim.requests, real_name=str(real.path), sim_name=str(sim.path))
+    try:
+        schedule = compare_schedules(real.steps, sim.steps, real.requests, sim.requests)
+    except ValueError as exc:
+        raise CompareInputError(f"{real.path} vs {sim.path}: {exc}") from exc
+    return Comparison(
+        real=real,
+        sim=sim,
+        real_summary=real_summary,
+        sim_summary=sim_summary,
+        rows=error_table(real_metrics, sim_metrics),
+        join=join,
+        schedule=schedule,
+        config_differences=config_differences(real.config, sim.config),
+    )
+
+
+def markdown_document(comparison: Comparison) -> str:
+    """compare.md: one context line and the error table, ready to paste into a README."""
+    real, sim = comparison.real, comparison.sim
+    cost_model = f" (cost model: `{sim.cost_model}`)" if sim.cost_model else ""
+    intro = (
+        f"Simulation `{sim.name}`{cost_model} vs real `{real.name}`; "
+        f"relative error = (sim - real) / real; {comparison.join.num_matched} requests matched.\n\n"
+    )
+    return intro + error_table_markdown(comparison.rows, real.name, sim.name)
+
+
+def write_outputs(comparison: Comparison, out_dir: Path, report: bool = True) -> list[Path]:
+    """Write compare.json, compare.md, compare.parquet and (unless `report` is False) report.html."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [out_dir / JSON_FILE, out_dir / MARKDOWN_FILE, out_dir / PARQUET_FILE]
+    written[0].write_text(json.dumps(comparison.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+    written[1].write_text(markdown_document(comparison), encoding="utf-8")
+    comparison.join.frame.write_parquet(written[2])
+    if report:
+        written.append(
+            write_compare_report(comparison.real, comparison.sim, comparison.rows, comparison.join,
+                                 comparison.schedule, comparison.config_differences, out_dir / REPORT_FILE)
+        )
+    return written

@@ -1,0 +1,78 @@
+"""Self-contained HTML pages of plotly figures (works offline, e.g. opened from a cluster).
+
+plotly.js is inlined once in <head>; each figure is embedded as a div without
+its own copy, so a page with many charts costs one bundle (~5 MB), not many.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+PAGE_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1400px;
+       padding: 1rem 2rem; color: #222; }
+h1 { margin-bottom: 0.2rem; }
+.subtitle { color: #555; margin-top: 0; }
+table.summary { border-collapse: collapse; margin: 0.5rem 2rem 1rem 0; display: inline-table; vertical-align: top; }
+table.summary th, table.summary td { border: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: right; }
+table.summary th:first-child, table.summary td:first-child { text-align: left; }
+table.summary thead th { background: #f3f3f3; }
+.figure { margin: 1.5rem 0; }
+"""
+
+_PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def _figure_div(fig: go.Figure) -> str:
+    height = fig.layout.height
+    return fig.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        config=_PLOT_CONFIG,
+        default_width="100%",
+        default_height=f"{int(height)}px" if height else "500px",
+    )
+
+
+def write_html(
+    figures: Sequence[go.Figure],
+    path: str | Path,
+    title: str,
+    header_html: str = "",
+) -> Path:
+    """Write `figures` below a title and `header_html` (trusted HTML) to one offline page.
+
+    Creates parent directories; returns the path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    divs = "\n".join(f'<div class="figure">{_figure_div(fig)}</div>' for fig in figures)
+    page = (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<title>{html.escape(title)}</title>\n<style>{PAGE_STYLE}</style>\n"
+        f'<script type="text/javascript">{get_plotlyjs()}</script>\n</head>\n<body>\n'
+        f"<header>\n<h1>{html.escape(title)}</h1>\n{header_html}\n</header>\n"
+        f"<main>\n{divs}\n</main>\n</body>\n</html>\n"
+    )
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def table_html(
+    rows: Sequence[Sequence[str]],
+    header: Sequence[str] | None = None,
+    caption: str | None = None,
+    raw_cells: bool = False,
+) -> str:
+    """An HTML table in the pages' `summary` style; cells are escaped text, or trusted `<td>` HTML
+    with `raw_cells` (for cells with attributes)."""
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    head = "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>" if header else ""
+    cells = (("".join(row) if raw_cells else "".join(f"<td>{html.escape(cell)}</td>" for cell in row)) for row in rows)
+    body = "".join(f"<tr>{row}</tr>" for row in cells)
+    return f'<table class="summary">{cap}{head}<tbody>{body}</tbody></table>'

@@ -1,0 +1,90 @@
+"""A `summarize()` dict's headline numbers: a fixed-width text table for CLIs to print, and HTML
+tables for reports, formatted alike.
+
+Missing keys and None values print as "-" (see `analysis.formatting`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from analysis.formatting import LATENCY_LABELS, format_number, format_percent
+from analysis.report.html_page import table_html
+from analysis.stats import STATISTIC_NAMES
+
+# summary key -> (format spec, unit suffix); keys not listed are 0..1 fractions shown as percentages.
+_FORMATS: dict[str, tuple[str, str]] = {
+    "num_requests": ("d", ""),
+    "num_finished": ("d", ""),
+    "num_rejected": ("d", ""),
+    "num_aborted": ("d", ""),
+    "duration_s": (".2f", " s"),
+    "request_throughput": (".3f", " req/s"),
+    "output_throughput": (".1f", " tok/s"),
+    "goodput": (".3f", " req/s"),
+    "total_prompt_tokens": (",d", ""),
+    "total_output_tokens": (",d", ""),
+    "num_preemptions": ("d", ""),
+    "num_steps": (",d", ""),
+}
+# summary key -> its row label in the HTML table, in row order (goodput only when the summary has one).
+_HTML_LABELS: dict[str, str] = {
+    "num_requests": "requests", "num_finished": "finished", "num_rejected": "rejected", "num_aborted": "aborted",
+    "duration_s": "duration", "request_throughput": "request throughput", "output_throughput": "output throughput",
+    "goodput": "goodput", "total_prompt_tokens": "prompt tokens", "total_output_tokens": "output tokens",
+    "num_preemptions": "preemptions", "prefix_cache_hit_rate": "prefix cache hit rate",
+    "peak_kv_usage": "peak KV usage", "mean_kv_usage": "mean KV usage", "num_steps": "engine steps",
+}
+LABEL_WIDTH = 24
+COLUMN_WIDTH = 10
+
+
+def format_field(summary: Mapping, key: str) -> str:
+    """One headline number of `summary`, with its unit."""
+    if key not in _FORMATS:
+        return format_percent(summary.get(key))
+    spec, suffix = _FORMATS[key]
+    return format_number(summary.get(key), spec, suffix)
+
+
+def _latency_rows(summary: Mapping) -> list[list[str]]:
+    """[label, p50, p90, p99, mean] (ms) per latency metric."""
+    return [
+        [label, *(format_number((summary.get(f"{metric}_ms") or {}).get(stat)) for stat in STATISTIC_NAMES)]
+        for metric, label in LATENCY_LABELS.items()
+    ]
+
+
+def format_summary_table(summary: Mapping) -> str:
+    """A short fixed-width table of a summary's headline numbers (latencies in ms)."""
+
+    def line(label: str, text: str) -> str:
+        return f"{label:<{LABEL_WIDTH}}{text}"
+
+    finished = f"{format_field(summary, 'num_finished')} / {format_field(summary, 'num_requests')}"
+    lines = [line("requests finished", finished)]
+    lines += [line(f"requests {kind}", format_field(summary, f"num_{kind}")) for kind in ("rejected", "aborted")]
+    lines += [
+        line("duration", format_field(summary, "duration_s")),
+        line("request throughput", format_field(summary, "request_throughput")),
+        line("output throughput", format_field(summary, "output_throughput")),
+    ]
+    if "goodput" in summary:
+        lines.append(line("goodput", format_field(summary, "goodput")))
+    lines.append(line("latency (ms)", "".join(f"{name:>{COLUMN_WIDTH}}" for name in STATISTIC_NAMES)))
+    for label, *cells in _latency_rows(summary):
+        lines.append(line(f"  {label}", "".join(f"{cell:>{COLUMN_WIDTH}}" for cell in cells)))
+    lines += [
+        line("preemptions", format_field(summary, "num_preemptions")),
+        line("prefix cache hit rate", format_field(summary, "prefix_cache_hit_rate")),
+        line("KV usage peak / mean",
+             f"{format_field(summary, 'peak_kv_usage')} / {format_field(summary, 'mean_kv_usage')}"),
+    ]
+    return "\n".join(lines)
+
+
+def summary_table_html(summary: Mapping) -> str:
+    """The headline numbers and latency percentiles of one summary as HTML tables."""
+    rows = [(label, format_field(summary, key)) for key, label in _HTML_LABELS.items()
+            if key != "goodput" or key in summary]
+    return table_html(rows) + table_html(_latency_rows(summary), ["latency (ms)", *STATISTIC_NAMES])

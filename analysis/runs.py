@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -16,6 +17,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.metrics import add_latency_columns, summarize
+
+META_KEYS = ("cost_model", "trace", "config")  # what summary.json says about the run besides its metrics
+
+
+def with_latency_columns(requests: pl.DataFrame) -> pl.DataFrame:
+    """The request table as it is written: latency columns added, ordered by arrival."""
+    if "ttft_s" not in requests.columns:
+        requests = add_latency_columns(requests)
+    return requests.sort("arrival_s", "request_id", maintain_order=True)
 
 
 def write_run(
@@ -30,16 +40,45 @@ def write_run(
     """Write the folder; ``meta`` (cost_model, trace, config) follows the metrics in summary.json.
     A report is written when ``report_title`` is given. Returns the summary."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    request_frame = add_latency_columns(pl.from_arrow(requests)).sort("arrival_s", "request_id", maintain_order=True)
+    request_frame = with_latency_columns(pl.from_arrow(requests))
     step_frame = pl.from_arrow(steps)
     request_frame.write_parquet(out_dir / "requests.parquet")
     pq.write_table(step_frame.to_arrow(), out_dir / "steps.parquet")
-    summary = summarize(request_frame, step_frame)
+    return write_summary(out_dir, request_frame, step_frame, meta, report_title=report_title,
+                         report_subtitle=report_subtitle)
+
+
+def write_summary(
+    out_dir: Path,
+    requests: pl.DataFrame,
+    steps: pl.DataFrame,
+    meta: dict,
+    *,
+    report_title: str | None = None,
+    report_subtitle: str = "",
+) -> dict:
+    """summary.json (written whole: a temporary file renamed over the old one) and, if asked, report.html."""
+    summary = summarize(requests, steps)
     summary.update(meta)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    target = out_dir / "summary.json"
+    partial = target.with_name(f".{target.name}.partial")
+    partial.write_text(json.dumps(summary, indent=2) + "\n")
+    os.replace(partial, target)
     if report_title is not None:
         from analysis.report.replay_report import write_report
 
-        write_report(request_frame, step_frame, summary, out_dir / "report.html", title=report_title,
-                     subtitle=report_subtitle)
+        write_report(requests, steps, summary, out_dir / "report.html", title=report_title, subtitle=report_subtitle)
     return summary
+
+
+def read_meta(run_dir: Path) -> dict:
+    """What the folder's summary.json (or an older GPU run's run.json) says about the run."""
+    for name in ("summary.json", "run.json"):
+        path = run_dir / name
+        if path.is_file():
+            try:
+                recorded = json.loads(path.read_text())
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: not valid JSON ({exc})") from None
+            return {key: recorded[key] for key in META_KEYS if key in recorded}
+    return {}

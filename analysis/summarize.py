@@ -1,20 +1,20 @@
-"""Finish a replay folder: latency columns, summary.json and optionally report.html.
+"""Re-summarize replay folders: summary.json (and optionally report.html) from their tables.
 
-``python -m analysis.summarize DIR`` — for GPU replays written where polars is missing; the folder
-must hold requests.parquet and steps.parquet, and run.json (config and cost model) if present.
+``python -m analysis.summarize DIR...`` reads requests.parquet and steps.parquet, never rewrites them,
+and keeps what summary.json (or an older GPU run's run.json) recorded about the run: its config,
+cost model and trace.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import polars as pl
 
-from analysis.metrics import add_latency_columns, summarize
 from analysis.report.summary_table import format_summary_table
+from analysis.runs import read_meta, with_latency_columns, write_summary
 
 
 def summarize_run_dir(run_dir: Path, report: bool = False, title: str | None = None) -> dict:
@@ -22,24 +22,16 @@ def summarize_run_dir(run_dir: Path, report: bool = False, title: str | None = N
     for name in ("requests.parquet", "steps.parquet"):
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"{run_dir / name} does not exist")
-    requests = pl.read_parquet(run_dir / "requests.parquet")
-    if "ttft_s" not in requests.columns:
-        requests = add_latency_columns(requests).sort("arrival_s", "request_id", maintain_order=True)
-        requests.write_parquet(run_dir / "requests.parquet")
+    requests = with_latency_columns(pl.read_parquet(run_dir / "requests.parquet"))
     steps = pl.read_parquet(run_dir / "steps.parquet")
-    summary = summarize(requests, steps)
-    run_file = run_dir / "run.json"
-    if run_file.is_file():
-        summary.update(json.loads(run_file.read_text()))
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if report:
-        from analysis.report.replay_report import write_report
-
-        config = summary.get("config", {})
-        write_report(requests, steps, summary, run_dir / "report.html",
-                     title=title or f"Replay of {Path(str(config.get('trace', run_dir.name))).name}",
-                     subtitle=f"{config.get('model', '')} on {config.get('device', '')}; cost model: {summary.get('cost_model', '')}")
-    return summary
+    meta = read_meta(run_dir)
+    config = meta.get("config", {})
+    return write_summary(
+        run_dir, requests, steps, meta,
+        report_title=(title or f"Replay of {Path(str(meta.get('trace', run_dir.name))).name}") if report else None,
+        report_subtitle=f"{config.get('model', '')} on {config.get('device', config.get('gpu', ''))}; "
+        f"cost model: {meta.get('cost_model', '')}",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     for run_dir in args.run_dir:
         try:
             summary = summarize_run_dir(Path(run_dir), report=args.report)
-        except (FileNotFoundError, OSError, pl.exceptions.PolarsError) as exc:
+        except (FileNotFoundError, OSError, ValueError, pl.exceptions.PolarsError) as exc:
             parser.exit(2, f"error: {exc}\n")
         if not args.quiet:
             print(f"{run_dir}:\n{format_summary_table(summary)}")

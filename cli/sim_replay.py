@@ -9,8 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.report.summary_table import format_summary_table
 from analysis.outdir import default_out_dir
+from analysis.report.summary_table import format_summary_table
 from analysis.runs import write_run
 from cli.replay_args import add_trace_arguments, load_trace_for_replay
 from engine.core.config import EngineConfig

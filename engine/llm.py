@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Iterator
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence as Seq
 
 from engine.core.llm_engine import LLMEngine
 from engine.core.model_config import ModelShape, resolve_model_dir
-from engine.options import EngineOptions
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
+from engine.options import EngineOptions
 
 Prompt = str | list[int]
 
@@ -162,7 +163,7 @@ class LLM:
         if close is not None:
             close()
 
-    def __enter__(self) -> "LLM":
+    def __enter__(self) -> LLM:
         return self
 
     def __exit__(self, *exc) -> None:

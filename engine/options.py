@@ -28,7 +28,7 @@ class EngineOptions(EngineConfig):
                                       choices=DISTRIBUTED_BACKENDS)
 
     @classmethod
-    def from_kwargs(cls, model: str, **kwargs: object) -> "EngineOptions":
+    def from_kwargs(cls, model: str, **kwargs: object) -> EngineOptions:
         known = {f.name for f in fields(cls)} - {"model"}
         unknown = sorted(set(kwargs) - known)
         if unknown:

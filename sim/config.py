@@ -44,7 +44,7 @@ class SimConfig(EngineConfig):
     def model_shape(self) -> ModelShape:
         return ModelShape.load(self.model)
 
-    def resolved_for(self, model: ModelShape) -> "SimConfig":
+    def resolved_for(self, model: ModelShape) -> SimConfig:
         """Checked against ``model``, with the KV cache sized as the engine sizes it and max_model_len filled in."""
         self.check_model(model)
         num_blocks = self.num_gpu_blocks

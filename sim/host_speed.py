@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-
 SLOW_WINDOW = 1.3  # a window this much slower than the grid counts as slow in the summary line
 
 
@@ -67,7 +66,7 @@ class HostSpeedTimeline:
         return self.slowdowns[max(0, bisect.bisect_right(self.starts_s, t_s) - 1)]
 
     @classmethod
-    def load_csv(cls, path: Path) -> "HostSpeedTimeline":
+    def load_csv(cls, path: Path) -> HostSpeedTimeline:
         starts, values = [], []
         with open(path, newline="") as f:
             reader = csv.DictReader(f)

@@ -203,7 +203,7 @@ class ProfiledCostModel:
         return self.decode_factor + self.host_share * (host_slowdown - self.host_factor)
 
     @classmethod
-    def load(cls, path: Path) -> "ProfiledCostModel":
+    def load(cls, path: Path) -> ProfiledCostModel:
         profile = json.loads(Path(path).read_text())
         name = f"profile:{profile['gpu']}/{Path(path).stem} (measured {profile.get('measured_at', '?')})"
         if profile.get("serving"):

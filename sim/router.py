@@ -7,7 +7,8 @@ one registry entry, and the CLIs' ``--router`` choices follow the registry.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence as Seq
+from collections.abc import Sequence as Seq
+from typing import Protocol
 
 from engine.core.block_manager import prefix_block_hashes
 from engine.core.llm_engine import LLMEngine

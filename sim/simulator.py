@@ -8,9 +8,9 @@ boundary, exactly as on hardware; an idle replica sleeps until a request arrives
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from pathlib import Path
 
 import simpy
 
@@ -21,9 +21,9 @@ from engine.core.sequence import Sequence
 from sim.config import SimConfig
 from sim.cost_model import CostModel, RooflineCostModel
 from sim.hardware import get_gpu
+from sim.host_speed import parse_host_slowdown
 from sim.profiled_cost_model import ProfiledCostModel, find_profile
 from sim.router import make_router
-from sim.host_speed import parse_host_slowdown
 from sim.runner import CostModelRunner
 from traces.requests import TraceRequests
 

@@ -44,7 +44,7 @@ class Trace:
     source: str
 
     @classmethod
-    def from_frame(cls, df: pl.DataFrame, source: str, hash_block_size: int | None = None) -> "Trace":
+    def from_frame(cls, df: pl.DataFrame, source: str, hash_block_size: int | None = None) -> Trace:
         """Validate `df` and wrap it; `hash_block_size` is dropped when there are no hash_ids."""
         requests = validate(df, source, hash_block_size)
         block_size = hash_block_size if "hash_ids" in requests.columns else None
@@ -53,16 +53,16 @@ class Trace:
     def __len__(self) -> int:
         return self.requests.height
 
-    def _replace_requests(self, requests: pl.DataFrame) -> "Trace":
+    def _replace_requests(self, requests: pl.DataFrame) -> Trace:
         return Trace(requests=requests, hash_block_size=self.hash_block_size, source=self.source)
 
-    def head(self, n: int) -> "Trace":
+    def head(self, n: int) -> Trace:
         """The first `n` requests in row order (all of them if `n` exceeds the length)."""
         if n < 1:
             raise ValueError(f"head needs n >= 1 (a trace holds at least one request), got {n}")
         return self._replace_requests(self.requests.head(n))
 
-    def with_time_scale(self, scale: float) -> "Trace":
+    def with_time_scale(self, scale: float) -> Trace:
         """Stretch (scale > 1) or compress (scale < 1) the gaps after the first arrival."""
         if not scale > 0 or not np.isfinite(scale):
             raise ValueError(f"time scale must be a finite number > 0, got {scale}")
@@ -72,11 +72,11 @@ class Trace:
             self.requests.with_columns(first + (arrival - first) * scale)
         )
 
-    def offline(self) -> "Trace":
+    def offline(self) -> Trace:
         """Every request arrives at time 0, as in an offline batch run."""
         return self._replace_requests(self.requests.with_columns(pl.lit(0.0, dtype=pl.Float64).alias("arrival_s")))
 
-    def with_qps(self, qps: float) -> "Trace":
+    def with_qps(self, qps: float) -> Trace:
         """Rescale gaps so the mean rate `(num_requests - 1) / span` equals `qps` requests/s."""
         if not qps > 0 or not np.isfinite(qps):
             raise ValueError(f"qps must be a finite number > 0, got {qps}")

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from engine.core.config import cdiv
 from traces.arrivals import gamma_gaps_s
 from traces.lengths import LengthDist
-from engine.core.config import cdiv
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class SessionStreams:
     think: np.random.Generator
 
     @classmethod
-    def from_seed(cls, seed: int) -> "SessionStreams":
+    def from_seed(cls, seed: int) -> SessionStreams:
         return cls(*(np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(5)))
 
 

@@ -25,7 +25,6 @@ from sim.batch_features import FEATURE_NAMES  # noqa: E402
 from sim.profiled_cost_model import ProfiledCostModel, find_profile  # noqa: E402
 
 
-
 def with_pairs(steps: pl.DataFrame) -> pl.DataFrame:
     if "prefill_attention_pairs" in steps.columns:
         return steps

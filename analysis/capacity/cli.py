@@ -29,10 +29,10 @@ from analysis.capacity.cost import (
 )
 from analysis.capacity.outputs import write_outputs
 from analysis.capacity.plan import CapacityRun, run_capacity
+from analysis.capacity.sweep import SWEEP_AXES
 from analysis.formatting import format_number
 from analysis.outdir import default_out_dir
 from analysis.slo import SLO, parse_slos
-from analysis.capacity.sweep import SWEEP_AXES
 from engine.core.config import SCHEDULING_POLICIES
 from engine.core.config_args import add_config_arguments, field_names
 from sim.config import SimConfig

@@ -15,8 +15,8 @@ from collections import OrderedDict
 
 import xxhash
 
-from engine.core.sequence import Sequence
 from engine.core.config import cdiv
+from engine.core.sequence import Sequence
 
 ROOT_HASH = 0  # the parent hash of every sequence's first block
 

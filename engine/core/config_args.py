@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from engine.core.config import ConfigError
 

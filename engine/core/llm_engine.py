@@ -10,7 +10,7 @@ every path.
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 
 from engine.core.clock import Clock, WallClock
 from engine.core.config import EngineConfig

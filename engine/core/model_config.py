@@ -56,7 +56,7 @@ class ModelShape:
     torch_dtype: str
 
     @classmethod
-    def from_config_dict(cls, config: dict, name: str, source: str = "config.json") -> "ModelShape":
+    def from_config_dict(cls, config: dict, name: str, source: str = "config.json") -> ModelShape:
         architectures = config.get("architectures") or [None]
         arch = architectures[0]
         if arch not in SUPPORTED_ARCHITECTURES:
@@ -98,7 +98,7 @@ class ModelShape:
             raise ValueError(f"{source}: missing key {exc.args[0]!r}") from None
 
     @classmethod
-    def load(cls, model: str | Path) -> "ModelShape":
+    def load(cls, model: str | Path) -> ModelShape:
         model_dir = resolve_model_dir(model)
         source = model_dir / "config.json"
         try:

@@ -9,8 +9,9 @@ turned into pyarrow tables (parquet) only at the end.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from engine.core.sequence import FinishReason, Sequence
 

@@ -18,8 +18,8 @@ number of running sequences only, never with the waiting or finished ones.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig

@@ -22,8 +22,8 @@ import torch.multiprocessing as mp
 
 from engine.core.model_config import ModelShape
 from engine.gpu.model_runner import ModelRunner, StepPlan, resolve_device
-from engine.options import EngineOptions
 from engine.gpu.parallel import ParallelContext
+from engine.options import EngineOptions
 
 # A collective that waits this long means a rank is gone: fail with an error rather than hang.
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)

@@ -15,17 +15,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.gpu.attention import AttentionMetadata, default_backend, get_backend
-from engine.gpu.attention.triton_kernels_host import LONG_SEQ_SLOTS, NO_SPLITS, DecodeSplits, decode_splits, long_decode_rows
-from engine.gpu.layers.sampler import SamplingTensors, sample
-from engine.gpu.loader import init_dummy, load_safetensors
+from engine.core.config import cdiv
 from engine.core.model_config import ModelShape
-from engine.gpu.models import DecoderForCausalLM
-from engine.options import EngineOptions
-from engine.gpu.parallel import SINGLE, ParallelContext
 from engine.core.runner import RunnerOutput
 from engine.core.scheduler import ScheduledBatch
-from engine.core.config import cdiv
+from engine.gpu.attention import AttentionMetadata, default_backend, get_backend
+from engine.gpu.attention.triton_kernels_host import (
+    LONG_SEQ_SLOTS,
+    NO_SPLITS,
+    DecodeSplits,
+    decode_splits,
+    long_decode_rows,
+)
+from engine.gpu.layers.sampler import SamplingTensors, sample
+from engine.gpu.loader import init_dummy, load_safetensors
+from engine.gpu.models import DecoderForCausalLM
+from engine.gpu.parallel import SINGLE, ParallelContext
+from engine.options import EngineOptions
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 

@@ -15,7 +15,7 @@ from engine.core.scheduler import ScheduledBatch
 class FixedTokenRunner:
     """Samples ``token_id`` for every sequence and advances the clock by ``step_s``."""
 
-    def __init__(self, clock: "ManualClock", token_id: int = 7, step_s: float = 0.01) -> None:
+    def __init__(self, clock: ManualClock, token_id: int = 7, step_s: float = 0.01) -> None:
         self.clock = clock
         self.token_id = token_id
         self.step_s = step_s

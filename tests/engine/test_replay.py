@@ -10,10 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("polars")
 
-from engine.core.records import SCHEDULE_COLUMNS  # noqa: E402
 from cli.engine_replay import main as engine_replay  # noqa: E402
+from engine.core.records import SCHEDULE_COLUMNS  # noqa: E402
 from traces.schema import save_trace  # noqa: E402
-
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ import pytest
 from engine.core.records import STEP_COLUMNS
 
 STEP_INT_COLUMNS = [c.name for c in STEP_COLUMNS if c.dtype == "int64"]
-from sim.calibrate import calibrate, main as calibrate_main
+from sim.calibrate import calibrate
+from sim.calibrate import main as calibrate_main
 from sim.profiled_cost_model import ProfiledCostModel, find_profile
 
 PROFILE = find_profile("qwen3-0.6b", "h200")

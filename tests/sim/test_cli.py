@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import polars as pl
 import pytest
 
 from analysis.metrics import add_latency_columns, summarize
-from cli.sim_replay import build_parser, main as replay_main
+from cli.sim_replay import build_parser
+from cli.sim_replay import main as replay_main
 from sim.config import SimConfig
 from sim.simulator import simulate
-from traces.schema import load_trace
 from tests.sim.helpers import SHAREGPT, SUMMARY_STAT_KEYS, read_outputs, run_cli
+from traces.schema import load_trace
 
 SUMMARY_KEYS = (
     "num_requests", "num_finished", "num_rejected", "duration_s", "request_throughput", "output_throughput",

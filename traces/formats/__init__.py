@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from traces.formats import azure, burstgpt, mooncake, sharegpt, vidur
-from traces.formats.base import ConvertOptions, Converted
+from traces.formats.base import Converted, ConvertOptions
 
 
 @dataclass(frozen=True)

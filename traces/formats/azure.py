@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from traces.errors import TraceError
-from traces.formats.base import ConvertOptions, Converted, drop_zero_lengths, row_ids
+from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids
 from traces.formats.tabular import int_column, line_of_row, read_csv_text
 
 _ZONE_SUFFIX = re.compile(r"(Z|[+-]\d\d:?\d\d)$")

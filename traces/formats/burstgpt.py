@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traces.formats.base import ConvertOptions, Converted, drop_zero_lengths, row_ids
+from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids
 from traces.formats.tabular import float_column, int_column, read_csv_text
 
 _EXTRAS = {"Model": "model", "Log Type": "log_type"}

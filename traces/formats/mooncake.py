@@ -14,9 +14,9 @@ from pathlib import Path
 
 import polars as pl
 
-from traces.errors import TraceError
-from traces.formats.base import ConvertOptions, Converted, drop_zero_lengths
 from engine.core.config import cdiv
+from traces.errors import TraceError
+from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths
 
 MOONCAKE_BLOCK_TOKENS = 512
 

@@ -24,7 +24,7 @@ import polars as pl
 
 from traces.arrivals import arrival_times_s, gamma_gaps_s
 from traces.errors import TraceError
-from traces.formats.base import ConvertOptions, Converted
+from traces.formats.base import Converted, ConvertOptions
 
 USER_ROLES = frozenset({"human", "user"})
 MODEL_ROLES = frozenset({"gpt", "chatgpt", "bing", "bard", "assistant", "model"})

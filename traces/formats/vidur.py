@@ -15,7 +15,7 @@ import polars as pl
 
 from traces.arrivals import arrival_times_s
 from traces.errors import TraceError
-from traces.formats.base import ConvertOptions, Converted, drop_zero_lengths, row_ids
+from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids
 from traces.formats.tabular import float_column, int_column, read_csv_text
 
 

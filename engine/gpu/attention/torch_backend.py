@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.gpu.attention.base import PagedAttentionBackend
 from engine.core.config import cdiv
+from engine.gpu.attention.base import PagedAttentionBackend
 
 
 class TorchBackend(PagedAttentionBackend):

@@ -18,7 +18,6 @@ import triton.language as tl
 
 from engine.gpu.attention.triton_kernels_host import DECODE_TILE_TOKENS
 
-
 LOG2E = 1.4426950408889634
 
 

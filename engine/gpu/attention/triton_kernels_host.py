@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from engine.core.config import cdiv
 
 DECODE_TILE_TOKENS = 64  # KV tokens per tile of the decode kernel (fewer when a page is smaller)

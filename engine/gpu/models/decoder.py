@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.core.model_config import ModelShape
 from engine.gpu.attention.metadata import AttentionMetadata
 from engine.gpu.layers.activation import SiluAndMul
 from engine.gpu.layers.attention import Attention
@@ -12,7 +13,6 @@ from engine.gpu.layers.embed_head import ParallelLMHead, VocabParallelEmbedding
 from engine.gpu.layers.layernorm import RMSNorm
 from engine.gpu.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from engine.gpu.layers.rotary_embedding import RotaryEmbedding
-from engine.core.model_config import ModelShape
 from engine.gpu.parallel import ParallelContext
 
 

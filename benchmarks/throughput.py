@@ -104,14 +104,17 @@ def run_peer(args, prompts, params) -> dict:
     from engine.core.model_config import resolve_model_dir
 
     config = transformers.AutoConfig.from_pretrained(str(resolve_model_dir(args.model)))
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="paged|sdpa", dtype=torch.bfloat16)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="paged|sdpa",
+                                                          dtype=torch.bfloat16)
     model = model.to("cuda").eval()
     n = args.peer_num_seqs
     subset_prompts = prompts[:n]
     max_new = max(p.max_tokens for p in params[:n])
     gen_config = GenerationConfig(max_new_tokens=max_new, do_sample=True, temperature=0.6, eos_token_id=-1,
                                   pad_token_id=0)
-    model.generate_batch(inputs=[[1, 2, 3, 4]], generation_config=GenerationConfig(max_new_tokens=8, eos_token_id=-1, pad_token_id=0), progress_bar=False)
+    model.generate_batch(inputs=[[1, 2, 3, 4]],
+                         generation_config=GenerationConfig(max_new_tokens=8, eos_token_id=-1, pad_token_id=0),
+                         progress_bar=False)
     torch.cuda.synchronize()
     start = time.perf_counter()
     outputs = model.generate_batch(inputs=subset_prompts, generation_config=gen_config, progress_bar=False)
@@ -135,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--peer", action="store_true", help="also time transformers' generate_batch on a subset")
-    parser.add_argument("--peer-num-seqs", type=int, default=32, help="requests given to the peer (default: %(default)s)")
+    parser.add_argument("--peer-num-seqs", type=int, default=32,
+                        help="requests given to the peer (default: %(default)s)")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
 
@@ -144,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                             "max_output_tokens": sum(p.max_tokens for p in params)}}
     results["engine"] = engine = run_engine(args, prompts, params)
     print(f"engine: {engine['output_tokens']} output tokens in {engine['wall_s']:.2f} s = "
-          f"{engine['output_tok_per_s']:.0f} tok/s ({engine['num_steps']} steps, {engine['num_graph_steps']} graph replays, "
+          f"{engine['output_tok_per_s']:.0f} tok/s ({engine['num_steps']} steps, "
+          f"{engine['num_graph_steps']} graph replays, "
           f"{engine['num_gpu_blocks']} KV blocks)")
     print("per step (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in engine["per_step_ms"].items()))
     if args.peer:

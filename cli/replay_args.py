@@ -7,7 +7,8 @@ import argparse
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", help="trace parquet (see traces/README.md; convert others with python -m traces.convert)")
+    parser.add_argument("trace",
+                        help="trace parquet (see traces/README.md; convert others with python -m traces.convert)")
     rate = parser.add_mutually_exclusive_group()
     rate.add_argument("--qps", type=float, default=None, help="rescale arrivals to this mean rate (requests/s)")
     rate.add_argument("--time-scale", type=float, default=None, help="multiply inter-arrival gaps by this factor")

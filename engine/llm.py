@@ -27,7 +27,8 @@ class StreamEvent:
 
 
 def _load_tokenizer(model_dir: Path):
-    has_tokenizer = any((model_dir / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+    has_tokenizer = any((model_dir / name).exists()
+                        for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
     if not has_tokenizer:
         return None
     from transformers import AutoTokenizer
@@ -36,7 +37,8 @@ def _load_tokenizer(model_dir: Path):
 
 
 class LLM:
-    """``LLM(model, **options)``; ``model`` is an HF model directory or a shipped config name (with load_format="dummy")."""
+    """``LLM(model, **options)``; ``model`` is an HF model directory or a shipped config name
+    (with load_format="dummy")."""
 
     def __init__(self, model: str, **options: object) -> None:
         self.options = opts = EngineOptions.from_kwargs(str(model), **options)
@@ -85,7 +87,8 @@ class LLM:
             raise ValueError(f"prompt {index} has {len(ids)} tokens, more than max_model_len={self.max_model_len}")
         bad = [t for t in ids if not 0 <= t < self.shape.vocab_size]
         if bad:
-            raise ValueError(f"prompt {index} has token id {bad[0]} outside the vocabulary [0, {self.shape.vocab_size})")
+            raise ValueError(f"prompt {index} has token id {bad[0]} outside the vocabulary "
+                             f"[0, {self.shape.vocab_size})")
         return ids
 
     def _add_all(self, prompts: Seq[Prompt], sampling_params) -> list[Sequence]:
@@ -98,7 +101,8 @@ class LLM:
         elif len(sampling_params) != len(prompts):
             raise ValueError(f"got {len(sampling_params)} sampling params for {len(prompts)} prompts")
         token_ids = [self._token_ids(i, p) for i, p in enumerate(prompts)]
-        seqs = [self.engine.add_request(ids, sp, request_id=i) for i, (ids, sp) in enumerate(zip(token_ids, sampling_params))]
+        seqs = [self.engine.add_request(ids, sp, request_id=i)
+                for i, (ids, sp) in enumerate(zip(token_ids, sampling_params))]
         for seq in seqs:
             if seq.reject_reason:
                 raise ValueError(f"prompt {seq.request_id} cannot be served: {seq.reject_reason}")
@@ -133,7 +137,8 @@ class LLM:
                     prefill_tps = batch.num_prefill_tokens / elapsed
                 if batch.num_decode_seqs:
                     decode_tps = batch.num_decode_seqs / elapsed
-                progress.set_postfix(prefill=f"{prefill_tps:.0f} tok/s", decode=f"{decode_tps:.0f} tok/s", refresh=False)
+                progress.set_postfix(prefill=f"{prefill_tps:.0f} tok/s", decode=f"{decode_tps:.0f} tok/s",
+                                     refresh=False)
                 progress.update(len(finished))
         if progress is not None:
             progress.close()

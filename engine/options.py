@@ -37,7 +37,8 @@ class EngineOptions(EngineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(isinstance(self.device, str) and (self.device in ("auto", "cuda", "cpu") or self.device.startswith("cuda:")),
+        check(isinstance(self.device, str)
+              and (self.device in ("auto", "cuda", "cpu") or self.device.startswith("cuda:")),
               f"device must be 'auto', 'cuda', 'cuda:N' or 'cpu', got {self.device!r}", "device")
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("load_format", self.load_format, LOAD_FORMATS)

@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     s = profile["serving"]
     print(f"{path}: host factor {s['host_factor']} from {s['num_eager_steps']} eager steps, decode factor "
           f"{s['decode_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
-          f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their decode time)")
+          f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their "
+          f"decode time)")
     return 0
 
 

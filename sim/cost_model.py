@@ -28,7 +28,8 @@ class CostModel(Protocol):
 class RooflineConstants:
     """Efficiencies are fractions of the GPU's measured (else datasheet) peaks."""
 
-    # Dense GEMMs reach ~80% of the 8192^3 matmul rate at prefill sizes; small-M decode GEMMs are bandwidth-bound anyway.
+    # Dense GEMMs reach ~80% of the 8192^3 matmul rate at prefill sizes; small-M decode GEMMs are bandwidth-bound
+    # anyway.
     matmul_efficiency: float = 0.8
     # Weight streaming in decode GEMMs: cuBLAS reaches ~85% of copy bandwidth for skinny products.
     weight_bandwidth_efficiency: float = 0.85

@@ -77,7 +77,8 @@ class HostSpeedTimeline:
                     starts.append(float(row["start_s"]))
                     values.append(float(row["slowdown"]))
                 except (TypeError, ValueError):
-                    raise ValueError(f"{path}, line {row_number}: start_s and slowdown must be numbers, got {row}") from None
+                    raise ValueError(f"{path}, line {row_number}: start_s and slowdown must be numbers, "
+                                     f"got {row}") from None
         try:
             return cls(starts, values, name=f"timeline:{Path(path).name}")
         except ValueError as exc:
@@ -168,7 +169,8 @@ def timeline_from_run(
             by_window.setdefault(int(start // window_s), []).append(real / floor)
     num_steps = sum(map(len, by_window.values()))
     if num_steps < min_steps:
-        raise ValueError(f"{run_dir}: {num_steps} host-bound eager steps, too few (< {min_steps}) to read the host's speed from")
+        raise ValueError(f"{run_dir}: {num_steps} host-bound eager steps, too few (< {min_steps}) to read the host's "
+                         f"speed from")
     by_window = {w: v for w, v in by_window.items() if len(v) >= min_steps_per_window}
     if not by_window:
         raise ValueError(f"{run_dir}: no {window_s:g}-s window has {min_steps_per_window} host-bound eager steps")
@@ -202,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     values = timeline.slowdowns
     slow = sum(v > SLOW_WINDOW for v in values) / len(values)
     print(f"{args.out}: {len(values)} windows of {args.window_s:g} s; slowdown min {min(values):.2f}, "
-          f"median {sorted(values)[len(values) // 2]:.2f}, max {max(values):.2f}; {slow:.0%} of windows over {SLOW_WINDOW}x")
+          f"median {sorted(values)[len(values) // 2]:.2f}, max {max(values):.2f}; {slow:.0%} of windows over "
+          f"{SLOW_WINDOW}x")
     return 0
 
 

@@ -37,7 +37,8 @@ class GridPoint:
 
 
 def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens: int, quick: bool) -> list[GridPoint]:
-    graph_sizes = [b for b in (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512) if b <= max_num_seqs]
+    graph_sizes = [b for b in (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
+                   if b <= max_num_seqs]
     contexts = [32, 256, 1024, 4096, 16384]
     chunks = [16, 64, 256, 1024, 2048, 4096, 8192]
     cached = [0, 512, 4096, 16384]
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     engine = llm.engine
     max_kv_tokens = engine.config.kv_capacity_tokens // 2
-    grid = build_grid(args.max_num_seqs, args.max_num_batched_tokens, engine.config.max_model_len, max_kv_tokens, args.quick)
+    grid = build_grid(args.max_num_seqs, args.max_num_batched_tokens, engine.config.max_model_len, max_kv_tokens,
+                      args.quick)
     injector = StateInjector(engine, llm.shape.vocab_size)
     points = []
     for i, point in enumerate(grid):
@@ -199,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(profile, indent=1) + "\n")
     held = profile["fit"]["held_out"]
-    print(f"{len(points)} grid points in {profile['profile_wall_s']} s; held-out error: mean {held['mean_abs_rel_error']:.1%}, "
+    print(f"{len(points)} grid points in {profile['profile_wall_s']} s; "
+          f"held-out error: mean {held['mean_abs_rel_error']:.1%}, "
           f"p90 {held['p90_abs_rel_error']:.1%}, max {held['max_abs_rel_error']:.1%} over {held['num_points']} points")
     return 0
 

@@ -116,8 +116,10 @@ def _fit_skew(points: list[dict], decode: dict, graph_sizes: list[int]) -> float
     """Seconds per token of excess context, least squares through the origin on the equal-context model's misses."""
     if not points:
         return 0.0
-    model = ProfiledCostModel({"graph_decode": decode, "graph_sizes": graph_sizes, "max_graph_batch_size": max(graph_sizes),
-                               "eager": {"floor_coef": [0.0] * len(FLOOR_BASIS), "gpu_coef": [0.0] * len(GPU_BASIS)}}, "fit")
+    model = ProfiledCostModel({"graph_decode": decode, "graph_sizes": graph_sizes,
+                               "max_graph_batch_size": max(graph_sizes),
+                               "eager": {"floor_coef": [0.0] * len(FLOOR_BASIS),
+                                         "gpu_coef": [0.0] * len(GPU_BASIS)}}, "fit")
     x = np.array([_excess_context(p["features"]) for p in points])
     y = np.array([p["median_s"] - model.predict(p["features"]) for p in points])
     return max(0.0, float(x @ y / (x @ x))) if (x @ x) > 0 else 0.0
@@ -152,7 +154,8 @@ def fit_profile(profile: dict) -> dict:
     errors = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in held]
     by_family = {}
     for family in sorted({p["family"] for p in held}):
-        errs = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in held if p["family"] == family]
+        errs = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"]
+                for p in held if p["family"] == family]
         by_family[family] = round(float(np.mean(errs)), 4)
     fit["held_out"] = {
         "num_points": len(held),
@@ -219,17 +222,20 @@ class ProfiledCostModel:
         slowdown = self.host_factor if host_slowdown is None else host_slowdown
         if _is_graph_step(f, self.max_graph_bs):
             bs = f["num_decode_seqs"]
-            grid = self._decode_a[bs] + self._decode_b[bs] * f["decode_context_tokens"] + self._per_excess_s[bs] * _excess_context(f)
+            grid = (self._decode_a[bs] + self._decode_b[bs] * f["decode_context_tokens"]
+                    + self._per_excess_s[bs] * _excess_context(f))
             return self._decode_scale(slowdown) * grid
         floor, gpu = self.eager_parts(f)
         return max(slowdown * floor, gpu, self._min_s)
 
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
-        if host_slowdown is None and batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:  # hot path
+        # hot path
+        if host_slowdown is None and batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:
             bs = batch.num_decode_seqs
             kv = batch.decode_context_tokens
             excess = batch.max_decode_context_tokens - kv / bs
-            grid = self._decode_a[bs] + self._decode_b[bs] * kv + (self._per_excess_s[bs] * excess if excess > 0 else 0.0)
+            grid = (self._decode_a[bs] + self._decode_b[bs] * kv
+                    + (self._per_excess_s[bs] * excess if excess > 0 else 0.0))
             return self.decode_factor * grid
         return self.predict(batch_features(batch), host_slowdown)
 

@@ -101,7 +101,8 @@ def simulate(
         LLMEngine(
             sched_config,
             # one host-speed process per replica: each replica is its own machine
-            CostModelRunner(cost_model, host_speed=parse_host_slowdown(config.host_slowdown, config.seed + i), clock=clock),
+            CostModelRunner(cost_model, host_speed=parse_host_slowdown(config.host_slowdown, config.seed + i),
+                            clock=clock),
             clock=clock,
             eos_token_ids=model.eos_token_ids,
             replica=i,

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # package (as a dotted prefix) -> prefixes it must never import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "engine.core": ("engine.gpu", "engine.llm", "engine.options", "sim", "traces", "analysis", "cli", "torch", "triton"),
+    "engine.core": ("engine.gpu", "engine.llm", "engine.options", "sim", "traces", "analysis", "cli", "torch",
+                    "triton"),
     "traces": ("engine.gpu", "engine.llm", "sim", "analysis", "cli", "torch", "triton"),
     "engine": ("sim", "traces", "analysis", "cli"),
     "sim": ("analysis", "cli", "engine.gpu"),

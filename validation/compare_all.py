@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(sim)
         extra = []
         if args.host_timelines:
-            profile = Path(args.cost_model) if args.cost_model not in ("auto", "roofline") else find_profile("qwen3-0.6b", "h200")
+            profile = (Path(args.cost_model) if args.cost_model not in ("auto", "roofline")
+                       else find_profile("qwen3-0.6b", "h200"))
             timeline = sim_root / f"{name}-host.csv"
             try:
                 timeline_from_run(real, profile).write_csv(timeline)
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((name, description, errors, schedule.get("identical")))
 
     lines = ["| run | " + " | ".join(HEADLINE) + " | same schedule |", "|:---" + "|---:" * len(HEADLINE) + "|:---:|"]
-    for name, description, errors, identical in rows:
+    for _name, description, errors, identical in rows:
         cells = [f"{errors[k]:+.1%}" if errors.get(k) is not None else "n/a" for k in HEADLINE]
         lines.append(f"| {description} | " + " | ".join(cells) + f" | {'yes' if identical else 'no'} |")
     table = "\n".join(lines) + "\n"

@@ -64,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     fast = np.median(launch[launch <= np.percentile(launch, 50)])
     slow = table.filter(pl.col("eager_launch_ms") > 1.3 * fast)
     corr = np.corrcoef(table["eager_launch_ms"].to_numpy(), table["decode_launch_ms"].to_numpy())[0, 1]
-    print(f"eager launch: {fast:.1f} ms in the faster half of windows; {slow.height} of {table.height} windows over 1.3x that "
-          f"(median {slow['eager_launch_ms'].median() or 0:.1f} ms); correlation of eager and decode-graph launch times "
+    print(f"eager launch: {fast:.1f} ms in the faster half of windows; {slow.height} of {table.height} windows "
+          f"over 1.3x that (median {slow['eager_launch_ms'].median() or 0:.1f} ms); "
+          f"correlation of eager and decode-graph launch times "
           f"across windows {corr:.2f}")
     if (diag / "smi.csv").is_file():
         print("GPU SM clock samples (MHz: count):", gpu_clocks(diag / "smi.csv"))

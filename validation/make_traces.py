@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     shared = Path(args.shared)
     bench_workload(out / "bench_workload.parquet")
-    slice_of("azure", shared / "azure_llm_2023_conv.csv", args.azure_start, args.azure_count, out / "azure_conv_slice.parquet")
+    slice_of("azure", shared / "azure_llm_2023_conv.csv", args.azure_start, args.azure_count,
+             out / "azure_conv_slice.parquet")
     slice_of("mooncake", shared / "mooncake_conversation.jsonl", args.mooncake_start, args.mooncake_count,
              out / "mooncake_slice.parquet")
     slice_of("azure", shared / "azure_llm_2023_conv.csv", args.azure_calibration_start, args.azure_count,

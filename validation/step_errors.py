@@ -31,7 +31,8 @@ def with_pairs(steps: pl.DataFrame) -> pl.DataFrame:
     n = pl.col("num_prefill_seqs").clip(1, None)
     q = pl.col("num_prefill_tokens") / n
     pairs = pl.col("num_prefill_tokens") * pl.col("prefill_context_tokens") / n + n * q * (q + 1) / 2
-    return steps.with_columns(pl.when(pl.col("num_prefill_seqs") > 0).then(pairs).otherwise(0).alias("prefill_attention_pairs"))
+    return steps.with_columns(pl.when(pl.col("num_prefill_seqs") > 0).then(pairs).otherwise(0)
+                              .alias("prefill_attention_pairs"))
 
 
 def step_errors(run_dir: Path, model: ProfiledCostModel) -> list[dict]:

@@ -200,7 +200,7 @@ def assess(
             for i in members:
                 needed_by_index[i] = answer
     rows = []
-    for index, result in enumerate(results):
+    for result in results:
         config = result.config
         num_gpus = config.num_replicas * config.tensor_parallel_size
         price = gpu_costs.get(config.gpu.lower())
@@ -208,7 +208,8 @@ def assess(
         tokens_per_s = output_tokens_per_s(result.max_qps, point.output_tokens_per_request) if point else None
         cost = None
         if price is not None and tokens_per_s is not None:
-            cost = cost_per_million_output_tokens_usd(config.num_replicas, config.tensor_parallel_size, price, tokens_per_s)
+            cost = cost_per_million_output_tokens_usd(config.num_replicas, config.tensor_parallel_size, price,
+                                                      tokens_per_s)
         latency = point.slo_values_ms.get(pareto_key) if point else None
         rows.append((num_gpus, price, tokens_per_s, cost, latency))
     front = pareto_front([(c, lat) if c is not None and lat is not None else None for *_, c, lat in rows])

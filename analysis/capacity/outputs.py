@@ -77,7 +77,8 @@ def write_outputs(run: CapacityRun, out_dir: Path) -> None:
     records = [config_record(run, i) for i in range(len(run.results))]
     (out_dir / "capacity.json").write_text(json.dumps(records, indent=2) + "\n")
     frame = pl.DataFrame(point_rows(run), infer_schema_length=None)
-    frame = frame.with_columns(pl.col(name).cast(pl.Float64) for name, dtype in frame.schema.items() if dtype == pl.Null)
+    frame = frame.with_columns(pl.col(name).cast(pl.Float64)
+                               for name, dtype in frame.schema.items() if dtype == pl.Null)
     frame.write_parquet(out_dir / "capacity.parquet")
     slo_text = ", ".join(str(s) for s in run.slos)
     estimate = " (an analytic estimate, not measured)" if set(run.cost_models) == {"roofline-estimate"} else ""

@@ -50,7 +50,8 @@ def _log_axis_ok(values: Sequence[float | None]) -> bool:
 def latency_figure(results: Sequence[ConfigResult], slos: Sequence[SLO]) -> go.Figure:
     """One panel per SLO: its statistic (ms) at every QPS tried, per configuration, with the limit."""
     fig = make_subplots(rows=len(slos), cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=[f"{slo.label} (limit {format_number(slo.limit_ms, '.4g', ' ms')})" for slo in slos])
+                        subplot_titles=[f"{slo.label} (limit {format_number(slo.limit_ms, '.4g', ' ms')})"
+                                        for slo in slos])
     for row, slo in enumerate(slos, start=1):
         values_all: list[float | None] = [slo.limit_ms]
         for result in results:
@@ -193,7 +194,8 @@ def cost_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEcono
     return fig
 
 
-def pareto_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics], latency_label: str) -> go.Figure:
+def pareto_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics],
+                  latency_label: str) -> go.Figure:
     """Every configuration with a capacity, and the front of the non-dominated ones (cheapest first)."""
     costs = [e.cost_per_million_output_tokens_usd for e in economics]
     latencies = [e.pareto_latency_ms for e in economics]
@@ -207,7 +209,8 @@ def pareto_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEco
             textposition="top center",
             name="configurations",
             marker={"size": 11, "color": [_color(r.index) for r in results]},
-            hovertemplate="%{text}<br>$%{x:.4g} per 1M output tokens<br>" + latency_label + ": %{y:.4g} ms<extra></extra>",
+            hovertemplate=("%{text}<br>$%{x:.4g} per 1M output tokens<br>" + latency_label
+                           + ": %{y:.4g} ms<extra></extra>"),
         )
     )
     front = sorted((c, lat, r.label) for c, lat, r, e in zip(costs, latencies, results, economics) if e.on_pareto_front)

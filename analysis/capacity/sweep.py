@@ -61,7 +61,8 @@ def expand_configs(base: SimConfig, axes: Mapping[str, Sequence]) -> list[SimCon
     for name in names:
         if len(axes[name]) == 0:
             raise SweepError(f"{SWEEP_AXES[name]}: empty list; give at least one value")
-    return [dataclasses.replace(base, **dict(zip(names, values))) for values in itertools.product(*(axes[n] for n in names))]
+    return [dataclasses.replace(base, **dict(zip(names, values)))
+            for values in itertools.product(*(axes[n] for n in names))]
 
 
 def config_label(config: SimConfig, varying: Iterable[str] | None = None) -> str:
@@ -249,7 +250,8 @@ def run_sweep(
                 if not waiting[index]:  # the search's whole round is back
                     search = searches[index]
                     round_points = [points[index][q] for q in search.pending]
-                    search.observe({p.qps: p.meets_slos for p in round_points}, {p.qps for p in round_points if p.is_burst})
+                    search.observe({p.qps: p.meets_slos for p in round_points},
+                                   {p.qps for p in round_points if p.is_burst})
                     launch(index)
     finally:
         executor.close()

@@ -139,7 +139,8 @@ def request_scatter_figure(join: RequestJoin, max_points: int = MAX_SCATTER_POIN
 
 def request_error_figure(join: RequestJoin) -> go.Figure:
     """CDFs of per-request signed relative errors (%), one panel per metric."""
-    errors = {f"{LATENCY_LABELS[key]} rel. error": join.frame[f"{key}_rel_error"] * 100.0 for key in PER_REQUEST_METRICS}
+    errors = {f"{LATENCY_LABELS[key]} rel. error": join.frame[f"{key}_rel_error"] * 100.0
+              for key in PER_REQUEST_METRICS}
     return latency_cdf_figure(errors, title=COMPARE_CHART_TITLES["request_error"], unit="%",
                               num_columns=len(errors), default_series="sim vs real")
 

@@ -88,7 +88,8 @@ def report_figures(requests: pl.DataFrame, steps: pl.DataFrame | None) -> list[g
     )
     step_panels = [
         timeseries_figure(
-            {y_title: replica_series(step_frame, "start_s", column, scale) for y_title, (column, scale) in panels.items()},
+            {y_title: replica_series(step_frame, "start_s", column, scale)
+             for y_title, (column, scale) in panels.items()},
             title=CHART_TITLES[name],
             x_title="step start time (s)",
         )

@@ -44,7 +44,8 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        # Per-block state grows as blocks are first handed out, so a huge (effectively unbounded) cache costs nothing up front.
+        # Per-block state grows as blocks are first handed out, so a huge (effectively unbounded) cache costs
+        # nothing up front.
         self.ref_counts: list[int] = []
         self.block_hashes: list[int | None] = []
         self._block_tokens: list[bytes | None] = []
@@ -171,7 +172,8 @@ class BlockManager:
         """Make room for ``num_new_tokens`` more tokens of a running sequence."""
         num_tokens_after = seq.num_computed_tokens + num_new_tokens
         table = seq.block_table
-        num_new_blocks = -(-num_tokens_after // self.block_size) - len(table)  # cdiv, inlined: runs per sequence per step
+        # cdiv, inlined: runs per sequence per step
+        num_new_blocks = -(-num_tokens_after // self.block_size) - len(table)
         if num_new_blocks > 0:
             if num_new_blocks > self.num_free_blocks:
                 return False

@@ -1,15 +1,8 @@
-"""The one configuration of scheduling and KV-cache settings (torch-free).
-
-``EngineConfig`` declares every setting the scheduler and the KV cache depend on, with its default,
-its command-line help and the engine's limits, validated once. The GPU engine's options
-(``engine.options.EngineOptions``) and the simulator's deployment (``sim.config.SimConfig``) extend
-it, so the simulator accepts exactly the configurations the engine accepts. Command lines are
-generated from the fields (``engine.core.config_args``), and variants are made with
-``dataclasses.replace``.
-
-``num_gpu_blocks`` and ``max_model_len`` may be left to be derived (from free GPU memory or the cost
-model, and from the model): ``resolved()`` fills them in, and the scheduler takes only a resolved
-config.
+"""The one configuration of scheduling and KV-cache settings (torch-free): each field's default,
+command-line help and the engine's limits, validated once. ``engine.options.EngineOptions`` and
+``sim.config.SimConfig`` extend it, so the simulator accepts exactly what the engine accepts; CLIs
+generate their options from the fields (``engine.core.config_args``). ``num_gpu_blocks`` and
+``max_model_len`` may be left to be derived; the scheduler takes only a ``resolved()`` config.
 """
 
 from __future__ import annotations
@@ -82,15 +75,16 @@ class EngineConfig:
         check_int("seed", self.seed, minimum=0)
         sizes = self.SUPPORTED_BLOCK_SIZES
         check(self.block_size in sizes,
-              f"block_size must be a power of two from {sizes[0]} to {sizes[-1]}, got {self.block_size!r}", "block_size")
+              f"block_size must be a power of two from {sizes[0]} to {sizes[-1]}, got {self.block_size!r}",
+              "block_size")
         check(isinstance(self.enable_prefix_caching, bool),
-              f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r}", "enable_prefix_caching")
+              f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r}",
+              "enable_prefix_caching")
         utilization = self.gpu_memory_utilization
         check(isinstance(utilization, (int, float)) and not isinstance(utilization, bool)
               and math.isfinite(utilization) and 0.0 < utilization <= 1.0,
               f"gpu_memory_utilization must be in (0, 1], got {utilization!r}", "gpu_memory_utilization")
 
-    # ---- derived values ---------------------------------------------------------------------------
     @property
     def is_resolved(self) -> bool:
         return self.num_gpu_blocks is not None and self.max_model_len is not None
@@ -99,13 +93,8 @@ class EngineConfig:
         """This config with the KV cache size and the longest sequence filled in (same type)."""
         return dataclasses.replace(self, num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len)
 
-    def _require_resolved(self) -> None:
-        if not self.is_resolved:
-            raise ValueError("num_gpu_blocks and max_model_len must be resolved first (EngineConfig.resolved)")
-
     @property
     def kv_capacity_tokens(self) -> int:
-        self._require_resolved()
         return self.num_gpu_blocks * self.block_size
 
     @property

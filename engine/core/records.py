@@ -130,7 +130,8 @@ class StepLog:
             if column.source in ("id", "derived"):
                 continue
             # Wrapping the buffer is a copy-free view: pa.array would walk the array element by element.
-            values = np.frombuffer(self._columns[column.name], dtype=np.int64 if column.dtype == "int64" else np.float64)
+            values = np.frombuffer(self._columns[column.name],
+                                   dtype=np.int64 if column.dtype == "int64" else np.float64)
             columns[column.name] = pa.array(values)
         used = np.frombuffer(self._columns["num_kv_blocks_used"], dtype=np.int64)
         columns["kv_usage"] = pa.array(used / float(self.num_kv_blocks))

@@ -45,7 +45,8 @@ def load_safetensors(model: nn.Module, model_dir: Path) -> None:
                 else:
                     loader(param, tensor, shard_id)
                 loaded_names.add(target)
-    missing = [n for n in params if n not in loaded_names and not (n == "lm_head.weight" and "model.embed_tokens.weight" in loaded_names)]
+    missing = [n for n in params if n not in loaded_names
+               and not (n == "lm_head.weight" and "model.embed_tokens.weight" in loaded_names)]
     if missing:
         raise ValueError(f"{model_dir}: checkpoint lacks {len(missing)} parameters, e.g. {missing[:3]}")
 

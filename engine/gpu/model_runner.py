@@ -305,7 +305,8 @@ class ModelRunner:
             positions = self._graph_positions[: plan.graph_bs]
         else:
             num_decode = plan.num_decode
-            meta = AttentionMetadata(slot_mapping=self._to_device(plan.slots, torch.int64), num_decode_tokens=num_decode)
+            meta = AttentionMetadata(slot_mapping=self._to_device(plan.slots, torch.int64),
+                                     num_decode_tokens=num_decode)
             if num_decode:
                 context = [p + 1 for p in plan.positions[:num_decode]]
                 meta.decode_block_tables = self._to_device(plan.decode_tables, torch.int32)

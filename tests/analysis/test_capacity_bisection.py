@@ -55,7 +55,8 @@ def test_non_monotone_results_are_reported_not_fatal() -> None:
     )
     assert not outcome.monotone
     assert outcome.max_qps == 5.25  # the bracket stays below the first failure
-    assert any(note.startswith("non-monotone: 7 req/s met the SLOs although 5.5 req/s did not") for note in outcome.notes)
+    assert any(note.startswith("non-monotone: 7 req/s met the SLOs although 5.5 req/s did not")
+               for note in outcome.notes)
 
 
 def test_a_passing_upper_bound_and_a_failing_lower_bound_end_the_search() -> None:

@@ -17,8 +17,8 @@ from analysis.capacity.cost import (
     replicas_needed,
 )
 from analysis.capacity.sweep import ConfigResult, PointResult
+from sim.config import SimConfig
 from sim.hardware import GPUS
-from sim.simulator import SimConfig
 
 
 def test_defaults_price_every_supported_gpu() -> None:

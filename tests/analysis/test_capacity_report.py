@@ -141,9 +141,9 @@ class DevTools:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("capacity-report")
-    argv = [TRACE, "--limit", "150", "--model", "qwen3-8b", "--gpu", "l40s", "--replicas", "1,2", "--cost-model", "roofline",
-            "--slo", "ttft_p90=500ms,tpot_p90=50ms", "--tolerance", "0.15", "--max-iterations", "6",
-            "--target-qps", "20", "--jobs", "1", "--quiet", "--out", str(out)]
+    argv = [TRACE, "--limit", "150", "--model", "qwen3-8b", "--gpu", "l40s", "--replicas", "1,2",
+            "--cost-model", "roofline", "--slo", "ttft_p90=500ms,tpot_p90=50ms", "--tolerance", "0.15",
+            "--max-iterations", "6", "--target-qps", "20", "--jobs", "1", "--quiet", "--out", str(out)]
     assert main(argv) == 0
     return out / "report.html"
 
@@ -153,7 +153,8 @@ PLOTS_JS = """JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-pl
     title: (gd.layout.title && gd.layout.title.text) || '',
     svgs: gd.querySelectorAll('.main-svg').length,
     traces: gd.querySelectorAll('g.trace').length,
-    axisTitles: Array.from(gd.querySelectorAll('.g-xtitle text, .g-ytitle text, [class^="g-x"][class$="title"] text, [class^="g-y"][class$="title"] text')).map(function (t) { return t.textContent; }),
+    axisTitles: Array.from(gd.querySelectorAll('.g-xtitle text, .g-ytitle text, \
+[class^="g-x"][class$="title"] text, [class^="g-y"][class$="title"] text')).map(function (t) { return t.textContent; }),
     legendItems: gd.querySelectorAll('.legend .traces').length
   };
 }))"""

@@ -11,7 +11,7 @@ from analysis.capacity.bisection import SearchParams
 from analysis.capacity.executors import LocalExecutor, SerialExecutor, make_executor
 from analysis.capacity.sweep import SweepError, config_label, expand_configs, family_label, run_sweep, varying_axes
 from analysis.slo import parse_slos
-from sim.simulator import SimConfig
+from sim.config import SimConfig
 from traces.schema import load_trace
 
 TRACE_PATH = Path(__file__).resolve().parents[2] / "traces" / "sharegpt.parquet"

@@ -124,7 +124,8 @@ def test_paged_decode_padding_rows_are_zero_not_nan():
     context = torch.tensor([5, 0, 0], dtype=torch.int32, device="cuda")
     longs = torch.tensor([0, 1, -1, -1], dtype=torch.int32, device="cuda")  # a padding row listed as long, too
     for splits, fill in ((1, 1), (4, 4), (8, 1)):
-        out = kernels().paged_decode(q, k_cache, v_cache, tables, context, 0.125, splits, fill_splits=fill, long_seqs=longs)
+        out = kernels().paged_decode(q, k_cache, v_cache, tables, context, 0.125, splits, fill_splits=fill,
+                                     long_seqs=longs)
         assert torch.isfinite(out).all() and (out[1:] == 0).all()
 
 

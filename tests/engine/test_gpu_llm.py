@@ -110,8 +110,10 @@ def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch
             ref16 = model(ids).logits[0, len(prompt) - 1 : -1].float().cpu()
         engine16 = torch.stack([captured[(index, len(prompt) + j)] for j in range(len(out))])
         ours_err, hf_err = rel(engine16, ref32), rel(ref16, ref32)
-        print(f"prompt {index} ({len(prompt)} tokens): relative logit error {ours_err:.4f} vs transformers bf16 {hf_err:.4f}")
-        assert ours_err <= ACCURACY_RATIO * hf_err, f"prompt {index}: logits off by {ours_err:.3f} (reference bf16: {hf_err:.3f})"
+        print(f"prompt {index} ({len(prompt)} tokens): relative logit error {ours_err:.4f} "
+              f"vs transformers bf16 {hf_err:.4f}")
+        assert ours_err <= ACCURACY_RATIO * hf_err, (f"prompt {index}: logits off by {ours_err:.3f} "
+                                                     f"(reference bf16: {hf_err:.3f})")
 
         with torch.no_grad():
             ref = model.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=MAX_TOKENS, do_sample=False,

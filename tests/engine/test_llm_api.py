@@ -34,9 +34,11 @@ def model_with_tokenizer(tiny_qwen3, tmp_path_factory):
 def test_text_prompts_are_tokenized_and_outputs_decoded(model_with_tokenizer):
     path, model = model_with_tokenizer
     llm = LLM(path, **OPTIONS)
-    out = llm.generate(["w1 w2 w3", "w7 w8"], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True), use_tqdm=False)
+    out = llm.generate(["w1 w2 w3", "w7 w8"], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
+                       use_tqdm=False)
     with torch.no_grad():
-        ref = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=5, do_sample=False, eos_token_id=None, pad_token_id=0)
+        ref = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=5, do_sample=False, eos_token_id=None,
+                             pad_token_id=0)
     assert out[0]["token_ids"] == ref[0, 3:].tolist()
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     for o in out:
@@ -71,11 +73,14 @@ def test_seeded_sampling_is_reproducible_and_filters_work(tiny_qwen3):
     # The same seed alone and beside other requests gives the same tokens.
     again = llm.generate(prompt + [[9, 9, 9]], [seeded, SamplingParams(temperature=1.0, max_tokens=12)], use_tqdm=False)
     assert again[0]["token_ids"] == first
-    other = llm.generate(prompt, SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True, seed=7), use_tqdm=False)
+    other = llm.generate(prompt, SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True, seed=7),
+                         use_tqdm=False)
     assert other[0]["token_ids"] != first
     greedy = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True), use_tqdm=False)
-    top1 = llm.generate(prompt, SamplingParams(temperature=1.5, top_k=1, max_tokens=12, ignore_eos=True), use_tqdm=False)
-    tiny_p = llm.generate(prompt, SamplingParams(temperature=1.5, top_p=1e-6, max_tokens=12, ignore_eos=True), use_tqdm=False)
+    top1 = llm.generate(prompt, SamplingParams(temperature=1.5, top_k=1, max_tokens=12, ignore_eos=True),
+                        use_tqdm=False)
+    tiny_p = llm.generate(prompt, SamplingParams(temperature=1.5, top_p=1e-6, max_tokens=12, ignore_eos=True),
+                          use_tqdm=False)
     assert top1[0]["token_ids"] == greedy[0]["token_ids"] == tiny_p[0]["token_ids"]
 
 
@@ -104,7 +109,8 @@ def test_eos_stops_unless_ignored(tiny_qwen3):
     llm = LLM(path, **OPTIONS)
     greedy = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
     stop_at = greedy[0]["token_ids"][2]
-    out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=8, stop_token_ids=(stop_at,)), use_tqdm=False)
+    out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=8, stop_token_ids=(stop_at,)),
+                       use_tqdm=False)
     assert out[0]["token_ids"] == greedy[0]["token_ids"][: greedy[0]["token_ids"].index(stop_at) + 1]
 
 

@@ -68,7 +68,8 @@ def test_offline_simulation_forms_the_real_batches(tiny_qwen3, shared_prefix_tra
 def test_online_replay_waits_for_arrivals(tiny_qwen3, shared_prefix_trace, tmp_path):
     model_dir, _ = tiny_qwen3
     out = tmp_path / "online"
-    assert engine_replay([shared_prefix_trace, "--model", model_dir, *COMMON, "--out", str(out), "--warmup-requests", "0"]) == 0
+    assert engine_replay([shared_prefix_trace, "--model", model_dir, *COMMON, "--out", str(out),
+                          "--warmup-requests", "0"]) == 0
     requests = pl.read_parquet(out / "requests.parquet")
     assert requests.height == 24
     # No request is scheduled before it arrives, and the last arrival (1.15 s) is respected.

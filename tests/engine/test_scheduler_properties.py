@@ -67,7 +67,8 @@ def check_state(engine: LLMEngine) -> None:
         for block_id in seq.block_table:
             references[block_id] = references.get(block_id, 0) + 1
     for block_id, count in enumerate(bm.ref_counts):
-        assert count == references.get(block_id, 0), f"block {block_id}: ref {count}, referenced {references.get(block_id, 0)}"
+        assert count == references.get(block_id, 0), (f"block {block_id}: ref {count}, "
+                                                      f"referenced {references.get(block_id, 0)}")
     assert bm.num_used_blocks == len(references)
 
 

@@ -10,12 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.core.records import STEP_COLUMNS
-
-STEP_INT_COLUMNS = [c.name for c in STEP_COLUMNS if c.dtype == "int64"]
 from sim.calibrate import calibrate
 from sim.calibrate import main as calibrate_main
 from sim.profiled_cost_model import ProfiledCostModel, find_profile
 
+STEP_INT_COLUMNS = [c.name for c in STEP_COLUMNS if c.dtype == "int64"]
 PROFILE = find_profile("qwen3-0.6b", "h200")
 
 
@@ -31,13 +30,15 @@ def _fake_run(path, host: float, decode: float):
     profile = json.loads(PROFILE.read_text())
     grid = ProfiledCostModel({**profile["fit"], "serving": None}, "grid")
     rows = []
-    for i, (bs, ctx, prefill) in enumerate([(8, 512, 64), (16, 1024, 128), (4, 256, 32)] * 10 + [(32, 700, 0), (96, 1500, 0)] * 20):
+    for i, (bs, ctx, prefill) in enumerate([(8, 512, 64), (16, 1024, 128), (4, 256, 32)] * 10
+                                           + [(32, 700, 0), (96, 1500, 0)] * 20):
         f = _features(bs, ctx, prefill)
         if prefill:
             duration = host * grid.predict(f, host_slowdown=1.0)
         else:
             duration = decode * grid.predict(f, host_slowdown=1.0)
-        rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "step": i, "start_s": 0.01 * i, "duration_s": duration})
+        rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "step": i, "start_s": 0.01 * i,
+                     "duration_s": duration})
     path.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), path / "steps.parquet")
     return path

@@ -10,8 +10,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.core.records import STEP_COLUMNS
-
-STEP_INT_COLUMNS = [c.name for c in STEP_COLUMNS if c.dtype == "int64"]
 from sim.host_speed import (
     ConstantHostSpeed,
     HostSpeedEpisodes,
@@ -21,6 +19,7 @@ from sim.host_speed import (
 )
 from sim.profiled_cost_model import ProfiledCostModel, find_profile
 
+STEP_INT_COLUMNS = [c.name for c in STEP_COLUMNS if c.dtype == "int64"]
 PROFILE = find_profile("qwen3-0.6b", "h200")
 
 

@@ -114,7 +114,8 @@ def test_bad_vidur(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"v\.csv: missing column\(s\) 'num_decode_tokens'"):
         convert("vidur", _write(tmp_path, "v.csv", "num_prefill_tokens\n5\n"))
     with pytest.raises(TraceError, match=r"v\.csv: line 3: field 'arrived_at' is 'later'"):
-        convert("vidur", _write(tmp_path, "v.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,1\nlater,1,1\n"))
+        convert("vidur", _write(tmp_path, "v.csv",
+                                "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,1\nlater,1,1\n"))
 
 
 def test_unknown_format(tmp_path: Path) -> None:

@@ -93,7 +93,8 @@ def test_arrivals_poisson_conversations_and_think_times(tmp_path: Path, tiny_tok
 
 def test_long_run_rate_is_qps(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
     many = [
-        {"id": f"s{i}", "conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "world"}] * (1 + i % 3)}
+        {"id": f"s{i}",
+         "conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "world"}] * (1 + i % 3)}
         for i in range(1500)
     ]
     trace, _ = convert("sharegpt", _write(tmp_path, many), _options(tiny_tokenizer_dir, qps=4.0, think_time_s=2.0))

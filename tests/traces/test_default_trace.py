@@ -19,7 +19,8 @@ README = REPO_ROOT / "traces" / "README.md"
 def _rebuild_command() -> list[str]:
     """The `python -m traces.synth ... -o traces/sharegpt.parquet ...` line of traces/README.md."""
     lines = [line.strip() for line in README.read_text().splitlines()]
-    commands = [line for line in lines if line.startswith("python -m traces.synth") and "traces/sharegpt.parquet" in line]
+    commands = [line for line in lines
+                if line.startswith("python -m traces.synth") and "traces/sharegpt.parquet" in line]
     assert len(commands) == 1, "traces/README.md must show exactly one command that rebuilds sharegpt.parquet"
     return shlex.split(commands[0])[3:]  # drop "python -m traces.synth"
 

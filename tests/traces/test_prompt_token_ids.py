@@ -59,7 +59,8 @@ def test_hash_tokens_do_not_depend_on_seed_row_or_block_size() -> None:
     assert reordered.prompt_token_ids(3, VOCAB) == trace.prompt_token_ids(0, VOCAB)
     # a bigger block size continues the same per-position sequence
     wide = Trace.from_frame(
-        pl.DataFrame({"request_id": [0], "arrival_s": [0.0], "prompt_tokens": [16], "output_tokens": [1], "hash_ids": [[10]]}),
+        pl.DataFrame({"request_id": [0], "arrival_s": [0.0], "prompt_tokens": [16], "output_tokens": [1],
+                      "hash_ids": [[10]]}),
         "mem",
         32,
     )
@@ -75,7 +76,8 @@ def test_array_and_list_agree() -> None:
 
 def _plain_trace(num: int = 50, prompt: int = 64) -> Trace:
     frame = pl.DataFrame(
-        {"request_id": range(num), "arrival_s": [0.0] * num, "prompt_tokens": [prompt] * num, "output_tokens": [1] * num}
+        {"request_id": range(num), "arrival_s": [0.0] * num, "prompt_tokens": [prompt] * num,
+         "output_tokens": [1] * num}
     )
     return Trace.from_frame(frame, "mem")
 

@@ -101,7 +101,8 @@ def test_bad_block_size_metadata(tmp_path: Path) -> None:
 def test_hash_ids_without_metadata(tmp_path: Path) -> None:
     path = tmp_path / "nometa.parquet"
     small_frame(prompt_tokens=[1, 1, 1], hash_ids=[[1], [2], [3]]).write_parquet(path)
-    with pytest.raises(TraceError, match=r"nometa\.parquet: column 'hash_ids' is present but the block size is unknown"):
+    with pytest.raises(TraceError,
+                       match=r"nometa\.parquet: column 'hash_ids' is present but the block size is unknown"):
         load_trace(path)
 
 

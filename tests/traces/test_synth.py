@@ -10,7 +10,8 @@ from traces.synth import SynthConfig, synthesize
 
 
 def test_single_turn_poisson_is_deterministic_and_at_rate() -> None:
-    config = SynthConfig(num_requests=4000, qps=8.0, prompt_dist="fixed:100", output_dist="uniform:low=10,high=20", seed=5)
+    config = SynthConfig(num_requests=4000, qps=8.0, prompt_dist="fixed:100", output_dist="uniform:low=10,high=20",
+                         seed=5)
     trace = synthesize(config)
     requests = trace.requests
     assert requests["request_id"].to_list() == list(range(4000))

@@ -71,10 +71,12 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"{path}: cannot read: {exc}") from exc
     if not columns["arrival_s"]:
-        raise TraceError(f"{path}: no records; expected JSON lines with timestamp, input_length, output_length, hash_ids")
+        raise TraceError(f"{path}: no records; expected JSON lines with timestamp, input_length, output_length, "
+                         "hash_ids")
     requests = pl.DataFrame(
         columns,
-        schema={"arrival_s": pl.Float64, "prompt_tokens": pl.Int64, "output_tokens": pl.Int64, "hash_ids": pl.List(pl.Int64)},
+        schema={"arrival_s": pl.Float64, "prompt_tokens": pl.Int64, "output_tokens": pl.Int64,
+                "hash_ids": pl.List(pl.Int64)},
     ).with_row_index("request_id")
     requests = requests.with_columns(pl.col("request_id").cast(pl.Int64))
     requests, num_dropped, reason = drop_zero_lengths(requests, "requests")

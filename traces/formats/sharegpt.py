@@ -132,7 +132,8 @@ def read(path: Path, options: ConvertOptions) -> Converted:
         columns = {name: values[: options.limit] for name, values in columns.items()}
     requests = pl.DataFrame(
         columns,
-        schema={"prompt_token_ids": pl.List(pl.Int64), "output_tokens": pl.Int64, "session_id": pl.String, "turn": pl.Int64},
+        schema={"prompt_token_ids": pl.List(pl.Int64), "output_tokens": pl.Int64, "session_id": pl.String,
+                "turn": pl.Int64},
     )
     requests = requests.with_columns(
         request_id=pl.int_range(pl.len(), dtype=pl.Int64),

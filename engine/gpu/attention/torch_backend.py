@@ -32,7 +32,8 @@ class TorchBackend(PagedAttentionBackend):
         pages = cache[block_table[:num_blocks].long()]  # [n, H, bs, D]
         return pages.permute(0, 2, 1, 3).reshape(-1, cache.shape[1], cache.shape[3])[:length]
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_context: int, scale: float) -> torch.Tensor:
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_context: int,
+                scale: float) -> torch.Tensor:
         """q: [n, Hq, D] at positions num_context..num_context+n-1; k, v: [num_context+n, Hkv, D]."""
         n, num_heads, _ = q.shape
         group = num_heads // k.shape[1]
@@ -55,7 +56,8 @@ class TorchBackend(PagedAttentionBackend):
             if length == 0:  # padding row
                 out[i] = 0
             else:
-                out[i : i + 1] = self._sequence(q[i : i + 1], k_cache, v_cache, meta.decode_block_tables[i], length - 1, scale)
+                out[i : i + 1] = self._sequence(q[i : i + 1], k_cache, v_cache, meta.decode_block_tables[i], length - 1,
+                                                scale)
 
     def prefill(self, q, k_cache, v_cache, meta, scale, out) -> None:
         start = 0

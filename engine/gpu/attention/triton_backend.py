@@ -15,7 +15,8 @@ class TritonBackend(PagedAttentionBackend):
     def decode(self, q, k_cache, v_cache, meta, scale, out) -> None:
         splits = meta.decode_splits
         kernels.paged_decode(q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
-                             splits.num_splits, out=out, fill_splits=splits.fill_splits, long_seqs=meta.decode_long_seqs)
+                             splits.num_splits, out=out, fill_splits=splits.fill_splits,
+                             long_seqs=meta.decode_long_seqs)
 
     def prefill(self, q, k_cache, v_cache, meta, scale, out) -> None:
         kernels.paged_prefill(q, k_cache, v_cache, meta.prefill_block_tables, meta.prefill_cu_seqlens_q,

@@ -88,7 +88,8 @@ def qk_norm_rope_(
     k_weight: torch.Tensor | None,
     eps: float,
 ) -> None:
-    """In place on the fused QKV output [tokens, (Hq + 2 Hkv) * D]: optional per-head RMSNorm of q and k, then rotary."""
+    """In place on the fused QKV output [tokens, (Hq + 2 Hkv) * D]: optional per-head RMSNorm of q and k, then
+    rotary."""
     tokens = qkv.shape[0]
     if tokens == 0:
         return
@@ -117,5 +118,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(rows, cols, dtype=x.dtype, device=x.device)
     if rows:
         block = 1024
-        _silu_and_mul_kernel[(rows, triton.cdiv(cols, block))](x, out, x.stride(0), out.stride(0), cols, BLOCK=block, num_warps=4)
+        _silu_and_mul_kernel[(rows, triton.cdiv(cols, block))](x, out, x.stride(0), out.stride(0), cols, BLOCK=block,
+                                                               num_warps=4)
     return out

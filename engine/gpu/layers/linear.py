@@ -45,7 +45,8 @@ class ColumnParallelLinear(LinearBase):
 class MergedColumnParallelLinear(ColumnParallelLinear):
     """Several column-parallel matrices in one (gate and up): shard ``i`` of each rank sits side by side."""
 
-    def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False, parallel: ParallelContext = SINGLE):
+    def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False,
+                 parallel: ParallelContext = SINGLE):
         self.output_sizes = output_sizes
         super().__init__(in_features, sum(output_sizes), bias, parallel)
 

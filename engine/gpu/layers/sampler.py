@@ -25,8 +25,10 @@ class SamplingTensors:
         self.needs_top_k = any(k > 0 for k in top_ks)
         self.needs_top_p = any(p < 1.0 for p in top_ps)
         self.temperatures = torch.tensor(temperatures, dtype=torch.float32).to(device, non_blocking=True)
-        self.top_ks = torch.tensor(top_ks, dtype=torch.int64).to(device, non_blocking=True) if self.needs_top_k else None
-        self.top_ps = torch.tensor(top_ps, dtype=torch.float32).to(device, non_blocking=True) if self.needs_top_p else None
+        self.top_ks = (torch.tensor(top_ks, dtype=torch.int64).to(device, non_blocking=True)
+                       if self.needs_top_k else None)
+        self.top_ps = (torch.tensor(top_ps, dtype=torch.float32).to(device, non_blocking=True)
+                       if self.needs_top_p else None)
         self.generators = generators
         self.any_seeded = any(g is not None for g in generators)
 

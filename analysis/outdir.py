@@ -1,16 +1,63 @@
-"""Default output folders of the CLIs: a fresh ``runs/<prefix>-<name>-<timestamp>[-N]`` each time."""
+"""Output folders that are written whole or not at all.
+
+A command writes into a hidden folder beside its target and renames it into place only when every
+file is written; an interrupted or failed run leaves the target as it was. An existing non-empty
+target is refused unless the caller asked to overwrite it, and then it is replaced as a whole (no
+stale file from an earlier run survives). The staging folder is made before any work, so an
+unwritable --out fails at once rather than after a long simulation.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
+class OutDirError(ValueError):
+    """An output folder that cannot be used; the message names it and says why."""
+
+
 def default_out_dir(prefix: str, name: str) -> Path:
-    """A path under runs/ that does not exist yet; ``-2``, ``-3``, ... are added within the same second."""
+    """``runs/<prefix>-<name>-<timestamp>``, with ``-2``, ``-3``, ... when that folder already exists."""
     base = Path("runs") / f"{prefix}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out, number = base, 1
+    out = base
+    n = 1
     while out.exists():
-        number += 1
-        out = base.with_name(f"{base.name}-{number}")
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
     return out
+
+
+def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out") -> None:
+    """Refuse a target that is a file, or a non-empty folder unless ``overwrite``."""
+    if target.exists() and not target.is_dir():
+        raise OutDirError(f"{option} {target} exists and is not a folder")
+    if target.is_dir() and any(target.iterdir()) and not overwrite:
+        raise OutDirError(f"{option} {target} exists and is not empty; pass --overwrite to replace it")
+
+
+@contextmanager
+def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out") -> Iterator[Path]:
+    """Yield a fresh staging folder beside ``target``; on success it becomes ``target``."""
+    target = Path(target)
+    check_out_dir(target, overwrite=overwrite, option=option)
+    stage = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir()
+    except OSError as exc:
+        raise OutDirError(f"{option} {target}: cannot write there ({exc.strerror or exc})") from None
+    try:
+        yield stage
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        if target.exists():
+            target.rename(old)
+        stage.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

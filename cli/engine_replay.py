@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from analysis.outdir import OutDirError, staged_out_dir
 from cli.replay_args import add_trace_arguments, load_trace_for_replay
 from engine.core.config import EngineConfig
 from engine.core.config_args import add_config_arguments, build_config, field_names
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "host_wait_ms, gpu_forward_ms, gpu_sample_ms)")
     out = parser.add_argument_group("output")
     out.add_argument("--out", required=True, help="output folder")
+    out.add_argument("--overwrite", action="store_true", help="replace --out if it exists and is not empty")
     out.add_argument("--no-report", action="store_true", help="skip report.html")
     out.add_argument("--quiet", action="store_true", help="no progress output")
     return parser
@@ -106,18 +108,35 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
     from analysis.report.summary_table import format_summary_table
+
+    out_dir = Path(args.out)
+    try:
+        with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:  # made now: a bad --out fails at once
+            summary = _replay_into(stage, options, trace, args)
+    except OutDirError as exc:
+        parser.exit(2, f"error: {exc}\n")
+    except (ValueError, FileNotFoundError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    except OSError as exc:  # a full disk while writing: nothing was moved into place
+        parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
+    if not args.quiet:
+        print(format_summary_table(summary))
+    return 0
+
+
+def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Namespace) -> dict:
+    """Load the engine, warm it up, replay the trace and write the run folder; returns the summary."""
     from analysis.runs import write_run
     from engine.core.records import requests_to_arrow
     from engine.core.sampling_params import SamplingParams
     from engine.llm import LLM
 
-    try:
-        llm = LLM(options.model, **{k: v for k, v in vars(options).items() if k != "model"})
-    except (ValueError, FileNotFoundError) as exc:
-        parser.exit(2, f"error: {exc}\n")
-    with llm:
+    with LLM(options.model, **{k: v for k, v in vars(options).items() if k != "model"}) as llm:
         if args.warmup_requests:
-            warm = [[(7 * i + j) % llm.shape.vocab_size for j in range(64 + 32 * i)] for i in range(args.warmup_requests)]
+            # Short prompts within max_model_len: the warm-up must never be what a small limit rejects.
+            longest = max(1, min(64 + 32 * (args.warmup_requests - 1), llm.config.max_seq_len - 16))
+            warm = [[(7 * i + j) % llm.shape.vocab_size for j in range(min(64 + 32 * i, longest))]
+                    for i in range(args.warmup_requests)]
             llm.generate(warm, SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)
         if args.step_timings:  # from here on: the warm-up's steps are not in the step log either
             llm.runner.step_timings = []
@@ -138,15 +157,12 @@ def main(argv: list[str] | None = None) -> int:
             "device": _device_name(),
         }
         steps = steps_table(engine.step_log, llm.runner.step_timings)
-        summary = write_run(
-            Path(args.out), requests_to_arrow(rows), steps,
+        return write_run(
+            out_dir, requests_to_arrow(rows), steps,
             {"cost_model": "measured", "trace": str(args.trace), "config": config},
             report_title=None if args.no_report else f"GPU replay of {Path(args.trace).name}",
             report_subtitle=f"{options.model} on {config['device']}, policy {options.policy}",
         )
-    if not args.quiet:
-        print(format_summary_table(summary))
-    return 0
 
 
 def _device_name() -> str:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.outdir import default_out_dir
+from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import write_run
 from cli.replay_args import add_trace_arguments, load_trace_for_replay
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
                          [n for n in field_names(SimConfig) if n not in engine_options])
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=None, help="output folder (default: a new folder under runs/)")
+    out.add_argument("--overwrite", action="store_true", help="replace --out if it exists and is not empty")
     out.add_argument("--no-report", action="store_true", help="skip report.html")
     out.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
     return parser
@@ -68,18 +69,22 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
     out_dir = Path(args.out) if args.out else default_out_dir("sim", Path(args.trace).stem)
-    if out_dir.exists() and not out_dir.is_dir():
-        parser.exit(2, f"error: --out {out_dir} exists and is not a folder\n")
-    progress = None
-    if not args.quiet:
-        from tqdm import tqdm
+    try:
+        with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:  # made now: a bad --out fails at once
+            progress = None
+            if not args.quiet:
+                from tqdm import tqdm
 
-        progress = tqdm(total=len(trace), unit="req", desc="simulating", mininterval=0.5, file=sys.stderr)
-    result = simulate(trace, config, on_request_done=progress.update if progress else None)
-    result.meta.update(qps=args.qps, time_scale=args.time_scale, limit=args.limit, offline=args.offline)
-    if progress is not None:
-        progress.close()
-    summary = write_outputs(result, out_dir, args.trace, report=not args.no_report)
+                progress = tqdm(total=len(trace), unit="req", desc="simulating", mininterval=0.5, file=sys.stderr)
+            result = simulate(trace, config, on_request_done=progress.update if progress else None)
+            result.meta.update(qps=args.qps, time_scale=args.time_scale, limit=args.limit, offline=args.offline)
+            if progress is not None:
+                progress.close()
+            summary = write_outputs(result, stage, args.trace, report=not args.no_report)
+    except OSError as exc:  # a full disk or a vanished folder while writing: nothing was moved into place
+        parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
+    except OutDirError as exc:
+        parser.exit(2, f"error: {exc}\n")
     if not args.quiet:
         print(format_summary_table(summary))
         print(f"cost model: {result.cost_model_name}; simulated in {result.wall_s:.1f} s wall; outputs in {out_dir}/")

@@ -16,8 +16,10 @@ from traces.formats import FORMATS, ConvertOptions
 from traces.schema import Trace, save_trace
 from traces.summary import describe
 
+_DEFAULT_OPTIONS = ConvertOptions()  # frozen: one shared default instance, as the old default argument was
 
-def convert(fmt: str, source: str | Path, options: ConvertOptions = ConvertOptions()) -> tuple[Trace, str]:
+
+def convert(fmt: str, source: str | Path, options: ConvertOptions = _DEFAULT_OPTIONS) -> tuple[Trace, str]:
     """Read `source` in format `fmt`; returns the validated trace and a note on dropped rows."""
     if fmt not in FORMATS:
         raise TraceError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -79,12 +81,18 @@ def main(argv: list[str] | None = None) -> int:
         limit=args.limit, tokenizer=args.tokenizer, qps=args.qps, seed=args.seed,
         think_time_s=args.think_time_s, think_time_cv=args.think_time_cv,
     )
+    source, output = Path(args.source), Path(args.output)
+    if output.exists() and source.exists() and output.resolve() == source.resolve():
+        parser.exit(2, f"error: -o {args.output} is the source trace; write the parquet elsewhere\n")
     try:
         trace, dropped = convert(args.format, args.source, options)
         save_trace(trace, args.output)
     except (TraceError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2
+    except OSError as exc:
+        print(f"error: -o {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(describe(trace, args.output, dropped))
     return 0
 

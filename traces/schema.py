@@ -8,6 +8,7 @@ always validates, so code downstream can trust dtypes, ordering and lengths.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -155,7 +156,8 @@ def _read_table(path: Path, source: str) -> pa.Table:
     except PermissionError as exc:
         raise TraceError(f"{source}: cannot read the trace: permission denied") from exc
     except (OSError, pa.ArrowException) as exc:
-        raise TraceError(f"{source}: not a readable parquet file ({exc}); expected a trace written by save_trace") from exc
+        raise TraceError(f"{source}: not a readable parquet file ({exc}); "
+                         "expected a trace written by save_trace") from exc
 
 
 def _block_size_from_metadata(table: pa.Table, source: str) -> int | None:
@@ -204,4 +206,10 @@ def save_trace(trace_or_df: Trace | pl.DataFrame, path: str | Path, hash_block_s
         metadata[HASH_BLOCK_SIZE_KEY] = str(trace.hash_block_size).encode("ascii")
     table = table.replace_schema_metadata(metadata or None)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, compression="zstd", compression_level=9)
+    # Written beside the target and renamed over it: an interrupted write never leaves half a trace.
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        pq.write_table(table, partial, compression="zstd", compression_level=9)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

@@ -271,14 +271,15 @@ OPTION_CASES: dict[str, tuple[list[str], Callable[[Run, Run], None]]] = {
     "max-model-len": (["--max-model-len", "1024"], _check_max_model_len),
     "gpu-memory-utilization": (["--gpu-memory-utilization", "0.5"], _check_gpu_memory_utilization),
     # Both under the roofline: the base run uses the measured TP=1 profile, and there is none for TP=2 here.
-    "tensor-parallel-size": (["--tensor-parallel-size", "2", "--model", "qwen3-8b", "--gpu", "h100"], _check_tensor_parallel_size),
+    "tensor-parallel-size": (["--tensor-parallel-size", "2", "--model", "qwen3-8b", "--gpu", "h100"],
+                             _check_tensor_parallel_size),
     "no-prefix-caching": (["--no-prefix-caching"], _check_no_prefix_caching),
     "seed": (["--seed", "7"], _check_seed),
     "cost-model": (["--cost-model", "roofline"], _check_cost_model),
     "host-slowdown": (["--host-slowdown", "3"], _check_host_slowdown),
 }
 # Exercised by every run above (and by test_default_trace_end_to_end / test_progress_... without them).
-ALWAYS_USED = {"--out", "--quiet", "--no-report"}
+ALWAYS_USED = {"--out", "--quiet", "--no-report", "--overwrite"}  # --overwrite: tests/sim/test_outputs.py
 
 
 def _parser_options() -> set[str]:

@@ -53,7 +53,7 @@ def test_convert_cli_reports_errors_without_a_traceback(tmp_path: Path) -> None:
     source = tmp_path / "bad.csv"
     source.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,x,1\n")
     result = _run("traces.convert", "azure", str(source), "-o", str(tmp_path / "o.parquet"))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.strip() == f"error: {source}: line 2: field 'ContextTokens' is 'x'; expected an integer"
     assert not (tmp_path / "o.parquet").exists()
 
@@ -78,8 +78,20 @@ def test_synth_cli_rejects_bad_arguments(tmp_path: Path) -> None:
                   "--prompt-dist", "lognormal:sigma=1")
     assert result.returncode == 2
     assert "give exactly one of mean= or median=" in result.stderr
-    result = _run("traces.synth", "-o", str(tmp_path / "x.parquet"), "--num-requests", "5", "--qps", "1", "--arrival", "gamma")
+    result = _run("traces.synth", "-o", str(tmp_path / "x.parquet"), "--num-requests", "5", "--qps", "1",
+                  "--arrival", "gamma")
     assert result.returncode == 2 and "--arrival gamma needs --cv" in result.stderr
+
+
+def test_convert_never_writes_over_its_source(tmp_path: Path) -> None:
+    source = tmp_path / "a.csv"
+    source.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,1\n")
+    before = source.read_bytes()
+    result = _run("traces.convert", "azure", str(source), "-o", str(tmp_path / "." / "a.csv"))
+    assert result.returncode == 2
+    expected = f"error: -o {tmp_path / '.' / 'a.csv'} is the source trace; write the parquet elsewhere"
+    assert result.stderr.strip() == expected
+    assert source.read_bytes() == before
 
 
 def test_info_cli(tmp_path: Path) -> None:

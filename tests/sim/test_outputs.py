@@ -1,0 +1,73 @@
+"""Outputs are written whole or not at all: an existing folder is never clobbered or mixed, a failed or
+interrupted write leaves nothing behind, and a bad --out fails before any simulating."""
+
+from __future__ import annotations
+
+import errno
+import time
+
+import pytest
+
+import cli.sim_replay as sim_replay
+from tests.sim.helpers import SHAREGPT
+
+ARGS = [str(SHAREGPT), "--limit", "20", "--quiet"]
+
+
+def _run(out, *extra) -> int:
+    try:
+        return sim_replay.main([*ARGS, "--out", str(out), *extra])
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_an_existing_folder_is_refused_unless_overwrite_replaces_it_whole(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run(out) == 0
+    assert (out / "report.html").is_file()
+    before = (out / "requests.parquet").read_bytes()
+    assert _run(out, "--no-report") == 2
+    expected = f"error: --out {out} exists and is not empty; pass --overwrite to replace it"
+    assert capsys.readouterr().err.strip() == expected
+    assert (out / "requests.parquet").read_bytes() == before
+    assert _run(out, "--no-report", "--overwrite") == 0
+    assert not (out / "report.html").exists()  # the earlier run's report does not survive into this one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging folder left
+
+
+def test_an_unwritable_out_fails_before_simulating(tmp_path, capsys, monkeypatch):
+    (tmp_path / "a_file").write_text("x")
+    monkeypatch.setattr(sim_replay, "simulate", lambda *a, **k: pytest.fail("simulated before checking --out"))
+    started = time.perf_counter()
+    assert _run(tmp_path / "a_file" / "run") == 2
+    assert time.perf_counter() - started < 5
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out {tmp_path / 'a_file' / 'run'}: cannot write there") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("failure", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()])
+def test_a_failed_or_interrupted_write_leaves_nothing(tmp_path, capsys, monkeypatch, failure):
+    out = tmp_path / "run"
+
+    def write_then_fail(*args, **kwargs):
+        stage = args[1]
+        (stage / "requests.parquet").write_bytes(b"half")  # a partial file, as a full disk leaves one
+        raise failure
+
+    monkeypatch.setattr(sim_replay, "write_outputs", write_then_fail)
+    if isinstance(failure, KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):
+            _run(out)
+    else:
+        assert _run(out) == 2
+        assert capsys.readouterr().err.strip() == f"error: --out {out}: No space left on device"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_overwrite_keeps_the_earlier_run(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    assert _run(out, "--no-report") == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    monkeypatch.setattr(sim_replay, "write_outputs", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EIO, "I/O")))
+    assert _run(out, "--overwrite") == 2
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

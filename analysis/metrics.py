@@ -24,6 +24,8 @@ import polars as pl
 from analysis.formatting import LATENCY_LABELS
 from analysis.schema import (
     ABORTED,
+    CUT_REASONS,
+    FAILED,
     FINISHED_REASONS,
     REJECTED,
     REQUESTS_SCHEMA,
@@ -207,6 +209,14 @@ def summarize(
         "num_finished": finished.height,
         "num_rejected": rejected.height,
         "num_aborted": int((frame["finish_reason"] == ABORTED).sum()),
+        "num_failed": int((frame["finish_reason"] == FAILED).sum()),
+        # Finished, but before max_tokens: an engine limit (max_model_len, the KV cache, ...) cut them.
+        "num_cut": int(frame["finish_reason"].is_in(CUT_REASONS).sum()),
+        "finish_reasons": {
+            str(reason): int(count)
+            for reason, count in frame.group_by("finish_reason").len().sort("finish_reason").iter_rows()
+            if reason is not None
+        },
         "reject_reasons": reject_reasons,
         "duration_s": round_sig(duration_s),
         "request_throughput": _rate(finished.height, duration_s),

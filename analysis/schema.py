@@ -17,6 +17,8 @@ from engine.core.sequence import FinishReason
 FINISHED_REASONS: tuple[str, ...] = SERVED_FINISH_REASONS
 REJECTED = FinishReason.REJECTED.value
 ABORTED = FinishReason.ABORTED.value
+FAILED = FinishReason.ERROR.value
+CUT_REASONS: tuple[str, ...] = tuple(r.value for r in FinishReason if r.is_cut)
 
 _POLARS_TYPES: dict[str, pl.DataType] = {
     "int64": pl.Int64(),

@@ -24,6 +24,7 @@ class StreamEvent:
     new_token_ids: list[int]
     finished: bool
     finish_reason: str | None
+    error: str | None = None  # what failed, when finish_reason is "error"
 
 
 def _load_tokenizer(model_dir: Path):
@@ -105,6 +106,7 @@ class LLM:
                 for i, (ids, sp) in enumerate(zip(token_ids, sampling_params))]
         for seq in seqs:
             if seq.reject_reason:
+                self._abort_unfinished(seqs)  # all or none of a call's prompts are queued
                 raise ValueError(f"prompt {seq.request_id} cannot be served: {seq.reject_reason}")
         return seqs
 
@@ -120,7 +122,10 @@ class LLM:
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
         use_tqdm: bool = True,
     ) -> list[dict]:
-        """Outputs in input order: ``{"text", "token_ids"}`` (text is None without a tokenizer)."""
+        """Outputs in input order: ``{"text", "token_ids", "finish_reason", "error"}`` (text is None without
+        a tokenizer; finish_reason says whether a request stopped, got max_tokens, was cut by a limit
+        (``max_model_len``, ``kv_capacity``, ``token_budget``) or failed (``error``, with its message)).
+        A failing request finishes alone; the engine keeps serving the others."""
         seqs = self._add_all(prompts, sampling_params)
         progress = None
         if use_tqdm:
@@ -128,40 +133,66 @@ class LLM:
 
             progress = tqdm(total=len(seqs), desc="generating", dynamic_ncols=True)
         prefill_tps = decode_tps = 0.0
-        while self.engine.has_unfinished_requests():
-            start = time.perf_counter()
-            batch, finished = self.engine.step()
-            elapsed = max(time.perf_counter() - start, 1e-9)
+        ours = {s.seq_id for s in seqs}
+        remaining = len(seqs)
+        try:
+            while remaining and self.engine.has_unfinished_requests():
+                start = time.perf_counter()
+                batch, finished = self.engine.step()
+                elapsed = max(time.perf_counter() - start, 1e-9)
+                num_done = sum(1 for s in finished if s.seq_id in ours)
+                remaining -= num_done
+                if progress is not None:
+                    if batch.num_prefill_tokens:
+                        prefill_tps = batch.num_prefill_tokens / elapsed
+                    if batch.num_decode_seqs:
+                        decode_tps = batch.num_decode_seqs / elapsed
+                    progress.set_postfix(prefill=f"{prefill_tps:.0f} tok/s", decode=f"{decode_tps:.0f} tok/s",
+                                         refresh=False)
+                    progress.update(num_done)
+        finally:  # an exception or Ctrl-C: nothing of this call stays queued in the engine
+            self._abort_unfinished(seqs)
             if progress is not None:
-                if batch.num_prefill_tokens:
-                    prefill_tps = batch.num_prefill_tokens / elapsed
-                if batch.num_decode_seqs:
-                    decode_tps = batch.num_decode_seqs / elapsed
-                progress.set_postfix(prefill=f"{prefill_tps:.0f} tok/s", decode=f"{decode_tps:.0f} tok/s",
-                                     refresh=False)
-                progress.update(len(finished))
-        if progress is not None:
-            progress.close()
-        return [{"text": self._decode(s.completion_token_ids), "token_ids": s.completion_token_ids} for s in seqs]
+                progress.close()
+        return [self._output(s) for s in seqs]
+
+    def _output(self, seq: Sequence) -> dict:
+        reason = seq.finish_reason.value if seq.finish_reason is not None else None
+        return {"text": self._decode(seq.completion_token_ids), "token_ids": seq.completion_token_ids,
+                "finish_reason": reason, "error": seq.error}
+
+    def _abort_unfinished(self, seqs: list[Sequence]) -> None:
+        for seq in seqs:
+            if not seq.is_finished:
+                self.engine.abort_request(seq)
 
     def stream(
         self,
         prompts: Seq[Prompt] | Prompt,
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
     ) -> Iterator[StreamEvent]:
-        """Yields each request's new tokens as steps produce them; the last event of a request has finished=True."""
+        """Yields each request's new tokens as steps produce them; the last event of a request has finished=True.
+        Closing the iterator early (or abandoning it) aborts the requests it has not finished."""
         seqs = self._add_all(prompts, sampling_params)
         index_of = {s.seq_id: i for i, s in enumerate(seqs)}
         sent = {s.seq_id: 0 for s in seqs}
-        while self.engine.has_unfinished_requests():
-            batch, _ = self.engine.step()
-            for seq in batch.seqs:
-                produced = seq.num_completion_tokens
-                if produced > sent[seq.seq_id]:
-                    new = seq.completion_token_ids[sent[seq.seq_id] :]
-                    sent[seq.seq_id] = produced
-                    reason = seq.finish_reason.value if seq.finish_reason else None
-                    yield StreamEvent(index_of[seq.seq_id], new, seq.is_finished, reason)
+        open_ids = set(index_of)
+        try:
+            while open_ids and self.engine.has_unfinished_requests():
+                batch, _ = self.engine.step()
+                for seq in batch.seqs:
+                    if seq.seq_id not in open_ids:
+                        continue  # another caller's request, or one already reported finished
+                    produced = seq.num_completion_tokens
+                    if produced > sent[seq.seq_id] or seq.is_finished:
+                        new = seq.completion_token_ids[sent[seq.seq_id] :]
+                        sent[seq.seq_id] = produced
+                        if seq.is_finished:
+                            open_ids.discard(seq.seq_id)
+                        reason = seq.finish_reason.value if seq.finish_reason else None
+                        yield StreamEvent(index_of[seq.seq_id], new, seq.is_finished, reason, seq.error)
+        finally:
+            self._abort_unfinished(seqs)
 
     def close(self) -> None:
         close = getattr(self.runner, "close", None)

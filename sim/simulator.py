@@ -115,6 +115,8 @@ def simulate(
 
     def done(seqs: list[Sequence]) -> None:
         for seq in seqs:
+            if seq.error is not None:  # the cost model failed: a bug to surface, not a request to record
+                raise RuntimeError(f"simulating request {seq.request_id} failed: {seq.error}")
             rows.append(request_row(seq))
         if on_request_done is not None and seqs:
             on_request_done(len(seqs))

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from analysis.formatting import LATENCY_LABELS, format_number, format_percent
 from analysis.report.html_page import table_html
+from analysis.schema import CUT_REASONS
 from analysis.stats import STATISTIC_NAMES
 
 # summary key -> (format spec, unit suffix); keys not listed are 0..1 fractions shown as percentages.
@@ -18,6 +19,8 @@ _FORMATS: dict[str, tuple[str, str]] = {
     "num_finished": ("d", ""),
     "num_rejected": ("d", ""),
     "num_aborted": ("d", ""),
+    "num_failed": ("d", ""),
+    "num_cut": ("d", ""),
     "duration_s": (".2f", " s"),
     "request_throughput": (".3f", " req/s"),
     "output_throughput": (".1f", " tok/s"),
@@ -29,7 +32,8 @@ _FORMATS: dict[str, tuple[str, str]] = {
 }
 # summary key -> its row label in the HTML table, in row order (goodput only when the summary has one).
 _HTML_LABELS: dict[str, str] = {
-    "num_requests": "requests", "num_finished": "finished", "num_rejected": "rejected", "num_aborted": "aborted",
+    "num_requests": "requests", "num_finished": "finished", "num_cut": "finished but cut by a limit",
+    "num_rejected": "rejected", "num_aborted": "aborted", "num_failed": "failed",
     "duration_s": "duration", "request_throughput": "request throughput", "output_throughput": "output throughput",
     "goodput": "goodput", "total_prompt_tokens": "prompt tokens", "total_output_tokens": "output tokens",
     "num_preemptions": "preemptions", "prefix_cache_hit_rate": "prefix cache hit rate",
@@ -63,7 +67,12 @@ def format_summary_table(summary: Mapping) -> str:
 
     finished = f"{format_field(summary, 'num_finished')} / {format_field(summary, 'num_requests')}"
     lines = [line("requests finished", finished)]
-    lines += [line(f"requests {kind}", format_field(summary, f"num_{kind}")) for kind in ("rejected", "aborted")]
+    cut = format_field(summary, "num_cut")
+    reasons = summary.get("finish_reasons") or {}
+    cut_by = [f"{reason} {count}" for reason, count in reasons.items() if reason in CUT_REASONS]
+    lines.append(line("  cut by a limit", cut + (f" ({', '.join(cut_by)})" if cut_by else "")))
+    lines += [line(f"requests {kind}", format_field(summary, f"num_{kind}"))
+              for kind in ("rejected", "aborted", "failed")]
     lines += [
         line("duration", format_field(summary, "duration_s")),
         line("request throughput", format_field(summary, "request_throughput")),

@@ -183,6 +183,19 @@ class BlockManager:
             self._register_full_blocks(seq, num_tokens_after // self.block_size)
         return True
 
+    def forget_uncomputed(self, seq: Sequence) -> None:
+        """Withdraw from the prefix cache the blocks this sequence registered for tokens it has not computed
+        (its step failed): their hashes promise KV contents that were never written."""
+        computed_blocks = seq.num_computed_tokens // self.block_size
+        for index in range(computed_blocks, seq.num_registered_blocks):
+            block_id = seq.block_table[index]
+            block_hash = self.block_hashes[block_id]
+            if block_hash is not None and self._cached.get(block_hash) == block_id:
+                del self._cached[block_hash]
+                self.block_hashes[block_id] = None
+                self._block_tokens[block_id] = None
+        seq.num_registered_blocks = min(seq.num_registered_blocks, computed_blocks)
+
     def free(self, seq: Sequence) -> None:
         """Drop the sequence's references; the tail is freed first so it is evicted before the shared head."""
         ref_counts = self.ref_counts

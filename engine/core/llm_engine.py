@@ -10,15 +10,18 @@ every path.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Generator, Iterable
 
 from engine.core.clock import Clock, WallClock
 from engine.core.config import EngineConfig
 from engine.core.records import StepLog
-from engine.core.runner import Runner, RunnerOutput
+from engine.core.runner import RequestError, Runner, RunnerOutput
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import ScheduledBatch, Scheduler
 from engine.core.sequence import Sequence
+
+_log = logging.getLogger(__name__)
 
 
 class LLMEngine:
@@ -113,10 +116,36 @@ class LLMEngine:
         batch = self.begin_step()
         if batch.is_empty:
             return batch, []
-        output = self.runner.run(batch)
+        try:
+            output = self.runner.run(batch)
+            if len(output.token_ids) != len(batch.seqs):
+                raise RuntimeError(
+                    f"the runner returned {len(output.token_ids)} tokens for {len(batch.seqs)} sequences")
+        except Exception as exc:  # one bad request, or a failed step, must not wedge the engine
+            return batch, self._fail_step(batch, exc)
+        except BaseException:  # Ctrl-C mid-step: the step did not happen, so nothing may promise its KV
+            self._forget_step(batch)
+            raise
         if wait is not None and output.duration_s is not None:
             yield wait(output.duration_s)
         return batch, self.end_step(batch, output)
+
+    def _fail_step(self, batch: ScheduledBatch, exc: Exception) -> list[Sequence]:
+        """The runner could not complete the step. The sequences it blames (all of the batch when it names
+        none) finish with ERROR; the others keep their place and compute this step's tokens next step.
+        No block registered for this step's tokens stays in the prefix cache either way."""
+        _log.warning("step failed: %s: %s", type(exc).__name__, exc, exc_info=not isinstance(exc, RequestError))
+        blamed = exc.seqs if isinstance(exc, RequestError) else batch.seqs
+        self._forget_step(batch)
+        failed = self.scheduler.fail(blamed, f"{type(exc).__name__}: {exc}", self.clock.now())
+        if failed:
+            self.runner.release(failed)
+        return failed
+
+    def _forget_step(self, batch: ScheduledBatch) -> None:
+        block_manager = self.scheduler.block_manager
+        for seq in batch.seqs:
+            block_manager.forget_uncomputed(seq)
 
     def step(self) -> tuple[ScheduledBatch, list[Sequence]]:
         """Run one step on a real clock: the batch that ran and the sequences that finished."""

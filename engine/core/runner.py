@@ -15,6 +15,15 @@ if TYPE_CHECKING:
     from engine.core.sequence import Sequence
 
 
+class RequestError(Exception):
+    """A failure a runner can pin on particular sequences (a seed it cannot use, say): the engine finishes
+    those with an error and keeps the rest of the batch; any other exception fails the whole step."""
+
+    def __init__(self, seqs: list[Sequence], message: str) -> None:
+        super().__init__(message)
+        self.seqs = seqs
+
+
 @dataclass(slots=True)
 class RunnerOutput:
     token_ids: list[int]  # one per batch sequence; ignored where the sequence samples nothing this step

@@ -84,6 +84,12 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._schedule = self._schedule_mixed if config.policy == "mixed" else self._schedule_nano
+        # Which limit max_seq_len is: what a sequence that asks for more is cut by.
+        limits = [(config.max_model_len, FinishReason.MAX_MODEL_LEN),
+                  (config.kv_capacity_tokens, FinishReason.KV_CAPACITY)]
+        if config.policy == "nano":
+            limits.append((config.max_num_batched_tokens, FinishReason.TOKEN_BUDGET))
+        self._cut_reason = min(limits, key=lambda limit: limit[0])[1]
         self._now_s = 0.0
 
     # ---- requests -------------------------------------------------------------------------------
@@ -116,7 +122,9 @@ class Scheduler:
             seq.finish_reason = FinishReason.REJECTED
             seq.reject_reason = reason
             return False
-        seq.max_num_tokens = min(seq.max_num_tokens, self.config.max_seq_len)
+        if seq.max_num_tokens > self.config.max_seq_len:
+            seq.max_num_tokens = self.config.max_seq_len
+            seq.length_reason = self._cut_reason
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
         return True
@@ -129,6 +137,19 @@ class Scheduler:
         else:
             self.waiting.remove(seq)
         self._finish(seq, FinishReason.ABORTED)
+
+    def fail(self, seqs: list[Sequence], message: str, now_s: float) -> list[Sequence]:
+        """Finish ``seqs`` with ERROR (their blocks freed); returns those that were still unfinished."""
+        failed = [seq for seq in seqs if not seq.is_finished]
+        for seq in failed:
+            if seq.status is SequenceStatus.RUNNING:
+                self.running.remove(seq)
+            else:
+                self.waiting.remove(seq)
+            seq.error = message
+            seq.finish_s = now_s
+            self._finish(seq, FinishReason.ERROR)
+        return failed
 
     @property
     def num_unfinished(self) -> int:
@@ -244,7 +265,7 @@ class Scheduler:
                 self._finish(seq, FinishReason.STOP)
                 finished.append(seq)
             elif len(seq.token_ids) >= seq.max_num_tokens:
-                self._finish(seq, FinishReason.LENGTH)
+                self._finish(seq, seq.length_reason)
                 finished.append(seq)
         if finished:
             self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]

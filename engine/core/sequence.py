@@ -16,14 +16,24 @@ class SequenceStatus(enum.Enum):
 
 class FinishReason(str, enum.Enum):
     STOP = "stop"  # eos or a stop token
-    LENGTH = "length"  # max_tokens or the longest sequence the engine allows
+    LENGTH = "length"  # max_tokens reached: the request got every token it asked for
+    # Cut short: the request asked for more tokens than the engine lets one sequence hold.
+    MAX_MODEL_LEN = "max_model_len"  # prompt + output reached max_model_len
+    KV_CAPACITY = "kv_capacity"  # the sequence alone filled the whole KV cache
+    TOKEN_BUDGET = "token_budget"  # nano policy: longer could not be re-prefilled in one step after a preemption
     REJECTED = "rejected"  # can never be served; see Sequence.reject_reason
     ABORTED = "aborted"  # cancelled by the caller
+    ERROR = "error"  # the runner failed on this request; see Sequence.error
 
     @property
     def served(self) -> bool:
-        """The request ran to one of its stop rules (as opposed to never being served or being cancelled)."""
-        return self in (FinishReason.STOP, FinishReason.LENGTH)
+        """The request ran until a stop rule or a limit ended it (not rejected, aborted or failed)."""
+        return self not in (FinishReason.REJECTED, FinishReason.ABORTED, FinishReason.ERROR)
+
+    @property
+    def is_cut(self) -> bool:
+        """The request ended before max_tokens because of an engine limit."""
+        return self in (FinishReason.MAX_MODEL_LEN, FinishReason.KV_CAPACITY, FinishReason.TOKEN_BUDGET)
 
 
 class Sequence:
@@ -44,6 +54,8 @@ class Sequence:
         "status",
         "finish_reason",
         "reject_reason",
+        "error",
+        "length_reason",
         "num_computed_tokens",
         "num_cached_tokens",
         "block_table",
@@ -76,6 +88,9 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.finish_reason: FinishReason | None = None
         self.reject_reason: str | None = None
+        self.error: str | None = None  # what failed, when finish_reason is ERROR
+        # The reason it finishes with once max_num_tokens is reached: LENGTH, or the limit that cut it.
+        self.length_reason = FinishReason.LENGTH
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0
         self.block_table: list[int] = []

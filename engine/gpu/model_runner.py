@@ -17,7 +17,7 @@ import torch
 
 from engine.core.config import cdiv
 from engine.core.model_config import ModelShape
-from engine.core.runner import RunnerOutput
+from engine.core.runner import RequestError, RunnerOutput
 from engine.core.scheduler import ScheduledBatch
 from engine.gpu.attention import AttentionMetadata, default_backend, get_backend
 from engine.gpu.attention.triton_kernels_host import (
@@ -347,7 +347,10 @@ class ModelRunner:
             if p.seed is not None and p.temperature > 0:
                 generator = self._generators.get(seq.seq_id)
                 if generator is None:
-                    generator = torch.Generator(device=self.device).manual_seed(p.seed)
+                    try:
+                        generator = torch.Generator(device=self.device).manual_seed(p.seed)
+                    except (RuntimeError, ValueError, OverflowError) as exc:
+                        raise RequestError([seq], f"seed {p.seed} cannot seed a generator ({exc})") from exc
                     self._generators[seq.seq_id] = generator
             generators.append(generator)
         return SamplingTensors(temperatures, top_ks, top_ps, generators, self.device)
@@ -378,9 +381,11 @@ class ModelRunner:
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
         t0 = time.perf_counter()
         plan = self.plan(batch)
+        # Per-request sampling state first: a request that cannot be sampled fails here, before the
+        # tensor-parallel workers are told to run the step.
+        sampling = self._sampling_tensors([batch.seqs[r] for r in plan.sample_rows]) if plan.sample_rows else None
         self.broadcast_plan(plan)
         inputs = self.materialize(plan)
-        sampling = self._sampling_tensors([batch.seqs[r] for r in plan.sample_rows]) if plan.sample_rows else None
         t1 = time.perf_counter()
         tokens = self.execute(inputs, sampling)
         t_launched = time.perf_counter()

@@ -186,3 +186,18 @@ def test_prefix_probe_counts_cached_leading_blocks_without_side_effects():
     assert bm.num_cached_prefix_blocks(prefix_block_hashes([1, 2, 7, 7], 2)) == 1
     assert bm.num_cached_prefix_blocks(prefix_block_hashes([9, 9], 2)) == 0
     assert bm.ref_counts == [1, 1, 1] and bm.num_queried_tokens == 5
+
+
+def test_a_failed_step_withdraws_only_the_blocks_it_would_have_computed():
+    bm = BlockManager(num_blocks=10, block_size=4)
+    first = make_seq(list(range(12)), 0)
+    admit(bm, first)
+    first.num_computed_tokens = 12  # its prefill ran: blocks 0, 1, 2 hold their tokens
+    second = make_seq(list(range(8)) + [50, 51, 52, 53, 54, 55], 1)
+    assert admit(bm, second) == [0, 1]  # 8 tokens hit; blocks 3 and 4 are fresh, 3 registered as full
+    assert second.block_table == [0, 1, 3, 4] and second.num_registered_blocks == 3
+    bm.forget_uncomputed(second)  # its step failed: block 3 was never written
+    assert second.num_registered_blocks == 2 and bm.num_cached_blocks == 3  # blocks 0, 1, 2 stay cached
+    third = make_seq(list(range(8)) + [50, 51, 52, 53, 60], 2)
+    assert admit(bm, third) == [0, 1]  # no hit on block 3
+    assert bm.ref_counts[:5] == [3, 3, 1, 1, 1]

@@ -78,7 +78,21 @@ def test_sequence_stops_at_kv_capacity_instead_of_stalling():
     engine, _ = make_engine(num_gpu_blocks=2, max_model_len=100)  # 8 tokens of KV in all
     seq = engine.add_request(prompt(6), params(50))
     run_to_completion(engine)
-    assert seq.finish_reason is FinishReason.LENGTH and seq.num_tokens == 8
+    assert seq.finish_reason is FinishReason.KV_CAPACITY and seq.num_tokens == 8  # cut, and says so
+
+
+def test_cut_outputs_say_which_limit_cut_them():
+    engine, _ = make_engine(num_gpu_blocks=64, max_model_len=10, max_num_batched_tokens=64)
+    cut = engine.add_request(prompt(6), params(50))
+    whole = engine.add_request(prompt(6, 300), params(4))  # prompt + max_tokens == max_model_len: not cut
+    run_to_completion(engine)
+    assert (cut.finish_reason, cut.num_tokens) == (FinishReason.MAX_MODEL_LEN, 10)
+    assert (whole.finish_reason, whole.num_completion_tokens) == (FinishReason.LENGTH, 4)
+    assert cut.finish_reason.is_cut and cut.finish_reason.served and not whole.finish_reason.is_cut
+    nano, _ = make_engine(policy="nano", num_gpu_blocks=64, max_model_len=100, max_num_batched_tokens=12)
+    budget_cut = nano.add_request(prompt(6), params(50))
+    run_to_completion(nano)
+    assert (budget_cut.finish_reason, budget_cut.num_tokens) == (FinishReason.TOKEN_BUDGET, 12)
 
 
 def test_stop_rules_eos_ignore_eos_and_stop_tokens():

@@ -132,8 +132,10 @@ def test_invariants_hold_every_step_and_everything_finishes(
         if seq.finish_reason is FinishReason.REJECTED:
             assert seq.reject_reason
             continue
-        assert seq.finish_reason is FinishReason.LENGTH
-        expected = min(seq.num_prompt_tokens + seq.sampling_params.max_tokens, cfg.max_seq_len)
+        asked = seq.num_prompt_tokens + seq.sampling_params.max_tokens
+        assert seq.finish_reason is (FinishReason.LENGTH if asked <= cfg.max_seq_len else seq.length_reason)
+        assert seq.finish_reason.served and (seq.finish_reason.is_cut == (asked > cfg.max_seq_len))
+        expected = min(asked, cfg.max_seq_len)
         assert seq.num_tokens == max(expected, seq.num_prompt_tokens + 1)
         assert len(seq.token_times_s) == seq.num_completion_tokens
     bm = engine.scheduler.block_manager

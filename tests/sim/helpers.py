@@ -119,13 +119,15 @@ def assert_frames_equal(left: pl.DataFrame, right: pl.DataFrame, what: str) -> N
 
 
 def assert_conserved(requests: pl.DataFrame, request_ids: Sequence[object]) -> None:
-    """Every request of the trace appears exactly once and ended finished ("stop"/"length") or rejected."""
+    """Every request of the trace appears exactly once and ended served (stopped, at its length, or cut by a
+    limit) or rejected."""
     ids = requests["request_id"].to_list()
     assert len(ids) == len(set(ids)), "a request id appears more than once"
     assert sorted(ids) == sorted(str(i) for i in request_ids), "requests missing or unexpected"
     reasons = requests["finish_reason"]
     assert reasons.null_count() == 0, "a request has no finish_reason"
-    assert set(reasons.unique().to_list()) <= {"stop", "length", "rejected"}, reasons.value_counts()
+    allowed = {"stop", "length", "max_model_len", "kv_capacity", "token_budget", "rejected"}
+    assert set(reasons.unique().to_list()) <= allowed, reasons.value_counts()
     rejected = requests.filter(pl.col("finish_reason") == "rejected")
     assert rejected["reject_reason"].null_count() == 0, "a rejected request has no reject_reason"
     assert (rejected["output_tokens"] == 0).all(), "a rejected request produced tokens"

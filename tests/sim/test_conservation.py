@@ -92,7 +92,12 @@ def test_tiny_cache_every_request_finishes_or_is_rejected(policy, num_replicas, 
     served = served.join(wanted, on="request_id")
     expected_output = pl.min_horizontal(pl.col("wanted"), max_seq_len - pl.col("prompt_tokens"))
     assert served.select((pl.col("output_tokens") == expected_output).all()).item()
-    assert (served["finish_reason"] == "length").all()  # ignore_eos: only lengths stop requests
+    # ignore_eos: only lengths stop requests; a cut one says which limit cut it.
+    cut_by = "max_model_len" if MAX_MODEL_LEN <= max_seq_len else "kv_capacity"
+    cut_by = "token_budget" if policy == "nano" else cut_by
+    cut = served["wanted"] > max_seq_len - served["prompt_tokens"]
+    assert cut.any() and not cut.all()
+    assert served["finish_reason"].to_list() == [cut_by if c else "length" for c in cut]
 
     # The cache was too small for the bursts: requests were preempted, and still all finished.
     num_preemptions = int(requests["num_preemptions"].sum())

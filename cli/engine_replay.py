@@ -53,8 +53,10 @@ def replay(llm, trace, args) -> tuple[list, object]:
     engine = llm.engine
     requests = TraceRequests(trace, llm.shape.vocab_size, args.seed, args.temperature)
     arrivals = requests.arrivals_s
-    # Prompts are synthesized before the clock starts, so the replay loop only queues them.
-    prompts = [requests.prompt(i) for i in range(len(requests))]
+    # Prompts are synthesized before the clock starts, so the replay loop only queues them; a request the
+    # engine can never serve is rejected from its length alone, its prompt never built.
+    prompts = [None if engine.scheduler.rejection_reason_for(requests.prompt_tokens[i]) else requests.prompt(i)
+               for i in range(len(requests))]
     rows: list[tuple] = []
     gc.collect()
     gc.freeze()  # the synthesized prompts are long-lived: keep the collector's passes from walking them mid-replay
@@ -67,7 +69,11 @@ def replay(llm, trace, args) -> tuple[list, object]:
     while next_index < num_requests or engine.has_unfinished_requests():
         now = clock.now()
         while next_index < num_requests and arrivals[next_index] <= now:
-            seq = requests.add_to(engine, next_index, prompts[next_index])
+            prompt = prompts[next_index]
+            if prompt is None:
+                seq = requests.reject_unservable(engine, next_index)
+            else:
+                seq = requests.add_to(engine, next_index, prompt)
             if seq.is_finished:
                 rows.append(request_row(seq))
             next_index += 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
+import math
 import random
 import sys
 from dataclasses import dataclass
@@ -74,10 +75,10 @@ class HostSpeedTimeline:
                 raise ValueError(f"{path}: expected the columns start_s,slowdown, got {reader.fieldnames}")
             for row_number, row in enumerate(reader, start=2):
                 try:
-                    starts.append(float(row["start_s"]))
-                    values.append(float(row["slowdown"]))
+                    starts.append(finite_float(row["start_s"]))
+                    values.append(finite_float(row["slowdown"]))
                 except (TypeError, ValueError):
-                    raise ValueError(f"{path}, line {row_number}: start_s and slowdown must be numbers, "
+                    raise ValueError(f"{path}, line {row_number}: start_s and slowdown must be finite numbers, "
                                      f"got {row}") from None
         try:
             return cls(starts, values, name=f"timeline:{Path(path).name}")
@@ -119,6 +120,14 @@ class HostSpeedEpisodes:
         return self.slow if period % 2 else self.normal
 
 
+def finite_float(text: str) -> float:
+    """``float(text)``, refusing nan and infinities (ValueError)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not finite")
+    return value
+
+
 def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
     """``--host-slowdown``: None for ``calibrated`` (the cost model's own average)."""
     spec = spec.strip()
@@ -127,15 +136,19 @@ def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
     if spec.startswith("episodes:"):
         parts = spec.removeprefix("episodes:").split(",")
         try:
-            normal, slow, fraction, mean_s = (float(p) for p in parts)
+            normal, slow, fraction, mean_s = (finite_float(p) for p in parts)
         except ValueError:
             raise ValueError(
-                f"--host-slowdown {spec!r}: expected episodes:NORMAL,SLOW,FRACTION,MEAN_S (four numbers)"
+                f"--host-slowdown {spec!r}: expected episodes:NORMAL,SLOW,FRACTION,MEAN_S (four finite numbers)"
             ) from None
         return HostSpeedEpisodes(normal, slow, fraction, mean_s, seed)
     try:
         value = float(spec)
     except ValueError:
+        value = None
+    if value is not None and not math.isfinite(value):
+        raise ValueError(f"--host-slowdown must be a finite number > 0, got {spec!r}")
+    if value is None:
         path = Path(spec)
         if not path.is_file():
             raise ValueError(

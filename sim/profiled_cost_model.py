@@ -206,12 +206,25 @@ class ProfiledCostModel:
         return self.decode_factor + self.host_share * (host_slowdown - self.host_factor)
 
     @classmethod
-    def load(cls, path: Path) -> ProfiledCostModel:
-        profile = json.loads(Path(path).read_text())
+    def load(cls, path: Path, model: str | None = None, gpu: str | None = None,
+             tensor_parallel_size: int | None = None) -> ProfiledCostModel:
+        """The profile at ``path``; with ``model``, ``gpu`` and ``tensor_parallel_size``, one measured for
+        exactly that deployment (another model's or GPU's step times would be silently wrong)."""
+        try:
+            profile = json.loads(Path(path).read_text())
+            measured = (Path(str(profile["model"])).name, str(profile["gpu"]), int(profile["tensor_parallel_size"]))
+            fit = profile["fit"]
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"cost model {path}: not a readable profile ({type(exc).__name__}: {exc})") from None
+        asked = (model, gpu, tensor_parallel_size)
+        for what, was, wanted in zip(("model", "GPU", "tensor-parallel size"), measured, asked):
+            if wanted is not None and str(was).lower() != str(wanted).lower():
+                raise ValueError(f"cost model {path} was measured for {what} {was}, not {wanted}; profile that "
+                                 f"deployment (python -m sim.profile) or use --cost-model roofline")
         name = f"profile:{profile['gpu']}/{Path(path).stem} (measured {profile.get('measured_at', '?')})"
         if profile.get("serving"):
             name += f", serving-calibrated (host x{profile['serving']['host_factor']:.2f})"
-        return cls(profile["fit"], name)
+        return cls(fit, name)
 
     def eager_parts(self, f: dict) -> tuple[float, float]:
         """An eager step's host-bound floor and device time at the grid's host speed; it takes the larger."""

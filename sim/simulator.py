@@ -80,7 +80,7 @@ def make_cost_model(config: SimConfig, model: ModelShape) -> CostModel:
         path = Path(choice)
         if not path.is_file():
             raise ValueError(f"cost model {choice!r} is neither 'auto', 'roofline' nor an existing profile JSON")
-    return ProfiledCostModel.load(path)
+    return ProfiledCostModel.load(path, model.name, config.gpu, config.tensor_parallel_size)
 
 
 def simulate(
@@ -137,6 +137,12 @@ def simulate(
         for i, arrival_s in enumerate(requests.arrivals_s):
             if arrival_s > env.now:
                 yield env.timeout(arrival_s - env.now)
+            # Every replica has the same limits: a request none can serve is turned away before routing,
+            # and before its prompt is built.
+            seq = requests.reject_unservable(engines[0], i)
+            if seq is not None:
+                done([seq])
+                continue
             prompt = requests.prompt(i)
             index = router.route(prompt, engines)
             seq = requests.add_to(engines[index], i, prompt)

@@ -22,6 +22,7 @@ class TraceRequests:
         self.arrivals_s: list[float] = requests["arrival_s"].to_list()
         self.request_ids: list[str] = requests["request_id"].to_list()
         self.output_tokens: list[int] = requests["output_tokens"].to_list()
+        self.prompt_tokens: list[int] = requests["prompt_tokens"].to_list()
 
     def __len__(self) -> int:
         return len(self.arrivals_s)
@@ -31,6 +32,12 @@ class TraceRequests:
 
     def sampling_params(self, i: int) -> SamplingParams:
         return SamplingParams(max_tokens=self.output_tokens[i], ignore_eos=True, temperature=self.temperature)
+
+    def reject_unservable(self, engine, i: int) -> Sequence | None:
+        """Request ``i`` rejected by ``engine`` from its length alone, without building its prompt (a row can
+        ask for more tokens than memory holds); None when the engine can serve it."""
+        return engine.reject_unbuilt(self.prompt_tokens[i], self.sampling_params(i), request_id=self.request_ids[i],
+                                     arrival_s=self.arrivals_s[i])
 
     def add_to(self, engine, i: int, prompt: list[int] | None = None) -> Sequence:
         """Queue request ``i`` on ``engine`` (an ``LLMEngine``); a request that can never fit comes back rejected."""

@@ -72,6 +72,21 @@ class LLMEngine:
             seq.finish_s = now_s
         return seq
 
+    def reject_unbuilt(
+        self, num_prompt_tokens: int, sampling_params: SamplingParams, *, request_id: object, arrival_s: float
+    ) -> Sequence | None:
+        """Reject a request from its prompt length alone, before its tokens are built (a trace row may ask
+        for more tokens than memory holds); None when it may be served."""
+        reason = self.scheduler.rejection_reason_for(num_prompt_tokens)
+        if reason is None:
+            return None
+        seq = Sequence(next(self._seq_ids), [], sampling_params, arrival_s=arrival_s, request_id=request_id)
+        seq.num_prompt_tokens = num_prompt_tokens  # what it asked for, though its tokens were never made
+        seq.replica = self.replica
+        self.scheduler.reject(seq, reason)
+        seq.finish_s = self.clock.now()
+        return seq
+
     def abort_request(self, seq: Sequence) -> None:
         self.scheduler.abort(seq)
         if seq.finish_s is None:

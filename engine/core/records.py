@@ -148,7 +148,7 @@ def request_row(seq: Sequence) -> tuple:
         seq.first_token_s,
         seq.finish_s,
         seq.num_prompt_tokens,
-        seq.num_completion_tokens,
+        0 if seq.finish_reason is FinishReason.REJECTED else seq.num_completion_tokens,  # rejected: maybe unbuilt
         seq.num_cached_tokens,
         seq.num_preemptions,
         seq.finish_reason.value if seq.finish_reason is not None else None,

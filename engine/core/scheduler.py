@@ -95,8 +95,11 @@ class Scheduler:
     # ---- requests -------------------------------------------------------------------------------
     def rejection_reason(self, seq: Sequence) -> str | None:
         """Why ``seq`` can never be served by this configuration, or None."""
+        return self.rejection_reason_for(seq.num_prompt_tokens)
+
+    def rejection_reason_for(self, n: int) -> str | None:
+        """Why a prompt of ``n`` tokens can never be served by this configuration, or None."""
         cfg = self.config
-        n = seq.num_prompt_tokens
         if n == 0:
             return "empty prompt"
         if n > cfg.max_model_len:
@@ -118,9 +121,7 @@ class Scheduler:
         """Queue ``seq``; a request that can never fit is finished as rejected at once (returns False)."""
         reason = self.rejection_reason(seq)
         if reason is not None:
-            seq.status = SequenceStatus.FINISHED
-            seq.finish_reason = FinishReason.REJECTED
-            seq.reject_reason = reason
+            self.reject(seq, reason)
             return False
         if seq.max_num_tokens > self.config.max_seq_len:
             seq.max_num_tokens = self.config.max_seq_len
@@ -128,6 +129,11 @@ class Scheduler:
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
         return True
+
+    def reject(self, seq: Sequence, reason: str) -> None:
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = FinishReason.REJECTED
+        seq.reject_reason = reason
 
     def abort(self, seq: Sequence) -> None:
         if seq.is_finished:

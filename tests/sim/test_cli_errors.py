@@ -49,6 +49,8 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     return files
 
 
+PROFILES = Path(__file__).resolve().parents[2] / "sim" / "profiles" / "h200"
+
 # (trace: a key of _bad_files or None for the default trace, extra args, regexes the error line must match)
 CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "nonexistent trace": ("missing", [], ["{trace}", "no such file"]),
@@ -86,9 +88,23 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "cost model file missing": (None, ["--cost-model", "{tmp}/no_profile.json"], ["cost model", "no_profile.json"]),
     "host slowdown 0": (None, ["--host-slowdown", "0"], ["--host-slowdown", "> 0"]),
     "host slowdown word": (None, ["--host-slowdown", "fast"], ["--host-slowdown", "fast", "calibrated", "episodes"]),
-    "host slowdown episodes": (None, ["--host-slowdown", "episodes:1,2"], ["--host-slowdown", "four numbers"]),
+    "host slowdown episodes": (None, ["--host-slowdown", "episodes:1,2"], ["--host-slowdown", "four finite numbers"]),
     "host slowdown episodes fraction": (None, ["--host-slowdown", "episodes:1,2,1.5,3"], ["FRACTION", "1.5"]),
     "host slowdown csv columns": (None, ["--host-slowdown", "{tmp}/host.csv"], ["host.csv", "start_s,slowdown"]),
+    # Not a number in disguise: NaN and infinities are refused wherever a number is read.
+    "host slowdown nan": (None, ["--host-slowdown", "nan"], ["--host-slowdown", "finite", "nan"]),
+    "host slowdown inf": (None, ["--host-slowdown", "inf"], ["--host-slowdown", "finite", "inf"]),
+    "host slowdown episodes nan": (None, ["--host-slowdown", "episodes:1,nan,0.5,1"], ["four finite numbers"]),
+    "host slowdown csv nan": (None, ["--host-slowdown", "{tmp}/host_nan.csv"], ["host_nan.csv", "line 3", "finite"]),
+    "gpu memory utilization nan": (None, ["--gpu-memory-utilization", "nan"], ["gpu_memory_utilization", "nan"]),
+    # A profile measured for another deployment would give silently wrong step times.
+    "another model's profile": (
+        None, ["--cost-model", str(PROFILES / "qwen3-8b.json")], ["qwen3-8b.json", "model qwen3-8b, not qwen3-0.6b"]
+    ),
+    "another GPU's profile": (
+        None, ["--gpu", "h100", "--cost-model", str(PROFILES / "qwen3-0.6b.json")], ["GPU h200, not h100"]
+    ),
+    "profile not json": (None, ["--cost-model", "{tmp}/host.csv"], ["host.csv", "not a readable profile"]),
     "block size 0": (None, ["--block-size", "0"], ["block[-_]size"]),
     # The engine's own limits, refused by the one validator both share.
     "block size 8": (None, ["--block-size", "8"], ["--block-size", "16 to 256", "got 8"]),
@@ -106,6 +122,7 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
 def _args(tmp_path: Path, trace_key: str | None, extra: list[str]) -> list[str]:
     trace = TRACE if trace_key is None else str(_bad_files(tmp_path)[trace_key])
     (tmp_path / "host.csv").write_text("time,factor\n0,1.5\n")
+    (tmp_path / "host_nan.csv").write_text("start_s,slowdown\n0,1.5\n5,nan\n")
     args = [trace, "--quiet", "--no-report"]
     if "--limit" not in extra:
         args += ["--limit", "20"]

@@ -55,6 +55,11 @@ def int_column(path: Path, frame: pl.DataFrame, field: str, minimum: int = 0) ->
     whole = as_float.is_finite() & (as_float == as_float.floor())
     parsed = pl.Series(field, as_float).set(~whole.fill_null(False), None)
     _first_bad(path, text, parsed, field, "an integer")
+    huge = (parsed.abs() >= 2.0**63).arg_true()  # beyond int64: no token count is that large
+    if len(huge):
+        row = int(huge[0])
+        raise TraceError(f"{path}: line {line_of_row(row)}: field {field!r} is {text[row]}; expected an integer "
+                         "below 2**63")
     values = parsed.cast(pl.Int64)
     low = (values < minimum).arg_true()
     if len(low):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import numbers
 import time
 from collections.abc import Iterator
 from collections.abc import Sequence as Seq
@@ -81,6 +82,9 @@ class LLM:
                 raise ValueError(f"prompt {index} is text but {self.model_dir} has no tokenizer; pass token ids")
             ids = self.tokenizer.encode(prompt)
         else:
+            bad = next((t for t in prompt if not isinstance(t, numbers.Integral) or isinstance(t, bool)), None)
+            if bad is not None:  # int() would truncate 1.5 to 1 without a word
+                raise ValueError(f"prompt {index} has token id {bad!r}; expected integers")
             ids = [int(t) for t in prompt]
         if not ids:
             raise ValueError(f"prompt {index} is empty")

@@ -137,3 +137,10 @@ def test_a_rejected_prompt_queues_none_of_its_call(tiny_qwen3, reference):
     with pytest.raises(ValueError, match="prompt 1 cannot be served: prompt needs 13 KV blocks"):
         llm.generate([PROMPTS[0], [1] * 200], GREEDY, use_tqdm=False)
     _assert_serves_like_new(llm, reference)
+
+
+def test_float_token_ids_are_refused_not_truncated(tiny_qwen3, reference):
+    llm = LLM(tiny_qwen3[0], **OPTIONS)
+    with pytest.raises(ValueError, match=r"prompt 1 has token id 2.5; expected integers"):
+        llm.generate([PROMPTS[0], [1, 2.5, 3]], GREEDY, use_tqdm=False)
+    _assert_serves_like_new(llm, reference)

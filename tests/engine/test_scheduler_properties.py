@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -85,8 +86,7 @@ requests_strategy = st.lists(
 )
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+SCENARIOS = dict(
     policy=st.sampled_from(["mixed", "nano"]),
     block_size=st.sampled_from([1, 2, 4, 8]),
     num_gpu_blocks=st.integers(1, 48),
@@ -96,6 +96,10 @@ requests_strategy = st.lists(
     prefix_caching=st.booleans(),
     requests=requests_strategy,
 )
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**SCENARIOS)
 def test_invariants_hold_every_step_and_everything_finishes(
     policy, block_size, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, max_model_len, prefix_caching, requests
 ):
@@ -142,3 +146,11 @@ def test_invariants_hold_every_step_and_everything_finishes(
     assert bm.num_used_blocks == 0 and all(c == 0 for c in bm.ref_counts)
     # Every sequence that reached the runner is released to it exactly once (rejected ones never ran).
     assert runner.released == {s.seq_id for s in seqs if s.finish_reason is not FinishReason.REJECTED}
+
+
+@pytest.mark.slow
+@settings(max_examples=4000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**SCENARIOS)
+def test_invariants_hold_over_thousands_of_random_scenarios(**scenario):
+    """The same invariants over many more scenarios (python -m pytest -m slow)."""
+    test_invariants_hold_every_step_and_everything_finishes.hypothesis.inner_test(**scenario)

@@ -70,8 +70,7 @@ def parse_slos(text: str) -> tuple[SLO, ...]:
     items = [item for item in (part.strip() for part in text.split(",")) if item]
     if not items:
         raise ValueError(f"no SLO given; expected {SYNTAX}")
-    slos: list[SLO] = []
-    seen: set[str] = set()
+    slos: dict[str, SLO] = {}
     for item in items:
         match = _SLO_PATTERN.match(item.lower())
         if match is None:
@@ -83,11 +82,10 @@ def parse_slos(text: str) -> tuple[SLO, ...]:
             slo = SLO(metric, statistic, float(value) * UNITS_TO_S[unit])
         except ValueError as exc:
             raise ValueError(f"SLO {item!r}: {exc}") from None
-        if slo.key in seen:
+        if slo.key in slos:
             raise ValueError(f"SLO {slo.key} is given twice")
-        seen.add(slo.key)
-        slos.append(slo)
-    return tuple(slos)
+        slos[slo.key] = slo
+    return tuple(slos.values())
 
 
 def percentile(sorted_values: np.ndarray, q: float) -> float:

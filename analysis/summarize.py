@@ -17,7 +17,7 @@ from analysis.report.summary_table import format_summary_table
 from analysis.runs import read_meta, with_latency_columns, write_summary
 
 
-def summarize_run_dir(run_dir: Path, report: bool = False, title: str | None = None) -> dict:
+def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
     run_dir = Path(run_dir)
     for name in ("requests.parquet", "steps.parquet"):
         if not (run_dir / name).is_file():
@@ -28,7 +28,7 @@ def summarize_run_dir(run_dir: Path, report: bool = False, title: str | None = N
     config = meta.get("config", {})
     return write_summary(
         run_dir, requests, steps, meta,
-        report_title=(title or f"Replay of {Path(str(meta.get('trace', run_dir.name))).name}") if report else None,
+        report_title=f"Replay of {Path(str(meta.get('trace', run_dir.name))).name}" if report else None,
         report_subtitle=f"{config.get('model', '')} on {config.get('device', config.get('gpu', ''))}; "
         f"cost model: {meta.get('cost_model', '')}",
     )

@@ -22,7 +22,7 @@ the outcome says so (`monotone = False`) and keeps the bracket below the first f
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from analysis.stats import round_sig
@@ -162,14 +162,9 @@ class CapacitySearch:
 
     def _next_candidates(self, budget: int) -> list[float]:
         p = self.params
-        if not self._order:  # the first round
-            if p.qps_min is not None and p.qps_max is not None:
-                return [float(p.qps_min), float(p.qps_max)][:budget]
-            if p.qps_min is not None:
-                return [float(p.qps_min)]
-            if p.qps_max is not None:
-                return [float(p.qps_max)]
-            return [float(p.start_qps)]
+        if not self._order:  # the first round: the bounds given, else the start rate
+            bounds = [float(q) for q in (p.qps_min, p.qps_max) if q is not None]
+            return bounds[:budget] or [float(p.start_qps)]
         lo, hi = self._lo, self._hi
         if hi is None:  # everything passed so far: go up
             return [round_sig(lo * 2.0, CANDIDATE_SIGNIFICANT_DIGITS)]
@@ -222,17 +217,3 @@ class CapacitySearch:
                 f"{self._hi:.4g} req/s did not; bisection assumes latency grows with load, so max_qps is "
                 "the highest passing QPS below the first failure"
             )
-
-
-def run_search(
-    params: SearchParams,
-    passes: Callable[[float], bool],
-    is_burst: Callable[[float], bool] = lambda qps: False,
-) -> SearchOutcome:
-    """Run a whole search serially against `passes(qps)` (tests, or a one-off capacity check)."""
-    search = CapacitySearch(params)
-    while not search.done:
-        candidates = search.propose()
-        if candidates:
-            search.observe({q: passes(q) for q in candidates}, {q for q in candidates if is_burst(q)})
-    return search.outcome()

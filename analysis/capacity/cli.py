@@ -31,7 +31,7 @@ from analysis.capacity.outputs import write_outputs
 from analysis.capacity.plan import CapacityRun, run_capacity
 from analysis.capacity.sweep import SWEEP_AXES
 from analysis.formatting import format_number
-from analysis.outdir import default_out_dir
+from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
 from analysis.slo import SLO, parse_slos
 from engine.core.config import SCHEDULING_POLICIES
 from engine.core.config_args import add_config_arguments, field_names
@@ -176,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run the simulations on this Ray cluster (e.g. auto or ray://host:10001)")
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=None, help="output folder (default: a new folder under runs/)")
+    out.add_argument("--overwrite", action="store_true", help="replace --out if it exists and is not empty")
     out.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     return parser
 
@@ -209,9 +210,17 @@ def format_table(run: CapacityRun) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    run = run_capacity(args, parser)
     out_dir = Path(args.out) if args.out else default_out_dir("capacity", Path(args.trace).stem)
-    write_outputs(run, out_dir)
+    try:
+        with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:  # made now: a bad --out fails at once
+            run = run_capacity(args, parser)
+            write_outputs(run, stage)
+    except OutDirError as exc:
+        parser.exit(2, f"error: {exc}\n")
+    except OSError as exc:  # a full disk while writing: nothing was moved into place
+        parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, "interrupted: simulations stopped, nothing written\n")
     if not args.quiet:
         print(format_table(run))
         num_sims = sum(len(r.points) for r in run.results)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -80,20 +80,8 @@ def load_gpu_costs(spec: str | None, defaults: Mapping[str, float] = DEFAULT_GPU
     return prices
 
 
-def output_tokens_per_s(qps: float, output_tokens_per_request: float) -> float:
-    """The steady token rate of serving `qps` requests/s.
-
-    Not a finite replay's measured throughput, which its ramp-up and drain dilute.
-    """
-    return qps * output_tokens_per_request
-
-
-def cost_per_million_output_tokens_usd(
-    num_replicas: int,
-    tensor_parallel_size: int,
-    usd_per_gpu_hour: float,
-    tokens_per_s: float,
-) -> float | None:
+def cost_per_million_output_tokens_usd(num_replicas: int, tensor_parallel_size: int, usd_per_gpu_hour: float,
+                                       tokens_per_s: float) -> float | None:
     """(replicas x TP x $/GPU-hour) / (output tokens per hour / 1e6); None without any tokens."""
     tokens_per_hour = tokens_per_s * SECONDS_PER_HOUR
     if not tokens_per_hour > 0:
@@ -128,10 +116,6 @@ class ReplicasNeeded:
     extrapolated: bool
     note: str
 
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.target_qps) and self.target_qps > 0):
-            raise ValueError(f"--target-qps must be a finite number > 0, got {self.target_qps}")
-
 
 def replicas_needed(measured: Mapping[int, float | None], target_qps: float) -> ReplicasNeeded:
     """From {num_replicas: max_qps} of one configuration family, the fewest replicas for `target_qps`.
@@ -158,15 +142,6 @@ def replicas_needed(measured: Mapping[int, float | None], target_qps: float) -> 
     )
 
 
-def group_by_all_but(items: Sequence[Mapping[str, Hashable]], field: str) -> dict[tuple, list[int]]:
-    """Indices of `items` grouped by every key except `field` (e.g. configurations by all but replicas)."""
-    groups: dict[tuple, list[int]] = {}
-    for index, item in enumerate(items):
-        key = tuple((k, v) for k, v in item.items() if k != field)
-        groups.setdefault(key, []).append(index)
-    return groups
-
-
 @dataclass(frozen=True)
 class ConfigEconomics:
     """The money and hardware view of one configuration's capacity (None where undefined)."""
@@ -180,38 +155,34 @@ class ConfigEconomics:
     replicas_needed: ReplicasNeeded | None
 
 
-def assess(
-    results: Sequence,
-    gpu_costs: Mapping[str, float],
-    target_qps: float | None,
-    pareto_key: str,
-) -> list[ConfigEconomics]:
+def assess(results: Sequence, gpu_costs: Mapping[str, float], target_qps: float,
+           pareto_key: str) -> list[ConfigEconomics]:
     """Cost, Pareto membership and replicas needed for each `analysis.capacity.sweep.ConfigResult`.
 
     `pareto_key` names the SLO statistic (e.g. ``ttft_p90``) used as the latency axis, read at
     each configuration's max QPS.
     """
-    family_of = group_by_all_but([asdict(r.config) for r in results], "num_replicas")
+    families: dict[tuple, list[int]] = {}  # indices of the configurations that differ only in their replica count
+    for index, result in enumerate(results):
+        options = tuple((k, v) for k, v in asdict(result.config).items() if k != "num_replicas")
+        families.setdefault(options, []).append(index)
     needed_by_index: dict[int, ReplicasNeeded] = {}
-    if target_qps is not None:
-        for members in family_of.values():
-            measured = {results[i].config.num_replicas: results[i].max_qps for i in members}
-            answer = replicas_needed(measured, target_qps)
-            for i in members:
-                needed_by_index[i] = answer
+    for members in families.values():
+        answer = replicas_needed({results[i].config.num_replicas: results[i].max_qps for i in members}, target_qps)
+        needed_by_index.update(dict.fromkeys(members, answer))
     rows = []
     for result in results:
-        config = result.config
-        num_gpus = config.num_replicas * config.tensor_parallel_size
+        config, point = result.config, result.point_at_max
         price = gpu_costs.get(config.gpu.lower())
-        point = result.point_at_max
-        tokens_per_s = output_tokens_per_s(result.max_qps, point.output_tokens_per_request) if point else None
+        # The steady token rate of serving max_qps, not the replay's measured throughput (which its ramp-up and
+        # drain dilute).
+        tokens_per_s = result.max_qps * point.output_tokens_per_request if point else None
         cost = None
         if price is not None and tokens_per_s is not None:
             cost = cost_per_million_output_tokens_usd(config.num_replicas, config.tensor_parallel_size, price,
                                                       tokens_per_s)
         latency = point.slo_values_ms.get(pareto_key) if point else None
-        rows.append((num_gpus, price, tokens_per_s, cost, latency))
+        rows.append((config.num_replicas * config.tensor_parallel_size, price, tokens_per_s, cost, latency))
     front = pareto_front([(c, lat) if c is not None and lat is not None else None for *_, c, lat in rows])
     return [
         ConfigEconomics(num_gpus, price, tokens_per_s, cost, latency, front[i], needed_by_index.get(i))

@@ -6,6 +6,7 @@ Each implements `analysis.capacity.sweep.Executor`, the interface the sweep's dr
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 
@@ -33,7 +34,9 @@ _WORKER_STATE: dict[str, object] = {}
 
 
 def _init_worker(trace, slos: tuple[SLO, ...]) -> None:
-    """Receive the trace once per worker process rather than once per simulation."""
+    """Receive the trace once per worker process rather than once per simulation. Ctrl-C reaches every
+    process of the terminal's group: workers ignore it, and the parent stops them (LocalExecutor.close)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER_STATE["trace"] = trace
     _WORKER_STATE["slos"] = slos
 
@@ -62,8 +65,18 @@ class LocalExecutor(Executor):
     def submit(self, config: SimConfig, qps: float) -> Future:
         return self._pool.submit(_evaluate_in_worker, config, qps)
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, interrupted: bool = False) -> None:
+        if not interrupted:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            return
+        # Waiting for the running simulations would take as long as they do (up to a minute): stop them.
+        # The pool has no public way to, so after it stops taking work its processes are terminated directly.
+        processes = list((getattr(self._pool, "_processes", None) or {}).values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(timeout=1.0)
 
 
 class RayExecutor(Executor):
@@ -103,7 +116,7 @@ class RayExecutor(Executor):
     def submit(self, config: SimConfig, qps: float) -> Future:
         return self._remote.remote(self._trace_ref, self._slos, config, qps).future()
 
-    def close(self) -> None:
+    def close(self, interrupted: bool = False) -> None:
         self._ray.shutdown()
 
 
@@ -119,8 +132,6 @@ def make_executor(trace, slos: Sequence[SLO], num_jobs: int, ray_address: str | 
     """Ray when an address is given, else a local pool (in-process for one job)."""
     if ray_address:
         return RayExecutor(trace, slos, ray_address)
-    if num_jobs < 1:
-        raise SweepError(f"--jobs must be >= 1, got {num_jobs}")
     if num_jobs == 1:
         return SerialExecutor(trace, slos)
     return LocalExecutor(trace, slos, num_jobs)

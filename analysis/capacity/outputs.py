@@ -16,7 +16,6 @@ from analysis.stats import round_sig
 def config_record(run: CapacityRun, index: int) -> dict:
     """The capacity.json object of one configuration."""
     result, econ = run.results[index], run.economics[index]
-    needed = econ.replicas_needed
     return {
         "config_id": f"c{result.index}",
         "label": result.label,
@@ -39,13 +38,8 @@ def config_record(run: CapacityRun, index: int) -> dict:
             "latency_ms": econ.pareto_latency_ms,
             "on_front": econ.on_pareto_front,
         },
-        "replicas_needed": None if needed is None else {
-            "target_qps": needed.target_qps,
-            "num_replicas": needed.num_replicas,
-            "extrapolated": needed.extrapolated,
-            "note": needed.note,
-        },
-        "points": [{"iteration": i, **p.as_dict()} for i, p in enumerate(result.points)],
+        "replicas_needed": None if econ.replicas_needed is None else dataclasses.asdict(econ.replicas_needed),
+        "points": [{"iteration": i, **dataclasses.asdict(p)} for i, p in enumerate(result.points)],
     }
 
 
@@ -55,20 +49,18 @@ def point_rows(run: CapacityRun) -> list[dict]:
     for result, econ in zip(run.results, run.economics):
         options = dataclasses.asdict(result.config)
         for iteration, point in enumerate(result.points):
-            row = {"config_id": f"c{result.index}", "label": result.label, **options, "max_qps": result.max_qps,
-                   "iteration": iteration}
-            record = point.as_dict()
-            slo_values = record.pop("slo_values_ms")
-            latency = record.pop("latency_ms")
-            row.update(record)
-            row["is_max_qps"] = result.max_qps is not None and point.qps == result.max_qps
-            row.update({f"{key}_ms": value for key, value in slo_values.items()})
-            for metric_key, stats in latency.items():
-                metric = metric_key.removesuffix("_ms")
-                row.update({f"{metric}_{stat}_ms": value for stat, value in stats.items()})
-            row["cost_per_million_output_tokens_usd"] = econ.cost_per_million_output_tokens_usd
-            row["on_pareto_front"] = econ.on_pareto_front
-            rows.append(row)
+            record = dataclasses.asdict(point)
+            slo_values, latency = record.pop("slo_values_ms"), record.pop("latency_ms")
+            rows.append({
+                "config_id": f"c{result.index}", "label": result.label, **options, "max_qps": result.max_qps,
+                "iteration": iteration, **record,
+                "is_max_qps": result.max_qps is not None and point.qps == result.max_qps,
+                **{f"{key}_ms": value for key, value in slo_values.items()},
+                **{f"{metric_key.removesuffix('_ms')}_{stat}_ms": value
+                   for metric_key, stats in latency.items() for stat, value in stats.items()},
+                "cost_per_million_output_tokens_usd": econ.cost_per_million_output_tokens_usd,
+                "on_pareto_front": econ.on_pareto_front,
+            })
     return rows
 
 
@@ -83,14 +75,7 @@ def write_outputs(run: CapacityRun, out_dir: Path) -> None:
     slo_text = ", ".join(str(s) for s in run.slos)
     estimate = " (an analytic estimate, not measured)" if set(run.cost_models) == {"roofline-estimate"} else ""
     write_capacity_report(
-        out_dir / "report.html",
-        run.results,
-        run.economics,
-        run.slos,
-        run.family_labels,
-        run.target_qps,
-        run.gpu_costs,
-        title=f"Capacity of {Path(run.trace_path).name} under {slo_text}",
+        out_dir / "report.html", run, title=f"Capacity of {Path(run.trace_path).name} under {slo_text}",
         subtitle=(
             f"{run.num_requests} requests (recorded at {run.trace_qps:.4g} req/s), rescaled to each QPS tried; "
             f"{sum(len(r.points) for r in run.results)} simulations; cost model: {run.cost_model_text}{estimate}. "

@@ -107,14 +107,9 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
         except (ValueError, FileNotFoundError) as exc:
             _fail(parser, f"configuration {label!r}: {exc}")
     try:
-        params = SearchParams(
-            start_qps=round_sig(trace_qps, START_SIGNIFICANT_DIGITS),
-            qps_min=args.qps_min,
-            qps_max=args.qps_max,
-            tolerance=args.tolerance,
-            max_iterations=args.max_iterations,
-            candidates_per_round=args.candidates_per_round,
-        )
+        params = SearchParams(start_qps=round_sig(trace_qps, START_SIGNIFICANT_DIGITS), qps_min=args.qps_min,
+                              qps_max=args.qps_max, tolerance=args.tolerance, max_iterations=args.max_iterations,
+                              candidates_per_round=args.candidates_per_round)
     except ValueError as exc:
         _fail(parser, str(exc))
     try:
@@ -132,9 +127,8 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
     """Plan, then run the sweep with a progress bar (unless --quiet), then cost it."""
     plan = plan_sweep(parser, args)
     slos: tuple[SLO, ...] = args.slo
-    requested_jobs = args.jobs or default_num_jobs()
     # More processes than simulations that can run at once would only pay start-up time.
-    num_jobs = max(1, min(requested_jobs, len(plan.configs) * plan.params.candidates_per_round))
+    num_jobs = max(1, min(args.jobs or default_num_jobs(), len(plan.configs) * plan.params.candidates_per_round))
     try:
         executor = make_executor(plan.trace, slos, num_jobs, args.ray)
     except SweepError as exc:
@@ -153,18 +147,9 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
             bar.close()
     wall_s = time.perf_counter() - started
     target_qps = args.target_qps if args.target_qps is not None else round_sig(plan.trace_qps, START_SIGNIFICANT_DIGITS)
-    economics = assess(results, plan.gpu_costs, target_qps, slos[0].key)
     return CapacityRun(
-        trace_path=str(args.trace),
-        num_requests=len(plan.trace),
-        trace_qps=plan.trace_qps,
-        slos=slos,
-        results=results,
-        economics=economics,
-        family_labels=plan.family_labels,
-        target_qps=target_qps,
-        gpu_costs=plan.gpu_costs,
-        cost_models=plan.cost_models,
-        wall_s=wall_s,
-        num_jobs=num_jobs,
+        trace_path=str(args.trace), num_requests=len(plan.trace), trace_qps=plan.trace_qps, slos=slos,
+        results=results, economics=assess(results, plan.gpu_costs, target_qps, slos[0].key),
+        family_labels=plan.family_labels, target_qps=target_qps, gpu_costs=plan.gpu_costs,
+        cost_models=plan.cost_models, wall_s=wall_s, num_jobs=num_jobs,
     )

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.capacity.cost import ConfigEconomics, replicas_needed_by_family
+from analysis.capacity.plan import CapacityRun
 from analysis.capacity.sweep import ConfigResult
 from analysis.formatting import format_number
 from analysis.report.figures import PALETTE
@@ -47,52 +48,42 @@ def _log_axis_ok(values: Sequence[float | None]) -> bool:
     return bool(present) and min(present) > 0
 
 
+def _titled(fig: go.Figure, title: str, x_title: str, y_title: str, **layout) -> go.Figure:
+    """Axis titles and layout of a one-panel chart."""
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=y_title)
+    fig.update_layout(title=title, height=CHART_HEIGHT_PX, **layout)
+    return fig
+
+
 def latency_figure(results: Sequence[ConfigResult], slos: Sequence[SLO]) -> go.Figure:
     """One panel per SLO: its statistic (ms) at every QPS tried, per configuration, with the limit."""
     fig = make_subplots(rows=len(slos), cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=[f"{slo.label} (limit {format_number(slo.limit_ms, '.4g', ' ms')})"
                                         for slo in slos])
+    highest_qps = max((p.qps for r in results for p in r.points), default=1.0)
     for row, slo in enumerate(slos, start=1):
         values_all: list[float | None] = [slo.limit_ms]
         for result in results:
             points = sorted(result.points, key=lambda p: p.qps)
             values = [p.slo_values_ms.get(slo.key) for p in points]
             values_all += values
-            fig.add_trace(
-                go.Scatter(
-                    x=[p.qps for p in points],
-                    y=values,
-                    mode="lines+markers",
-                    name=result.label,
-                    legendgroup=result.label,
-                    showlegend=row == 1,
-                    connectgaps=False,
-                    line={"color": _color(result.index)},
-                    marker={"symbol": ["circle" if p.meets_slos else "x" for p in points], "size": 9},
-                    customdata=[["met" if p.meets_slos else "missed", p.num_rejected, p.goodput_rps] for p in points],
-                    hovertemplate=(
-                        f"{html.escape(result.label)}<br>offered load: %{{x:.4g}} req/s<br>{slo.label}: %{{y:.4g}} ms"
-                        "<br>SLOs %{customdata[0]}; rejected: %{customdata[1]}<br>goodput: %{customdata[2]:.4g} req/s"
-                        "<extra></extra>"
-                    ),
+            fig.add_trace(go.Scatter(
+                x=[p.qps for p in points], y=values, mode="lines+markers", name=result.label,
+                legendgroup=result.label, showlegend=row == 1, connectgaps=False, line={"color": _color(result.index)},
+                marker={"symbol": ["circle" if p.meets_slos else "x" for p in points], "size": 9},
+                customdata=[["met" if p.meets_slos else "missed", p.num_rejected, p.goodput_rps] for p in points],
+                hovertemplate=(
+                    f"{html.escape(result.label)}<br>offered load: %{{x:.4g}} req/s<br>{slo.label}: %{{y:.4g}} ms"
+                    "<br>SLOs %{customdata[0]}; rejected: %{customdata[1]}<br>goodput: %{customdata[2]:.4g} req/s"
+                    "<extra></extra>"
                 ),
-                row=row,
-                col=1,
-            )
-        highest_qps = max((p.qps for r in results for p in r.points), default=1.0)
+            ), row=row, col=1)
         fig.add_trace(  # a trace, not add_hline: a legend entry, hover text, and log axes stay correct
-            go.Scatter(
-                x=[0.0, highest_qps * 1.05],
-                y=[slo.limit_ms, slo.limit_ms],
-                mode="lines",
-                name="SLO limit",
-                legendgroup="SLO limit",
-                showlegend=row == 1,
-                line={"color": "crimson", "dash": "dash"},
-                hovertemplate=f"SLO {slo}: {slo.label} <= %{{y:.4g}} ms<extra></extra>",
-            ),
-            row=row,
-            col=1,
+            go.Scatter(x=[0.0, highest_qps * 1.05], y=[slo.limit_ms, slo.limit_ms], mode="lines", name="SLO limit",
+                       legendgroup="SLO limit", showlegend=row == 1, line={"color": "crimson", "dash": "dash"},
+                       hovertemplate=f"SLO {slo}: {slo.label} <= %{{y:.4g}} ms<extra></extra>"),
+            row=row, col=1,
         )
         log = _log_axis_ok(values_all)
         fig.update_yaxes(title_text=f"{slo.label} (ms{', log' if log else ''})", type="log" if log else "linear",
@@ -110,88 +101,58 @@ def goodput_figure(results: Sequence[ConfigResult]) -> go.Figure:
                              line={"dash": "dot", "color": "gray"}, hoverinfo="skip"))
     for result in results:
         points = sorted(result.points, key=lambda p: p.qps)
-        fig.add_trace(
-            go.Scatter(
-                x=[p.qps for p in points],
-                y=[p.goodput_rps for p in points],
-                mode="lines+markers",
-                name=result.label,
-                line={"color": _color(result.index)},
-                customdata=[[p.num_finished, p.num_requests] for p in points],
-                hovertemplate=f"{html.escape(result.label)}<br>offered load: %{{x:.4g}} req/s"
-                "<br>goodput: %{y:.4g} req/s<br>finished: %{customdata[0]} / %{customdata[1]}<extra></extra>",
-            )
-        )
-    fig.update_xaxes(title_text="offered load (requests/s)")
-    fig.update_yaxes(title_text="goodput (requests/s meeting every SLO)")
-    fig.update_layout(title=CHART_TITLES["goodput"], height=CHART_HEIGHT_PX, hovermode="closest")
-    return fig
+        fig.add_trace(go.Scatter(
+            x=[p.qps for p in points], y=[p.goodput_rps for p in points], mode="lines+markers", name=result.label,
+            line={"color": _color(result.index)}, customdata=[[p.num_finished, p.num_requests] for p in points],
+            hovertemplate=f"{html.escape(result.label)}<br>offered load: %{{x:.4g}} req/s"
+            "<br>goodput: %{y:.4g} req/s<br>finished: %{customdata[0]} / %{customdata[1]}<extra></extra>",
+        ))
+    return _titled(fig, CHART_TITLES["goodput"], "offered load (requests/s)", "goodput (requests/s meeting every SLO)",
+                   hovermode="closest")
 
 
 def max_qps_figure(results: Sequence[ConfigResult]) -> go.Figure:
-    fig = go.Figure(
-        go.Bar(
-            x=[r.label for r in results],
-            y=[r.max_qps or 0.0 for r in results],
-            marker={"color": [_color(r.index) for r in results]},
-            text=[format_number(r.max_qps, ".4g", missing="none") for r in results],
-            textposition="outside",
-            name="max QPS",
-            customdata=[[len(r.points), "yes" if r.outcome.converged else "no", "; ".join(r.outcome.notes) or "-"]
-                        for r in results],
-            hovertemplate="%{x}<br>max QPS: %{text} req/s<br>simulations: %{customdata[0]}"
-            "<br>converged: %{customdata[1]}<br>notes: %{customdata[2]}<extra></extra>",
-        )
-    )
-    fig.update_xaxes(title_text="configuration")
-    fig.update_yaxes(title_text="max QPS meeting every SLO (requests/s)")
-    fig.update_layout(title=CHART_TITLES["max_qps"], height=CHART_HEIGHT_PX, showlegend=False)
-    return fig
+    fig = go.Figure(go.Bar(
+        x=[r.label for r in results], y=[r.max_qps or 0.0 for r in results],
+        marker={"color": [_color(r.index) for r in results]},
+        text=[format_number(r.max_qps, ".4g", missing="none") for r in results], textposition="outside",
+        name="max QPS",
+        customdata=[[len(r.points), "yes" if r.outcome.converged else "no", "; ".join(r.outcome.notes) or "-"]
+                    for r in results],
+        hovertemplate="%{x}<br>max QPS: %{text} req/s<br>simulations: %{customdata[0]}"
+        "<br>converged: %{customdata[1]}<br>notes: %{customdata[2]}<extra></extra>",
+    ))
+    return _titled(fig, CHART_TITLES["max_qps"], "configuration", "max QPS meeting every SLO (requests/s)",
+                   showlegend=False)
 
 
-def replicas_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics], family_labels: Sequence[str],
-                    target_qps: float) -> go.Figure:
+def replicas_figure(economics: Sequence[ConfigEconomics], family_labels: Sequence[str], target_qps: float) -> go.Figure:
     """One bar per configuration family (all options but the replica count)."""
-    by_family = replicas_needed_by_family(family_labels, economics)
-    labels, answers = list(by_family), list(by_family.values())
+    answers = replicas_needed_by_family(family_labels, economics).items()
     fig = go.Figure()
     for kind, extrapolated, pattern in (("measured", False, ""), ("extrapolated (linear)", True, "/")):
-        chosen = [(label, a) for label, a in zip(labels, answers) if a is not None and a.extrapolated == extrapolated]
-        fig.add_trace(
-            go.Bar(
-                x=[label for label, _ in chosen],
-                y=[a.num_replicas or 0 for _, a in chosen],
-                name=kind,
-                marker={"pattern": {"shape": pattern}},
-                text=[format_number(a.num_replicas, "d", missing="none") for _, a in chosen],
-                textposition="outside",
-                customdata=[[a.note] for _, a in chosen],
-                hovertemplate="%{x}<br>replicas needed: %{text}<br>%{customdata[0]}<extra>" + kind + "</extra>",
-            )
-        )
-    fig.update_xaxes(title_text="configuration (all replica counts)")
-    fig.update_yaxes(title_text=f"replicas for {target_qps:.4g} req/s")
-    fig.update_layout(title=f"{CHART_TITLES['replicas']} ({target_qps:.4g} requests/s)", height=CHART_HEIGHT_PX,
-                      barmode="group")
-    return fig
+        chosen = [(label, a) for label, a in answers if a is not None and a.extrapolated == extrapolated]
+        fig.add_trace(go.Bar(
+            x=[label for label, _ in chosen], y=[a.num_replicas or 0 for _, a in chosen], name=kind,
+            marker={"pattern": {"shape": pattern}},
+            text=[format_number(a.num_replicas, "d", missing="none") for _, a in chosen], textposition="outside",
+            customdata=[[a.note] for _, a in chosen],
+            hovertemplate="%{x}<br>replicas needed: %{text}<br>%{customdata[0]}<extra>" + kind + "</extra>",
+        ))
+    return _titled(fig, f"{CHART_TITLES['replicas']} ({target_qps:.4g} requests/s)",
+                   "configuration (all replica counts)", f"replicas for {target_qps:.4g} req/s", barmode="group")
 
 
 def cost_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics]) -> go.Figure:
-    fig = go.Figure(
-        go.Bar(
-            x=[r.label for r in results],
-            y=[e.cost_per_million_output_tokens_usd for e in economics],
-            marker={"color": [_color(r.index) for r in results]},
-            name="cost",
-            customdata=[[e.num_gpus, r.config.gpu, e.output_tokens_per_s or 0.0] for r, e in zip(results, economics)],
-            hovertemplate="%{x}<br>$%{y:.4g} per 1M output tokens<br>%{customdata[0]} x %{customdata[1]}"
-            "<br>%{customdata[2]:.5g} output tokens/s at max QPS<extra></extra>",
-        )
-    )
-    fig.update_xaxes(title_text="configuration")
-    fig.update_yaxes(title_text="cost per 1M output tokens (USD)")
-    fig.update_layout(title=CHART_TITLES["cost"], height=CHART_HEIGHT_PX, showlegend=False, meta=COST_META)
-    return fig
+    fig = go.Figure(go.Bar(
+        x=[r.label for r in results], y=[e.cost_per_million_output_tokens_usd for e in economics],
+        marker={"color": [_color(r.index) for r in results]}, name="cost",
+        customdata=[[e.num_gpus, r.config.gpu, e.output_tokens_per_s or 0.0] for r, e in zip(results, economics)],
+        hovertemplate="%{x}<br>$%{y:.4g} per 1M output tokens<br>%{customdata[0]} x %{customdata[1]}"
+        "<br>%{customdata[2]:.5g} output tokens/s at max QPS<extra></extra>",
+    ))
+    return _titled(fig, CHART_TITLES["cost"], "configuration", "cost per 1M output tokens (USD)", showlegend=False,
+                   meta=COST_META)
 
 
 def pareto_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics],
@@ -199,53 +160,28 @@ def pareto_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEco
     """Every configuration with a capacity, and the front of the non-dominated ones (cheapest first)."""
     costs = [e.cost_per_million_output_tokens_usd for e in economics]
     latencies = [e.pareto_latency_ms for e in economics]
-    fig = go.Figure()
-    fig.add_trace(
-        go.Scatter(
-            x=costs,
-            y=latencies,
-            mode="markers+text",
-            text=[r.label for r in results],
-            textposition="top center",
-            name="configurations",
-            marker={"size": 11, "color": [_color(r.index) for r in results]},
-            hovertemplate=("%{text}<br>$%{x:.4g} per 1M output tokens<br>" + latency_label
-                           + ": %{y:.4g} ms<extra></extra>"),
-        )
-    )
+    hover = "<br>$%{x:.4g} per 1M output tokens<br>" + latency_label + ": %{y:.4g} ms<extra></extra>"
+    fig = go.Figure(go.Scatter(
+        x=costs, y=latencies, mode="markers+text", text=[r.label for r in results], textposition="top center",
+        name="configurations", marker={"size": 11, "color": [_color(r.index) for r in results]},
+        hovertemplate="%{text}" + hover,
+    ))
     front = sorted((c, lat, r.label) for c, lat, r, e in zip(costs, latencies, results, economics) if e.on_pareto_front)
-    fig.add_trace(
-        go.Scatter(
-            x=[c for c, _, _ in front],
-            y=[lat for _, lat, _ in front],
-            mode="lines+markers",
-            name="Pareto front",
-            line={"color": "black", "dash": "dash"},
-            marker={"symbol": "circle-open", "size": 16, "color": "black"},
-            text=[label for _, _, label in front],
-            hovertemplate="Pareto front: %{text}<br>$%{x:.4g} per 1M output tokens<br>" + latency_label
-            + ": %{y:.4g} ms<extra></extra>",
-        )
-    )
-    fig.update_xaxes(title_text="cost per 1M output tokens (USD)")
-    fig.update_yaxes(title_text=f"{latency_label} at max QPS (ms)")
-    fig.update_layout(title=CHART_TITLES["pareto"], height=CHART_HEIGHT_PX, hovermode="closest", meta=PARETO_META)
-    return fig
+    fig.add_trace(go.Scatter(
+        x=[c for c, _, _ in front], y=[lat for _, lat, _ in front], mode="lines+markers", name="Pareto front",
+        line={"color": "black", "dash": "dash"}, marker={"symbol": "circle-open", "size": 16, "color": "black"},
+        text=[label for _, _, label in front], hovertemplate="Pareto front: %{text}" + hover,
+    ))
+    return _titled(fig, CHART_TITLES["pareto"], "cost per 1M output tokens (USD)", f"{latency_label} at max QPS (ms)",
+                   hovermode="closest", meta=PARETO_META)
 
 
-def capacity_figures(
-    results: Sequence[ConfigResult],
-    economics: Sequence[ConfigEconomics],
-    slos: Sequence[SLO],
-    family_labels: Sequence[str],
-    target_qps: float | None,
-) -> list[go.Figure]:
-    """The page's charts in order; the replicas chart only when a target QPS is known."""
-    figures = [latency_figure(results, slos), goodput_figure(results), max_qps_figure(results)]
-    if target_qps is not None:
-        figures.append(replicas_figure(results, economics, family_labels, target_qps))
-    figures += [cost_figure(results, economics), pareto_figure(results, economics, slos[0].label)]
-    return figures
+def capacity_figures(run: CapacityRun) -> list[go.Figure]:
+    """The page's charts in order."""
+    results, economics = run.results, run.economics
+    return [latency_figure(results, run.slos), goodput_figure(results), max_qps_figure(results),
+            replicas_figure(economics, run.family_labels, run.target_qps), cost_figure(results, economics),
+            pareto_figure(results, economics, run.slos[0].label)]
 
 
 # ---- the page around the charts ------------------------------------------------------------------
@@ -337,10 +273,9 @@ def _results_table(results: Sequence[ConfigResult], economics: Sequence[ConfigEc
             _cell(format_number(point.goodput_rps if point else None, ".4g")),
         ]
         cells += [_cell(format_number(point.slo_values_ms.get(s.key) if point else None, ".4g")) for s in slos]
-        cost = e.cost_per_million_output_tokens_usd
         cells += [
             _cell(f"{e.num_gpus} x {r.config.gpu}"),
-            _cell(format_number(cost, ".4g", prefix="$"), f' data-cost-of="{r.index}"'),
+            _cell(format_number(e.cost_per_million_output_tokens_usd, ".4g", prefix="$"), f' data-cost-of="{r.index}"'),
             _cell("yes" if e.on_pareto_front else ""),
             _cell("; ".join(r.outcome.notes)),
         ]
@@ -362,44 +297,21 @@ def _price_editor(gpus: Sequence[str], gpu_costs: dict[str, float]) -> str:
                       "Illustrative list prices, not quotes: edit to redraw the cost charts", raw_cells=True)
 
 
-def write_capacity_report(
-    path: str | Path,
-    results: Sequence[ConfigResult],
-    economics: Sequence[ConfigEconomics],
-    slos: Sequence[SLO],
-    family_labels: Sequence[str],
-    target_qps: float | None,
-    gpu_costs: dict[str, float],
-    title: str,
-    subtitle: str,
-) -> Path:
+def write_capacity_report(path: Path, run: CapacityRun, title: str, subtitle: str) -> Path:
     """Write report.html; returns its path."""
-    gpus = sorted({r.config.gpu.lower() for r in results})
-    data = {
-        "configs": [
-            {
-                "label": r.label,
-                "gpu": r.config.gpu.lower(),
-                "num_gpus": e.num_gpus,
-                "tokens_per_s": e.output_tokens_per_s,
-                "latency_ms": e.pareto_latency_ms,
-            }
-            for r, e in zip(results, economics)
-        ]
-    }
+    results, economics = run.results, run.economics
+    data = {"configs": [{"label": r.label, "gpu": r.config.gpu.lower(), "num_gpus": e.num_gpus,
+                         "tokens_per_s": e.output_tokens_per_s, "latency_ms": e.pareto_latency_ms}
+                        for r, e in zip(results, economics)]}
     data_json = json.dumps(data).replace("</", "<\\/")
-    header = f'<p class="subtitle">{html.escape(subtitle)}</p>\n'
-    header += _results_table(results, economics, slos)
-    if target_qps is not None:
-        rows = [
-            [label, format_number(needed.num_replicas if needed else None, "d", missing="none"),
+    rows = [[label, format_number(needed.num_replicas if needed else None, "d", missing="none"),
              needed.note if needed else "-"]
-            for label, needed in replicas_needed_by_family(family_labels, economics).items()
-        ]
-        header += table_html(rows, ["configuration (all replica counts)", "replicas needed", "how"],
-                             f"Replicas needed for {target_qps:.4g} req/s")
-    header += _price_editor(gpus, gpu_costs)
+            for label, needed in replicas_needed_by_family(run.family_labels, economics).items()]
+    header = f'<p class="subtitle">{html.escape(subtitle)}</p>\n'
+    header += _results_table(results, economics, run.slos)
+    header += table_html(rows, ["configuration (all replica counts)", "replicas needed", "how"],
+                         f"Replicas needed for {run.target_qps:.4g} req/s")
+    header += _price_editor(sorted({r.config.gpu.lower() for r in results}), run.gpu_costs)
     header += f'\n<script type="application/json" id="capacity-data">{data_json}</script>\n'
     header += "<script>" + _EDITOR_SCRIPT % {"cost_meta": COST_META, "pareto_meta": PARETO_META} + "</script>\n"
-    figures = capacity_figures(results, economics, slos, family_labels, target_qps)
-    return write_html(figures, path, title, header)
+    return write_html(capacity_figures(run), path, title, header)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
@@ -31,15 +31,12 @@ SWEEP_AXES: dict[str, str] = {
     name: flag_of(SimConfig.__dataclass_fields__[name])
     for name in ("model", "gpu", "num_replicas", "tensor_parallel_size", "policy", "max_num_seqs", "router")
 }
-_LABEL_FORMATS: dict[str, Callable[[object], str]] = {
-    "model": str,
-    "gpu": str,
-    "num_replicas": lambda v: f"x{v}",
-    "tensor_parallel_size": lambda v: f"tp{v}",
-    "policy": str,
-    "max_num_seqs": lambda v: f"seqs{v}",
-    "router": lambda v: f"router {v}",
-}
+# SimConfig field -> how a chart label shows its value.
+_LABEL_FORMATS: dict[str, str] = {"model": "{}", "gpu": "{}", "num_replicas": "x{}", "tensor_parallel_size": "tp{}",
+                                  "policy": "{}", "max_num_seqs": "seqs{}", "router": "router {}"}
+# PointResult fields copied from the replay's summary under the same name.
+_SUMMARY_FIELDS = ("num_requests", "num_finished", "num_rejected", "duration_s", "total_output_tokens",
+                   "prefix_cache_hit_rate", "num_preemptions")
 # A replay whose arrivals span at most this share of its duration is (nearly) one burst: higher QPS
 # cannot load it more, so a passing burst ends the upward search (see analysis.capacity.bisection).
 BURST_SPAN_FRACTION = 0.05
@@ -82,7 +79,7 @@ def family_label(config: SimConfig, varying: Iterable[str]) -> str:
 
 
 def _options_text(config: SimConfig, names: Iterable[str]) -> str:
-    return " ".join(_LABEL_FORMATS[name](getattr(config, name)) for name in names)
+    return " ".join(_LABEL_FORMATS[name].format(getattr(config, name)) for name in names)
 
 
 def varying_axes(configs: Sequence[SimConfig]) -> list[str]:
@@ -124,9 +121,6 @@ class PointResult:
         """The trace arrived within a small share of the replay: more QPS would change little."""
         return self.arrival_span_s <= BURST_SPAN_FRACTION * self.duration_s
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def evaluate_point(trace, slos: Sequence[SLO], config: SimConfig, qps: float) -> PointResult:
     """Simulate `config` on `trace` rescaled to `qps` requests/s and judge it against `slos`."""
@@ -142,17 +136,11 @@ def evaluate_point(trace, slos: Sequence[SLO], config: SimConfig, qps: float) ->
         meets_slos=check.meets_slos,
         goodput_rps=round_sig(goodput_rps(requests, slos)),
         slo_values_ms={key: round_sig(value) for key, value in check.values_ms.items()},
-        num_requests=summary["num_requests"],
-        num_finished=summary["num_finished"],
-        num_rejected=summary["num_rejected"],
-        duration_s=summary["duration_s"],
         arrival_span_s=round_sig(float(arrivals[-1] - arrivals[0])),
         request_throughput_rps=summary["request_throughput"],
         output_throughput_tok_s=summary["output_throughput"],
-        total_output_tokens=summary["total_output_tokens"],
-        prefix_cache_hit_rate=summary["prefix_cache_hit_rate"],
-        num_preemptions=summary["num_preemptions"],
         latency_ms={f"{metric}_ms": dict(summary[f"{metric}_ms"]) for metric in LATENCY_LABELS},
+        **{name: summary[name] for name in _SUMMARY_FIELDS},
     )
 
 
@@ -184,32 +172,11 @@ class Executor:
     def submit(self, config: SimConfig, qps: float) -> Future:
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Release workers; pending work is cancelled."""
+    def close(self, interrupted: bool = False) -> None:
+        """Release workers; pending work is cancelled, and running work too when ``interrupted``."""
 
 
 # ---- the driver ----------------------------------------------------------------------------------
-class _Progress:
-    """What run_sweep reports to a progress bar; `total` shrinks as searches finish early."""
-
-    def __init__(self, bar, total: int) -> None:
-        self._bar = bar
-        self.total = total
-        if bar is not None:
-            bar.total = total
-            bar.refresh()
-
-    def advance(self) -> None:
-        if self._bar is not None:
-            self._bar.update(1)
-
-    def shrink(self, by: int) -> None:
-        self.total -= by
-        if self._bar is not None and by:
-            self._bar.total = self.total
-            self._bar.refresh()
-
-
 def run_sweep(
     configs: Sequence[SimConfig],
     params: SearchParams,
@@ -227,38 +194,46 @@ def run_sweep(
     points: list[dict[float, PointResult]] = [{} for _ in configs]
     waiting: list[set[float]] = [set() for _ in configs]
     in_flight: dict[Future, tuple[int, float]] = {}
-    progress = _Progress(progress_bar, len(configs) * params.max_iterations)
+    if progress_bar is not None:
+        progress_bar.total = len(configs) * params.max_iterations
+        progress_bar.refresh()
 
     def launch(index: int) -> None:
         search = searches[index]
         for qps in search.propose():
             waiting[index].add(qps)
             in_flight[executor.submit(configs[index], qps)] = (index, qps)
-        if search.done:
-            progress.shrink(params.max_iterations - search.num_evaluated)
+        unused = params.max_iterations - search.num_evaluated
+        if search.done and unused and progress_bar is not None:
+            progress_bar.total -= unused
+            progress_bar.refresh()
 
     try:
         for index in range(len(configs)):
             launch(index)
         while in_flight:
-            finished, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+            # A bounded wait: Ctrl-C may be delivered to a pool thread, and the main thread only sees it
+            # once it wakes up; without a timeout that is when the next simulation finishes.
+            finished, _ = wait(list(in_flight), timeout=0.2, return_when=FIRST_COMPLETED)
             for future in finished:
                 index, qps = in_flight.pop(future)
                 points[index][qps] = future.result()
                 waiting[index].discard(qps)
-                progress.advance()
+                if progress_bar is not None:
+                    progress_bar.update(1)
                 if not waiting[index]:  # the search's whole round is back
                     search = searches[index]
                     round_points = [points[index][q] for q in search.pending]
                     search.observe({p.qps: p.meets_slos for p in round_points},
                                    {p.qps for p in round_points if p.is_burst})
                     launch(index)
-    finally:
-        executor.close()
+    except BaseException:  # Ctrl-C or a failed simulation: stop everything still running, now
+        executor.close(interrupted=True)
+        raise
+    executor.close()
     results = []
     for index, (config, search) in enumerate(zip(configs, searches)):
         outcome = search.outcome()
         tried = tuple(points[index][qps] for qps, _ in outcome.points)
         results.append(ConfigResult(index, config, labels[index], outcome, tried))
     return results
-

@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from analysis.compare.comparison import compare_runs, write_outputs
+from analysis.compare.comparison import check_same_requests, compare_runs, write_outputs
 from analysis.compare.inputs import CompareInputError, load_run
 from analysis.compare.request_join import PER_REQUEST_METRICS, RequestJoin
 from analysis.compare.tables import format_error_table, format_fixed_width, format_rel_error
 from analysis.formatting import LATENCY_LABELS, format_percent
-from analysis.outdir import default_out_dir
+from analysis.outdir import OutDirError, check_out_dir, default_out_dir, staged_out_dir
 
 EXIT_OK, EXIT_SCHEDULE_DIFFERS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(or the first differing step)")
     parser.add_argument("--require-identical-schedule", action="store_true",
                         help="like --schedule, and exit with code 1 if the schedules differ")
+    parser.add_argument("--allow-different-requests", action="store_true",
+                        help="compare runs whose requests differ (other traces, or other --limit), on the request "
+                        "ids they share")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists and is not empty")
     parser.add_argument("--no-report", action="store_true", help="skip report.html")
     return parser
 
@@ -74,11 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    both_names = f"{Path(args.real_dir).resolve().name}-vs-{Path(args.sim_dir).resolve().name}"
+    out_dir = Path(args.out) if args.out else default_out_dir("compare", both_names)
     try:
+        check_out_dir(out_dir, overwrite=args.overwrite)  # before any work, so a bad --out costs nothing
         real = load_run(args.real_dir, "real")
         sim = load_run(args.sim_dir, "sim")
+        if not args.allow_different_requests:
+            check_same_requests(real, sim)
         comparison = compare_runs(real, sim)
-    except CompareInputError as exc:
+    except (CompareInputError, OutDirError) as exc:
         parser.exit(EXIT_BAD_INPUT, f"error: {exc}\n")
     cost_model = f" (cost model: {sim.cost_model})" if sim.cost_model else ""
     print(f"sim {sim.path}{cost_model} vs real {real.path}; rel. error = (sim - real) / real")
@@ -90,12 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     check_schedule = args.schedule or args.require_identical_schedule
     if check_schedule:
         print(comparison.schedule.describe())
-    both_names = f"{Path(args.real_dir).resolve().name}-vs-{Path(args.sim_dir).resolve().name}"
-    out_dir = Path(args.out) if args.out else default_out_dir("compare", both_names)
     try:
-        write_outputs(comparison, out_dir, report=not args.no_report)
+        with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:
+            write_outputs(comparison, stage, report=not args.no_report)
+    except OutDirError as exc:
+        parser.exit(EXIT_BAD_INPUT, f"error: {exc}\n")
     except OSError as exc:
-        parser.exit(EXIT_BAD_INPUT, f"error: cannot write to {out_dir}: {exc}\n")
+        parser.exit(EXIT_BAD_INPUT, f"error: cannot write to {out_dir}: {exc.strerror or exc}\n")
     print(f"outputs in {out_dir}/")
     if args.require_identical_schedule and not comparison.schedule.identical:
         return EXIT_SCHEDULE_DIFFERS

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
+
 from analysis.compare.error_table import MetricRow, error_table, run_metrics
 from analysis.compare.inputs import CompareInputError, RunData
 from analysis.compare.report import write_compare_report
@@ -18,10 +20,6 @@ from analysis.compare.request_join import RequestJoin, join_requests
 from analysis.compare.step_diff import ScheduleDiff, compare_schedules
 from analysis.compare.tables import error_table_markdown
 
-JSON_FILE = "compare.json"
-MARKDOWN_FILE = "compare.md"
-PARQUET_FILE = "compare.parquet"
-REPORT_FILE = "report.html"
 # Config keys that differ between any two runs and say nothing about the setup.
 _VOLATILE_CONFIG_KEYS = ("simulator_wall_s",)
 
@@ -63,12 +61,25 @@ def config_differences(real: dict, sim: dict) -> dict[str, dict]:
     Shown next to the error table because a differing knob (e.g. max_num_seqs)
     explains an error better than any chart.
     """
-    keys = sorted(set(real) | set(sim))
     return {
         key: {"real": real.get(key), "sim": sim.get(key)}
-        for key in keys
+        for key in sorted(set(real) | set(sim))
         if key not in _VOLATILE_CONFIG_KEYS and real.get(key) != sim.get(key)
     }
+
+
+def check_same_requests(real: RunData, sim: RunData) -> None:
+    """Refuse runs of different traces (or slices of one): the same request ids with the same prompt and
+    output lengths on both sides, or the comparison would measure the workloads, not the simulator."""
+    columns = ["request_id", "prompt_tokens"]
+    a, b = real.requests.select(columns), sim.requests.select(columns)
+    joined = a.join(b, on="request_id", how="inner", suffix="_sim")
+    differing = joined.filter(pl.col("prompt_tokens") != pl.col("prompt_tokens_sim")).height
+    if joined.height != a.height or joined.height != b.height or differing:
+        raise CompareInputError(
+            f"{real.path} and {sim.path} are runs of different requests ({a.height} real, {b.height} sim, "
+            f"{joined.height} request ids in common, {differing} of those with other prompt lengths); compare "
+            "replays of the same trace with the same --limit, or pass --allow-different-requests")
 
 
 def compare_runs(real: RunData, sim: RunData) -> Comparison:
@@ -84,16 +95,9 @@ def compare_runs(real: RunData, sim: RunData) -> Comparison:
         schedule = compare_schedules(real.steps, sim.steps, real.requests, sim.requests)
     except ValueError as exc:
         raise CompareInputError(f"{real.path} vs {sim.path}: {exc}") from exc
-    return Comparison(
-        real=real,
-        sim=sim,
-        real_summary=real_summary,
-        sim_summary=sim_summary,
-        rows=error_table(real_metrics, sim_metrics),
-        join=join,
-        schedule=schedule,
-        config_differences=config_differences(real.config, sim.config),
-    )
+    return Comparison(real=real, sim=sim, real_summary=real_summary, sim_summary=sim_summary,
+                      rows=error_table(real_metrics, sim_metrics), join=join, schedule=schedule,
+                      config_differences=config_differences(real.config, sim.config))
 
 
 def markdown_document(comparison: Comparison) -> str:
@@ -110,13 +114,10 @@ def markdown_document(comparison: Comparison) -> str:
 def write_outputs(comparison: Comparison, out_dir: Path, report: bool = True) -> list[Path]:
     """Write compare.json, compare.md, compare.parquet and (unless `report` is False) report.html."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = [out_dir / JSON_FILE, out_dir / MARKDOWN_FILE, out_dir / PARQUET_FILE]
+    written = [out_dir / "compare.json", out_dir / "compare.md", out_dir / "compare.parquet"]
     written[0].write_text(json.dumps(comparison.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
     written[1].write_text(markdown_document(comparison), encoding="utf-8")
     comparison.join.frame.write_parquet(written[2])
     if report:
-        written.append(
-            write_compare_report(comparison.real, comparison.sim, comparison.rows, comparison.join,
-                                 comparison.schedule, comparison.config_differences, out_dir / REPORT_FILE)
-        )
+        written.append(write_compare_report(comparison, out_dir / "report.html"))
     return written

@@ -8,7 +8,7 @@ the runs themselves, never from two versions of the metric code.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 import polars as pl
@@ -105,8 +105,7 @@ def flatten_summary(summary: Mapping) -> dict[str, float | int | None]:
     flat: dict[str, float | int | None] = {}
     for key, value in summary.items():
         if isinstance(value, Mapping):
-            for stat, number in value.items():
-                flat[f"{key}.{stat}"] = number
+            flat.update({f"{key}.{stat}": number for stat, number in value.items()})
         elif isinstance(value, (int, float)) or value is None:
             flat[key] = value
     return flat
@@ -119,15 +118,11 @@ def run_metrics(requests: pl.DataFrame, steps: pl.DataFrame) -> tuple[dict, dict
     return summary, flatten_summary(summary)
 
 
-def error_table(
-    real: Mapping[str, float | int | None],
-    sim: Mapping[str, float | int | None],
-    specs: Sequence[MetricSpec] = METRIC_SPECS,
-) -> list[MetricRow]:
-    """One `MetricRow` per spec from two flat metrics dicts (see `run_metrics`)."""
+def error_table(real: Mapping[str, float | int | None], sim: Mapping[str, float | int | None]) -> list[MetricRow]:
+    """One `MetricRow` per `METRIC_SPECS` entry from two flat metrics dicts (see `run_metrics`)."""
     rows = []
-    for spec in specs:
+    for spec in METRIC_SPECS:
         real_value, sim_value = real.get(spec.key), sim.get(spec.key)
-        rows.append(MetricRow(**asdict(spec), real=real_value, sim=sim_value,
-                              diff=_difference(real_value, sim_value), rel_error=relative_error(real_value, sim_value)))
+        rows.append(MetricRow(**asdict(spec), real=real_value, sim=sim_value, diff=_difference(real_value, sim_value),
+                              rel_error=relative_error(real_value, sim_value)))
     return rows

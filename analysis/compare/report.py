@@ -8,19 +8,18 @@ since a GPU replay's clock need not start at 0 like the simulator's.
 
 from __future__ import annotations
 
+import dataclasses
 import html
-from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from analysis.compare.error_table import MetricRow
 from analysis.compare.inputs import RunData
 from analysis.compare.request_join import PER_REQUEST_METRICS, REAL_SUFFIX, SIM_SUFFIX, RequestJoin
-from analysis.compare.step_diff import ScheduleDiff
 from analysis.compare.tables import error_table_html
 from analysis.formatting import LATENCY_LABELS, format_percent
 from analysis.metrics import add_latency_columns, is_finished
@@ -43,6 +42,9 @@ from analysis.report.replay_report import (
     replica_series,
 )
 from analysis.stats import MS_PER_S
+
+if TYPE_CHECKING:  # the comparison module writes this report, so it is imported for annotations only
+    from analysis.compare.comparison import Comparison
 
 COMPARE_CHART_TITLES: dict[str, str] = {
     "latency_cdf": "Latency CDFs, sim vs real (finished requests)",
@@ -71,10 +73,7 @@ def run_step_series(run: RunData, y: str, scale: float = 1.0, x: str = "start_s"
     origin = time_origin_s(run) if x == "start_s" else 0.0
     steps = run.steps.with_columns(pl.col("start_s") - origin) if x == "start_s" else run.steps
     series = replica_series(steps, x, y, scale, prefix=f"{run.label} ")
-    if len(series) == 1:
-        only = series[0]
-        return [Series(name=run.label, x=only.x, y=only.y)]
-    return series
+    return [dataclasses.replace(series[0], name=run.label)] if len(series) == 1 else series
 
 
 def _overlay_panels(real: RunData, sim: RunData, panels: dict[str, tuple[str, float]], x: str = "start_s") -> dict:
@@ -92,7 +91,7 @@ def latency_cdf_overlay(real: RunData, sim: RunData) -> go.Figure:
     return latency_cdf_figure(metrics, title=COMPARE_CHART_TITLES["latency_cdf"])
 
 
-def request_scatter_figure(join: RequestJoin, max_points: int = MAX_SCATTER_POINTS) -> go.Figure:
+def request_scatter_figure(join: RequestJoin) -> go.Figure:
     """Sim vs real TTFT/TPOT/E2E per matched request, with the y = x line; hover shows the request id."""
     fig = make_subplots(rows=1, cols=len(PER_REQUEST_METRICS), horizontal_spacing=0.07,
                         subplot_titles=[LATENCY_LABELS[key] for key in PER_REQUEST_METRICS])
@@ -107,7 +106,7 @@ def request_scatter_figure(join: RequestJoin, max_points: int = MAX_SCATTER_POIN
         if real.size == 0:
             add_no_data(fig, 1, col)
         else:
-            keep = tail_preserving_sample(np.abs(sim - real), max_points)
+            keep = tail_preserving_sample(np.abs(sim - real), MAX_SCATTER_POINTS)
             fig.add_trace(
                 go.Scattergl(
                     x=real[keep], y=sim[keep], text=pairs["request_id"].to_numpy()[keep], mode="markers",
@@ -184,25 +183,14 @@ def _run_rows(real: RunData, sim: RunData, join: RequestJoin) -> list[tuple[str,
     ]
 
 
-def _config_rows(differences: dict[str, dict]) -> list[tuple[str, str]]:
-    return [(key, f"real {values['real']!r} / sim {values['sim']!r}") for key, values in differences.items()]
-
-
-def write_compare_report(
-    real: RunData,
-    sim: RunData,
-    rows: Sequence[MetricRow],
-    join: RequestJoin,
-    schedule: ScheduleDiff | None,
-    config_differences: dict[str, dict],
-    path: str | Path,
-) -> Path:
+def write_compare_report(comparison: Comparison, path: Path) -> Path:
     """Write the offline comparison page: context, error table, schedule verdict, then the charts."""
+    real, sim, join = comparison.real, comparison.sim, comparison.join
     header = table_html(_run_rows(real, sim, join), caption="runs")
-    if config_differences:
-        header += table_html(_config_rows(config_differences), caption="config differences")
-    header += error_table_html(rows)
-    if schedule is not None:
-        header += f'<pre style="white-space: pre-wrap">{html.escape(schedule.describe())}</pre>'
+    if comparison.config_differences:
+        rows = [(key, f"real {v['real']!r} / sim {v['sim']!r}") for key, v in comparison.config_differences.items()]
+        header += table_html(rows, caption="config differences")
+    header += error_table_html(comparison.rows)
+    header += f'<pre style="white-space: pre-wrap">{html.escape(comparison.schedule.describe())}</pre>'
     title = f"Simulation vs real: {sim.name} vs {real.name}"
     return write_html(compare_figures(real, sim, join), path, title, header)

@@ -19,17 +19,8 @@ from analysis.stats import finite_values, round_sig
 # Latency metrics whose per-request relative errors are reported (ITL has no per-request value).
 PER_REQUEST_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 JOINED_COLUMNS: tuple[str, ...] = (
-    "replica",
-    "arrival_s",
-    "prompt_tokens",
-    "output_tokens",
-    "cached_tokens",
-    "num_preemptions",
-    "finish_reason",
-    "ttft_s",
-    "tpot_s",
-    "e2e_s",
-    "queue_s",
+    "replica", "arrival_s", "prompt_tokens", "output_tokens", "cached_tokens", "num_preemptions", "finish_reason",
+    "ttft_s", "tpot_s", "e2e_s", "queue_s",
 )
 REAL_SUFFIX = "_real"
 SIM_SUFFIX = "_sim"
@@ -70,38 +61,26 @@ class RequestJoin:
         return {key: relative_error_stats(self.frame[f"{key}_rel_error"]) for key in PER_REQUEST_METRICS}
 
     def to_dict(self) -> dict:
-        return {
-            "num_real": self.num_real,
-            "num_sim": self.num_sim,
-            "num_matched": self.num_matched,
-            "matched_share_real": self.matched_share_real,
-            "matched_share_sim": self.matched_share_sim,
-            "relative_errors": self.error_stats(),
-        }
+        return {"num_real": self.num_real, "num_sim": self.num_sim, "num_matched": self.num_matched,
+                "matched_share_real": self.matched_share_real, "matched_share_sim": self.matched_share_sim,
+                "relative_errors": self.error_stats()}
 
 
 def relative_error_stats(errors: pl.Series | np.ndarray) -> dict[str, float | int | None]:
     """Summary of per-request signed relative errors; nulls (undefined errors) are skipped."""
     values = finite_values(errors)
     if values.size == 0:
-        return {"num_pairs": 0, "mean": None, "p10": None, "p50": None, "p90": None, "mean_abs": None}
+        return {"num_pairs": 0, **dict.fromkeys(("mean", "p10", "p50", "p90", "mean_abs"))}
     p10, p50, p90 = np.percentile(values, [10.0, 50.0, 90.0])
-    return {
-        "num_pairs": int(values.size),
-        "mean": round_sig(float(values.mean())),
-        "p10": round_sig(float(p10)),
-        "p50": round_sig(float(p50)),
-        "p90": round_sig(float(p90)),
-        "mean_abs": round_sig(float(np.abs(values).mean())),
-    }
+    stats = {"mean": values.mean(), "p10": p10, "p50": p50, "p90": p90, "mean_abs": np.abs(values).mean()}
+    return {"num_pairs": int(values.size), **{name: round_sig(float(value)) for name, value in stats.items()}}
 
 
 def _check_unique_ids(requests: pl.DataFrame, name: str) -> None:
     duplicated = requests.filter(pl.col("request_id").is_duplicated())["request_id"]
     if duplicated.len():
-        example = duplicated[0]
         raise CompareInputError(
-            f"{name}: request_id is not unique ({duplicated.n_unique()} ids repeated, e.g. {example!r})"
+            f"{name}: request_id is not unique ({duplicated.n_unique()} ids repeated, e.g. {duplicated[0]!r})"
         )
 
 
@@ -115,12 +94,8 @@ def _rel_error_expr(column: str) -> pl.Expr:
     return pl.when(real != 0).then((sim - real) / real.abs())
 
 
-def join_requests(
-    real_requests: pl.DataFrame,
-    sim_requests: pl.DataFrame,
-    real_name: str = "real",
-    sim_name: str = "sim",
-) -> RequestJoin:
+def join_requests(real_requests: pl.DataFrame, sim_requests: pl.DataFrame, real_name: str = "real",
+                  sim_name: str = "sim") -> RequestJoin:
     """Inner-join two requests tables on `request_id` (as utf8), in the real run's order.
 
     Raises `NoCommonRequestsError` naming both runs when no id matches, and
@@ -129,8 +104,7 @@ def join_requests(
     """
     _check_unique_ids(real_requests, real_name)
     _check_unique_ids(sim_requests, sim_name)
-    real = _side(real_requests, REAL_SUFFIX)
-    sim = _side(sim_requests, SIM_SUFFIX)
+    real, sim = _side(real_requests, REAL_SUFFIX), _side(sim_requests, SIM_SUFFIX)
     joined = real.join(sim, on="request_id", how="inner", maintain_order="left")
     if joined.height == 0:
         raise NoCommonRequestsError(

@@ -19,11 +19,7 @@ from engine.core.records import SCHEDULE_COLUMNS
 
 STEP_KEY: tuple[str, ...] = ("replica", "step")
 REQUEST_SCHEDULE_COLUMNS: tuple[str, ...] = (
-    "replica",
-    "prompt_tokens",
-    "output_tokens",
-    "cached_tokens",
-    "num_preemptions",
+    "replica", "prompt_tokens", "output_tokens", "cached_tokens", "num_preemptions",
 )
 SIM_SUFFIX = "_sim"
 _IN_REAL, _IN_SIM, _ORDER = "__in_real", "__in_sim", "__order"
@@ -76,17 +72,25 @@ class ScheduleDiff:
                 "requests": None if self.requests is None else asdict(self.requests)}
 
     def describe(self) -> str:
-        """Multi-line text: "schedules identical: N steps ..." or the first difference with both rows."""
-        return describe_schedule_diff(self)
+        """Multi-line text: "schedules identical: N steps ..." or "schedules differ" and the first difference."""
+        if self.identical:
+            text = f"schedules identical: {self.steps.num_compared} steps"
+            if self.requests is not None:
+                text += f", {self.requests.num_compared} requests (same placement, tokens, cached tokens, preemptions)"
+            return text
+        lines = ["schedules differ"]
+        if self.steps.identical:
+            lines.append(f"steps identical: {self.steps.num_compared} steps")
+        lines += _describe_table(self.steps, "steps", SCHEDULE_COLUMNS)
+        if self.requests is not None:
+            if self.requests.identical:
+                lines.append(f"requests identical: {self.requests.num_compared} requests")
+            lines += _describe_table(self.requests, "requests", REQUEST_SCHEDULE_COLUMNS)
+        return "\n".join(lines)
 
 
-def _diff_tables(
-    real: pl.DataFrame,
-    sim: pl.DataFrame,
-    key: tuple[str, ...],
-    columns: tuple[str, ...],
-    order_by: str,
-) -> TableDiff:
+def _diff_tables(real: pl.DataFrame, sim: pl.DataFrame, key: tuple[str, ...], columns: tuple[str, ...],
+                 order_by: str) -> TableDiff:
     """Full outer join on `key`; a row differs if any of `columns` differs or it exists on one side only.
 
     "First" means smallest `order_by` (taken from whichever side has the row),
@@ -114,14 +118,8 @@ def _diff_tables(
     first = None
     if differing.height:
         first = _first_difference(differing.row(0, named=True), joined, key, columns)
-    return TableDiff(
-        num_real=real.height,
-        num_sim=sim.height,
-        num_compared=compared.height,
-        num_differing=differing.height,
-        differing_columns=differing_columns,
-        first_difference=first,
-    )
+    return TableDiff(num_real=real.height, num_sim=sim.height, num_compared=compared.height,
+                     num_differing=differing.height, differing_columns=differing_columns, first_difference=first)
 
 
 def _first_difference(
@@ -137,12 +135,8 @@ def _first_difference(
     return RowDifference(key=key_values, columns=differing, real_row=real_row, sim_row=sim_row, missing_in=missing_in)
 
 
-def compare_schedules(
-    real_steps: pl.DataFrame,
-    sim_steps: pl.DataFrame,
-    real_requests: pl.DataFrame | None = None,
-    sim_requests: pl.DataFrame | None = None,
-) -> ScheduleDiff:
+def compare_schedules(real_steps: pl.DataFrame, sim_steps: pl.DataFrame, real_requests: pl.DataFrame | None = None,
+                      sim_requests: pl.DataFrame | None = None) -> ScheduleDiff:
     """Compare two runs' schedules step by step (per replica), and per request when both tables are given.
 
     Steps are matched on (replica, step) and compared on `SCHEDULE_COLUMNS`;
@@ -151,23 +145,14 @@ def compare_schedules(
     request present on one side only counts as a difference.
     """
     step_columns = (*STEP_KEY, *SCHEDULE_COLUMNS)
-    steps = _diff_tables(
-        conform_steps(real_steps, step_columns),
-        conform_steps(sim_steps, step_columns),
-        STEP_KEY,
-        SCHEDULE_COLUMNS,
-        order_by="step",
-    )
-    requests = None
-    if real_requests is not None and sim_requests is not None:
-        request_columns = ("request_id", "arrival_s", *REQUEST_SCHEDULE_COLUMNS)
-        requests = _diff_tables(
-            conform_requests(real_requests, request_columns).with_columns(pl.col("request_id").cast(pl.Utf8)),
-            conform_requests(sim_requests, request_columns).with_columns(pl.col("request_id").cast(pl.Utf8)),
-            ("request_id",),
-            REQUEST_SCHEDULE_COLUMNS,
-            order_by="arrival_s",
-        )
+    steps = _diff_tables(conform_steps(real_steps, step_columns), conform_steps(sim_steps, step_columns), STEP_KEY,
+                         SCHEDULE_COLUMNS, order_by="step")
+    if real_requests is None or sim_requests is None:
+        return ScheduleDiff(steps=steps)
+    request_columns = ("request_id", "arrival_s", *REQUEST_SCHEDULE_COLUMNS)
+    real, sim = (conform_requests(frame, request_columns).with_columns(pl.col("request_id").cast(pl.Utf8))
+                 for frame in (real_requests, sim_requests))
+    requests = _diff_tables(real, sim, ("request_id",), REQUEST_SCHEDULE_COLUMNS, order_by="arrival_s")
     return ScheduleDiff(steps=steps, requests=requests)
 
 
@@ -206,21 +191,3 @@ def _describe_table(diff: TableDiff, noun: str, columns: tuple[str, ...]) -> lis
     if counts:
         lines.append(f"  {noun} differing per column: {counts}")
     return lines + _row_lines(first, columns)
-
-
-def describe_schedule_diff(diff: ScheduleDiff) -> str:
-    """Human-readable verdict; starts with "schedules identical: N steps" or "schedules differ"."""
-    if diff.identical:
-        text = f"schedules identical: {diff.steps.num_compared} steps"
-        if diff.requests is not None:
-            text += f", {diff.requests.num_compared} requests (same placement, tokens, cached tokens, preemptions)"
-        return text
-    lines = ["schedules differ"]
-    if diff.steps.identical:
-        lines.append(f"steps identical: {diff.steps.num_compared} steps")
-    lines += _describe_table(diff.steps, "steps", SCHEDULE_COLUMNS)
-    if diff.requests is not None:
-        if diff.requests.identical:
-            lines.append(f"requests identical: {diff.requests.num_compared} requests")
-        lines += _describe_table(diff.requests, "requests", REQUEST_SCHEDULE_COLUMNS)
-    return "\n".join(lines)

@@ -16,13 +16,13 @@ NOT_AVAILABLE = "n/a"
 HEADERS: tuple[str, ...] = ("metric", "real", "sim", "diff", "rel. error")
 
 
-def format_fixed_width(lines: Sequence[Sequence[str]], num_left: int = 1) -> str:
-    """Rows of cells as aligned text: the first `num_left` columns left-aligned, the rest right-aligned."""
+def format_fixed_width(lines: Sequence[Sequence[str]]) -> str:
+    """Rows of cells as aligned text: the first column left-aligned, the rest right-aligned."""
     widths = [max(len(line[index]) for line in lines) for index in range(len(lines[0]))]
     out = []
     for line in lines:
         cells = [
-            f"{cell:<{width}}" if index < num_left else f"{cell:>{width}}"
+            f"{cell:<{width}}" if index == 0 else f"{cell:>{width}}"
             for index, (cell, width) in enumerate(zip(line, widths))
         ]
         out.append("  ".join(cells).rstrip())
@@ -64,19 +64,14 @@ def format_error_table(rows: Sequence[MetricRow]) -> str:
     return format_fixed_width([HEADERS, *(row_cells(row) for row in rows)])
 
 
-def _markdown_cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def error_table_markdown(rows: Sequence[MetricRow], real_name: str = "real", sim_name: str = "sim") -> str:
     """A GitHub-flavoured Markdown table (numbers right-aligned), ready to paste into a README."""
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
     headers = ("metric", f"real ({real_name})", f"sim ({sim_name})", "diff (sim - real)", "rel. error")
-    lines = [
-        "| " + " | ".join(_markdown_cell(header) for header in headers) + " |",
-        "|:---|" + "---:|" * (len(headers) - 1),
-    ]
-    for row in rows:
-        lines.append("| " + " | ".join(_markdown_cell(cell) for cell in row_cells(row)) + " |")
+    lines = [line(headers), "|:---|" + "---:|" * (len(headers) - 1), *(line(row_cells(row)) for row in rows)]
     return "\n".join(lines) + "\n"
 
 

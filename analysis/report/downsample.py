@@ -26,10 +26,7 @@ def minmax_indices(x: np.ndarray, y: np.ndarray, num_buckets: int) -> np.ndarray
     bucket = np.clip(((x - x_min) / width).astype(np.int64), 0, num_buckets - 1)
     order = np.lexsort((y, bucket))
     sorted_bucket = bucket[order]
-    is_start = np.empty(num_points, dtype=bool)
-    is_start[0] = True
-    is_start[1:] = sorted_bucket[1:] != sorted_bucket[:-1]
-    starts = np.flatnonzero(is_start)
+    starts = np.flatnonzero(np.concatenate(([True], sorted_bucket[1:] != sorted_bucket[:-1])))
     ends = np.append(starts[1:], num_points) - 1
     return np.unique(np.concatenate([order[starts], order[ends]]))
 
@@ -51,7 +48,7 @@ def cdf_points(values: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndar
     return ordered[ranks], (ranks + 1) / num_values
 
 
-def tail_preserving_sample(y: np.ndarray, max_points: int, tail_fraction: float = 0.1, seed: int = 0) -> np.ndarray:
+def tail_preserving_sample(y: np.ndarray, max_points: int, tail_fraction: float = 0.1) -> np.ndarray:
     """Ascending indices of at most `max_points` points: the largest `y` plus a uniform sample.
 
     For scatter plots of per-request latency, where the slowest requests are the
@@ -64,6 +61,5 @@ def tail_preserving_sample(y: np.ndarray, max_points: int, tail_fraction: float 
     num_tail = max(1, int(max_points * tail_fraction))
     tail = np.argpartition(values, num_points - num_tail)[num_points - num_tail:]
     rest = np.setdiff1d(np.arange(num_points), tail, assume_unique=True)
-    rng = np.random.default_rng(seed)
-    sample = rng.choice(rest, size=max_points - num_tail, replace=False)
+    sample = np.random.default_rng(0).choice(rest, size=max_points - num_tail, replace=False)
     return np.sort(np.concatenate([tail, sample]))

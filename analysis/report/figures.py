@@ -10,7 +10,7 @@ its axes with units, sets hover text, and reduces large inputs (see
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +26,7 @@ ROW_HEIGHT_PX = 260
 MAX_CDF_POINTS = 2000
 MAX_LINE_POINTS_PER_PANEL = 4000
 MAX_SCATTER_POINTS_PER_PANEL = 16000
+NUM_BINS = 50
 
 
 @dataclass(frozen=True)
@@ -37,23 +38,15 @@ class Series:
     y: np.ndarray
 
 
-class _Colors:
+def _colors() -> Callable[[str], str]:
     """Stable colour per series name, so one run/replica has one colour on every panel."""
-
-    def __init__(self) -> None:
-        self._by_name: dict[str, str] = {}
-
-    def __call__(self, name: str) -> str:
-        if name not in self._by_name:
-            self._by_name[name] = PALETTE[len(self._by_name) % len(PALETTE)]
-        return self._by_name[name]
+    by_name: dict[str, str] = {}
+    return lambda name: by_name.setdefault(name, PALETTE[len(by_name) % len(PALETTE)])
 
 
-def _as_named(values: object, default_name: str) -> dict[str, object]:
+def _as_named(values: object, default_name: str) -> Mapping[str, object]:
     """Accept either one array or a mapping of series name to array."""
-    if isinstance(values, Mapping):
-        return dict(values)
-    return {default_name: values}
+    return values if isinstance(values, Mapping) else {default_name: values}
 
 
 def add_no_data(fig: go.Figure, row: int | None = None, col: int | None = None) -> None:
@@ -62,14 +55,8 @@ def add_no_data(fig: go.Figure, row: int | None = None, col: int | None = None) 
     fig.add_annotation(text="no data", showarrow=False, x=0.5, y=0.5, xref="x domain", yref="y domain", **kwargs)
 
 
-def latency_cdf_figure(
-    metrics: Mapping[str, object],
-    title: str = "Latency CDFs",
-    unit: str = "ms",
-    num_columns: int = 2,
-    default_series: str = "run",
-    max_points: int = MAX_CDF_POINTS,
-) -> go.Figure:
+def latency_cdf_figure(metrics: Mapping[str, object], title: str = "Latency CDFs", unit: str = "ms",
+                       num_columns: int = 2, default_series: str = "run") -> go.Figure:
     """A grid of empirical CDFs, one subplot per metric.
 
     `metrics` maps a metric label (e.g. "TTFT") to an array of values in `unit`,
@@ -78,38 +65,23 @@ def latency_cdf_figure(
     names = list(metrics)
     num_columns = max(1, min(num_columns, len(names) or 1))
     num_rows = max(1, math.ceil(len(names) / num_columns))
-    fig = make_subplots(
-        rows=num_rows,
-        cols=num_columns,
-        subplot_titles=names or None,
-        horizontal_spacing=0.08,
-        vertical_spacing=0.15 if num_rows > 1 else 0.1,
-    )
-    colors = _Colors()
+    fig = make_subplots(rows=num_rows, cols=num_columns, subplot_titles=names or None, horizontal_spacing=0.08,
+                        vertical_spacing=0.15 if num_rows > 1 else 0.1)
+    colors = _colors()
     shown: set[str] = set()
     for index, metric in enumerate(names):
         row, col = index // num_columns + 1, index % num_columns + 1
         has_data = False
         for series_name, values in _as_named(metrics[metric], default_series).items():
-            x, y = cdf_points(finite_values(values), max_points)
+            x, y = cdf_points(finite_values(values), MAX_CDF_POINTS)
             if x.size == 0:
                 continue
             has_data = True
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=y,
-                    mode="lines",
-                    line={"shape": "hv", "color": colors(series_name)},
-                    name=series_name,
-                    legendgroup=series_name,
-                    showlegend=series_name not in shown,
-                    hovertemplate=f"{series_name}<br>{metric}: %{{x:.3f}} {unit}"
-                    "<br>fraction ≤: %{y:.4f}<extra></extra>",
-                ),
-                row=row,
-                col=col,
-            )
+            fig.add_trace(go.Scatter(
+                x=x, y=y, mode="lines", line={"shape": "hv", "color": colors(series_name)}, name=series_name,
+                legendgroup=series_name, showlegend=series_name not in shown,
+                hovertemplate=f"{series_name}<br>{metric}: %{{x:.3f}} {unit}<br>fraction ≤: %{{y:.4f}}<extra></extra>",
+            ), row=row, col=col)
             shown.add(series_name)
         fig.update_xaxes(title_text=f"{metric} ({unit})", row=row, col=col)
         fig.update_yaxes(title_text="cumulative fraction", range=[0, 1.02], row=row, col=col)
@@ -119,13 +91,8 @@ def latency_cdf_figure(
     return fig
 
 
-def timeseries_figure(
-    panels: Mapping[str, Sequence[Series]],
-    title: str,
-    x_title: str = "time (s)",
-    mode: str = "lines",
-    max_points_per_panel: int | None = None,
-) -> go.Figure:
+def timeseries_figure(panels: Mapping[str, Sequence[Series]], title: str, x_title: str = "time (s)",
+                      mode: str = "lines") -> go.Figure:
     """Stacked panels sharing the x axis; `panels` maps a y-axis title (with units) to series.
 
     `mode="lines"` draws step lines reduced to per-bucket min/max (spikes kept);
@@ -137,36 +104,26 @@ def timeseries_figure(
         raise ValueError(f"mode must be 'lines' or 'markers', not {mode!r}")
     titles = list(panels) or [""]
     fig = make_subplots(rows=len(titles), cols=1, shared_xaxes=True, vertical_spacing=0.06)
-    colors = _Colors()
+    colors = _colors()
     shown: set[str] = set()
     for row, y_title in enumerate(titles, start=1):
         series_list = panels.get(y_title, []) if panels else []
-        default_budget = MAX_LINE_POINTS_PER_PANEL if mode == "lines" else MAX_SCATTER_POINTS_PER_PANEL
-        budget = max(200, (max_points_per_panel or default_budget) // max(1, len(series_list)))
+        panel_budget = MAX_LINE_POINTS_PER_PANEL if mode == "lines" else MAX_SCATTER_POINTS_PER_PANEL
+        budget = max(200, panel_budget // max(1, len(series_list)))
         for series in series_list:
-            x = np.asarray(series.x, dtype=np.float64)
-            y = np.asarray(series.y, dtype=np.float64)
+            x, y = np.asarray(series.x, dtype=np.float64), np.asarray(series.y, dtype=np.float64)
             if mode == "lines":
                 keep = minmax_indices(x, y, budget // 2)
                 trace_type, style = go.Scatter, {"line": {"shape": "hv", "color": colors(series.name)}}
             else:
                 keep = tail_preserving_sample(y, budget)
-                trace_type = go.Scattergl
-                style = {"marker": {"size": 4, "opacity": 0.6, "color": colors(series.name)}}
-            fig.add_trace(
-                trace_type(
-                    x=x[keep],
-                    y=y[keep],
-                    mode=mode,
-                    name=series.name,
-                    legendgroup=series.name,
-                    showlegend=series.name not in shown,
-                    hovertemplate=f"{series.name}<br>{x_title}: %{{x:.3f}}<br>{y_title}: %{{y:.4~g}}<extra></extra>",
-                    **style,
-                ),
-                row=row,
-                col=1,
-            )
+                trace_type, style = go.Scattergl, {"marker": {"size": 4, "opacity": 0.6, "color": colors(series.name)}}
+            fig.add_trace(trace_type(
+                x=x[keep], y=y[keep], mode=mode, name=series.name, legendgroup=series.name,
+                showlegend=series.name not in shown,
+                hovertemplate=f"{series.name}<br>{x_title}: %{{x:.3f}}<br>{y_title}: %{{y:.4~g}}<extra></extra>",
+                **style,
+            ), row=row, col=1)
             shown.add(series.name)
         fig.update_yaxes(title_text=y_title, row=row, col=1)
         if not series_list:
@@ -176,20 +133,15 @@ def timeseries_figure(
     return fig
 
 
-def histogram_figure(
-    panels: Mapping[str, object],
-    title: str,
-    y_title: str = "count",
-    num_bins: int = 50,
-    default_series: str = "run",
-) -> go.Figure:
+def histogram_figure(panels: Mapping[str, object], title: str, y_title: str = "count",
+                     default_series: str = "run") -> go.Figure:
     """Side-by-side histograms; `panels` maps an x-axis title to values or {series: values}.
 
     Binned here with numpy so the page carries bin counts, not every sample.
     """
     titles = list(panels) or [""]
     fig = make_subplots(rows=1, cols=len(titles), horizontal_spacing=0.08)
-    colors = _Colors()
+    colors = _colors()
     shown: set[str] = set()
     for col, x_title in enumerate(titles, start=1):
         named = _as_named(panels[x_title], default_series) if panels else {}
@@ -198,26 +150,17 @@ def histogram_figure(
         if not pooled:
             add_no_data(fig, 1, col)
         else:
-            edges = np.histogram_bin_edges(np.concatenate(pooled), bins=num_bins)
+            edges = np.histogram_bin_edges(np.concatenate(pooled), bins=NUM_BINS)
             for series_name, array in arrays.items():
                 counts, _ = np.histogram(array, bins=edges)
-                fig.add_trace(
-                    go.Bar(
-                        x=(edges[:-1] + edges[1:]) / 2,
-                        y=counts,
-                        width=np.diff(edges),
-                        name=series_name,
-                        legendgroup=series_name,
-                        showlegend=series_name not in shown,
-                        marker={"color": colors(series_name)},
-                        opacity=0.7 if len(arrays) > 1 else 1.0,
-                        customdata=np.stack([edges[:-1], edges[1:]], axis=1),
-                        hovertemplate=f"{series_name}<br>{x_title}: %{{customdata[0]:.4~g}}–%{{customdata[1]:.4~g}}"
-                        f"<br>{y_title}: %{{y}}<extra></extra>",
-                    ),
-                    row=1,
-                    col=col,
-                )
+                fig.add_trace(go.Bar(
+                    x=(edges[:-1] + edges[1:]) / 2, y=counts, width=np.diff(edges), name=series_name,
+                    legendgroup=series_name, showlegend=series_name not in shown,
+                    marker={"color": colors(series_name)}, opacity=0.7 if len(arrays) > 1 else 1.0,
+                    customdata=np.stack([edges[:-1], edges[1:]], axis=1),
+                    hovertemplate=f"{series_name}<br>{x_title}: %{{customdata[0]:.4~g}}–%{{customdata[1]:.4~g}}"
+                    f"<br>{y_title}: %{{y}}<extra></extra>",
+                ), row=1, col=col)
                 shown.add(series_name)
         fig.update_xaxes(title_text=x_title, row=1, col=col)
         fig.update_yaxes(title_text=y_title, row=1, col=col)

@@ -30,25 +30,13 @@ _PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 def _figure_div(fig: go.Figure) -> str:
     height = fig.layout.height
-    return fig.to_html(
-        full_html=False,
-        include_plotlyjs=False,
-        config=_PLOT_CONFIG,
-        default_width="100%",
-        default_height=f"{int(height)}px" if height else "500px",
-    )
+    return fig.to_html(full_html=False, include_plotlyjs=False, config=_PLOT_CONFIG, default_width="100%",
+                       default_height=f"{int(height)}px" if height else "500px")
 
 
-def write_html(
-    figures: Sequence[go.Figure],
-    path: str | Path,
-    title: str,
-    header_html: str = "",
-) -> Path:
-    """Write `figures` below a title and `header_html` (trusted HTML) to one offline page.
-
-    Creates parent directories; returns the path written.
-    """
+def write_html(figures: Sequence[go.Figure], path: str | Path, title: str, header_html: str = "") -> Path:
+    """Write `figures` below a title and `header_html` (trusted HTML) to one offline page, creating parent
+    directories; returns the path written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     divs = "\n".join(f'<div class="figure">{_figure_div(fig)}</div>' for fig in figures)
@@ -63,12 +51,8 @@ def write_html(
     return path
 
 
-def table_html(
-    rows: Sequence[Sequence[str]],
-    header: Sequence[str] | None = None,
-    caption: str | None = None,
-    raw_cells: bool = False,
-) -> str:
+def table_html(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None, caption: str | None = None,
+               raw_cells: bool = False) -> str:
     """An HTML table in the pages' `summary` style; cells are escaped text, or trusted `<td>` HTML
     with `raw_cells` (for cells with attributes)."""
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""

@@ -42,29 +42,17 @@ CHART_TITLES: dict[str, str] = {
 }
 
 
-def replica_series(
-    frame: pl.DataFrame,
-    x: str,
-    y: str,
-    scale: float = 1.0,
-    replica_col: str = "replica",
-    prefix: str = "",
-) -> list[Series]:
+def replica_series(frame: pl.DataFrame, x: str, y: str, scale: float = 1.0, prefix: str = "") -> list[Series]:
     """One `Series` per replica of `frame` (sorted by `x`), named "replica N", y multiplied by `scale`.
 
     Keeping the name per replica (not per column) gives a replica the same colour on every panel.
     """
-    data = frame.select(replica_col, x, y).drop_nulls().sort(replica_col, x)
-    series = []
-    for (replica,), group in data.group_by(replica_col, maintain_order=True):
-        series.append(
-            Series(
-                name=f"{prefix}replica {replica}",
-                x=group[x].to_numpy().astype(np.float64),
-                y=group[y].to_numpy().astype(np.float64) * scale,
-            )
-        )
-    return series
+    data = frame.select("replica", x, y).drop_nulls().sort("replica", x)
+    return [
+        Series(name=f"{prefix}replica {replica}", x=group[x].to_numpy().astype(np.float64),
+               y=group[y].to_numpy().astype(np.float64) * scale)
+        for (replica,), group in data.group_by("replica", maintain_order=True)
+    ]
 
 
 def latency_samples_ms(finished: pl.DataFrame) -> dict[str, object]:
@@ -116,9 +104,8 @@ def write_report(
 ) -> Path:
     """Write the single-file offline HTML report of one replay; returns its path.
 
-    `summary` is `analysis.metrics.summarize(requests, steps)` (passed in so the
-    caller computes it once for the CLI, JSON and report); `subtitle` is a line
-    of context such as "cost model: roofline-estimate".
+    `summary` is `analysis.metrics.summarize(requests, steps)`, passed in so the caller computes it once for the
+    CLI, JSON and report; `subtitle` is a line of context such as "cost model: roofline-estimate".
     """
     header = f'<p class="subtitle">{html.escape(subtitle)}</p>\n' if subtitle else ""
     header += summary_table_html(summary)

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from analysis.capacity.bisection import CapacitySearch, SearchParams, run_search
+from analysis.capacity.bisection import CapacitySearch, SearchOutcome, SearchParams
 
 
 def below(limit: float):
     return lambda qps: qps <= limit
+
+
+def run_search(
+    params: SearchParams,
+    passes: Callable[[float], bool],
+    is_burst: Callable[[float], bool] = lambda qps: False,
+) -> SearchOutcome:
+    """Run a whole search serially against `passes(qps)`."""
+    search = CapacitySearch(params)
+    while not search.done:
+        candidates = search.propose()
+        if candidates:
+            search.observe({q: passes(q) for q in candidates}, {q for q in candidates if is_burst(q)})
+    return search.outcome()
 
 
 def test_doubles_then_bisects_to_the_tolerance() -> None:

@@ -84,7 +84,7 @@ def test_cli_schedule_identical_and_required(tmp_path: Path, capsys: pytest.Capt
         ("bad_parquet", "requests.parquet: not a readable parquet file"),
         ("missing_column", "requests.parquet: requests table is missing columns: token_times_s"),
         ("bad_summary", "summary.json: not a readable JSON file"),
-        ("no_overlap", "no request ids in common"),
+        ("no_overlap", "are runs of different requests (3 real, 3 sim, 0 request ids in common"),
     ],
 )
 def test_cli_bad_input_exits_2_with_one_line(
@@ -113,6 +113,19 @@ def test_cli_bad_input_exits_2_with_one_line(
     elif case != "missing_dir":
         assert str(sim_dir) in stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_runs_of_other_requests_are_refused_unless_allowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real_dir, sim_dir = write_pair(tmp_path)
+    write_run(sim_dir, real_requests().head(2), real_steps())  # e.g. the simulation ran with another --limit
+    code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "(3 real, 2 sim, 2 request ids in common" in stderr
+    code, stdout, _ = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out"),
+                               "--allow-different-requests", "--no-report"], capsys)
+    assert code == 0 and "requests matched on request_id: 2 of 3 real" in stdout
+    code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out"),
+                               "--allow-different-requests"], capsys)
+    assert code == 2 and "exists and is not empty; pass --overwrite" in stderr
 
 
 def test_module_entry_point_has_no_traceback(tmp_path: Path) -> None:

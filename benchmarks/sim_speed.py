@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-pin", action="store_true", help="do not pin to one CPU core")
     parser.add_argument("--no-report", action="store_true", help="leave report.html out of the output-writing time")
+    parser.add_argument("--compare-fast-forward", action="store_true",
+                        help="first simulate step by step (no quiet windows), report both and check identical outputs")
     parser.add_argument("--profile", action="store_true", help="run simulate() under cProfile and print the hot spots")
     parser.add_argument("--top", type=int, default=20, help="rows of each profile table (default: %(default)s)")
     args = parser.parse_args(argv)
@@ -110,11 +112,22 @@ def main(argv: list[str] | None = None) -> int:
 
         profiler = cProfile.Profile()
         profiler.enable()
-    started = time.perf_counter()
+    baseline = None
+    if args.compare_fast_forward:  # the step-by-step loop first, in the same process, for a before/after
+        cpu_started, started = time.process_time(), time.perf_counter()
+        result_off = simulate(trace, config, fast_forward=False)
+        baseline = {"simulate_wall_s": round(time.perf_counter() - started, 3),
+                    "simulate_cpu_s": round(time.process_time() - cpu_started, 3)}
+    cpu_started, started = time.process_time(), time.perf_counter()
     result = simulate(trace, config)
     sim_wall_s = time.perf_counter() - started
+    sim_cpu_s = time.process_time() - cpu_started
     if profiler is not None:
         profiler.disable()
+    if baseline is not None:
+        baseline["identical_outputs"] = (result_off.requests_table().equals(result.requests_table())
+                                         and result_off.steps_table().equals(result.steps_table()))
+        del result_off
 
     with tempfile.TemporaryDirectory(prefix="sim_speed-") as out_dir:
         started = time.perf_counter()
@@ -132,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         "num_steps": num_steps,
         "load_wall_s": round(load_s, 3),
         "simulate_wall_s": round(sim_wall_s, 3),
+        "simulate_cpu_s": round(sim_cpu_s, 3),
+        "fast_forward_steps": result.num_fast_forward_steps,
+        "without_fast_forward": baseline,
         "write_outputs_wall_s": round(write_s, 3),
         "report_written": not args.no_report,
         "simulated_s": round(span_s, 3),
@@ -145,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"trace            {args.trace} ({num_requests} requests, loaded in {load_s:.2f} s)")
     print(f"cpu              {pinning}{' (under cProfile: times inflated)' if args.profile else ''}")
-    print(f"simulate()       {sim_wall_s:.2f} s wall for {span_s:.1f} simulated s ({num_steps} steps)")
+    if baseline is not None:
+        print(f"step by step     {baseline['simulate_cpu_s']:.2f} CPU s ({baseline['simulate_wall_s']:.2f} s wall); "
+              f"outputs {'identical' if baseline['identical_outputs'] else 'DIFFERENT'} with fast-forward")
+    print(f"simulate()       {sim_cpu_s:.2f} CPU s, {sim_wall_s:.2f} s wall for {span_s:.1f} simulated s "
+          f"({num_steps} steps, {result.num_fast_forward_steps} of them fast-forwarded)")
     print(f"throughput       {num_requests / sim_wall_s:.0f} simulated requests per wall s, "
           f"{num_steps / sim_wall_s:.0f} steps per wall s, {span_s / sim_wall_s:.0f}x real time")
     print(f"write outputs    {write_s:.2f} s wall{'' if not args.no_report else ' (no report.html)'}")

@@ -24,11 +24,14 @@ class CostModelRunner:
         self.clock = clock
 
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
-        tokens = [self.token_id] * len(batch.seqs)
+        start_s = self.clock.now() if self.host_speed is not None else 0.0  # the only reader of the time
+        return RunnerOutput([self.token_id] * len(batch.seqs), self.duration_at(batch, start_s))
+
+    def duration_at(self, batch: ScheduledBatch, start_s: float) -> float:
+        """The predicted time of a step that starts at ``start_s`` (the host may run slower at times)."""
         if self.host_speed is None:
-            return RunnerOutput(tokens, self.cost_model.step_time_s(batch))
-        slowdown = self.host_speed.slowdown_at(self.clock.now())
-        return RunnerOutput(tokens, self.cost_model.step_time_s(batch, slowdown))
+            return self.cost_model.step_time_s(batch)
+        return self.cost_model.step_time_s(batch, self.host_speed.slowdown_at(start_s))
 
     def release(self, seqs) -> None:
         """Nothing to forget: the cost model keeps no per-request state."""

@@ -7,6 +7,7 @@ boundary, exactly as on hardware; an idle replica sleeps until a request arrives
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -16,6 +17,7 @@ import simpy
 
 from engine.core.llm_engine import LLMEngine
 from engine.core.model_config import ModelShape
+from engine.core.quiet_window import apply_quiet_window, plan_quiet_window
 from engine.core.records import request_row
 from engine.core.sequence import Sequence
 from sim.config import SimConfig
@@ -26,6 +28,18 @@ from sim.profiled_cost_model import ProfiledCostModel, find_profile
 from sim.router import make_router
 from sim.runner import CostModelRunner
 from traces.requests import TraceRequests
+
+
+def delay_to(now_s: float, target_s: float) -> float | None:
+    """A delay that simpy's ``now + delay`` turns into exactly ``target_s`` (None if none does), so a
+    fast-forwarded replica lands on the very float the step-by-step loop would reach."""
+    delay_s = target_s - now_s
+    for _ in range(4):
+        reached = now_s + delay_s
+        if reached == target_s:
+            return delay_s
+        delay_s = math.nextafter(delay_s, math.inf if reached < target_s else -math.inf)
+    return None
 
 
 class SimClock:
@@ -45,6 +59,7 @@ class SimResult:
     cost_model_name: str
     wall_s: float
     meta: dict = field(default_factory=dict)
+    num_fast_forward_steps: int = 0  # steps advanced in quiet windows; not in describe(): outputs never differ
 
     def requests_table(self):
         from engine.core.records import requests_to_arrow
@@ -89,8 +104,13 @@ def simulate(
     *,
     cost_model: CostModel | None = None,
     on_request_done: Callable[[int], None] | None = None,
+    fast_forward: bool = True,
 ) -> SimResult:
-    """Run ``trace`` (a ``traces.schema.Trace``) to completion; every request finishes or is rejected."""
+    """Run ``trace`` (a ``traces.schema.Trace``) to completion; every request finishes or is rejected.
+
+    ``fast_forward`` advances runs of quiet decode steps in one go (``engine.core.quiet_window``); the
+    outputs are identical either way, only faster with it.
+    """
     started = time.perf_counter()
     model = config.model_shape
     sched_config = config.resolved_for(model)
@@ -121,13 +141,25 @@ def simulate(
         if on_request_done is not None and seqs:
             on_request_done(len(seqs))
 
+    next_arrival_s = [math.inf]  # the arrivals process keeps it current: quiet windows end before it
+    fast_forwarded = [0]  # steps advanced in quiet windows (not an output: outputs are the same without)
+
     def replica(env: simpy.Environment, index: int):
         engine = engines[index]
+        runner = engine.runner
         while True:
             if not engine.has_unfinished_requests():
                 wakeups[index] = env.event()
                 yield wakeups[index]
                 continue
+            if fast_forward:
+                planned = plan_quiet_window(engine, runner.token_id, runner.duration_at, env.now, next_arrival_s[0])
+                delay_s = None if planned is None else delay_to(env.now, planned[0].end_s)
+                if delay_s is not None:
+                    apply_quiet_window(engine, runner.token_id, *planned)
+                    fast_forwarded[0] += planned[0].num_steps
+                    yield env.timeout(delay_s)
+                    continue
             _, finished = yield from engine.step_body(env.timeout)
             done(finished)
 
@@ -135,6 +167,7 @@ def simulate(
 
     def arrivals(env: simpy.Environment):
         for i, arrival_s in enumerate(requests.arrivals_s):
+            next_arrival_s[0] = arrival_s
             if arrival_s > env.now:
                 yield env.timeout(arrival_s - env.now)
             # Every replica has the same limits: a request none can serve is turned away before routing,
@@ -153,8 +186,12 @@ def simulate(
                 wakeups[index] = None
                 wakeup.succeed()
 
+        next_arrival_s[0] = math.inf
+
     for i in range(len(engines)):
         env.process(replica(env, i))
     env.process(arrivals(env))
     env.run()
-    return SimResult(rows, engines, config, sched_config, cost_model.name, time.perf_counter() - started)
+    result = SimResult(rows, engines, config, sched_config, cost_model.name, time.perf_counter() - started)
+    result.num_fast_forward_steps = fast_forwarded[0]
+    return result

@@ -117,6 +117,24 @@ class StepLog:
                                  (num_running, num_waiting, num_kv_blocks_used, num_finished, start_s, duration_s)):
             append(value)
 
+    def extend_quiet(self, num_seqs: int, decode_context_tokens: int, max_decode_context_tokens: int,
+                     num_kv_blocks_used: array, starts_s: list[float], ends_s: list[float]) -> None:
+        """The rows of a run of quiet decode steps (engine.core.quiet_window), as record() would write them:
+        the same batch every step, each context one token longer than in the step before."""
+        n = len(starts_s)
+        c = self._columns
+        for name in ("num_seqs", "num_decode_seqs", "num_batched_tokens", "num_running"):
+            c[name].extend(array("q", [num_seqs]) * n)
+        zeros = array("q", [0]) * n
+        for name in ("num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_waiting",
+                     "num_preempted", "num_finished", "prefill_attention_pairs"):
+            c[name].extend(zeros)
+        c["decode_context_tokens"].extend(range(decode_context_tokens, decode_context_tokens + n * num_seqs, num_seqs))
+        c["max_decode_context_tokens"].extend(range(max_decode_context_tokens, max_decode_context_tokens + n))
+        c["num_kv_blocks_used"].extend(num_kv_blocks_used)
+        c["start_s"].extend(starts_s)
+        c["duration_s"].extend([end - start for start, end in zip(starts_s, ends_s)])
+
     def to_arrow(self) -> pa.Table:
         import numpy as np
         import pyarrow as pa

@@ -13,7 +13,8 @@ pytest.importorskip("transformers")
 import engine.gpu.model_runner as model_runner_module  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
 
-OPTIONS = dict(block_size=16, max_model_len=256, seed=0)
+# A fixed, small KV cache: the same on CPU and on a GPU, where many engines share the device in one process.
+OPTIONS = dict(block_size=16, max_model_len=256, seed=0, num_gpu_blocks=64)
 # Prompts of several full blocks, sharing a 32-token prefix: a failed step must not leave its blocks'
 # hashes in the prefix cache, or the retried prompts would read KV that was never written.
 PROMPTS = [[(5 * i + 3) % 400 for i in range(32)] + [(7 * j + k) % 400 for k in range(20 + 9 * j)] for j in range(4)]
@@ -133,7 +134,7 @@ def test_an_interrupted_generate_leaves_nothing_queued(tiny_qwen3, reference, mo
 
 
 def test_a_rejected_prompt_queues_none_of_its_call(tiny_qwen3, reference):
-    llm = LLM(tiny_qwen3[0], **OPTIONS, num_gpu_blocks=12)  # 192 tokens of KV
+    llm = LLM(tiny_qwen3[0], **{**OPTIONS, "num_gpu_blocks": 12})  # 192 tokens of KV
     with pytest.raises(ValueError, match="prompt 1 cannot be served: prompt needs 13 KV blocks"):
         llm.generate([PROMPTS[0], [1] * 200], GREEDY, use_tqdm=False)
     _assert_serves_like_new(llm, reference)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,8 @@ from engine.core.config import EngineConfig
 from engine.core.config_args import add_config_arguments, build_config, field_names
 from engine.options import EngineOptions
 
+MAX_WARMUP_REQUESTS = 10_000
+MAX_REPLAY_SPAN_S = 30 * 24 * 3600
 STEP_TIMING_COLUMNS = ("host_prepare_ms", "host_launch_ms", "host_wait_ms", "gpu_forward_ms", "gpu_sample_ms")
 
 
@@ -104,6 +107,12 @@ def steps_table(step_log, step_timings):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Checked before the model loads: a bad value must not cost a model load, nor hang the warm-up.
+    if not 0 <= args.temperature < math.inf:
+        parser.exit(2, f"error: --temperature must be a finite number >= 0, got {args.temperature}\n")
+    if not 0 <= args.warmup_requests <= MAX_WARMUP_REQUESTS:
+        parser.exit(2, f"error: --warmup-requests must be an integer from 0 to {MAX_WARMUP_REQUESTS}, "
+                       f"got {args.warmup_requests}\n")
     try:
         import polars  # noqa: F401  the run writer's summary needs it: fail now, not after the replay
     except ImportError:
@@ -113,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         trace = load_trace_for_replay(args)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
+    span_s = float(trace.requests["arrival_s"][-1] - trace.requests["arrival_s"][0])
+    if span_s > MAX_REPLAY_SPAN_S:  # replayed in real time: it would sleep for that long (or overflow the sleep)
+        parser.exit(2, f"error: {args.trace}: the arrivals span {span_s:.6g} s after --qps/--time-scale; a real-time "
+                       f"replay is limited to {MAX_REPLAY_SPAN_S:,} s (30 days): use --qps or --time-scale\n")
     from analysis.report.summary_table import format_summary_table
 
     out_dir = Path(args.out)

@@ -3,6 +3,7 @@ profiler, the cost models and their calibration)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from engine.core.records import BATCH_COLUMNS
@@ -17,17 +18,32 @@ def batch_features(batch: ScheduledBatch) -> dict[str, int]:
 
 def read_steps(run_dir: Path) -> list[tuple[dict, float, float]]:
     """(features, duration_s, start_s) for every step of a replay's ``steps.parquet``."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = Path(run_dir) / "steps.parquet"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no steps.parquet (expected an engine.replay output folder)")
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise ValueError(f"{path}: not a readable parquet file ({exc}); expected an engine.replay steps.parquet") \
+            from None
     needed = FEATURE_NAMES + ("duration_s", "start_s")
     missing = [c for c in needed if c not in table.column_names]
     if missing:
         raise ValueError(f"{path}: missing columns {', '.join(missing)} (recorded by an older engine?)")
     columns = {c: table.column(c).to_pylist() for c in needed}
+    for name, values in columns.items():  # a null, NaN or negative value would become a wrong fit, not an error
+        for row, value in enumerate(values):
+            if name in FEATURE_NAMES:
+                ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+                expected = "an integer >= 0"
+            else:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
+                expected = "a finite number of seconds >= 0"
+            if not ok:
+                raise ValueError(f"{path}: row {row}: column {name!r} is {value!r}; expected {expected}")
     return [
         ({c: columns[c][i] for c in FEATURE_NAMES}, columns["duration_s"][i], columns["start_s"][i])
         for i in range(table.num_rows)

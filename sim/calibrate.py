@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.batch_features import read_steps
+from sim.files import write_text_atomic
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, fit_profile
 
 
@@ -58,7 +59,11 @@ def calibrate(profile: dict, run_dirs: list[Path]) -> dict:
                 gpus.append(gpu)
                 reals.append(real)
     if not reals:
-        raise ValueError("the runs have no eager steps to calibrate on")
+        raise ValueError(f"{', '.join(map(str, run_dirs))}: no eager steps to calibrate on (only CUDA-graph decode "
+                         "steps); expected replays with prefills")
+    if not sum(reals) > 0:
+        raise ValueError(f"{', '.join(map(str, run_dirs))}: the eager steps took 0 s in all; expected measured "
+                         "step times")
     floor_s, gpu_s, real_s = np.array(floors), np.array(gpus), np.array(reals)
     k = fit_host_factor(floor_s, gpu_s, real_s)
     # Decode steps (CUDA graph replays): one factor on the whole prediction, to match their total time.
@@ -79,13 +84,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", help="engine.replay output folders (their steps.parquet) on the same GPU")
     args = parser.parse_args(argv)
     path = Path(args.profile)
+    runs = [Path(r) for r in args.runs]
+    seen: dict[Path, str] = {}
+    for run in runs:
+        if run.resolve() in seen:  # its steps would count twice
+            parser.exit(2, f"error: run folder {run} is given twice (also as {seen[run.resolve()]})\n")
+        seen[run.resolve()] = str(run)
     try:
         profile = json.loads(path.read_text())
-        profile["serving"] = calibrate(profile, [Path(r) for r in args.runs])
-    except (OSError, json.JSONDecodeError, KeyError, ValueError) as exc:
+        fit_profile(profile)  # a profile that cannot be fitted is named here, before the runs are read
+    except (OSError, UnicodeDecodeError) as exc:
+        parser.exit(2, f"error: {path}: cannot read the profile ({getattr(exc, 'strerror', None) or exc})\n")
+    except json.JSONDecodeError as exc:
+        parser.exit(2, f"error: {path}: line {exc.lineno}: not valid JSON ({exc.msg}); expected a profile written by "
+                       "python -m sim.profile\n")
+    except ValueError as exc:
+        parser.exit(2, f"error: {path}: {exc}\n")
+    try:
+        profile["serving"] = calibrate(profile, runs)
+        profile["fit"] = fit_profile(profile)
+    except (OSError, KeyError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
-    profile["fit"] = fit_profile(profile)
-    path.write_text(json.dumps(profile, indent=1) + "\n")
+    try:
+        write_text_atomic(path, json.dumps(profile, indent=1, allow_nan=False) + "\n")
+    except OSError as exc:
+        parser.exit(2, f"error: {path}: cannot write the profile ({exc.strerror or exc})\n")
     s = profile["serving"]
     print(f"{path}: host factor {s['host_factor']} from {s['num_eager_steps']} eager steps, decode factor "
           f"{s['decode_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "

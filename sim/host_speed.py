@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+MAX_WINDOWS = 1_000_000  # rows of an extracted timeline
 SLOW_WINDOW = 1.3  # a window this much slower than the grid counts as slow in the summary line
 
 
@@ -86,10 +87,16 @@ class HostSpeedTimeline:
             raise ValueError(f"{path}: {exc}") from None
 
     def write_csv(self, path: Path) -> None:
-        with open(path, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["start_s", "slowdown"])
-            writer.writerows((round(t, 3), round(s, 4)) for t, s in zip(self.starts_s, self.slowdowns))
+        """Written whole or not at all (beside ``path``, then renamed into place)."""
+        from io import StringIO
+
+        from sim.files import write_text_atomic
+
+        text = StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow(["start_s", "slowdown"])
+        writer.writerows((round(t, 3), round(s, 4)) for t, s in zip(self.starts_s, self.slowdowns))
+        write_text_atomic(Path(path), text.getvalue())
 
 
 class HostSpeedEpisodes:
@@ -188,6 +195,9 @@ def timeline_from_run(
     if not by_window:
         raise ValueError(f"{run_dir}: no {window_s:g}-s window has {min_steps_per_window} host-bound eager steps")
     last = max(by_window)
+    if last >= MAX_WINDOWS:  # one row per window up to the last: bound them, or a tiny window never finishes
+        raise ValueError(f"{run_dir}: --window-s {window_s:g} cuts the run into {last + 1:,} windows; expected at "
+                         f"most {MAX_WINDOWS:,} (use a longer window)")
     times, values, value = [], [], float(np.median(by_window[min(by_window)]))
     for w in range(last + 1):
         if w in by_window:
@@ -207,13 +217,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-s", type=float, default=2.0, help="window length in seconds (default: %(default)s)")
     parser.add_argument("--out", required=True, help="CSV to write (start_s,slowdown)")
     args = parser.parse_args(argv)
-    if args.window_s <= 0:
-        parser.exit(2, "error: --window-s must be > 0\n")
+    if not 0 < args.window_s < math.inf:
+        parser.exit(2, f"error: --window-s must be a finite number of seconds > 0, got {args.window_s}\n")
+    from sim.files import check_output_path
+
+    problem = check_output_path(Path(args.out), "--out", [Path(args.profile), Path(args.run) / "steps.parquet"])
+    if problem:  # found before the run is read, and never an input overwritten
+        parser.exit(2, f"error: {problem}\n")
     try:
         timeline = timeline_from_run(Path(args.run), Path(args.profile), args.window_s)
     except (OSError, ValueError, KeyError) as exc:
         parser.exit(2, f"error: {exc}\n")
-    timeline.write_csv(Path(args.out))
+    try:
+        timeline.write_csv(Path(args.out))
+    except OSError as exc:
+        parser.exit(2, f"error: --out {args.out}: {exc.strerror or exc}\n")
     values = timeline.slowdowns
     slow = sum(v > SLOW_WINDOW for v in values) / len(values)
     print(f"{args.out}: {len(values)} windows of {args.window_s:g} s; slowdown min {min(values):.2f}, "

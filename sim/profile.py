@@ -26,6 +26,7 @@ from pathlib import Path
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence, SequenceStatus
 from sim.batch_features import batch_features
+from sim.files import write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,33 @@ def measure(engine, injector: StateInjector, point: GridPoint, repeats: int) -> 
     }
 
 
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse bad options (exit 2, one line naming the option) before anything is loaded or measured."""
+    from engine.core.model_config import ModelShape, resolve_model_dir
+    from engine.options import EngineOptions
+    from sim.files import check_output_path
+
+    if args.repeats < 1:
+        parser.exit(2, f"error: --repeats must be an integer >= 1, got {args.repeats}\n")
+    if not args.gpu.strip():
+        parser.exit(2, "error: --gpu is empty; expected the GPU's name (e.g. h200), matched by sim.replay --gpu\n")
+    problem = check_output_path(Path(args.out), "--out", [])
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
+    names = ("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "device")
+    try:
+        shape = ModelShape.load(resolve_model_dir(args.model))
+    except (ValueError, OSError) as exc:
+        parser.exit(2, f"error: --model {args.model}: {exc}\n")
+    try:
+        options = EngineOptions.from_kwargs(args.model, load_format="dummy", **{n: getattr(args, n) for n in names})
+        options.check_model(shape)
+    except ValueError as exc:
+        field = getattr(exc, "field", None)
+        flag = f"--{field.replace('_', '-')}: " if field in names else ""
+        parser.exit(2, f"error: {flag}{exc}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.profile", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-0.6b", help="shipped model config or model dir (dummy weights)")
@@ -157,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a coarse grid (for smoke tests)")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
+    _check_args(parser, args)  # every bad option fails here, before the model loads and the grid is measured
 
     import torch
 
@@ -199,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     profile["fit"] = fit_profile(profile)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(profile, indent=1) + "\n")
+    write_text_atomic(out, json.dumps(profile, indent=1) + "\n")
     held = profile["fit"]["held_out"]
     print(f"{len(points)} grid points in {profile['profile_wall_s']} s; "
           f"held-out error: mean {held['mean_abs_rel_error']:.1%}, "

@@ -137,8 +137,45 @@ def _fit(points: list[dict], max_graph_bs: int, graph_sizes: list[int]) -> dict:
     return {"graph_decode": decode, "eager": _fit_eager(eager), "max_graph_batch_size": max_graph_bs}
 
 
+_FIT_FEATURES = ("num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
+                 "decode_context_tokens", "prefill_attention_pairs")
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53
+
+
+def check_profile(profile: object) -> None:
+    """Raise ValueError naming the first field of a profile (``python -m sim.profile``'s JSON) that cannot be fitted:
+    a malformed file must not become a traceback or NaN coefficients."""
+    if not isinstance(profile, dict):
+        raise ValueError(f"the top level is a JSON {type(profile).__name__}; expected an object written by sim.profile")
+    options = profile.get("engine_options")
+    if not isinstance(options, dict):
+        raise ValueError("field 'engine_options' is missing or not an object")
+    sizes = options.get("cuda_graph_sizes") or []
+    if not isinstance(sizes, list) or not all(_is_count(b) and b >= 1 for b in sizes):
+        raise ValueError(f"field 'engine_options.cuda_graph_sizes' is {str(sizes)[:80]}; expected a list of "
+                         "batch sizes >= 1")
+    points = profile.get("points")
+    if not isinstance(points, list) or not points:
+        raise ValueError("field 'points' is missing, empty or not a list; expected the measured grid points")
+    for i, p in enumerate(points):
+        where = f"points[{i}]"
+        if not isinstance(p, dict) or not isinstance(p.get("family"), str) or not isinstance(p.get("features"), dict):
+            raise ValueError(f"{where}: expected an object with 'family' (a string), 'features' and 'median_s'")
+        median = p.get("median_s")
+        if isinstance(median, bool) or not isinstance(median, (int, float)) or not 0 < median < float("inf"):
+            raise ValueError(f"{where}: 'median_s' is {median!r}; expected a finite number of seconds > 0")
+        for name in _FIT_FEATURES:
+            if not _is_count(p["features"].get(name)):
+                raise ValueError(f"{where}: feature {name!r} is {p['features'].get(name)!r}; expected an integer "
+                                 "from 0 to 2**53")
+
+
 def fit_profile(profile: dict) -> dict:
     """Fit on three of every four grid points per family; report the error on the fourth."""
+    check_profile(profile)
     points = profile["points"]
     sizes = profile["engine_options"].get("cuda_graph_sizes") or [0]
     max_graph_bs = max(sizes)
@@ -148,6 +185,11 @@ def fit_profile(profile: dict) -> dict:
         i = counters.get(p["family"], 0)
         counters[p["family"]] = i + 1
         (held if i % 4 == 3 else train).append(p)
+    graph = [p for p in train if _is_graph_step(p["features"], max_graph_bs)]
+    no_decode = max_graph_bs > 0 and not any(p["family"] == "decode" for p in graph)
+    if no_decode or len(graph) == len(train):
+        raise ValueError(f"{len(points)} points: too few to fit; the points fitted on (three of every four per "
+                         "family) need one eager point and, with CUDA graphs, one 'decode' point of a graph batch size")
     fit = _fit(train, max_graph_bs, sizes)
     fit["graph_sizes"] = sizes
     model = ProfiledCostModel(fit, name="fit")

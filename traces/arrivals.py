@@ -7,26 +7,33 @@ CV = 0 a fixed gap. The same gamma family is used for think times between chat t
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
 def gamma_gaps_s(num: int, mean_s: float, cv: float, rng: np.random.Generator) -> np.ndarray:
     """`num` positive gaps with the given mean and coefficient of variation."""
-    if not mean_s > 0:
-        raise ValueError(f"mean gap must be > 0 seconds, got {mean_s}")
-    if not cv >= 0:
-        raise ValueError(f"coefficient of variation must be >= 0, got {cv}")
+    if not 0 < mean_s < math.inf:
+        raise ValueError(f"mean gap must be a finite number of seconds > 0, got {mean_s}")
+    if not 0 <= cv < math.inf:
+        raise ValueError(f"coefficient of variation must be a finite number >= 0, got {cv}")
     if cv == 0:
         return np.full(num, mean_s, dtype=np.float64)
     if cv == 1:
         return rng.exponential(mean_s, size=num)
+    if cv * cv == 0:  # cv below ~1e-154: the gaps are fixed to double precision
+        return np.full(num, mean_s, dtype=np.float64)
     shape = 1.0 / (cv * cv)
-    return rng.gamma(shape, mean_s / shape, size=num)
+    scale = mean_s / shape if shape > 0 else math.inf
+    if not scale < math.inf:
+        raise ValueError(f"coefficient of variation {cv} is too large (a gamma gap of mean {mean_s} s overflows)")
+    return rng.gamma(shape, scale, size=num)
 
 
 def arrival_times_s(num: int, rate_per_s: float, cv: float, rng: np.random.Generator) -> np.ndarray:
     """`num` non-decreasing arrival times starting at 0 with mean rate `rate_per_s`."""
-    if not rate_per_s > 0:
-        raise ValueError(f"arrival rate must be > 0 per second, got {rate_per_s}")
+    if not 0 < rate_per_s < math.inf or not 1.0 / rate_per_s < math.inf:
+        raise ValueError(f"arrival rate must be a finite number > 0 (and above 1e-308) per second, got {rate_per_s}")
     gaps = gamma_gaps_s(max(num - 1, 0), 1.0 / rate_per_s, cv, rng)
     return np.concatenate([[0.0], np.cumsum(gaps)])[:num]

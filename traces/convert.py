@@ -8,6 +8,7 @@ validate, write, and print a one-line summary.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def convert(fmt: str, source: str | Path, options: ConvertOptions = _DEFAULT_OPT
         raise TraceError(f"{source}: no requests left after dropping empty ones ({converted.drop_reason})")
     requests = requests.sort("arrival_s", maintain_order=True)
     if options.limit is not None:
-        requests = requests.head(options.limit)
+        requests = requests.head(min(options.limit, requests.height))  # polars refuses n beyond 2**64
     trace = Trace.from_frame(requests, f"{source} (converted from {fmt})", converted.hash_block_size)
     if options.qps is not None and not converted.arrivals_assigned:
         trace = trace.with_qps(options.qps)
@@ -73,10 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be >= 1")
-    if args.qps is not None and not args.qps > 0:
-        parser.error("--qps must be > 0")
-    if not args.think_time_s > 0 or args.think_time_cv < 0:
-        parser.error("--think-time-s must be > 0 and --think-time-cv >= 0")
+    if args.qps is not None and not (0 < args.qps < math.inf and 1.0 / args.qps < math.inf):
+        parser.error(f"--qps must be a finite number > 0, got {args.qps}")
+    if not 0 < args.think_time_s < math.inf:
+        parser.error(f"--think-time-s must be a finite number > 0, got {args.think_time_s}")
+    if not 0 <= args.think_time_cv < math.inf:
+        parser.error(f"--think-time-cv must be a finite number >= 0, got {args.think_time_cv}")
+    if args.seed < 0:
+        parser.error(f"--seed must be an integer >= 0, got {args.seed}")
     options = ConvertOptions(
         limit=args.limit, tokenizer=args.tokenizer, qps=args.qps, seed=args.seed,
         think_time_s=args.think_time_s, think_time_cv=args.think_time_cv,

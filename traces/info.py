@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
             trace = load_trace(path)
         except TraceError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            status = 1
+            status = 2
             continue
         requests = trace.requests
         span_s = float(requests["arrival_s"][-1] - requests["arrival_s"][0])

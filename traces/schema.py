@@ -8,6 +8,7 @@ always validates, so code downstream can trust dtypes, ordering and lengths.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 
 from traces.errors import TraceError, row_error
 from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
-from traces.validation import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, validate
+from traces.validation import MAX_HASH_BLOCK_SIZE, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, validate
 
 __all__ = [
     "HASH_BLOCK_SIZE_KEY",
@@ -61,7 +62,7 @@ class Trace:
         """The first `n` requests in row order (all of them if `n` exceeds the length)."""
         if n < 1:
             raise ValueError(f"head needs n >= 1 (a trace holds at least one request), got {n}")
-        return self._replace_requests(self.requests.head(n))
+        return self._replace_requests(self.requests.head(min(n, len(self))))  # polars refuses n >= 2**64
 
     def with_time_scale(self, scale: float) -> Trace:
         """Stretch (scale > 1) or compress (scale < 1) the gaps after the first arrival."""
@@ -69,9 +70,12 @@ class Trace:
             raise ValueError(f"time scale must be a finite number > 0, got {scale}")
         arrival = pl.col("arrival_s")
         first = arrival.first()
-        return self._replace_requests(
-            self.requests.with_columns(first + (arrival - first) * scale)
-        )
+        scaled = self.requests.with_columns(first + (arrival - first) * scale)
+        last_s = float(scaled["arrival_s"][-1])
+        if not np.isfinite(last_s):
+            raise ValueError(f"{self.source}: time scale {scale:g} stretches the last arrival beyond any finite "
+                             "time; expected a smaller scale (or a larger qps)")
+        return self._replace_requests(scaled)
 
     def offline(self) -> Trace:
         """Every request arrives at time 0, as in an offline batch run."""
@@ -89,7 +93,11 @@ class Trace:
                 f"({len(self)} request(s) at {arrivals[0]} s); use with_time_scale or assign arrivals first"
             )
         current_qps = (len(self) - 1) / span_s
-        return self.with_time_scale(current_qps / qps)
+        scale = current_qps / qps
+        if not np.isfinite(scale):
+            raise ValueError(f"{self.source}: qps {qps:g} is too small for a trace at {current_qps:g} requests/s "
+                             "(its arrivals would overflow); expected a larger qps")
+        return self.with_time_scale(scale)
 
     # --- prompt token ids ------------------------------------------------------------
 
@@ -168,9 +176,10 @@ def _block_size_from_metadata(table: pa.Table, source: str) -> int | None:
         value = int(raw.decode("ascii"))
     except (UnicodeDecodeError, ValueError):
         value = 0
-    if value < 1:
+    if not 1 <= value <= MAX_HASH_BLOCK_SIZE:
         raise TraceError(
-            f"{source}: schema metadata 'hash_block_size' is {raw!r}; expected a decimal integer >= 1"
+            f"{source}: schema metadata 'hash_block_size' is {raw[:40]!r}; expected a decimal integer from 1 to "
+            f"{MAX_HASH_BLOCK_SIZE}"
         )
     return value
 
@@ -184,6 +193,20 @@ def load_trace(path: str | Path) -> Trace:
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return Trace.from_frame(frame, source, block_size)
+
+
+def _check_writable_target(path: Path) -> None:
+    """Refuse, as an OSError naming the problem, a target the rename below would mishandle."""
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory; expected a parquet file path", str(path))
+    if path.exists() and not path.is_file():  # a device or FIFO: the rename would replace the node itself
+        raise OSError(errno.EEXIST, "exists and is not a regular file (a device, FIFO or socket); "
+                      "expected a parquet file path", str(path))
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, f"{parent} is a file, not a folder", str(path))
+            break
 
 
 def save_trace(trace_or_df: Trace | pl.DataFrame, path: str | Path, hash_block_size: int | None = None) -> None:
@@ -205,6 +228,7 @@ def save_trace(trace_or_df: Trace | pl.DataFrame, path: str | Path, hash_block_s
     if trace.hash_block_size is not None:
         metadata[HASH_BLOCK_SIZE_KEY] = str(trace.hash_block_size).encode("ascii")
     table = table.replace_schema_metadata(metadata or None)
+    _check_writable_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Written beside the target and renamed over it: an interrupted write never leaves half a trace.
     partial = path.with_name(f".{path.name}.partial-{os.getpid()}")

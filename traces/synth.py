@@ -9,6 +9,7 @@ a pure function of the arguments: the same command writes the same bytes.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 
@@ -20,6 +21,9 @@ from traces.lengths import LengthDist, parse_length_dist
 from traces.schema import Trace, save_trace
 from traces.sessions import SessionConfig, build_sessions
 from traces.summary import describe
+
+MAX_WARMUP_SESSIONS = 2_000_000
+MAX_REQUESTS = 2**32
 
 
 @dataclass(frozen=True)
@@ -41,16 +45,20 @@ class SynthConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.num_requests < 1:
-            raise ValueError(f"num_requests must be >= 1, got {self.num_requests}")
-        if not self.qps > 0:
-            raise ValueError(f"qps must be > 0, got {self.qps}")
-        if self.arrival_cv < 0 or self.think_time_cv < 0:
-            raise ValueError("coefficients of variation must be >= 0")
+        if not 1 <= self.num_requests <= MAX_REQUESTS:
+            raise ValueError(f"num_requests must be an integer from 1 to {MAX_REQUESTS:,}, got {self.num_requests}")
+        if not 0 < self.qps < math.inf or not 1.0 / self.qps < math.inf:
+            raise ValueError(f"qps must be a finite number > 0, got {self.qps}")
+        for name in ("arrival_cv", "think_time_cv"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name} (a coefficient of variation) must be a finite number >= 0, "
+                                 f"got {getattr(self, name)}")
+        if not 0 < self.think_time_s < math.inf:
+            raise ValueError(f"think_time_s must be a finite number > 0, got {self.think_time_s}")
         if self.hash_block_size < 1 or self.max_context_tokens < 2:
             raise ValueError("hash_block_size must be >= 1 and max_context_tokens >= 2")
-        if self.warmup_s is not None and self.warmup_s < 0:
-            raise ValueError(f"warmup_s must be >= 0, got {self.warmup_s}")
+        if self.warmup_s is not None and not 0 <= self.warmup_s < math.inf:
+            raise ValueError(f"warmup_s must be a finite number >= 0, got {self.warmup_s}")
 
 
 def _single_turn(config: SynthConfig, prompt: LengthDist, output: LengthDist) -> pl.DataFrame:
@@ -85,6 +93,13 @@ def synthesize(config: SynthConfig) -> Trace:
     warmup_s = config.warmup_s
     if warmup_s is None:
         warmup_s = 4 * sessions.turns.mean() * config.think_time_s
+    # Every session started in the warm-up is drawn: bound them, or a huge warm-up (or think time) never ends.
+    warmup_sessions = warmup_s * config.qps / sessions.turns.mean()
+    if not warmup_sessions <= MAX_WARMUP_SESSIONS:
+        raise ValueError(
+            f"warmup_s {warmup_s:g} at qps {config.qps:g} would draw {warmup_sessions:.3g} sessions before the "
+            f"trace starts; expected at most {MAX_WARMUP_SESSIONS:,} (lower warmup_s or think_time_s)"
+        )
     frame = build_sessions(config.num_requests, config.qps, config.arrival_cv, sessions, config.seed, warmup_s)
     return Trace.from_frame(frame, source, config.hash_block_size)
 
@@ -170,7 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         trace = synthesize(config_from_args(args))
     except ValueError as exc:
         parser.error(str(exc))
-    save_trace(trace, args.output)
+    except MemoryError:
+        parser.exit(2, f"error: --num-requests {args.num_requests}: not enough memory to draw that many requests\n")
+    try:
+        save_trace(trace, args.output)
+    except OSError as exc:
+        parser.exit(2, f"error: -o {args.output}: {exc.strerror or exc}\n")
     print(describe(trace, args.output))
     return 0
 

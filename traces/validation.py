@@ -13,6 +13,7 @@ from traces.errors import TraceError, row_error
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("request_id", "arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL_COLUMNS: tuple[str, ...] = ("prompt_token_ids", "hash_ids", "session_id")
+MAX_HASH_BLOCK_SIZE = 2**31  # tokens per hash block; larger would overflow the length check's int64 arithmetic
 
 
 def _first_true(mask: pl.Series) -> int | None:
@@ -102,7 +103,13 @@ class _Checker:
         elif not series.dtype.is_integer():
             raise self.fail(None, column, f"has type {series.dtype}; expected integers >= 1")
         self.check_no_nulls(column, what)
-        series = series.cast(pl.Int64)
+        original = series
+        series = series.cast(pl.Int64, strict=False)  # a uint64 or float beyond int64 becomes null
+        self.fail_at_first(
+            series.is_null(),
+            column,
+            lambda row: f"is {original[row]}; expected an integer below 2**63",
+        )
         self.fail_at_first(
             series < 1,
             column,
@@ -117,11 +124,18 @@ class _Checker:
         if not (isinstance(dtype, pl.List) and dtype.inner.is_integer()):
             raise self.fail(None, column, f"has type {dtype}; expected a list of integers ({what})")
         self.check_no_nulls(column, f"a list of integers ({what})")
-        series = series.cast(pl.List(pl.Int64))
         self.fail_at_first(
             series.list.drop_nulls().list.len() != series.list.len(),
             column,
             lambda row: f"contains a null element; expected a list of integers ({what})",
+        )
+        original = series
+        series = series.cast(pl.List(pl.Int64), strict=False)  # a uint64 element beyond int64 becomes null
+        self.fail_at_first(
+            series.list.drop_nulls().list.len() != series.list.len(),
+            column,
+            lambda row: f"holds {original[row].max()}, beyond int64; expected a list of integers ({what}) "
+            "below 2**63",
         )
         return series
 
@@ -132,10 +146,11 @@ class _Checker:
                 "the parquet schema metadata has no 'hash_block_size' key (the number of prompt "
                 "tokens each hash id names); write the trace with save_trace(..., hash_block_size=N)"
             )
-        if isinstance(hash_block_size, bool) or not isinstance(hash_block_size, int) or hash_block_size < 1:
+        if (isinstance(hash_block_size, bool) or not isinstance(hash_block_size, int)
+                or not 1 <= hash_block_size <= MAX_HASH_BLOCK_SIZE):
             raise TraceError(
-                f"{self.source}: hash_block_size is {hash_block_size!r}; expected an integer >= 1 "
-                "(tokens per hash block)"
+                f"{self.source}: hash_block_size is {hash_block_size!r}; expected an integer from 1 to "
+                f"{MAX_HASH_BLOCK_SIZE} (tokens per hash block)"
             )
         series = self.id_lists("hash_ids", "ids of fixed-size prompt blocks")
         lengths = series.list.len().cast(pl.Int64)

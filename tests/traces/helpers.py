@@ -37,3 +37,20 @@ def small_frame(**overrides: list) -> pl.DataFrame:
     }
     columns.update(overrides)
     return pl.DataFrame({name: pl.Series(name, values, strict=False) for name, values in columns.items()})
+
+
+def cli_error(main, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run a CLI's `main` on bad input: exit status 2 and one error line (argparse's usage lines may come
+    before it), no traceback. Returns the error line."""
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    stderr = capsys.readouterr().err
+    assert status == 2, f"exit status {status}, stderr:\n{stderr}"
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    assert len(errors) == 1 and lines[-1] == errors[0], f"expected one error line, got:\n{stderr}"
+    assert lines[:-1] == [] or lines[0].startswith("usage:"), f"unexpected output before the error:\n{stderr}"
+    return lines[-1]

@@ -96,6 +96,6 @@ def test_convert_never_writes_over_its_source(tmp_path: Path) -> None:
 
 def test_info_cli(tmp_path: Path) -> None:
     result = _run("traces.info", str(REPO_ROOT / "traces" / "sharegpt.parquet"), str(tmp_path / "missing.parquet"))
-    assert result.returncode == 1
+    assert result.returncode == 2  # the project's exit status for bad input
     assert "sharegpt.parquet: 2000 requests over" in result.stdout
     assert "missing.parquet: cannot read the trace: no such file" in result.stderr

@@ -30,12 +30,23 @@ def parse_timestamps(path: Path, text: pl.Series) -> pl.Series:
     if zoned:
         normalised = normalised.str.replace(r"Z$", "+00:00")
     parsed = normalised.str.to_datetime(fmt, strict=False, time_unit="ns")
+    example = "2024-05-10 00:00:00.009930+00:00" if zoned else "2023-11-16 18:15:46.6805900"
     bad = parsed.is_null().arg_true()
     if len(bad):
         row = int(bad[0])
-        example = "2024-05-10 00:00:00.009930+00:00" if zoned else "2023-11-16 18:15:46.6805900"
+        shown = "empty" if text[row] is None or text[row] == "" else repr(text[row])
         raise TraceError(
-            f"{path}: line {line_of_row(row)}: field 'TIMESTAMP' is {text[row]!r}; expected a time like {example!r}"
+            f"{path}: line {line_of_row(row)}: field 'TIMESTAMP' is {shown}; expected a time like {example!r}"
+        )
+    # Nanoseconds in int64 span the years 1677 to 2262; polars wraps a time outside them around silently.
+    coarse = normalised.str.to_datetime(fmt, strict=False, time_unit="us")
+    wrapped = (parsed.cast(pl.Int64) // 1000 - coarse.cast(pl.Int64)).abs() > 1
+    outside = wrapped.arg_true()
+    if len(outside):
+        row = int(outside[0])
+        raise TraceError(
+            f"{path}: line {line_of_row(row)}: field 'TIMESTAMP' is {text[row]!r}, outside the years 1678 to 2261; "
+            f"expected a time like {example!r}"
         )
     return parsed
 

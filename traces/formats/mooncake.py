@@ -22,7 +22,8 @@ MOONCAKE_BLOCK_TOKENS = 512
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An int64 (JSON has no bound on integers; the trace stores them as int64)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
 def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int, list[int]]:
@@ -45,11 +46,11 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
     for field in ("input_length", "output_length"):
         value = record[field]
         if not _is_int(value) or value < 0:
-            raise fail(f"field {field!r} is {value!r}; expected an integer >= 0")
+            raise fail(f"field {field!r} is {value!r}; expected an integer from 0 to 2**63 - 1")
         lengths.append(value)
     hash_ids = record["hash_ids"]
     if not isinstance(hash_ids, list) or not all(_is_int(h) for h in hash_ids):
-        raise fail(f"field 'hash_ids' is not a list of integers: {str(hash_ids)[:80]}")
+        raise fail(f"field 'hash_ids' is not a list of integers (each within int64): {str(hash_ids)[:80]}")
     expected = cdiv(lengths[0], MOONCAKE_BLOCK_TOKENS)
     if len(hash_ids) != expected:
         raise fail(

@@ -21,12 +21,22 @@ def line_of_row(row: int) -> int:
 
 def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> pl.DataFrame:
     """All columns as strings; raises TraceError for an unreadable file or missing columns."""
+    if path.is_dir():
+        raise TraceError(f"{path}: cannot read: it is a directory; expected a CSV file")
     if not path.is_file():
-        raise TraceError(f"{path}: cannot read: no such file")
+        what = "not a regular file" if path.exists() else "no such file"
+        raise TraceError(f"{path}: cannot read: {what}; expected a CSV file")
     try:
         frame = pl.read_csv(path, infer_schema=False, has_header=True)
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: not a readable CSV file ({exc})") from exc
+        reason = " ".join(str(exc).split())  # polars' messages span lines: the error stays one line
+        if len(reason) > 200:
+            reason = reason[:200] + "..."
+        raise TraceError(f"{path}: not a readable CSV file ({reason})") from exc
+    repeated = [name for name in frame.columns if "_duplicated_" in name]
+    if repeated:  # polars renames a repeated header name; which of the columns holds the data is unknown
+        first = repeated[0].split("_duplicated_")[0]
+        raise TraceError(f"{path}: the header names column {first!r} more than once; expected each column once")
     missing = [name for name in required if name not in frame.columns]
     if missing:
         raise TraceError(
@@ -44,7 +54,7 @@ def _first_bad(path: Path, text: pl.Series, parsed: pl.Series, field: str, expec
     if len(bad):
         row = int(bad[0])
         value = text[row]
-        shown = "empty" if value in (None, "") else f"{value!r}"
+        shown = "empty" if value is None or value == "" else f"{value!r}"
         raise TraceError(f"{path}: line {line_of_row(row)}: field {field!r} is {shown}; expected {expected}")
 
 
@@ -55,12 +65,13 @@ def int_column(path: Path, frame: pl.DataFrame, field: str, minimum: int = 0) ->
     whole = as_float.is_finite() & (as_float == as_float.floor())
     parsed = pl.Series(field, as_float).set(~whole.fill_null(False), None)
     _first_bad(path, text, parsed, field, "an integer")
-    huge = (parsed.abs() >= 2.0**63).arg_true()  # beyond int64: no token count is that large
+    exact = text.cast(pl.Int64, strict=False)  # digits parse exactly; a float keeps only 53 bits of them
+    huge = (exact.is_null() & (parsed.abs() >= 2.0**63)).arg_true()  # beyond int64: no token count is that large
     if len(huge):
         row = int(huge[0])
         raise TraceError(f"{path}: line {line_of_row(row)}: field {field!r} is {text[row]}; expected an integer "
                          "below 2**63")
-    values = parsed.cast(pl.Int64)
+    values = exact.fill_null(parsed.cast(pl.Int64)).alias(field)
     low = (values < minimum).arg_true()
     if len(low):
         row = int(low[0])

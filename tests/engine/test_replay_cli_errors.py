@@ -1,0 +1,32 @@
+"""Bad options to ``python -m engine.replay`` fail before the model loads: exit 2, one line, nothing written."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from cli.engine_replay import main as replay_main
+from tests.traces.helpers import cli_error
+
+
+@pytest.fixture
+def trace(tmp_path):
+    path = tmp_path / "t.parquet"
+    pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "prompt_tokens": [3, 4],
+                  "output_tokens": [1, 1]}).write_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize(("args", "pattern"), [
+    (["--temperature", "nan"], "--temperature"),  # failed only after the model had loaded
+    (["--temperature", "-1"], "--temperature"),
+    (["--warmup-requests", "-1"], "--warmup-requests"),  # silently no warm-up
+    (["--warmup-requests", str(2**70)], "--warmup-requests"),  # hung building the warm-up prompts
+    (["--time-scale", "1e308"], "real-time replay is limited"),  # OverflowError in time.sleep
+    (["--qps", "1e-320"], "too small"),
+])
+def test_engine_replay_refuses_before_loading(trace, tmp_path, capsys, args, pattern):
+    out = tmp_path / "out"
+    argv = [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--out", str(out), *args]
+    assert pattern in cli_error(replay_main, argv, capsys)
+    assert not out.exists()

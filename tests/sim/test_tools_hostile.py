@@ -1,0 +1,161 @@
+"""Hostile input to sim.fit_profile, sim.calibrate, sim.host_speed and sim.profile: exit 2 with one line naming
+the file, row or option, no traceback, no hang, no NaN written into a profile and no input overwritten."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sim.calibrate import main as calibrate_main
+from sim.fit_profile import main as fit_main
+from sim.host_speed import main as host_speed_main
+from sim.profile import main as profile_main
+from sim.profiled_cost_model import find_profile
+from tests.sim.test_calibrate import _fake_run
+from tests.traces.helpers import cli_error
+
+PROFILE = find_profile("qwen3-0.6b", "h200")
+
+
+def _profile(tmp_path, mutate=None):
+    data = json.loads(PROFILE.read_text())
+    if mutate:
+        data = mutate(data)
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _set(path: str, value):
+    def mutate(data):
+        target = data
+        keys = path.split(".")
+        for key in keys[:-1]:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        target[keys[-1]] = value
+        return data
+    return mutate
+
+
+BAD_PROFILES = {
+    "a list": (lambda d: [], "top level is a JSON list"),
+    "no points": (_set("points", []), "'points'"),
+    "points an object": (_set("points", {}), "'points'"),
+    "engine_options null": (_set("engine_options", None), "'engine_options'"),
+    "three points": (lambda d: {**d, "points": d["points"][:3]}, "too few to fit"),
+    "median NaN": (lambda d: _set("median_s", math.nan)(d["points"][0]) and d, "points\\[0\\]: 'median_s' is nan"),
+    "median 0": (lambda d: _set("median_s", 0)(d["points"][0]) and d, "'median_s' is 0"),
+    "median text": (lambda d: _set("median_s", "x")(d["points"][0]) and d, "'median_s' is 'x'"),
+    "feature 2**70": (lambda d: _set("num_seqs", 2**70)(d["points"][0]["features"]) and d, "'num_seqs'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PROFILES))
+def test_fit_profile_refuses_a_bad_profile_and_leaves_it_alone(tmp_path, capsys, case):
+    mutate, pattern = BAD_PROFILES[case]
+    path = _profile(tmp_path, mutate)
+    before = path.read_bytes()
+    line = cli_error(fit_main, [str(path)], capsys)
+    assert str(path) in line
+    assert __import__("re").search(pattern, line), line
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("content", [b"\x88\xff binary", b""])
+def test_fit_profile_unreadable_file(tmp_path, capsys, content):
+    path = tmp_path / "p.json"
+    path.write_bytes(content)
+    assert str(path) in cli_error(fit_main, [str(path)], capsys)
+
+
+def _run_with(tmp_path, name, mutate):
+    run = _fake_run(tmp_path / name, host=1.5, decode=1.0)
+    table = pq.read_table(run / "steps.parquet").to_pylist()
+    mutate(table)
+    pq.write_table(pa.Table.from_pylist(table), run / "steps.parquet")
+    return run
+
+
+@pytest.mark.parametrize(("value", "shown"), [(math.nan, "nan"), (-1.0, "-1.0"), (math.inf, "inf"), (None, "None")])
+def test_calibrate_refuses_bad_step_durations(tmp_path, capsys, value, shown):
+    """NaN or negative durations gave a host factor of 0.25 (the clamp) with exit 0; null a TypeError."""
+    profile = _profile(tmp_path)
+    before = profile.read_bytes()
+    run = _run_with(tmp_path, "run", lambda rows: rows[0].update(duration_s=value))
+    line = cli_error(calibrate_main, [str(profile), str(run)], capsys)
+    assert f"{run / 'steps.parquet'}: row 0: column 'duration_s' is {shown}" in line
+    assert profile.read_bytes() == before
+
+
+def test_calibrate_refuses_the_same_run_twice_and_a_bad_profile(tmp_path, capsys):
+    run = _fake_run(tmp_path / "run", host=1.5, decode=1.0)
+    profile = _profile(tmp_path)
+    assert "given twice" in cli_error(calibrate_main, [str(profile), str(run), str(run) + "/"], capsys)
+    bad = _profile(tmp_path, lambda d: [])
+    assert str(bad) in cli_error(calibrate_main, [str(bad), str(run)], capsys)
+
+
+def test_host_speed_never_writes_over_its_inputs(tmp_path, capsys):
+    """--out equal to --profile replaced the profile with the CSV."""
+    run = _fake_run(tmp_path / "run", host=1.5, decode=1.0)
+    profile = _profile(tmp_path)
+    before = profile.read_bytes()
+    for out in (profile, run / "steps.parquet"):
+        line = cli_error(host_speed_main, [str(run), "--profile", str(profile), "--out", str(out)], capsys)
+        assert "one of the inputs" in line
+    assert profile.read_bytes() == before
+
+
+@pytest.mark.parametrize("window", ["nan", "inf"])
+def test_host_speed_window_must_be_finite(tmp_path, capsys, window):
+    run = _fake_run(tmp_path / "run", host=1.5, decode=1.0)
+    argv = [str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "h.csv"), "--window-s", window]
+    assert "--window-s" in cli_error(host_speed_main, argv, capsys)
+
+
+def test_host_speed_bad_out_fails_before_reading(tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for out, pattern in ((a_file / "h.csv", "not a folder"), (folder, "is a directory")):
+        argv = [str(tmp_path / "no_run"), "--profile", str(PROFILE), "--out", str(out)]
+        line = cli_error(host_speed_main, argv, capsys)
+        assert line.startswith(f"error: --out {out}") and pattern in line
+
+
+def test_host_speed_bounds_the_number_of_windows(tmp_path, capsys):
+    """Three eager steps 10^12 s in: one CSV row per 2-s window up to there would never finish."""
+    def far(rows):
+        copies = [{**r, "step": r["step"] + k * len(rows), "start_s": r["start_s"] + k} for k in range(5)
+                  for r in rows]
+        rows[:] = copies
+        for r in [r for r in rows if r["num_prefill_tokens"]][-3:]:
+            r["start_s"] = 1e12
+    run = _run_with(tmp_path, "run", far)
+    argv = [str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "h.csv")]
+    line = cli_error(host_speed_main, argv, capsys)
+    assert "windows" in line and "--window-s" in line
+
+
+@pytest.mark.parametrize(("args", "pattern"), [
+    (["--repeats", "0"], "--repeats"),  # IndexError after measuring the whole grid
+    (["--max-num-seqs", "0"], "--max-num-seqs"),
+    (["--block-size", "3"], "--block-size"),
+    (["--model", "no-such-model"], "--model no-such-model"),
+    (["--gpu", ""], "--gpu"),
+])
+def test_profile_refuses_bad_options_before_loading(tmp_path, capsys, args, pattern):
+    line = cli_error(profile_main, ["--device", "cpu", "--out", str(tmp_path / "p.json"), *args], capsys)
+    assert pattern in line
+
+
+def test_profile_refuses_an_unwritable_out_before_measuring(tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    line = cli_error(profile_main, ["--device", "cpu", "--out", str(a_file / "p.json")], capsys)
+    assert "--out" in line and "not a folder" in line

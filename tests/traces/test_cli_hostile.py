@@ -1,0 +1,217 @@
+"""Hostile input to traces.convert, traces.synth and traces.info: exit 2 with one line naming the file, line or
+option, never a traceback or a hang, and nothing written where it should not be."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.traces.helpers import cli_error
+from traces import load_trace
+from traces.convert import main as convert_main
+from traces.info import main as info_main
+from traces.synth import main as synth_main
+
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def vidur(tmp_path: Path) -> Path:
+    return _write(tmp_path / "vidur.csv", "num_prefill_tokens,num_decode_tokens\n10,5\n11,6\n")
+
+
+@pytest.fixture
+def sharegpt(tmp_path: Path) -> Path:
+    return _write(tmp_path / "sg.json", '[{"id": "c", "conversations": [{"from": "human", "value": "hello world"}, '
+                                        '{"from": "gpt", "value": "fine thanks"}]}]')
+
+
+# --- traces.convert: options ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "patterns"), [
+    (["--qps", "inf"], ["--qps", "finite"]),
+    (["--qps", "1e-320"], ["--qps", "finite"]),  # 1/qps overflows: the arrivals would be infinite
+    (["--think-time-s", "inf"], ["--think-time-s", "finite"]),
+    (["--think-time-cv", "inf"], ["--think-time-cv", "finite"]),
+    (["--seed", "-1"], ["--seed", ">= 0"]),
+])
+def test_convert_refuses_bad_numeric_options(vidur, tmp_path, capsys, args, patterns):
+    line = cli_error(convert_main, ["vidur", str(vidur), "-o", str(tmp_path / "o.parquet"), *args], capsys)
+    for pattern in patterns:
+        assert re.search(pattern, line), line
+    assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("cv", ["1e-300", "1e300"])
+def test_convert_sharegpt_extreme_think_time_cv_is_no_traceback(sharegpt, tiny_tokenizer_dir, tmp_path, capsys, cv):
+    """A CV whose square under- or overflows raised ZeroDivisionError: now fixed gaps, or a one-line error."""
+    argv = ["sharegpt", str(sharegpt), "-o", str(tmp_path / "o.parquet"), "--tokenizer", str(tiny_tokenizer_dir),
+            "--qps", "1", "--think-time-cv", cv]
+    if cv == "1e-300":
+        assert convert_main(argv) == 0
+    else:
+        assert "coefficient of variation" in cli_error(convert_main, argv, capsys)
+
+
+def test_convert_limit_beyond_int64_keeps_every_request(vidur, tmp_path):
+    out = tmp_path / "o.parquet"
+    assert convert_main(["vidur", str(vidur), "-o", str(out), "--limit", str(2**70)]) == 0  # was OverflowError
+    assert len(load_trace(out)) == 2
+
+
+# --- traces.convert: outputs ------------------------------------------------------------------------------
+
+def test_convert_output_under_a_file_or_empty(vidur, tmp_path, capsys):
+    a_file = _write(tmp_path / "a_file", "x")
+    line = cli_error(convert_main, ["vidur", str(vidur), "-o", str(a_file / "out.parquet")], capsys)
+    assert "-o" in line and "is a file, not a folder" in line
+    line = cli_error(convert_main, ["vidur", str(vidur), "-o", ""], capsys)
+    assert line.startswith("error: -o") and "directory" in line
+
+
+def test_convert_never_replaces_a_fifo_or_device(vidur, tmp_path, capsys):
+    """-o /dev/null used to rename the parquet over the device node itself."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    line = cli_error(convert_main, ["vidur", str(vidur), "-o", str(fifo)], capsys)
+    assert str(fifo) in line and "not a regular file" in line
+    assert fifo.is_fifo()
+
+
+# --- traces.convert: source files -------------------------------------------------------------------------
+
+def test_convert_csv_source_that_is_a_directory_or_device(tmp_path, capsys):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert "it is a directory" in cli_error(convert_main, ["vidur", str(folder), "-o", str(tmp_path / "o")], capsys)
+    assert "not a regular file" in cli_error(convert_main, ["azure", "/dev/null", "-o", str(tmp_path / "o")], capsys)
+
+
+def test_convert_malformed_csv_is_one_line(tmp_path, capsys):
+    """polars' parse errors span many lines; the message must stay one line naming the file."""
+    source = _write(tmp_path / "q.csv", AZURE_HEADER + '"2023-11-16 18:15:46.6805900,3,5\n')
+    line = cli_error(convert_main, ["azure", str(source), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert str(source) in line and "not a readable CSV file" in line
+
+
+def test_convert_refuses_a_repeated_header_column(tmp_path, capsys):
+    source = _write(tmp_path / "dup.csv", "TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n"
+                                          "2023-11-16 18:15:46.6805900,3,5,4\n")
+    line = cli_error(convert_main, ["azure", str(source), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert "'ContextTokens' more than once" in line
+
+
+def test_convert_keeps_every_digit_of_a_large_token_count(tmp_path):
+    """2**53 + 1 went through a float and came out as 2**53."""
+    source = _write(tmp_path / "big.csv", AZURE_HEADER + "2023-11-16 18:15:46.6805900,9007199254740993,5\n"
+                                                         "2023-11-16 18:15:47.6805900,12.0,5\n")
+    out = tmp_path / "o.parquet"
+    assert convert_main(["azure", str(source), "-o", str(out)]) == 0
+    assert load_trace(out).requests["prompt_tokens"].to_list() == [9007199254740993, 12]
+
+
+@pytest.mark.parametrize(("stamp", "pattern"), [
+    ("9999-12-31 23:59:59.0", "outside the years"),  # wrapped around int64 nanoseconds silently
+    ("", "is empty"),
+])
+def test_convert_azure_bad_timestamps(tmp_path, capsys, stamp, pattern):
+    source = _write(tmp_path / "t.csv", AZURE_HEADER + f"2023-11-16 18:15:46.6805900,3,5\n{stamp},3,5\n")
+    line = cli_error(convert_main, ["azure", str(source), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert "line 3: field 'TIMESTAMP'" in line and pattern in line
+
+
+@pytest.mark.parametrize(("record", "pattern"), [
+    ('"input_length": 10, "output_length": 1180591620717411303424, "hash_ids": [1]', "'output_length'"),
+    ('"input_length": 10, "output_length": 5, "hash_ids": [1180591620717411303424]', "'hash_ids'"),
+])
+def test_convert_mooncake_integers_beyond_int64(tmp_path, capsys, record, pattern):
+    source = _write(tmp_path / "m.jsonl", '{"timestamp": 0, ' + record + "}\n")
+    line = cli_error(convert_main, ["mooncake", str(source), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert f"{source}: line 1: field {pattern}" in line
+
+
+# --- traces.synth -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "pattern"), [
+    (["--qps", "inf"], "qps"),
+    (["--qps", "1e-320"], "qps"),
+    (["--num-requests", "100000000000"], "num_requests"),  # was a MemoryError traceback
+    (["--arrival", "gamma", "--cv", "inf"], "arrival_cv"),  # were ZeroDivisionError tracebacks
+    (["--arrival", "gamma", "--cv", "1e308"], "coefficient of variation"),
+    (["--multi-turn", "--think-time-cv", "inf"], "think_time_cv"),
+    (["--multi-turn", "--warmup-s", "nan"], "warmup_s"),  # these four hung
+    (["--multi-turn", "--warmup-s", "inf"], "warmup_s"),
+    (["--multi-turn", "--warmup-s", "1e308"], "warmup_s"),
+    (["--multi-turn", "--think-time-s", "1e308"], "warmup_s"),
+    (["--multi-turn", "--think-time-s", "inf"], "think_time_s"),
+])
+def test_synth_refuses_bad_numbers(tmp_path, capsys, args, pattern):
+    argv = ["-o", str(tmp_path / "s.parquet"), "--num-requests", "5", "--qps", "1", *args]
+    assert pattern in cli_error(synth_main, argv, capsys)
+    assert not (tmp_path / "s.parquet").exists()
+
+
+def test_synth_tiny_cv_gives_fixed_gaps(tmp_path):
+    out = tmp_path / "s.parquet"
+    argv = ["-o", str(out), "--num-requests", "3", "--qps", "2", "--arrival", "gamma", "--cv", "1e-320"]
+    assert synth_main(argv) == 0
+    assert load_trace(out).requests["arrival_s"].to_list() == [0.0, 0.5, 1.0]
+
+
+def test_synth_unwritable_output(tmp_path, capsys):
+    a_file = _write(tmp_path / "a_file", "x")
+    line = cli_error(synth_main, ["-o", str(a_file / "s.parquet"), "--num-requests", "3", "--qps", "1"], capsys)
+    assert line.startswith(f"error: -o {a_file / 's.parquet'}") and "not a folder" in line
+
+
+# --- traces.info (and every loader of a trace) ------------------------------------------------------------
+
+def _frame(**columns) -> pl.DataFrame:
+    base = {"request_id": pl.Series([0], dtype=pl.Int64), "arrival_s": [0.0], "prompt_tokens": [3],
+            "output_tokens": [1]}
+    return pl.DataFrame({**base, **columns})
+
+
+@pytest.mark.parametrize(("frame", "pattern"), [
+    (_frame(prompt_tokens=pl.Series([2**64 - 1], dtype=pl.UInt64)), "column 'prompt_tokens' is 18446744073709551615"),
+    (_frame(output_tokens=[1e30]), "column 'output_tokens' is 1e\\+30"),
+    (_frame(prompt_token_ids=pl.Series([[1, 2, 2**64 - 1]], dtype=pl.List(pl.UInt64))), "beyond int64"),
+])
+def test_info_values_beyond_int64(tmp_path, capsys, frame, pattern):
+    path = tmp_path / "t.parquet"
+    frame.write_parquet(path)
+    line = cli_error(info_main, [str(path)], capsys)
+    assert str(path) in line and re.search(pattern, line), line
+
+
+def test_info_huge_hash_block_size_metadata(tmp_path, capsys):
+    table = pa.table({"request_id": [0], "arrival_s": [0.0], "prompt_tokens": [3], "output_tokens": [1],
+                      "hash_ids": [[1]]}).replace_schema_metadata({b"hash_block_size": b"9" * 23})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    assert "schema metadata 'hash_block_size'" in cli_error(info_main, [str(path)], capsys)
+
+
+def test_info_bad_file_exits_2(tmp_path, capsys):
+    assert "no such file" in cli_error(info_main, [str(tmp_path / "missing.parquet")], capsys)
+
+
+def test_trace_head_and_time_scale_at_the_limits():
+    from traces.schema import Trace
+
+    trace = Trace.from_frame(_frame(request_id=pl.Series([0, 1]), arrival_s=[0.0, 1.0], prompt_tokens=[3, 4],
+                                    output_tokens=[1, 1]), "t")
+    assert len(trace.head(2**70)) == 2  # polars raised OverflowError (engine.replay --limit 2**70)
+    with pytest.raises(ValueError, match="beyond any finite time"):
+        trace.with_time_scale(1.7e308).with_time_scale(1.7e308)

@@ -32,19 +32,37 @@ def default_out_dir(prefix: str, name: str) -> Path:
     return out
 
 
+# What the commands write into a run folder: --overwrite replaces a folder holding only these, never
+# one that holds anything else (a mistyped --out . or --out ~ must not take a home directory with it).
+RUN_FILES = frozenset({
+    "requests.parquet", "steps.parquet", "summary.json", "report.html", "run.json",
+    "capacity.json", "capacity.parquet", "compare.json", "compare.md", "compare.parquet",
+})
+
+
 def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out") -> None:
-    """Refuse a target that is a file, or a non-empty folder unless ``overwrite``."""
+    """Refuse a target that is a file, or a non-empty folder unless ``overwrite`` and it is an earlier run's."""
     if target.exists() and not target.is_dir():
         raise OutDirError(f"{option} {target} exists and is not a folder")
-    if target.is_dir() and any(target.iterdir()) and not overwrite:
+    if not target.is_dir():
+        return
+    cwd = Path.cwd().resolve()
+    if target.resolve() in (cwd, *cwd.parents):  # it is replaced as a whole: never the folder we stand in
+        raise OutDirError(f"{option} {target} is the current folder or one above it; name a folder for the run")
+    names = {p.name for p in target.iterdir()}
+    if names and not overwrite:
         raise OutDirError(f"{option} {target} exists and is not empty; pass --overwrite to replace it")
+    foreign = sorted(names - RUN_FILES)
+    if foreign:
+        raise OutDirError(f"{option} {target} holds files no run wrote ({', '.join(foreign[:3])}"
+                          f"{', ...' if len(foreign) > 3 else ''}); --overwrite replaces only an earlier run's folder")
 
 
 @contextmanager
 def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out") -> Iterator[Path]:
     """Yield a fresh staging folder beside ``target``; on success it becomes ``target``."""
-    target = Path(target)
-    check_out_dir(target, overwrite=overwrite, option=option)
+    check_out_dir(Path(target), overwrite=overwrite, option=option)
+    target = Path(target).resolve()  # "." has no name to put a staging folder beside
     stage = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

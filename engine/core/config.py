@@ -73,6 +73,7 @@ class EngineConfig:
         check_int("num_gpu_blocks", self.num_gpu_blocks, optional=True)
         check_int("max_model_len", self.max_model_len, optional=True)
         check_int("seed", self.seed, minimum=0)
+        check(self.seed < 2**63, f"seed must be below 2**63, got {self.seed}", "seed")
         sizes = self.SUPPORTED_BLOCK_SIZES
         check(self.block_size in sizes,
               f"block_size must be a power of two from {sizes[0]} to {sizes[-1]}, got {self.block_size!r}",

@@ -71,3 +71,22 @@ def test_a_failed_overwrite_keeps_the_earlier_run(tmp_path, monkeypatch):
     monkeypatch.setattr(sim_replay, "write_outputs", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EIO, "I/O")))
     assert _run(out, "--overwrite") == 2
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_overwrite_never_replaces_a_folder_that_is_not_a_run(tmp_path, capsys):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("precious")
+    assert _run(home, "--overwrite") == 2
+    expected = f"error: --out {home} holds files no run wrote (notes.txt); --overwrite replaces only an earlier run's"
+    assert capsys.readouterr().err.startswith(expected)
+    assert (home / "notes.txt").read_text() == "precious"
+
+
+def test_the_current_folder_is_never_an_output(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _run(".") == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --out . is the current folder or one above it; name a folder for the run")
+    assert _run("..", "--overwrite") == 2
+    assert list(tmp_path.iterdir()) == []

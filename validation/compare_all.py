@@ -38,7 +38,8 @@ PLAN: dict[str, tuple[str, str, list[str]]] = {
     "b-azure-p95": ("(b) Azure conv, ~95% of capacity (49 req/s)", "azure_conv_slice.parquet",
                     ["--qps", "49", "--limit", "2700", "--max-model-len", "16384"]),
     "c-mooncake": ("(c) Mooncake conv, ~70% of capacity (2.8 req/s)", "mooncake_slice.parquet",
-                   ["--qps", "2.8", "--limit", "200", "--max-model-len", "65536"]),
+                   ["--qps", "2.8", "--limit", "200", "--max-model-len", "65536",
+                     "--allow-long-max-model-len"]),
 }
 HEADLINE = ["ttft_ms.p50", "ttft_ms.p90", "tpot_ms.p50", "tpot_ms.p90", "e2e_ms.p50", "e2e_ms.p90", "output_throughput"]
 
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         sim_replay([str(TRACES / trace), *options, "--num-gpu-blocks", str(real_config["num_gpu_blocks"]),
                     "--cost-model", args.cost_model, *extra, "--out", str(sim), "--quiet", "--no-report"])
         out = results / name
+        if out.exists():
+            shutil.rmtree(out)  # derived from the two runs, remade whole
         compare_main([str(real), str(sim), "--out", str(out), "--no-report"])
         (out / "compare.parquet").unlink(missing_ok=True)
         shutil.copy(real / "summary.json", out / "real_summary.json")

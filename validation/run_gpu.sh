@@ -35,7 +35,7 @@ calibrate)
     --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/cal-azure" --quiet
   pack cal-azure
   step timeout 150 python3 -m engine.replay validation/traces/mooncake_calibration.parquet --qps "$QPS_CAL_MOONCAKE" --limit 200 \
-    --model qwen3-0.6b --load-format dummy --max-model-len 65536 --out "$out/cal-mooncake" --quiet
+    --model qwen3-0.6b --load-format dummy --max-model-len 65536 --allow-long-max-model-len --out "$out/cal-mooncake" --quiet
   pack cal-mooncake
   ;;
 diagnose)
@@ -86,7 +86,7 @@ online)
     pack "b-azure-$name"
   done
   step timeout 200 python3 -m engine.replay validation/traces/mooncake_slice.parquet --qps "$QPS_MOONCAKE" --limit 200 \
-    --model qwen3-0.6b --load-format dummy --max-model-len 65536 --out "$out/c-mooncake" --quiet
+    --model qwen3-0.6b --load-format dummy --max-model-len 65536 --allow-long-max-model-len --out "$out/c-mooncake" --quiet
   pack c-mooncake
   ;;
 *)

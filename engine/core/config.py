@@ -65,6 +65,9 @@ class EngineConfig:
     gpu_memory_utilization: float = option(0.9, "share of GPU memory used")
     tensor_parallel_size: int = option(1, "GPUs per replica")
     seed: int = option(0, "seed for weights, sampling and synthesized prompt tokens")
+    allow_long_max_model_len: bool = option(
+        False, "accept --max-model-len beyond the model's max_position_embeddings (timing studies with dummy "
+        "weights, as vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN; outputs past the trained context are unreliable)")
 
     def __post_init__(self) -> None:
         check_choice("policy", self.policy, SCHEDULING_POLICIES)
@@ -78,9 +81,9 @@ class EngineConfig:
         check(self.block_size in sizes,
               f"block_size must be a power of two from {sizes[0]} to {sizes[-1]}, got {self.block_size!r}",
               "block_size")
-        check(isinstance(self.enable_prefix_caching, bool),
-              f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r}",
-              "enable_prefix_caching")
+        for name in ("enable_prefix_caching", "allow_long_max_model_len"):
+            check(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}",
+                  name)
         utilization = self.gpu_memory_utilization
         check(isinstance(utilization, (int, float)) and not isinstance(utilization, bool)
               and math.isfinite(utilization) and 0.0 < utilization <= 1.0,
@@ -112,9 +115,11 @@ class EngineConfig:
 
     def check_model(self, shape) -> None:
         """Refuse settings the model cannot run with (a ``engine.core.model_config.ModelShape``)."""
-        if self.max_model_len is not None and self.max_model_len > shape.max_position_embeddings:
+        too_long = self.max_model_len is not None and self.max_model_len > shape.max_position_embeddings
+        if too_long and not self.allow_long_max_model_len:
             raise ValueError(f"max_model_len={self.max_model_len} is more than {shape.name}'s "
-                             f"max_position_embeddings={shape.max_position_embeddings}")
+                             f"max_position_embeddings={shape.max_position_embeddings} "
+                             "(--allow-long-max-model-len accepts it for timing studies)")
         # The engine shards these across tensor-parallel ranks (engine.gpu.layers) and cannot split them unevenly.
         tp = self.tensor_parallel_size
         for what, count in (("attention heads", shape.num_heads), ("KV heads", shape.num_kv_heads),

@@ -216,6 +216,12 @@ def _check_max_model_len(run: Run, base: Run) -> None:
     assert served.height + rejected.height == LIMIT
 
 
+def _check_allow_long_max_model_len(run: Run, base: Run) -> None:
+    # Past qwen3-0.6b's 40,960 positions only with the switch (without it: tests/sim/test_cli_errors.py).
+    assert run.config["max_model_len"] == 100_000 and run.config["allow_long_max_model_len"] is True
+    assert run.requests["finish_reason"].to_list() == base.requests["finish_reason"].to_list()
+
+
 def _check_gpu_memory_utilization(run: Run, base: Run) -> None:
     assert run.config["gpu_memory_utilization"] == 0.5
     assert run.config["num_gpu_blocks"] < 0.6 * base.config["num_gpu_blocks"]
@@ -269,6 +275,8 @@ OPTION_CASES: dict[str, tuple[list[str], Callable[[Run, Run], None]]] = {
     "block-size": (["--block-size", "16"], _check_block_size),
     "num-gpu-blocks": (["--num-gpu-blocks", "64"], _check_num_gpu_blocks),
     "max-model-len": (["--max-model-len", "1024"], _check_max_model_len),
+    "allow-long-max-model-len": (["--max-model-len", "100000", "--allow-long-max-model-len"],
+                                 _check_allow_long_max_model_len),
     "gpu-memory-utilization": (["--gpu-memory-utilization", "0.5"], _check_gpu_memory_utilization),
     # Both under the roofline: the base run uses the measured TP=1 profile, and there is none for TP=2 here.
     "tensor-parallel-size": (["--tensor-parallel-size", "2", "--model", "qwen3-8b", "--gpu", "h100"],

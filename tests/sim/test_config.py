@@ -77,6 +77,8 @@ def test_engine_limits_are_refused_by_both():
             cls(block_size=8)
     with pytest.raises(ValueError, match="max_model_len=50000 is more than qwen3-0.6b's max_position_embeddings=40960"):
         SimConfig(max_model_len=50000).resolved_for(ModelShape.load("qwen3-0.6b"))
+    long_config = SimConfig(max_model_len=50000, allow_long_max_model_len=True)
+    assert long_config.resolved_for(ModelShape.load("qwen3-0.6b")).max_model_len == 50000  # only when asked for
     with pytest.raises(ValueError, match=r"attention heads \(16\) is not divisible by tensor_parallel_size \(3\)"):
         SimConfig(tensor_parallel_size=3).resolved_for(ModelShape.load("qwen3-0.6b"))
 

@@ -54,6 +54,8 @@ def plan_quiet_window(
             return None  # the token would stop it: a finish
         left = seq.max_num_tokens - num_tokens
         if left < tokens_left:
+            if left <= min_steps:
+                return None  # it finishes within min_steps: too short a window to be worth it
             tokens_left = left
         context_tokens += num_tokens
         if num_tokens > longest:
@@ -126,10 +128,11 @@ def apply_quiet_window(
     events.sort()
     # Every token of the window first: a block registered mid-window is hashed from the tokens it holds.
     tokens = [token_id] * steps
+    token_times_s = array("d", ends)  # extending one array by another is a copy, not a walk
     starting = [seq.num_computed_tokens for seq in running]
     for seq in running:
         seq.token_ids.extend(tokens)
-        seq.token_times_s.extend(ends)
+        seq.token_times_s.extend(token_times_s)
         if seq.first_token_s is None:  # its first step computed the prompt's last token alone
             seq.first_token_s = ends[0]
     used_after_step = array("q")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from engine.core.sequence import FinishReason, Sequence
@@ -92,7 +93,8 @@ class StepLog:
         self._columns = {c.name: array("q" if c.dtype == "int64" else "d") for c in STEP_COLUMNS
                          if c.source not in ("id", "derived")}
         c = self._columns
-        self._batch_appenders = tuple((c[name].append, name) for name in BATCH_COLUMNS)
+        self._batch_appenders = tuple(c[name].append for name in BATCH_COLUMNS)
+        self._batch_values = attrgetter(*BATCH_COLUMNS)  # one C call reads them all off the batch
         self._appenders = tuple(c[name].append for name in (
             "num_running", "num_waiting", "num_kv_blocks_used", "num_finished", "start_s", "duration_s"))
         self._append_preempted = c["num_preempted"].append
@@ -110,8 +112,8 @@ class StepLog:
         num_kv_blocks_used: int,
         num_finished: int,
     ) -> None:
-        for append, name in self._batch_appenders:
-            append(getattr(batch, name))
+        for append, value in zip(self._batch_appenders, self._batch_values(batch)):
+            append(value)
         self._append_preempted(len(batch.preempted))
         for append, value in zip(self._appenders,
                                  (num_running, num_waiting, num_kv_blocks_used, num_finished, start_s, duration_s)):

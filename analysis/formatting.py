@@ -13,6 +13,8 @@ import math
 # stem of a summary's `<name>_ms` entry, of an SLO (`ttft_p90`) and, for all but ITL (the pooled
 # gaps between tokens), of a request's `<name>_s` column.
 LATENCY_LABELS: dict[str, str] = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "queue": "queue"}
+# The latencies a request's service is judged by (its queueing is part of TTFT): plotted and compared.
+SERVICE_LATENCIES: tuple[str, ...] = tuple(m for m in LATENCY_LABELS if m != "queue")
 MISSING = "-"
 SIGNIFICANT_DIGITS = 4
 _MAX_DECIMALS = 9

@@ -43,7 +43,7 @@ def write_run(
     request_frame = with_latency_columns(pl.from_arrow(requests))
     step_frame = pl.from_arrow(steps)
     request_frame.write_parquet(out_dir / "requests.parquet")
-    pq.write_table(step_frame.to_arrow(), out_dir / "steps.parquet")
+    pq.write_table(steps, out_dir / "steps.parquet")
     return write_summary(out_dir, request_frame, step_frame, meta, report_title=report_title,
                          report_subtitle=report_subtitle)
 

@@ -52,7 +52,7 @@ class SLO:
     @property
     def label(self) -> str:
         """Human-readable, for chart titles: ``TTFT p90``."""
-        return f"{self.metric.upper()} {self.statistic}"
+        return f"{LATENCY_LABELS[self.metric]} {self.statistic}"
 
     def __str__(self) -> str:
         return f"{self.key}={format_duration(self.limit_s)}"

@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 from analysis.outdir import OutDirError, staged_out_dir
-from cli.replay_args import add_trace_arguments, load_trace_for_replay
-from engine.core.config import EngineConfig
-from engine.core.config_args import add_config_arguments, build_config, field_names
+from cli.replay_args import add_config_groups, add_output_arguments, add_trace_arguments, load_trace_for_replay
+from engine.core.config_args import build_config
 from engine.options import EngineOptions
 
 MAX_WARMUP_REQUESTS = 10_000
@@ -31,20 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replay a request trace through the real engine, with real arrival times.",
     )
     add_trace_arguments(parser)
-    engine_options = ["model", *field_names(EngineConfig)]
-    add_config_arguments(parser.add_argument_group("engine"), EngineOptions, engine_options)
-    g = parser.add_argument_group("GPU engine")
-    add_config_arguments(g, EngineOptions, [n for n in field_names(EngineOptions) if n not in engine_options])
+    g = add_config_groups(parser, EngineOptions, "GPU engine")
     g.add_argument("--warmup-requests", type=int, default=8, help="untimed requests run before the replay")
     g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: greedy)")
     g.add_argument("--step-timings", action="store_true",
                    help="add each step's host and GPU times to steps.parquet (host_prepare_ms, host_launch_ms, "
                         "host_wait_ms, gpu_forward_ms, gpu_sample_ms)")
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", required=True, help="output folder")
-    out.add_argument("--overwrite", action="store_true", help="replace --out if it exists and is not empty")
-    out.add_argument("--no-report", action="store_true", help="skip report.html")
-    out.add_argument("--quiet", action="store_true", help="no progress output")
+    add_output_arguments(parser, "output folder", required=True)
     return parser
 
 

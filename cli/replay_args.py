@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from engine.core.config import EngineConfig
+from engine.core.config_args import add_config_arguments, field_names
+
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace",
@@ -14,6 +17,25 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     rate.add_argument("--time-scale", type=float, default=None, help="multiply inter-arrival gaps by this factor")
     rate.add_argument("--offline", action="store_true", help="every request arrives at t=0 (an offline batch)")
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
+
+
+def add_config_groups(parser: argparse.ArgumentParser, cls, others_title: str) -> argparse._ArgumentGroup:
+    """``cls``'s options in two groups: the shared engine settings (EngineConfig's and --model), and the
+    rest of ``cls`` (what only this replay has) under ``others_title``; returns the second group."""
+    engine_options = ["model", *field_names(EngineConfig)]
+    add_config_arguments(parser.add_argument_group("engine"), cls, engine_options)
+    others = parser.add_argument_group(others_title)
+    add_config_arguments(others, cls, [n for n in field_names(cls) if n not in engine_options])
+    return others
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, out_help: str, *, required: bool = False) -> None:
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", default=None, required=required, help=out_help)
+    out.add_argument("--overwrite", action="store_true",
+                     help="replace --out if it holds an earlier run (never a folder holding anything else)")
+    out.add_argument("--no-report", action="store_true", help="skip report.html")
+    out.add_argument("--quiet", action="store_true", help="no progress output and no summary table")
 
 
 def load_trace_for_replay(args: argparse.Namespace):

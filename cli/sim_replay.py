@@ -12,9 +12,8 @@ from pathlib import Path
 from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import write_run
-from cli.replay_args import add_trace_arguments, load_trace_for_replay
-from engine.core.config import EngineConfig
-from engine.core.config_args import add_config_arguments, build_config, field_names
+from cli.replay_args import add_config_groups, add_output_arguments, add_trace_arguments, load_trace_for_replay
+from engine.core.config_args import build_config
 from sim.config import SimConfig
 from sim.simulator import SimResult, make_cost_model, simulate
 
@@ -25,15 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replay a request trace on simulated GPU replicas that run the engine's own scheduler.",
     )
     add_trace_arguments(parser)
-    engine_options = ["model", *field_names(EngineConfig)]
-    add_config_arguments(parser.add_argument_group("engine"), SimConfig, engine_options)
-    add_config_arguments(parser.add_argument_group("deployment"), SimConfig,
-                         [n for n in field_names(SimConfig) if n not in engine_options])
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", default=None, help="output folder (default: a new folder under runs/)")
-    out.add_argument("--overwrite", action="store_true", help="replace --out if it exists and is not empty")
-    out.add_argument("--no-report", action="store_true", help="skip report.html")
-    out.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    add_config_groups(parser, SimConfig, "deployment")
+    add_output_arguments(parser, "output folder (default: a new folder under runs/)")
     return parser
 
 

@@ -146,7 +146,7 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
         if bar is not None:
             bar.close()
     wall_s = time.perf_counter() - started
-    target_qps = args.target_qps if args.target_qps is not None else round_sig(plan.trace_qps, START_SIGNIFICANT_DIGITS)
+    target_qps = args.target_qps if args.target_qps is not None else plan.params.start_qps
     return CapacityRun(
         trace_path=str(args.trace), num_requests=len(plan.trace), trace_qps=plan.trace_qps, slos=slos,
         results=results, economics=assess(results, plan.gpu_costs, target_qps, slos[0].key),

@@ -19,7 +19,7 @@ import polars as pl
 from analysis.capacity.bisection import CapacitySearch, SearchOutcome, SearchParams
 from analysis.capacity.slo_check import check_slos
 from analysis.formatting import LATENCY_LABELS
-from analysis.metrics import goodput_rps, summarize
+from analysis.metrics import summarize
 from analysis.slo import SLO
 from analysis.stats import round_sig
 from engine.core.config_args import flag_of
@@ -129,12 +129,12 @@ def evaluate_point(trace, slos: Sequence[SLO], config: SimConfig, qps: float) ->
     result = simulate(scaled, config)
     requests = pl.from_arrow(result.requests_table())
     steps = pl.from_arrow(result.steps_table())
-    summary = summarize(requests, steps)
+    summary = summarize(requests, steps, slos)  # goodput included
     check = check_slos(requests, slos)
     return PointResult(
         qps=qps,
         meets_slos=check.meets_slos,
-        goodput_rps=round_sig(goodput_rps(requests, slos)),
+        goodput_rps=summary["goodput"],
         slo_values_ms={key: round_sig(value) for key, value in check.values_ms.items()},
         arrival_span_s=round_sig(float(arrivals[-1] - arrivals[0])),
         request_throughput_rps=summary["request_throughput"],

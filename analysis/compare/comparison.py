@@ -69,8 +69,9 @@ def config_differences(real: dict, sim: dict) -> dict[str, dict]:
 
 
 def check_same_requests(real: RunData, sim: RunData) -> None:
-    """Refuse runs of different traces (or slices of one): the same request ids with the same prompt and
-    output lengths on both sides, or the comparison would measure the workloads, not the simulator."""
+    """Refuse runs of different traces (or slices of one): the same request ids with the same prompt lengths
+    on both sides, or the comparison would measure the workloads, not the simulator. Output lengths may
+    differ: a simulation can finish a request differently."""
     columns = ["request_id", "prompt_tokens"]
     a, b = real.requests.select(columns), sim.requests.select(columns)
     joined = a.join(b, on="request_id", how="inner", suffix="_sim")

@@ -13,12 +13,11 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
-from analysis.formatting import LATENCY_LABELS
+from analysis.formatting import LATENCY_LABELS, SERVICE_LATENCIES
 from analysis.metrics import summarize
 from analysis.stats import MS_PER_S, STATISTIC_NAMES, round_sig
 
 # Latency rows of the error table, four statistics each (queue time is not compared).
-COMPARED_LATENCIES: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e")
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class MetricSpec:
 METRIC_SPECS: tuple[MetricSpec, ...] = (
     *(
         MetricSpec(f"{metric}_ms.{stat}", f"{LATENCY_LABELS[metric]} {stat}", "ms", "latency")
-        for metric in COMPARED_LATENCIES
+        for metric in SERVICE_LATENCIES
         for stat in STATISTIC_NAMES
     ),
     MetricSpec("output_throughput", "output throughput", "tok/s"),

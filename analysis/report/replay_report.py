@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
-from analysis.formatting import LATENCY_LABELS
+from analysis.formatting import LATENCY_LABELS, SERVICE_LATENCIES
 from analysis.metrics import add_latency_columns, is_finished, latency_samples_s
 from analysis.report.figures import Series, histogram_figure, latency_cdf_figure, timeseries_figure
 from analysis.report.html_page import write_html
@@ -19,7 +19,6 @@ from analysis.schema import conform_requests, conform_steps
 from analysis.stats import MS_PER_S
 
 # The latency metrics drawn as CDFs (queue time is in the summary table only).
-CDF_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e")
 # Step panels, y-axis title -> (steps column, scale), drawn by this report and by the comparison's.
 QUEUE_PANELS: dict[str, tuple[str, float]] = {
     "running sequences": ("num_running", 1.0),
@@ -56,8 +55,8 @@ def replica_series(frame: pl.DataFrame, x: str, y: str, scale: float = 1.0, pref
 
 
 def latency_samples_ms(finished: pl.DataFrame) -> dict[str, object]:
-    """{label: values in ms} of each of `CDF_METRICS` over `finished` requests (with latency columns)."""
-    return {LATENCY_LABELS[metric]: latency_samples_s(finished, metric) * MS_PER_S for metric in CDF_METRICS}
+    """{label: values in ms} of each of `SERVICE_LATENCIES` over `finished` requests (with latency columns)."""
+    return {LATENCY_LABELS[metric]: latency_samples_s(finished, metric) * MS_PER_S for metric in SERVICE_LATENCIES}
 
 
 def report_figures(requests: pl.DataFrame, steps: pl.DataFrame | None) -> list[go.Figure]:

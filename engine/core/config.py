@@ -102,16 +102,21 @@ class EngineConfig:
         return self.num_gpu_blocks * self.block_size
 
     @property
-    def max_seq_len(self) -> int:
-        """Longest a sequence may grow (prompt + output) before it is cut.
+    def max_seq_len_limit(self) -> tuple[int, str]:
+        """Longest a sequence may grow (prompt + output) before it is cut, and which limit that is
+        (``max_model_len``, ``kv_capacity`` or ``token_budget``: a cut request's finish reason).
 
         Besides max_model_len, a sequence must fit the whole KV cache on its own, and under the nano
         policy (no chunked prefill) it must be re-prefillable in one step after a preemption.
         """
-        limit = min(self.max_model_len, self.kv_capacity_tokens)
+        limits = [(self.max_model_len, "max_model_len"), (self.kv_capacity_tokens, "kv_capacity")]
         if self.policy == "nano":
-            limit = min(limit, self.max_num_batched_tokens)
-        return limit
+            limits.append((self.max_num_batched_tokens, "token_budget"))
+        return min(limits, key=lambda limit: limit[0])  # on a tie, the first named
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.max_seq_len_limit[0]
 
     def check_model(self, shape) -> None:
         """Refuse settings the model cannot run with (a ``engine.core.model_config.ModelShape``)."""

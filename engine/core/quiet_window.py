@@ -85,13 +85,18 @@ def plan_quiet_window(
     return QuietWindow(len(ends), ends[-1]), starts, ends
 
 
+def _next_block_step(seq, block_size: int) -> int:
+    """The window step at which a decoding ``seq`` takes its next block: when it computes token table * B + 1
+    (then every block_size steps)."""
+    return max(len(seq.block_table) * block_size - seq.num_computed_tokens, 0)
+
+
 def _steps_with_free_blocks(block_manager, running, steps: int) -> int:
     """How many of the next ``steps`` decode steps find a free block at every block boundary they cross."""
     if steps <= 0:
         return 0
     block_size = block_manager.block_size
-    # The window step at which a sequence takes its next block: when it computes token table * B + 1.
-    firsts = [max(len(seq.block_table) * block_size - seq.num_computed_tokens, 0) for seq in running]
+    firsts = [_next_block_step(seq, block_size) for seq in running]
     free = block_manager.num_free_blocks
     if sum((steps - 1 - first) // block_size + 1 for first in firsts if first < steps) <= free:
         return steps
@@ -114,8 +119,7 @@ def apply_quiet_window(
     events = []
     for index, seq in enumerate(running):
         computed = seq.num_computed_tokens
-        first_alloc = len(seq.block_table) * block_size - computed
-        events.extend((k, index) for k in range(max(first_alloc, 0), steps, block_size))
+        events.extend((k, index) for k in range(_next_block_step(seq, block_size), steps, block_size))
         if block_manager.enable_prefix_caching:
             # Full blocks not yet offered to the cache are registered by the first step (k = 0); after
             # that, one block fills every block_size steps.

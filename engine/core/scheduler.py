@@ -84,19 +84,12 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._schedule = self._schedule_mixed if config.policy == "mixed" else self._schedule_nano
-        # Which limit max_seq_len is: what a sequence that asks for more is cut by.
-        limits = [(config.max_model_len, FinishReason.MAX_MODEL_LEN),
-                  (config.kv_capacity_tokens, FinishReason.KV_CAPACITY)]
-        if config.policy == "nano":
-            limits.append((config.max_num_batched_tokens, FinishReason.TOKEN_BUDGET))
-        self._cut_reason = min(limits, key=lambda limit: limit[0])[1]
+        max_seq_len, cut_by = config.max_seq_len_limit
+        self._max_seq_len = max_seq_len
+        self._cut_reason = FinishReason(cut_by)  # what a sequence asking for more than max_seq_len is cut by
         self._now_s = 0.0
 
     # ---- requests -------------------------------------------------------------------------------
-    def rejection_reason(self, seq: Sequence) -> str | None:
-        """Why ``seq`` can never be served by this configuration, or None."""
-        return self.rejection_reason_for(seq.num_prompt_tokens)
-
     def rejection_reason_for(self, n: int) -> str | None:
         """Why a prompt of ``n`` tokens can never be served by this configuration, or None."""
         cfg = self.config
@@ -119,12 +112,12 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> bool:
         """Queue ``seq``; a request that can never fit is finished as rejected at once (returns False)."""
-        reason = self.rejection_reason(seq)
+        reason = self.rejection_reason_for(seq.num_prompt_tokens)
         if reason is not None:
             self.reject(seq, reason)
             return False
-        if seq.max_num_tokens > self.config.max_seq_len:
-            seq.max_num_tokens = self.config.max_seq_len
+        if seq.max_num_tokens > self._max_seq_len:
+            seq.max_num_tokens = self._max_seq_len
             seq.length_reason = self._cut_reason
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
@@ -135,26 +128,22 @@ class Scheduler:
         seq.finish_reason = FinishReason.REJECTED
         seq.reject_reason = reason
 
+    def _withdraw(self, seq: Sequence, reason: FinishReason) -> None:
+        """Take an unfinished ``seq`` out of its queue and finish it (its blocks freed)."""
+        (self.running if seq.status is SequenceStatus.RUNNING else self.waiting).remove(seq)
+        self._finish(seq, reason)
+
     def abort(self, seq: Sequence) -> None:
-        if seq.is_finished:
-            return
-        if seq.status is SequenceStatus.RUNNING:
-            self.running.remove(seq)
-        else:
-            self.waiting.remove(seq)
-        self._finish(seq, FinishReason.ABORTED)
+        if not seq.is_finished:
+            self._withdraw(seq, FinishReason.ABORTED)
 
     def fail(self, seqs: list[Sequence], message: str, now_s: float) -> list[Sequence]:
         """Finish ``seqs`` with ERROR (their blocks freed); returns those that were still unfinished."""
         failed = [seq for seq in seqs if not seq.is_finished]
         for seq in failed:
-            if seq.status is SequenceStatus.RUNNING:
-                self.running.remove(seq)
-            else:
-                self.waiting.remove(seq)
             seq.error = message
             seq.finish_s = now_s
-            self._finish(seq, FinishReason.ERROR)
+            self._withdraw(seq, FinishReason.ERROR)
         return failed
 
     @property

@@ -12,15 +12,13 @@ validation does not replay. Decode steps (CUDA graph replays) get one factor the
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from sim.batch_features import read_steps
-from sim.files import write_text_atomic
-from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, fit_profile
+from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, fit_profile, read_profile, write_profile
 
 
 def fit_host_factor(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray) -> float:
@@ -41,9 +39,10 @@ def fit_host_factor(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray) 
     return (lo + hi) / 2
 
 
-def calibrate(profile: dict, run_dirs: list[Path]) -> dict:
-    """The ``serving`` block for ``profile``: host factor and what it was fitted on."""
-    model = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
+def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None) -> dict:
+    """The ``serving`` block for ``profile``: host factor and what it was fitted on. ``grid_fit`` is the
+    profile's fit without serving factors, when the caller has it already."""
+    model = ProfiledCostModel(grid_fit or fit_profile({**profile, "serving": None}), "grid")
     floors, gpus, reals, decode_pred, decode_real = [], [], [], 0.0, 0.0
     runs = []
     for run_dir in run_dirs:
@@ -91,24 +90,19 @@ def main(argv: list[str] | None = None) -> int:
             parser.exit(2, f"error: run folder {run} is given twice (also as {seen[run.resolve()]})\n")
         seen[run.resolve()] = str(run)
     try:
-        profile = json.loads(path.read_text())
-        fit_profile(profile)  # a profile that cannot be fitted is named here, before the runs are read
-    except (OSError, UnicodeDecodeError) as exc:
-        parser.exit(2, f"error: {path}: cannot read the profile ({getattr(exc, 'strerror', None) or exc})\n")
-    except json.JSONDecodeError as exc:
-        parser.exit(2, f"error: {path}: line {exc.lineno}: not valid JSON ({exc.msg}); expected a profile written by "
-                       "python -m sim.profile\n")
+        profile = read_profile(path)  # named here, before the runs are read
+    except ValueError as exc:
+        parser.exit(2, f"error: {exc}\n")
+    try:
+        grid_fit = fit_profile({**profile, "serving": None})  # fitted once: calibrate prices the runs with it
     except ValueError as exc:
         parser.exit(2, f"error: {path}: {exc}\n")
     try:
-        profile["serving"] = calibrate(profile, runs)
-        profile["fit"] = fit_profile(profile)
-    except (OSError, KeyError, ValueError) as exc:
+        profile["serving"] = calibrate(profile, runs, grid_fit)
+        profile["fit"] = {**grid_fit, "serving": profile["serving"]}
+        write_profile(path, profile)
+    except (OSError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
-    try:
-        write_text_atomic(path, json.dumps(profile, indent=1, allow_nan=False) + "\n")
-    except OSError as exc:
-        parser.exit(2, f"error: {path}: cannot write the profile ({exc.strerror or exc})\n")
     s = profile["serving"]
     print(f"{path}: host factor {s['host_factor']} from {s['num_eager_steps']} eager steps, decode factor "
           f"{s['decode_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "

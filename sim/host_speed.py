@@ -38,9 +38,17 @@ class HostSpeed(Protocol):
     def slowdown_at(self, t_s: float) -> float: ...
 
 
+def _is_slowdown(value: float) -> bool:
+    return 0.0 < value < math.inf  # NaN fails both comparisons
+
+
 @dataclass(frozen=True)
 class ConstantHostSpeed:
     slowdown: float
+
+    def __post_init__(self) -> None:
+        if not _is_slowdown(self.slowdown):
+            raise ValueError(f"a host slowdown must be a finite number > 0, got {self.slowdown}")
 
     @property
     def name(self) -> str:
@@ -56,10 +64,10 @@ class HostSpeedTimeline:
     def __init__(self, starts_s: list[float], slowdowns: list[float], name: str = "timeline") -> None:
         if not starts_s or len(starts_s) != len(slowdowns):
             raise ValueError("a host-speed timeline needs at least one (start_s, slowdown) row")
-        if any(b <= a for a, b in zip(starts_s, starts_s[1:])):
-            raise ValueError("host-speed timeline: start_s must increase from row to row")
-        if any(s <= 0 for s in slowdowns):
-            raise ValueError("host-speed timeline: every slowdown must be > 0")
+        if not all(math.isfinite(t) for t in starts_s) or any(b <= a for a, b in zip(starts_s, starts_s[1:])):
+            raise ValueError("host-speed timeline: start_s must be finite and increase from row to row")
+        if not all(_is_slowdown(s) for s in slowdowns):
+            raise ValueError("host-speed timeline: every slowdown must be a finite number > 0")
         self.starts_s = list(starts_s)
         self.slowdowns = list(slowdowns)
         self.name = name
@@ -104,9 +112,9 @@ class HostSpeedEpisodes:
     ``fraction``), drawn from ``seed`` as simulated time advances."""
 
     def __init__(self, normal: float, slow: float, fraction: float, mean_episode_s: float, seed: int = 0) -> None:
-        if normal <= 0 or slow <= 0 or not 0.0 <= fraction < 1.0 or mean_episode_s <= 0:
+        if not (_is_slowdown(normal) and _is_slowdown(slow) and 0.0 <= fraction < 1.0 and _is_slowdown(mean_episode_s)):
             raise ValueError(
-                "episodes need NORMAL > 0, SLOW > 0, 0 <= FRACTION < 1 and MEAN_S > 0; "
+                "episodes need finite NORMAL > 0, SLOW > 0, 0 <= FRACTION < 1 and MEAN_S > 0; "
                 f"got {normal}, {slow}, {fraction}, {mean_episode_s}"
             )
         self.normal, self.slow, self.fraction, self.mean_episode_s = normal, slow, fraction, mean_episode_s

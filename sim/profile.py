@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import random
 import statistics
 import sys
@@ -26,7 +25,6 @@ from pathlib import Path
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence, SequenceStatus
 from sim.batch_features import batch_features
-from sim.files import write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -190,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from engine.llm import LLM
-    from sim.profiled_cost_model import fit_profile
+    from sim.profiled_cost_model import fit_profile, write_profile
 
     started = time.perf_counter()
     llm = LLM(
@@ -228,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     profile["fit"] = fit_profile(profile)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, json.dumps(profile, indent=1) + "\n")
+    write_profile(out, profile)
     held = profile["fit"]["held_out"]
     print(f"{len(points)} grid points in {profile['profile_wall_s']} s; "
           f"held-out error: mean {held['mean_abs_rel_error']:.1%}, "

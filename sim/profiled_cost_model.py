@@ -20,6 +20,7 @@ import numpy as np
 
 from engine.core.scheduler import ScheduledBatch
 from sim.batch_features import batch_features
+from sim.files import write_text_atomic
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 FLOOR_BASIS = ("one", "num_seqs", "num_prefill_seqs", "has_decode_rows")
@@ -171,6 +172,30 @@ def check_profile(profile: object) -> None:
             if not _is_count(p["features"].get(name)):
                 raise ValueError(f"{where}: feature {name!r} is {p['features'].get(name)!r}; expected an integer "
                                  "from 0 to 2**53")
+
+
+def read_profile(path: Path) -> dict:
+    """A profile JSON file as written by ``python -m sim.profile``, checked; ValueError naming the file otherwise."""
+    try:
+        profile = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read the profile ({getattr(exc, 'strerror', None) or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}); expected a profile written by "
+                         "python -m sim.profile") from None
+    try:
+        check_profile(profile)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return profile
+
+
+def write_profile(path: Path, profile: dict) -> None:
+    """Written whole (through a rename) and without NaN, which JSON readers elsewhere refuse."""
+    try:
+        write_text_atomic(Path(path), json.dumps(profile, indent=1, allow_nan=False) + "\n")
+    except OSError as exc:
+        raise OSError(f"{path}: cannot write the profile ({exc.strerror or exc})") from None
 
 
 def fit_profile(profile: dict) -> dict:

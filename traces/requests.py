@@ -39,10 +39,10 @@ class TraceRequests:
         return engine.reject_unbuilt(self.prompt_tokens[i], self.sampling_params(i), request_id=self.request_ids[i],
                                      arrival_s=self.arrivals_s[i])
 
-    def add_to(self, engine, i: int, prompt: list[int] | None = None) -> Sequence:
+    def add_to(self, engine, i: int, prompt: list[int]) -> Sequence:
         """Queue request ``i`` on ``engine`` (an ``LLMEngine``); a request that can never fit comes back rejected."""
         return engine.add_request(
-            self.prompt(i) if prompt is None else prompt,
+            prompt,
             self.sampling_params(i),
             request_id=self.request_ids[i],
             arrival_s=self.arrivals_s[i],

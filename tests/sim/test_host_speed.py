@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pyarrow as pa
@@ -120,3 +121,15 @@ def test_timeline_from_a_replay_reads_the_slowdown_of_its_host_bound_steps(tmp_p
     assert timeline.slowdowns == pytest.approx([1.0, 1.0, 2.0, 2.0])
     with pytest.raises(ValueError, match="40 host-bound eager steps, too few"):
         timeline_from_run(run, PROFILE, window_s=2.0)  # the default asks for 100
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ConstantHostSpeed(math.nan),
+    lambda: HostSpeedTimeline([0.0, math.inf], [1.0, 1.2]),
+    lambda: HostSpeedTimeline([0.0], [math.nan]),
+    lambda: HostSpeedEpisodes(1.0, math.inf, 0.5, 1.0),
+], ids=["constant nan", "timeline inf start", "timeline nan slowdown", "episodes inf"])
+def test_every_host_speed_refuses_non_finite_values(make):
+    """Whoever builds one (a CLI spec, a CSV, timeline_from_run), NaN and infinities never get in."""
+    with pytest.raises(ValueError, match="finite"):
+        make()

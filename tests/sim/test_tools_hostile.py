@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -61,7 +62,7 @@ def test_fit_profile_refuses_a_bad_profile_and_leaves_it_alone(tmp_path, capsys,
     before = path.read_bytes()
     line = cli_error(fit_main, [str(path)], capsys)
     assert str(path) in line
-    assert __import__("re").search(pattern, line), line
+    assert re.search(pattern, line), line
     assert path.read_bytes() == before
 
 
@@ -99,15 +100,22 @@ def test_calibrate_refuses_the_same_run_twice_and_a_bad_profile(tmp_path, capsys
     assert str(bad) in cli_error(calibrate_main, [str(bad), str(run)], capsys)
 
 
+def _repeated(rows, times: int = 5) -> None:
+    """The run ``times`` over, back to back: enough eager steps (150) for a host-speed timeline."""
+    rows[:] = [{**r, "step": r["step"] + k * len(rows), "start_s": r["start_s"] + k} for k in range(times)
+               for r in rows]
+
+
 def test_host_speed_never_writes_over_its_inputs(tmp_path, capsys):
     """--out equal to --profile replaced the profile with the CSV."""
-    run = _fake_run(tmp_path / "run", host=1.5, decode=1.0)
+    run = _run_with(tmp_path, "run", _repeated)  # a run a timeline can be read from: the write would happen
     profile = _profile(tmp_path)
-    before = profile.read_bytes()
-    for out in (profile, run / "steps.parquet"):
+    assert host_speed_main([str(run), "--profile", str(profile), "--out", str(tmp_path / "ok.csv")]) == 0
+    before = {path: path.read_bytes() for path in (profile, run / "steps.parquet")}
+    for out in before:
         line = cli_error(host_speed_main, [str(run), "--profile", str(profile), "--out", str(out)], capsys)
         assert "one of the inputs" in line
-    assert profile.read_bytes() == before
+    assert {path: path.read_bytes() for path in before} == before
 
 
 @pytest.mark.parametrize("window", ["nan", "inf"])
@@ -131,9 +139,7 @@ def test_host_speed_bad_out_fails_before_reading(tmp_path, capsys):
 def test_host_speed_bounds_the_number_of_windows(tmp_path, capsys):
     """Three eager steps 10^12 s in: one CSV row per 2-s window up to there would never finish."""
     def far(rows):
-        copies = [{**r, "step": r["step"] + k * len(rows), "start_s": r["start_s"] + k} for k in range(5)
-                  for r in rows]
-        rows[:] = copies
+        _repeated(rows)
         for r in [r for r in rows if r["num_prefill_tokens"]][-3:]:
             r["start_s"] = 1e12
     run = _run_with(tmp_path, "run", far)

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import polars as pl
@@ -17,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.metrics import add_latency_columns, summarize
+from sim.files import write_text_atomic
 
 META_KEYS = ("cost_model", "trace", "config")  # what summary.json says about the run besides its metrics
 
@@ -60,10 +60,7 @@ def write_summary(
     """summary.json (written whole: a temporary file renamed over the old one) and, if asked, report.html."""
     summary = summarize(requests, steps)
     summary.update(meta)
-    target = out_dir / "summary.json"
-    partial = target.with_name(f".{target.name}.partial")
-    partial.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(partial, target)
+    write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if report_title is not None:
         from analysis.report.replay_report import write_report
 

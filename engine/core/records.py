@@ -102,6 +102,11 @@ class StepLog:
     def __len__(self) -> int:
         return len(self._columns["start_s"])
 
+    def clear(self) -> None:
+        """Drop every row (a long-running server keeps its figures in metrics, not here)."""
+        for column in self._columns.values():
+            del column[:]
+
     def record(
         self,
         batch: ScheduledBatch,

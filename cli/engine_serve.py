@@ -1,0 +1,117 @@
+"""Serve the engine over an OpenAI-compatible API: ``python -m engine.serve --model NAME [engine options]``.
+
+Binds the port before the model loads, so a port in use (or a bad option) is one line and exit code 2,
+not a traceback after a minute of loading. ``--port 0`` takes a free port; the address is printed as
+``serving on http://HOST:PORT`` once the server accepts requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+
+from cli.replay_args import add_config_groups
+from engine.core.config_args import build_config
+from engine.options import EngineOptions
+
+DEFAULT_MAX_WAITING_REQUESTS = 4096
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m engine.serve",
+        description="An OpenAI-compatible server (/v1/completions, /v1/chat/completions, /v1/models, /health, "
+                    "/metrics) over the engine.",
+    )
+    add_config_groups(parser, EngineOptions, "GPU engine")
+    server = parser.add_argument_group("server")
+    server.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
+    server.add_argument("--port", type=int, default=8000, help="port (0: any free port; default 8000)")
+    server.add_argument("--served-model-name", default=None,
+                        help="the model name clients send (default: --model as given)")
+    server.add_argument("--max-waiting-requests", type=int, default=DEFAULT_MAX_WAITING_REQUESTS,
+                        help="requests queued beyond this are answered 503 (server overloaded) instead of waiting "
+                             f"without bound (default {DEFAULT_MAX_WAITING_REQUESTS})")
+    server.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+                        help="server log level (default warning: no line per request)")
+    return parser
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"--host {host} --port {port}: cannot listen there: {exc.strerror or exc}") from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.exit(2, f"error: --port must be from 0 to 65535, got {args.port}\n")
+    if args.max_waiting_requests < 1:
+        parser.exit(2, f"error: --max-waiting-requests must be >= 1, got {args.max_waiting_requests}\n")
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn
+    except ImportError as exc:
+        parser.exit(2, f"error: the server needs {exc.name}: pip install -e '.[serve]'\n")
+    try:
+        options = build_config(EngineOptions, args)
+        sock = _bind(args.host, args.port)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    import prometheus_client
+
+    from engine.llm import LLM
+    from engine.server.api import build_app
+
+    prometheus_client.disable_created_metrics()  # vLLM's exposition has no *_created series either
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        llm = LLM(options.model, **{k: v for k, v in vars(options).items() if k != "model"})
+    except (ValueError, FileNotFoundError) as exc:
+        sock.close()
+        parser.exit(2, f"error: --model {options.model}: {exc}\n")
+    host, port = sock.getsockname()[:2]
+    app = build_app(llm, model_name=args.served_model_name or options.model,
+                    max_waiting_requests=args.max_waiting_requests)
+    config = uvicorn.Config(app, log_level=args.log_level, timeout_keep_alive=30, access_log=False)
+    server = uvicorn.Server(config)
+    display_host = f"[{host}]" if ":" in host else host
+
+    async def serve() -> None:
+        import asyncio
+
+        task = asyncio.ensure_future(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            print(f"serving on http://{display_host}:{port}", flush=True)
+        await task
+
+    import asyncio
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        llm.close()
+    return 0 if server.started or not server.should_exit else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

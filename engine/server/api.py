@@ -1,0 +1,393 @@
+"""The OpenAI-compatible HTTP API over one engine loop (FastAPI; served by uvicorn, as vLLM and SGLang are).
+
+Routes: ``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events when asked,
+with ``stream_options.include_usage``), ``/v1/models``, ``/health`` and ``/metrics`` (Prometheus,
+vLLM's metric names). A request is tokenized and checked here, then joins the engine's next step; a
+client that goes away aborts its request, which frees its KV blocks at the next step boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.core.sampling_params import SamplingParams
+from engine.server.async_engine import AsyncEngine, RequestStream, ServerOverloaded, Update
+from engine.server.detokenizer import IncrementalDetokenizer
+from engine.server.metrics import ServerMetrics
+from engine.server.protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    _Sampling,
+    bad_request,
+    validation_message,
+)
+
+_log = logging.getLogger(__name__)
+
+# Finish reasons of the engine as OpenAI names them; the limits that cut an output are "length", and the
+# choice says which limit it was in "cut_by" (a cut output says it was cut).
+_CUT_REASONS = ("max_model_len", "kv_capacity", "token_budget")
+DISCONNECT_POLL_S = 0.5  # how often a non-streamed request checks that its client is still there
+
+
+@dataclass
+class ServerState:
+    llm: object  # engine.LLM: its engine, tokenizer, shape and max_model_len
+    model_name: str
+    async_engine: AsyncEngine
+    metrics: ServerMetrics
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+@dataclass
+class _Choice:
+    """What one choice has produced so far."""
+
+    detokenizer: IncrementalDetokenizer
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    cut_by: str | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    finished: bool = False
+
+
+def build_app(llm, *, model_name: str, max_waiting_requests: int) -> FastAPI:
+    """The app over ``llm`` (an ``engine.LLM``); the engine loop starts and stops with the app."""
+    engine = llm.engine
+    metrics = ServerMetrics(model_name, engine)
+    async_engine = AsyncEngine(engine, max_waiting_requests=max_waiting_requests, on_step=metrics.on_step,
+                               on_abort=metrics.on_finished)
+    state = ServerState(llm, model_name, async_engine, metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        async_engine.start(asyncio.get_running_loop())
+        try:
+            yield
+        finally:
+            async_engine.stop()
+
+    app = FastAPI(title="nanoserve", lifespan=lifespan)
+    app.state.server = state
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError):
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        return JSONResponse(bad_request(validation_message(exc.errors())).body(), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        return JSONResponse(APIError(exc.status_code, str(exc.detail)).body(), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception):  # logged here; the client gets one line
+        _log.exception("internal error on %s", request.url.path)
+        return JSONResponse(APIError(500, f"internal error: {type(exc).__name__}: {exc}").body(), status_code=500)
+
+    @app.get("/health")
+    async def health():
+        if not async_engine.is_alive:
+            raise APIError(503, f"the engine loop has stopped: {async_engine.error!r}")
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{
+            "id": model_name, "object": "model", "created": state.created, "owned_by": "nanoserve",
+            "root": str(llm.model_dir), "max_model_len": llm.max_model_len}]}
+
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        body.check_supported()
+        _check_model(state, body.model)
+        prompts = [_prompt_ids(llm, i, p) for i, p in enumerate(body.prompts())]
+        return await _serve(state, request, body, prompts, body.max_tokens, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        body.check_supported()
+        _check_model(state, body.model)
+        prompt = _chat_prompt_ids(llm, body)
+        return await _serve(state, request, body, [prompt], body.requested_max_tokens, chat=True)
+
+    return app
+
+
+# ---- inputs ----------------------------------------------------------------------------------------
+def _check_model(state: ServerState, model: str | None) -> None:
+    if model is not None and model != state.model_name:
+        raise APIError(404, f"the model '{model}' does not exist; this server serves '{state.model_name}'",
+                       param="model")
+
+
+def _prompt_ids(llm, index: int, prompt: str | list[int]) -> list[int]:
+    if isinstance(prompt, str):
+        if llm.tokenizer is None:
+            raise bad_request(f"prompt {index} is text but the model has no tokenizer; send token ids", "prompt")
+        ids = llm.tokenizer.encode(prompt)
+    else:
+        ids = prompt
+    return _checked_ids(llm, index, ids)
+
+
+def _checked_ids(llm, index: int, ids: list[int]) -> list[int]:
+    if not ids:
+        raise bad_request(f"prompt {index} is empty", "prompt")
+    vocab_size = llm.shape.vocab_size
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise bad_request(f"prompt {index} has token id {bad} outside the vocabulary [0, {vocab_size})", "prompt")
+    reason = llm.engine.scheduler.rejection_reason_for(len(ids))
+    if reason is not None:
+        raise bad_request(f"prompt {index} cannot be served: {reason}", "prompt")
+    return list(ids)
+
+
+def _chat_prompt_ids(llm, body: ChatCompletionRequest) -> list[int]:
+    tokenizer = llm.tokenizer
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise bad_request("the model has no chat template; use /v1/completions", "messages")
+    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=body.add_generation_prompt,
+                                             **(body.chat_template_kwargs or {}))
+    except Exception as exc:  # a template that refuses these messages (roles out of order, ...)
+        raise bad_request(f"the chat template cannot render these messages: {exc}", "messages") from exc
+    return _checked_ids(llm, 0, tokenizer.encode(text, add_special_tokens=False))
+
+
+def _sampling_params(llm, body: _Sampling, num_prompt_tokens: int, max_tokens: int | None,
+                     copy: int) -> SamplingParams:
+    max_model_len = llm.max_model_len
+    room = max_model_len - num_prompt_tokens
+    if max_tokens is None:
+        max_tokens = room
+    elif max_tokens < 1:
+        raise bad_request(f"max_tokens must be >= 1, got {max_tokens}", "max_tokens")
+    elif max_tokens > room:  # vLLM refuses these too, rather than cutting the answer short
+        raise bad_request(
+            f"this model's maximum context length is {max_model_len} tokens; the request asks for "
+            f"{num_prompt_tokens + max_tokens} ({num_prompt_tokens} in the prompt, {max_tokens} to generate)",
+            "max_tokens")
+    stop_token_ids = body.stop_token_ids or ()
+    bad = next((t for t in stop_token_ids if not 0 <= t < llm.shape.vocab_size), None)
+    if bad is not None:
+        raise bad_request(f"stop_token_ids has {bad}, outside the vocabulary", "stop_token_ids")
+    seed = body.seed
+    if seed is not None:
+        if seed < 0:
+            raise bad_request(f"seed must be >= 0, got {seed}", "seed")
+        seed = (seed + copy) % 2**64  # n copies of one prompt sample differently, reproducibly
+    try:
+        return SamplingParams(
+            temperature=1.0 if body.temperature is None else body.temperature,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            top_k=-1 if body.top_k is None or body.top_k == 0 else body.top_k,
+            max_tokens=max_tokens,
+            ignore_eos=body.ignore_eos,
+            stop_token_ids=tuple(stop_token_ids),
+            seed=seed,
+        )
+    except ValueError as exc:
+        name = str(exc).split(" ", 1)[0].removeprefix("SamplingParams.")
+        raise bad_request(str(exc).removeprefix("SamplingParams."), name) from exc
+
+
+# ---- serving ---------------------------------------------------------------------------------------
+async def _serve(state: ServerState, request: Request, body: _Sampling, prompts: list[list[int]],
+                 max_tokens: int | None, *, chat: bool):
+    llm = state.llm
+    stop = body.stop_strings
+    if stop and llm.tokenizer is None:
+        raise bad_request("stop strings need a tokenizer; this model has none (use stop_token_ids)", "stop")
+    n = body.n
+    choice_prompts = [ids for ids in prompts for _ in range(n)]
+    params = [_sampling_params(llm, body, len(ids), max_tokens, i % n) for i, ids in enumerate(choice_prompts)]
+    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    try:
+        stream = state.async_engine.submit(choice_prompts, params, request_id)
+    except ServerOverloaded as exc:
+        raise APIError(503, str(exc)) from exc
+    except RuntimeError as exc:
+        raise APIError(503, str(exc)) from exc
+    choices = [_Choice(IncrementalDetokenizer(llm.tokenizer, stop)) for _ in choice_prompts]
+    response = _Response(state, body, request_id, choices, chat, num_prompts=len(prompts))
+    if body.stream:
+        return StreamingResponse(response.events(stream), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    return await response.collect(stream, request)
+
+
+class _Response:
+    """Turns a request's engine updates into OpenAI objects, streamed or whole."""
+
+    def __init__(self, state: ServerState, body: _Sampling, request_id: str, choices: list[_Choice],
+                 chat: bool, num_prompts: int) -> None:
+        self.state = state
+        self.body = body
+        self.request_id = request_id
+        self.choices = choices
+        self.chat = chat
+        self.num_copies = len(choices) // num_prompts
+        self.created = int(time.time())
+        self.object = "chat.completion" if chat else "text_completion"
+
+    # -- state --
+    def _apply(self, stream: RequestStream, update: Update) -> str:
+        """Fold an update into its choice; returns the new text to send."""
+        if update.index < 0 or update.error is not None or update.finish_reason == "rejected":
+            raise _Failed(update.error or "the request failed")
+        choice = self.choices[update.index]
+        choice.token_ids.extend(update.new_token_ids)
+        text = choice.detokenizer.add(update.new_token_ids)
+        if choice.detokenizer.stopped and not update.finished:  # a stop string ends this choice here
+            self.state.async_engine.abort(stream, update.index)
+            choice.finished, choice.finish_reason = True, "stop"
+            return text
+        if update.finished:
+            choice.finished = True
+            choice.num_prompt_tokens = update.num_prompt_tokens
+            choice.num_cached_tokens = update.num_cached_tokens
+            text += choice.detokenizer.finish()
+            reason = update.finish_reason
+            if choice.detokenizer.stopped or reason == "aborted":
+                reason = "stop"
+            elif reason in _CUT_REASONS:
+                choice.cut_by, reason = reason, "length"
+            choice.finish_reason = reason
+        return text
+
+    def _usage(self) -> dict:
+        firsts = self.choices[::self.num_copies]  # a prompt counts once however many copies it has
+        prompt = sum(c.num_prompt_tokens for c in firsts)
+        completion = sum(len(c.token_ids) for c in self.choices)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": sum(c.num_cached_tokens for c in firsts)}}
+
+    def _choice_extras(self, choice: _Choice) -> dict:
+        extras = {}
+        if choice.cut_by is not None:
+            extras["cut_by"] = choice.cut_by
+        if self.body.return_token_ids:
+            extras["token_ids"] = list(choice.token_ids)
+        return extras
+
+    # -- whole --
+    async def collect(self, stream: RequestStream, request: Request) -> JSONResponse:
+        task = asyncio.ensure_future(self._consume(stream))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+                if done:
+                    break
+                if await request.is_disconnected():
+                    task.cancel()
+                    self.state.async_engine.abort(stream)
+                    return JSONResponse({}, status_code=499)
+            task.result()
+        except _Failed as exc:
+            raise APIError(500, f"the request failed in the engine: {exc}", kind="engine_error") from exc
+        finally:
+            if not task.done():
+                task.cancel()
+        out_choices = []
+        for i, c in enumerate(self.choices):
+            text = c.detokenizer.text
+            body = ({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                     "finish_reason": c.finish_reason} if self.chat else
+                    {"index": i, "text": text, "logprobs": None, "finish_reason": c.finish_reason})
+            body.update(self._choice_extras(c))
+            out_choices.append(body)
+        return JSONResponse({"id": self.request_id, "object": self.object, "created": self.created,
+                             "model": self.state.model_name, "choices": out_choices, "usage": self._usage()})
+
+    async def _consume(self, stream: RequestStream) -> None:
+        async for update in stream.updates(lambda: self.state.async_engine.is_alive):
+            self._apply(stream, update)
+            if all(c.finished for c in self.choices):
+                return
+
+    # -- streamed --
+    def _chunk(self, index: int, text: str | None, finish_reason: str | None, first: bool = False,
+               extras: dict | None = None) -> str:
+        if self.chat:
+            delta: dict = {}
+            if first:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        else:
+            choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+        if extras:
+            choice.update(extras)
+        chunk = {"id": self.request_id, "object": f"{self.object}.chunk" if self.chat else self.object,
+                 "created": self.created, "model": self.state.model_name, "choices": [choice]}
+        if self.body.include_usage:
+            chunk["usage"] = None
+        return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
+
+    async def events(self, stream: RequestStream) -> AsyncIterator[str]:
+        async_engine = self.state.async_engine
+        try:
+            if self.chat:  # the role first, as OpenAI's stream does
+                for i in range(len(self.choices)):
+                    yield self._chunk(i, "", None, first=True)
+            async for update in stream.updates(lambda: async_engine.is_alive):
+                choice = self.choices[update.index] if update.index >= 0 else None
+                if choice is not None and choice.finished:
+                    continue  # ended by a stop string; the abort's own update adds nothing
+                try:
+                    text = self._apply(stream, update)
+                except _Failed as exc:
+                    error = APIError(500, f"the request failed in the engine: {exc}", kind="engine_error")
+                    yield f"data: {json.dumps(error.body())}\n\n"
+                    break
+                extras = None
+                if choice.finished and self.body.return_token_ids:
+                    extras = {"token_ids": list(choice.token_ids)}
+                elif self.body.return_token_ids:
+                    extras = {"token_ids": list(update.new_token_ids)}
+                if choice.finished and choice.cut_by is not None:
+                    extras = {**(extras or {}), "cut_by": choice.cut_by}
+                # One chunk per step that produced tokens, text or not, so a client timing chunks sees every
+                # token arrive (its text may wait for the rest of a character).
+                yield self._chunk(update.index, text, choice.finish_reason if choice.finished else None,
+                                  extras=extras)
+                if all(c.finished for c in self.choices):
+                    break
+            if self.body.include_usage and all(c.finished for c in self.choices):
+                usage = {"id": self.request_id, "object": f"{self.object}.chunk" if self.chat else self.object,
+                         "created": self.created, "model": self.state.model_name, "choices": [],
+                         "usage": self._usage()}
+                yield f"data: {json.dumps(usage, separators=(',', ':'))}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:  # the client went away (the response is cancelled) or a choice failed: free what is left
+            if not all(c.finished for c in self.choices):
+                async_engine.abort(stream)
+
+
+class _Failed(Exception):
+    """The engine finished a request with an error."""

@@ -1,0 +1,112 @@
+"""Prometheus metrics under vLLM's names (``vllm:*``), so dashboards and load generators built for vLLM read ours.
+
+Counters and histograms are fed by the engine thread after each step, from the step's batch and the
+sequences that finished; the gauges are read when ``/metrics`` is scraped. Each server has its own
+registry (no process-wide globals).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Buckets follow vLLM's (seconds; tokens), so histograms line up with a vLLM deployment's.
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                  20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                 40.0, 80.0)
+REQUEST_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                     240.0, 480.0, 960.0, 1920.0, 7680.0)
+TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+
+
+# vLLM's finished_reason labels where ours differ (the limits that cut an output count as "length", as there).
+_VLLM_REASONS = {"aborted": "abort", "max_model_len": "length", "kv_capacity": "length", "token_budget": "length"}
+
+
+class ServerMetrics:
+    def __init__(self, model_name: str, engine) -> None:
+        self.registry = registry = CollectorRegistry()
+        self._engine = engine
+        labels = ["model_name"]
+        m = {"model_name": model_name}
+
+        def counter(name, doc, extra=()):
+            return Counter(name, doc, labels + list(extra), registry=registry)
+
+        def histogram(name, doc, buckets):
+            return Histogram(name, doc, labels, buckets=buckets, registry=registry).labels(**m)
+
+        def gauge(name, doc, read):
+            g = Gauge(name, doc, labels, registry=registry).labels(**m)
+            g.set_function(read)
+
+        scheduler = lambda: engine.scheduler  # noqa: E731 - the engine may replace its scheduler on reset
+        gauge("vllm:num_requests_running", "Requests in the running batch.", lambda: len(scheduler().running))
+        gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", lambda: len(scheduler().waiting))
+        gauge("vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 = full).",
+              lambda: scheduler().block_manager.usage)
+        self.prefix_queries = counter("vllm:prefix_cache_queries",
+                                      "Prompt tokens looked up in the prefix cache.").labels(**m)
+        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prompt tokens served from the prefix cache.").labels(**m)
+        self.preemptions = counter("vllm:num_preemptions", "Requests preempted (recomputed later).").labels(**m)
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens of finished requests.").labels(**m)
+        self.generation_tokens = counter("vllm:generation_tokens", "Tokens generated.").labels(**m)
+        self._success = counter("vllm:request_success", "Requests finished, by reason.", ["finished_reason"])
+        self._model = model_name
+        self.ttft = histogram("vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS_S)
+        self.itl = histogram("vllm:inter_token_latency_seconds", "Time between consecutive tokens.", ITL_BUCKETS_S)
+        self.tpot = histogram("vllm:request_time_per_output_token_seconds",
+                              "Per request: (E2E - TTFT) / (output tokens - 1).", ITL_BUCKETS_S)
+        self.e2e = histogram("vllm:e2e_request_latency_seconds", "From arrival to the last token.",
+                             REQUEST_BUCKETS_S)
+        self.queue = histogram("vllm:request_queue_time_seconds", "From arrival to first scheduled.",
+                               REQUEST_BUCKETS_S)
+        self.prompt_len = histogram("vllm:request_prompt_tokens", "Prompt tokens per request.", TOKEN_BUCKETS)
+        self.output_len = histogram("vllm:request_generation_tokens", "Generated tokens per request.",
+                                    TOKEN_BUCKETS)
+        self.iteration_tokens = histogram("vllm:iteration_tokens_total", "Tokens computed per engine step.",
+                                          TOKEN_BUCKETS)
+        block_manager = engine.scheduler.block_manager
+        self._seen_queries = block_manager.num_queried_tokens
+        self._seen_hits = block_manager.num_hit_tokens
+
+    def on_step(self, batch, finished, num_generated: int) -> None:
+        """Called by the engine thread after each step, with the tokens the step sampled."""
+        self.iteration_tokens.observe(batch.num_batched_tokens)
+        if batch.preempted:
+            self.preemptions.inc(len(batch.preempted))
+        if num_generated:
+            self.generation_tokens.inc(num_generated)
+        block_manager = self._engine.scheduler.block_manager
+        queries, hits = block_manager.num_queried_tokens, block_manager.num_hit_tokens
+        if queries > self._seen_queries:
+            self.prefix_queries.inc(queries - self._seen_queries)
+            self.prefix_hits.inc(hits - self._seen_hits)
+        self._seen_queries, self._seen_hits = queries, hits
+        for seq in finished:
+            self.on_finished(seq)
+
+    def on_finished(self, seq) -> None:
+        """A finished sequence (aborted ones too: vLLM counts them under finished_reason="abort")."""
+        reason = seq.finish_reason.value if seq.finish_reason is not None else "unknown"
+        self._success.labels(model_name=self._model, finished_reason=_VLLM_REASONS.get(reason, reason)).inc()
+        if reason == "aborted":
+            return  # a latency its client did not wait for
+        self.prompt_tokens.inc(seq.num_prompt_tokens)
+        self.prompt_len.observe(seq.num_prompt_tokens)
+        num_output = seq.num_completion_tokens
+        self.output_len.observe(num_output)
+        times = seq.token_times_s
+        if seq.first_scheduled_s is not None:
+            self.queue.observe(max(seq.first_scheduled_s - seq.arrival_s, 0.0))
+        if not times:
+            return
+        self.ttft.observe(max(times[0] - seq.arrival_s, 0.0))
+        for previous, current in zip(times, times[1:]):
+            self.itl.observe(current - previous)
+        if len(times) > 1:
+            self.tpot.observe((times[-1] - times[0]) / (len(times) - 1))
+        self.e2e.observe(max(times[-1] - seq.arrival_s, 0.0))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

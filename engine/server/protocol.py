@@ -1,0 +1,178 @@
+"""OpenAI request bodies (with vLLM's extensions), their checks, and OpenAI-style error bodies.
+
+Fields the engine cannot honour (logprobs, penalties, tools, ...) are refused with a 400 that names
+the field, rather than ignored: a client that asked for them would otherwise get silently different
+output. Unknown fields are ignored, as vLLM and OpenAI do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class APIError(Exception):
+    """An error answered as ``{"error": {...}}`` with its HTTP status."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.kind = kind or {400: "invalid_request_error", 404: "not_found_error", 503: "service_unavailable"}.get(
+            status, "internal_error")
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+
+
+def bad_request(message: str, param: str | None = None) -> APIError:
+    return APIError(400, message, param=param)
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class _Sampling(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    n: int = 1
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: float | None = 0.0
+    frequency_penalty: float | None = 0.0
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    min_tokens: int = 0
+    return_token_ids: bool = False  # vLLM's extension: the completion's token ids on each choice
+
+    def check_supported(self) -> None:
+        if self.n < 1:
+            raise bad_request(f"n must be >= 1, got {self.n}", "n")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if value not in (None, 0, 0.0):
+                raise bad_request(f"{name} is not supported by this engine (got {value}); leave it at 0", name)
+        if self.repetition_penalty not in (None, 1, 1.0):
+            raise bad_request(f"repetition_penalty is not supported (got {self.repetition_penalty}); leave it at 1",
+                              "repetition_penalty")
+        if self.logit_bias:
+            raise bad_request("logit_bias is not supported by this engine", "logit_bias")
+        if self.min_tokens:
+            raise bad_request("min_tokens is not supported by this engine", "min_tokens")
+        if self.stream_options is not None and not self.stream:
+            raise bad_request("stream_options is only allowed with stream=true", "stream_options")
+
+    @property
+    def stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop)
+        if any(not s for s in stops):
+            raise bad_request("stop strings must not be empty", "stop")
+        return stops
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = 16
+    echo: bool = False
+    logprobs: int | None = None
+    best_of: int | None = None
+    suffix: str | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.echo:
+            raise bad_request("echo is not supported by this engine", "echo")
+        if self.logprobs is not None:
+            raise bad_request("logprobs is not supported by this engine", "logprobs")
+        if self.best_of not in (None, self.n):
+            raise bad_request(f"best_of must equal n ({self.n}) on this engine, got {self.best_of}", "best_of")
+        if self.suffix:
+            raise bad_request("suffix is not supported by this engine", "suffix")
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompt as a list of prompts, each text or token ids."""
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            return [prompt]
+        if not prompt:
+            raise bad_request("prompt must not be empty", "prompt")
+        if all(isinstance(p, int) for p in prompt):
+            return [list(prompt)]
+        return list(prompt)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        """The content as one string; only text parts are accepted."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        parts = []
+        for part in self.content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad_request(f"message content parts must be of type 'text', got {part.get('type')!r}",
+                                  "messages")
+            parts.append(part["text"])
+        return "".join(parts)
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    response_format: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.logprobs or self.top_logprobs:
+            raise bad_request("logprobs is not supported by this engine", "logprobs")
+        if self.tools:
+            raise bad_request("tools are not supported by this engine", "tools")
+        if self.response_format and self.response_format.get("type") not in (None, "text"):
+            raise bad_request("response_format other than text is not supported by this engine", "response_format")
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+def validation_message(errors: list[dict]) -> str:
+    """One line from pydantic's errors: where each is and what was expected."""
+    parts = []
+    if errors and errors[0].get("type") == "json_invalid":
+        reason = (errors[0].get("ctx") or {}).get("error", "")
+        return f"the request body is not valid JSON{': ' + str(reason) if reason else ''}"
+    for error in errors[:3]:
+        loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        parts.append(f"{loc}: {error.get('msg', 'invalid')}" if loc else error.get("msg", "invalid"))
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    return "invalid request: " + "; ".join(parts) + more

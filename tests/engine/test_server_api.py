@@ -1,0 +1,313 @@
+"""The HTTP API over the real step loop with a scripted runner (no torch): requests join the loop, errors are
+OpenAI-style 400s, an overloaded queue answers 503, a client that leaves frees its blocks, stop strings end a
+choice, metrics parse with Prometheus' own parser."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("prometheus_client")
+from fastapi.testclient import TestClient  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from engine.core.config import EngineConfig  # noqa: E402
+from engine.core.llm_engine import LLMEngine  # noqa: E402
+from engine.core.runner import RequestError, RunnerOutput  # noqa: E402
+from engine.server.api import build_app  # noqa: E402
+
+VOCAB = 100
+EOS = 99
+
+
+class ScriptedRunner:
+    """Samples token ``(last token + 1) % 90`` for each sequence (so outputs depend on the prompt), after
+    ``step_s`` of sleep; a sequence whose prompt starts with ``fail_token`` fails its step."""
+
+    def __init__(self, step_s: float = 0.0, fail_token: int | None = None) -> None:
+        self.step_s = step_s
+        self.fail_token = fail_token
+        self.released: list[int] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def run(self, batch) -> RunnerOutput:
+        self.gate.wait()
+        if self.step_s:
+            time.sleep(self.step_s)
+        bad = [s for s in batch.seqs if s.token_ids[0] == self.fail_token]
+        if bad:
+            raise RequestError(bad, "scripted failure")
+        return RunnerOutput([(s.token_ids[-1] + 1) % 90 for s in batch.seqs])
+
+    def release(self, seqs) -> None:
+        self.released.extend(s.seq_id for s in seqs)
+
+
+class CharTokenizer:
+    """Token i is the character chr(ord('a') + i % 26); a chat template joins the messages."""
+
+    chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    eos_token_id = EOS
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [(ord(c) - ord("a")) % 26 for c in text]
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return "".join(chr(ord("a") + i % 26) for i in ids if i != EOS)
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **kwargs) -> str:
+        return "".join(m["content"] for m in messages)
+
+
+def make_llm(runner, tokenizer=None, **config) -> SimpleNamespace:
+    cfg = EngineConfig(**{"max_num_seqs": 8, "max_num_batched_tokens": 64, "block_size": 16,
+                          **config}).resolved(num_gpu_blocks=config.pop("num_gpu_blocks", 32), max_model_len=256)
+    engine = LLMEngine(cfg, runner, eos_token_ids=[EOS])
+    return SimpleNamespace(engine=engine, tokenizer=tokenizer, shape=SimpleNamespace(vocab_size=VOCAB),
+                           max_model_len=256, model_dir="scripted")
+
+
+@pytest.fixture
+def served():
+    """A client on a scripted engine; yields (client, llm, runner)."""
+    clients = []
+
+    def start(runner=None, tokenizer=None, max_waiting_requests=1000, **config):
+        runner = runner or ScriptedRunner()
+        llm = make_llm(runner, tokenizer, **config)
+        client = TestClient(build_app(llm, model_name="m", max_waiting_requests=max_waiting_requests))
+        client.__enter__()
+        clients.append(client)
+        return client, llm, runner
+
+    yield start
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+def expected_tokens(prompt: list[int], n: int) -> list[int]:
+    out, last = [], prompt[-1]
+    for _ in range(n):
+        last = (last + 1) % 90
+        out.append(last)
+    return out
+
+
+def sse_events(response) -> list:
+    events = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            payload = line[len("data: "):]
+            events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def metric_samples(client) -> dict[str, float]:
+    text = client.get("/metrics").text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "model_name")
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
+
+
+def test_completion_tokens_usage_and_models(served) -> None:
+    client, _, _ = served()
+    assert client.get("/health").status_code == 200
+    assert client.get("/v1/models").json()["data"][0]["id"] == "m"
+    r = client.post("/v1/completions", json={"model": "m", "prompt": [5, 6, 7], "max_tokens": 5,
+                                             "ignore_eos": True, "return_token_ids": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["choices"][0]["token_ids"] == [8, 9, 10, 11, 12]
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["prompt_tokens"] == 3 and body["usage"]["completion_tokens"] == 5
+    assert body["usage"]["total_tokens"] == 8
+
+
+def test_several_prompts_and_n_give_one_choice_each(served) -> None:
+    client, _, _ = served()
+    r = client.post("/v1/completions", json={"prompt": [[1, 2], [40, 41, 42]], "max_tokens": 3, "n": 2,
+                                             "return_token_ids": True})
+    choices = r.json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2, 3]
+    assert [c["token_ids"] for c in choices] == [[3, 4, 5], [3, 4, 5], [43, 44, 45], [43, 44, 45]]
+    assert r.json()["usage"] == {"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17,
+                                 "prompt_tokens_details": {"cached_tokens": 0}}
+
+
+def test_stream_sends_one_chunk_per_token_then_usage_then_done(served) -> None:
+    client, _, _ = served(tokenizer=CharTokenizer())
+    with client.stream("POST", "/v1/completions", json={
+            "prompt": "abc", "max_tokens": 4, "stream": True, "stream_options": {"include_usage": True}}) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    chunks, usage = events[:-2], events[-2]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == "defg"
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, None, "length"]
+    assert all(c["usage"] is None for c in chunks)
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 4
+
+
+def test_chat_stream_starts_with_the_role(served) -> None:
+    client, _, _ = served(tokenizer=CharTokenizer())
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "ab"}], "max_tokens": 3})
+    assert r.json()["choices"][0]["message"] == {"role": "assistant", "content": "cde"}
+    with client.stream("POST", "/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "ab"}], "max_tokens": 3, "stream": True}) as r:
+        events = sse_events(r)
+    assert events[0]["object"] == "chat.completion.chunk"
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[1:-1]) == "cde"
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_stop_string_ends_the_choice_and_frees_its_blocks(served) -> None:
+    client, llm, runner = served(tokenizer=CharTokenizer())
+    r = client.post("/v1/completions", json={"prompt": "a", "max_tokens": 50, "stop": ["fg"]})
+    choice = r.json()["choices"][0]
+    assert choice["text"] == "bcde" and choice["finish_reason"] == "stop"
+    deadline = time.time() + 5
+    while llm.engine.has_unfinished_requests() and time.time() < deadline:
+        time.sleep(0.01)
+    assert not llm.engine.has_unfinished_requests()
+    assert llm.engine.scheduler.block_manager.num_used_blocks == 0
+    assert metric_samples(client)["vllm:request_success_total{finished_reason=abort}"] == 1  # not run to the end
+
+
+@pytest.mark.parametrize(("body", "param", "fragment"), [
+    ({}, None, "prompt"),
+    ({"prompt": [1, 2.5]}, None, "prompt"),
+    ({"prompt": []}, "prompt", "empty"),
+    ({"prompt": [1, 2, 300]}, "prompt", "outside the vocabulary"),
+    ({"prompt": [1], "max_tokens": 0}, "max_tokens", ">= 1"),
+    ({"prompt": [1], "max_tokens": 1000}, "max_tokens", "maximum context length is 256"),
+    ({"prompt": [1], "temperature": -1}, "temperature", "temperature"),
+    ({"prompt": [1], "top_p": 0}, "top_p", "top_p"),
+    ({"prompt": [1], "n": 0}, "n", "n must be"),
+    ({"prompt": [1], "logprobs": 2}, "logprobs", "not supported"),
+    ({"prompt": [1], "presence_penalty": 0.5}, "presence_penalty", "not supported"),
+    ({"prompt": [1], "stream_options": {"include_usage": True}}, "stream_options", "stream=true"),
+    ({"prompt": "text"}, "prompt", "no tokenizer"),
+    ({"prompt": [1], "stop": "x"}, "stop", "tokenizer"),
+    ({"prompt": [1], "seed": -3}, "seed", "seed"),
+    ({"prompt": list(range(1, 90)) * 3}, "prompt", "more than max_model_len=256"),
+])
+def test_bad_requests_get_400_with_a_message(served, body, param, fragment) -> None:
+    client, _, _ = served()
+    r = client.post("/v1/completions", json=body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == 400
+    assert fragment in error["message"]
+    if param is not None:
+        assert error["param"] == param
+    assert "Traceback" not in r.text
+
+
+def test_malformed_json_unknown_model_and_routes(served) -> None:
+    client, _, _ = served()
+    r = client.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    r = client.post("/v1/completions", json={"model": "other", "prompt": [1]})
+    assert r.status_code == 404 and "'other' does not exist" in r.json()["error"]["message"]
+    assert client.get("/v1/nothing").status_code == 404
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 400 and "chat template" in r.json()["error"]["message"]
+
+
+def test_a_request_that_can_never_fit_the_cache_is_rejected_with_the_reason(served) -> None:
+    client, _, _ = served(num_gpu_blocks=2)
+    r = client.post("/v1/completions", json={"prompt": list(range(1, 60)), "max_tokens": 2})
+    assert r.status_code == 400
+    assert "needs 4 KV blocks of 16 tokens, the cache has 2" in r.json()["error"]["message"]
+
+
+def test_an_overloaded_queue_answers_503(served) -> None:
+    runner = ScriptedRunner()
+    client, llm, _ = served(runner=runner, max_waiting_requests=2, max_num_seqs=1)
+    runner.gate.clear()  # hold the engine inside its first step
+    results = []
+
+    def post():
+        results.append(client.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 2}))
+
+    threads = [threading.Thread(target=post) for _ in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 5
+    while (len(llm.engine.scheduler.running) + len(llm.engine.scheduler.waiting) < 3) and time.time() < deadline:
+        time.sleep(0.01)  # one request running (stuck at the gate), two waiting: the queue is full
+    r = client.post("/v1/completions", json={"prompt": [3], "max_tokens": 2})
+    assert r.status_code == 503
+    assert "limit is 2 (--max-waiting-requests)" in r.json()["error"]["message"]
+    runner.gate.set()
+    for t in threads:
+        t.join(timeout=10)
+    assert [x.status_code for x in results] == [200, 200, 200]
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_blocks(served) -> None:
+    runner = ScriptedRunner(step_s=0.005)
+    client, llm, _ = served(runner=runner)
+    with client.stream("POST", "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 200, "stream": True,
+                                                        "ignore_eos": True}) as r:
+        lines = r.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        assert json.loads(first[6:])["choices"][0]["finish_reason"] is None
+        assert llm.engine.scheduler.block_manager.num_used_blocks > 0
+    deadline = time.time() + 5  # closing the response disconnects; the abort lands at the next step boundary
+    while llm.engine.has_unfinished_requests() and time.time() < deadline:
+        time.sleep(0.01)
+    assert not llm.engine.has_unfinished_requests()
+    assert llm.engine.scheduler.block_manager.num_used_blocks == 0
+    assert metric_samples(client)["vllm:request_success_total{finished_reason=abort}"] == 1
+
+
+def test_a_failing_request_errors_alone(served) -> None:
+    client, _, _ = served(runner=ScriptedRunner(fail_token=13))
+    r = client.post("/v1/completions", json={"prompt": [13, 1], "max_tokens": 3})
+    assert r.status_code == 500
+    assert "scripted failure" in r.json()["error"]["message"] and "Traceback" not in r.text
+    with client.stream("POST", "/v1/completions", json={"prompt": [13, 2], "max_tokens": 3, "stream": True}) as r:
+        events = sse_events(r)
+    assert "scripted failure" in events[0]["error"]["message"] and events[-1] == "[DONE]"
+    ok = client.post("/v1/completions", json={"prompt": [4], "max_tokens": 2, "return_token_ids": True})
+    assert ok.json()["choices"][0]["token_ids"] == [5, 6]
+
+
+def test_metrics_count_what_was_served(served) -> None:
+    client, _, _ = served()
+    for prompt in ([1, 2, 3], [10, 11]):
+        client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 4})
+    m = metric_samples(client)
+    assert m["vllm:request_success_total{finished_reason=length}"] == 2
+    assert m["vllm:generation_tokens_total"] == 8
+    assert m["vllm:prompt_tokens_total"] == 5
+    assert m["vllm:time_to_first_token_seconds_count"] == 2
+    assert m["vllm:inter_token_latency_seconds_count"] == 6
+    assert m["vllm:e2e_request_latency_seconds_count"] == 2
+    assert m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
+    assert m["vllm:kv_cache_usage_perc"] == 0
+    assert m["vllm:prefix_cache_queries_total"] == 5
+
+
+def test_a_dead_engine_loop_fails_health_and_open_requests(served) -> None:
+    class Exploding(ScriptedRunner):
+        def run(self, batch):
+            raise SystemExit("the device went away")  # not an Exception: the step body cannot contain it
+
+    client, _, _ = served(runner=Exploding())
+    r = client.post("/v1/completions", json={"prompt": [1], "max_tokens": 2})
+    assert r.status_code == 500 and "engine loop stopped" in r.json()["error"]["message"]
+    assert client.get("/health").status_code == 503
+    assert client.post("/v1/completions", json={"prompt": [1], "max_tokens": 2}).status_code == 503

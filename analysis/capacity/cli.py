@@ -29,7 +29,8 @@ from analysis.capacity.cost import (
 )
 from analysis.capacity.outputs import write_outputs
 from analysis.capacity.plan import CapacityRun, run_capacity
-from analysis.capacity.sweep import SWEEP_AXES
+from analysis.capacity.sweep import ANSWER_KINDS, SWEEP_AXES, answer_text
+from analysis.capacity.workload import THINK_TIME_MODES, WorkloadParams
 from analysis.formatting import format_number
 from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
 from analysis.slo import SLO, parse_slos
@@ -73,6 +74,26 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number >= 0")
     return value
 
 
@@ -162,6 +183,31 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--candidates-per-round", type=positive_int, default=1,
                         help="QPS values of one configuration simulated at once (k-section search; uses more "
                         "cores per configuration, and can reveal non-monotone latency) (default: %(default)s)")
+    steady = parser.add_argument_group(
+        "steady state (each QPS is a stream of the trace's sessions, resampled; see analysis/README.md)")
+    steady.add_argument("--min-duration-s", type=non_negative_float, default=WorkloadParams.min_duration_s,
+                        help="simulate at least this many seconds of arrivals per QPS (default: %(default)s)")
+    steady.add_argument("--min-requests", type=non_negative_int, default=WorkloadParams.min_requests,
+                        help="... and at least this many requests (default: %(default)s)")
+    steady.add_argument("--warmup-fraction", type=float, default=WorkloadParams.warmup_fraction,
+                        help="share of the stream served but not measured, as the replicas start empty "
+                        "(default: %(default)s)")
+    steady.add_argument("--think-times", choices=THINK_TIME_MODES, default=WorkloadParams.think_times,
+                        help="keep: a session's turns keep their recorded gaps and more sessions start to raise "
+                        "the load; scale: the gaps shrink with the load, as a plain rescaled trace (default: "
+                        "%(default)s)")
+    steady.add_argument("--stability-tolerance", type=float, default=WorkloadParams.stability_tolerance,
+                        help="a QPS is stable when completions keep within this share of arrivals and the "
+                        "backlog grows by less than this share of the arrival rate (default: %(default)s)")
+    steady.add_argument("--seeds", type=positive_int, default=1,
+                        help="independent streams per configuration; the answer is the median max QPS "
+                        "(default: %(default)s)")
+    steady.add_argument("--seed-offset", type=non_negative_int, default=0,
+                        help="the first stream's seed (default: %(default)s)")
+    steady.add_argument("--no-early-stop", action="store_true",
+                        help="simulate clearly overloaded loads in full instead of stopping after a third")
+    steady.add_argument("--no-duration-check", action="store_true",
+                        help="skip simulating each answer again on a stream twice as long")
     cost = parser.add_argument_group("capacity planning")
     cost.add_argument("--target-qps", type=positive_float, default=None,
                       help="load to size replicas for (default: the trace's own mean rate)")
@@ -185,19 +231,29 @@ def format_table(run: CapacityRun) -> str:
     """The printed summary: one line per configuration, then replicas needed."""
     width = max([len("configuration")] + [len(r.label) for r in run.results]) + 2
     slo_headers = [f"{s.label} ms" for s in run.slos]
-    header = f"{'configuration':<{width}}{'max QPS':>10}{'sims':>6}{'goodput':>10}"
-    header += "".join(f"{h:>13}" for h in slo_headers) + f"{'$/1M tok':>11}{'Pareto':>8}"
+    header = f"{'configuration':<{width}}{'max QPS':>10}{'seeds':>14}{'sims':>6}{'goodput':>10}"
+    header += "".join(f"{h:>13}" for h in slo_headers) + f"{'done/arr':>10}{'backlog+':>10}"
+    header += f"{'$/1M tok':>11}{'Pareto':>8}"
     lines = [header]
     notes = []
+    kinds = set()
     for r, e in zip(run.results, run.economics):
         p = r.point_at_max
-        line = f"{r.label:<{width}}{format_number(r.max_qps, '.4g', missing='none'):>10}"
-        line += f"{len(r.points):>6}{format_number(p.goodput_rps if p else None, '.4g'):>10}"
+        stability = p.stability if p else {}
+        line = f"{r.label:<{width}}{r.answer_text:>10}{r.spread_text:>14}"
+        line += f"{r.num_simulations:>6}{format_number(p.goodput_rps if p else None, '.4g'):>10}"
         line += "".join(f"{format_number(p.slo_values_ms.get(s.key) if p else None, '.4g'):>13}" for s in run.slos)
+        line += f"{format_number(stability.get('completion_ratio'), '.3f'):>10}"
+        line += f"{format_number(stability.get('backlog_growth_fraction'), '+.1%'):>10}"
         cost = e.cost_per_million_output_tokens_usd
         line += f"{format_number(cost, '.4g', prefix='$'):>11}{'yes' if e.on_pareto_front else '':>8}"
         lines.append(line)
-        notes += [f"  {r.label}: {note}" for note in r.outcome.notes]
+        notes += [f"  {r.label}: {note}" for note in r.all_notes]
+        kinds.add(r.kind)
+    lines.append("max QPS: median over seeds (seeds: their range); done/arr: completions / arrivals and backlog+: "
+                 "backlog growth / arrival rate, over the measured window at max QPS")
+    lines += [f"  {answer_text(1.0, kind).replace('1', 'N')}: {ANSWER_KINDS[kind]}" for kind in ANSWER_KINDS
+              if kind in kinds and kind != "none"]
     if notes:
         lines += ["notes:"] + notes
     lines.append(f"replicas needed for {run.target_qps:.4g} req/s:")
@@ -223,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(130, "interrupted: simulations stopped, nothing written\n")
     if not args.quiet:
         print(format_table(run))
-        num_sims = sum(len(r.points) for r in run.results)
+        num_sims = sum(r.num_simulations for r in run.results)
         where = f"Ray cluster {args.ray}" if args.ray else f"{run.num_jobs} local process(es)"
         print(f"cost model: {run.cost_model_text}; {num_sims} simulations in {run.wall_s:.1f} s wall on {where}; "
               f"outputs in {out_dir}/")

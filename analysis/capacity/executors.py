@@ -10,21 +10,22 @@ import signal
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from analysis.capacity.sweep import Executor, PointResult, SweepError, evaluate_point
+from analysis.capacity.point import PointJob, PointResult, evaluate_point
+from analysis.capacity.sweep import Executor, SweepError
+from analysis.capacity.workload import SessionLibrary, WorkloadParams
 from analysis.slo import SLO
-from sim.config import SimConfig
 
 
 class SerialExecutor(Executor):
     """In this process, at submit time: the reference the parallel executors must match."""
 
-    def __init__(self, trace, slos: Sequence[SLO]) -> None:
-        self._trace, self._slos = trace, tuple(slos)
+    def __init__(self, library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO]) -> None:
+        self._args = (library, workload, tuple(slos))
 
-    def submit(self, config: SimConfig, qps: float) -> Future:
+    def submit(self, job: PointJob) -> Future:
         future: Future = Future()
         try:
-            future.set_result(evaluate_point(self._trace, self._slos, config, qps))
+            future.set_result(evaluate_point(*self._args, job))
         except Exception as exc:  # surfaced by future.result(), as a pool would
             future.set_exception(exc)
         return future
@@ -33,16 +34,15 @@ class SerialExecutor(Executor):
 _WORKER_STATE: dict[str, object] = {}
 
 
-def _init_worker(trace, slos: tuple[SLO, ...]) -> None:
-    """Receive the trace once per worker process rather than once per simulation. Ctrl-C reaches every
-    process of the terminal's group: workers ignore it, and the parent stops them (LocalExecutor.close)."""
+def _init_worker(library: SessionLibrary, workload: WorkloadParams, slos: tuple[SLO, ...]) -> None:
+    """Receive the trace's sessions once per worker process rather than once per simulation. Ctrl-C reaches
+    every process of the terminal's group: workers ignore it, and the parent stops them (LocalExecutor.close)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _WORKER_STATE["trace"] = trace
-    _WORKER_STATE["slos"] = slos
+    _WORKER_STATE["args"] = (library, workload, slos)
 
 
-def _evaluate_in_worker(config: SimConfig, qps: float) -> PointResult:
-    return evaluate_point(_WORKER_STATE["trace"], _WORKER_STATE["slos"], config, qps)
+def _evaluate_in_worker(job: PointJob) -> PointResult:
+    return evaluate_point(*_WORKER_STATE["args"], job)
 
 
 class LocalExecutor(Executor):
@@ -52,18 +52,18 @@ class LocalExecutor(Executor):
     can inherit in a locked state.
     """
 
-    def __init__(self, trace, slos: Sequence[SLO], num_jobs: int) -> None:
+    def __init__(self, library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], num_jobs: int) -> None:
         import multiprocessing
 
         self._pool = ProcessPoolExecutor(
             max_workers=num_jobs,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker,
-            initargs=(trace, tuple(slos)),
+            initargs=(library, workload, tuple(slos)),
         )
 
-    def submit(self, config: SimConfig, qps: float) -> Future:
-        return self._pool.submit(_evaluate_in_worker, config, qps)
+    def submit(self, job: PointJob) -> Future:
+        return self._pool.submit(_evaluate_in_worker, job)
 
     def close(self, interrupted: bool = False) -> None:
         if not interrupted:
@@ -86,7 +86,7 @@ class RayExecutor(Executor):
     simulator's dependencies (see pyproject.toml) installed.
     """
 
-    def __init__(self, trace, slos: Sequence[SLO], address: str) -> None:
+    def __init__(self, library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], address: str) -> None:
         try:
             import ray
         except ImportError:
@@ -110,11 +110,11 @@ class RayExecutor(Executor):
             raise SweepError(f"--ray: cannot connect to the Ray cluster at {address!r}: {exc}") from exc
         self._ray = ray
         self._remote = ray.remote(evaluate_point)
-        self._trace_ref = ray.put(trace)
-        self._slos = tuple(slos)
+        self._library_ref = ray.put(library)
+        self._args = (workload, tuple(slos))
 
-    def submit(self, config: SimConfig, qps: float) -> Future:
-        return self._remote.remote(self._trace_ref, self._slos, config, qps).future()
+    def submit(self, job: PointJob) -> Future:
+        return self._remote.remote(self._library_ref, *self._args, job).future()
 
     def close(self, interrupted: bool = False) -> None:
         self._ray.shutdown()
@@ -128,10 +128,11 @@ def default_num_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def make_executor(trace, slos: Sequence[SLO], num_jobs: int, ray_address: str | None = None) -> Executor:
+def make_executor(library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], num_jobs: int,
+                  ray_address: str | None = None) -> Executor:
     """Ray when an address is given, else a local pool (in-process for one job)."""
     if ray_address:
-        return RayExecutor(trace, slos, ray_address)
+        return RayExecutor(library, workload, slos, ray_address)
     if num_jobs == 1:
-        return SerialExecutor(trace, slos)
-    return LocalExecutor(trace, slos, num_jobs)
+        return SerialExecutor(library, workload, slos)
+    return LocalExecutor(library, workload, slos, num_jobs)

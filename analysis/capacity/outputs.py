@@ -21,10 +21,13 @@ def config_record(run: CapacityRun, index: int) -> dict:
         "label": result.label,
         "options": dataclasses.asdict(result.config),
         "max_qps": result.max_qps,
+        "max_qps_kind": result.kind,
+        "max_qps_by_seed": {str(seed): qps for seed, qps in result.max_qps_by_seed.items()},
+        "max_qps_spread": None if result.spread is None else {"min": result.spread[0], "max": result.spread[1]},
         "converged": result.outcome.converged,
         "monotone": result.outcome.monotone,
-        "notes": list(result.outcome.notes),
-        "num_simulations": len(result.points),
+        "notes": list(result.all_notes),
+        "num_simulations": result.num_simulations,
         "cost_model": run.cost_models[index],
         "slos_ms": {slo.key: slo.limit_ms for slo in run.slos},
         "cost": {
@@ -39,22 +42,33 @@ def config_record(run: CapacityRun, index: int) -> dict:
             "on_front": econ.on_pareto_front,
         },
         "replicas_needed": None if econ.replicas_needed is None else dataclasses.asdict(econ.replicas_needed),
-        "points": [{"iteration": i, **dataclasses.asdict(p)} for i, p in enumerate(result.points)],
+        "searches": [{
+            "seed": search.seed, "max_qps": search.max_qps, "kind": search.kind,
+            "converged": search.outcome.converged, "monotone": search.outcome.monotone,
+            "notes": list(search.outcome.notes),
+            "points": [{"iteration": i, **dataclasses.asdict(p)} for i, p in enumerate(search.points)],
+            "duration_check": None if search.check is None else dataclasses.asdict(search.check),
+        } for search in result.searches],
     }
 
 
 def point_rows(run: CapacityRun) -> list[dict]:
-    """capacity.parquet's rows: one per (configuration, QPS tried), nested figures flattened."""
+    """capacity.parquet's rows: one per simulation (each seed's points, then its duration check), nested
+    figures flattened."""
     rows = []
     for result, econ in zip(run.results, run.economics):
         options = dataclasses.asdict(result.config)
-        for iteration, point in enumerate(result.points):
+        simulations = [(search, i, point) for search in result.searches
+                       for i, point in enumerate(search.points + ((search.check,) if search.check else ()))]
+        for search, iteration, point in simulations:
             record = dataclasses.asdict(point)
             slo_values, latency = record.pop("slo_values_ms"), record.pop("latency_ms")
+            stability = record.pop("stability")
             rows.append({
                 "config_id": f"c{result.index}", "label": result.label, **options, "max_qps": result.max_qps,
-                "iteration": iteration, **record,
-                "is_max_qps": result.max_qps is not None and point.qps == result.max_qps,
+                "max_qps_kind": result.kind, "seed_max_qps": search.max_qps, "iteration": iteration, **record,
+                **{f"stability_{key}": value for key, value in stability.items() if key != "stable"},
+                "is_max_qps": point.duration_scale == 1.0 and point.qps == search.max_qps,
                 **{f"{key}_ms": value for key, value in slo_values.items()},
                 **{f"{metric_key.removesuffix('_ms')}_{stat}_ms": value
                    for metric_key, stats in latency.items() for stat, value in stats.items()},
@@ -77,8 +91,11 @@ def write_outputs(run: CapacityRun, out_dir: Path) -> None:
     write_capacity_report(
         out_dir / "report.html", run, title=f"Capacity of {Path(run.trace_path).name} under {slo_text}",
         subtitle=(
-            f"{run.num_requests} requests (recorded at {run.trace_qps:.4g} req/s), rescaled to each QPS tried; "
-            f"{sum(len(r.points) for r in run.results)} simulations; cost model: {run.cost_model_text}{estimate}. "
+            f"{run.num_requests} requests in {run.num_sessions} sessions (recorded at {run.trace_qps:.4g} req/s), "
+            f"resampled into a stream of at least {run.workload.min_duration_s:g} s and "
+            f"{run.workload.min_requests} requests at each QPS tried (think times: {run.workload.think_times}); "
+            f"the first {run.workload.warmup_fraction:.0%} is not measured; {len(run.seeds)} seed(s); "
+            f"{sum(r.num_simulations for r in run.results)} simulations; cost model: {run.cost_model_text}{estimate}. "
             "Costs use illustrative list prices (edit them below)."
         ),
     )

@@ -22,6 +22,7 @@ from analysis.capacity.sweep import (
     run_sweep,
     varying_axes,
 )
+from analysis.capacity.workload import SessionLibrary, WorkloadParams
 from analysis.slo import SLO
 from analysis.stats import round_sig
 from engine.core.config_args import build_config
@@ -45,6 +46,9 @@ class CapacityRun:
     cost_models: list[str]  # per configuration: "auto" may pick a measured profile for some only
     wall_s: float
     num_jobs: int
+    workload: WorkloadParams
+    seeds: tuple[int, ...]
+    num_sessions: int
 
     @property
     def cost_model_text(self) -> str:
@@ -60,6 +64,9 @@ class SweepPlan:
     """A validated sweep, ready to simulate: built before any simulation so bad input costs nothing."""
 
     trace: object  # traces.schema.Trace, after --limit
+    library: SessionLibrary
+    workload: WorkloadParams
+    seeds: tuple[int, ...]
     trace_qps: float
     configs: list[SimConfig]
     labels: list[str]
@@ -86,6 +93,16 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
     if span_s <= 0:
         _fail(parser, f"TRACE: {args.trace}: every request arrives at once, so it has no rate to rescale")
     trace_qps = (len(trace) - 1) / span_s
+    library = SessionLibrary.from_trace(trace)
+    try:
+        workload = WorkloadParams(min_duration_s=args.min_duration_s, min_requests=args.min_requests,
+                                  warmup_fraction=args.warmup_fraction, think_times=args.think_times,
+                                  stability_tolerance=args.stability_tolerance, early_stop=not args.no_early_stop)
+    except ValueError as exc:
+        _fail(parser, str(exc))
+    if workload.min_duration_s <= 0 and workload.min_requests <= 0:
+        _fail(parser, "--min-duration-s and --min-requests are both 0: a stream needs a length; set one above 0")
+    seeds = tuple(range(args.seed_offset, args.seed_offset + args.seeds))
 
     # A swept option is a tuple of values; left at its default it is the config's single default.
     axes = {field: v if isinstance(v, tuple) else (v,) for field in SWEEP_AXES for v in [getattr(args, field)]}
@@ -120,7 +137,8 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
     if missing:
         _fail(parser, f"--gpu-cost: no price for {', '.join(missing)}")
     families = [family_label(c, varying) for c in configs]
-    return SweepPlan(trace, trace_qps, configs, labels, families, cost_models, params, gpu_costs)
+    return SweepPlan(trace, library, workload, seeds, trace_qps, configs, labels, families, cost_models, params,
+                     gpu_costs)
 
 
 def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> CapacityRun:
@@ -128,9 +146,10 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
     plan = plan_sweep(parser, args)
     slos: tuple[SLO, ...] = args.slo
     # More processes than simulations that can run at once would only pay start-up time.
-    num_jobs = max(1, min(args.jobs or default_num_jobs(), len(plan.configs) * plan.params.candidates_per_round))
+    num_jobs = max(1, min(args.jobs or default_num_jobs(),
+                          len(plan.configs) * len(plan.seeds) * plan.params.candidates_per_round))
     try:
-        executor = make_executor(plan.trace, slos, num_jobs, args.ray)
+        executor = make_executor(plan.library, plan.workload, slos, num_jobs, args.ray)
     except SweepError as exc:
         _fail(parser, str(exc))
     bar = None
@@ -141,7 +160,8 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
                    mininterval=0.5)
     started = time.perf_counter()
     try:
-        results = run_sweep(plan.configs, plan.params, executor, plan.labels, bar)
+        results = run_sweep(plan.configs, plan.params, executor, plan.labels, bar, seeds=plan.seeds,
+                            check_duration=not args.no_duration_check)
     finally:
         if bar is not None:
             bar.close()
@@ -151,5 +171,6 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
         trace_path=str(args.trace), num_requests=len(plan.trace), trace_qps=plan.trace_qps, slos=slos,
         results=results, economics=assess(results, plan.gpu_costs, target_qps, slos[0].key),
         family_labels=plan.family_labels, target_qps=target_qps, gpu_costs=plan.gpu_costs,
-        cost_models=plan.cost_models, wall_s=wall_s, num_jobs=num_jobs,
+        cost_models=plan.cost_models, wall_s=wall_s, num_jobs=num_jobs, workload=plan.workload, seeds=plan.seeds,
+        num_sessions=plan.library.num_sessions,
     )

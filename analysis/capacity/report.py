@@ -71,7 +71,7 @@ def latency_figure(results: Sequence[ConfigResult], slos: Sequence[SLO]) -> go.F
             fig.add_trace(go.Scatter(
                 x=[p.qps for p in points], y=values, mode="lines+markers", name=result.label,
                 legendgroup=result.label, showlegend=row == 1, connectgaps=False, line={"color": _color(result.index)},
-                marker={"symbol": ["circle" if p.meets_slos else "x" for p in points], "size": 9},
+                marker={"symbol": ["circle" if p.feasible else "x" for p in points], "size": 9},
                 customdata=[["met" if p.meets_slos else "missed", p.num_rejected, p.goodput_rps] for p in points],
                 hovertemplate=(
                     f"{html.escape(result.label)}<br>offered load: %{{x:.4g}} req/s<br>{slo.label}: %{{y:.4g}} ms"

@@ -1,9 +1,11 @@
-"""Run many capacity searches at once: the cross product of options, each bisected on QPS.
+"""Run many capacity searches at once: the cross product of options, each bisected on QPS, per seed.
 
-The process that drives the sweep holds every configuration's `CapacitySearch` and sends single
-simulations (one configuration at one QPS) to an executor: in-process, a local process pool, or
-a Ray cluster. A search only ever sees its own verdicts, so completion order cannot change any
-decision and the results are identical whatever `--jobs` or executor ran them.
+The process that drives the sweep holds one `CapacitySearch` per (configuration, seed) and sends
+single simulations (`PointJob`: one configuration at one QPS on one seed's stream) to an executor:
+in-process, a local process pool, or a Ray cluster. A search only ever sees its own verdicts, so
+completion order cannot change any decision and the results are identical whatever `--jobs` or
+executor ran them. When a search ends, its answer is simulated once more on a stream twice as long
+(the T-versus-2T check).
 """
 
 from __future__ import annotations
@@ -12,19 +14,12 @@ import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
-
-import polars as pl
+from dataclasses import dataclass
 
 from analysis.capacity.bisection import CapacitySearch, SearchOutcome, SearchParams
-from analysis.capacity.slo_check import check_slos
-from analysis.formatting import LATENCY_LABELS
-from analysis.metrics import summarize
-from analysis.slo import SLO
-from analysis.stats import round_sig
+from analysis.capacity.point import PointJob, PointResult
 from engine.core.config_args import flag_of
 from sim.config import SimConfig
-from sim.simulator import simulate
 
 # SimConfig field -> the CLI option that lists its values; the cross product follows this order.
 SWEEP_AXES: dict[str, str] = {
@@ -34,14 +29,6 @@ SWEEP_AXES: dict[str, str] = {
 # SimConfig field -> how a chart label shows its value.
 _LABEL_FORMATS: dict[str, str] = {"model": "{}", "gpu": "{}", "num_replicas": "x{}", "tensor_parallel_size": "tp{}",
                                   "policy": "{}", "max_num_seqs": "seqs{}", "router": "router {}"}
-# PointResult fields copied from the replay's summary under the same name.
-_SUMMARY_FIELDS = ("num_requests", "num_finished", "num_rejected", "duration_s", "total_output_tokens",
-                   "prefix_cache_hit_rate", "num_preemptions")
-# A replay whose arrivals span at most this share of its duration is (nearly) one burst: higher QPS
-# cannot load it more, so a passing burst ends the upward search (see analysis.capacity.bisection).
-BURST_SPAN_FRACTION = 0.05
-
-
 class SweepError(Exception):
     """A sweep that cannot start (bad options, missing Ray); the message names the option."""
 
@@ -88,75 +75,144 @@ def varying_axes(configs: Sequence[SimConfig]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class PointResult:
-    """The outcome of one simulation: a configuration replaying the trace at `qps`.
+class SeedSearch:
+    """One seed's search of one configuration: its outcome, the points tried (in order), and the answer
+    simulated again on a stream twice as long (`check`; None when nothing passed)."""
 
-    Latency statistics are in ms (`slo_values_ms` per SLO key, None when unbounded because
-    requests were rejected or when there are no samples); rates per second of the replay's makespan.
-    """
-
-    qps: float
-    meets_slos: bool
-    goodput_rps: float
-    slo_values_ms: dict[str, float | None]
-    num_requests: int
-    num_finished: int
-    num_rejected: int
-    duration_s: float
-    arrival_span_s: float
-    request_throughput_rps: float | None
-    output_throughput_tok_s: float | None
-    total_output_tokens: int
-    prefix_cache_hit_rate: float | None
-    num_preemptions: int
-    latency_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
-
-    @property
-    def output_tokens_per_request(self) -> float:
-        """Output tokens served per request offered (rejected ones serve none)."""
-        return self.total_output_tokens / self.num_requests if self.num_requests else 0.0
-
-    @property
-    def is_burst(self) -> bool:
-        """The trace arrived within a small share of the replay: more QPS would change little."""
-        return self.arrival_span_s <= BURST_SPAN_FRACTION * self.duration_s
-
-
-def evaluate_point(trace, slos: Sequence[SLO], config: SimConfig, qps: float) -> PointResult:
-    """Simulate `config` on `trace` rescaled to `qps` requests/s and judge it against `slos`."""
-    scaled = trace.with_qps(qps)
-    arrivals = scaled.requests["arrival_s"]
-    result = simulate(scaled, config)
-    requests = pl.from_arrow(result.requests_table())
-    steps = pl.from_arrow(result.steps_table())
-    summary = summarize(requests, steps, slos)  # goodput included
-    check = check_slos(requests, slos)
-    return PointResult(
-        qps=qps,
-        meets_slos=check.meets_slos,
-        goodput_rps=summary["goodput"],
-        slo_values_ms={key: round_sig(value) for key, value in check.values_ms.items()},
-        arrival_span_s=round_sig(float(arrivals[-1] - arrivals[0])),
-        request_throughput_rps=summary["request_throughput"],
-        output_throughput_tok_s=summary["output_throughput"],
-        latency_ms={f"{metric}_ms": dict(summary[f"{metric}_ms"]) for metric in LATENCY_LABELS},
-        **{name: summary[name] for name in _SUMMARY_FIELDS},
-    )
-
-
-@dataclass(frozen=True)
-class ConfigResult:
-    """One configuration's search: its options, the points tried (in order) and the outcome."""
-
-    index: int
-    config: SimConfig
-    label: str
+    seed: int
     outcome: SearchOutcome
     points: tuple[PointResult, ...]
+    check: PointResult | None
 
     @property
     def max_qps(self) -> float | None:
         return self.outcome.max_qps
+
+    @property
+    def kind(self) -> str:
+        """What max_qps is: see `ANSWER_KINDS`."""
+        outcome = self.outcome
+        if outcome.max_qps is None:
+            return "none"
+        if all(ok for _, ok in outcome.points):
+            return "lower_bound"
+        if not outcome.converged:
+            return "bracket"
+        if self.check is not None and not self.check.feasible:
+            return "not_confirmed"
+        return "converged"
+
+
+# What a max_qps is, by SeedSearch.kind; only "converged" is an answer to plot as one.
+ANSWER_KINDS: dict[str, str] = {
+    "converged": "converged: the bracket closed to the tolerance and the answer held on a stream twice as long",
+    "not_confirmed": "not confirmed: the answer missed an SLO or was unstable on a stream twice as long",
+    "bracket": "not converged: the search stopped with a bracket wider than the tolerance",
+    "lower_bound": "lower bound: every QPS tried passed, so capacity is at least this",
+    "none": "no QPS tried passed",
+}
+
+
+# How a table shows a max QPS of each kind: never a bare number unless it is an answer.
+_KIND_FORMATS: dict[str, str] = {"converged": "{}", "not_confirmed": "{}?", "bracket": "~{}", "lower_bound": ">={}"}
+
+
+def answer_text(max_qps: float | None, kind: str) -> str:
+    """max_qps as a table shows it: ">=40" for a lower bound, "~40" for an open bracket, "40?" unconfirmed."""
+    if max_qps is None:
+        return "none"
+    return _KIND_FORMATS[kind].format(f"{max_qps:.4g}")
+
+
+@dataclass(frozen=True)
+class ConfigResult:
+    """One configuration's searches (one per seed) and the answer: the median max QPS over seeds.
+
+    With an even number of seeds the lower of the two middle values is taken, so the answer is
+    always a QPS that was simulated (its point gives the latencies and token rate of the cost figures).
+    A seed with no passing QPS counts as the lowest value.
+    """
+
+    index: int
+    config: SimConfig
+    label: str
+    searches: tuple[SeedSearch, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def median_search(self) -> SeedSearch:
+        ranked = sorted(self.searches, key=lambda s: (-1.0 if s.max_qps is None else s.max_qps, s.seed))
+        return ranked[(len(ranked) - 1) // 2]
+
+    @property
+    def max_qps(self) -> float | None:
+        return self.median_search.max_qps
+
+    @property
+    def kind(self) -> str:
+        """The answer's kind: the least certain of its seeds' (ANSWER_KINDS is ordered most certain first)."""
+        kinds = {s.kind for s in self.searches}
+        return max(kinds, key=list(ANSWER_KINDS).index)
+
+    @property
+    def answer_text(self) -> str:
+        return answer_text(self.max_qps, self.kind)
+
+    @property
+    def spread_text(self) -> str:
+        """The seeds' range, e.g. "33.1-35.2" (empty with one seed)."""
+        if len(self.searches) < 2:
+            return ""
+        if self.spread is None:
+            return "some none"
+        return f"{self.spread[0]:.4g}-{self.spread[1]:.4g}"
+
+    @property
+    def is_answer(self) -> bool:
+        """max_qps is a converged, confirmed capacity (not a bound, bracket or unconfirmed value)."""
+        return self.kind == "converged"
+
+    @property
+    def max_qps_by_seed(self) -> dict[int, float | None]:
+        return {s.seed: s.max_qps for s in self.searches}
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        """(lowest, highest) max QPS over seeds; None unless every seed found one."""
+        values = [s.max_qps for s in self.searches]
+        if any(v is None for v in values):
+            return None
+        return min(values), max(values)
+
+    @property
+    def outcome(self) -> SearchOutcome:
+        return self.median_search.outcome
+
+    @property
+    def points(self) -> tuple[PointResult, ...]:
+        """The median seed's points, in the order tried."""
+        return self.median_search.points
+
+    @property
+    def all_points(self) -> tuple[PointResult, ...]:
+        return tuple(p for s in self.searches for p in s.points)
+
+    @property
+    def num_simulations(self) -> int:
+        return sum(len(s.points) + (s.check is not None) for s in self.searches)
+
+    @property
+    def all_notes(self) -> tuple[str, ...]:
+        notes = list(self.notes)
+        for search in self.searches:
+            prefix = f"seed {search.seed}: " if len(self.searches) > 1 else ""
+            notes += [prefix + note for note in search.outcome.notes]
+            if search.kind == "not_confirmed":
+                check = search.check
+                why = "missed an SLO" if not check.meets_slos else "was unstable"
+                notes.append(f"{prefix}{search.max_qps:.4g} req/s {why} on a stream of {check.stream_duration_s:g} s "
+                             "(twice as long): the answer depends on the simulated duration")
+        return tuple(notes)
 
     @property
     def point_at_max(self) -> PointResult | None:
@@ -167,13 +223,33 @@ class ConfigResult:
 
 
 class Executor:
-    """Runs `evaluate_point(trace, slos, config, qps)` somewhere; `submit` returns a Future."""
+    """Runs `evaluate_point(library, workload, slos, job)` somewhere; `submit` returns a Future."""
 
-    def submit(self, config: SimConfig, qps: float) -> Future:
+    def submit(self, job: PointJob) -> Future:
         raise NotImplementedError
 
     def close(self, interrupted: bool = False) -> None:
         """Release workers; pending work is cancelled, and running work too when ``interrupted``."""
+
+
+def superlinear_notes(results: Sequence[ConfigResult], tolerance: float) -> dict[int, str]:
+    """Per configuration index: a note when it serves more per replica than the same options with fewer
+    replicas, by more than `tolerance` (round-robin replicas cannot beat linear scaling)."""
+    notes: dict[int, str] = {}
+    families: dict[tuple, list[ConfigResult]] = {}
+    for result in results:
+        key = tuple(sorted((k, str(v)) for k, v in dataclasses.asdict(result.config).items() if k != "num_replicas"))
+        families.setdefault(key, []).append(result)
+    for members in families.values():
+        members = sorted((r for r in members if r.max_qps), key=lambda r: r.config.num_replicas)
+        for fewer, more in zip(members, members[1:]):
+            ratio = more.max_qps / fewer.max_qps
+            linear = more.config.num_replicas / fewer.config.num_replicas
+            if ratio > linear * (1 + tolerance):
+                notes[more.index] = (f"super-linear scaling: {more.config.num_replicas} replicas serve {ratio:.2f}x "
+                                     f"what {fewer.config.num_replicas} serve (linear: {linear:.2f}x); suspect a "
+                                     "transient (too short a stream) rather than capacity")
+    return notes
 
 
 # ---- the driver ----------------------------------------------------------------------------------
@@ -183,57 +259,75 @@ def run_sweep(
     executor: Executor,
     labels: Sequence[str] | None = None,
     progress_bar=None,
+    seeds: Sequence[int] = (0,),
+    check_duration: bool = True,
 ) -> list[ConfigResult]:
-    """Search every configuration's max QPS; searches proceed concurrently on `executor`.
+    """Search every configuration's max QPS on every seed; searches proceed concurrently on `executor`.
 
     `progress_bar` (e.g. tqdm) counts simulations; its total starts at the worst case
-    (configurations x max_iterations) and shrinks as searches converge.
+    (searches x (max_iterations + 1)) and shrinks as searches converge. `check_duration`: simulate
+    each answer again on a stream twice as long.
     """
     labels = list(labels) if labels is not None else [config_label(c, varying_axes(configs)) for c in configs]
-    searches = [CapacitySearch(params) for _ in configs]
-    points: list[dict[float, PointResult]] = [{} for _ in configs]
-    waiting: list[set[float]] = [set() for _ in configs]
-    in_flight: dict[Future, tuple[int, float]] = {}
+    keys = [(index, seed) for index in range(len(configs)) for seed in seeds]
+    searches = {key: CapacitySearch(params) for key in keys}
+    points: dict[tuple[int, int], dict[float, PointResult]] = {key: {} for key in keys}
+    checks: dict[tuple[int, int], PointResult | None] = {key: None for key in keys}
+    waiting: dict[tuple[int, int], set[float]] = {key: set() for key in keys}
+    in_flight: dict[Future, tuple[tuple[int, int], PointJob]] = {}
+    per_search = params.max_iterations + int(check_duration)
     if progress_bar is not None:
-        progress_bar.total = len(configs) * params.max_iterations
+        progress_bar.total = len(keys) * per_search
         progress_bar.refresh()
 
-    def launch(index: int) -> None:
-        search = searches[index]
+    def launch(key: tuple[int, int]) -> None:
+        search = searches[key]
         for qps in search.propose():
-            waiting[index].add(qps)
-            in_flight[executor.submit(configs[index], qps)] = (index, qps)
-        unused = params.max_iterations - search.num_evaluated
-        if search.done and unused and progress_bar is not None:
+            waiting[key].add(qps)
+            job = PointJob(configs[key[0]], qps, key[1])
+            in_flight[executor.submit(job)] = (key, job)
+        if not search.done:
+            return
+        answer = search.outcome().max_qps
+        if check_duration and answer is not None:
+            job = PointJob(configs[key[0]], answer, key[1], duration_scale=2.0)
+            in_flight[executor.submit(job)] = (key, job)
+        unused = per_search - search.num_evaluated - int(check_duration and answer is not None)
+        if unused and progress_bar is not None:
             progress_bar.total -= unused
             progress_bar.refresh()
 
     try:
-        for index in range(len(configs)):
-            launch(index)
+        for key in keys:
+            launch(key)
         while in_flight:
             # A bounded wait: Ctrl-C may be delivered to a pool thread, and the main thread only sees it
             # once it wakes up; without a timeout that is when the next simulation finishes.
             finished, _ = wait(list(in_flight), timeout=0.2, return_when=FIRST_COMPLETED)
             for future in finished:
-                index, qps = in_flight.pop(future)
-                points[index][qps] = future.result()
-                waiting[index].discard(qps)
+                key, job = in_flight.pop(future)
                 if progress_bar is not None:
                     progress_bar.update(1)
-                if not waiting[index]:  # the search's whole round is back
-                    search = searches[index]
-                    round_points = [points[index][q] for q in search.pending]
-                    search.observe({p.qps: p.meets_slos for p in round_points},
-                                   {p.qps for p in round_points if p.is_burst})
-                    launch(index)
+                if job.duration_scale != 1.0:
+                    checks[key] = future.result()
+                    continue
+                points[key][job.qps] = future.result()
+                waiting[key].discard(job.qps)
+                if not waiting[key]:  # the search's whole round is back
+                    search = searches[key]
+                    search.observe({q: points[key][q].feasible for q in search.pending})
+                    launch(key)
     except BaseException:  # Ctrl-C or a failed simulation: stop everything still running, now
         executor.close(interrupted=True)
         raise
     executor.close()
     results = []
-    for index, (config, search) in enumerate(zip(configs, searches)):
-        outcome = search.outcome()
-        tried = tuple(points[index][qps] for qps, _ in outcome.points)
-        results.append(ConfigResult(index, config, labels[index], outcome, tried))
-    return results
+    for index, config in enumerate(configs):
+        per_seed = []
+        for seed in seeds:
+            outcome = searches[(index, seed)].outcome()
+            tried = tuple(points[(index, seed)][qps] for qps, _ in outcome.points)
+            per_seed.append(SeedSearch(seed, outcome, tried, checks[(index, seed)]))
+        results.append(ConfigResult(index, config, labels[index], tuple(per_seed)))
+    extra = superlinear_notes(results, params.tolerance)
+    return [dataclasses.replace(r, notes=(extra[r.index],)) if r.index in extra else r for r in results]

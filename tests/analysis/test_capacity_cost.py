@@ -16,7 +16,8 @@ from analysis.capacity.cost import (
     pareto_front,
     replicas_needed,
 )
-from analysis.capacity.sweep import ConfigResult, PointResult
+from analysis.capacity.point import PointResult
+from analysis.capacity.sweep import ConfigResult, SeedSearch
 from sim.config import SimConfig
 from sim.hardware import GPUS
 
@@ -84,10 +85,11 @@ def test_bad_gpu_costs(spec: str, message: str) -> None:
 
 def _point(qps: float, ttft_p90_ms: float, total_output_tokens: int = 60_000, num_requests: int = 200) -> PointResult:
     return PointResult(
-        qps=qps, meets_slos=True, goodput_rps=qps, slo_values_ms={"ttft_p90": ttft_p90_ms}, num_requests=num_requests,
-        num_finished=num_requests, num_rejected=0, duration_s=100.0, arrival_span_s=90.0, request_throughput_rps=qps,
-        output_throughput_tok_s=None, total_output_tokens=total_output_tokens, prefix_cache_hit_rate=0.0,
-        num_preemptions=0,
+        qps=qps, seed=0, duration_scale=1.0, feasible=True, meets_slos=True, stable=True, stopped_early=False,
+        goodput_rps=qps, slo_values_ms={"ttft_p90": ttft_p90_ms}, num_requests=num_requests,
+        num_finished=num_requests, num_rejected=0, stream_requests=2 * num_requests, stream_duration_s=100.0,
+        warmup_s=25.0, request_throughput_rps=qps, output_throughput_tok_s=None,
+        total_output_tokens=total_output_tokens, prefix_cache_hit_rate=0.0, num_preemptions=0,
     )
 
 
@@ -95,7 +97,7 @@ def _result(index: int, config: SimConfig, max_qps: float | None, ttft_p90_ms: f
     points = (_point(max_qps, ttft_p90_ms),) if max_qps is not None else (_point(1.0, 1e4),)
     outcome = SearchOutcome(max_qps=max_qps, points=tuple((p.qps, max_qps is not None) for p in points),
                             converged=True, monotone=True)
-    return ConfigResult(index, config, f"c{index}", outcome, points)
+    return ConfigResult(index, config, f"c{index}", (SeedSearch(0, outcome, points, None),))
 
 
 def test_assess_combines_cost_pareto_and_replicas() -> None:

@@ -143,7 +143,8 @@ def report(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("capacity-report")
     argv = [TRACE, "--limit", "150", "--model", "qwen3-8b", "--gpu", "l40s", "--replicas", "1,2",
             "--cost-model", "roofline", "--slo", "ttft_p90=500ms,tpot_p90=50ms", "--tolerance", "0.15",
-            "--max-iterations", "6", "--target-qps", "20", "--jobs", "1", "--quiet", "--out", str(out)]
+            "--max-iterations", "6", "--target-qps", "20", "--jobs", "1", "--quiet", "--out", str(out),
+            "--min-duration-s", "60", "--min-requests", "150", "--no-duration-check"]
     assert main(argv) == 0
     return out / "report.html"
 

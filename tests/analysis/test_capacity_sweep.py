@@ -9,7 +9,19 @@ import pytest
 
 from analysis.capacity.bisection import SearchParams
 from analysis.capacity.executors import LocalExecutor, SerialExecutor, make_executor
-from analysis.capacity.sweep import SweepError, config_label, expand_configs, family_label, run_sweep, varying_axes
+from analysis.capacity.sweep import (
+    ConfigResult,
+    SeedSearch,
+    SweepError,
+    answer_text,
+    config_label,
+    expand_configs,
+    family_label,
+    run_sweep,
+    superlinear_notes,
+    varying_axes,
+)
+from analysis.capacity.workload import SessionLibrary, WorkloadParams
 from analysis.slo import parse_slos
 from sim.config import SimConfig
 from traces.schema import load_trace
@@ -20,11 +32,13 @@ TRACE_PATH = Path(__file__).resolve().parents[2] / "traces" / "sharegpt.parquet"
 BASE = SimConfig(model="qwen3-8b", gpu="l40s", cost_model="roofline")
 SLOS = parse_slos("ttft_p90=500ms,tpot_p90=50ms")
 PARAMS = SearchParams(start_qps=6.0, tolerance=0.1, max_iterations=6)
+# Streams of 20 s or 150 requests: far too short for a real answer, long enough to test the machinery.
+WORKLOAD = WorkloadParams(min_duration_s=20.0, min_requests=150)
 
 
 @pytest.fixture(scope="module")
 def small_trace():
-    return load_trace(TRACE_PATH).head(120)
+    return SessionLibrary.from_trace(load_trace(TRACE_PATH).head(120))
 
 
 def test_cross_product_order_and_untouched_fields() -> None:
@@ -71,43 +85,84 @@ class _Bar:
 def test_serial_and_parallel_sweeps_give_identical_results(small_trace) -> None:
     configs = expand_configs(BASE, {"num_replicas": [1, 2]})
     bar = _Bar()
-    serial = run_sweep(configs, PARAMS, SerialExecutor(small_trace, SLOS), progress_bar=bar)
-    parallel = run_sweep(configs, PARAMS, LocalExecutor(small_trace, SLOS, num_jobs=2))
-    assert [r.outcome for r in serial] == [r.outcome for r in parallel]
-    assert [r.points for r in serial] == [r.points for r in parallel]
-    assert all(r.outcome.converged and r.outcome.monotone for r in serial)
+    serial = run_sweep(configs, PARAMS, SerialExecutor(small_trace, WORKLOAD, SLOS), progress_bar=bar, seeds=(0, 1))
+    parallel = run_sweep(configs, PARAMS, LocalExecutor(small_trace, WORKLOAD, SLOS, num_jobs=2), seeds=(0, 1))
+    assert [r.searches for r in serial] == [r.searches for r in parallel]
+    assert all(s.outcome.converged and s.outcome.monotone for r in serial for s in r.searches)
     assert serial[1].max_qps > serial[0].max_qps  # two replicas serve more
-    num_simulations = sum(len(r.points) for r in serial)
+    assert all(s.check is not None and s.check.duration_scale == 2.0 and s.check.qps == s.max_qps
+               for r in serial for s in r.searches)
+    num_simulations = sum(r.num_simulations for r in serial)
+    assert num_simulations == sum(len(s.points) + 1 for r in serial for s in r.searches)
     assert bar.n == num_simulations and bar.total == num_simulations  # the bar's total shrank to the truth
 
 
 def test_k_section_runs_the_same_in_parallel(small_trace) -> None:
     configs = expand_configs(BASE, {"num_replicas": [2]})
     params = SearchParams(start_qps=6.0, tolerance=0.1, max_iterations=7, candidates_per_round=2)
-    serial = run_sweep(configs, params, make_executor(small_trace, SLOS, 1))
-    parallel = run_sweep(configs, params, make_executor(small_trace, SLOS, 2))
-    assert serial[0].outcome == parallel[0].outcome and serial[0].points == parallel[0].points
+    serial = run_sweep(configs, params, make_executor(small_trace, WORKLOAD, SLOS, 1), check_duration=False)
+    parallel = run_sweep(configs, params, make_executor(small_trace, WORKLOAD, SLOS, 2), check_duration=False)
+    assert serial[0].searches == parallel[0].searches and serial[0].searches[0].check is None
     assert len(serial[0].points) >= 5
 
 
 def test_points_record_the_slo_values_and_goodput(small_trace) -> None:
+    workload = WorkloadParams(min_duration_s=20.0, min_requests=150, early_stop=False)
     (result,) = run_sweep(expand_configs(BASE, {}), SearchParams(qps_min=3.0, qps_max=6.0, max_iterations=2),
-                          SerialExecutor(small_trace, SLOS))
+                          SerialExecutor(small_trace, workload, SLOS), check_duration=False)
     assert [p.qps for p in result.points] == [3.0, 6.0]
     limits_ms = {slo.key: slo.limit_ms for slo in SLOS}
     for point in result.points:
         assert set(point.slo_values_ms) == set(limits_ms)
         within = all(v is not None and v <= limits_ms[key] for key, v in point.slo_values_ms.items())
         assert point.meets_slos == within
-        assert point.num_requests == 120 and point.num_rejected == 0
-        assert point.arrival_span_s == pytest.approx(119 / point.qps, rel=1e-5)  # 6 significant digits
-        assert 0 <= point.goodput_rps <= point.num_finished / point.duration_s
+        assert point.feasible == (within and point.stable) and point.stable == point.stability["stable"]
+        assert point.stream_duration_s == pytest.approx(150 / point.qps, rel=1e-5)  # min_requests / qps > 20 s
+        assert point.warmup_s == pytest.approx(0.25 * point.stream_duration_s, rel=1e-5)
+        window = point.stability
+        assert (window["window_start_s"], window["window_end_s"]) == (point.warmup_s, point.stream_duration_s)
+        assert point.num_requests == window["num_arrived"] < point.stream_requests
+        assert 0 <= point.goodput_rps <= point.num_finished / (point.stream_duration_s - point.warmup_s) + 1e-9
         assert set(point.latency_ms) == {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms"}
-    passing = [p for p in result.points if p.meets_slos]
+        assert not point.stopped_early
+    passing = [p for p in result.points if p.feasible]
     assert result.point_at_max is (passing[-1] if passing else None)
+
+
+def _search(seed: int, points: tuple, max_qps, converged: bool = True, check=None) -> SeedSearch:
+    from analysis.capacity.bisection import SearchOutcome
+
+    return SeedSearch(seed, SearchOutcome(max_qps, points, converged, True), (), check)
+
+
+def test_answer_kinds_and_the_median_over_seeds() -> None:
+    lower = _search(0, ((10.0, True), (20.0, True)), 20.0)
+    bracket = _search(1, ((10.0, True), (20.0, False)), 10.0, converged=False)
+    closed = _search(2, ((10.0, True), (10.5, False)), 10.0)
+    nothing = _search(3, ((10.0, False),), None, converged=False)
+    assert [s.kind for s in (lower, bracket, closed, nothing)] == ["lower_bound", "bracket", "converged", "none"]
+    assert [answer_text(s.max_qps, s.kind) for s in (lower, bracket, closed, nothing)] == [">=20", "~10", "10",
+                                                                                          "none"]
+    result = ConfigResult(0, BASE, "x1", (lower, closed, _search(4, closed.outcome.points, 12.0)))
+    assert result.max_qps == 12.0 and result.spread == (10.0, 20.0)  # the median of 10, 12, 20
+    assert result.kind == "lower_bound"  # the least certain seed's kind
+    even = ConfigResult(0, BASE, "x1", (closed, _search(4, closed.outcome.points, 12.0)))
+    assert even.max_qps == 10.0 and even.kind == "converged"  # the lower middle value: one that was simulated
+
+
+def test_super_linear_scaling_is_flagged() -> None:
+    import dataclasses
+
+    def result(index: int, replicas: int, max_qps: float) -> ConfigResult:
+        config = dataclasses.replace(BASE, num_replicas=replicas)
+        return ConfigResult(index, config, f"x{replicas}", (_search(0, ((max_qps, True),), max_qps),))
+
+    notes = superlinear_notes([result(0, 1, 40.0), result(1, 2, 92.0), result(2, 4, 170.0)], tolerance=0.05)
+    assert list(notes) == [1] and notes[1].startswith("super-linear scaling: 2 replicas serve 2.30x")
+    assert superlinear_notes([result(0, 1, 40.0), result(1, 2, 83.0)], tolerance=0.05) == {}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is not None, reason="ray is installed")
 def test_ray_without_ray_is_a_clear_error(small_trace) -> None:
     with pytest.raises(SweepError, match="--ray: the 'ray' package is not installed"):
-        make_executor(small_trace, SLOS, 2, ray_address="auto")
+        make_executor(small_trace, WORKLOAD, SLOS, 2, ray_address="auto")

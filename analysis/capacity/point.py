@@ -1,0 +1,129 @@
+"""One simulation of a capacity search: a configuration serving one seed's steady stream at one QPS.
+
+The verdict is `feasible`: the SLO statistics over the measured window hold (`analysis.capacity.slo_check`)
+and the replay is stable over it (`analysis.capacity.stability`). A clearly overloaded load is
+recognised on the first third of the stream and not simulated further (`stopped_early`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from analysis.capacity.slo_check import check_slos
+from analysis.capacity.stability import measure_stability
+from analysis.capacity.workload import SessionLibrary, WorkloadParams, steady_trace
+from analysis.formatting import LATENCY_LABELS
+from analysis.metrics import goodput_rps, summarize
+from analysis.slo import SLO
+from analysis.stats import round_sig
+from sim.config import SimConfig
+from sim.simulator import simulate
+
+# The probe that can stop an overloaded run early: the first third of the stream, measured after its
+# first quarter, failing by this multiple of the stability tolerance (an overload of ~3x what the full
+# run would call unstable) and missing an SLO too. Loads that close to the limit run in full.
+PROBE_FRACTION = 1 / 3
+PROBE_TOLERANCE_FACTOR = 3.0
+# PointResult fields copied from the measured window's summary under the same name.
+_SUMMARY_FIELDS = ("num_finished", "num_rejected", "total_output_tokens", "prefix_cache_hit_rate", "num_preemptions")
+
+
+@dataclass(frozen=True)
+class PointJob:
+    """What one simulation is: `duration_scale` 2 makes the stream twice as long (the T-versus-2T check)."""
+
+    config: SimConfig
+    qps: float
+    seed: int
+    duration_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """The outcome of one simulation, over its measured window (arrivals after the warm-up).
+
+    Latency statistics are in ms (`slo_values_ms` per SLO key, None when unbounded because
+    requests did not finish, or when there are no samples); rates per second of the window.
+    `num_requests` counts the requests measured, `stream_requests` every request simulated.
+    """
+
+    qps: float
+    seed: int
+    duration_scale: float
+    feasible: bool
+    meets_slos: bool
+    stable: bool
+    stopped_early: bool
+    goodput_rps: float
+    slo_values_ms: dict[str, float | None]
+    num_requests: int
+    num_finished: int
+    num_rejected: int
+    stream_requests: int
+    stream_duration_s: float
+    warmup_s: float
+    request_throughput_rps: float | None
+    output_throughput_tok_s: float | None
+    total_output_tokens: int
+    prefix_cache_hit_rate: float | None
+    num_preemptions: int | None
+    stability: dict = field(default_factory=dict)
+    latency_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
+
+    @property
+    def output_tokens_per_request(self) -> float:
+        """Output tokens served per request offered (rejected ones serve none)."""
+        return self.total_output_tokens / self.num_requests if self.num_requests else 0.0
+
+
+def _judge(trace, config: SimConfig, slos: Sequence[SLO], start_s: float, end_s: float, tolerance: float):
+    result = simulate(trace, config)
+    requests = pl.from_arrow(result.requests_table())
+    stability = measure_stability(requests, start_s, end_s, tolerance)
+    measured = requests.filter((pl.col("arrival_s") >= start_s) & (pl.col("arrival_s") < end_s))
+    return measured, stability, check_slos(measured, slos)
+
+
+def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], job: PointJob
+                   ) -> PointResult:
+    """Simulate `job` on its seed's stream and judge it against `slos` and stability."""
+    duration_s = workload.duration_s(job.qps, job.duration_scale)
+    warmup_s = workload.warmup_fraction * duration_s
+    trace, window = steady_trace(library, job.qps, duration_s, warmup_s, workload.think_times, job.seed)
+    stopped_early = False
+    if workload.early_stop:
+        probe_end_s = PROBE_FRACTION * duration_s
+        probe = trace.head(max(2, int((trace.requests["arrival_s"] < probe_end_s).sum())))
+        measured, stability, check = _judge(probe, job.config, slos, workload.warmup_fraction * probe_end_s,
+                                            probe_end_s, PROBE_TOLERANCE_FACTOR * workload.stability_tolerance)
+        stopped_early = not stability.stable and not check.meets_slos
+        if stopped_early:
+            window_s = probe_end_s * (1 - workload.warmup_fraction)
+            return _point(job, measured, stability, check, slos, window_s, len(probe), probe_end_s,
+                          workload.warmup_fraction * probe_end_s, stopped_early=True)
+    measured, stability, check = _judge(trace, job.config, slos, window.start_s, window.end_s,
+                                        workload.stability_tolerance)
+    return _point(job, measured, stability, check, slos, window.length_s, len(trace), duration_s, warmup_s,
+                  stopped_early=False)
+
+
+def _point(job: PointJob, measured: pl.DataFrame, stability, check, slos, window_s: float, stream_requests: int,
+           stream_duration_s: float, warmup_s: float, stopped_early: bool) -> PointResult:
+    summary = summarize(measured, None, duration_s=window_s)
+    return PointResult(
+        qps=job.qps, seed=job.seed, duration_scale=job.duration_scale,
+        feasible=check.meets_slos and stability.stable, meets_slos=check.meets_slos, stable=stability.stable,
+        stopped_early=stopped_early,
+        goodput_rps=round_sig(goodput_rps(measured, slos, window_s)),
+        slo_values_ms={key: round_sig(value) for key, value in check.values_ms.items()},
+        num_requests=measured.height, stream_requests=stream_requests,
+        stream_duration_s=round_sig(stream_duration_s), warmup_s=round_sig(warmup_s),
+        request_throughput_rps=summary["request_throughput"], output_throughput_tok_s=summary["output_throughput"],
+        stability=dataclasses.asdict(stability),
+        latency_ms={f"{metric}_ms": dict(summary[f"{metric}_ms"]) for metric in LATENCY_LABELS},
+        **{name: summary[name] for name in _SUMMARY_FIELDS},
+    )

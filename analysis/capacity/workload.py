@@ -1,0 +1,248 @@
+"""The load a capacity search offers at one QPS: the trace's sessions, resampled into a long steady stream.
+
+Rescaling a short trace to a high QPS makes it arrive in seconds, so its latency percentiles are
+taken over a transient that starts empty and ends before any queue has built up; and it compresses
+the think time between a session's turns with the arrivals, so follow-up turns arrive before the
+previous answer could have been read. Here, instead:
+
+- The trace is cut into sessions (rows sharing a `session_id`; every row is its own session when
+  there is none). Each keeps its turns, lengths and arrival offsets from its first turn.
+- Sessions start as a renewal process whose gaps are drawn (with replacement) from the trace's own
+  gaps between session starts, scaled so that requests arrive at `qps` on average; each start
+  replays a session drawn (with replacement) from the trace. The request mix is therefore the
+  trace's, and a session's think times stay as recorded (`think_times="scale"` compresses them with
+  the start rate, as plain rescaling did).
+- Every drawn session gets fresh request ids and fresh prefix-block ids, so two copies of one
+  session do not share a cache prefix; blocks that several sessions of the trace share (a system
+  prompt) stay shared, as they were. A trace with prompt token ids and no hash ids gets chained
+  block ids derived from its tokens, so the same rules apply.
+- Sessions start from `-longest session span` so the stream is already in steady state at time 0;
+  turns before 0 are dropped. The stream lasts `duration_s`; requests arriving in its first
+  `warmup_s` are served but not measured (the replicas start empty).
+
+All randomness comes from one seed: different seeds give independent extensions of the trace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from analysis.capacity.stability import DEFAULT_STABILITY_TOLERANCE
+from traces.schema import Trace
+
+THINK_TIME_MODES = ("keep", "scale")
+# Block size for hash ids derived from prompt token ids (the simulator's default KV block size).
+DERIVED_HASH_BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Window:
+    """The measured part of a replay: requests arriving in [start_s, end_s)."""
+
+    start_s: float
+    end_s: float
+
+    @property
+    def length_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class SessionLibrary:
+    """A trace as sessions: what `steady_trace` resamples. Build it once per trace with `from_trace`."""
+
+    source: str
+    hash_block_size: int | None
+    trace_qps: float
+    requests_per_session: float
+    start_gaps: np.ndarray  # gaps between session starts in the trace, divided by their mean
+    session_rows: list[np.ndarray]  # per session: its row indices, in arrival order
+    offsets_s: np.ndarray  # per row: arrival - its session's first arrival
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    hash_ids: list[np.ndarray] | None  # per row; ids private to one session are < num_hash_ids
+    shared_hash_ids: np.ndarray | None  # ids used by more than one session: kept as they are
+    num_hash_ids: int
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self.session_rows)
+
+    @property
+    def longest_session_s(self) -> float:
+        return float(max(self.offsets_s[rows[-1]] for rows in self.session_rows))
+
+    @classmethod
+    def from_trace(cls, trace: Trace) -> SessionLibrary:
+        frame = trace.requests
+        if len(frame) < 2:
+            raise ValueError(f"{trace.source}: a trace of {len(frame)} request(s) has no rate to extend")
+        arrivals = frame["arrival_s"].to_numpy().astype(np.float64)
+        span_s = float(arrivals[-1] - arrivals[0])
+        if span_s <= 0:
+            raise ValueError(f"{trace.source}: every request arrives at once, so it has no rate to extend")
+        if "session_id" in frame.columns:
+            # A null session id is a request of its own: give each a key no real session can have.
+            keys = frame.select(
+                pl.when(pl.col("session_id").is_null()).then(pl.lit("row:") + pl.int_range(pl.len()).cast(pl.String))
+                .otherwise(pl.lit("s:") + pl.col("session_id").cast(pl.String)).alias("key")
+            )["key"]
+            codes = keys.cast(pl.Categorical).to_physical().to_numpy()
+            session_of_row = np.unique(codes, return_inverse=True)[1]
+        else:
+            session_of_row = np.arange(len(frame))
+        order = np.argsort(session_of_row, kind="stable")
+        bounds = np.flatnonzero(np.diff(session_of_row[order])) + 1
+        session_rows = np.split(order, bounds)  # rows are in arrival order, so each session's are too
+        session_rows.sort(key=lambda rows: rows[0])
+        first_arrival = arrivals[[rows[0] for rows in session_rows]]
+        offsets = np.empty(len(frame))
+        for rows in session_rows:
+            offsets[rows] = arrivals[rows] - arrivals[rows[0]]
+        gaps = np.diff(np.sort(first_arrival))
+        if len(gaps) == 0 or gaps.mean() <= 0:  # one session, or all starting together: even starts
+            gaps = np.ones(1)
+        hash_ids, shared, num_ids, block_size = _session_hash_ids(trace, session_rows)
+        return cls(
+            source=trace.source, hash_block_size=block_size, trace_qps=(len(frame) - 1) / span_s,
+            requests_per_session=len(frame) / len(session_rows), start_gaps=gaps / gaps.mean(),
+            session_rows=session_rows, offsets_s=offsets,
+            prompt_tokens=frame["prompt_tokens"].to_numpy(), output_tokens=frame["output_tokens"].to_numpy(),
+            hash_ids=hash_ids, shared_hash_ids=shared, num_hash_ids=num_ids,
+        )
+
+
+def _session_hash_ids(trace: Trace, session_rows: list[np.ndarray]):
+    """Per-row hash ids, the ids shared between sessions, the id count, and the block size."""
+    frame = trace.requests
+    if "hash_ids" in frame.columns:
+        per_row = [np.asarray(ids, dtype=np.int64) for ids in frame["hash_ids"].to_list()]
+        block_size = trace.hash_block_size
+    elif "prompt_token_ids" in frame.columns:
+        per_row = _hash_ids_from_tokens(frame["prompt_token_ids"].to_list(), DERIVED_HASH_BLOCK_SIZE)
+        block_size = DERIVED_HASH_BLOCK_SIZE
+    else:
+        return None, None, 0, None
+    # Renumber densely so that "fresh ids" can be made by adding a multiple of the count.
+    flat = np.concatenate(per_row) if per_row else np.zeros(0, dtype=np.int64)
+    uniques, dense = np.unique(flat, return_inverse=True)
+    lengths = np.fromiter((len(ids) for ids in per_row), dtype=np.int64, count=len(per_row))
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    per_row = [dense[starts[i]:starts[i + 1]] for i in range(len(per_row))]
+    session_of_id = np.full(len(uniques), -1, dtype=np.int64)
+    shared = np.zeros(len(uniques), dtype=bool)
+    for session, rows in enumerate(session_rows):
+        ids = np.unique(np.concatenate([per_row[r] for r in rows]))
+        seen = session_of_id[ids]
+        shared[ids[(seen >= 0) & (seen != session)]] = True
+        session_of_id[ids] = session
+    return per_row, shared, len(uniques), block_size
+
+
+def _hash_ids_from_tokens(token_lists: list[list[int]], block_size: int) -> list[np.ndarray]:
+    """Chained block ids: equal ids mean equal tokens in that block and in every block before it."""
+    table: dict[tuple[int, bytes], int] = {}
+    out = []
+    for tokens in token_lists:
+        array = np.asarray(tokens, dtype=np.int64)
+        parent, ids = -1, []
+        for start in range(0, len(array), block_size):
+            parent = table.setdefault((parent, array[start:start + block_size].tobytes()), len(table))
+            ids.append(parent)
+        out.append(np.asarray(ids, dtype=np.int64))
+    return out
+
+
+@dataclass(frozen=True)
+class WorkloadParams:
+    """How each simulation of a search is made and judged.
+
+    The stream lasts max(min_duration_s, min_requests / qps) seconds; the first warmup_fraction
+    of it is served but not measured. `stability_tolerance`: see `analysis.capacity.stability`;
+    `early_stop`: stop clearly overloaded runs after a probe (see `analysis.capacity.point`).
+    """
+
+    min_duration_s: float = 240.0
+    min_requests: int = 3000
+    warmup_fraction: float = 0.25
+    think_times: str = "keep"
+    stability_tolerance: float = DEFAULT_STABILITY_TOLERANCE
+    early_stop: bool = True
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.min_duration_s) and self.min_duration_s >= 0):
+            raise ValueError(f"--min-duration-s must be a finite number >= 0, got {self.min_duration_s}")
+        if self.min_requests < 0:
+            raise ValueError(f"--min-requests must be >= 0, got {self.min_requests}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f"--warmup-fraction must be in [0, 1), got {self.warmup_fraction}")
+        if self.think_times not in THINK_TIME_MODES:
+            raise ValueError(f"--think-times must be one of {', '.join(THINK_TIME_MODES)}, got {self.think_times!r}")
+        if not 0 < self.stability_tolerance < 1:
+            raise ValueError(f"--stability-tolerance must be in (0, 1), got {self.stability_tolerance}")
+
+    def duration_s(self, qps: float, scale: float = 1.0) -> float:
+        """The stream's length at `qps`, times `scale` (2 for the T-versus-2T check)."""
+        return scale * max(self.min_duration_s, self.min_requests / qps)
+
+
+def steady_trace(library: SessionLibrary, qps: float, duration_s: float, warmup_s: float,
+                 think_times: str, seed: int) -> tuple[Trace, Window]:
+    """A trace of the library's sessions arriving at `qps` requests/s for `duration_s` seconds.
+
+    Returns the trace and the window to measure, [warmup_s, duration_s).
+    """
+    if not (qps > 0 and math.isfinite(qps)):
+        raise ValueError(f"qps must be a finite number > 0, got {qps}")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5E55]))
+    mean_gap_s = library.requests_per_session / qps
+    think_scale = library.trace_qps / qps if think_times == "scale" else 1.0
+    lead_s = library.longest_session_s * think_scale
+    # Enough starts to cover [-lead_s, duration_s) in one draw; topped up in the rare case it falls short.
+    expected = (lead_s + duration_s) / mean_gap_s
+    starts: list[np.ndarray] = []
+    clock_s, total = -lead_s, 0
+    while clock_s < duration_s:
+        count = int(expected * 1.1 + 10 * math.sqrt(expected) + 16) if not starts else max(16, int(expected * 0.1))
+        gaps = rng.choice(library.start_gaps, size=count) * mean_gap_s
+        times = clock_s + np.cumsum(gaps) - gaps[0]
+        starts.append(times)
+        clock_s = float(times[-1] + gaps[0])
+        total += count
+    start_s = np.concatenate(starts)
+    start_s = start_s[start_s < duration_s]
+    sessions = rng.integers(0, library.num_sessions, size=len(start_s))
+    rows_list = [library.session_rows[s] for s in sessions]
+    lengths = np.fromiter((len(r) for r in rows_list), dtype=np.int64, count=len(rows_list))
+    rows = np.concatenate(rows_list)
+    instance = np.repeat(np.arange(len(start_s)), lengths)
+    arrival = np.repeat(start_s, lengths) + library.offsets_s[rows] * think_scale
+    keep = (arrival >= 0) & (arrival < duration_s)
+    rows, instance, arrival = rows[keep], instance[keep], arrival[keep]
+    order = np.lexsort((rows, instance, arrival))
+    rows, instance, arrival = rows[order], instance[order], arrival[order]
+    columns: dict[str, object] = {
+        "request_id": np.arange(len(rows), dtype=np.int64),
+        "arrival_s": arrival,
+        "prompt_tokens": library.prompt_tokens[rows],
+        "output_tokens": library.output_tokens[rows],
+        "session_id": instance.astype(np.int64),
+    }
+    schema = {}
+    if library.hash_ids is not None:
+        shared = library.shared_hash_ids
+        stride = library.num_hash_ids
+        hash_lists = []
+        for row, copy in zip(rows.tolist(), instance.tolist()):
+            ids = library.hash_ids[row]
+            hash_lists.append(np.where(shared[ids], ids, ids + (copy + 1) * stride).tolist())
+        columns["hash_ids"] = hash_lists
+        schema["hash_ids"] = pl.List(pl.Int64)
+    frame = pl.DataFrame(columns, schema_overrides=schema)
+    source = f"{library.source} resampled to {qps:g} req/s for {duration_s:g} s (seed {seed})"
+    trace = Trace.from_frame(frame, source, library.hash_block_size)
+    return trace, Window(start_s=warmup_s, end_s=duration_s)

@@ -7,6 +7,7 @@ report's in-page cost editor (JavaScript) can mirror exactly these formulas.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -169,6 +170,10 @@ def assess(results: Sequence, gpu_costs: Mapping[str, float], target_qps: float,
     needed_by_index: dict[int, ReplicasNeeded] = {}
     for members in families.values():
         answer = replicas_needed({results[i].config.num_replicas: results[i].max_qps for i in members}, target_qps)
+        unsure = sorted({results[i].kind for i in members if not results[i].is_answer})
+        if unsure and answer.num_replicas is not None:
+            answer = dataclasses.replace(answer, note=f"{answer.note}; from capacities that are not all converged "
+                                         f"answers ({', '.join(k.replace('_', ' ') for k in unsure)})")
         needed_by_index.update(dict.fromkeys(members, answer))
     rows = []
     for result in results:
@@ -183,7 +188,9 @@ def assess(results: Sequence, gpu_costs: Mapping[str, float], target_qps: float,
                                                       tokens_per_s)
         latency = point.slo_values_ms.get(pareto_key) if point else None
         rows.append((config.num_replicas * config.tensor_parallel_size, price, tokens_per_s, cost, latency))
-    front = pareto_front([(c, lat) if c is not None and lat is not None else None for *_, c, lat in rows])
+    # Only converged answers compete: a cost from a lower bound or an open bracket is not a cost one can bank on.
+    front = pareto_front([(c, lat) if c is not None and lat is not None and result.is_answer else None
+                          for result, (*_, c, lat) in zip(results, rows)])
     return [
         ConfigEconomics(num_gpus, price, tokens_per_s, cost, latency, front[i], needed_by_index.get(i))
         for i, (num_gpus, price, tokens_per_s, cost, latency) in enumerate(rows)

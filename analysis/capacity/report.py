@@ -18,7 +18,8 @@ from plotly.subplots import make_subplots
 
 from analysis.capacity.cost import ConfigEconomics, replicas_needed_by_family
 from analysis.capacity.plan import CapacityRun
-from analysis.capacity.sweep import ConfigResult
+from analysis.capacity.point import PointResult
+from analysis.capacity.sweep import ANSWER_KINDS, ConfigResult
 from analysis.formatting import format_number
 from analysis.report.figures import PALETTE
 from analysis.report.html_page import table_html, write_html
@@ -26,9 +27,9 @@ from analysis.slo import SLO
 
 CHART_HEIGHT_PX = 460
 CHART_TITLES: dict[str, str] = {
-    "latency": "Latency versus offered load (circle: met every SLO, cross: missed one)",
+    "latency": "Latency versus offered load (circle: met every SLO and stable; cross: missed one; triangle: unstable)",
     "goodput": "Goodput versus offered load",
-    "max_qps": "Highest QPS meeting every SLO",
+    "max_qps": "Highest stable QPS meeting every SLO (hatched: a bound, not an answer)",
     "replicas": "Replicas needed for the target QPS",
     "cost": "Cost per million output tokens at max QPS",
     "pareto": "Cost versus latency at max QPS (Pareto front)",
@@ -40,6 +41,50 @@ PARETO_META = "capacity-pareto"
 
 def _color(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
+
+
+# How a simulated point is drawn: met every SLO and stable (an answer can only be such a point), missed an
+# SLO, met the SLOs but was unstable (its backlog grew), and the answer simulated again on a stream twice as long.
+POINT_SYMBOLS: dict[str, tuple[str, str]] = {
+    "feasible": ("circle", "met every SLO, stable"),
+    "missed": ("x", "missed an SLO"),
+    "unstable": ("triangle-up-open", "met the SLOs but unstable (backlog grew)"),
+}
+CHECK_SYMBOL = "star"
+
+
+def point_status(point: PointResult) -> str:
+    if point.feasible:
+        return "feasible"
+    return "missed" if not point.meets_slos else "unstable"
+
+
+def _point_hover(point: PointResult) -> str:
+    window = point.stability
+    text = (f"{POINT_SYMBOLS[point_status(point)][1]}{'; stopped early' if point.stopped_early else ''}"
+            f"<br>completions / arrivals: {format_number(window.get('completion_ratio'), '.3f')}"
+            f"; backlog growth: {format_number(window.get('backlog_growth_fraction'), '+.1%')} of arrivals"
+            f"<br>stream: {point.stream_duration_s:g} s, seed {point.seed}")
+    return text + (" (twice as long: the T-versus-2T check)" if point.duration_scale != 1.0 else "")
+
+
+def _plotted_points(result: ConfigResult) -> list[PointResult]:
+    """The median seed's points by QPS, then its T-versus-2T check."""
+    search = result.median_search
+    return sorted(search.points, key=lambda p: p.qps) + ([search.check] if search.check else [])
+
+
+def _symbols(points: Sequence[PointResult]) -> list[str]:
+    return [CHECK_SYMBOL if p.duration_scale != 1.0 else POINT_SYMBOLS[point_status(p)][0] for p in points]
+
+
+def _symbol_legend(fig: go.Figure, **position) -> None:
+    """Legend entries that explain the marker symbols (data-less traces)."""
+    entries = [(symbol, text) for symbol, text in POINT_SYMBOLS.values()]
+    entries.append((CHECK_SYMBOL, "the answer on a stream twice as long"))
+    for symbol, text in entries:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=text, legendgroup="symbols",
+                                 marker={"symbol": symbol, "color": "gray", "size": 9}, hoverinfo="skip"), **position)
 
 
 def _log_axis_ok(values: Sequence[float | None]) -> bool:
@@ -65,17 +110,17 @@ def latency_figure(results: Sequence[ConfigResult], slos: Sequence[SLO]) -> go.F
     for row, slo in enumerate(slos, start=1):
         values_all: list[float | None] = [slo.limit_ms]
         for result in results:
-            points = sorted(result.points, key=lambda p: p.qps)
+            points = _plotted_points(result)
             values = [p.slo_values_ms.get(slo.key) for p in points]
             values_all += values
             fig.add_trace(go.Scatter(
-                x=[p.qps for p in points], y=values, mode="lines+markers", name=result.label,
-                legendgroup=result.label, showlegend=row == 1, connectgaps=False, line={"color": _color(result.index)},
-                marker={"symbol": ["circle" if p.feasible else "x" for p in points], "size": 9},
-                customdata=[["met" if p.meets_slos else "missed", p.num_rejected, p.goodput_rps] for p in points],
+                x=[p.qps for p in points], y=values, mode="markers", name=result.label,
+                legendgroup=result.label, showlegend=row == 1, marker={"symbol": _symbols(points), "size": 10,
+                                                                         "color": _color(result.index)},
+                customdata=[[_point_hover(p), p.num_rejected, p.goodput_rps] for p in points],
                 hovertemplate=(
                     f"{html.escape(result.label)}<br>offered load: %{{x:.4g}} req/s<br>{slo.label}: %{{y:.4g}} ms"
-                    "<br>SLOs %{customdata[0]}; rejected: %{customdata[1]}<br>goodput: %{customdata[2]:.4g} req/s"
+                    "<br>%{customdata[0]}<br>rejected: %{customdata[1]}; goodput: %{customdata[2]:.4g} req/s"
                     "<extra></extra>"
                 ),
             ), row=row, col=1)
@@ -88,6 +133,7 @@ def latency_figure(results: Sequence[ConfigResult], slos: Sequence[SLO]) -> go.F
         log = _log_axis_ok(values_all)
         fig.update_yaxes(title_text=f"{slo.label} (ms{', log' if log else ''})", type="log" if log else "linear",
                          row=row, col=1)
+    _symbol_legend(fig, row=1, col=1)
     fig.update_xaxes(title_text="offered load (requests/s)", row=len(slos), col=1)
     fig.update_layout(title=CHART_TITLES["latency"], height=300 * len(slos) + 160, hovermode="closest")
     return fig
@@ -96,34 +142,53 @@ def latency_figure(results: Sequence[ConfigResult], slos: Sequence[SLO]) -> go.F
 def goodput_figure(results: Sequence[ConfigResult]) -> go.Figure:
     """Goodput against offered load; the diagonal is "every request met every SLO"."""
     fig = go.Figure()
-    highest = max((p.qps for r in results for p in r.points), default=1.0)
+    highest = max((p.qps for r in results for p in r.all_points), default=1.0)
     fig.add_trace(go.Scatter(x=[0, highest], y=[0, highest], mode="lines", name="goodput = offered load",
                              line={"dash": "dot", "color": "gray"}, hoverinfo="skip"))
     for result in results:
-        points = sorted(result.points, key=lambda p: p.qps)
+        points = _plotted_points(result)
         fig.add_trace(go.Scatter(
-            x=[p.qps for p in points], y=[p.goodput_rps for p in points], mode="lines+markers", name=result.label,
-            line={"color": _color(result.index)}, customdata=[[p.num_finished, p.num_requests] for p in points],
+            x=[p.qps for p in points], y=[p.goodput_rps for p in points], mode="markers", name=result.label,
+            marker={"symbol": _symbols(points), "size": 10, "color": _color(result.index)},
+            customdata=[[p.num_finished, p.num_requests, _point_hover(p)] for p in points],
             hovertemplate=f"{html.escape(result.label)}<br>offered load: %{{x:.4g}} req/s"
-            "<br>goodput: %{y:.4g} req/s<br>finished: %{customdata[0]} / %{customdata[1]}<extra></extra>",
+            "<br>goodput: %{y:.4g} req/s (measured window)<br>finished: %{customdata[0]} / %{customdata[1]}"
+            "<br>%{customdata[2]}<extra></extra>",
         ))
+    _symbol_legend(fig)
     return _titled(fig, CHART_TITLES["goodput"], "offered load (requests/s)", "goodput (requests/s meeting every SLO)",
                    hovermode="closest")
 
 
 def max_qps_figure(results: Sequence[ConfigResult]) -> go.Figure:
-    fig = go.Figure(go.Bar(
-        x=[r.label for r in results], y=[r.max_qps or 0.0 for r in results],
-        marker={"color": [_color(r.index) for r in results]},
-        text=[format_number(r.max_qps, ".4g", missing="none") for r in results], textposition="outside",
-        name="max QPS",
-        customdata=[[len(r.points), "yes" if r.outcome.converged else "no", "; ".join(r.outcome.notes) or "-"]
-                    for r in results],
-        hovertemplate="%{x}<br>max QPS: %{text} req/s<br>simulations: %{customdata[0]}"
-        "<br>converged: %{customdata[1]}<br>notes: %{customdata[2]}<extra></extra>",
-    ))
-    return _titled(fig, CHART_TITLES["max_qps"], "configuration", "max QPS meeting every SLO (requests/s)",
-                   showlegend=False)
+    """One bar per configuration: solid for a converged answer, hatched and labelled (">=", "~", "?") for
+    anything else, with the seeds' range as an error bar."""
+    fig = go.Figure()
+    for kind, text in ANSWER_KINDS.items():
+        chosen = [r for r in results if r.kind == kind and r.max_qps is not None]
+        if not chosen:
+            continue
+        answer = kind == "converged"
+        spreads = [r.spread or (r.max_qps, r.max_qps) for r in chosen]
+        above = [hi - r.max_qps for r, (_, hi) in zip(chosen, spreads)]
+        below = [r.max_qps - lo for r, (lo, _) in zip(chosen, spreads)]
+        fig.add_trace(go.Bar(
+            x=[r.label for r in chosen], y=[r.max_qps for r in chosen], name=text.split(":")[0],
+            marker={"color": [_color(r.index) for r in chosen], "pattern": {"shape": "" if answer else "/"},
+                    "opacity": 1.0 if answer else 0.5},
+            error_y={"type": "data", "symmetric": False, "array": above, "arrayminus": below, "visible": True},
+            text=[r.answer_text for r in chosen], textposition="outside",
+            customdata=[[r.num_simulations, text, r.spread_text or "-", "; ".join(r.all_notes) or "-"]
+                        for r in chosen],
+            hovertemplate="%{x}<br>max QPS: %{text} req/s (median over seeds; range %{customdata[2]})"
+            "<br>%{customdata[1]}<br>simulations: %{customdata[0]}<br>notes: %{customdata[3]}<extra></extra>",
+        ))
+    none = [r.label for r in results if r.max_qps is None]
+    if none:
+        fig.add_annotation(text="no QPS tried passed: " + ", ".join(none), showarrow=False, x=0.5, y=1.0,
+                           xref="paper", yref="paper", yanchor="bottom")
+    return _titled(fig, CHART_TITLES["max_qps"], "configuration",
+                   "max QPS meeting every SLO, stable (requests/s)", barmode="group")
 
 
 def replicas_figure(economics: Sequence[ConfigEconomics], family_labels: Sequence[str], target_qps: float) -> go.Figure:
@@ -144,12 +209,17 @@ def replicas_figure(economics: Sequence[ConfigEconomics], family_labels: Sequenc
 
 
 def cost_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics]) -> go.Figure:
+    """Hatched, faded bars for costs computed from a max QPS that is not a converged answer."""
     fig = go.Figure(go.Bar(
         x=[r.label for r in results], y=[e.cost_per_million_output_tokens_usd for e in economics],
-        marker={"color": [_color(r.index) for r in results]}, name="cost",
-        customdata=[[e.num_gpus, r.config.gpu, e.output_tokens_per_s or 0.0] for r, e in zip(results, economics)],
+        marker={"color": [_color(r.index) for r in results],
+                "pattern": {"shape": ["" if r.is_answer else "/" for r in results]},
+                "opacity": [1.0 if r.is_answer else 0.5 for r in results]}, name="cost",
+        customdata=[[e.num_gpus, r.config.gpu, e.output_tokens_per_s or 0.0,
+                     "" if r.is_answer else f"<br>not an answer: {ANSWER_KINDS[r.kind]}"]
+                    for r, e in zip(results, economics)],
         hovertemplate="%{x}<br>$%{y:.4g} per 1M output tokens<br>%{customdata[0]} x %{customdata[1]}"
-        "<br>%{customdata[2]:.5g} output tokens/s at max QPS<extra></extra>",
+        "<br>%{customdata[2]:.5g} output tokens/s at max QPS%{customdata[3]}<extra></extra>",
     ))
     return _titled(fig, CHART_TITLES["cost"], "configuration", "cost per 1M output tokens (USD)", showlegend=False,
                    meta=COST_META)
@@ -162,8 +232,11 @@ def pareto_figure(results: Sequence[ConfigResult], economics: Sequence[ConfigEco
     latencies = [e.pareto_latency_ms for e in economics]
     hover = "<br>$%{x:.4g} per 1M output tokens<br>" + latency_label + ": %{y:.4g} ms<extra></extra>"
     fig = go.Figure(go.Scatter(
-        x=costs, y=latencies, mode="markers+text", text=[r.label for r in results], textposition="top center",
-        name="configurations", marker={"size": 11, "color": [_color(r.index) for r in results]},
+        x=costs, y=latencies, mode="markers+text", textposition="top center",
+        text=[r.label if r.is_answer else f"{r.label} ({r.kind.replace('_', ' ')})" for r in results],
+        name="configurations (open: not a converged answer, never on the front)",
+        marker={"size": 11, "color": [_color(r.index) for r in results],
+                "symbol": ["circle" if r.is_answer else "circle-open" for r in results]},
         hovertemplate="%{text}" + hover,
     ))
     front = sorted((c, lat, r.label) for c, lat, r, e in zip(costs, latencies, results, economics) if e.on_pareto_front)
@@ -215,10 +288,10 @@ _EDITOR_SCRIPT = """
   function front(xs, ys) {
     var on = [];
     for (var i = 0; i < xs.length; i++) {
-      if (xs[i] === null || ys[i] === null) { continue; }
+      if (xs[i] === null || ys[i] === null || !data.configs[i].answer) { continue; }
       var dominated = false;
       for (var j = 0; j < xs.length && !dominated; j++) {
-        if (j === i || xs[j] === null || ys[j] === null) { continue; }
+        if (j === i || xs[j] === null || ys[j] === null || !data.configs[j].answer) { continue; }
         dominated = xs[j] <= xs[i] && ys[j] <= ys[i] && (xs[j] < xs[i] || ys[j] < ys[i]);
       }
       if (!dominated) { on.push(i); }
@@ -260,24 +333,31 @@ def _cell(text: str, attrs: str = "") -> str:
 
 
 def _results_table(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics], slos: Sequence[SLO]) -> str:
-    header = ["configuration", "max QPS (req/s)", "simulations", "goodput at max (req/s)"]
+    header = ["configuration", "max QPS (req/s)", "what it is", "range over seeds", "simulations",
+              "goodput at max (req/s)"]
     header += [f"{slo.label} at max (ms)" for slo in slos]
+    header += ["completions / arrivals at max", "backlog growth at max"]
     header += ["GPUs", "cost per 1M output tokens", "Pareto", "notes"]
     rows = []
     for r, e in zip(results, economics):
         point = r.point_at_max
+        window = point.stability if point else {}
         cells = [
             _cell(r.label),
-            _cell(format_number(r.max_qps, ".4g", missing="none")),
-            _cell(str(len(r.points))),
+            _cell(r.answer_text),
+            _cell(ANSWER_KINDS[r.kind].split(":")[0]),
+            _cell(r.spread_text or "-"),
+            _cell(str(r.num_simulations)),
             _cell(format_number(point.goodput_rps if point else None, ".4g")),
         ]
         cells += [_cell(format_number(point.slo_values_ms.get(s.key) if point else None, ".4g")) for s in slos]
+        cells += [_cell(format_number(window.get("completion_ratio"), ".3f")),
+                  _cell(format_number(window.get("backlog_growth_fraction"), "+.1%"))]
         cells += [
             _cell(f"{e.num_gpus} x {r.config.gpu}"),
             _cell(format_number(e.cost_per_million_output_tokens_usd, ".4g", prefix="$"), f' data-cost-of="{r.index}"'),
             _cell("yes" if e.on_pareto_front else ""),
-            _cell("; ".join(r.outcome.notes)),
+            _cell("; ".join(r.all_notes)),
         ]
         rows.append(cells)
     return table_html(rows, header, "Capacity per configuration", raw_cells=True)
@@ -301,7 +381,8 @@ def write_capacity_report(path: Path, run: CapacityRun, title: str, subtitle: st
     """Write report.html; returns its path."""
     results, economics = run.results, run.economics
     data = {"configs": [{"label": r.label, "gpu": r.config.gpu.lower(), "num_gpus": e.num_gpus,
-                         "tokens_per_s": e.output_tokens_per_s, "latency_ms": e.pareto_latency_ms}
+                         "tokens_per_s": e.output_tokens_per_s, "latency_ms": e.pareto_latency_ms,
+                         "answer": r.is_answer}
                         for r, e in zip(results, economics)]}
     data_json = json.dumps(data).replace("</", "<\\/")
     rows = [[label, format_number(needed.num_replicas if needed else None, "d", missing="none"),

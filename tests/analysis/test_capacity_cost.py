@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from analysis.capacity.bisection import SearchOutcome
 from analysis.capacity.cost import (
     DEFAULT_GPU_COST_PER_HOUR_USD,
     assess,
@@ -16,10 +15,9 @@ from analysis.capacity.cost import (
     pareto_front,
     replicas_needed,
 )
-from analysis.capacity.point import PointResult
-from analysis.capacity.sweep import ConfigResult, SeedSearch
 from sim.config import SimConfig
 from sim.hardware import GPUS
+from tests.analysis.capacity_results import config_result as _result
 
 
 def test_defaults_price_every_supported_gpu() -> None:
@@ -83,23 +81,6 @@ def test_bad_gpu_costs(spec: str, message: str) -> None:
         load_gpu_costs(spec)
 
 
-def _point(qps: float, ttft_p90_ms: float, total_output_tokens: int = 60_000, num_requests: int = 200) -> PointResult:
-    return PointResult(
-        qps=qps, seed=0, duration_scale=1.0, feasible=True, meets_slos=True, stable=True, stopped_early=False,
-        goodput_rps=qps, slo_values_ms={"ttft_p90": ttft_p90_ms}, num_requests=num_requests,
-        num_finished=num_requests, num_rejected=0, stream_requests=2 * num_requests, stream_duration_s=100.0,
-        warmup_s=25.0, request_throughput_rps=qps, output_throughput_tok_s=None,
-        total_output_tokens=total_output_tokens, prefix_cache_hit_rate=0.0, num_preemptions=0,
-    )
-
-
-def _result(index: int, config: SimConfig, max_qps: float | None, ttft_p90_ms: float = 100.0) -> ConfigResult:
-    points = (_point(max_qps, ttft_p90_ms),) if max_qps is not None else (_point(1.0, 1e4),)
-    outcome = SearchOutcome(max_qps=max_qps, points=tuple((p.qps, max_qps is not None) for p in points),
-                            converged=True, monotone=True)
-    return ConfigResult(index, config, f"c{index}", (SeedSearch(0, outcome, points, None),))
-
-
 def test_assess_combines_cost_pareto_and_replicas() -> None:
     results = [
         _result(0, SimConfig(num_replicas=1), 10.0, ttft_p90_ms=500.0),  # 300 tok/request -> 3000 tok/s
@@ -121,3 +102,12 @@ def test_assess_combines_cost_pareto_and_replicas() -> None:
     assert (rows[0].replicas_needed.num_replicas, rows[0].replicas_needed.extrapolated) == (4, True)
     assert rows[2].replicas_needed.num_replicas == 4  # ceil(40 / 12)
     assert rows[3].replicas_needed.num_replicas is None
+
+
+def test_a_lower_bound_is_never_on_the_pareto_front() -> None:
+    results = [_result(0, SimConfig(num_replicas=1), 10.0, ttft_p90_ms=500.0),
+               _result(1, SimConfig(num_replicas=2), 25.0, ttft_p90_ms=400.0, bound=True)]
+    rows = assess(results, {"h200": 3.5}, target_qps=40.0, pareto_key="ttft_p90")
+    assert results[1].kind == "lower_bound" and rows[1].cost_per_million_output_tokens_usd is not None
+    assert [r.on_pareto_front for r in rows] == [True, False]  # the bound would dominate, but it is no answer
+    assert rows[0].replicas_needed.note.endswith("; from capacities that are not all converged answers (lower bound)")

@@ -1,7 +1,8 @@
 """Serve the engine over an OpenAI-compatible API: ``python -m engine.serve --model NAME [engine options]``.
 
 Binds the port before the model loads, so a port in use (or a bad option) is one line and exit code 2,
-not a traceback after a minute of loading. ``--port 0`` takes a free port; the address is printed as
+not a traceback after a minute of loading; the engine runs in a process of its own (engine.server.engine_process
+says why). ``--port 0`` takes a free port; the address is printed as
 ``serving on http://HOST:PORT`` once the server accepts requests.
 """
 
@@ -11,12 +12,14 @@ import argparse
 import logging
 import socket
 import sys
+from pathlib import Path
 
 from cli.replay_args import add_config_groups
 from engine.core.config_args import build_config
 from engine.options import EngineOptions
 
 DEFAULT_MAX_WAITING_REQUESTS = 4096
+MAX_WARMUP_REQUESTS = 1000
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max-waiting-requests", type=int, default=DEFAULT_MAX_WAITING_REQUESTS,
                         help="requests queued beyond this are answered 503 (server overloaded) instead of waiting "
                              f"without bound (default {DEFAULT_MAX_WAITING_REQUESTS})")
+    server.add_argument("--warmup-requests", type=int, default=8,
+                        help="short requests run before serving, so kernels are compiled before the first client "
+                             "(default 8)")
     server.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                         help="server log level (default warning: no line per request)")
     return parser
@@ -49,9 +55,7 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise ValueError(f"--host {host} --port {port}: cannot listen there: {exc.strerror or exc}") from exc
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
+    return sock  # listened on once the engine is ready (asyncio's server does it), so no client waits on a load
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.exit(2, f"error: --port must be from 0 to 65535, got {args.port}\n")
+    if not 0 <= args.warmup_requests <= MAX_WARMUP_REQUESTS:
+        parser.exit(2, f"error: --warmup-requests must be from 0 to {MAX_WARMUP_REQUESTS}, "
+                       f"got {args.warmup_requests}\n")
     if args.max_waiting_requests < 1:
         parser.exit(2, f"error: --max-waiting-requests must be >= 1, got {args.max_waiting_requests}\n")
     try:
@@ -72,29 +79,34 @@ def main(argv: list[str] | None = None) -> int:
         sock = _bind(args.host, args.port)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
-    import prometheus_client
+    import asyncio
+    import functools
 
-    from engine.llm import LLM
+    from engine.llm import load_tokenizer
     from engine.server.api import build_app
-
-    prometheus_client.disable_created_metrics()  # vLLM's exposition has no *_created series either
+    from engine.server.engine_client import EngineClient
+    from engine.server.engine_process import load_llm
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    model_name = args.served_model_name or options.model
+    engine = EngineClient(functools.partial(load_llm, options.model,
+                                            {k: v for k, v in vars(options).items() if k != "model"},
+                                            args.warmup_requests),
+                          model_name=model_name, max_waiting_requests=args.max_waiting_requests)
     try:
-        llm = LLM(options.model, **{k: v for k, v in vars(options).items() if k != "model"})
-    except (ValueError, FileNotFoundError) as exc:
+        info = engine.start()
+        tokenizer = load_tokenizer(Path(info.model_dir))
+    except (RuntimeError, ValueError, OSError) as exc:
         sock.close()
+        engine.stop()
         parser.exit(2, f"error: --model {options.model}: {exc}\n")
     host, port = sock.getsockname()[:2]
-    app = build_app(llm, model_name=args.served_model_name or options.model,
-                    max_waiting_requests=args.max_waiting_requests)
+    app = build_app(engine, tokenizer)
     config = uvicorn.Config(app, log_level=args.log_level, timeout_keep_alive=30, access_log=False)
     server = uvicorn.Server(config)
     display_host = f"[{host}]" if ":" in host else host
 
     async def serve() -> None:
-        import asyncio
-
         task = asyncio.ensure_future(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.05)
@@ -102,15 +114,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"serving on http://{display_host}:{port}", flush=True)
         await task
 
-    import asyncio
-
     try:
         asyncio.run(serve())
     except KeyboardInterrupt:
         pass
     finally:
-        llm.close()
-    return 0 if server.started or not server.should_exit else 1
+        engine.stop()
+    return 0
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ class StreamEvent:
     error: str | None = None  # what failed, when finish_reason is "error"
 
 
-def _load_tokenizer(model_dir: Path):
+def load_tokenizer(model_dir: Path):
     has_tokenizer = any((model_dir / name).exists()
                         for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
     if not has_tokenizer:
@@ -55,7 +55,7 @@ class LLM:
                 raise FileNotFoundError(
                     f"{model_dir} has no *.safetensors weights; pass load_format='dummy' for random weights"
                 )
-        self.tokenizer = _load_tokenizer(model_dir)
+        self.tokenizer = load_tokenizer(model_dir)
         self.max_model_len = opts.max_model_len or self.shape.max_position_embeddings
         if opts.tensor_parallel_size > 1:
             from engine.gpu.distributed import TensorParallelRunner
@@ -197,6 +197,18 @@ class LLM:
                         yield StreamEvent(index_of[seq.seq_id], new, seq.is_finished, reason, seq.error)
         finally:
             self._abort_unfinished(seqs)
+
+    def warm_up(self, num_requests: int = 8) -> None:
+        """Run ``num_requests`` short requests of growing length, so kernels compile and caches fill before
+        anything is timed; the engine starts over afterwards (its step log and prefix cache emptied)."""
+        if num_requests <= 0:
+            return
+        # Short prompts within max_model_len: the warm-up must never be what a small limit rejects.
+        longest = max(1, min(64 + 32 * (num_requests - 1), self.config.max_seq_len - 16))
+        vocab_size = self.shape.vocab_size
+        prompts = [[(7 * i + j) % vocab_size for j in range(min(64 + 32 * i, longest))] for i in range(num_requests)]
+        self.generate(prompts, SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)
+        self.engine.reset()
 
     def close(self) -> None:
         close = getattr(self.runner, "close", None)

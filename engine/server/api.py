@@ -23,9 +23,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.core.sampling_params import SamplingParams
-from engine.server.async_engine import AsyncEngine, RequestStream, ServerOverloaded, Update
+from engine.core.scheduler import Scheduler
 from engine.server.detokenizer import IncrementalDetokenizer
-from engine.server.metrics import ServerMetrics
+from engine.server.engine_client import EngineClient, EngineDead, RequestStream, ServerOverloaded
+from engine.server.engine_process import Update
 from engine.server.protocol import (
     APIError,
     ChatCompletionRequest,
@@ -45,10 +46,13 @@ DISCONNECT_POLL_S = 0.5  # how often a non-streamed request checks that its clie
 
 @dataclass
 class ServerState:
-    llm: object  # engine.LLM: its engine, tokenizer, shape and max_model_len
+    engine: EngineClient
+    tokenizer: object | None  # a transformers tokenizer, or None (token-id prompts only)
     model_name: str
-    async_engine: AsyncEngine
-    metrics: ServerMetrics
+    max_model_len: int
+    vocab_size: int
+    model_dir: str
+    rejection_reason_for: object  # the scheduler's own check: why a prompt of n tokens can never be served
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -65,21 +69,23 @@ class _Choice:
     finished: bool = False
 
 
-def build_app(llm, *, model_name: str, max_waiting_requests: int) -> FastAPI:
-    """The app over ``llm`` (an ``engine.LLM``); the engine loop starts and stops with the app."""
-    engine = llm.engine
-    metrics = ServerMetrics(model_name, engine)
-    async_engine = AsyncEngine(engine, max_waiting_requests=max_waiting_requests, on_step=metrics.on_step,
-                               on_abort=metrics.on_finished)
-    state = ServerState(llm, model_name, async_engine, metrics)
+def build_app(engine: EngineClient, tokenizer=None) -> FastAPI:
+    """The app over a started ``EngineClient``; the engine process stops with the app."""
+    info = engine.info
+    if info is None:
+        raise RuntimeError("start the engine (EngineClient.start) before building the app")
+    config = info.config
+    state = ServerState(engine, tokenizer, engine.model_name, config.max_model_len, info.vocab_size, info.model_dir,
+                        Scheduler(config).rejection_reason_for)
+    model_name = engine.model_name
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        async_engine.start(asyncio.get_running_loop())
+        engine.attach(asyncio.get_running_loop())
         try:
             yield
         finally:
-            async_engine.stop()
+            engine.stop()
 
     app = FastAPI(title="nanoserve", lifespan=lifespan)
     app.state.server = state
@@ -103,32 +109,36 @@ def build_app(llm, *, model_name: str, max_waiting_requests: int) -> FastAPI:
 
     @app.get("/health")
     async def health():
-        if not async_engine.is_alive:
-            raise APIError(503, f"the engine loop has stopped: {async_engine.error!r}")
+        if not engine.is_alive:
+            raise APIError(503, f"the engine has stopped: {engine.error or 'its process exited'}")
         return Response(status_code=200)
 
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{
             "id": model_name, "object": "model", "created": state.created, "owned_by": "nanoserve",
-            "root": str(llm.model_dir), "max_model_len": llm.max_model_len}]}
+            "root": state.model_dir, "max_model_len": state.max_model_len}]}
 
     @app.get("/metrics")
     async def prometheus_metrics():
-        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        try:
+            text = await engine.metrics()
+        except (EngineDead, asyncio.TimeoutError) as exc:
+            raise APIError(503, f"metrics unavailable: {exc or 'the engine did not answer in time'}") from exc
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         body.check_supported()
         _check_model(state, body.model)
-        prompts = [_prompt_ids(llm, i, p) for i, p in enumerate(body.prompts())]
+        prompts = [_prompt_ids(state, i, p) for i, p in enumerate(body.prompts())]
         return await _serve(state, request, body, prompts, body.max_tokens, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         body.check_supported()
         _check_model(state, body.model)
-        prompt = _chat_prompt_ids(llm, body)
+        prompt = _chat_prompt_ids(state, body)
         return await _serve(state, request, body, [prompt], body.requested_max_tokens, chat=True)
 
     return app
@@ -141,31 +151,31 @@ def _check_model(state: ServerState, model: str | None) -> None:
                        param="model")
 
 
-def _prompt_ids(llm, index: int, prompt: str | list[int]) -> list[int]:
+def _prompt_ids(state: ServerState, index: int, prompt: str | list[int]) -> list[int]:
     if isinstance(prompt, str):
-        if llm.tokenizer is None:
+        if state.tokenizer is None:
             raise bad_request(f"prompt {index} is text but the model has no tokenizer; send token ids", "prompt")
-        ids = llm.tokenizer.encode(prompt)
+        ids = state.tokenizer.encode(prompt)
     else:
         ids = prompt
-    return _checked_ids(llm, index, ids)
+    return _checked_ids(state, index, ids)
 
 
-def _checked_ids(llm, index: int, ids: list[int]) -> list[int]:
+def _checked_ids(state: ServerState, index: int, ids: list[int]) -> list[int]:
     if not ids:
         raise bad_request(f"prompt {index} is empty", "prompt")
-    vocab_size = llm.shape.vocab_size
+    vocab_size = state.vocab_size
     bad = next((t for t in ids if not 0 <= t < vocab_size), None)
     if bad is not None:
         raise bad_request(f"prompt {index} has token id {bad} outside the vocabulary [0, {vocab_size})", "prompt")
-    reason = llm.engine.scheduler.rejection_reason_for(len(ids))
+    reason = state.rejection_reason_for(len(ids))
     if reason is not None:
         raise bad_request(f"prompt {index} cannot be served: {reason}", "prompt")
     return list(ids)
 
 
-def _chat_prompt_ids(llm, body: ChatCompletionRequest) -> list[int]:
-    tokenizer = llm.tokenizer
+def _chat_prompt_ids(state: ServerState, body: ChatCompletionRequest) -> list[int]:
+    tokenizer = state.tokenizer
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise bad_request("the model has no chat template; use /v1/completions", "messages")
     messages = [{"role": m.role, "content": m.text()} for m in body.messages]
@@ -175,12 +185,12 @@ def _chat_prompt_ids(llm, body: ChatCompletionRequest) -> list[int]:
                                              **(body.chat_template_kwargs or {}))
     except Exception as exc:  # a template that refuses these messages (roles out of order, ...)
         raise bad_request(f"the chat template cannot render these messages: {exc}", "messages") from exc
-    return _checked_ids(llm, 0, tokenizer.encode(text, add_special_tokens=False))
+    return _checked_ids(state, 0, tokenizer.encode(text, add_special_tokens=False))
 
 
-def _sampling_params(llm, body: _Sampling, num_prompt_tokens: int, max_tokens: int | None,
+def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int, max_tokens: int | None,
                      copy: int) -> SamplingParams:
-    max_model_len = llm.max_model_len
+    max_model_len = state.max_model_len
     room = max_model_len - num_prompt_tokens
     if max_tokens is None:
         max_tokens = room
@@ -192,7 +202,7 @@ def _sampling_params(llm, body: _Sampling, num_prompt_tokens: int, max_tokens: i
             f"{num_prompt_tokens + max_tokens} ({num_prompt_tokens} in the prompt, {max_tokens} to generate)",
             "max_tokens")
     stop_token_ids = body.stop_token_ids or ()
-    bad = next((t for t in stop_token_ids if not 0 <= t < llm.shape.vocab_size), None)
+    bad = next((t for t in stop_token_ids if not 0 <= t < state.vocab_size), None)
     if bad is not None:
         raise bad_request(f"stop_token_ids has {bad}, outside the vocabulary", "stop_token_ids")
     seed = body.seed
@@ -218,21 +228,19 @@ def _sampling_params(llm, body: _Sampling, num_prompt_tokens: int, max_tokens: i
 # ---- serving ---------------------------------------------------------------------------------------
 async def _serve(state: ServerState, request: Request, body: _Sampling, prompts: list[list[int]],
                  max_tokens: int | None, *, chat: bool):
-    llm = state.llm
     stop = body.stop_strings
-    if stop and llm.tokenizer is None:
+    if stop and state.tokenizer is None:
         raise bad_request("stop strings need a tokenizer; this model has none (use stop_token_ids)", "stop")
     n = body.n
     choice_prompts = [ids for ids in prompts for _ in range(n)]
-    params = [_sampling_params(llm, body, len(ids), max_tokens, i % n) for i, ids in enumerate(choice_prompts)]
+    params = [_sampling_params(state, body, len(ids), max_tokens, i % n) for i, ids in enumerate(choice_prompts)]
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     try:
-        stream = state.async_engine.submit(choice_prompts, params, request_id)
-    except ServerOverloaded as exc:
+        stream = state.engine.submit(choice_prompts, params)
+    except (ServerOverloaded, EngineDead) as exc:
         raise APIError(503, str(exc)) from exc
-    except RuntimeError as exc:
-        raise APIError(503, str(exc)) from exc
-    choices = [_Choice(IncrementalDetokenizer(llm.tokenizer, stop)) for _ in choice_prompts]
+    choices = [_Choice(IncrementalDetokenizer(state.tokenizer, stop), num_prompt_tokens=len(ids))
+               for ids in choice_prompts]
     response = _Response(state, body, request_id, choices, chat, num_prompts=len(prompts))
     if body.stream:
         return StreamingResponse(response.events(stream), media_type="text/event-stream",
@@ -263,12 +271,11 @@ class _Response:
         choice.token_ids.extend(update.new_token_ids)
         text = choice.detokenizer.add(update.new_token_ids)
         if choice.detokenizer.stopped and not update.finished:  # a stop string ends this choice here
-            self.state.async_engine.abort(stream, update.index)
+            self.state.engine.abort(stream, update.index)
             choice.finished, choice.finish_reason = True, "stop"
             return text
         if update.finished:
             choice.finished = True
-            choice.num_prompt_tokens = update.num_prompt_tokens
             choice.num_cached_tokens = update.num_cached_tokens
             text += choice.detokenizer.finish()
             reason = update.finish_reason
@@ -304,7 +311,7 @@ class _Response:
                     break
                 if await request.is_disconnected():
                     task.cancel()
-                    self.state.async_engine.abort(stream)
+                    self.state.engine.abort(stream)
                     return JSONResponse({}, status_code=499)
             task.result()
         except _Failed as exc:
@@ -312,6 +319,7 @@ class _Response:
         finally:
             if not task.done():
                 task.cancel()
+            self.state.engine.release(stream)
         out_choices = []
         for i, c in enumerate(self.choices):
             text = c.detokenizer.text
@@ -324,7 +332,7 @@ class _Response:
                              "model": self.state.model_name, "choices": out_choices, "usage": self._usage()})
 
     async def _consume(self, stream: RequestStream) -> None:
-        async for update in stream.updates(lambda: self.state.async_engine.is_alive):
+        async for update in stream.updates(lambda: self.state.engine.is_alive):
             self._apply(stream, update)
             if all(c.finished for c in self.choices):
                 return
@@ -350,12 +358,12 @@ class _Response:
         return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
 
     async def events(self, stream: RequestStream) -> AsyncIterator[str]:
-        async_engine = self.state.async_engine
+        engine = self.state.engine
         try:
             if self.chat:  # the role first, as OpenAI's stream does
                 for i in range(len(self.choices)):
                     yield self._chunk(i, "", None, first=True)
-            async for update in stream.updates(lambda: async_engine.is_alive):
+            async for update in stream.updates(lambda: engine.is_alive):
                 choice = self.choices[update.index] if update.index >= 0 else None
                 if choice is not None and choice.finished:
                     continue  # ended by a stop string; the abort's own update adds nothing
@@ -365,11 +373,7 @@ class _Response:
                     error = APIError(500, f"the request failed in the engine: {exc}", kind="engine_error")
                     yield f"data: {json.dumps(error.body())}\n\n"
                     break
-                extras = None
-                if choice.finished and self.body.return_token_ids:
-                    extras = {"token_ids": list(choice.token_ids)}
-                elif self.body.return_token_ids:
-                    extras = {"token_ids": list(update.new_token_ids)}
+                extras = {"token_ids": list(update.new_token_ids)} if self.body.return_token_ids else None
                 if choice.finished and choice.cut_by is not None:
                     extras = {**(extras or {}), "cut_by": choice.cut_by}
                 # One chunk per step that produced tokens, text or not, so a client timing chunks sees every
@@ -386,7 +390,8 @@ class _Response:
             yield "data: [DONE]\n\n"
         finally:  # the client went away (the response is cancelled) or a choice failed: free what is left
             if not all(c.finished for c in self.choices):
-                async_engine.abort(stream)
+                engine.abort(stream)
+            engine.release(stream)
 
 
 class _Failed(Exception):

@@ -1,11 +1,12 @@
-"""The HTTP API over the real step loop with a scripted runner (no torch): requests join the loop, errors are
-OpenAI-style 400s, an overloaded queue answers 503, a client that leaves frees its blocks, stop strings end a
-choice, metrics parse with Prometheus' own parser."""
+"""The HTTP API over the real step loop in its own process, with a scripted runner (no torch): requests join the
+loop, errors are OpenAI-style 400s, an overloaded queue answers 503, a client that leaves frees its blocks, stop
+strings end a choice, metrics parse with Prometheus' own parser, a dead engine fails health."""
 
 from __future__ import annotations
 
+import functools
 import json
-import threading
+import os
 import time
 from types import SimpleNamespace
 
@@ -19,7 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from engine.core.config import EngineConfig  # noqa: E402
 from engine.core.llm_engine import LLMEngine  # noqa: E402
 from engine.core.runner import RequestError, RunnerOutput  # noqa: E402
+from engine.core.sampling_params import SamplingParams  # noqa: E402
 from engine.server.api import build_app  # noqa: E402
+from engine.server.engine_client import EngineClient  # noqa: E402
 
 VOCAB = 100
 EOS = 99
@@ -27,17 +30,18 @@ EOS = 99
 
 class ScriptedRunner:
     """Samples token ``(last token + 1) % 90`` for each sequence (so outputs depend on the prompt), after
-    ``step_s`` of sleep; a sequence whose prompt starts with ``fail_token`` fails its step."""
+    ``step_s`` of sleep; a sequence whose prompt starts with ``fail_token`` fails its step; while the file
+    ``gate`` exists, steps wait (the test holds the engine mid-step from its own process)."""
 
-    def __init__(self, step_s: float = 0.0, fail_token: int | None = None) -> None:
+    def __init__(self, step_s: float = 0.0, fail_token: int | None = None, gate: str | None = None) -> None:
         self.step_s = step_s
         self.fail_token = fail_token
+        self.gate = gate
         self.released: list[int] = []
-        self.gate = threading.Event()
-        self.gate.set()
 
     def run(self, batch) -> RunnerOutput:
-        self.gate.wait()
+        while self.gate is not None and os.path.exists(self.gate):
+            time.sleep(0.005)
         if self.step_s:
             time.sleep(self.step_s)
         bad = [s for s in batch.seqs if s.token_ids[0] == self.fail_token]
@@ -65,30 +69,49 @@ class CharTokenizer:
         return "".join(m["content"] for m in messages)
 
 
-def make_llm(runner, tokenizer=None, **config) -> SimpleNamespace:
+class Exploding(ScriptedRunner):
+    def run(self, batch):
+        raise SystemExit("the device went away")  # not an Exception: the step body cannot contain it
+
+
+def scripted_llm(runner_cls, runner_kwargs: dict, config: dict) -> SimpleNamespace:
+    """The engine process's factory (module level, so the spawned process can import it)."""
+    num_gpu_blocks = config.pop("num_gpu_blocks", 32)
     cfg = EngineConfig(**{"max_num_seqs": 8, "max_num_batched_tokens": 64, "block_size": 16,
-                          **config}).resolved(num_gpu_blocks=config.pop("num_gpu_blocks", 32), max_model_len=256)
-    engine = LLMEngine(cfg, runner, eos_token_ids=[EOS])
-    return SimpleNamespace(engine=engine, tokenizer=tokenizer, shape=SimpleNamespace(vocab_size=VOCAB),
-                           max_model_len=256, model_dir="scripted")
+                          **config}).resolved(num_gpu_blocks=num_gpu_blocks, max_model_len=256)
+    engine = LLMEngine(cfg, runner_cls(**runner_kwargs), eos_token_ids=[EOS])
+    return SimpleNamespace(engine=engine, shape=SimpleNamespace(vocab_size=VOCAB), model_dir="scripted")
 
 
 @pytest.fixture
 def served():
-    """A client on a scripted engine; yields (client, llm, runner)."""
+    """Start a scripted engine process behind the app; returns a test client."""
     clients = []
 
-    def start(runner=None, tokenizer=None, max_waiting_requests=1000, **config):
-        runner = runner or ScriptedRunner()
-        llm = make_llm(runner, tokenizer, **config)
-        client = TestClient(build_app(llm, model_name="m", max_waiting_requests=max_waiting_requests))
+    def start(runner_cls=ScriptedRunner, tokenizer=None, max_waiting_requests=1000, runner_kwargs=None,
+              **config):
+        engine = EngineClient(functools.partial(scripted_llm, runner_cls, runner_kwargs or {}, config),
+                              model_name="m", max_waiting_requests=max_waiting_requests)
+        engine.start(timeout_s=60)
+        client = TestClient(build_app(engine, tokenizer))
+        client.engine_client = engine
         client.__enter__()
         clients.append(client)
-        return client, llm, runner
+        return client
 
     yield start
     for client in clients:
         client.__exit__(None, None, None)
+
+
+def wait_until_idle(client, timeout_s: float = 5.0) -> dict[str, float]:
+    """The metrics once nothing runs or waits (an abort lands at the engine's next step boundary)."""
+    deadline = time.time() + timeout_s
+    while True:
+        m = metric_samples(client)
+        if (m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0) or time.time() > deadline:
+            return m
+        time.sleep(0.02)
 
 
 def expected_tokens(prompt: list[int], n: int) -> list[int]:
@@ -119,7 +142,7 @@ def metric_samples(client) -> dict[str, float]:
 
 
 def test_completion_tokens_usage_and_models(served) -> None:
-    client, _, _ = served()
+    client = served()
     assert client.get("/health").status_code == 200
     assert client.get("/v1/models").json()["data"][0]["id"] == "m"
     r = client.post("/v1/completions", json={"model": "m", "prompt": [5, 6, 7], "max_tokens": 5,
@@ -133,7 +156,7 @@ def test_completion_tokens_usage_and_models(served) -> None:
 
 
 def test_several_prompts_and_n_give_one_choice_each(served) -> None:
-    client, _, _ = served()
+    client = served()
     r = client.post("/v1/completions", json={"prompt": [[1, 2], [40, 41, 42]], "max_tokens": 3, "n": 2,
                                              "return_token_ids": True})
     choices = r.json()["choices"]
@@ -144,7 +167,7 @@ def test_several_prompts_and_n_give_one_choice_each(served) -> None:
 
 
 def test_stream_sends_one_chunk_per_token_then_usage_then_done(served) -> None:
-    client, _, _ = served(tokenizer=CharTokenizer())
+    client = served(tokenizer=CharTokenizer())
     with client.stream("POST", "/v1/completions", json={
             "prompt": "abc", "max_tokens": 4, "stream": True, "stream_options": {"include_usage": True}}) as r:
         assert r.status_code == 200
@@ -159,7 +182,7 @@ def test_stream_sends_one_chunk_per_token_then_usage_then_done(served) -> None:
 
 
 def test_chat_stream_starts_with_the_role(served) -> None:
-    client, _, _ = served(tokenizer=CharTokenizer())
+    client = served(tokenizer=CharTokenizer())
     r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "ab"}], "max_tokens": 3})
     assert r.json()["choices"][0]["message"] == {"role": "assistant", "content": "cde"}
     with client.stream("POST", "/v1/chat/completions", json={
@@ -172,16 +195,14 @@ def test_chat_stream_starts_with_the_role(served) -> None:
 
 
 def test_a_stop_string_ends_the_choice_and_frees_its_blocks(served) -> None:
-    client, llm, runner = served(tokenizer=CharTokenizer())
-    r = client.post("/v1/completions", json={"prompt": "a", "max_tokens": 50, "stop": ["fg"]})
+    client = served(tokenizer=CharTokenizer(), runner_kwargs={"step_s": 0.01})
+    r = client.post("/v1/completions", json={"prompt": "a", "max_tokens": 200, "stop": ["fg"]})
     choice = r.json()["choices"][0]
     assert choice["text"] == "bcde" and choice["finish_reason"] == "stop"
-    deadline = time.time() + 5
-    while llm.engine.has_unfinished_requests() and time.time() < deadline:
-        time.sleep(0.01)
-    assert not llm.engine.has_unfinished_requests()
-    assert llm.engine.scheduler.block_manager.num_used_blocks == 0
-    assert metric_samples(client)["vllm:request_success_total{finished_reason=abort}"] == 1  # not run to the end
+    assert r.json()["usage"]["prompt_tokens"] == 1
+    m = wait_until_idle(client)
+    assert m["vllm:kv_cache_usage_perc"] == 0
+    assert m["vllm:request_success_total{finished_reason=abort}"] == 1  # not run to the end
 
 
 @pytest.mark.parametrize(("body", "param", "fragment"), [
@@ -203,7 +224,7 @@ def test_a_stop_string_ends_the_choice_and_frees_its_blocks(served) -> None:
     ({"prompt": list(range(1, 90)) * 3}, "prompt", "more than max_model_len=256"),
 ])
 def test_bad_requests_get_400_with_a_message(served, body, param, fragment) -> None:
-    client, _, _ = served()
+    client = served()
     r = client.post("/v1/completions", json=body)
     assert r.status_code == 400, r.text
     error = r.json()["error"]
@@ -215,7 +236,7 @@ def test_bad_requests_get_400_with_a_message(served, body, param, fragment) -> N
 
 
 def test_malformed_json_unknown_model_and_routes(served) -> None:
-    client, _, _ = served()
+    client = served()
     r = client.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
     r = client.post("/v1/completions", json={"model": "other", "prompt": [1]})
@@ -226,55 +247,50 @@ def test_malformed_json_unknown_model_and_routes(served) -> None:
 
 
 def test_a_request_that_can_never_fit_the_cache_is_rejected_with_the_reason(served) -> None:
-    client, _, _ = served(num_gpu_blocks=2)
+    client = served(num_gpu_blocks=2)
     r = client.post("/v1/completions", json={"prompt": list(range(1, 60)), "max_tokens": 2})
     assert r.status_code == 400
     assert "needs 4 KV blocks of 16 tokens, the cache has 2" in r.json()["error"]["message"]
 
 
-def test_an_overloaded_queue_answers_503(served) -> None:
-    runner = ScriptedRunner()
-    client, llm, _ = served(runner=runner, max_waiting_requests=2, max_num_seqs=1)
-    runner.gate.clear()  # hold the engine inside its first step
-    results = []
-
-    def post():
-        results.append(client.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 2}))
-
-    threads = [threading.Thread(target=post) for _ in range(3)]
-    for t in threads:
-        t.start()
-    deadline = time.time() + 5
-    while (len(llm.engine.scheduler.running) + len(llm.engine.scheduler.waiting) < 3) and time.time() < deadline:
-        time.sleep(0.01)  # one request running (stuck at the gate), two waiting: the queue is full
-    r = client.post("/v1/completions", json={"prompt": [3], "max_tokens": 2})
+def test_an_overloaded_queue_answers_503(served, tmp_path) -> None:
+    gate = tmp_path / "gate"
+    gate.touch()  # the engine waits inside its first step: nothing leaves the queue
+    client = served(runner_kwargs={"gate": str(gate)}, max_waiting_requests=2, max_num_seqs=1)
+    engine = client.engine_client
+    params = [SamplingParams(max_tokens=2)]
+    engine.submit([[1, 2]], params)
+    engine.submit([[3, 4]], params)
+    r = client.post("/v1/completions", json={"prompt": [5], "max_tokens": 2})
     assert r.status_code == 503
-    assert "limit is 2 (--max-waiting-requests)" in r.json()["error"]["message"]
-    runner.gate.set()
-    for t in threads:
-        t.join(timeout=10)
-    assert [x.status_code for x in results] == [200, 200, 200]
+    assert r.json()["error"]["message"] == ("the server is overloaded: 2 requests are waiting, the limit is 2 "
+                                            "(--max-waiting-requests); retry later")
+    gate.unlink()
+    deadline = time.time() + 10
+    while time.time() < deadline:  # the queue drains, and the server takes requests again
+        r = client.post("/v1/completions", json={"prompt": [5], "max_tokens": 2})
+        if r.status_code == 200:
+            break
+        time.sleep(0.05)
+    assert r.status_code == 200
 
 
 def test_a_client_that_leaves_mid_stream_frees_its_blocks(served) -> None:
-    runner = ScriptedRunner(step_s=0.005)
-    client, llm, _ = served(runner=runner)
+    client = served(runner_kwargs={"step_s": 0.005})
     with client.stream("POST", "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 200, "stream": True,
                                                         "ignore_eos": True}) as r:
         lines = r.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
         assert json.loads(first[6:])["choices"][0]["finish_reason"] is None
-        assert llm.engine.scheduler.block_manager.num_used_blocks > 0
-    deadline = time.time() + 5  # closing the response disconnects; the abort lands at the next step boundary
-    while llm.engine.has_unfinished_requests() and time.time() < deadline:
-        time.sleep(0.01)
-    assert not llm.engine.has_unfinished_requests()
-    assert llm.engine.scheduler.block_manager.num_used_blocks == 0
-    assert metric_samples(client)["vllm:request_success_total{finished_reason=abort}"] == 1
+        assert metric_samples(client)["vllm:kv_cache_usage_perc"] > 0
+    m = wait_until_idle(client)  # closing the response disconnects; the abort lands at the next step boundary
+    assert m["vllm:kv_cache_usage_perc"] == 0
+    assert m["vllm:request_success_total{finished_reason=abort}"] == 1
+    assert m["vllm:generation_tokens_total"] < 200
 
 
 def test_a_failing_request_errors_alone(served) -> None:
-    client, _, _ = served(runner=ScriptedRunner(fail_token=13))
+    client = served(runner_kwargs={"fail_token": 13})
     r = client.post("/v1/completions", json={"prompt": [13, 1], "max_tokens": 3})
     assert r.status_code == 500
     assert "scripted failure" in r.json()["error"]["message"] and "Traceback" not in r.text
@@ -286,7 +302,7 @@ def test_a_failing_request_errors_alone(served) -> None:
 
 
 def test_metrics_count_what_was_served(served) -> None:
-    client, _, _ = served()
+    client = served()
     for prompt in ([1, 2, 3], [10, 11]):
         client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 4})
     m = metric_samples(client)
@@ -302,12 +318,8 @@ def test_metrics_count_what_was_served(served) -> None:
 
 
 def test_a_dead_engine_loop_fails_health_and_open_requests(served) -> None:
-    class Exploding(ScriptedRunner):
-        def run(self, batch):
-            raise SystemExit("the device went away")  # not an Exception: the step body cannot contain it
-
-    client, _, _ = served(runner=Exploding())
+    client = served(Exploding)
     r = client.post("/v1/completions", json={"prompt": [1], "max_tokens": 2})
-    assert r.status_code == 500 and "engine loop stopped" in r.json()["error"]["message"]
+    assert r.status_code == 500 and "the device went away" in r.json()["error"]["message"]
     assert client.get("/health").status_code == 503
     assert client.post("/v1/completions", json={"prompt": [1], "max_tokens": 2}).status_code == 503

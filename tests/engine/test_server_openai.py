@@ -168,15 +168,13 @@ def test_fifty_concurrent_streams_all_finish_with_offline_tokens(server, offline
         stream = await client.completions.create(model="tiny", prompt=prompt, max_tokens=16, temperature=0,
                                                  stream=True, extra_body={"ignore_eos": True,
                                                                           "return_token_ids": True})
-        tokens, finish = [], None
+        tokens, num_chunks, finish = [], 0, None
         async for chunk in stream:
             if chunk.choices:
-                tokens.extend(chunk.choices[0].model_extra["token_ids"] if chunk.choices[0].finish_reason is None
-                              else [])
+                num_chunks += 1
+                tokens.extend(chunk.choices[0].model_extra["token_ids"])  # each chunk's new tokens
                 finish = chunk.choices[0].finish_reason or finish
-                if chunk.choices[0].finish_reason is not None:
-                    return chunk.choices[0].model_extra["token_ids"], tokens, finish
-        return None, tokens, finish
+        return tokens, num_chunks, finish
 
     async def main():
         async with openai.AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0,
@@ -185,8 +183,8 @@ def test_fifty_concurrent_streams_all_finish_with_offline_tokens(server, offline
 
     results = asyncio.run(main())
     assert all(finish == "length" for _, _, finish in results)
-    assert [all_tokens for all_tokens, _, _ in results] == expected
-    assert [streamed for _, streamed, _ in results] == [e[:-1] for e in expected]  # each chunk's new token
+    assert [tokens for tokens, _, _ in results] == expected
+    assert all(num_chunks == 16 for _, num_chunks, _ in results)  # one chunk per token
 
 
 def test_a_client_that_disconnects_frees_its_blocks(server) -> None:

@@ -1,0 +1,219 @@
+"""The server's handle on the engine process (``engine_process``): submit, abort, scrape, health.
+
+Called from the event loop only. A reader thread blocks on the engine's pipe and hands each step's
+updates to the event loop in one ``call_soon_threadsafe``, where they land on each request's queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.core.sampling_params import SamplingParams
+from engine.server.engine_process import EngineInfo, Update, run_engine
+
+_log = logging.getLogger(__name__)
+
+
+class ServerOverloaded(Exception):
+    """The waiting queue is at its limit."""
+
+
+class EngineDead(Exception):
+    """The engine process has stopped."""
+
+
+@dataclass(eq=False)
+class RequestStream:
+    """One HTTP request's choices and the queue their updates arrive on."""
+
+    key: int
+    num_open: int
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+    async def updates(self, is_alive: Callable[[], bool]):
+        """Every update until each choice has finished. Should the engine die with an update never sent,
+        the wait ends within a second with an error for every choice still open."""
+        queue = self.queue
+        while self.num_open:
+            if queue.empty():
+                try:
+                    update = await asyncio.wait_for(queue.get(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    if not is_alive():
+                        for _ in range(self.num_open):
+                            yield Update(self.key, -1, [], True, "error", "the engine process stopped")
+                        return
+                    continue
+            else:
+                update = queue.get_nowait()
+            if update.finished:
+                self.num_open -= 1
+            yield update
+
+
+class EngineClient:
+    def __init__(self, factory: Callable[[], object], *, model_name: str, max_waiting_requests: int) -> None:
+        self.factory = factory
+        self.model_name = model_name
+        self.max_waiting_requests = max_waiting_requests
+        self.info: EngineInfo | None = None
+        self.error: str | None = None
+        self._process = None
+        self._commands = None
+        self._messages = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._streams: dict[int, RequestStream] = {}
+        self._keys = itertools.count()
+        self._tickets = itertools.count()
+        self._scrapes: dict[int, asyncio.Future] = {}
+        self._num_submitted = 0  # choices sent to the engine ...
+        self._num_drained = 0  # ... and taken into its scheduler, as its last message said
+        self._num_waiting = 0  # the engine's waiting queue after its last step
+        self._stopping = False
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def start(self, timeout_s: float = 600.0) -> EngineInfo:
+        """Start the engine process and wait until its model is loaded; raises RuntimeError with the
+        engine's own one-line reason if it fails to start."""
+        # spawn, not fork: the engine initialises CUDA, which a forked child of a threaded parent cannot.
+        ctx = multiprocessing.get_context("spawn")
+        commands_recv, commands_send = ctx.Pipe(duplex=False)
+        messages_recv, messages_send = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(target=run_engine, name="engine",
+                                    args=(self.factory, self.model_name, commands_recv, messages_send), daemon=True)
+        self._process.start()
+        commands_recv.close()
+        messages_send.close()
+        self._commands, self._messages = commands_send, messages_recv
+        deadline = time.monotonic() + timeout_s
+        while not messages_recv.poll(0.1):
+            if not self._process.is_alive():
+                raise RuntimeError(f"the engine process exited with code {self._process.exitcode} while loading")
+            if time.monotonic() > deadline:
+                self._process.kill()
+                raise RuntimeError(f"the engine did not load within {timeout_s:.0f} s")
+        message = messages_recv.recv()
+        if message[0] == "error":
+            self._process.join(timeout=10)
+            raise RuntimeError(message[1])
+        self.info = message[1]
+        return self.info
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start delivering the engine's messages on ``loop``."""
+        self._loop = loop
+        threading.Thread(target=self._read, name="engine-reader", daemon=True).start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self._process is None:
+            return
+        self._stopping = True
+        try:
+            self._commands.send(("stop",))
+        except OSError:
+            pass
+        self._process.join(timeout=timeout_s)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(timeout=5)
+
+    @property
+    def is_alive(self) -> bool:
+        return self.error is None and self._process is not None and self._process.is_alive()
+
+    # ---- requests -------------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        """Choices queued but not running: the engine's waiting queue and what is still in the pipe."""
+        return self._num_waiting + self._num_submitted - self._num_drained
+
+    def submit(self, prompts: list[list[int]], params: list[SamplingParams]) -> RequestStream:
+        if not self.is_alive:
+            raise EngineDead(f"the engine process has stopped: {self.error or 'exited'}")
+        if self.num_waiting + len(prompts) > self.max_waiting_requests:
+            raise ServerOverloaded(
+                f"the server is overloaded: {self.num_waiting} requests are waiting, the limit is "
+                f"{self.max_waiting_requests} (--max-waiting-requests); retry later")
+        stream = RequestStream(next(self._keys), len(prompts))
+        self._streams[stream.key] = stream
+        self._num_submitted += len(prompts)
+        self._send(("add", stream.key, prompts, params, time.time()))
+        return stream
+
+    def abort(self, stream: RequestStream, index: int | None = None) -> None:
+        """Finish the request's open choices (or only ``index``) and free their blocks at the engine's next step
+        boundary; no update follows for them."""
+        if index is None:
+            self._streams.pop(stream.key, None)
+        if self.is_alive:
+            self._send(("abort", stream.key, index))
+
+    def release(self, stream: RequestStream) -> None:
+        """The request is done: stop routing updates to it."""
+        self._streams.pop(stream.key, None)
+
+    async def metrics(self) -> bytes:
+        if not self.is_alive:
+            raise EngineDead(f"the engine process has stopped: {self.error or 'exited'}")
+        ticket = next(self._tickets)
+        future = self._loop.create_future()
+        self._scrapes[ticket] = future
+        self._send(("metrics", ticket))
+        try:
+            return await asyncio.wait_for(future, timeout=10)
+        finally:
+            self._scrapes.pop(ticket, None)
+
+    def _send(self, command: tuple) -> None:
+        try:
+            self._commands.send(command)
+        except OSError as exc:
+            self.error = self.error or f"the engine's pipe broke: {exc}"
+            raise EngineDead(self.error) from exc
+
+    # ---- the reader thread ----------------------------------------------------------------------
+    def _read(self) -> None:
+        messages = self._messages
+        while True:
+            try:
+                message = messages.recv()
+            except (EOFError, OSError):
+                message = ("error", f"the engine process exited (code {self._process.exitcode})")
+            try:
+                self._loop.call_soon_threadsafe(self._on_message, message)
+            except RuntimeError:  # the event loop has closed: the server is shutting down
+                return
+            if message[0] == "error":
+                return
+
+    def _on_message(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "step":
+            _, self._num_drained, self._num_waiting, updates = message
+            streams = self._streams
+            for update in updates:
+                stream = streams.get(update.key)
+                if stream is not None:
+                    stream.queue.put_nowait(update)
+        elif kind == "metrics":
+            future = self._scrapes.get(message[1])
+            if future is not None and not future.done():
+                future.set_result(message[2])
+        elif kind == "error":
+            self.error = self.error or message[1]
+            if not self._stopping:
+                _log.error("the engine stopped: %s", message[1])
+            for stream in self._streams.values():
+                for _ in range(stream.num_open):
+                    stream.queue.put_nowait(Update(stream.key, -1, [], True, "error", self.error))
+            self._streams.clear()
+            for future in self._scrapes.values():
+                if not future.done():
+                    future.set_exception(EngineDead(self.error))

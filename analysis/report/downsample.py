@@ -63,3 +63,48 @@ def tail_preserving_sample(y: np.ndarray, max_points: int, tail_fraction: float 
     rest = np.setdiff1d(np.arange(num_points), tail, assume_unique=True)
     sample = np.random.default_rng(0).choice(rest, size=max_points - num_tail, replace=False)
     return np.sort(np.concatenate([tail, sample]))
+
+
+def bucket_mean_max(x: np.ndarray, y: np.ndarray, num_buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bucket centres, mean y, max y) over `num_buckets` equal-width `x` buckets, empty buckets left out.
+
+    A min/max envelope of a series that swings every step (waiting sequences, step durations) fills
+    its whole range and draws a solid block; the mean shows the level and the max the spikes.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.size == 0:
+        return x, y, y
+    x_min, x_max = float(np.min(x)), float(np.max(x))
+    width = (x_max - x_min) / num_buckets or 1.0
+    bucket = np.clip(((x - x_min) / width).astype(np.int64), 0, num_buckets - 1)
+    counts = np.bincount(bucket, minlength=num_buckets)
+    sums = np.bincount(bucket, weights=y, minlength=num_buckets)
+    maxes = np.full(num_buckets, -np.inf)
+    np.maximum.at(maxes, bucket, y)
+    present = counts > 0
+    centres = x_min + (np.arange(num_buckets) + 0.5) * width
+    return centres[present], sums[present] / counts[present], maxes[present]
+
+
+def histogram_edges(values: np.ndarray, max_bins: int = 60) -> tuple[np.ndarray, bool]:
+    """Bin edges that show the shape of `values`, and whether the x axis should be logarithmic.
+
+    - whole numbers with at most `max_bins` distinct values: one bin per value (a batch size);
+    - positive values spanning more than two decades, most of them far below the largest (a decode
+      step of 64 tokens beside prefill steps of 8,192): log-spaced bins, else one bar holds nearly all;
+    - otherwise numpy's "auto" rule, capped at `max_bins` bins.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    low, high = float(values.min()), float(values.max())
+    if low == high:
+        return np.array([low - 0.5, high + 0.5]), False
+    whole = bool(np.all(values == np.round(values)))
+    if whole and high - low + 1 <= max_bins:
+        return np.arange(low - 0.5, high + 1.5), False
+    if low > 0 and high / low > 100 and np.median(values) < high / 10:
+        return np.geomspace(low, high, max_bins + 1), True
+    edges = np.histogram_bin_edges(values, bins="auto")
+    if len(edges) - 1 > max_bins:
+        edges = np.linspace(low, high, max_bins + 1)
+    return edges, False

@@ -18,15 +18,16 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from analysis.report.downsample import cdf_points, minmax_indices, tail_preserving_sample
+from analysis.report.downsample import bucket_mean_max, cdf_points, histogram_edges, tail_preserving_sample
 from analysis.stats import finite_values
 
 PALETTE: tuple[str, ...] = tuple(qualitative.Plotly)
 ROW_HEIGHT_PX = 260
 MAX_CDF_POINTS = 2000
-MAX_LINE_POINTS_PER_PANEL = 4000
+# A time series longer than this many points is drawn as a mean and a max per time bucket, this many buckets.
+NUM_TIME_BUCKETS = 400
 MAX_SCATTER_POINTS_PER_PANEL = 16000
-NUM_BINS = 50
+MAX_BINS = 60
 
 
 @dataclass(frozen=True)
@@ -95,10 +96,11 @@ def timeseries_figure(panels: Mapping[str, Sequence[Series]], title: str, x_titl
                       mode: str = "lines") -> go.Figure:
     """Stacked panels sharing the x axis; `panels` maps a y-axis title (with units) to series.
 
-    `mode="lines"` draws step lines reduced to per-bucket min/max (spikes kept);
-    `mode="markers"` draws a scatter keeping the largest values plus a uniform sample.
-    The point budget is per panel and split between its series, so the page size
-    does not grow with the number of replicas or runs overlaid.
+    `mode="lines"` draws a step line, or for a long series its mean per time bucket (solid) and its
+    max per bucket (dotted, same colour and legend entry), so a level and its spikes both read.
+    `mode="markers"` draws a scatter keeping the largest values plus a uniform sample; the scatter
+    budget is per panel and split between its series, so the page size does not grow with the number
+    of replicas or runs overlaid.
     """
     if mode not in ("lines", "markers"):
         raise ValueError(f"mode must be 'lines' or 'markers', not {mode!r}")
@@ -108,22 +110,34 @@ def timeseries_figure(panels: Mapping[str, Sequence[Series]], title: str, x_titl
     shown: set[str] = set()
     for row, y_title in enumerate(titles, start=1):
         series_list = panels.get(y_title, []) if panels else []
-        panel_budget = MAX_LINE_POINTS_PER_PANEL if mode == "lines" else MAX_SCATTER_POINTS_PER_PANEL
-        budget = max(200, panel_budget // max(1, len(series_list)))
+        budget = max(200, MAX_SCATTER_POINTS_PER_PANEL // max(1, len(series_list)))
         for series in series_list:
             x, y = np.asarray(series.x, dtype=np.float64), np.asarray(series.y, dtype=np.float64)
-            if mode == "lines":
-                keep = minmax_indices(x, y, budget // 2)
-                trace_type, style = go.Scatter, {"line": {"shape": "hv", "color": colors(series.name)}}
-            else:
+            first = series.name not in shown
+            common = {"name": series.name, "legendgroup": series.name, "mode": mode}
+            hover = f"{series.name}<br>{x_title}: %{{x:.3f}}<br>{y_title}: %{{y:.4~g}}"
+            if mode == "markers":
                 keep = tail_preserving_sample(y, budget)
-                trace_type, style = go.Scattergl, {"marker": {"size": 4, "opacity": 0.6, "color": colors(series.name)}}
-            fig.add_trace(trace_type(
-                x=x[keep], y=y[keep], mode=mode, name=series.name, legendgroup=series.name,
-                showlegend=series.name not in shown,
-                hovertemplate=f"{series.name}<br>{x_title}: %{{x:.3f}}<br>{y_title}: %{{y:.4~g}}<extra></extra>",
-                **style,
-            ), row=row, col=1)
+                fig.add_trace(go.Scattergl(
+                    x=x[keep], y=y[keep], showlegend=first, hovertemplate=hover + "<extra></extra>",
+                    marker={"size": 4, "opacity": 0.6, "color": colors(series.name)}, **common,
+                ), row=row, col=1)
+            elif len(x) <= NUM_TIME_BUCKETS:
+                fig.add_trace(go.Scatter(
+                    x=x, y=y, showlegend=first, hovertemplate=hover + "<extra></extra>",
+                    line={"shape": "hv", "color": colors(series.name)}, **common,
+                ), row=row, col=1)
+            else:
+                centres, means, maxes = bucket_mean_max(x, y, NUM_TIME_BUCKETS)
+                width = (float(x.max()) - float(x.min())) / NUM_TIME_BUCKETS
+                for values, what, line in (
+                    (means, "mean", {"color": colors(series.name)}),
+                    (maxes, "max", {"color": colors(series.name), "dash": "dot", "width": 1}),
+                ):
+                    fig.add_trace(go.Scatter(
+                        x=centres, y=values, line=line, showlegend=first and what == "mean",
+                        hovertemplate=f"{hover} ({what} of {width:.3g} s)<extra></extra>", **common,
+                    ), row=row, col=1)
             shown.add(series.name)
         fig.update_yaxes(title_text=y_title, row=row, col=1)
         if not series_list:
@@ -150,11 +164,12 @@ def histogram_figure(panels: Mapping[str, object], title: str, y_title: str = "c
         if not pooled:
             add_no_data(fig, 1, col)
         else:
-            edges = np.histogram_bin_edges(np.concatenate(pooled), bins=NUM_BINS)
+            edges, log_x = histogram_edges(np.concatenate(pooled), MAX_BINS)
             for series_name, array in arrays.items():
                 counts, _ = np.histogram(array, bins=edges)
                 fig.add_trace(go.Bar(
-                    x=(edges[:-1] + edges[1:]) / 2, y=counts, width=np.diff(edges), name=series_name,
+                    x=np.sqrt(edges[:-1] * edges[1:]) if log_x else (edges[:-1] + edges[1:]) / 2, y=counts,
+                    width=np.diff(edges), name=series_name,
                     legendgroup=series_name, showlegend=series_name not in shown,
                     marker={"color": colors(series_name)}, opacity=0.7 if len(arrays) > 1 else 1.0,
                     customdata=np.stack([edges[:-1], edges[1:]], axis=1),
@@ -162,6 +177,8 @@ def histogram_figure(panels: Mapping[str, object], title: str, y_title: str = "c
                     f"<br>{y_title}: %{{y}}<extra></extra>",
                 ), row=1, col=col)
                 shown.add(series_name)
+            if log_x:
+                fig.update_xaxes(type="log", row=1, col=col)
         fig.update_xaxes(title_text=x_title, row=1, col=col)
         fig.update_yaxes(title_text=y_title, row=1, col=col)
     fig.update_layout(title=title, height=ROW_HEIGHT_PX + 160, barmode="overlay", hovermode="closest")

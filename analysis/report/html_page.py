@@ -27,6 +27,28 @@ table.summary thead th { background: #f3f3f3; }
 
 _PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
+# Scattergl draws with WebGL; a browser without it (headless, remote desktops, some VMs) would show
+# "WebGL is not supported" instead of the chart. Without WebGL, draw those traces as SVG scatter: slower
+# with many points, but drawn. Runs before any figure's Plotly.newPlot call.
+WEBGL_FALLBACK_JS = """(function () {
+  var gl = null;
+  try {
+    var canvas = document.createElement("canvas");
+    gl = canvas.getContext("webgl") || canvas.getContext("experimental-webgl");
+  } catch (e) { gl = null; }
+  document.documentElement.setAttribute("data-webgl", gl ? "yes" : "no");
+  if (gl) { return; }
+  function svg(data) {
+    return (data || []).map(function (t) {
+      return t && t.type === "scattergl" ? Object.assign({}, t, {type: "scatter"}) : t;
+    });
+  }
+  ["newPlot", "react"].forEach(function (name) {
+    var original = Plotly[name];
+    Plotly[name] = function (gd, data, layout, config) { return original.call(Plotly, gd, svg(data), layout, config); };
+  });
+})();"""
+
 
 def _figure_div(fig: go.Figure) -> str:
     height = fig.layout.height
@@ -43,7 +65,8 @@ def write_html(figures: Sequence[go.Figure], path: str | Path, title: str, heade
     page = (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<title>{html.escape(title)}</title>\n<style>{PAGE_STYLE}</style>\n"
-        f'<script type="text/javascript">{get_plotlyjs()}</script>\n</head>\n<body>\n'
+        f'<script type="text/javascript">{get_plotlyjs()}</script>\n'
+        f'<script type="text/javascript">{WEBGL_FALLBACK_JS}</script>\n</head>\n<body>\n'
         f"<header>\n<h1>{html.escape(title)}</h1>\n{header_html}\n</header>\n"
         f"<main>\n{divs}\n</main>\n</body>\n</html>\n"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from analysis.report.downsample import cdf_points, minmax_indices, tail_preserving_sample
 
@@ -49,3 +50,33 @@ def test_tail_preserving_sample_keeps_largest() -> None:
     assert np.all(np.diff(keep) > 0)
     largest = np.argsort(y)[-100:]
     assert set(largest) <= set(keep)
+
+
+def test_bucket_mean_max_gives_the_level_and_the_spikes() -> None:
+    from analysis.report.downsample import bucket_mean_max
+
+    x = np.arange(1000.0)
+    y = np.where(np.arange(1000) % 2 == 0, 0.0, 10.0)  # swings every step: a min/max envelope is a solid block
+    y[503] = 100.0
+    centres, means, maxes = bucket_mean_max(x, y, num_buckets=10)
+    assert centres == pytest.approx([49.95 + 99.9 * i for i in range(10)])
+    assert means == pytest.approx([5.0] * 5 + [5.9] + [5.0] * 4)
+    assert maxes.tolist() == [10.0] * 5 + [100.0] + [10.0] * 4
+    gaps, _, _ = bucket_mean_max(np.array([0.0, 1.0, 9.0, 10.0]), np.ones(4), num_buckets=5)
+    assert gaps.tolist() == [1.0, 9.0]  # empty buckets are left out, not drawn as zero
+
+
+def test_histogram_edges_fit_the_data() -> None:
+    from analysis.report.downsample import histogram_edges
+
+    edges, log_x = histogram_edges(np.array([1, 2, 2, 3, 8]))
+    assert edges.tolist() == [0.5 + i for i in range(9)] and not log_x  # one bin per batch size
+    # Decode steps of 1-64 tokens beside a few 8,192-token prefill steps: log bins, or one bar holds all.
+    tokens = np.concatenate([np.arange(1, 65).repeat(50), np.full(20, 8192)])
+    edges, log_x = histogram_edges(tokens, max_bins=60)
+    assert log_x and len(edges) == 61 and edges[0] == 1 and edges[-1] == 8192
+    counts, _ = np.histogram(tokens, bins=edges)
+    assert (counts > 0).sum() >= 20
+    edges, log_x = histogram_edges(np.linspace(0.0, 1.0, 10_000))
+    assert not log_x and 10 <= len(edges) - 1 <= 60
+    assert histogram_edges(np.array([3.0, 3.0]))[0].tolist() == [2.5, 3.5]

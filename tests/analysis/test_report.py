@@ -11,7 +11,13 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from analysis.metrics import summarize
-from analysis.report.figures import Series, histogram_figure, latency_cdf_figure, timeseries_figure
+from analysis.report.figures import (
+    NUM_TIME_BUCKETS,
+    Series,
+    histogram_figure,
+    latency_cdf_figure,
+    timeseries_figure,
+)
 from analysis.report.html_page import write_html
 from analysis.report.replay_report import CHART_TITLES, report_figures, write_report
 from analysis.schema import REQUESTS_SCHEMA, STEPS_SCHEMA, empty_frame
@@ -107,6 +113,12 @@ def test_report_size_is_bounded_for_large_runs(tmp_path: Path) -> None:
     assert sum(len(trace.x) for trace in queues.data) < 20_000
     kv = figures[list(CHART_TITLES).index("kv_usage")]
     assert max(max(trace.y) for trace in kv.data) == pytest.approx(steps["kv_usage"].max() * 100)
+    # Long series are drawn as a mean (solid) and a max (dotted) per time bucket, one legend entry per replica.
+    assert len(queues.data) == 2 * 4 * 2 and {len(trace.x) for trace in queues.data} == {NUM_TIME_BUCKETS}
+    assert [trace.line.dash for trace in queues.data[:2]] == [None, "dot"]
+    assert sum(trace.showlegend for trace in queues.data) == 4
+    histogram = figures[list(CHART_TITLES).index("batch_histogram")]
+    assert all((trace.y > 0).sum() >= 10 for trace in histogram.data)  # a shape, not one bar
 
 
 def test_generic_builders_and_page(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from analysis.schema import (
 )
 from analysis.slo import SLO, statistic_of
 from analysis.stats import MS_PER_S, latency_stats, round_sig, scaled_stats
+from analysis.vllm_metrics import vllm_flat_metrics
 
 # Per-request latency columns (s) that `add_latency_columns` adds; ITL has none (it pools gaps).
 LATENCY_COLUMNS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
@@ -174,29 +175,48 @@ def _kv_usage(steps: pl.DataFrame) -> tuple[float | None, float | None]:
     return peak, mean
 
 
+def has_step_log(requests: pl.DataFrame, steps: pl.DataFrame | None) -> bool:
+    """Whether the run logged its engine steps: a run that served tokens without a single step row was
+    measured from outside the engine (over HTTP, or imported from another tool), so its step count and
+    schedule are unknown, not 0."""
+    if steps is not None and steps.height > 0:
+        return True
+    return requests.height == 0 or requests["first_token_s"].null_count() == requests.height
+
+
 def _rate(count: float, duration_s: float) -> float | None:
     return round_sig(count / duration_s) if duration_s > 0 else None
+
+
+def _known_sum(column: pl.Series) -> int | None:
+    """The column's sum, or None when any value is unknown (a client over HTTP cannot see cached tokens or
+    preemptions: their totals are missing, never 0)."""
+    return None if column.null_count() else int(column.sum())
 
 
 def summarize(
     requests: pl.DataFrame,
     steps: pl.DataFrame | None,
     slos: Iterable[SLO] | None = None,
+    duration_s: float | None = None,
 ) -> dict:
-    """One JSON-ready dict of a replay's headline metrics (see the module docstring).
+    """One JSON-ready dict of a replay's headline metrics (see the module docstring), with vLLM's flat
+    names beside ours (`analysis.vllm_metrics`).
 
     Latencies are in ms as {p50, p90, p99, mean}; statistics with no data are
-    None. With `slos`, `goodput` (req/s) and the limits used (`slos_ms`) are added.
+    None. With `slos`, `goodput` (req/s, also under vLLM's name `request_goodput`) and the limits used
+    (`slos_ms`) are added. `duration_s` replaces the makespan where the run recorded its own duration
+    but not its arrival times (an imported `vllm bench serve` result).
     """
     frame = add_latency_columns(conform_requests(requests, _SUMMARY_REQUEST_INPUTS))
     step_frame = conform_steps(steps, _SUMMARY_STEP_INPUTS)
     finished = frame.filter(is_finished())
     admitted = frame.filter(~_is_rejected())
-    duration_s = makespan_s(frame)
+    duration_s = makespan_s(frame) if duration_s is None else duration_s
 
     total_output_tokens = int(admitted["output_tokens"].sum())
     total_prompt_tokens = int(admitted["prompt_tokens"].sum())
-    total_cached_tokens = int(admitted["cached_tokens"].sum())
+    total_cached_tokens = _known_sum(admitted["cached_tokens"])
     rejected = frame.filter(_is_rejected())
     reject_reasons = {
         (str(reason) if reason is not None else "unknown"): int(count)
@@ -220,26 +240,33 @@ def summarize(
         "reject_reasons": reject_reasons,
         "duration_s": round_sig(duration_s),
         "request_throughput": _rate(finished.height, duration_s),
-        "output_throughput": _rate(total_output_tokens, duration_s),
+        # vLLM's definition: the finished requests' tokens (an aborted request's partial output is not served)
+        "output_throughput": _rate(int(finished["output_tokens"].sum()), duration_s),
         "total_prompt_tokens": total_prompt_tokens,
         "total_output_tokens": total_output_tokens,
         "total_cached_tokens": total_cached_tokens,
     }
+    itl_s = itl_values(finished)
     for metric in LATENCY_LABELS:
-        summary[f"{metric}_ms"] = scaled_stats(latency_stats(latency_samples_s(finished, metric)), MS_PER_S)
+        samples = itl_s if metric == "itl" else latency_samples_s(finished, metric)
+        summary[f"{metric}_ms"] = scaled_stats(latency_stats(samples), MS_PER_S)
+    if total_cached_tokens is None:
+        hit_rate = None
+    else:
+        hit_rate = round_sig(total_cached_tokens / total_prompt_tokens) if total_prompt_tokens > 0 else 0.0
     summary.update(
         {
-            "num_preemptions": int(frame["num_preemptions"].sum()),
-            "prefix_cache_hit_rate": round_sig(total_cached_tokens / total_prompt_tokens)
-            if total_prompt_tokens > 0
-            else 0.0,
+            "num_preemptions": _known_sum(frame["num_preemptions"]),
+            "prefix_cache_hit_rate": hit_rate,
             "peak_kv_usage": round_sig(peak_kv),
             "mean_kv_usage": round_sig(mean_kv),
-            "num_steps": step_frame.height,
+            "num_steps": step_frame.height if has_step_log(frame, step_frame) else None,
         }
     )
+    summary.update(vllm_flat_metrics(finished, frame.height, duration_s, itl_s))
+    summary["request_goodput"] = None  # as vLLM writes it without SLOs
     if slos is not None:
         slos = tuple(slos)
-        summary["goodput"] = round_sig(goodput_rps(frame, slos, duration_s))
+        summary["goodput"] = summary["request_goodput"] = round_sig(goodput_rps(frame, slos, duration_s))
         summary["slos_ms"] = {slo.key: slo.limit_ms for slo in slos}
     return summary

@@ -2,7 +2,9 @@
 
 - ``requests.parquet``: one row per request (``engine.core.records``) plus latency columns, by arrival;
 - ``steps.parquet``: one row per engine step, per replica;
-- ``summary.json``: vLLM-style metrics, then ``cost_model``, ``trace`` and ``config`` of the run;
+- ``summary.json``: our metrics and vLLM's flat names (``mean_ttft_ms``, ...), goodput when SLOs are given, then
+  ``cost_model``, ``trace`` and ``config`` of the run (and ``recorded_duration_s`` for a run whose duration was
+  recorded rather than taken from its arrivals: an imported ``vllm bench serve`` result);
 - ``report.html``: the self-contained Plotly report (unless not asked for).
 """
 
@@ -16,9 +18,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.metrics import add_latency_columns, summarize
+from analysis.slo import SLO
 from sim.files import write_text_atomic
 
-META_KEYS = ("cost_model", "trace", "config")  # what summary.json says about the run besides its metrics
+# What summary.json says about the run besides its metrics.
+META_KEYS = ("cost_model", "trace", "config", "recorded_duration_s", "request_ids")
 
 
 def with_latency_columns(requests: pl.DataFrame) -> pl.DataFrame:
@@ -36,16 +40,17 @@ def write_run(
     *,
     report_title: str | None = None,
     report_subtitle: str = "",
+    slos: tuple[SLO, ...] | None = None,
 ) -> dict:
     """Write the folder; ``meta`` (cost_model, trace, config) follows the metrics in summary.json.
-    A report is written when ``report_title`` is given. Returns the summary."""
+    A report is written when ``report_title`` is given; goodput when ``slos`` are. Returns the summary."""
     out_dir.mkdir(parents=True, exist_ok=True)
     request_frame = with_latency_columns(pl.from_arrow(requests))
     step_frame = pl.from_arrow(steps)
     request_frame.write_parquet(out_dir / "requests.parquet")
     pq.write_table(steps, out_dir / "steps.parquet")
     return write_summary(out_dir, request_frame, step_frame, meta, report_title=report_title,
-                         report_subtitle=report_subtitle)
+                         report_subtitle=report_subtitle, slos=slos)
 
 
 def write_summary(
@@ -56,9 +61,10 @@ def write_summary(
     *,
     report_title: str | None = None,
     report_subtitle: str = "",
+    slos: tuple[SLO, ...] | None = None,
 ) -> dict:
     """summary.json (written whole: a temporary file renamed over the old one) and, if asked, report.html."""
-    summary = summarize(requests, steps)
+    summary = summarize(requests, steps, slos, duration_s=meta.get("recorded_duration_s"))
     summary.update(meta)
     write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if report_title is not None:
@@ -79,3 +85,24 @@ def read_meta(run_dir: Path) -> dict:
                 raise ValueError(f"{path}: not valid JSON ({exc})") from None
             return {key: recorded[key] for key in META_KEYS if key in recorded}
     return {}
+
+
+def read_slos(run_dir: Path) -> tuple[SLO, ...] | None:
+    """The SLOs the folder's summary.json was judged by (its ``slos_ms``), so a re-summary keeps its goodput."""
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        limits = json.loads(path.read_text()).get("slos_ms")
+    except (json.JSONDecodeError, AttributeError):
+        return None  # read_meta names an unreadable file
+    if not isinstance(limits, dict) or not limits:
+        return None
+    slos = []
+    for key, limit_ms in limits.items():
+        metric, _, statistic = str(key).partition("_")
+        try:
+            slos.append(SLO(metric, statistic, float(limit_ms) / 1e3))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: slos_ms entry {key!r}: {exc}") from None
+    return tuple(slos)

@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.report.summary_table import format_summary_table
-from analysis.runs import read_meta, with_latency_columns, write_summary
+from analysis.runs import read_meta, read_slos, with_latency_columns, write_summary
 
 
 def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
@@ -31,6 +31,7 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
         report_title=f"Replay of {Path(str(meta.get('trace', run_dir.name))).name}" if report else None,
         report_subtitle=f"{config.get('model', '')} on {config.get('device', config.get('gpu', ''))}; "
         f"cost model: {meta.get('cost_model', '')}",
+        slos=read_slos(run_dir),
     )
 
 

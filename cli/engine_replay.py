@@ -15,7 +15,13 @@ import time
 from pathlib import Path
 
 from analysis.outdir import OutDirError, staged_out_dir
-from cli.replay_args import add_config_groups, add_output_arguments, add_trace_arguments, load_trace_for_replay
+from cli.replay_args import (
+    add_config_groups,
+    add_output_arguments,
+    add_trace_arguments,
+    load_trace_for_replay,
+    slos_from_args,
+)
 from engine.core.config_args import build_config
 from engine.options import EngineOptions
 
@@ -112,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = build_config(EngineOptions, args)
         trace = load_trace_for_replay(args)
+        args.slos = slos_from_args(args)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
     span_s = float(trace.requests["arrival_s"][-1] - trace.requests["arrival_s"][0])
@@ -173,6 +180,7 @@ def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Na
             {"cost_model": "measured", "trace": str(args.trace), "config": config},
             report_title=None if args.no_report else f"GPU replay of {Path(args.trace).name}",
             report_subtitle=f"{options.model} on {config['device']}, policy {options.policy}",
+            slos=args.slos,
         )
 
 

@@ -36,6 +36,22 @@ def add_output_arguments(parser: argparse.ArgumentParser, out_help: str, *, requ
                      help="replace --out if it holds an earlier run (never a folder holding anything else)")
     out.add_argument("--no-report", action="store_true", help="skip report.html")
     out.add_argument("--quiet", action="store_true", help="no progress output and no summary table")
+    out.add_argument("--slo", default=None, metavar="SLOS",
+                     help="latency SLOs for goodput in summary.json (vLLM's request_goodput: finished requests "
+                          "within every limit, per second), e.g. ttft_p90=2s,tpot_p90=100ms (the syntax of "
+                          "analysis.capacity)")
+
+
+def slos_from_args(args: argparse.Namespace):
+    """--slo parsed (None without it); ValueError names the option and what was expected."""
+    if args.slo is None:
+        return None
+    from analysis.slo import parse_slos
+
+    try:
+        return parse_slos(args.slo)
+    except ValueError as exc:
+        raise ValueError(f"--slo: {exc}") from None
 
 
 def load_trace_for_replay(args: argparse.Namespace):

@@ -12,7 +12,13 @@ from pathlib import Path
 from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import write_run
-from cli.replay_args import add_config_groups, add_output_arguments, add_trace_arguments, load_trace_for_replay
+from cli.replay_args import (
+    add_config_groups,
+    add_output_arguments,
+    add_trace_arguments,
+    load_trace_for_replay,
+    slos_from_args,
+)
 from engine.core.config_args import build_config
 from sim.config import SimConfig
 from sim.simulator import SimResult, make_cost_model, simulate
@@ -33,7 +39,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     return build_config(SimConfig, args)
 
 
-def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bool) -> dict:
+def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bool, slos=None) -> dict:
     cfg = result.config
     estimate = " (an analytic estimate, not measured)" if result.cost_model_name == "roofline-estimate" else ""
     return write_run(
@@ -46,6 +52,7 @@ def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: boo
             f"{cfg.model} on {cfg.num_replicas}x {cfg.gpu} (TP={cfg.tensor_parallel_size}), policy {cfg.policy}, "
             f"router {cfg.router}; cost model: {result.cost_model_name}{estimate}"
         ),
+        slos=slos,
     )
 
 
@@ -55,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = config_from_args(args)
         trace = load_trace_for_replay(args)
+        slos = slos_from_args(args)
         shape = config.model_shape
         config.resolved_for(shape)  # fail on bad options before simulating
         make_cost_model(config, shape)
@@ -72,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             result.meta.update(qps=args.qps, time_scale=args.time_scale, limit=args.limit, offline=args.offline)
             if progress is not None:
                 progress.close()
-            summary = write_outputs(result, stage, args.trace, report=not args.no_report)
+            summary = write_outputs(result, stage, args.trace, report=not args.no_report, slos=slos)
     except OSError as exc:  # a full disk or a vanished folder while writing: nothing was moved into place
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     except OutDirError as exc:

@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.allow_different_requests:
             check_same_requests(real, sim)
         comparison = compare_runs(real, sim)
+        if args.require_identical_schedule and comparison.schedule.unavailable:
+            raise CompareInputError(f"--require-identical-schedule: {comparison.schedule.describe()}")
     except (CompareInputError, OutDirError) as exc:
         parser.exit(EXIT_BAD_INPUT, f"error: {exc}\n")
     cost_model = f" (cost model: {sim.cost_model})" if sim.cost_model else ""
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_error_table(comparison.rows))
     print(format_request_summary(comparison.join))
     check_schedule = args.schedule or args.require_identical_schedule
-    if check_schedule:
+    if check_schedule or comparison.schedule.unavailable:
         print(comparison.schedule.describe())
     try:
         with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:

@@ -19,6 +19,7 @@ from analysis.compare.report import write_compare_report
 from analysis.compare.request_join import RequestJoin, join_requests
 from analysis.compare.step_diff import ScheduleDiff, compare_schedules
 from analysis.compare.tables import error_table_markdown
+from analysis.metrics import has_step_log
 
 # Config keys that differ between any two runs and say nothing about the setup.
 _VOLATILE_CONFIG_KEYS = ("simulator_wall_s",)
@@ -92,10 +93,16 @@ def compare_runs(real: RunData, sim: RunData) -> Comparison:
     real_summary, real_metrics = run_metrics(real.requests, real.steps)
     sim_summary, sim_metrics = run_metrics(sim.requests, sim.steps)
     join = join_requests(real.requests, sim.requests, real_name=str(real.path), sim_name=str(sim.path))
-    try:
-        schedule = compare_schedules(real.steps, sim.steps, real.requests, sim.requests)
-    except ValueError as exc:
-        raise CompareInputError(f"{real.path} vs {sim.path}: {exc}") from exc
+    without_log = [run for run in (real, sim) if not has_step_log(run.requests, run.steps)]
+    if without_log:
+        names = " and ".join(f"{run.label} ({run.path})" for run in without_log)
+        schedule = ScheduleDiff(steps=None, unavailable=f"{names} logged no engine steps: a run served over "
+                                "HTTP or imported from another tool")
+    else:
+        try:
+            schedule = compare_schedules(real.steps, sim.steps, real.requests, sim.requests)
+        except ValueError as exc:
+            raise CompareInputError(f"{real.path} vs {sim.path}: {exc}") from exc
     return Comparison(real=real, sim=sim, real_summary=real_summary, sim_summary=sim_summary,
                       rows=error_table(real_metrics, sim_metrics), join=join, schedule=schedule,
                       config_differences=config_differences(real.config, sim.config))

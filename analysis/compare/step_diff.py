@@ -58,21 +58,30 @@ class TableDiff:
 
 @dataclass(frozen=True)
 class ScheduleDiff:
-    """Steps compared per (replica, step); requests (optional) per request_id."""
+    """Steps compared per (replica, step); requests (optional) per request_id. `unavailable` says why
+    there is nothing to compare (a run without a step log: served over HTTP or imported); then both
+    tables are None and the schedules are neither identical nor different."""
 
-    steps: TableDiff
+    steps: TableDiff | None
     requests: TableDiff | None = None
+    unavailable: str | None = None
 
     @property
     def identical(self) -> bool:
+        if self.steps is None:
+            return False
         return self.steps.identical and (self.requests is None or self.requests.identical)
 
     def to_dict(self) -> dict:
+        if self.steps is None:
+            return {"identical": None, "unavailable": self.unavailable, "steps": None, "requests": None}
         return {"identical": self.identical, "steps": asdict(self.steps),
                 "requests": None if self.requests is None else asdict(self.requests)}
 
     def describe(self) -> str:
         """Multi-line text: "schedules identical: N steps ..." or "schedules differ" and the first difference."""
+        if self.steps is None:
+            return f"schedule diff: n/a ({self.unavailable})"
         if self.identical:
             text = f"schedules identical: {self.steps.num_compared} steps"
             if self.requests is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analysis.compare.error_table import MetricRow
-from analysis.formatting import MISSING, format_float, format_percent
+from analysis.formatting import format_float, format_percent
 from analysis.report.html_page import table_html
 
 NOT_AVAILABLE = "n/a"
@@ -32,8 +32,8 @@ def format_fixed_width(lines: Sequence[Sequence[str]]) -> str:
 def _format_cell(value: float | int | None, kind: str, sign: bool = False) -> str:
     """A real or simulated value, or with `sign` their difference (then exact zero reads "0")."""
     plus = "+" if sign else ""
-    if value is None:
-        return MISSING
+    if value is None:  # not recorded by that run (an HTTP client sees no cached tokens): n/a, never 0
+        return NOT_AVAILABLE
     if kind == "fraction":  # a difference of two shares is in percentage points
         return f"{float(value) * 100:{plus}.2f} {'pp' if sign else '%'}"
     if sign and value == 0:

@@ -120,7 +120,7 @@ def test_summary_values(replay: pl.DataFrame, steps: pl.DataFrame) -> None:
     assert summary["duration_s"] == pytest.approx(3.0)  # first arrival 0.0, aborted finish 3.0
     assert summary["request_throughput"] == pytest.approx(2 / 3, rel=1e-5)
     assert summary["total_output_tokens"] == 9
-    assert summary["output_throughput"] == pytest.approx(3.0)
+    assert summary["output_throughput"] == pytest.approx(7 / 3, rel=1e-5)  # vLLM's: finished requests' tokens
     assert summary["total_prompt_tokens"] == 200
     assert summary["prefix_cache_hit_rate"] == pytest.approx(60 / 200)
     assert summary["num_preemptions"] == 1
@@ -133,7 +133,39 @@ def test_summary_values(replay: pl.DataFrame, steps: pl.DataFrame) -> None:
     assert summary["peak_kv_usage"] == pytest.approx(1.0)
     assert summary["mean_kv_usage"] == pytest.approx((0.2 * 1.0 + 0.6 * 3.0) / 4.0)
     assert summary["num_steps"] == 3
-    assert "goodput" not in summary
+    assert "goodput" not in summary and summary["request_goodput"] is None
+
+
+def test_summary_carries_vllm_flat_names_computed_by_hand(replay: pl.DataFrame, steps: pl.DataFrame) -> None:
+    """vLLM's calculate_metrics on the two finished requests: TTFT [500, 400] ms, TPOT [500, 800/3] ms, E2E
+    [1500, 1200] ms, ITL pooled [500, 500, 200, 400, 200] ms; std is the population one (ddof=0)."""
+    summary = summarize(replay, steps)
+    expected = {
+        "completed": 2, "failed": 2, "duration": 3.0, "total_input_tokens": 140,
+        "request_throughput": 2 / 3, "output_throughput": 7 / 3, "total_token_throughput": 147 / 3,
+        "mean_ttft_ms": 450.0, "median_ttft_ms": 450.0, "std_ttft_ms": 50.0, "p99_ttft_ms": 499.0,
+        "mean_tpot_ms": (500 + 800 / 3) / 2, "median_tpot_ms": (500 + 800 / 3) / 2,
+        "std_tpot_ms": (500 - 800 / 3) / 2, "p99_tpot_ms": 800 / 3 + 0.99 * (500 - 800 / 3),
+        "mean_itl_ms": 360.0, "median_itl_ms": 400.0, "std_itl_ms": 18400 ** 0.5, "p99_itl_ms": 500.0,
+        "mean_e2el_ms": 1350.0, "median_e2el_ms": 1350.0, "std_e2el_ms": 150.0, "p99_e2el_ms": 1497.0,
+    }
+    assert {key: summary[key] for key in expected} == pytest.approx(expected, rel=1e-5)
+    with_slos = summarize(replay, steps, slos=parse_slos("ttft_p90=450ms"))  # only the 400 ms TTFT meets it
+    assert with_slos["request_goodput"] == with_slos["goodput"] == pytest.approx(1 / 3, rel=1e-5)
+
+
+def test_unknown_counts_are_missing_not_zero() -> None:
+    """A run served over HTTP knows neither cached tokens, preemptions nor steps: null, not 0."""
+    served = requests_frame([dict(arrival_s=0.0, first_token_s=0.5, finish_s=1.0, output_tokens=2, prompt_tokens=10,
+                                  token_times_s=[0.5, 1.0])]).with_columns(
+        pl.lit(None, pl.Int64).alias("cached_tokens"), pl.lit(None, pl.Int64).alias("num_preemptions"),
+        pl.lit(None, pl.Float64).alias("first_scheduled_s"))
+    summary = summarize(served, empty_frame(STEPS_SCHEMA))
+    assert summary["total_cached_tokens"] is None and summary["prefix_cache_hit_rate"] is None
+    assert summary["num_preemptions"] is None and summary["num_steps"] is None
+    assert summary["queue_ms"] == NULL_STATS and summary["ttft_ms"]["p50"] == pytest.approx(500.0)
+    assert "-" in format_summary_table(summary)
+    assert summarize(served.head(0), empty_frame(STEPS_SCHEMA))["num_steps"] == 0  # nothing served: truly 0
 
 
 def test_summary_is_plain_json(replay: pl.DataFrame, steps: pl.DataFrame) -> None:

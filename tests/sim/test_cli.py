@@ -251,6 +251,18 @@ def _check_cost_model(run: Run, base: Run) -> None:
     assert run.summary["cost_model"] == run.config["cost_model"] == "roofline-estimate"
 
 
+def _check_slo(run: Run, base: Run) -> None:
+    # Goodput, as vLLM's request_goodput: the finished requests within every limit, per second of the run.
+    from analysis.metrics import goodput_rps
+    from analysis.slo import parse_slos
+
+    expected = goodput_rps(run.requests, parse_slos("ttft_p50=25ms,tpot_p90=50ms"))
+    assert run.summary["goodput"] == run.summary["request_goodput"] == pytest.approx(expected, rel=1e-5)
+    assert 0 < expected < run.summary["request_throughput"]  # a tight TTFT limit: some requests miss it
+    assert run.summary["slos_ms"] == {"ttft_p50": 25.0, "tpot_p90": 50.0}
+    assert base.summary["request_goodput"] is None and "goodput" not in base.summary
+
+
 def _check_host_slowdown(run: Run, base: Run) -> None:
     # x3 against the profile's calibrated ~x1.33: host-bound eager steps take about 2.25 times as long
     assert run.config["host_slowdown"] == "3" and base.config["host_slowdown"] == "calibrated"
@@ -285,6 +297,7 @@ OPTION_CASES: dict[str, tuple[list[str], Callable[[Run, Run], None]]] = {
     "seed": (["--seed", "7"], _check_seed),
     "cost-model": (["--cost-model", "roofline"], _check_cost_model),
     "host-slowdown": (["--host-slowdown", "3"], _check_host_slowdown),
+    "slo": (["--slo", "ttft_p50=25ms,tpot_p90=50ms"], _check_slo),
 }
 # Exercised by every run above (and by test_default_trace_end_to_end / test_progress_... without them).
 ALWAYS_USED = {"--out", "--quiet", "--no-report", "--overwrite"}  # --overwrite: tests/sim/test_outputs.py

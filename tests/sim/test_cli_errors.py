@@ -117,6 +117,8 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "block size negative": (None, ["--block-size", "-16"], ["block[-_]size"]),
     "max-model-len 0": (None, ["--max-model-len", "0"], ["max[-_]model[-_]len"]),
     "out is a file": (None, ["--out", "{tmp}/a_file"], ["{tmp}/a_file"]),
+    "slo without a unit": (None, ["--slo", "ttft_p90=2"], ["--slo", "ttft_p90=2", "unit"]),
+    "slo unknown metric": (None, ["--slo", "speed_p90=2s"], ["--slo", "speed", "ttft"]),
 }
 
 def _args(tmp_path: Path, trace_key: str | None, extra: list[str]) -> list[str]:

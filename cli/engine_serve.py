@@ -20,6 +20,7 @@ from engine.options import EngineOptions
 
 DEFAULT_MAX_WAITING_REQUESTS = 4096
 MAX_WARMUP_REQUESTS = 1000
+SHUTDOWN_GRACE_S = 10
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --model {options.model}: {exc}\n")
     host, port = sock.getsockname()[:2]
     app = build_app(engine, tokenizer)
-    config = uvicorn.Config(app, log_level=args.log_level, timeout_keep_alive=30, access_log=False)
+    # On shutdown, streams still open get this long to finish before they are cut (uvicorn would wait forever).
+    config = uvicorn.Config(app, log_level=args.log_level, timeout_keep_alive=30, access_log=False,
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
     server = uvicorn.Server(config)
     display_host = f"[{host}]" if ":" in host else host
 

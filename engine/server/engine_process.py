@@ -17,6 +17,7 @@ tokens or finished, ``("metrics", ticket, bytes)``, and ``("error", message)`` w
 from __future__ import annotations
 
 import logging
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -59,6 +60,8 @@ class Update:
 def run_engine(factory: Callable[[], object], model_name: str, commands: Connection, messages: Connection) -> None:
     """The engine process's main: build the engine with ``factory`` (an ``engine.LLM`` or anything with its
     ``engine``, ``shape``, ``model_dir`` and ``close``), say ready, then serve commands until told to stop."""
+    # Ctrl-C reaches the whole process group: the server shuts down and stops this loop itself, between steps.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         import prometheus_client

@@ -1,0 +1,153 @@
+"""What the HTTP server adds over the in-process engine, at the same load (GPU).
+
+Runs the same trace slice twice through the same engine configuration: in process
+(``python -m engine.replay``) and served (``python -m engine.serve`` driven by ``python -m traces.bench``
+over loopback, streaming), and compares their client-visible latencies. The server's own /metrics (TTFT and
+ITL measured inside the engine process) are scraped at the end, so the per-request and per-token cost of the
+HTTP path is also read directly: client-side minus server-side on the very same requests.
+
+    python benchmarks/serving_overhead.py TRACE --qps 36 --limit 2200 --model qwen3-0.6b \\
+        --max-model-len 16384 --out-dir OUT --json benchmarks/results/serving-overhead-h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STARTUP_TIMEOUT_S = 600
+
+
+def run(cmd: list[str], log: Path) -> float:
+    """Run ``cmd`` from the repository root, its output in ``log``; returns its wall time."""
+    print("$", " ".join(cmd), flush=True)
+    started = time.perf_counter()
+    with log.open("w") as out:
+        subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=True)
+    return time.perf_counter() - started
+
+
+def start_server(cmd: list[str], log: Path) -> tuple[subprocess.Popen, str]:
+    print("$", " ".join(cmd), flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: queue.Queue = queue.Queue()
+    out = log.open("w")
+
+    def pump() -> None:
+        for line in proc.stdout:
+            out.write(line)
+            out.flush()
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.time() + STARTUP_TIMEOUT_S
+    while time.time() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            if proc.poll() is not None:
+                break
+            continue
+        if line.startswith("serving on "):
+            return proc, line.split()[-1].strip()
+    proc.kill()
+    raise SystemExit(f"the server did not start; see {log}")
+
+
+def histogram_means(metrics_text: str) -> dict[str, float]:
+    """Mean of each vLLM latency histogram (sum / count) in a Prometheus scrape, in ms."""
+    sums, counts = {}, {}
+    for line in metrics_text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, value = line.split("{")[0], float(line.rsplit(" ", 1)[1])
+        if name.endswith("_seconds_sum"):
+            sums[name[: -len("_sum")]] = value
+        elif name.endswith("_seconds_count"):
+            counts[name[: -len("_count")]] = value
+    return {name.removeprefix("vllm:"): 1e3 * sums[name] / counts[name] for name in sums if counts.get(name)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace")
+    parser.add_argument("--qps", type=float, required=True)
+    parser.add_argument("--limit", type=int, required=True)
+    parser.add_argument("--model", default="qwen3-0.6b")
+    parser.add_argument("--max-model-len", type=int, default=16384)
+    parser.add_argument("--out-dir", required=True, help="run folders go here")
+    parser.add_argument("--json", required=True, help="the comparison, written here")
+    parser.add_argument("--skip-inproc", action="store_true", help="only the served run")
+    parser.add_argument("--engine-args", nargs=argparse.REMAINDER, default=["--load-format", "dummy"],
+                        help="further engine options for both runs, last (default: --load-format dummy)")
+    args = parser.parse_args()
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    engine_args = ["--model", args.model, "--max-model-len", str(args.max_model_len), *args.engine_args]
+    trace_args = [args.trace, "--qps", str(args.qps), "--limit", str(args.limit)]
+    commands = {}
+    if not args.skip_inproc:
+        commands["inproc"] = [py, "-m", "engine.replay", *trace_args, *engine_args, "--out", str(out / "inproc"),
+                              "--overwrite", "--quiet", "--no-report"]
+        run(commands["inproc"], out / "inproc.log")
+    commands["serve"] = [py, "-m", "engine.serve", *engine_args, "--port", "0"]
+    server, url = start_server(commands["serve"], out / "serve.log")
+    try:
+        commands["bench"] = [py, "-m", "traces.bench", url, *trace_args, "--out", str(out / "served"),
+                             "--overwrite", "--quiet", "--no-report"]
+        run(commands["bench"], out / "bench.log")
+        metrics_text = urllib.request.urlopen(f"{url}/metrics", timeout=30).read().decode()
+        (out / "served-metrics.txt").write_text(metrics_text)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    runs = {name: json.loads((out / name / "summary.json").read_text())
+            for name in ("inproc", "served") if (out / name / "summary.json").exists()}
+    server_side = histogram_means(metrics_text)
+    result = {"trace": args.trace, "qps": args.qps, "limit": args.limit, "model": args.model,
+              "commands": {k: " ".join(v) for k, v in commands.items()},
+              "server_side_mean_ms": server_side}
+    for name, summary in runs.items():
+        result[name] = {key: summary.get(key) for key in (
+            "num_finished", "duration_s", "request_throughput", "output_throughput", "ttft_ms", "tpot_ms", "itl_ms",
+            "e2e_ms", "num_failed")}
+    served = runs.get("served")
+    if served is not None:
+        # The HTTP path measured on the same requests: what the client saw minus what the engine process saw.
+        result["http_overhead_same_requests_ms"] = {
+            "ttft_mean": served["ttft_ms"]["mean"] - server_side.get("time_to_first_token_seconds", float("nan")),
+            "itl_mean": served["itl_ms"]["mean"] - server_side.get("inter_token_latency_seconds", float("nan")),
+            "e2e_mean": served["e2e_ms"]["mean"] - server_side.get("e2e_request_latency_seconds", float("nan")),
+        }
+    if "inproc" in runs and served is not None:
+        inproc = runs["inproc"]
+        result["served_vs_inproc"] = {
+            "ttft_p50_ms_diff": served["ttft_ms"]["p50"] - inproc["ttft_ms"]["p50"],
+            "ttft_mean_ms_diff": served["ttft_ms"]["mean"] - inproc["ttft_ms"]["mean"],
+            "tpot_p50_ratio": served["tpot_ms"]["p50"] / inproc["tpot_ms"]["p50"],
+            "itl_p50_ratio": served["itl_ms"]["p50"] / inproc["itl_ms"]["p50"],
+            "e2e_p50_ratio": served["e2e_ms"]["p50"] / inproc["e2e_ms"]["p50"],
+            "targets": {"tpot_p50_overhead_max": 0.05, "ttft_p50_overhead_max_ms": 10.0},
+        }
+    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: result[k] for k in ("served_vs_inproc", "http_overhead_same_requests_ms") if k in result},
+                     indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

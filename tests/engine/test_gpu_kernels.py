@@ -218,3 +218,46 @@ def test_fused_silu_and_mul_matches_torch_reference():
     x = torch.randn(33, 2 * 3072, generator=gen, device="cuda").bfloat16()
     gate, up = x.chunk(2, dim=-1)
     assert rel_err(silu_and_mul(x), torch.nn.functional.silu(gate) * up) < 1e-2
+
+
+def test_bound_kernel_recompiles_for_a_misaligned_view():
+    """A launch bound for 16-byte-aligned tensors must not be reused for a view that is not aligned."""
+    from engine.gpu.layers.fused_kernels import rms_norm
+
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    flat = torch.randn(9 * 1024 + 1, generator=gen, device="cuda").bfloat16()
+    weight = torch.rand(1024, generator=gen, device="cuda").bfloat16() + 0.5
+    for offset in (0, 1, 0):  # aligned, misaligned by one element, aligned again
+        x = flat[offset : offset + 8 * 1024].view(8, 1024)
+        xf = x.float()
+        expected = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).bfloat16().float() * weight.float()
+        assert rel_err(rms_norm(x, weight, 1e-6), expected) < 1e-2, f"offset {offset}"
+
+
+@pytest.mark.parametrize("config", [(128, 128, 8, 3, 1), (64, 64, 4, 3, 2), (32, 64, 4, 2, 4), (64, 128, 8, 3, 4)])
+@pytest.mark.parametrize("group", [1, 2, 4])
+def test_paged_prefill_tile_configs_match_reference(config, group):
+    """Every tile shape, and query heads packed per program (capped by the group), over cached prefixes
+    that end mid-tile and chunks shorter and longer than a tile."""
+    gen = torch.Generator(device="cuda").manual_seed(sum(config) + group)
+    page, num_kv_heads, dim = 256, 2, 128
+    contexts = [0, 0, 77, 256, 300]
+    q_lens = [1, 200, 130, 64, 333]
+    totals = [c + n for c, n in zip(contexts, q_lens)]
+    num_blocks = sum(-(-t // page) for t in totals) + 2
+    k_cache, v_cache = random_cache(num_blocks, num_kv_heads, page, dim, gen)
+    tables = random_tables(totals, page, num_blocks, gen)
+    q = torch.randn(sum(q_lens), num_kv_heads * group, dim, generator=gen, device="cuda").bfloat16()
+    cu = torch.zeros(len(q_lens) + 1, dtype=torch.int32, device="cuda")
+    cu[1:] = torch.tensor(q_lens, device="cuda").cumsum(0)
+    ctx = torch.tensor(contexts, dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    scale = dim**-0.5
+    kernels().paged_prefill(q, k_cache, v_cache, tables, cu, ctx, max(q_lens), scale, out=out, config=config)
+    ref = TorchBackend()
+    for i, (c, n) in enumerate(zip(contexts, q_lens)):
+        kk = ref._gather(k_cache, tables[i], c + n).float()
+        vv = ref._gather(v_cache, tables[i], c + n).float()
+        start = int(cu[i])
+        expected = ref._attend(q[start : start + n].float(), kk, vv, c, scale)
+        assert rel_err(out[start : start + n], expected) < 1e-2, f"sequence {i} (context {c}, chunk {n})"

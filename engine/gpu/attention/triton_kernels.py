@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from engine.gpu.attention.triton_kernels_host import DECODE_TILE_TOKENS
+from engine.gpu.triton_launch import BoundKernel
 
 LOG2E = 1.4426950408889634
 
@@ -44,6 +45,9 @@ def _store_kv_kernel(
     tl.store(V_cache + dst, v.to(V_cache.dtype.element_ty), mask=mask)
 
 
+_store_kv = BoundKernel(_store_kv_kernel)
+
+
 def store_kv(
     k: torch.Tensor,
     v: torch.Tensor,
@@ -58,12 +62,13 @@ def store_kv(
         return
     assert k.stride(-1) == 1 and v.stride(-1) == 1 and k_cache.is_contiguous() and v_cache.is_contiguous()
     head_dim_index, token_dim_index = (1, 2) if heads_first else (2, 1)
-    _store_kv_kernel[(num_tokens,)](
-        k, v, k_cache, v_cache, slots,
-        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        k_cache.stride(0), k_cache.stride(head_dim_index), k_cache.stride(token_dim_index),
-        NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads), HEAD_DIM=head_dim,
-        PAGE=k_cache.shape[token_dim_index],
+    _store_kv(
+        (num_tokens,),
+        (k, v, k_cache, v_cache, slots,
+         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+         k_cache.stride(0), k_cache.stride(head_dim_index), k_cache.stride(token_dim_index)),
+        dict(NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads), HEAD_DIM=head_dim,
+             PAGE=k_cache.shape[token_dim_index]),
     )
 
 
@@ -182,6 +187,10 @@ def _merge_splits_kernel(
     tl.store(Out + seq * stride_ot + head * stride_oh + dims, out.to(Out.dtype.element_ty))
 
 
+_paged_decode = BoundKernel(_paged_decode_kernel)
+_merge_splits = BoundKernel(_merge_splits_kernel)
+
+
 def paged_decode(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -229,17 +238,46 @@ def paged_decode(
     )
     constants = dict(
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
-        BLOCK_N=block_n, NUM_SPLITS=num_splits, FILL_SPLITS=fill, NUM_LONG=num_long, num_warps=4, num_stages=3,
+        BLOCK_N=block_n, NUM_SPLITS=num_splits, FILL_SPLITS=fill, NUM_LONG=num_long,
     )
-    _paged_decode_kernel[(num_kv_heads, num_long * (num_splits - fill) + num_seqs * fill)](*args, **constants)
+    _paged_decode((num_kv_heads, num_long * (num_splits - fill) + num_seqs * fill), args, constants,
+                  num_warps=4, num_stages=3)
     if num_splits > 1:
-        _merge_splits_kernel[(num_seqs, num_heads)](
-            part_out, part_lse, longs, out,
-            part_out.stride(0), part_out.stride(1), part_out.stride(2), part_lse.stride(0), part_lse.stride(1),
-            out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, NUM_SPLITS=num_splits, FILL_SPLITS=fill, NUM_LONG=num_long, num_warps=4,
+        _merge_splits(
+            (num_seqs, num_heads),
+            (part_out, part_lse, longs, out,
+             part_out.stride(0), part_out.stride(1), part_out.stride(2), part_lse.stride(0), part_lse.stride(1),
+             out.stride(0), out.stride(1)),
+            dict(HEAD_DIM=head_dim, NUM_SPLITS=num_splits, FILL_SPLITS=fill, NUM_LONG=num_long),
+            num_warps=4,
         )
     return out
+
+
+@triton.jit
+def _prefill_tile(q, acc, m_i, l_i, K_cache, V_cache, table, head_base, tile_start, kv_end, q_pos, qk_scale,
+                  cols, dims, stride_cb, stride_ct, PAGE: tl.constexpr, MASKED: tl.constexpr):
+    page = tl.load(table + tile_start // PAGE).to(tl.int64)
+    offs = tile_start + cols
+    kv_off = page * stride_cb + head_base + (offs % PAGE)[:, None] * stride_ct + dims[None, :]
+    if MASKED:
+        valid = offs < kv_end
+        k = tl.load(K_cache + kv_off, mask=valid[:, None], other=0.0)
+    else:
+        k = tl.load(K_cache + kv_off)
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    if MASKED:
+        s = tl.where(valid[None, :] & (offs[None, :] <= q_pos[:, None]), s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if MASKED:
+        v = tl.load(V_cache + kv_off, mask=valid[:, None], other=0.0)
+    else:
+        v = tl.load(V_cache + kv_off)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
 
 
 @triton.jit
@@ -250,50 +288,57 @@ def _paged_prefill_kernel(
     stride_cb, stride_ch, stride_ct,
     stride_bt,
     stride_ot, stride_oh,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
+    GROUP: tl.constexpr, HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    tile = tl.program_id(0)
-    seq = tl.program_id(1)
-    head = tl.program_id(2)
+    # A program takes BLOCK_M query tokens of HEADS query heads that share one KV head: its
+    # HEADS * BLOCK_M rows read each K/V tile once. Causal work grows with the tile index, so the last
+    # query tiles start first and the short ones fill the launch's tail.
+    tile = tl.num_programs(0) - 1 - tl.program_id(0)
+    head0 = tl.program_id(1) * HEADS
+    seq = tl.program_id(2)
     q_start = tl.load(Cu_seqlens_q + seq)
     q_len = tl.load(Cu_seqlens_q + seq + 1) - q_start
     if tile * BLOCK_M >= q_len:
         return
     context = tl.load(Context_lens + seq)
-    kv_head = head // GROUP
-    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < q_len
+    kv_head = head0 // GROUP
+    r = tl.arange(0, HEADS * BLOCK_M)
+    tokens = tile * BLOCK_M + r % BLOCK_M
+    heads = head0 + r // BLOCK_M
+    row_mask = tokens < q_len
     dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(Q + (q_start + rows)[:, None].to(tl.int64) * stride_qt + head * stride_qh + dims[None, :],
-                mask=row_mask[:, None], other=0.0)
-    q_pos = context + rows
+    q_rows = (q_start + tokens).to(tl.int64) * stride_qt + heads * stride_qh
+    q = tl.load(Q + q_rows[:, None] + dims[None, :], mask=row_mask[:, None], other=0.0)
+    q_pos = context + tokens
     kv_end = context + tl.minimum((tile + 1) * BLOCK_M, q_len)
+    # Key tiles wholly at or before this tile's first query position need no mask; only the few on the
+    # diagonal (and the last, partial one) do.
+    full_end = (context + tile * BLOCK_M) // BLOCK_N * BLOCK_N
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    m_i = tl.full([HEADS * BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([HEADS * BLOCK_M], tl.float32)
+    acc = tl.zeros([HEADS * BLOCK_M, HEAD_DIM], tl.float32)
     cols = tl.arange(0, BLOCK_N)
     head_base = kv_head * stride_ch
     table = Block_tables + seq * stride_bt
-    for tile_start in range(0, kv_end, BLOCK_N):
-        page = tl.load(table + tile_start // PAGE).to(tl.int64)
-        offs = tile_start + cols
-        valid = offs < kv_end
-        kv_off = page * stride_cb + head_base + (offs % PAGE)[:, None] * stride_ct + dims[None, :]
-        k = tl.load(K_cache + kv_off, mask=valid[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k)) * qk_scale
-        s = tl.where(valid[None, :] & (offs[None, :] <= q_pos[:, None]), s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V_cache + kv_off, mask=valid[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+    for tile_start in range(0, full_end, BLOCK_N):
+        acc, m_i, l_i = _prefill_tile(q, acc, m_i, l_i, K_cache, V_cache, table, head_base, tile_start, kv_end,
+                                      q_pos, qk_scale, cols, dims, stride_cb, stride_ct, PAGE, False)
+    for tile_start in range(full_end, kv_end, BLOCK_N):
+        acc, m_i, l_i = _prefill_tile(q, acc, m_i, l_i, K_cache, V_cache, table, head_base, tile_start, kv_end,
+                                      q_pos, qk_scale, cols, dims, stride_cb, stride_ct, PAGE, True)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(Out + (q_start + rows)[:, None].to(tl.int64) * stride_ot + head * stride_oh + dims[None, :],
-             out.to(Out.dtype.element_ty), mask=row_mask[:, None])
+    o_rows = (q_start + tokens).to(tl.int64) * stride_ot + heads * stride_oh
+    tl.store(Out + o_rows[:, None] + dims[None, :], out.to(Out.dtype.element_ty), mask=row_mask[:, None])
+
+
+_paged_prefill = BoundKernel(_paged_prefill_kernel)
+# (BLOCK_M query tokens, BLOCK_N keys, num_warps, num_stages, query heads per program) for long and for
+# short chunks; BLOCK_N is capped by the page, the heads by the group. benchmarks/kernels.py sweeps these:
+# two heads of 64 tokens per program was fastest on 2k-4k chunks and with a cached prefix on the H200.
+PREFILL_CONFIG_LONG = (64, 64, 4, 3, 2)
+PREFILL_CONFIG_SHORT = (64, 64, 4, 2, 1)
 
 
 def paged_prefill(
@@ -306,8 +351,10 @@ def paged_prefill(
     max_q_len: int,
     scale: float,
     out: torch.Tensor | None = None,
+    config: tuple[int, int, int, int, int] | None = None,
 ) -> torch.Tensor:
-    """q: [prefill tokens, num_heads, head_dim] (chunks back to back) -> same shape."""
+    """q: [prefill tokens, num_heads, head_dim] (chunks back to back) -> same shape. ``config`` overrides
+    the (BLOCK_M, BLOCK_N, num_warps, num_stages, heads per program) choice."""
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads, page = k_cache.shape[1], k_cache.shape[2]
     if out is None:
@@ -315,17 +362,22 @@ def paged_prefill(
     num_seqs = cu_seqlens_q.shape[0] - 1
     if num_tokens == 0 or num_seqs == 0:
         return out
-    block_m = 128 if max_q_len > 64 else 64
-    block_n = min(64, page)
-    grid = (triton.cdiv(max_q_len, block_m), num_seqs, num_heads)
-    _paged_prefill_kernel[grid](
-        q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, out,
-        scale * LOG2E,
-        q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_tables.stride(0),
-        out.stride(0), out.stride(1),
-        GROUP=num_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE=page,
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=8 if block_m == 128 else 4, num_stages=2,
+    block_m, block_n, num_warps, num_stages, heads = config or (
+        PREFILL_CONFIG_LONG if max_q_len > 64 else PREFILL_CONFIG_SHORT)
+    group = num_heads // num_kv_heads
+    while group % heads:  # a program's heads must share their KV head
+        heads //= 2
+    block_n = min(block_n, page)
+    grid = (triton.cdiv(max_q_len, block_m), num_heads // heads, num_seqs)
+    _paged_prefill(
+        grid,
+        (q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, out,
+         scale * LOG2E,
+         q.stride(0), q.stride(1),
+         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+         block_tables.stride(0),
+         out.stride(0), out.stride(1)),
+        dict(GROUP=group, HEADS=heads, HEAD_DIM=head_dim, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n),
+        num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -1,0 +1,230 @@
+"""Replay a trace against an OpenAI-compatible server over HTTP: ``python -m traces.bench URL TRACE``.
+
+The requests are the in-process replays' (same selection and rescaling of arrivals, same prompt token ids
+for the same vocabulary size and seed), sent on the trace's schedule by ``traces.http_bench`` and timed
+by the client. Writes requests.parquet, an empty steps.parquet (a server shows no step log), summary.json
+and report.html through the replays' writer, so ``analysis.compare SERVED_DIR SIM_DIR`` works. Columns a
+client cannot know (first scheduling, cached tokens unless the server's usage reports them, preemptions)
+are null. Exit codes: 0 done, 1 every request failed, 2 bad input, 130 interrupted (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+from array import array
+from pathlib import Path
+from urllib.parse import urlparse
+
+from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
+from cli.replay_args import add_output_arguments, add_trace_arguments, load_trace_for_replay, slos_from_args
+from traces.http_bench import BenchResult, BenchTarget, first_model, replay_over_http
+
+NUM_ERRORS_SHOWN = 5
+EXIT_ALL_FAILED, EXIT_INTERRUPTED = 1, 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m traces.bench",
+        description="Replay a request trace against an OpenAI-compatible server (ours, vLLM, SGLang) over HTTP, "
+                    "streaming, with the trace's arrival times; time every request from the client's side.",
+        epilog="exit codes: 0 done; 1 every request failed; 2 bad input; 130 interrupted (nothing written)",
+    )
+    parser.add_argument("url", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    add_trace_arguments(parser)
+    g = parser.add_argument_group("requests")
+    g.add_argument("--model", default=None,
+                   help="model name sent in each request (default: the first model the server lists)")
+    g.add_argument("--vocab-size", type=int, default=None,
+                   help="vocabulary the prompt token ids are drawn from (default: --model's config, a shipped "
+                        "name or an HF directory, as sim.replay sizes them)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed of the synthesized prompt tokens (as the replays' --seed; default 0)")
+    g.add_argument("--prompt-format", choices=("tokens", "text"), default="tokens",
+                   help="token-id prompts (exact, what vLLM and our server accept) or text of the same token "
+                        "length for servers that refuse ids (needs --tokenizer)")
+    g.add_argument("--tokenizer", default=None, help="HF tokenizer path or name for --prompt-format text")
+    g.add_argument("--endpoint", default="/v1/completions", help="completions path (default /v1/completions)")
+    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    g.add_argument("--max-concurrency", type=int, default=None,
+                   help="at most this many requests in flight (later ones wait, and are sent late)")
+    g.add_argument("--request-timeout-s", type=float, default=600.0,
+                   help="a request without a complete answer this long after its send fails (default 600)")
+    add_output_arguments(parser, "output folder (default: a new folder under runs/)")
+    return parser
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    url = urlparse(args.url)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise ValueError(f"URL {args.url!r}: expected http://HOST:PORT or https://HOST:PORT")
+    if args.max_concurrency is not None and args.max_concurrency < 1:
+        raise ValueError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
+    if not (math.isfinite(args.request_timeout_s) and args.request_timeout_s > 0):
+        raise ValueError(f"--request-timeout-s must be a finite number > 0, got {args.request_timeout_s}")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise ValueError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    if args.vocab_size is not None and not 1 <= args.vocab_size < 2**32:
+        raise ValueError(f"--vocab-size must be from 1 to 2**32 - 1, got {args.vocab_size}")
+    if not 0 <= args.seed < 2**63:
+        raise ValueError(f"--seed must be from 0 to 2**63 - 1, got {args.seed}")
+    if args.prompt_format == "text" and not args.tokenizer:
+        raise ValueError("--prompt-format text needs --tokenizer PATH (the served model's tokenizer)")
+    if args.tokenizer and args.prompt_format != "text":
+        raise ValueError("--tokenizer is for --prompt-format text; token-id prompts need no tokenizer")
+
+
+def base_url(url: str) -> str:
+    """``http://host:port`` from what users paste: a trailing slash or ``/v1`` is dropped."""
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _load_tokenizer(path: str):
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ValueError("--prompt-format text needs transformers (pip install transformers)") from None
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--tokenizer {path}: cannot load it ({str(exc).splitlines()[0]})") from None
+
+
+def _vocab_size(args: argparse.Namespace, model: str, tokenizer) -> int:
+    if args.vocab_size is not None:
+        return args.vocab_size
+    if tokenizer is not None:
+        return int(tokenizer.vocab_size)
+    from engine.core.model_config import ModelShape
+
+    try:
+        return ModelShape.load(model).vocab_size
+    except (FileNotFoundError, ValueError) as exc:
+        raise ValueError(f"cannot tell the vocabulary of model {model!r} for its prompt token ids ({exc}); "
+                         "pass --vocab-size (the value sim.replay's --model uses)") from None
+
+
+def result_rows(results: list[BenchResult], requests, origin_s: float) -> list[tuple]:
+    """REQUEST_COLUMNS rows (engine.core.records) of the results; times shifted by ``origin_s`` so arrivals
+    line up with the trace's (and a simulated replay's)."""
+    rows = []
+    for result, request in zip(results, requests):
+        times = array("d", (origin_s + t for t in result.chunk_times_s))
+        sent = None if result.send_s is None else origin_s + result.send_s
+        rows.append((
+            result.request_id, 0,
+            sent if sent is not None else origin_s + result.scheduled_s,
+            None,  # first scheduled: the server's business, unseen by a client
+            times[0] if times else None,
+            times[-1] if times else sent,
+            result.prompt_tokens if result.prompt_tokens is not None else request.prompt_tokens,
+            result.output_tokens if result.output_tokens is not None else len(times),
+            result.cached_tokens,  # only when the server's usage reports it
+            None,  # preemptions: unseen by a client
+            result.finish_reason if result.ok else "error",
+            None,
+            times,
+        ))
+    return rows
+
+
+def requests_table(results: list[BenchResult], requests, origin_s: float):
+    import pyarrow as pa
+
+    from engine.core.records import requests_to_arrow
+
+    table = requests_to_arrow(result_rows(results, requests, origin_s))
+    table = table.append_column("scheduled_arrival_s",
+                                pa.array([origin_s + r.scheduled_s for r in results], pa.float64()))
+    return table.append_column("error", pa.array([r.error for r in results], pa.string()))
+
+
+def format_failures(results: list[BenchResult]) -> str:
+    """``N of M requests failed`` and the first few distinct errors; "" when none failed."""
+    failed = [r for r in results if not r.ok]
+    if not failed:
+        return ""
+    lines = [f"{len(failed)} of {len(results)} requests failed; first errors:"]
+    seen: set[str] = set()
+    for result in failed:
+        if result.error not in seen:
+            seen.add(result.error)
+            lines.append(f"  request {result.request_id!r}: {result.error}")
+        if len(seen) == NUM_ERRORS_SHOWN:
+            break
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        _check_args(args)
+        trace = load_trace_for_replay(args)
+        slos = slos_from_args(args)
+        tokenizer = _load_tokenizer(args.tokenizer) if args.prompt_format == "text" else None
+    except (ValueError, FileNotFoundError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    url = base_url(args.url)
+    out_dir = Path(args.out) if args.out else default_out_dir("bench", Path(args.trace).stem)
+    try:
+        with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:  # made now: a bad --out fails at once
+            summary, results = _bench_into(stage, url, trace, tokenizer, slos, args)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: nothing written to {out_dir}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (OutDirError, ValueError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    except OSError as exc:  # a full disk while writing: nothing was moved into place
+        parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
+    failures = format_failures(results)
+    if failures:
+        print(failures, file=sys.stderr)
+    if not args.quiet:
+        from analysis.report.summary_table import format_summary_table
+
+        print(format_summary_table(summary))
+        print(f"served by {url} (model {summary['config']['model']}); outputs in {out_dir}/")
+    return EXIT_ALL_FAILED if results and all(not r.ok for r in results) else 0
+
+
+def _bench_into(out_dir: Path, url: str, trace, tokenizer, slos, args: argparse.Namespace):
+    from analysis.runs import write_run
+    from engine.core.records import StepLog
+    from traces.bench_prompts import bench_requests
+
+    model = args.model or asyncio.run(first_model(url))
+    vocab_size = _vocab_size(args, model, tokenizer)
+    requests = bench_requests(trace, vocab_size, args.seed, tokenizer)
+    target = BenchTarget(completions_url=url + args.endpoint, model=model, max_concurrency=args.max_concurrency,
+                         timeout_s=args.request_timeout_s, temperature=args.temperature)
+    progress = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        progress = tqdm(total=len(requests), unit="req", desc="requests", mininterval=0.5, file=sys.stderr)
+    try:
+        results = asyncio.run(replay_over_http(target, requests,
+                                               on_done=(lambda _: progress.update()) if progress else None))
+    finally:
+        if progress is not None:
+            progress.close()
+    origin_s = float(trace.requests["arrival_s"][0])
+    config = {
+        "url": url, "endpoint": args.endpoint, "model": model, "prompt_format": args.prompt_format,
+        "tokenizer": args.tokenizer, "vocab_size": vocab_size, "seed": args.seed,
+        "temperature": args.temperature, "max_concurrency": args.max_concurrency,
+        "request_timeout_s": args.request_timeout_s, "qps": args.qps, "time_scale": args.time_scale,
+        "limit": args.limit, "offline": args.offline,
+    }
+    summary = write_run(
+        out_dir, requests_table(results, requests, origin_s), StepLog().to_arrow(),
+        {"cost_model": "served over HTTP (client-side timing)", "trace": str(args.trace), "config": config},
+        report_title=None if args.no_report else f"Served replay of {Path(args.trace).name}",
+        report_subtitle=f"{model} at {url}, timed by the client", slos=slos,
+    )
+    return summary, results

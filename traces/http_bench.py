@@ -1,0 +1,242 @@
+"""Replay requests against an OpenAI-compatible server over HTTP and time them from the client's side.
+
+The client behind ``python -m traces.bench`` (``cli.traces_bench`` builds the requests and writes the run).
+Torch-free and free of the analysis layer, so any server's tests can drive it: it needs only aiohttp.
+
+Each request is sent at its offset from the replay's start (a dispatcher sleeps until then, so pacing does
+not drift with the number of requests in flight), at most ``max_concurrency`` at a time, streamed from
+``/v1/completions`` with ``stream_options.include_usage``. Timing follows vLLM's ``bench serve``: the first
+streamed chunk that carries a choice is the first token, every later one a token time (a chunk that
+bundles several tokens counts once: the client cannot split it), the last one the end of the request.
+Token counts come from the ``usage`` chunk, or from the chunks counted when the server sends none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+
+MAX_ERROR_CHARS = 300  # an error body can be a whole HTML page: keep its start
+SERVED_REASONS = ("stop", "length")  # what an OpenAI server says when a request ran to its end
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """One request to send: ``send_at_s`` after the replay's start, with exactly these tokens asked for."""
+
+    request_id: str
+    send_at_s: float
+    prompt: list[int] | str
+    prompt_tokens: int
+    max_tokens: int
+
+
+@dataclass
+class BenchResult:
+    """What the client saw of one request; times in seconds from the replay's start (perf_counter)."""
+
+    request_id: str
+    scheduled_s: float
+    send_s: float | None = None
+    chunk_times_s: list[float] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    """Where and how to send: the completions URL, the body fields every request shares, the limits."""
+
+    completions_url: str
+    model: str
+    max_concurrency: int | None = None
+    timeout_s: float = 600.0
+    temperature: float = 0.0
+
+    def body(self, request: BenchRequest) -> dict:
+        return {
+            "model": self.model,
+            "prompt": request.prompt,
+            "max_tokens": request.max_tokens,
+            "ignore_eos": True,  # vLLM's extension: the output is exactly as long as the trace asks
+            "temperature": self.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."
+
+
+def _error_message(status: int, body: bytes) -> str:
+    """``HTTP 400: <the server's message>`` from an OpenAI-style error body, or the body's start."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        parsed = json.loads(text)
+        error = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
+        message = error.get("message") if isinstance(error, dict) else None
+        text = str(message if message is not None else error)
+    except (json.JSONDecodeError, AttributeError):
+        pass
+    return f"HTTP {status}: {_short(text) or 'no body'}"
+
+
+def _read_usage(usage: dict, result: BenchResult) -> None:
+    if isinstance(usage.get("prompt_tokens"), int):
+        result.prompt_tokens = usage["prompt_tokens"]
+    if isinstance(usage.get("completion_tokens"), int):
+        result.output_tokens = usage["completion_tokens"]
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        result.cached_tokens = details["cached_tokens"]
+
+
+def _on_event(data: str, result: BenchResult, now_s: float) -> bool:
+    """Apply one SSE ``data:`` payload; True at ``[DONE]``."""
+    if data == "[DONE]":
+        return True
+    try:
+        event = json.loads(data)
+    except json.JSONDecodeError:
+        raise ValueError(f"not a JSON event: {_short(data)}") from None
+    if not isinstance(event, dict):
+        raise ValueError(f"not a JSON object event: {_short(data)}")
+    if event.get("error") is not None:  # servers report a failure mid-stream as an error event
+        error = event["error"]
+        message = error.get("message", error) if isinstance(error, dict) else error
+        raise ValueError(f"error event: {_short(str(message))}")
+    choices = event.get("choices")
+    if choices:
+        result.chunk_times_s.append(now_s)
+        reason = choices[0].get("finish_reason") if isinstance(choices[0], dict) else None
+        if reason is not None:
+            result.finish_reason = str(reason)
+    usage = event.get("usage")
+    if isinstance(usage, dict):
+        _read_usage(usage, result)
+    return False
+
+
+async def _stream(response: aiohttp.ClientResponse, result: BenchResult, clock: Callable[[], float]) -> bool:
+    """Read the event stream into ``result``; True if it ended with ``[DONE]``."""
+    buffer = b""
+    async for chunk in response.content.iter_any():
+        now_s = clock()
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for raw in lines:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments (":"), event names
+            if _on_event(line[5:].strip().decode("utf-8", errors="replace"), result, now_s):
+                return True
+    line = buffer.strip()
+    if line.startswith(b"data:"):
+        return _on_event(line[5:].strip().decode("utf-8", errors="replace"), result, clock())
+    return False
+
+
+async def _send(session: aiohttp.ClientSession, target: BenchTarget, request: BenchRequest, result: BenchResult,
+                clock: Callable[[], float]) -> None:
+    result.send_s = clock()
+    async with session.post(target.completions_url, json=target.body(request)) as response:
+        if response.status != 200:
+            result.error = _error_message(response.status, await response.read())
+            return
+        done = await _stream(response, result, clock)
+    if not result.chunk_times_s:
+        result.error = "the stream carried no token"
+    elif not done and result.finish_reason is None:
+        result.error = "the stream ended before its last token (no finish_reason, no [DONE])"
+    elif result.finish_reason not in SERVED_REASONS:
+        result.error = f"finish_reason {result.finish_reason!r}"
+
+
+async def _one(session: aiohttp.ClientSession, target: BenchTarget, request: BenchRequest,
+               semaphore: asyncio.Semaphore | None, clock: Callable[[], float]) -> BenchResult:
+    result = BenchResult(request_id=request.request_id, scheduled_s=request.send_at_s)
+    try:
+        if semaphore is None:
+            await asyncio.wait_for(_send(session, target, request, result, clock), target.timeout_s)
+        else:
+            async with semaphore:  # the timeout runs from the send, not from the wait for a slot
+                await asyncio.wait_for(_send(session, target, request, result, clock), target.timeout_s)
+    except asyncio.TimeoutError:
+        result.error = f"no complete answer within the per-request timeout of {target.timeout_s:g} s"
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        result.error = f"{type(exc).__name__}: {_short(str(exc)) or 'connection lost'}"
+    if result.error is None and result.output_tokens is None:
+        result.output_tokens = len(result.chunk_times_s)  # no usage chunk: one token per chunk
+    return result
+
+
+async def replay_over_http(
+    target: BenchTarget,
+    requests: Sequence[BenchRequest],
+    on_done: Callable[[BenchResult], None] | None = None,
+) -> list[BenchResult]:
+    """Send ``requests`` (ordered by ``send_at_s``) on their schedule; results in the same order.
+
+    Cancelling the returned coroutine (Ctrl-C under ``asyncio.run``) cancels every request in flight and
+    closes the connections.
+    """
+    semaphore = asyncio.Semaphore(target.max_concurrency) if target.max_concurrency else None
+    start = time.perf_counter()
+
+    def clock() -> float:
+        return time.perf_counter() - start
+
+    async def tracked(request: BenchRequest) -> BenchResult:
+        result = await _one(session, target, request, semaphore, clock)
+        if on_done is not None:
+            on_done(result)
+        return result
+
+    # No connection cap of aiohttp's own (its default of 100 would queue requests unseen): the semaphore is it.
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        tasks: list[asyncio.Task] = []
+        try:
+            for request in requests:
+                delay_s = request.send_at_s - clock()
+                if delay_s > 0:
+                    await asyncio.sleep(delay_s)
+                tasks.append(asyncio.create_task(tracked(request)))
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:
+                task.cancel()
+
+
+async def first_model(base_url: str, timeout_s: float = 30.0) -> str:
+    """The id of the first model the server lists at ``/v1/models`` (what ``vllm bench serve`` does without
+    ``--model``); ValueError naming the URL when there is none."""
+    url = f"{base_url}/v1/models"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+            async with session.get(url) as response:
+                if response.status != 200:
+                    raise ValueError(f"{url}: {_error_message(response.status, await response.read())}")
+                listing = await response.json(content_type=None)
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        raise ValueError(f"{url}: cannot reach the server ({type(exc).__name__}: {exc})") from None
+    except json.JSONDecodeError:
+        raise ValueError(f"{url}: the answer is not JSON") from None
+    models = listing.get("data") if isinstance(listing, dict) else None
+    if not models or not isinstance(models[0], dict) or "id" not in models[0]:
+        raise ValueError(f"{url}: the server lists no model; pass --model")
+    return str(models[0]["id"])

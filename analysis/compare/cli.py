@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from analysis.compare.comparison import check_same_requests, compare_runs, write_outputs
+from analysis.compare.comparison import check_same_requests, compare_runs, name_positional_requests, write_outputs
 from analysis.compare.inputs import CompareInputError, load_run
 from analysis.compare.request_join import PER_REQUEST_METRICS, RequestJoin
 from analysis.compare.tables import format_error_table, format_fixed_width, format_rel_error
@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 done; 1 schedules differ (with --require-identical-schedule); 2 unusable input",
     )
     parser.add_argument("real_dir", metavar="REAL_DIR", help="folder of the real (GPU) replay: requests.parquet, "
-                        "steps.parquet and, for context only, summary.json")
+                        "steps.parquet and, for context only, summary.json; or a `vllm bench serve --save-result "
+                        "--save-detailed` result .json")
     parser.add_argument("sim_dir", metavar="SIM_DIR", help="folder of the simulated replay (same layout)")
     parser.add_argument("--out", metavar="DIR", default=None,
                         help="output folder for compare.json/.md/.parquet and report.html "
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(out_dir, overwrite=args.overwrite)  # before any work, so a bad --out costs nothing
         real = load_run(args.real_dir, "real")
         sim = load_run(args.sim_dir, "sim")
+        real, sim = name_positional_requests(real, sim)
         if not args.allow_different_requests:
             check_same_requests(real, sim)
         comparison = compare_runs(real, sim)

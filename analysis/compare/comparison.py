@@ -8,7 +8,7 @@ pairs) and report.html (the overlay charts).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -84,14 +84,30 @@ def check_same_requests(real: RunData, sim: RunData) -> None:
             "replays of the same trace with the same --limit, or pass --allow-different-requests")
 
 
+def name_positional_requests(real: RunData, sim: RunData) -> tuple[RunData, RunData]:
+    """A run whose request ids are positions (an imported vLLM result) takes the other run's ids, in the
+    other run's arrival order: the benchmark sent the trace's requests in that order. A mismatch (other
+    counts, other prompt lengths) is left for `check_same_requests` to refuse."""
+    if real.positional_ids == sim.positional_ids:
+        return real, sim
+    positional, named = (real, sim) if real.positional_ids else (sim, real)
+    if positional.requests.height != named.requests.height:
+        return real, sim
+    order = positional.requests.with_columns(pl.col("request_id").cast(pl.Int64).alias("__position"))
+    ids = named.requests.sort("arrival_s", maintain_order=True)["request_id"].cast(pl.Utf8)
+    renamed = order.sort("__position").with_columns(ids.alias("request_id")).drop("__position")
+    positional = replace(positional, requests=renamed)
+    return (positional, named) if real.positional_ids else (named, positional)
+
+
 def compare_runs(real: RunData, sim: RunData) -> Comparison:
     """Metrics of both runs through the same code, the per-request join and the schedule diff.
 
     Raises `CompareInputError` (naming the folders) when the runs cannot be
     paired, e.g. no request ids in common.
     """
-    real_summary, real_metrics = run_metrics(real.requests, real.steps)
-    sim_summary, sim_metrics = run_metrics(sim.requests, sim.steps)
+    real_summary, real_metrics = run_metrics(real.requests, real.steps, real.recorded_duration_s)
+    sim_summary, sim_metrics = run_metrics(sim.requests, sim.steps, sim.recorded_duration_s)
     join = join_requests(real.requests, sim.requests, real_name=str(real.path), sim_name=str(sim.path))
     without_log = [run for run in (real, sim) if not has_step_log(run.requests, run.steps)]
     if without_log:

@@ -1,6 +1,7 @@
 """Loading the two replay folders of a sim-vs-real comparison.
 
-Both sides come from folders written by `sim.replay` or `engine.replay`. A
+Both sides come from folders written by `sim.replay`, `engine.replay` or `traces.bench`, or from a
+`vllm bench serve --save-detailed` result file read in place (`analysis.vllm_import`). A
 wrong path or a half-written folder must end in one line naming the file, not
 in a traceback from deep inside polars, so every read here turns its failure
 into a `CompareInputError`.
@@ -52,6 +53,17 @@ class RunData:
         return str(value) if value is not None else None
 
     @property
+    def recorded_duration_s(self) -> float | None:
+        """The duration the run recorded (an imported vLLM result), used instead of its makespan."""
+        value = self.metadata.get("recorded_duration_s")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    @property
+    def positional_ids(self) -> bool:
+        """Its request ids are positions (an imported vLLM result names no request)."""
+        return self.metadata.get("request_ids") == "position"
+
+    @property
     def config(self) -> dict:
         """The engine/deployment config recorded in summary.json ({} if absent)."""
         config = self.metadata.get("config")
@@ -84,10 +96,13 @@ def _read_summary(path: Path) -> dict:
 def load_run(path: str | Path, label: str) -> RunData:
     """Read and check one replay folder; `label` ("real" or "sim") names it in tables and legends."""
     path = Path(path)
+    if path.is_file() and path.suffix == ".json":
+        return _load_vllm_result(path, label)
     if not path.exists():
         raise CompareInputError(f"{path}: no such directory")
     if not path.is_dir():
-        raise CompareInputError(f"{path}: not a directory (expected a replay output folder)")
+        raise CompareInputError(f"{path}: not a directory (expected a replay output folder or a vllm bench serve "
+                                "result .json)")
     requests_path, steps_path = path / REQUESTS_FILE, path / STEPS_FILE
     requests = _read_parquet(requests_path)
     steps = _read_parquet(steps_path)
@@ -100,3 +115,14 @@ def load_run(path: str | Path, label: str) -> RunData:
     except (ValueError, pl.exceptions.PolarsError) as exc:
         raise CompareInputError(f"{steps_path}: {exc}") from exc
     return RunData(label=label, path=path, requests=requests, steps=steps, metadata=_read_summary(path / SUMMARY_FILE))
+
+
+def _load_vllm_result(path: Path, label: str) -> RunData:
+    from analysis.vllm_import import read_vllm_result
+
+    try:
+        run = read_vllm_result(path)
+    except ValueError as exc:
+        raise CompareInputError(str(exc)) from None
+    return RunData(label=label, path=path, requests=conform_requests(run.requests), steps=run.steps,
+                   metadata=run.meta)

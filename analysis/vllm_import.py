@@ -1,0 +1,211 @@
+"""Runs measured by ``vllm bench serve --save-result --save-detailed``, as replay runs.
+
+``python -m analysis.vllm_import RESULT.json --out DIR [--trace TRACE]`` writes a run folder (the replays'
+layout); ``analysis.compare`` also reads the JSON file directly in place of a folder.
+
+What the file records, per request (the lists of its detailed result): ``input_lens``, ``output_lens``,
+``ttfts``, ``itls`` (the gaps between streamed chunks), ``errors`` (empty for a success), and in newer
+versions ``latencies`` (send to last chunk) and ``start_times`` (send times); for the run its ``duration``.
+Older files have no ``latencies`` (then E2E is TTFT plus the gaps, which is what vLLM measured) nor
+``start_times`` (then every request is placed at t = 0 and the arrival times are unknown: time charts are
+meaningless, latencies are not). Throughputs divide by the recorded ``duration``, as vLLM's do.
+
+What no version records is missing, never 0: queue time (first scheduled), cached tokens, preemptions,
+the step log, finish reasons beyond success (a success is marked "length": vLLM cannot tell a stop from
+the end of ``max_tokens``). Request ids are the positions in the file unless a trace names them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from analysis.schema import FAILED, REQUESTS_SCHEMA, STEPS_SCHEMA, empty_frame
+
+PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
+OPTIONAL_PER_REQUEST_KEYS = ("errors", "latencies", "start_times")
+SUCCESS_REASON = "length"
+POSITIONAL_IDS = "position"  # summary.json's request_ids when ids are the file's positions
+COST_MODEL = "vllm bench serve (client-side timing)"
+
+
+@dataclass(frozen=True)
+class ImportedRun:
+    requests: pl.DataFrame
+    steps: pl.DataFrame
+    meta: dict  # cost_model, trace, config, recorded_duration_s, request_ids: summary.json's run keys
+
+
+class VllmResultError(ValueError):
+    """A file that is not a usable vLLM bench result; the message names the file, the key and the item."""
+
+
+def _number(path: Path, key: str, index: int | None, value, *, integer: bool = False) -> float:
+    where = f"{path}: {key!r}" + ("" if index is None else f" item {index}")
+    kind = "an integer" if integer else "a finite number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or (
+            integer and not float(value).is_integer()):
+        raise VllmResultError(f"{where}: expected {kind} >= 0, got {value!r:.60}")
+    return int(value) if integer else float(value)
+
+
+def _list(path: Path, data: dict, key: str, n: int | None) -> list | None:
+    if key not in data or data[key] is None:
+        return None
+    values = data[key]
+    if not isinstance(values, list):
+        raise VllmResultError(f"{path}: {key!r} is a {type(values).__name__}; expected a list with one item per "
+                              "request")
+    if n is not None and len(values) != n:
+        raise VllmResultError(f"{path}: {key!r} has {len(values)} items, 'input_lens' {n}; expected one per request")
+    return values
+
+
+def load_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise VllmResultError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise VllmResultError(f"{path}: is a directory; expected a vllm bench serve result file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise VllmResultError(f"{path}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise VllmResultError(f"{path}: expected a JSON object (a vllm bench serve result), got "
+                              f"{type(data).__name__}")
+    return data
+
+
+def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> ImportedRun:
+    """The file's requests as a requests table; ``request_ids`` (a trace's, in its row order) name them."""
+    path = Path(path)
+    data = load_json(path)
+    missing = [key for key in PER_REQUEST_KEYS if data.get(key) is None]
+    if missing:
+        hint = (" (a summary without per-request data: rerun vllm bench serve with --save-detailed)"
+                if "mean_ttft_ms" in data or "completed" in data else "; expected a vllm bench serve result")
+        raise VllmResultError(f"{path}: no {', '.join(repr(k) for k in missing)}{hint}")
+    input_lens = _list(path, data, "input_lens", None)
+    n = len(input_lens)
+    if n == 0:
+        raise VllmResultError(f"{path}: 'input_lens' is empty; expected at least one request")
+    output_lens, ttfts, itls = (_list(path, data, key, n) for key in ("output_lens", "ttfts", "itls"))
+    errors, latencies, starts = (_list(path, data, key, n) for key in OPTIONAL_PER_REQUEST_KEYS)
+    if "duration" not in data:
+        raise VllmResultError(f"{path}: no 'duration'; expected the benchmark's duration in seconds")
+    duration_s = _number(path, "duration", None, data["duration"])
+    if request_ids is not None and len(request_ids) < n:
+        raise VllmResultError(f"{path}: {n} requests, but the trace names only {len(request_ids)}")
+    if starts is not None:
+        starts = [_number(path, "start_times", i, v) for i, v in enumerate(starts)]
+        origin = min(starts)
+    rows = []
+    for i in range(n):
+        error = None
+        if errors is not None:
+            if errors[i] is not None and not isinstance(errors[i], str):
+                raise VllmResultError(f"{path}: 'errors' item {i}: expected a string, got {errors[i]!r:.60}")
+            error = errors[i] or None
+        ttft = _number(path, "ttfts", i, ttfts[i]) if ttfts[i] is not None else None
+        if errors is None and not ttft:  # files without errors: a failure has no first token
+            error = "failed (the file records no error message)"
+        gaps = itls[i] if itls[i] is not None else []
+        if not isinstance(gaps, list):
+            raise VllmResultError(f"{path}: 'itls' item {i}: expected a list of gaps in seconds")
+        gaps = [_number(path, "itls", i, gap) for gap in gaps]
+        arrival = starts[i] - origin if starts is not None else 0.0
+        row = {"request_id": request_ids[i] if request_ids is not None else str(i), "replica": 0,
+               "arrival_s": arrival, "first_scheduled_s": None, "cached_tokens": None, "num_preemptions": None,
+               "reject_reason": None, "prompt_tokens": _number(path, "input_lens", i, input_lens[i], integer=True),
+               "error": error}
+        if error is None and ttft is not None:
+            times = [arrival + ttft]
+            for gap in gaps:
+                times.append(times[-1] + gap)
+            latency = _number(path, "latencies", i, latencies[i]) if latencies is not None else times[-1] - arrival
+            row.update(first_token_s=times[0], finish_s=arrival + latency, token_times_s=times,
+                       output_tokens=_number(path, "output_lens", i, output_lens[i], integer=True),
+                       finish_reason=SUCCESS_REASON)
+        else:
+            row.update(first_token_s=None, finish_s=arrival, token_times_s=[], output_tokens=0,
+                       finish_reason=FAILED)
+        rows.append(row)
+    schema = {**REQUESTS_SCHEMA, "error": pl.Utf8()}
+    requests = pl.DataFrame(rows, schema=schema)
+    config = {key: data.get(key) for key in ("backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
+                                              "burstiness", "max_concurrency", "date", "label") if key in data}
+    config["arrival_times_recorded"] = starts is not None
+    meta = {"cost_model": COST_MODEL, "trace": str(path), "config": config, "recorded_duration_s": duration_s,
+            "request_ids": "trace" if request_ids is not None else POSITIONAL_IDS}
+    return ImportedRun(requests=requests, steps=empty_frame(STEPS_SCHEMA), meta=meta)
+
+
+def trace_request_ids(trace_path: str, limit: int | None = None) -> tuple[list[str], list[int]]:
+    """The request ids and prompt lengths of a trace's rows (the first ``limit``), in row order."""
+    from traces.schema import load_trace
+
+    trace = load_trace(trace_path)
+    if limit is not None:
+        trace = trace.head(limit)
+    frame = trace.requests
+    return [str(v) for v in frame["request_id"].to_list()], frame["prompt_tokens"].to_list()
+
+
+def check_prompt_lengths(run: ImportedRun, path: Path, trace: str, prompt_tokens: list[int]) -> None:
+    """Refuse a trace whose rows are not the file's requests (other lengths, in order)."""
+    for i, (recorded, expected) in enumerate(zip(run.requests["prompt_tokens"].to_list(), prompt_tokens)):
+        if recorded != expected:
+            raise VllmResultError(f"{path}: request {i} has {recorded} prompt tokens, row {i} of {trace} "
+                                  f"{expected}; expected the trace the benchmark replayed, in its order")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from analysis.outdir import OutDirError, staged_out_dir
+    from analysis.report.summary_table import format_summary_table
+    from analysis.runs import write_run
+
+    parser = argparse.ArgumentParser(prog="python -m analysis.vllm_import",
+                                     description="Turn a `vllm bench serve --save-result --save-detailed` result "
+                                                 "file into a replay run folder (for analysis.compare/summarize).")
+    parser.add_argument("result", metavar="RESULT.json", help="the result file")
+    parser.add_argument("--out", required=True, help="run folder to write")
+    parser.add_argument("--trace", default=None,
+                        help="the trace the benchmark replayed, in the same order: its request ids name the requests "
+                             "(default: their positions in the file)")
+    parser.add_argument("--limit", type=int, default=None, help="with --trace: the trace's first N rows were replayed")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it holds an earlier run")
+    parser.add_argument("--no-report", action="store_true", help="skip report.html")
+    parser.add_argument("--quiet", action="store_true", help="no summary table")
+    args = parser.parse_args(argv)
+    path = Path(args.result)
+    try:
+        if args.limit is not None and args.limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {args.limit}")
+        ids = lengths = None
+        if args.trace is not None:
+            ids, lengths = trace_request_ids(args.trace, args.limit)
+        run = read_vllm_result(path, ids)
+        if lengths is not None:
+            check_prompt_lengths(run, path, args.trace, lengths)
+        with staged_out_dir(Path(args.out), overwrite=args.overwrite) as stage:
+            summary = write_run(stage, run.requests.to_arrow(), run.steps.to_arrow(), run.meta,
+                                report_title=None if args.no_report else f"vllm bench serve: {path.name}",
+                                report_subtitle=str(run.meta["config"].get("model_id", "")))
+    except (ValueError, OutDirError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    except OSError as exc:
+        parser.exit(2, f"error: --out {args.out}: {exc.strerror or exc}\n")
+    if not args.quiet:
+        print(format_summary_table(summary))
+        print(f"outputs in {args.out}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

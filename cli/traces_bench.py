@@ -116,7 +116,7 @@ def result_rows(results: list[BenchResult], requests, origin_s: float) -> list[t
         times = array("d", (origin_s + t for t in result.chunk_times_s))
         sent = None if result.send_s is None else origin_s + result.send_s
         rows.append((
-            result.request_id, 0,
+            str(result.request_id), 0,  # as request_row writes it: trace ids may be integers
             sent if sent is not None else origin_s + result.scheduled_s,
             None,  # first scheduled: the server's business, unseen by a client
             times[0] if times else None,

@@ -112,3 +112,17 @@ def test_torch_free_side_never_loads_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) > 40  # the walk found the packages' modules
+
+
+def test_gpu_side_commands_need_no_plotly() -> None:
+    """The GPU image has no plotly: engine.replay --no-report, engine.serve and traces.bench must load and
+    summarise without it (plotly is imported only where a report is drawn)."""
+    code = (
+        "import sys\n"
+        "sys.modules['plotly'] = None\n"  # any import of plotly now fails
+        "import cli.engine_replay, cli.engine_serve, cli.traces_bench, analysis.runs\n"
+        "from analysis.report.summary_table import format_summary_table\n"
+        "print(format_summary_table({'num_requests': 1, 'num_finished': 1}).splitlines()[0])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr

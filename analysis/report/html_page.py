@@ -9,9 +9,10 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
+if TYPE_CHECKING:  # plotly is imported only to draw: tables and summaries need none (the GPU image lacks it)
+    import plotly.graph_objects as go
 
 PAGE_STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1400px;
@@ -59,6 +60,8 @@ def _figure_div(fig: go.Figure) -> str:
 def write_html(figures: Sequence[go.Figure], path: str | Path, title: str, header_html: str = "") -> Path:
     """Write `figures` below a title and `header_html` (trusted HTML) to one offline page, creating parent
     directories; returns the path written."""
+    from plotly.offline import get_plotlyjs
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     divs = "\n".join(f'<div class="figure">{_figure_div(fig)}</div>' for fig in figures)

@@ -29,7 +29,7 @@ from analysis.capacity.cost import (
 )
 from analysis.capacity.outputs import write_outputs
 from analysis.capacity.plan import CapacityRun, run_capacity
-from analysis.capacity.sweep import ANSWER_KINDS, SWEEP_AXES, answer_text
+from analysis.capacity.sweep import ANSWER_KINDS, SWEEP_AXES, SweepError, answer_text
 from analysis.capacity.workload import THINK_TIME_MODES, WorkloadParams
 from analysis.formatting import format_number
 from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
@@ -219,7 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--jobs", type=positive_int, default=None,
                      help="local processes (default: the cores available); results do not depend on it")
     run.add_argument("--ray", default=None, metavar="ADDRESS",
-                     help="run the simulations on this Ray cluster (e.g. auto or ray://host:10001)")
+                     help="run the simulations on this Ray cluster: auto (the one this machine belongs to), "
+                     "HOST:PORT (its head, from a node of the cluster) or ray://HOST:10001 (Ray Client, from "
+                     "anywhere); files named by options travel with the job (pip install -e '.[ray]')")
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=None, help="output folder (default: a new folder under runs/)")
     out.add_argument("--overwrite", action="store_true", help="replace --out if it exists and is not empty")
@@ -267,6 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     out_dir = Path(args.out) if args.out else default_out_dir("capacity", Path(args.trace).stem)
+    if args.ray:  # first: a wrong address should not wait for the trace and the plan to say so
+        from analysis.capacity.ray_executor import check_ray
+
+        try:
+            check_ray(args.ray)
+        except SweepError as exc:
+            parser.exit(2, f"error: {exc}\n")
     try:
         with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:  # made now: a bad --out fails at once
             run = run_capacity(args, parser)

@@ -1,4 +1,5 @@
-"""Where a sweep's simulations run: in this process, a local process pool, or a Ray cluster.
+"""Where a sweep's simulations run: in this process, a local process pool, or a Ray cluster
+(`analysis.capacity.ray_executor`).
 
 Each implements `analysis.capacity.sweep.Executor`, the interface the sweep's driver uses.
 """
@@ -11,9 +12,10 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from analysis.capacity.point import PointJob, PointResult, evaluate_point
-from analysis.capacity.sweep import Executor, SweepError
+from analysis.capacity.sweep import Executor
 from analysis.capacity.workload import SessionLibrary, WorkloadParams
 from analysis.slo import SLO
+from sim.config import SimConfig
 
 
 class SerialExecutor(Executor):
@@ -79,47 +81,6 @@ class LocalExecutor(Executor):
             process.join(timeout=1.0)
 
 
-class RayExecutor(Executor):
-    """Tasks on a Ray cluster; the trace is put in the object store once.
-
-    The project's packages travel with the job (`py_modules`); the cluster's Python needs the
-    simulator's dependencies (see pyproject.toml) installed.
-    """
-
-    def __init__(self, library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], address: str) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise SweepError(
-                "--ray: the 'ray' package is not installed; install it (pip install 'ray[default]') "
-                "or drop --ray to run on local cores"
-            ) from None
-        import analysis
-        import engine
-        import sim
-        import traces
-
-        try:
-            ray.init(
-                address=address,
-                runtime_env={"py_modules": [engine, sim, traces, analysis]},
-                ignore_reinit_error=True,
-                log_to_driver=False,
-            )
-        except Exception as exc:  # ray raises several types (ConnectionError, RuntimeError, ...)
-            raise SweepError(f"--ray: cannot connect to the Ray cluster at {address!r}: {exc}") from exc
-        self._ray = ray
-        self._remote = ray.remote(evaluate_point)
-        self._library_ref = ray.put(library)
-        self._args = (workload, tuple(slos))
-
-    def submit(self, job: PointJob) -> Future:
-        return self._remote.remote(self._library_ref, *self._args, job).future()
-
-    def close(self, interrupted: bool = False) -> None:
-        self._ray.shutdown()
-
-
 def default_num_jobs() -> int:
     """The cores this process may run on (the affinity mask, not the machine's total)."""
     try:
@@ -129,10 +90,13 @@ def default_num_jobs() -> int:
 
 
 def make_executor(library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], num_jobs: int,
-                  ray_address: str | None = None) -> Executor:
-    """Ray when an address is given, else a local pool (in-process for one job)."""
+                  ray_address: str | None = None, configs: Sequence[SimConfig] = ()) -> Executor:
+    """Ray when an address is given (`configs`: the sweep's, whose files travel with the job), else a local
+    pool (in-process for one job)."""
     if ray_address:
-        return RayExecutor(library, workload, slos, ray_address)
+        from analysis.capacity.ray_executor import RayExecutor
+
+        return RayExecutor(library, workload, slos, ray_address, configs)
     if num_jobs == 1:
         return SerialExecutor(library, workload, slos)
     return LocalExecutor(library, workload, slos, num_jobs)

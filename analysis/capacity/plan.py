@@ -149,7 +149,7 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
     num_jobs = max(1, min(args.jobs or default_num_jobs(),
                           len(plan.configs) * len(plan.seeds) * plan.params.candidates_per_round))
     try:
-        executor = make_executor(plan.library, plan.workload, slos, num_jobs, args.ray)
+        executor = make_executor(plan.library, plan.workload, slos, num_jobs, args.ray, plan.configs)
     except SweepError as exc:
         _fail(parser, str(exc))
     bar = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -164,11 +163,3 @@ def test_missing_trace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
         main([str(tmp_path / "missing.parquet"), "--slo", "ttft_p90=2s", "--quiet"])
     assert exit_info.value.code == 2
     assert "error: TRACE: " in capsys.readouterr().err
-
-
-@pytest.mark.skipif(importlib.util.find_spec("ray") is not None, reason="ray is installed")
-def test_ray_without_ray_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main([TRACE, "--slo", "ttft_p90=2s", "--ray", "auto", "--quiet", "--out", str(tmp_path)])
-    assert exit_info.value.code == 2
-    assert "--ray: the 'ray' package is not installed" in capsys.readouterr().err

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -160,9 +159,3 @@ def test_super_linear_scaling_is_flagged() -> None:
     notes = superlinear_notes([result(0, 1, 40.0), result(1, 2, 92.0), result(2, 4, 170.0)], tolerance=0.05)
     assert list(notes) == [1] and notes[1].startswith("super-linear scaling: 2 replicas serve 2.30x")
     assert superlinear_notes([result(0, 1, 40.0), result(1, 2, 83.0)], tolerance=0.05) == {}
-
-
-@pytest.mark.skipif(importlib.util.find_spec("ray") is not None, reason="ray is installed")
-def test_ray_without_ray_is_a_clear_error(small_trace) -> None:
-    with pytest.raises(SweepError, match="--ray: the 'ray' package is not installed"):
-        make_executor(small_trace, WORKLOAD, SLOS, 2, ray_address="auto")

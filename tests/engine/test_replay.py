@@ -69,9 +69,11 @@ def test_online_replay_waits_for_arrivals(tiny_qwen3, shared_prefix_trace, tmp_p
     model_dir, _ = tiny_qwen3
     out = tmp_path / "online"
     assert engine_replay([shared_prefix_trace, "--model", model_dir, *COMMON, "--out", str(out),
-                          "--warmup-requests", "0"]) == 0
+                          "--warmup-requests", "0", "--slo", "e2e_p99=600s"]) == 0
     requests = pl.read_parquet(out / "requests.parquet")
     assert requests.height == 24
+    summary = json.loads((out / "summary.json").read_text())  # every request within the SLO: goodput = throughput
+    assert summary["request_goodput"] == summary["goodput"] == summary["request_throughput"] > 0
     # No request is scheduled before it arrives, and the last arrival (1.15 s) is respected.
     assert (requests["first_scheduled_s"] >= requests["arrival_s"]).all()
     assert requests["first_scheduled_s"].max() >= 1.15

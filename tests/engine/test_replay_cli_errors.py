@@ -24,6 +24,7 @@ def trace(tmp_path):
     (["--warmup-requests", str(2**70)], "--warmup-requests"),  # hung building the warm-up prompts
     (["--time-scale", "1e308"], "real-time replay is limited"),  # OverflowError in time.sleep
     (["--qps", "1e-320"], "too small"),
+    (["--slo", "ttft_p90=fast"], "--slo: cannot parse SLO 'ttft_p90=fast'"),
 ])
 def test_engine_replay_refuses_before_loading(trace, tmp_path, capsys, args, pattern):
     out = tmp_path / "out"

@@ -83,12 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     import asyncio
     import functools
 
+    import prometheus_client
+
     from engine.llm import load_tokenizer
     from engine.server.api import build_app
     from engine.server.engine_client import EngineClient
     from engine.server.engine_process import load_llm
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    prometheus_client.disable_created_metrics()  # vLLM's scrape has no *_created series either
     model_name = args.served_model_name or options.model
     engine = EngineClient(functools.partial(load_llm, options.model,
                                             {k: v for k, v in vars(options).items() if k != "model"},

@@ -121,11 +121,7 @@ def build_app(engine: EngineClient, tokenizer=None) -> FastAPI:
 
     @app.get("/metrics")
     async def prometheus_metrics():
-        try:
-            text = await engine.metrics()
-        except (EngineDead, asyncio.TimeoutError) as exc:
-            raise APIError(503, f"metrics unavailable: {exc or 'the engine did not answer in time'}") from exc
-        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(engine.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from engine.core.sampling_params import SamplingParams
 from engine.server.engine_process import EngineInfo, Update, run_engine
+from engine.server.metrics import ServerMetrics
 
 _log = logging.getLogger(__name__)
 
@@ -34,8 +35,13 @@ class RequestStream:
     """One HTTP request's choices and the queue their updates arrive on."""
 
     key: int
-    num_open: int
+    num_open: int  # choices whose last update the handler has not yet read
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    num_unfinished: int = -1  # choices whose last update has not yet arrived from the engine
+
+    def __post_init__(self) -> None:
+        if self.num_unfinished < 0:
+            self.num_unfinished = self.num_open
 
     async def updates(self, is_alive: Callable[[], bool]):
         """Every update until each choice has finished. Should the engine die with an update never sent,
@@ -71,8 +77,7 @@ class EngineClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._streams: dict[int, RequestStream] = {}
         self._keys = itertools.count()
-        self._tickets = itertools.count()
-        self._scrapes: dict[int, asyncio.Future] = {}
+        self.metrics = ServerMetrics(model_name)
         self._num_submitted = 0  # choices sent to the engine ...
         self._num_drained = 0  # ... and taken into its scheduler, as its last message said
         self._num_waiting = 0  # the engine's waiting queue after its last step
@@ -87,7 +92,7 @@ class EngineClient:
         commands_recv, commands_send = ctx.Pipe(duplex=False)
         messages_recv, messages_send = ctx.Pipe(duplex=False)
         self._process = ctx.Process(target=run_engine, name="engine",
-                                    args=(self.factory, self.model_name, commands_recv, messages_send), daemon=True)
+                                    args=(self.factory, commands_recv, messages_send), daemon=True)
         self._process.start()
         commands_recv.close()
         messages_send.close()
@@ -152,24 +157,16 @@ class EngineClient:
         boundary; no update follows for them."""
         if index is None:
             self._streams.pop(stream.key, None)
+        num_aborted = stream.num_unfinished if index is None else 1
+        stream.num_unfinished -= num_aborted
+        if num_aborted > 0:
+            self.metrics.on_aborted(num_aborted)
         if self.is_alive:
             self._send(("abort", stream.key, index))
 
     def release(self, stream: RequestStream) -> None:
         """The request is done: stop routing updates to it."""
         self._streams.pop(stream.key, None)
-
-    async def metrics(self) -> bytes:
-        if not self.is_alive:
-            raise EngineDead(f"the engine process has stopped: {self.error or 'exited'}")
-        ticket = next(self._tickets)
-        future = self._loop.create_future()
-        self._scrapes[ticket] = future
-        self._send(("metrics", ticket))
-        try:
-            return await asyncio.wait_for(future, timeout=10)
-        finally:
-            self._scrapes.pop(ticket, None)
 
     def _send(self, command: tuple) -> None:
         try:
@@ -196,16 +193,21 @@ class EngineClient:
     def _on_message(self, message: tuple) -> None:
         kind = message[0]
         if kind == "step":
-            _, self._num_drained, self._num_waiting, updates = message
+            _, self._num_drained, stats, updates = message
+            self._num_waiting = stats.num_waiting
             streams = self._streams
-            for update in updates:
+            num_generated = 0
+            for fields in updates:
+                num_generated += len(fields[2])
+                update = Update(*fields)
                 stream = streams.get(update.key)
+                if update.finished:
+                    self.metrics.on_finished(update)
+                    if stream is not None:
+                        stream.num_unfinished -= 1
                 if stream is not None:
                     stream.queue.put_nowait(update)
-        elif kind == "metrics":
-            future = self._scrapes.get(message[1])
-            if future is not None and not future.done():
-                future.set_result(message[2])
+            self.metrics.on_step(stats, num_generated)
         elif kind == "error":
             self.error = self.error or message[1]
             if not self._stopping:
@@ -214,6 +216,3 @@ class EngineClient:
                 for _ in range(stream.num_open):
                     stream.queue.put_nowait(Update(stream.key, -1, [], True, "error", self.error))
             self._streams.clear()
-            for future in self._scrapes.values():
-                if not future.done():
-                    future.set_exception(EngineDead(self.error))

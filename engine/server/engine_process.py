@@ -8,21 +8,26 @@ a process of its own for the same reason.
 
 Protocol. Commands (server -> engine) are tuples drained at every step boundary, so a request joins the
 very next step after it arrives; while nothing runs the loop blocks on the pipe:
-``("add", key, prompts, params, arrival)``, ``("abort", key, index | None)``, ``("metrics", ticket)``,
-``("stop",)``. Messages (engine -> server): ``("ready", EngineInfo)`` once, then per step
-``("step", num_drained, num_waiting, updates)`` with one ``Update`` per request choice that produced
-tokens or finished, ``("metrics", ticket, bytes)``, and ``("error", message)`` when the loop dies.
+``("add", key, prompts, params, arrival)``, ``("abort", key, index | None)``, ``("stop",)``. Messages
+(engine -> server): ``("ready", EngineInfo)`` once, then per step ``("step", num_drained, StepStats,
+updates)`` with one update per request choice that produced tokens or finished, and ``("error", message)``
+when the loop dies. Updates travel as plain tuples of ``Update``'s fields (a dataclass pickles 40x
+slower), and the metrics are kept by the server's process from these messages: every microsecond spent
+here is a microsecond every running request waits for its next token.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import time
 import traceback
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import NamedTuple
 
 from engine.core.config import EngineConfig
 from engine.core.sequence import Sequence
@@ -43,41 +48,59 @@ class EngineInfo:
     model_dir: str
 
 
+class StepStats(NamedTuple):
+    """The engine's state after a step, for the server's gauges and counters."""
+
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    num_queried_tokens: int  # prompt tokens looked up in the prefix cache so far
+    num_hit_tokens: int  # ... and found there
+    num_preempted: int  # in this step
+    num_batched_tokens: int  # in this step
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """A finished choice's times on the engine's clock (seconds): what its latency histograms are made of."""
+
+    arrival_s: float
+    first_scheduled_s: float | None
+    token_times_s: array
+
+
 @dataclass(frozen=True, slots=True)
 class Update:
-    """New output of one choice of a request after a step."""
+    """New output of one choice of a request after a step (sent as a tuple of these fields, in this order)."""
 
     key: int  # the request
     index: int  # its choice
     new_token_ids: list[int]
-    finished: bool
+    finished: bool = False
     finish_reason: str | None = None
     error: str | None = None
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    timing: Timing | None = None
 
 
-def run_engine(factory: Callable[[], object], model_name: str, commands: Connection, messages: Connection) -> None:
+def run_engine(factory: Callable[[], object], commands: Connection, messages: Connection) -> None:
     """The engine process's main: build the engine with ``factory`` (an ``engine.LLM`` or anything with its
     ``engine``, ``shape``, ``model_dir`` and ``close``), say ready, then serve commands until told to stop."""
     # Ctrl-C reaches the whole process group: the server shuts down and stops this loop itself, between steps.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        import prometheus_client
-
-        from engine.server.metrics import ServerMetrics
-
-        prometheus_client.disable_created_metrics()  # this process is ours; vLLM's scrape has no *_created either
         llm = factory()
         engine = llm.engine
-        metrics = ServerMetrics(model_name, engine)
+        gc.collect()
+        gc.freeze()  # the model and the warm-up's leftovers: out of the collector's sight, as engine.replay does
         messages.send(("ready", EngineInfo(engine.config, llm.shape.vocab_size, str(llm.model_dir))))
     except BaseException as exc:  # noqa: BLE001 - whatever stopped the load is the server's one-line error
         messages.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     try:
-        _Loop(engine, metrics, commands, messages).run()
+        _Loop(engine, commands, messages).run()
     except BaseException as exc:  # noqa: BLE001 - the server must learn why the loop stopped
         _log.error("the engine loop stopped:\n%s", traceback.format_exc())
         try:
@@ -91,19 +114,19 @@ def run_engine(factory: Callable[[], object], model_name: str, commands: Connect
 
 
 class _Loop:
-    def __init__(self, engine, metrics, commands: Connection, messages: Connection) -> None:
+    def __init__(self, engine, commands: Connection, messages: Connection) -> None:
         self.engine = engine
-        self.metrics = metrics
         self.commands = commands
         self.messages = messages
-        self.choices: dict[int, tuple[int, int]] = {}  # seq_id -> (request key, choice index)
+        self.choices: dict[int, list] = {}  # seq_id -> [request key, choice index, completion tokens sent]
         self.seqs: dict[int, list[Sequence]] = {}  # request key -> its sequences, by choice
-        self.sent: dict[int, int] = {}  # seq_id -> completion tokens already sent
         self.num_drained = 0  # choices taken into the scheduler so far
         self.running = True
 
     def run(self) -> None:
-        engine, commands = self.engine, self.commands
+        engine, commands, send = self.engine, self.commands, self.messages.send
+        scheduler = engine.scheduler
+        block_manager = scheduler.block_manager
         while self.running:
             while commands.poll():
                 self.handle(commands.recv())
@@ -113,11 +136,12 @@ class _Loop:
                 commands.poll(None)  # idle: sleep until the next command
                 continue
             batch, finished = engine.step()
-            updates, num_generated = self.collect(batch)
-            self.metrics.on_step(batch, finished, num_generated)
+            updates = self.collect(batch)
+            send(("step", self.num_drained, StepStats(
+                len(scheduler.running), len(scheduler.waiting), block_manager.usage, block_manager.num_queried_tokens,
+                block_manager.num_hit_tokens, len(batch.preempted), batch.num_batched_tokens), updates))
             for seq in finished:
                 self.forget(seq)
-            self.messages.send(("step", self.num_drained, len(engine.scheduler.waiting), updates))
             if len(engine.step_log) >= STEP_LOG_MAX_ROWS:
                 engine.step_log.clear()
 
@@ -127,8 +151,6 @@ class _Loop:
             self.add(*command[1:])
         elif kind == "abort":
             self.abort(*command[1:])
-        elif kind == "metrics":
-            self.messages.send(("metrics", command[1], self.metrics.exposition()))
         elif kind == "stop":
             self.running = False
         else:
@@ -144,59 +166,60 @@ class _Loop:
             seq = engine.add_request(ids, sp, request_id=f"{key}-{index}", arrival_s=arrival_s)
             seqs.append(seq)
             if seq.is_finished:  # the server checks lengths first: only a limit it missed lands here
-                rejected.append(Update(key, index, [], True, seq.finish_reason.value, seq.reject_reason,
-                                       seq.num_prompt_tokens))
+                rejected.append((key, index, [], True, seq.finish_reason.value, seq.reject_reason,
+                                 seq.num_prompt_tokens))
             else:
-                self.choices[seq.seq_id] = (key, index)
-                self.sent[seq.seq_id] = 0
+                self.choices[seq.seq_id] = [key, index, 0]
         self.seqs[key] = seqs
         self.num_drained += len(prompts)
         if rejected:
-            self.messages.send(("step", self.num_drained, len(engine.scheduler.waiting), rejected))
+            self.send_state(rejected)
 
     def abort(self, key: int, index: int | None) -> None:
         seqs = self.seqs.get(key, [])
         for seq in seqs if index is None else seqs[index:index + 1]:
             if not seq.is_finished:
                 self.engine.abort_request(seq)
-                self.metrics.on_finished(seq)
             self.forget(seq)
+        self.send_state([])  # the gauges must see the freed blocks even if no step follows
+
+    def send_state(self, updates: list[tuple]) -> None:
+        """A message outside a step: the queues and cache as they are now."""
+        scheduler = self.engine.scheduler
+        block_manager = scheduler.block_manager
+        self.messages.send(("step", self.num_drained, StepStats(
+            len(scheduler.running), len(scheduler.waiting), block_manager.usage,
+            block_manager.num_queried_tokens, block_manager.num_hit_tokens, 0, 0), updates))
 
     def forget(self, seq: Sequence) -> None:
         entry = self.choices.pop(seq.seq_id, None)
-        self.sent.pop(seq.seq_id, None)
         if entry is not None:
             key = entry[0]
             seqs = self.seqs.get(key)
             if seqs is not None and all(s.is_finished for s in seqs):
                 del self.seqs[key]
 
-    def collect(self, batch) -> tuple[list[Update], int]:
-        """Each tracked choice's new tokens; and how many tokens the step sampled."""
+    def collect(self, batch) -> list[tuple]:
+        """Each tracked choice's new tokens after a step, as update tuples."""
         updates = []
-        num_generated = 0
-        choices, sent = self.choices, self.sent
+        choices = self.choices
         for seq in batch.seqs:
             entry = choices.get(seq.seq_id)
             if entry is None:
                 continue
-            produced = seq.num_completion_tokens
-            already = sent[seq.seq_id]
-            finished = seq.is_finished
-            if produced == already and not finished:
+            tokens = seq.token_ids
+            already = seq.num_prompt_tokens + entry[2]
+            if len(tokens) == already and not seq.is_finished:
                 continue  # a prompt chunk: nothing sampled yet
-            sent[seq.seq_id] = produced
-            new = seq.token_ids[seq.num_prompt_tokens + already:]
-            num_generated += len(new)
-            key, index = entry
-            if finished:
+            entry[2] = len(tokens) - seq.num_prompt_tokens
+            new = tokens[already:]
+            if seq.is_finished:
                 reason = seq.finish_reason.value if seq.finish_reason is not None else None
-                updates.append(Update(key, index, new, True, reason, seq.error, seq.num_prompt_tokens,
-                                      seq.num_cached_tokens))
+                updates.append((entry[0], entry[1], new, True, reason, seq.error, seq.num_prompt_tokens,
+                                seq.num_cached_tokens, Timing(seq.arrival_s, seq.first_scheduled_s, seq.token_times_s)))
             else:
-                updates.append(Update(key, index, new, False))
-        return updates, num_generated
-
+                updates.append((entry[0], entry[1], new))
+        return updates
 
 
 def load_llm(model: str, options: dict, warmup_requests: int = 0) -> object:

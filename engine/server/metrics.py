@@ -1,8 +1,9 @@
 """Prometheus metrics under vLLM's names (``vllm:*``), so dashboards and load generators built for vLLM read ours.
 
-Counters and histograms are fed by the engine thread after each step, from the step's batch and the
-sequences that finished; the gauges are read when ``/metrics`` is scraped. Each server has its own
-registry (no process-wide globals).
+Kept by the server's process (as vLLM's frontend keeps them), fed from the engine process's per-step
+messages: the gauges and counters from each step's ``StepStats``, the latency histograms from each
+finished choice's engine-clock times. The engine loop does no metrics work of its own. Each server has
+its own registry (no process-wide globals).
 """
 
 from __future__ import annotations
@@ -24,35 +25,31 @@ _VLLM_REASONS = {"aborted": "abort", "max_model_len": "length", "kv_capacity": "
 
 
 class ServerMetrics:
-    def __init__(self, model_name: str, engine) -> None:
-        self.registry = registry = CollectorRegistry()
-        self._engine = engine
+    def __init__(self, model_name: str) -> None:
+        self.registry = registry = CollectorRegistry(auto_describe=True)
+        self._model = model_name
         labels = ["model_name"]
         m = {"model_name": model_name}
 
-        def counter(name, doc, extra=()):
-            return Counter(name, doc, labels + list(extra), registry=registry)
+        def counter(name, doc):
+            return Counter(name, doc, labels, registry=registry).labels(**m)
 
         def histogram(name, doc, buckets):
             return Histogram(name, doc, labels, buckets=buckets, registry=registry).labels(**m)
 
-        def gauge(name, doc, read):
-            g = Gauge(name, doc, labels, registry=registry).labels(**m)
-            g.set_function(read)
+        def gauge(name, doc):
+            return Gauge(name, doc, labels, registry=registry).labels(**m)
 
-        scheduler = lambda: engine.scheduler  # noqa: E731 - the engine may replace its scheduler on reset
-        gauge("vllm:num_requests_running", "Requests in the running batch.", lambda: len(scheduler().running))
-        gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", lambda: len(scheduler().waiting))
-        gauge("vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 = full).",
-              lambda: scheduler().block_manager.usage)
-        self.prefix_queries = counter("vllm:prefix_cache_queries",
-                                      "Prompt tokens looked up in the prefix cache.").labels(**m)
-        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prompt tokens served from the prefix cache.").labels(**m)
-        self.preemptions = counter("vllm:num_preemptions", "Requests preempted (recomputed later).").labels(**m)
-        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens of finished requests.").labels(**m)
-        self.generation_tokens = counter("vllm:generation_tokens", "Tokens generated.").labels(**m)
-        self._success = counter("vllm:request_success", "Requests finished, by reason.", ["finished_reason"])
-        self._model = model_name
+        self.running = gauge("vllm:num_requests_running", "Requests in the running batch.")
+        self.waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.")
+        self.kv_usage = gauge("vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 = full).")
+        self.prefix_queries = counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.")
+        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prompt tokens served from the prefix cache.")
+        self.preemptions = counter("vllm:num_preemptions", "Requests preempted (recomputed later).")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens of finished requests.")
+        self.generation_tokens = counter("vllm:generation_tokens", "Tokens generated.")
+        self._success = Counter("vllm:request_success", "Requests finished, by reason.",
+                                ["model_name", "finished_reason"], registry=registry)
         self.ttft = histogram("vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS_S)
         self.itl = histogram("vllm:inter_token_latency_seconds", "Time between consecutive tokens.", ITL_BUCKETS_S)
         self.tpot = histogram("vllm:request_time_per_output_token_seconds",
@@ -66,47 +63,50 @@ class ServerMetrics:
                                     TOKEN_BUCKETS)
         self.iteration_tokens = histogram("vllm:iteration_tokens_total", "Tokens computed per engine step.",
                                           TOKEN_BUCKETS)
-        block_manager = engine.scheduler.block_manager
-        self._seen_queries = block_manager.num_queried_tokens
-        self._seen_hits = block_manager.num_hit_tokens
+        self._seen_queries = self._seen_hits = 0
 
-    def on_step(self, batch, finished, num_generated: int) -> None:
-        """Called by the engine thread after each step, with the tokens the step sampled."""
-        self.iteration_tokens.observe(batch.num_batched_tokens)
-        if batch.preempted:
-            self.preemptions.inc(len(batch.preempted))
+    def on_step(self, stats, num_generated: int) -> None:
+        """A step's ``engine_process.StepStats`` and the tokens it sampled for this server's requests."""
+        self.running.set(stats.num_running)
+        self.waiting.set(stats.num_waiting)
+        self.kv_usage.set(stats.kv_usage)
+        if stats.num_batched_tokens:
+            self.iteration_tokens.observe(stats.num_batched_tokens)
+        if stats.num_preempted:
+            self.preemptions.inc(stats.num_preempted)
         if num_generated:
             self.generation_tokens.inc(num_generated)
-        block_manager = self._engine.scheduler.block_manager
-        queries, hits = block_manager.num_queried_tokens, block_manager.num_hit_tokens
-        if queries > self._seen_queries:
-            self.prefix_queries.inc(queries - self._seen_queries)
-            self.prefix_hits.inc(hits - self._seen_hits)
-        self._seen_queries, self._seen_hits = queries, hits
-        for seq in finished:
-            self.on_finished(seq)
+        if stats.num_queried_tokens > self._seen_queries:
+            self.prefix_queries.inc(stats.num_queried_tokens - self._seen_queries)
+            self.prefix_hits.inc(stats.num_hit_tokens - self._seen_hits)
+            self._seen_queries, self._seen_hits = stats.num_queried_tokens, stats.num_hit_tokens
 
-    def on_finished(self, seq) -> None:
-        """A finished sequence (aborted ones too: vLLM counts them under finished_reason="abort")."""
-        reason = seq.finish_reason.value if seq.finish_reason is not None else "unknown"
+    def on_aborted(self, num_choices: int) -> None:
+        """Choices whose client went away (vLLM counts them under finished_reason="abort")."""
+        self._success.labels(model_name=self._model, finished_reason="abort").inc(num_choices)
+
+    def on_finished(self, update) -> None:
+        """A finished choice's update (with its ``timing``)."""
+        reason = update.finish_reason or "unknown"
         self._success.labels(model_name=self._model, finished_reason=_VLLM_REASONS.get(reason, reason)).inc()
-        if reason == "aborted":
-            return  # a latency its client did not wait for
-        self.prompt_tokens.inc(seq.num_prompt_tokens)
-        self.prompt_len.observe(seq.num_prompt_tokens)
-        num_output = seq.num_completion_tokens
-        self.output_len.observe(num_output)
-        times = seq.token_times_s
-        if seq.first_scheduled_s is not None:
-            self.queue.observe(max(seq.first_scheduled_s - seq.arrival_s, 0.0))
+        self.prompt_tokens.inc(update.num_prompt_tokens)
+        self.prompt_len.observe(update.num_prompt_tokens)
+        timing = update.timing
+        if timing is None:
+            return
+        times = timing.token_times_s
+        self.output_len.observe(len(times))
+        if timing.first_scheduled_s is not None:
+            self.queue.observe(max(timing.first_scheduled_s - timing.arrival_s, 0.0))
         if not times:
             return
-        self.ttft.observe(max(times[0] - seq.arrival_s, 0.0))
+        self.ttft.observe(max(times[0] - timing.arrival_s, 0.0))
+        observe = self.itl.observe
         for previous, current in zip(times, times[1:]):
-            self.itl.observe(current - previous)
+            observe(current - previous)
         if len(times) > 1:
             self.tpot.observe((times[-1] - times[0]) / (len(times) - 1))
-        self.e2e.observe(max(times[-1] - seq.arrival_s, 0.0))
+        self.e2e.observe(max(times[-1] - timing.arrival_s, 0.0))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -257,6 +257,7 @@ class _Response:
         self.num_copies = len(choices) // num_prompts
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
+        self._templates: dict[int, list[str]] = {}  # choice index -> a token chunk split around its text
 
     # -- state --
     def _apply(self, stream: RequestStream, update: Update) -> str:
@@ -334,6 +335,16 @@ class _Response:
                 return
 
     # -- streamed --
+    def _token_chunk(self, index: int, text: str) -> str:
+        """A chunk with new text and nothing else, the one sent for nearly every token: formatted from a template
+        (a dict through json.dumps costs several times more, per token of every stream)."""
+        template = self._templates.get(index)
+        if template is None:
+            template = self._templates[index] = self._chunk(index, "\x00", None).split('"\\u0000"')
+        if len(template) != 2:  # the marker occurs elsewhere too (a model name holding it): format in full
+            return self._chunk(index, text, None)
+        return json.dumps(text).join(template)
+
     def _chunk(self, index: int, text: str | None, finish_reason: str | None, first: bool = False,
                extras: dict | None = None) -> str:
         if self.chat:
@@ -374,8 +385,11 @@ class _Response:
                     extras = {**(extras or {}), "cut_by": choice.cut_by}
                 # One chunk per step that produced tokens, text or not, so a client timing chunks sees every
                 # token arrive (its text may wait for the rest of a character).
-                yield self._chunk(update.index, text, choice.finish_reason if choice.finished else None,
-                                  extras=extras)
+                if extras is None and not choice.finished:
+                    yield self._token_chunk(update.index, text)
+                else:
+                    yield self._chunk(update.index, text, choice.finish_reason if choice.finished else None,
+                                      extras=extras)
                 if all(c.finished for c in self.choices):
                     break
             if self.body.include_usage and all(c.finished for c in self.choices):

@@ -23,6 +23,10 @@ class CostModel(Protocol):
         """Seconds for the step; ``host_slowdown`` scales the host-bound part (None: the model's own default)."""
         ...
 
+    # Optional: decode_run_s(batch, host_slowdown) -> numpy array | None, step_time_s over a run of decode steps
+    # whose batch carries decode_context_tokens and max_decode_context_tokens as arrays (sim.runner uses it for
+    # quiet windows when present; without it the runner calls step_time_s once per step).
+
 
 @dataclass(frozen=True)
 class RooflineConstants:
@@ -92,6 +96,13 @@ class RooflineCostModel:
         if host_slowdown is not None:
             host_s *= host_slowdown
         return host_s + linear_s + attention_s
+
+    def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None):
+        """``step_time_s`` of a run of decode-only steps at once (the contexts are arrays, one entry per step): the
+        same expression, element by element, so the same floats."""
+        if batch.num_prefill_seqs:
+            return None
+        return self.step_time_s(batch, host_slowdown)
 
 
 def num_kv_blocks_for(

@@ -108,9 +108,13 @@ def _fit_eager(points: list[dict], iterations: int = 8) -> dict:
 
 
 def _excess_context(f: dict) -> float:
-    """How far the longest decode context exceeds the mean one: the extra time of the program that reads it."""
+    """How far the longest decode context exceeds the mean one: the extra time of the program that reads it.
+    Written with operators only, so the contexts may be arrays (a quiet decode run, one entry per step)."""
     n = f["num_decode_seqs"]
-    return max(0.0, f.get("max_decode_context_tokens", 0) - f["decode_context_tokens"] / n) if n else 0.0
+    if not n:
+        return 0.0
+    excess = f.get("max_decode_context_tokens", 0) - f["decode_context_tokens"] / n
+    return excess * (excess > 0)  # max(0, excess); a negative one gives -0.0, which adds as 0.0
 
 
 def _fit_skew(points: list[dict], decode: dict, graph_sizes: list[int]) -> float:
@@ -309,15 +313,23 @@ class ProfiledCostModel:
         return max(slowdown * floor, gpu, self._min_s)
 
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
-        # hot path
+        # hot path; operators only, so decode_run_s can pass the contexts as arrays
         if host_slowdown is None and batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:
             bs = batch.num_decode_seqs
             kv = batch.decode_context_tokens
             excess = batch.max_decode_context_tokens - kv / bs
-            grid = (self._decode_a[bs] + self._decode_b[bs] * kv
-                    + (self._per_excess_s[bs] * excess if excess > 0 else 0.0))
+            grid = self._decode_a[bs] + self._decode_b[bs] * kv + self._per_excess_s[bs] * (excess * (excess > 0))
             return self.decode_factor * grid
         return self.predict(batch_features(batch), host_slowdown)
+
+    def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:
+        """``step_time_s`` of a run of decode steps at once: ``batch``'s decode_context_tokens and
+        max_decode_context_tokens are arrays, one entry per step; the very same arithmetic, element by element
+        (identical floats). None when the batch is not a CUDA-graph decode (an eager step's dot product takes
+        no arrays)."""
+        if batch.num_prefill_tokens or not 0 < batch.num_decode_seqs <= self.max_graph_bs:
+            return None
+        return self.step_time_s(batch, host_slowdown)
 
 
 def profile_path(model: str, gpu: str, tensor_parallel_size: int = 1) -> Path:

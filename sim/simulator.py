@@ -153,7 +153,8 @@ def simulate(
                 yield wakeups[index]
                 continue
             if fast_forward:
-                planned = plan_quiet_window(engine, runner.token_id, runner.duration_at, env.now, next_arrival_s[0])
+                planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now,
+                                            next_arrival_s[0])
                 delay_s = None if planned is None else delay_to(env.now, planned[0].end_s)
                 if delay_s is not None:
                     apply_quiet_window(engine, runner.token_id, *planned)
@@ -176,7 +177,7 @@ def simulate(
             if seq is not None:
                 done([seq])
                 continue
-            prompt = requests.prompt(i)
+            prompt = requests.prompt_array(i)
             index = router.route(prompt, engines)
             seq = requests.add_to(engines[index], i, prompt)
             if seq.is_finished:  # rejected

@@ -8,8 +8,14 @@ only queues; at arrival in the simulator, so memory follows the requests in flig
 
 from __future__ import annotations
 
+from array import array
+
+import numpy as np
+
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
+
+_INT32_LIMIT = 2**31  # token ids are hashed as int32 (engine.core.block_manager.token_bytes)
 
 
 class TraceRequests:
@@ -29,6 +35,14 @@ class TraceRequests:
 
     def prompt(self, i: int) -> list[int]:
         return self.trace.prompt_token_ids(i, self.vocab_size, self.seed)
+
+    def prompt_array(self, i: int) -> array:
+        """``prompt(i)`` as an ``array('i')`` made from the synthesised numpy array in one copy (no Python ints:
+        ``tolist`` cost several times the synthesis), for the simulator (engine.core.Sequence takes either)."""
+        tokens = self.trace.prompt_token_array(i, self.vocab_size, self.seed)
+        if self.vocab_size > _INT32_LIMIT:  # ids past int32 would wrap: the block manager refuses them as a list too
+            return self.prompt(i)
+        return array("i", tokens.astype(np.int32).tobytes())
 
     def sampling_params(self, i: int) -> SamplingParams:
         return SamplingParams(max_tokens=self.output_tokens[i], ignore_eos=True, temperature=self.temperature)

@@ -25,12 +25,21 @@ def hash_block(parent_hash: int, token_bytes: bytes) -> int:
     return xxhash.xxh3_64_intdigest(parent_hash.to_bytes(8, "little") + token_bytes)
 
 
-def prefix_block_hashes(token_ids: list[int], block_size: int) -> list[int]:
+def token_bytes(token_ids: list[int] | array) -> bytes:
+    """Token ids as the prefix cache hashes and compares them: int32, native order."""
+    if isinstance(token_ids, array) and token_ids.typecode == "i":
+        return token_ids.tobytes()
+    return array("i", token_ids).tobytes()
+
+
+def prefix_block_hashes(token_ids: list[int] | array, block_size: int) -> list[int]:
     """Chained hashes of the full blocks of ``token_ids`` (the same values a Sequence's blocks get)."""
     hashes: list[int] = []
     parent = ROOT_HASH
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = hash_block(parent, array("i", token_ids[start : start + block_size]).tobytes())
+    data = token_bytes(token_ids)  # converted once, sliced per block
+    block_bytes = block_size * 4
+    for start in range(0, len(token_ids) // block_size * block_bytes, block_bytes):
+        parent = hash_block(parent, data[start : start + block_bytes])
         hashes.append(parent)
     return hashes
 
@@ -79,7 +88,7 @@ class BlockManager:
     # ---- prefix cache ---------------------------------------------------------------------------
     def _token_bytes(self, seq: Sequence, index: int) -> bytes:
         start = index * self.block_size
-        return array("i", seq.token_ids[start : start + self.block_size]).tobytes()
+        return token_bytes(seq.token_ids[start : start + self.block_size])
 
     def _block_hash(self, seq: Sequence, index: int) -> tuple[int, bytes]:
         """The chained hash and token bytes of the sequence's full block ``index`` (earlier hashes first)."""

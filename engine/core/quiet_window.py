@@ -8,9 +8,10 @@ known steps, and a run of such steps can be applied in one pass: the same tokens
 them one by one. The simulator uses this for the long decode stretches that dominate its run time;
 the GPU engine never does (its steps must run).
 
-The caller supplies each step's duration (``duration_at(batch, start_s)``, the runner's own cost
-function) and a horizon: the window holds only steps that end strictly before it (the next arrival,
-which would change the waiting queue).
+The caller supplies the steps' end times (``step_ends(batch, start_s, max_steps, horizon_s)``: each the
+previous one plus the runner's own step time for the batch, its contexts one token longer each step)
+and a horizon: the window holds only steps that end strictly before it (the next arrival, which would
+change the waiting queue).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class QuietWindow:
 def plan_quiet_window(
     engine,
     token_id: int,
-    duration_at: Callable[[ScheduledBatch, float], float],
+    step_ends: Callable[[ScheduledBatch, float, int, float], list[float]],
     start_s: float,
     horizon_s: float,
     max_steps: int = 1 << 16,
@@ -65,23 +66,14 @@ def plan_quiet_window(
     if steps_left < min_steps:
         return None
     bs = len(running)
-    batch = ScheduledBatch(seqs=list(running), num_new_tokens=[1] * bs, num_decode_seqs=bs)
+    batch = ScheduledBatch(seqs=running, num_new_tokens=[1] * bs, num_decode_seqs=bs)
     batch.decode_context_tokens = context_tokens
     batch.max_decode_context_tokens = longest
-    starts: list[float] = []
-    ends: list[float] = []
-    t_s = start_s
-    for _ in range(steps_left):
-        end_s = t_s + duration_at(batch, t_s)  # the simulated clock's own arithmetic
-        if end_s >= horizon_s:
-            break
-        starts.append(t_s)
-        ends.append(end_s)
-        t_s = end_s
-        batch.decode_context_tokens += bs
-        batch.max_decode_context_tokens += 1
+    ends = step_ends(batch, start_s, steps_left, horizon_s)
     if len(ends) < min_steps:
         return None
+    starts = [start_s]
+    starts += ends[:-1]
     return QuietWindow(len(ends), ends[-1]), starts, ends
 
 
@@ -131,7 +123,7 @@ def apply_quiet_window(
             events.extend((k, index) for k in range(first_fill, steps, block_size))
     events.sort()
     # Every token of the window first: a block registered mid-window is hashed from the tokens it holds.
-    tokens = [token_id] * steps
+    tokens = array("i", [token_id]) * steps  # extends a simulated array('i') prompt by a copy (a list too)
     token_times_s = array("d", ends)  # extending one array by another is a copy, not a walk
     starting = [seq.num_computed_tokens for seq in running]
     for seq in running:

@@ -73,14 +73,17 @@ class Sequence:
     def __init__(
         self,
         seq_id: int,
-        prompt_token_ids: list[int],
+        prompt_token_ids: list[int] | array,
         sampling_params: SamplingParams,
         arrival_s: float = 0.0,
         request_id: object = None,
     ) -> None:
         self.seq_id = seq_id
         self.request_id = seq_id if request_id is None else request_id
-        self.token_ids: list[int] = list(prompt_token_ids)
+        # A list on hardware (the model runner indexes it); the simulator passes an array('i'): a quarter of a
+        # list's memory, copied and hashed as raw bytes. Either way it is this sequence's own copy.
+        self.token_ids: list[int] | array = (
+            prompt_token_ids[:] if isinstance(prompt_token_ids, array) else list(prompt_token_ids))
         self.num_prompt_tokens = len(self.token_ids)
         self.sampling_params = sampling_params
         # Prompt + max_tokens; the scheduler lowers it to the engine's max_seq_len when the request is added.

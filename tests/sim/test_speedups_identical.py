@@ -1,0 +1,71 @@
+"""The simulator's other speed-ups change nothing but the speed, byte for byte: prompts kept as int32 arrays
+instead of lists, and a quiet window's step times computed as arrays instead of one call per step."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.core.model_config import ModelShape
+from engine.core.scheduler import ScheduledBatch
+from sim.config import SimConfig
+from sim.cost_model import RooflineCostModel
+from sim.hardware import get_gpu
+from sim.host_speed import ConstantHostSpeed
+from sim.profiled_cost_model import ProfiledCostModel, find_profile
+from sim.runner import CostModelRunner
+from sim.simulator import simulate
+from tests.sim.helpers import SHAREGPT
+from traces.requests import TraceRequests
+from traces.schema import load_trace
+
+CASES = {
+    "prefix router": {"num_replicas": 3, "router": "prefix", "block_size": 16},
+    "preemptions": {"num_gpu_blocks": 60, "block_size": 16, "max_num_seqs": 32},
+    "nano, no prefix caching": {"policy": "nano", "enable_prefix_caching": False},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_array_prompts_give_the_outputs_of_list_prompts(case, monkeypatch):
+    trace = load_trace(SHAREGPT).head(400).with_qps(20.0)
+    config = SimConfig(**CASES[case])
+    with_arrays = simulate(trace, config)
+    monkeypatch.setattr(TraceRequests, "prompt_array", TraceRequests.prompt)  # the lists the engine replay queues
+    with_lists = simulate(trace, config)
+    assert with_arrays.requests_table().equals(with_lists.requests_table())
+    assert with_arrays.steps_table().equals(with_lists.steps_table())
+    if config.enable_prefix_caching:  # cached_tokens: prefix hits were compared too
+        assert sum(row[8] for row in with_lists.request_rows) > 0
+
+
+def _cost_model(kind: str):
+    if kind == "profiled":
+        return ProfiledCostModel.load(find_profile("qwen3-0.6b", "h200"))
+    return RooflineCostModel(ModelShape.load("qwen3-8b"), get_gpu("h200"))
+
+
+@pytest.mark.parametrize("host", [None, 1.7])
+@pytest.mark.parametrize("kind", ["profiled", "roofline"])
+@pytest.mark.parametrize("num_seqs, context, longest", [(1, 900, 900), (37, 20_000, 3_000), (256, 400_000, 9_000)])
+def test_quiet_step_ends_equal_the_step_by_step_sums(kind, host, num_seqs, context, longest):
+    cost_model = _cost_model(kind)
+
+    class Clock:
+        def now(self) -> float:
+            return 0.0
+
+    runner = CostModelRunner(cost_model, host_speed=None if host is None else ConstantHostSpeed(host), clock=Clock())
+
+    def batch() -> ScheduledBatch:
+        b = ScheduledBatch(seqs=[None] * num_seqs, num_new_tokens=[1] * num_seqs, num_decode_seqs=num_seqs)
+        b.decode_context_tokens, b.max_decode_context_tokens = context, longest
+        return b
+
+    start_s = 12.345678
+    for max_steps, horizon_s in ((3, float("inf")), (5000, float("inf")), (5000, 13.0), (70_000, 40.0)):
+        vectorised = runner.quiet_step_ends_s(batch(), start_s, max_steps, horizon_s)
+        one_by_one = runner._step_ends_one_by_one(batch(), start_s, max_steps, horizon_s)
+        assert vectorised == one_by_one  # the same floats, not merely close ones
+        assert 0 < len(one_by_one) <= max_steps
+        assert all(end < horizon_s for end in one_by_one)
+

@@ -35,35 +35,41 @@ class CostModelRunner:
             return self.cost_model.step_time_s(batch)
         return self.cost_model.step_time_s(batch, self.host_speed.slowdown_at(start_s))
 
-    def quiet_step_ends_s(self, batch: ScheduledBatch, start_s: float, max_steps: int, horizon_s: float) -> list[float]:
+    def quiet_step_ends_s(self, batch: ScheduledBatch, start_s: float, max_steps: int,
+                          horizon_s: float) -> np.ndarray:
         """End times of the decode steps that repeat ``batch`` (which this changes) from ``start_s``, each context
         one token longer than in the step before (engine.core.quiet_window): at most ``max_steps`` of them, each
-        ending strictly before ``horizon_s``. Each end is the previous one plus ``duration_at``, as the step loop
-        adds them."""
+        ending strictly before ``horizon_s``, as a float64 array. Each end is the previous one plus ``duration_at``,
+        as the step loop adds them."""
         run_s = getattr(self.cost_model, "decode_run_s", None)
         host = self.host_speed
         # The first steps one by one: most plans end within them (the next arrival is that close), and arrays
         # only pay off over more steps.
         ends = self._step_ends_one_by_one(batch, start_s, min(max_steps, 4), horizon_s)
         if len(ends) < 4 or len(ends) == max_steps:
-            return ends
+            return np.array(ends, dtype=np.float64)
         if run_s is None or not (host is None or isinstance(host, ConstantHostSpeed)):
-            return ends + self._step_ends_one_by_one(batch, ends[-1], max_steps - len(ends), horizon_s)
+            ends += self._step_ends_one_by_one(batch, ends[-1], max_steps - len(ends), horizon_s)
+            return np.array(ends, dtype=np.float64)
         slowdown = None if host is None else host.slowdown
         bs = batch.num_decode_seqs
         first_context = batch.decode_context_tokens - bs * len(ends)  # the run's first step, counted from there
         first_longest = batch.max_decode_context_tokens - len(ends)
         t_s = ends[-1]
-        num_steps = min(max_steps - len(ends), 64)  # most windows are short: sized by the horizon after a chunk
+        chunks = [np.array(ends, dtype=np.float64)]
+        num_done = len(ends)
+        num_steps = min(max_steps - num_done, 64)  # most windows are short: sized by the horizon after a chunk
         while True:
-            steps = np.arange(len(ends), len(ends) + num_steps, dtype=np.int64)
+            steps = np.arange(num_done, num_done + num_steps, dtype=np.int64)
             batch.decode_context_tokens = first_context + bs * steps
             batch.max_decode_context_tokens = first_longest + steps
             durations_s = run_s(batch, slowdown)
-            if durations_s is None:
-                batch.decode_context_tokens = first_context + bs * len(ends)
-                batch.max_decode_context_tokens = first_longest + len(ends)
-                return ends + self._step_ends_one_by_one(batch, ends[-1], max_steps - len(ends), horizon_s)
+            if durations_s is None:  # the cost model takes no arrays for this batch
+                batch.decode_context_tokens = first_context + bs * num_done
+                batch.max_decode_context_tokens = first_longest + num_done
+                chunks.append(np.array(self._step_ends_one_by_one(batch, t_s, max_steps - num_done, horizon_s),
+                                       dtype=np.float64))
+                return np.concatenate(chunks)
             sums_s = np.empty(num_steps + 1)
             sums_s[0] = t_s
             sums_s[1:] = durations_s
@@ -71,14 +77,15 @@ class CostModelRunner:
             sums_s = sums_s[1:]
             past = sums_s >= horizon_s
             reached = int(past.argmax()) if past.any() else num_steps  # the first step that would end too late
-            ends.extend(sums_s[:reached].tolist())
-            if reached < num_steps or len(ends) == max_steps:
-                return ends
-            t_s = ends[-1]
+            chunks.append(sums_s[:reached])
+            num_done += reached
+            if reached < num_steps or num_done == max_steps:
+                return np.concatenate(chunks)
+            t_s = float(sums_s[-1])
             # Durations hardly change within a run (contexts only grow): the first one sizes the next chunk
             # (a short guess only costs another chunk).
             fit = (horizon_s - t_s) / float(durations_s[0])
-            num_steps = max_steps - len(ends) if fit >= max_steps else min(max_steps - len(ends), int(fit) + 1)
+            num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
 
     def _step_ends_one_by_one(self, batch: ScheduledBatch, start_s: float, max_steps: int,
                               horizon_s: float) -> list[float]:

@@ -38,9 +38,15 @@ def mix64(values: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-@lru_cache(maxsize=64)
 def _position_keys(length: int) -> np.ndarray:
-    keys = mix64(np.arange(length, dtype=np.uint64) ^ _POSITION_DOMAIN)
+    """The first ``length`` position keys: a view of a cached power-of-two run (prompt lengths all differ, so
+    caching by length missed nearly every time and recomputed the keys per request)."""
+    return _position_keys_upto(max(1, 1 << (length - 1).bit_length()))[:length]
+
+
+@lru_cache(maxsize=8)
+def _position_keys_upto(capacity: int) -> np.ndarray:
+    keys = mix64(np.arange(capacity, dtype=np.uint64) ^ _POSITION_DOMAIN)
     keys.setflags(write=False)
     return keys
 

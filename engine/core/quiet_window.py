@@ -8,7 +8,8 @@ known steps, and a run of such steps can be applied in one pass: the same tokens
 them one by one. The simulator uses this for the long decode stretches that dominate its run time;
 the GPU engine never does (its steps must run).
 
-The caller supplies the steps' end times (``step_ends(batch, start_s, max_steps, horizon_s)``: each the
+The caller supplies the steps' end times (``step_ends(batch, start_s, max_steps, horizon_s)``, a float64
+array: each the
 previous one plus the runner's own step time for the batch, its contexts one token longer each step)
 and a horizon: the window holds only steps that end strictly before it (the next arrival, which would
 change the waiting queue).
@@ -19,6 +20,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from engine.core.scheduler import ScheduledBatch
 
@@ -32,13 +35,13 @@ class QuietWindow:
 def plan_quiet_window(
     engine,
     token_id: int,
-    step_ends: Callable[[ScheduledBatch, float, int, float], list[float]],
+    step_ends: Callable[[ScheduledBatch, float, int, float], np.ndarray],
     start_s: float,
     horizon_s: float,
     max_steps: int = 1 << 16,
     min_steps: int = 2,
-) -> tuple[QuietWindow, list[float], list[float]] | None:
-    """The quiet steps ``engine`` would take from ``start_s`` (their start and end times), or None."""
+) -> tuple[QuietWindow, np.ndarray, np.ndarray] | None:
+    """The quiet steps ``engine`` would take from ``start_s`` (their start and end times, float64 arrays), or None."""
     scheduler = engine.scheduler
     running = scheduler.running
     if scheduler.waiting or not running or len(running) > scheduler.config.max_num_batched_tokens:
@@ -72,9 +75,10 @@ def plan_quiet_window(
     ends = step_ends(batch, start_s, steps_left, horizon_s)
     if len(ends) < min_steps:
         return None
-    starts = [start_s]
-    starts += ends[:-1]
-    return QuietWindow(len(ends), ends[-1]), starts, ends
+    starts = np.empty(len(ends))
+    starts[0] = start_s
+    starts[1:] = ends[:-1]
+    return QuietWindow(len(ends), float(ends[-1])), starts, ends
 
 
 def _next_block_step(seq, block_size: int) -> int:
@@ -97,7 +101,7 @@ def _steps_with_free_blocks(block_manager, running, steps: int) -> int:
 
 
 def apply_quiet_window(
-    engine, token_id: int, window: QuietWindow, starts: list[float], ends: list[float]
+    engine, token_id: int, window: QuietWindow, starts: np.ndarray, ends: np.ndarray
 ) -> None:
     """Advance ``engine`` by the window's steps: what ``window.num_steps`` step-loop iterations would do."""
     scheduler = engine.scheduler
@@ -124,27 +128,30 @@ def apply_quiet_window(
     events.sort()
     # Every token of the window first: a block registered mid-window is hashed from the tokens it holds.
     tokens = array("i", [token_id]) * steps  # extends a simulated array('i') prompt by a copy (a list too)
-    token_times_s = array("d", ends)  # extending one array by another is a copy, not a walk
+    token_times_s = array("d")
+    token_times_s.frombytes(ends.tobytes())  # copies of the buffer, not a walk over floats
+    first_end_s = float(ends[0])
     starting = [seq.num_computed_tokens for seq in running]
     for seq in running:
         seq.token_ids.extend(tokens)
         seq.token_times_s.extend(token_times_s)
         if seq.first_token_s is None:  # its first step computed the prompt's last token alone
-            seq.first_token_s = ends[0]
+            seq.first_token_s = first_end_s
+    # Blocks in use after each step: constant between events, so written as runs (a step's row counts its events).
     used_after_step = array("q")
     used = block_manager.num_used_blocks
-    event_index = 0
-    for k in range(steps):
-        while event_index < len(events) and events[event_index][0] == k:
-            seq_index = events[event_index][1]
-            seq = running[seq_index]
-            seq.num_computed_tokens = starting[seq_index] + k
-            before = len(seq.block_table)
-            if not block_manager.append_slots(seq, 1):
-                raise RuntimeError("a quiet window ran out of blocks it had counted as free")
-            used += len(seq.block_table) - before
-            event_index += 1
-        used_after_step.append(used)
+    rows = 0
+    for k, seq_index in events:
+        if k > rows:
+            used_after_step.extend(array("q", [used]) * (k - rows))
+            rows = k
+        seq = running[seq_index]
+        seq.num_computed_tokens = starting[seq_index] + k
+        before = len(seq.block_table)
+        if not block_manager.append_slots(seq, 1):
+            raise RuntimeError("a quiet window ran out of blocks it had counted as free")
+        used += len(seq.block_table) - before
+    used_after_step.extend(array("q", [used]) * (steps - rows))
     for index, seq in enumerate(running):
         seq.num_computed_tokens = starting[index] + steps
     decode_context = sum(starting) + bs

@@ -63,7 +63,7 @@ def test_quiet_step_ends_equal_the_step_by_step_sums(kind, host, num_seqs, conte
 
     start_s = 12.345678
     for max_steps, horizon_s in ((3, float("inf")), (5000, float("inf")), (5000, 13.0), (70_000, 40.0)):
-        vectorised = runner.quiet_step_ends_s(batch(), start_s, max_steps, horizon_s)
+        vectorised = runner.quiet_step_ends_s(batch(), start_s, max_steps, horizon_s).tolist()
         one_by_one = runner._step_ends_one_by_one(batch(), start_s, max_steps, horizon_s)
         assert vectorised == one_by_one  # the same floats, not merely close ones
         assert 0 < len(one_by_one) <= max_steps

@@ -203,14 +203,19 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
         raise bad_request(f"stop_token_ids has {bad}, outside the vocabulary", "stop_token_ids")
     seed = body.seed
     if seed is not None:
-        if seed < 0:
-            raise bad_request(f"seed must be >= 0, got {seed}", "seed")
+        if not 0 <= seed < 2**64:
+            raise bad_request(f"seed must be an integer in [0, 2**64), got {seed}", "seed")
         seed = (seed + copy) % 2**64  # n copies of one prompt sample differently, reproducibly
+    top_k = -1 if body.top_k is None else body.top_k
+    if top_k < -1:
+        raise bad_request(f"top_k must be -1 or 0 (off) or >= 1, got {top_k}", "top_k")
+    if top_k == 0 or top_k >= state.vocab_size:  # keeping every token: off (a huge k must not reach the sampler)
+        top_k = -1
     try:
         return SamplingParams(
             temperature=1.0 if body.temperature is None else body.temperature,
             top_p=1.0 if body.top_p is None else body.top_p,
-            top_k=-1 if body.top_k is None or body.top_k == 0 else body.top_k,
+            top_k=top_k,
             max_tokens=max_tokens,
             ignore_eos=body.ignore_eos,
             stop_token_ids=tuple(stop_token_ids),
@@ -228,6 +233,10 @@ async def _serve(state: ServerState, request: Request, body: _Sampling, prompts:
     if stop and state.tokenizer is None:
         raise bad_request("stop strings need a tokenizer; this model has none (use stop_token_ids)", "stop")
     n = body.n
+    limit = state.engine.max_waiting_requests
+    if n * len(prompts) > limit:  # could never be queued: a 400, not an overload
+        raise bad_request(f"the request asks for {n * len(prompts)} sequences ({len(prompts)} prompts x n={n}); "
+                          f"the server queues at most {limit} (--max-waiting-requests)", "n")
     choice_prompts = [ids for ids in prompts for _ in range(n)]
     params = [_sampling_params(state, body, len(ids), max_tokens, i % n) for i, ids in enumerate(choice_prompts)]
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"

@@ -155,6 +155,13 @@ def test_completion_tokens_usage_and_models(served) -> None:
     assert body["usage"]["total_tokens"] == 8
 
 
+def test_a_huge_top_k_keeps_every_token(served) -> None:
+    client = served()
+    r = client.post("/v1/completions", json={"prompt": [5], "max_tokens": 2, "top_k": 2**70, "temperature": 0,
+                                             "return_token_ids": True})
+    assert r.status_code == 200 and r.json()["choices"][0]["token_ids"] == [6, 7]
+
+
 def test_several_prompts_and_n_give_one_choice_each(served) -> None:
     client = served()
     r = client.post("/v1/completions", json={"prompt": [[1, 2], [40, 41, 42]], "max_tokens": 3, "n": 2,
@@ -221,6 +228,10 @@ def test_a_stop_string_ends_the_choice_and_frees_its_blocks(served) -> None:
     ({"prompt": "text"}, "prompt", "no tokenizer"),
     ({"prompt": [1], "stop": "x"}, "stop", "tokenizer"),
     ({"prompt": [1], "seed": -3}, "seed", "seed"),
+    ({"prompt": [1], "seed": 2**64}, "seed", "seed"),
+    ({"prompt": [1], "top_k": -2}, "top_k", "top_k"),
+    ({"prompt": [1], "n": 5000}, "n", "queues at most 1000"),
+    ({"prompt": [1], "stop_token_ids": [10**20]}, "stop_token_ids", "outside the vocabulary"),
     ({"prompt": list(range(1, 90)) * 3}, "prompt", "more than max_model_len=256"),
 ])
 def test_bad_requests_get_400_with_a_message(served, body, param, fragment) -> None:

@@ -88,6 +88,7 @@ class CapacitySearch:
         self._hi: float | None = None  # lowest QPS known to fail
         self._done = False
         self._notes: list[str] = []
+        self._revised: list[float] = []  # passed, then failed a longer simulation (see revise)
 
     # ---- the protocol -----------------------------------------------------------------------
     @property
@@ -141,6 +142,23 @@ class CapacitySearch:
         elif self._hi is None and self._lo is not None and (self._has_bound("qps_max") or self._lo in self._bursts):
             self._finish(converged=False)  # even --qps-max passes, or the trace is too short to load it further
 
+    def revise(self, qps: float) -> None:
+        """A longer simulation of `qps`, which passed, failed: count it as a failure and search on below it.
+
+        The search is done again when the bracket below `qps` is already closed; otherwise it proposes more
+        values (halving when nothing below passed).
+        """
+        if qps not in self._verdicts or not self._verdicts[qps]:
+            raise ValueError(f"only a passing QPS can be revised, not {qps}")
+        self._verdicts[qps] = False
+        self._revised.append(qps)
+        self._done = False
+        self._notes = []
+        self._update_bracket()
+        if self._closed():
+            self._finish(converged=True)
+        # otherwise propose() goes on: bisecting below `qps`, or halving when nothing passes any more
+
     def outcome(self) -> SearchOutcome:
         if not self._done:
             raise RuntimeError("the search is not finished")
@@ -186,6 +204,9 @@ class CapacitySearch:
         self._done = True
         self._converged = converged
         p = self.params
+        if self._revised:
+            self._notes.append(f"{', '.join(f'{q:.4g}' for q in self._revised)} req/s passed but failed on a stream "
+                               "twice as long, so counted as failed")
         if self._lo is None:
             if any(self._verdicts.values()):
                 self._notes.append(f"no QPS below the first failure ({self._hi:.4g} req/s) met the SLOs")

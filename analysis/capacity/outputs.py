@@ -47,7 +47,7 @@ def config_record(run: CapacityRun, index: int) -> dict:
             "converged": search.outcome.converged, "monotone": search.outcome.monotone,
             "notes": list(search.outcome.notes),
             "points": [{"iteration": i, **dataclasses.asdict(p)} for i, p in enumerate(search.points)],
-            "duration_check": None if search.check is None else dataclasses.asdict(search.check),
+            "duration_checks": [dataclasses.asdict(check) for check in search.checks],
         } for search in result.searches],
     }
 
@@ -59,7 +59,7 @@ def point_rows(run: CapacityRun) -> list[dict]:
     for result, econ in zip(run.results, run.economics):
         options = dataclasses.asdict(result.config)
         simulations = [(search, i, point) for search in result.searches
-                       for i, point in enumerate(search.points + ((search.check,) if search.check else ()))]
+                       for i, point in enumerate(search.points + search.checks)]
         for search, iteration, point in simulations:
             record = dataclasses.asdict(point)
             slo_values, latency = record.pop("slo_values_ms"), record.pop("latency_ms")

@@ -69,9 +69,9 @@ def _point_hover(point: PointResult) -> str:
 
 
 def _plotted_points(result: ConfigResult) -> list[PointResult]:
-    """The median seed's points by QPS, then its T-versus-2T check."""
+    """The median seed's points by QPS, then its T-versus-2T checks."""
     search = result.median_search
-    return sorted(search.points, key=lambda p: p.qps) + ([search.check] if search.check else [])
+    return sorted(search.points, key=lambda p: p.qps) + list(search.checks)
 
 
 def _symbols(points: Sequence[PointResult]) -> list[str]:

@@ -27,4 +27,4 @@ def config_result(index: int, config: SimConfig, max_qps: float | None, ttft_p90
     if max_qps is not None and not bound:
         verdicts += ((max_qps * 1.01, False),)
     outcome = SearchOutcome(max_qps=max_qps, points=verdicts, converged=not bound, monotone=True)
-    return ConfigResult(index, config, f"c{index}", (SeedSearch(0, outcome, points, None),))
+    return ConfigResult(index, config, f"c{index}", (SeedSearch(0, outcome, points),))

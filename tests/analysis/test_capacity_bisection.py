@@ -130,3 +130,35 @@ def test_observe_needs_every_proposed_verdict() -> None:
     assert search.propose() == []  # waiting for verdicts
     with pytest.raises(ValueError, match="no verdict"):
         search.observe({1.0: True})
+
+
+def _finish(search: CapacitySearch, passes: Callable[[float], bool]) -> SearchOutcome:
+    while not search.done:
+        search.observe({q: passes(q) for q in search.propose()})
+    return search.outcome()
+
+
+def test_a_revised_answer_counts_as_failed_and_the_search_goes_on_below() -> None:
+    search = CapacitySearch(SearchParams(start_qps=1.0, tolerance=0.01))
+    assert _finish(search, below(7.3)).max_qps == 7.25
+    search.revise(7.25)  # it failed on a stream twice as long
+    assert not search.done
+    outcome = _finish(search, below(7.3))
+    assert dict(outcome.points)[7.25] is False
+    assert outcome.points[-2:] == ((7.125, True), (7.1875, True))  # bisected between 7 and 7.25
+    assert outcome.max_qps == 7.1875 and outcome.converged
+    assert outcome.notes == ("7.25 req/s passed but failed on a stream twice as long, so counted as failed",)
+    search.revise(7.1875)  # [7.125, 7.1875] is already within 1 %: done at once
+    assert search.done and search.outcome().max_qps == 7.125
+    with pytest.raises(ValueError, match="only a passing QPS can be revised"):
+        search.revise(7.5)
+
+
+def test_revising_the_only_pass_halves_again() -> None:
+    search = CapacitySearch(SearchParams(start_qps=4.0, tolerance=0.05))
+    assert search.propose() == [4.0]
+    search.observe({4.0: True})
+    assert search.propose() == [8.0]
+    search.observe({8.0: False})
+    search.revise(4.0)
+    assert search.propose() == [2.0]

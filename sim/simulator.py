@@ -147,21 +147,33 @@ def simulate(
     def replica(env: simpy.Environment, index: int):
         engine = engines[index]
         runner = engine.runner
+        # Planning a window that cannot happen costs a pass over the batch; two cheap signs skip it (skipping
+        # only ever trades a window for the same steps taken one by one): a window that stopped short of the
+        # horizon stopped before a finish or an allocation that might fail, which the next step is; and a
+        # horizon closer than the last decode step's length leaves no room for the two steps a window needs.
+        try_window = fast_forward
+        last_step_s = 0.0
         while True:
             if not engine.has_unfinished_requests():
                 wakeups[index] = env.event()
                 yield wakeups[index]
                 continue
-            if fast_forward:
+            if try_window and next_arrival_s[0] - env.now > last_step_s:
                 planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now,
                                             next_arrival_s[0])
                 delay_s = None if planned is None else delay_to(env.now, planned[0].end_s)
                 if delay_s is not None:
-                    apply_quiet_window(engine, runner.token_id, *planned)
-                    fast_forwarded[0] += planned[0].num_steps
+                    window, starts, ends = planned
+                    apply_quiet_window(engine, runner.token_id, window, starts, ends)
+                    fast_forwarded[0] += window.num_steps
+                    try_window = window.stopped_by_horizon
+                    last_step_s = float(ends[-1] - starts[-1])
                     yield env.timeout(delay_s)
                     continue
-            _, finished = yield from engine.step_body(env.timeout)
+            started_s = env.now
+            batch, finished = yield from engine.step_body(env.timeout)
+            last_step_s = 0.0 if batch.num_prefill_tokens else env.now - started_s  # a prefill's says nothing
+            try_window = fast_forward
             done(finished)
 
     requests = TraceRequests(trace, model.vocab_size, config.seed)

@@ -30,6 +30,8 @@ from engine.core.scheduler import ScheduledBatch
 class QuietWindow:
     num_steps: int
     end_s: float  # when the last step of the window ends
+    # False: it stopped before a step in which a sequence finishes or takes a block that may not be free
+    stopped_by_horizon: bool = True
 
 
 def plan_quiet_window(
@@ -78,7 +80,7 @@ def plan_quiet_window(
     starts = np.empty(len(ends))
     starts[0] = start_s
     starts[1:] = ends[:-1]
-    return QuietWindow(len(ends), float(ends[-1])), starts, ends
+    return QuietWindow(len(ends), float(ends[-1]), len(ends) < steps_left), starts, ends
 
 
 def _next_block_step(seq, block_size: int) -> int:

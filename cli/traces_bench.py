@@ -16,11 +16,14 @@ import math
 import sys
 from array import array
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
 from cli.replay_args import add_output_arguments, add_trace_arguments, load_trace_for_replay, slos_from_args
-from traces.http_bench import BenchResult, BenchTarget, first_model, replay_over_http
+
+if TYPE_CHECKING:
+    from traces.http_bench import BenchResult
 
 NUM_ERRORS_SHOWN = 5
 EXIT_ALL_FAILED, EXIT_INTERRUPTED = 1, 130
@@ -163,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        import aiohttp  # noqa: F401  the client's one dependency beyond the simulator's: say so, not a traceback
+    except ImportError:
+        parser.exit(2, "error: traces.bench needs aiohttp; install it (pip install -e '.[bench]')\n")
+    try:
         _check_args(args)
         trace = load_trace_for_replay(args)
         slos = slos_from_args(args)
@@ -196,6 +203,7 @@ def _bench_into(out_dir: Path, url: str, trace, tokenizer, slos, args: argparse.
     from analysis.runs import write_run
     from engine.core.records import StepLog
     from traces.bench_prompts import bench_requests
+    from traces.http_bench import BenchTarget, first_model, replay_over_http
 
     model = args.model or asyncio.run(first_model(url))
     vocab_size = _vocab_size(args, model, tokenizer)

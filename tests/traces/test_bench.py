@@ -218,3 +218,12 @@ def test_ctrl_c_stops_promptly_and_writes_nothing(tmp_path) -> None:
     assert stderr.strip().splitlines()[-1] == f"interrupted: nothing written to {out}"
     assert elapsed_s < 2.0
     assert not out.exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_without_aiohttp_the_error_says_what_to_install(tmp_path) -> None:
+    code = ("import sys; sys.modules['aiohttp'] = None\n"  # an interpreter where aiohttp cannot be imported
+            "from cli.traces_bench import main\n"
+            f"sys.exit(main(['http://127.0.0.1:1', {str(tmp_path / 't.parquet')!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: traces.bench needs aiohttp; install it (pip install -e '.[bench]')"

@@ -161,13 +161,13 @@ def _checked_ids(state: ServerState, index: int, ids: list[int]) -> list[int]:
     if not ids:
         raise bad_request(f"prompt {index} is empty", "prompt")
     vocab_size = state.vocab_size
-    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
-    if bad is not None:
+    if min(ids) < 0 or max(ids) >= vocab_size:  # min and max run in C; the offender is looked up only on failure
+        bad = next(t for t in ids if not 0 <= t < vocab_size)
         raise bad_request(f"prompt {index} has token id {bad} outside the vocabulary [0, {vocab_size})", "prompt")
     reason = state.rejection_reason_for(len(ids))
     if reason is not None:
         raise bad_request(f"prompt {index} cannot be served: {reason}", "prompt")
-    return list(ids)
+    return ids
 
 
 def _chat_prompt_ids(state: ServerState, body: ChatCompletionRequest) -> list[int]:

@@ -214,7 +214,12 @@ def test_a_stop_string_ends_the_choice_and_frees_its_blocks(served) -> None:
 
 @pytest.mark.parametrize(("body", "param", "fragment"), [
     ({}, None, "prompt"),
-    ({"prompt": [1, 2.5]}, None, "prompt"),
+    ({"prompt": [1, 2.5]}, "prompt", "a list of token ids"),
+    ({"prompt": [1, True]}, "prompt", "a list of token ids"),
+    ({"prompt": [[1], "a"]}, "prompt", "a list of token ids"),
+    ({"prompt": 5}, "prompt", "a list of token ids"),
+    ({"prompt": None}, "prompt", "a list of token ids"),
+    ({"prompt": [[]]}, "prompt", "empty"),
     ({"prompt": []}, "prompt", "empty"),
     ({"prompt": [1, 2, 300]}, "prompt", "outside the vocabulary"),
     ({"prompt": [1], "max_tokens": 0}, "max_tokens", ">= 1"),

@@ -1,0 +1,160 @@
+"""Fleet-scale simulator run: ``python benchmarks/sim_million.py [--requests N] [--replicas R] [--json OUT]``.
+
+Synthesises ``--requests`` multi-turn chat requests (1,000,000 by default) whose later turns resend the
+whole conversation so far (prefix reuse), and simulates them on ``--replicas`` (64) replicas of
+qwen3-0.6b on H200s behind the prefix-affinity router. Prints and records the CPU seconds of the
+synthesis and of the simulation, the peak resident memory of the process, the simulated steps (and
+how many were fast-forwarded) and the prefix-cache hit rate. Nothing is written but the JSON: the
+figures are of the simulation itself (``benchmarks/sim_speed.py`` times the outputs).
+
+Targets (issue 13): 1M requests on 64 replicas in <= 120 s and <= 4 GB peak memory.
+
+The trace is drawn here with numpy in one pass (``traces.synth``'s per-session builder takes
+minutes at this size): sessions start as a Poisson process, each has a geometric number of turns
+separated by exponential think times, user messages and answers have log-normal lengths, and a
+session's token stream is cut into 256-token hash blocks numbered per session, so turn k's prompt
+is a prefix of turn k+1's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TARGET_S = 120.0
+TARGET_PEAK_BYTES = 4 * 2**30
+HASH_BLOCK_SIZE = 256
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+
+def synthesize_sessions(num_requests: int, qps: float, seed: int, mean_turns: float = 4.0,
+                        think_time_s: float = 20.0, user_median: float = 200.0, answer_median: float = 150.0,
+                        max_context_tokens: int = 16384):
+    """A ``traces.schema.Trace`` of ``num_requests`` multi-turn requests arriving at about ``qps``."""
+    import numpy as np
+    import polars as pl
+    import pyarrow as pa
+
+    from traces.schema import Trace
+
+    rng = np.random.default_rng(seed)
+    num_sessions = int(num_requests / mean_turns * 1.2) + 16  # more than enough; cut to num_requests below
+    turns = rng.geometric(1.0 / mean_turns, num_sessions).clip(1, 16)
+    session = np.repeat(np.arange(num_sessions), turns)
+    first = np.zeros(num_sessions + 1, dtype=np.int64)
+    np.cumsum(turns, out=first[1:])
+    turn = np.arange(len(session)) - first[session]
+    user = np.minimum(rng.lognormal(np.log(user_median), 1.0, len(session)), 4000).astype(np.int64) + 1
+    answer = np.minimum(rng.lognormal(np.log(answer_median), 0.8, len(session)), 2000).astype(np.int64) + 1
+    # Turn k's prompt is the session's stream so far (every earlier message and answer) plus message k.
+    stream_end = np.cumsum(user + answer)
+    stream_start = stream_end - (user + answer)
+    prompt = stream_start - stream_start[first[session]] + user
+    keep = prompt + answer <= max_context_tokens  # a session ends before its context would overflow
+    starts_s = np.cumsum(rng.exponential(mean_turns / qps, num_sessions))
+    arrival_s = _turn_arrivals(starts_s, session, turn, rng.exponential(think_time_s, len(session)))
+    order = np.flatnonzero(keep)
+    order = order[np.argsort(arrival_s[order], kind="stable")][:num_requests]
+    # Hash blocks numbered per session (a session's stream never exceeds max_context_tokens).
+    blocks_per_session = -(-max_context_tokens // HASH_BLOCK_SIZE)
+    num_blocks = -(-prompt[order] // HASH_BLOCK_SIZE)
+    offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(num_blocks, out=offsets[1:])
+    within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], num_blocks)
+    ids = np.repeat(session[order] * blocks_per_session, num_blocks) + within
+    hash_ids = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ids, pa.int64()))
+    frame = pl.DataFrame({
+        "request_id": np.arange(len(order), dtype=np.int64),
+        "arrival_s": arrival_s[order] - arrival_s[order[0]],
+        "prompt_tokens": prompt[order],
+        "output_tokens": answer[order],
+    }).with_columns(pl.from_arrow(hash_ids).cast(pl.List(pl.Int64)).alias("hash_ids"))
+    return Trace.from_frame(frame, f"sim_million synthetic sessions (seed {seed})", HASH_BLOCK_SIZE)
+
+
+def _turn_arrivals(starts_s, session, turn, gaps_s):
+    """Each session's first turn at its start, each later turn one think time after the one before."""
+    import numpy as np
+
+    gaps_s = np.where(turn > 0, gaps_s, 0.0)
+    total = np.cumsum(gaps_s)
+    session_base = total[np.flatnonzero(turn == 0)]  # the running sum at each session's first turn
+    return starts_s[session] + total - session_base[session]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python benchmarks/sim_million.py", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--requests", type=int, default=1_000_000, help="requests to simulate (default: %(default)s)")
+    parser.add_argument("--replicas", type=int, default=64, help="replicas (default: %(default)s)")
+    parser.add_argument("--qps-per-replica", type=float, default=10.0,
+                        help="arrival rate per replica, requests/s (default: %(default)s)")
+    parser.add_argument("--router", default="prefix", help="router (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the figures here")
+    args = parser.parse_args(argv)
+    if args.requests < 1 or args.replicas < 1 or not args.qps_per_replica > 0:
+        parser.exit(2, "error: --requests and --replicas must be >= 1 and --qps-per-replica > 0\n")
+
+    from sim.config import SimConfig
+    from sim.simulator import simulate
+
+    cpu_started, started = time.process_time(), time.perf_counter()
+    trace = synthesize_sessions(args.requests, args.qps_per_replica * args.replicas, args.seed)
+    synth_cpu_s, synth_wall_s = time.process_time() - cpu_started, time.perf_counter() - started
+    config = SimConfig(num_replicas=args.replicas, router=args.router)
+    cpu_started, started = time.process_time(), time.perf_counter()
+    result = simulate(trace, config)
+    sim_cpu_s, sim_wall_s = time.process_time() - cpu_started, time.perf_counter() - started
+    peak = peak_rss_bytes()
+
+    rows = result.request_rows
+    num_steps = sum(len(e.step_log) for e in result.engines)
+    prompt_tokens = sum(row[6] for row in rows)
+    cached_tokens = sum(row[8] for row in rows)
+    span_s = max(row[5] for row in rows if row[5] is not None) - min(row[2] for row in rows)
+    figures = {
+        "num_requests": len(rows),
+        "num_replicas": args.replicas,
+        "router": args.router,
+        "qps": args.qps_per_replica * args.replicas,
+        "mean_prompt_tokens": round(prompt_tokens / len(rows), 1),
+        "prefix_cache_hit_rate": round(cached_tokens / prompt_tokens, 4),
+        "synthesis_cpu_s": round(synth_cpu_s, 2),
+        "synthesis_wall_s": round(synth_wall_s, 2),
+        "simulate_cpu_s": round(sim_cpu_s, 2),
+        "simulate_wall_s": round(sim_wall_s, 2),
+        "cpu_us_per_request": round(sim_cpu_s / len(rows) * 1e6, 1),
+        "num_steps": num_steps,
+        "fast_forward_steps": result.num_fast_forward_steps,
+        "simulated_s": round(span_s, 1),
+        "peak_rss_bytes": peak,
+        "meets_time_target": sim_cpu_s <= TARGET_S,
+        "meets_memory_target": peak <= TARGET_PEAK_BYTES,
+        "python": platform.python_version(),
+    }
+    print(f"{len(rows)} requests on {args.replicas} replicas ({args.router} router, {figures['qps']:g} req/s): "
+          f"synthesis {synth_cpu_s:.1f} CPU s, simulate {sim_cpu_s:.1f} CPU s ({sim_wall_s:.1f} s wall), "
+          f"peak RSS {peak / 2**30:.2f} GiB")
+    print(f"{num_steps} steps ({result.num_fast_forward_steps} fast-forwarded), {span_s:.0f} simulated s, "
+          f"prefix-cache hit rate {figures['prefix_cache_hit_rate']:.1%}")
+    print(f"targets: <= {TARGET_S:.0f} s: {'met' if figures['meets_time_target'] else 'NOT met'}; "
+          f"<= {TARGET_PEAK_BYTES / 2**30:.0f} GiB: {'met' if figures['meets_memory_target'] else 'NOT met'}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

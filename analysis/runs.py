@@ -4,7 +4,8 @@
 - ``steps.parquet``: one row per engine step, per replica;
 - ``summary.json``: our metrics and vLLM's flat names (``mean_ttft_ms``, ...), goodput when SLOs are given, then
   ``cost_model``, ``trace`` and ``config`` of the run (and ``recorded_duration_s`` for a run whose duration was
-  recorded rather than taken from its arrivals: an imported ``vllm bench serve`` result);
+  recorded rather than taken from its arrivals: an imported ``vllm bench serve`` result), and for a simulated run
+  its ``warnings`` (``sim.limits``) and, when asked, its prediction ``bands``;
 - ``report.html``: the self-contained Plotly report (unless not asked for).
 """
 
@@ -22,7 +23,7 @@ from analysis.slo import SLO
 from sim.files import write_text_atomic
 
 # What summary.json says about the run besides its metrics.
-META_KEYS = ("cost_model", "trace", "config", "recorded_duration_s", "request_ids")
+META_KEYS = ("cost_model", "trace", "config", "recorded_duration_s", "request_ids", "warnings", "bands")
 
 
 def with_latency_columns(requests: pl.DataFrame) -> pl.DataFrame:

@@ -9,6 +9,10 @@ import argparse
 import sys
 from pathlib import Path
 
+import polars as pl
+
+from analysis.bands import format_bands, run_bands
+from analysis.capacity.executors import default_num_jobs
 from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import write_run
@@ -20,7 +24,9 @@ from cli.replay_args import (
     slos_from_args,
 )
 from engine.core.config_args import build_config
+from sim.bands import check_num_replays
 from sim.config import SimConfig
+from sim.limits import format_warnings, run_warnings
 from sim.simulator import SimResult, make_cost_model, simulate
 
 
@@ -32,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_trace_arguments(parser)
     add_config_groups(parser, SimConfig, "deployment")
     add_output_arguments(parser, "output folder (default: a new folder under runs/)")
+    parser.add_argument("--bands", metavar="N", default=None,
+                        help="also run N seeded replays that vary the host's speed and each step's time as GPU runs "
+                        "do (sim.bands), and give each metric's median and p5-p95 band (default: off)")
     return parser
 
 
@@ -39,14 +48,21 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     return build_config(SimConfig, args)
 
 
-def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bool, slos=None) -> dict:
+def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bool, slos=None,
+                  bands: dict | None = None) -> dict:
     cfg = result.config
     estimate = " (an analytic estimate, not measured)" if result.cost_model_name == "roofline-estimate" else ""
+    requests, steps = result.requests_table(), result.steps_table()
+    warnings = run_warnings(cfg, cfg.model_shape, pl.from_arrow(steps), requests.column("arrival_s").to_numpy())
+    meta = {"cost_model": result.cost_model_name, "trace": str(trace_path), "config": result.describe(),
+            "warnings": warnings}
+    if bands is not None:
+        meta["bands"] = bands
     return write_run(
         out_dir,
-        result.requests_table(),
-        result.steps_table(),
-        {"cost_model": result.cost_model_name, "trace": str(trace_path), "config": result.describe()},
+        requests,
+        steps,
+        meta,
         report_title=f"Simulated replay of {Path(trace_path).name}" if report else None,
         report_subtitle=(
             f"{cfg.model} on {cfg.num_replicas}x {cfg.gpu} (TP={cfg.tensor_parallel_size}), policy {cfg.policy}, "
@@ -56,6 +72,20 @@ def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: boo
     )
 
 
+def run_bands_with_progress(trace, config: SimConfig, num_replays: int, slos, quiet: bool) -> dict:
+    """The band replays in a local process pool, one per core at most (deterministic whatever the pool)."""
+    progress = None
+    if not quiet:
+        from tqdm import tqdm
+
+        progress = tqdm(total=num_replays, unit="replay", desc="bands", file=sys.stderr)
+    bands = run_bands(trace, config, num_replays, slos=slos, num_jobs=min(num_replays, default_num_jobs()),
+                      on_replay_done=progress.update if progress else None)
+    if progress is not None:
+        progress.close()
+    return bands
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -63,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
         trace = load_trace_for_replay(args)
         slos = slos_from_args(args)
+        num_replays = None if args.bands is None else check_num_replays(args.bands)
         shape = config.model_shape
         config.resolved_for(shape)  # fail on bad options before simulating
         make_cost_model(config, shape)
@@ -80,12 +111,19 @@ def main(argv: list[str] | None = None) -> int:
             result.meta.update(qps=args.qps, time_scale=args.time_scale, limit=args.limit, offline=args.offline)
             if progress is not None:
                 progress.close()
-            summary = write_outputs(result, stage, args.trace, report=not args.no_report, slos=slos)
+            bands = None
+            if num_replays is not None:
+                bands = run_bands_with_progress(trace, config, num_replays, slos, args.quiet)
+            summary = write_outputs(result, stage, args.trace, report=not args.no_report, slos=slos, bands=bands)
     except OSError as exc:  # a full disk or a vanished folder while writing: nothing was moved into place
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     except OutDirError as exc:
         parser.exit(2, f"error: {exc}\n")
     if not args.quiet:
         print(format_summary_table(summary))
+        if bands is not None:
+            print(format_bands(bands))
+        if summary["warnings"]:
+            print(format_warnings(summary["warnings"]))
         print(f"cost model: {result.cost_model_name}; simulated in {result.wall_s:.1f} s wall; outputs in {out_dir}/")
     return 0

@@ -10,8 +10,9 @@ the cost models scale their host-bound parts by it.
 ``--host-slowdown`` takes:
 - ``calibrated`` (default): the profile's average serving slowdown (``python -m sim.calibrate``), 1 if none;
 - a number: that slowdown throughout (1 = the profiling grid's conditions);
-- ``episodes:NORMAL,SLOW,FRACTION,MEAN_S``: a seeded random two-state process: slowed by SLOW for
-  about FRACTION of the time, in episodes of MEAN_S seconds on average, and by NORMAL otherwise;
+- ``episodes:NORMAL,SLOW,FRACTION,MEAN_S[,SEED]``: a seeded random two-state process: slowed by SLOW for
+  about FRACTION of the time, in episodes of MEAN_S seconds on average, and by NORMAL otherwise (drawn from
+  --seed plus SEED plus the replica's index);
 - a CSV path with columns ``start_s,slowdown``: a measured timeline (``python -m sim.host_speed``
   extracts one from a GPU replay), each value holding until the next row.
 """
@@ -151,10 +152,16 @@ def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
     if spec.startswith("episodes:"):
         parts = spec.removeprefix("episodes:").split(",")
         try:
+            if len(parts) == 5:  # an own seed: other slow periods for the same synthesized prompts (sim.bands)
+                extra = int(parts.pop())
+                if not 0 <= extra < 2**62:
+                    raise ValueError
+                seed += extra
             normal, slow, fraction, mean_s = (finite_float(p) for p in parts)
         except ValueError:
             raise ValueError(
-                f"--host-slowdown {spec!r}: expected episodes:NORMAL,SLOW,FRACTION,MEAN_S (four finite numbers)"
+                f"--host-slowdown {spec!r}: expected episodes:NORMAL,SLOW,FRACTION,MEAN_S (four finite numbers) "
+                "and optionally ,SEED (an integer >= 0)"
             ) from None
         return HostSpeedEpisodes(normal, slow, fraction, mean_s, seed)
     try:

@@ -99,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     if differences:
         print(differences)
     print(format_error_table(comparison.rows))
+    judged = [row for row in comparison.rows if row.in_band is not None]
+    if judged:
+        num_inside = sum(row.in_band for row in judged)
+        print(f"real inside the simulation's p5-p95 band: {num_inside} of {len(judged)} metrics")
+    for warning in sim.metadata.get("warnings") or []:  # the simulation's own limits (sim.limits)
+        print(f"sim warning [{warning.get('code')}]: {warning.get('message')}")
     print(format_request_summary(comparison.join))
     check_schedule = args.schedule or args.require_identical_schedule
     if check_schedule or comparison.schedule.unavailable:

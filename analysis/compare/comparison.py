@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analysis.band_stats import flat_bands
 from analysis.compare.error_table import MetricRow, error_table, run_metrics
 from analysis.compare.inputs import CompareInputError, RunData
 from analysis.compare.report import write_compare_report
@@ -120,7 +121,8 @@ def compare_runs(real: RunData, sim: RunData) -> Comparison:
         except ValueError as exc:
             raise CompareInputError(f"{real.path} vs {sim.path}: {exc}") from exc
     return Comparison(real=real, sim=sim, real_summary=real_summary, sim_summary=sim_summary,
-                      rows=error_table(real_metrics, sim_metrics), join=join, schedule=schedule,
+                      rows=error_table(real_metrics, sim_metrics, flat_bands(sim.metadata)), join=join,
+                      schedule=schedule,
                       config_differences=config_differences(real.config, sim.config))
 
 

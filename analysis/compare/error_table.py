@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
+from analysis.band_stats import inside
 from analysis.formatting import LATENCY_LABELS, SERVICE_LATENCIES
 from analysis.metrics import summarize
 from analysis.stats import MS_PER_S, STATISTIC_NAMES, round_sig
@@ -65,6 +66,8 @@ class MetricRow:
     sim: float | int | None
     diff: float | int | None
     rel_error: float | None
+    band: dict | None = None  # the sim side's prediction band ({median, p5, p95}) when it ran with --bands
+    in_band: bool | None = None  # the real figure lies in the band's p5-p95 range
 
     @property
     def title(self) -> str:
@@ -72,8 +75,11 @@ class MetricRow:
         return f"{self.label} ({self.unit})" if self.unit else self.label
 
     def to_dict(self) -> dict:
-        """JSON-ready fields plus the display title."""
-        return {**asdict(self), "title": self.title}
+        """JSON-ready fields plus the display title (the band's only when the sim side has bands)."""
+        fields = asdict(self)
+        if self.band is None:
+            del fields["band"], fields["in_band"]
+        return {**fields, "title": self.title}
 
 
 def relative_error(real: float | int | None, sim: float | int | None) -> float | None:
@@ -119,11 +125,15 @@ def run_metrics(requests: pl.DataFrame, steps: pl.DataFrame,
     return summary, flatten_summary(summary)
 
 
-def error_table(real: Mapping[str, float | int | None], sim: Mapping[str, float | int | None]) -> list[MetricRow]:
-    """One `MetricRow` per `METRIC_SPECS` entry from two flat metrics dicts (see `run_metrics`)."""
+def error_table(real: Mapping[str, float | int | None], sim: Mapping[str, float | int | None],
+                bands: Mapping[str, Mapping] | None = None) -> list[MetricRow]:
+    """One `MetricRow` per `METRIC_SPECS` entry from two flat metrics dicts (see `run_metrics`); `bands` (the sim
+    side's, `analysis.band_stats.flat_bands`) adds each metric's band and whether the real figure is inside."""
     rows = []
     for spec in METRIC_SPECS:
         real_value, sim_value = real.get(spec.key), sim.get(spec.key)
+        band = (bands or {}).get(spec.key)
         rows.append(MetricRow(**asdict(spec), real=real_value, sim=sim_value, diff=_difference(real_value, sim_value),
-                              rel_error=relative_error(real_value, sim_value)))
+                              rel_error=relative_error(real_value, sim_value), band=band,
+                              in_band=None if band is None else inside(band, real_value)))
     return rows

@@ -59,9 +59,34 @@ def row_cells(row: MetricRow) -> tuple[str, str, str, str, str]:
     )
 
 
+BAND_HEADERS: tuple[str, ...] = ("sim p5 - p95", "real in band")
+
+
+def has_bands(rows: Sequence[MetricRow]) -> bool:
+    """Whether the sim side ran with --bands: then the tables get `BAND_HEADERS` columns."""
+    return any(row.band is not None for row in rows)
+
+
+def band_cells(row: MetricRow) -> tuple[str, str]:
+    """The band's p5 - p95 range and whether the real figure lies in it ("yes", "no", or n/a)."""
+    if row.band is None:
+        return NOT_AVAILABLE, NOT_AVAILABLE
+    low, high = (_format_cell(row.band[stat], row.kind) for stat in ("p5", "p95"))
+    inside = NOT_AVAILABLE if row.in_band is None else ("yes" if row.in_band else "no")
+    return f"{low} - {high}", inside
+
+
+def table_cells(rows: Sequence[MetricRow]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """Headers and rows of cells, with the band columns when the sim side has bands."""
+    if not has_bands(rows):
+        return HEADERS, [row_cells(row) for row in rows]
+    return (*HEADERS, *BAND_HEADERS), [(*row_cells(row), *band_cells(row)) for row in rows]
+
+
 def format_error_table(rows: Sequence[MetricRow]) -> str:
     """A fixed-width text table for terminals: metric left-aligned, numbers right-aligned."""
-    return format_fixed_width([HEADERS, *(row_cells(row) for row in rows)])
+    headers, cells = table_cells(rows)
+    return format_fixed_width([headers, *cells])
 
 
 def error_table_markdown(rows: Sequence[MetricRow], real_name: str = "real", sim_name: str = "sim") -> str:
@@ -71,10 +96,13 @@ def error_table_markdown(rows: Sequence[MetricRow], real_name: str = "real", sim
         return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
     headers = ("metric", f"real ({real_name})", f"sim ({sim_name})", "diff (sim - real)", "rel. error")
-    lines = [line(headers), "|:---|" + "---:|" * (len(headers) - 1), *(line(row_cells(row)) for row in rows)]
+    band_headers, cells = table_cells(rows)
+    headers += band_headers[len(HEADERS):]
+    lines = [line(headers), "|:---|" + "---:|" * (len(headers) - 1), *(line(c) for c in cells)]
     return "\n".join(lines) + "\n"
 
 
 def error_table_html(rows: Sequence[MetricRow]) -> str:
     """The error table as an HTML table in the report's `summary` style."""
-    return table_html([row_cells(row) for row in rows], HEADERS)
+    headers, cells = table_cells(rows)
+    return table_html(cells, headers)

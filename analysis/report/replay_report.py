@@ -14,6 +14,7 @@ from analysis.formatting import LATENCY_LABELS, SERVICE_LATENCIES
 from analysis.metrics import add_latency_columns, is_finished, latency_samples_s
 from analysis.report.figures import Series, histogram_figure, latency_cdf_figure, timeseries_figure
 from analysis.report.html_page import write_html
+from analysis.report.limits_section import limits_section_html
 from analysis.report.summary_table import summary_table_html
 from analysis.schema import conform_requests, conform_steps
 from analysis.stats import MS_PER_S
@@ -108,4 +109,5 @@ def write_report(
     """
     header = f'<p class="subtitle">{html.escape(subtitle)}</p>\n' if subtitle else ""
     header += summary_table_html(summary)
+    header += limits_section_html(summary)  # a simulated run's warnings and prediction bands, if any
     return write_html(report_figures(requests, steps), path, title, header)

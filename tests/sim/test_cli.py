@@ -14,7 +14,14 @@ from cli.sim_replay import build_parser
 from cli.sim_replay import main as replay_main
 from sim.config import SimConfig
 from sim.simulator import simulate
-from tests.sim.helpers import SHAREGPT, SUMMARY_STAT_KEYS, read_outputs, run_cli
+from tests.sim.helpers import (
+    SHAREGPT,
+    SUMMARY_STAT_KEYS,
+    assert_frames_equal,
+    read_outputs,
+    run_cli,
+    without_wall_clock,
+)
 from traces.schema import load_trace
 
 SUMMARY_KEYS = (
@@ -272,6 +279,17 @@ def _check_host_slowdown(run: Run, base: Run) -> None:
     assert run.tpot_ms > base.tpot_ms
 
 
+def _check_bands(run: Run, base: Run) -> None:
+    # The main run's outputs are the unperturbed replay's; the bands only add their own key.
+    assert_frames_equal(run.requests, base.requests, "requests")
+    assert_frames_equal(run.steps, base.steps, "steps")
+    bands = run.summary.pop("bands")
+    assert without_wall_clock(run.summary) == without_wall_clock(base.summary)
+    assert bands["num_replays"] == 3 and bands["seed"] == 0
+    ttft = bands["metrics"]["ttft_ms"]["p50"]
+    assert ttft["p5"] <= ttft["median"] <= ttft["p95"] and ttft["p5"] < ttft["p95"]  # the replays differ
+
+
 OPTION_CASES: dict[str, tuple[list[str], Callable[[Run, Run], None]]] = {
     "model": (["--model", "qwen3-8b"], _check_model),
     "gpu": (["--gpu", "h100"], _check_gpu),
@@ -298,6 +316,7 @@ OPTION_CASES: dict[str, tuple[list[str], Callable[[Run, Run], None]]] = {
     "cost-model": (["--cost-model", "roofline"], _check_cost_model),
     "host-slowdown": (["--host-slowdown", "3"], _check_host_slowdown),
     "slo": (["--slo", "ttft_p50=25ms,tpot_p90=50ms"], _check_slo),
+    "bands": (["--bands", "3"], _check_bands),
 }
 # Exercised by every run above (and by test_default_trace_end_to_end / test_progress_... without them).
 ALWAYS_USED = {"--out", "--quiet", "--no-report", "--overwrite"}  # --overwrite: tests/sim/test_outputs.py

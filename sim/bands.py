@@ -1,0 +1,175 @@
+"""Prediction bands: seeded replays that vary what repeated GPU runs of one configuration showed to vary.
+
+Two things differ between two GPU runs of the same trace and options (validation/README.md):
+- the host's speed: all host code (input preparation, kernel launches) runs up to ~1.75x slower in episodes of
+  2 to over 10 s, for 15-35 % of a run's 2-s windows depending on the run. Each band replay draws its own share
+  of slow time from that range and its own episodes (``sim.host_speed.HostSpeedEpisodes``), around the same
+  average slowdown the main run uses (the profile's calibrated host factor, or ``--host-slowdown``'s number);
+- each step's time around the model's prediction: every timed repeat of every grid point of the profile,
+  divided by the model's prediction for that point, is one residual; each simulated step is multiplied by one
+  drawn at random from its regime's pool (CUDA-graph decode, or eager). This carries both the repeat noise
+  and the fit's error per step shape.
+
+``--host-slowdown episodes:...`` keeps the given process and draws new episodes per replay; a measured timeline
+(CSV) is kept as it is, and only the residuals vary. A profile's ``serving.host_episodes``
+(``{"slow_over_normal", "slow_share_range", "mean_episode_s"}``), when present, replaces the defaults below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.core.model_config import ModelShape
+from engine.core.scheduler import ScheduledBatch
+from sim.config import SimConfig
+from sim.cost_model import CostModel
+from sim.limits import chosen_profile
+from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step
+
+# validation/README.md, "Why: the host's speed varies in episodes": eager launch 23.3 ms in slow windows
+# against 13.3 ms (1.75x); 15-35 % of 2-s windows over 1.3x across the Azure runs; episodes of 2 to over 10 s.
+SLOW_OVER_NORMAL = 1.75
+SLOW_SHARE_RANGE = (0.15, 0.35)
+MEAN_EPISODE_S = 4.0
+SEED_STRIDE = 1 << 20  # a replay's episodes seed offset: replicas add their index below it
+MAX_REPLAYS = 1000
+
+
+@dataclass(frozen=True)
+class BandModel:
+    """What the band replays vary, read once from the configuration and its profile."""
+
+    host_mode: str  # "episodes" (drawn per replay around mean_slowdown), "reseed" (the user's episodes) or "fixed"
+    mean_slowdown: float
+    slow_over_normal: float
+    slow_share_range: tuple[float, float]
+    mean_episode_s: float
+    decode_residuals: np.ndarray | None  # relative: measured / predicted - 1
+    eager_residuals: np.ndarray | None
+    max_graph_bs: int
+
+    def describe(self) -> dict:
+        """What summary.json's ``bands.varied`` says was varied."""
+        if self.host_mode == "episodes":
+            lo, hi = self.slow_share_range
+            host = (f"seeded slow episodes ({self.slow_over_normal:g}x, {lo:.0%}-{hi:.0%} of the time drawn per "
+                    f"replay, {self.mean_episode_s:g} s mean) around a mean slowdown of {self.mean_slowdown:g}")
+        elif self.host_mode == "reseed":
+            host = "the --host-slowdown episodes, drawn anew per replay"
+        else:
+            host = "fixed (a measured timeline)"
+        if self.decode_residuals is None:
+            steps = "not varied (no measured profile)"
+        else:
+            steps = (f"each step x (1 + a residual of the profile's measured repeats against the model: "
+                     f"{len(self.decode_residuals)} CUDA-graph decode, {len(self.eager_residuals)} eager)")
+        return {"host_speed": host, "step_times": steps}
+
+
+def _residual_pools(profile: dict) -> tuple[np.ndarray, np.ndarray, int] | None:
+    fit = profile.get("fit")
+    points = profile.get("points")
+    if not fit or not points:
+        return None
+    grid = ProfiledCostModel({**fit, "serving": None}, "grid")  # the grid's own speed: the repeats' conditions
+    decode, eager = [], []
+    for p in points:
+        predicted = grid.predict(p["features"], 1.0)
+        times = p.get("times_s") or [p["median_s"]]
+        pool = decode if _is_graph_step(p["features"], grid.max_graph_bs) else eager
+        pool.extend(t / predicted - 1.0 for t in times if t > 0)
+    if not decode or not eager:
+        return None
+    return np.array(decode), np.array(eager), grid.max_graph_bs
+
+
+def band_model(config: SimConfig, model: ModelShape) -> BandModel:
+    path = chosen_profile(config, model)
+    profile = json.loads(path.read_text()) if path is not None else {}
+    serving = profile.get("serving") or {}
+    episodes = serving.get("host_episodes") or {}
+    spec = config.host_slowdown.strip()
+    if spec == "calibrated":
+        mode, mean = "episodes", float(serving.get("host_factor", 1.0))
+    elif spec.startswith("episodes:"):
+        mode, mean = "reseed", 1.0
+    else:
+        try:
+            mode, mean = "episodes", float(spec)
+        except ValueError:
+            mode, mean = "fixed", 1.0
+    pools = _residual_pools(profile) if profile else None
+    return BandModel(
+        host_mode=mode, mean_slowdown=mean,
+        slow_over_normal=float(episodes.get("slow_over_normal", SLOW_OVER_NORMAL)),
+        slow_share_range=tuple(episodes.get("slow_share_range", SLOW_SHARE_RANGE)),
+        mean_episode_s=float(episodes.get("mean_episode_s", MEAN_EPISODE_S)),
+        decode_residuals=pools[0] if pools else None, eager_residuals=pools[1] if pools else None,
+        max_graph_bs=pools[2] if pools else 0,
+    )
+
+
+class PerturbedCostModel:
+    """``base``'s step times, each multiplied by 1 + a residual drawn from its regime's pool."""
+
+    def __init__(self, base: CostModel, bands: BandModel, rng: np.random.Generator) -> None:
+        self.base = base
+        self.name = base.name
+        self._decode, self._eager = bands.decode_residuals, bands.eager_residuals
+        self._max_graph_bs = bands.max_graph_bs
+        self._rng = rng
+
+    def _pool(self, batch: ScheduledBatch) -> np.ndarray:
+        graph = batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self._max_graph_bs
+        return self._decode if graph else self._eager
+
+    def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
+        pool = self._pool(batch)
+        return self.base.step_time_s(batch, host_slowdown) * (1.0 + float(pool[self._rng.integers(len(pool))]))
+
+    def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:
+        run = getattr(self.base, "decode_run_s", None)
+        durations_s = None if run is None else run(batch, host_slowdown)
+        if durations_s is None:
+            return None
+        pool = self._pool(batch)
+        return durations_s * (1.0 + pool[self._rng.integers(len(pool), size=len(durations_s))])
+
+
+def replay_setup(config: SimConfig, base: CostModel, bands: BandModel, index: int) -> tuple[SimConfig, CostModel]:
+    """The configuration and cost model of band replay ``index`` (0-based): a function of --seed and ``index``
+    only, so a band is the same whichever process runs which replay."""
+    rng = np.random.default_rng([config.seed, index])
+    host = config.host_slowdown
+    if bands.host_mode == "episodes":
+        lo, hi = bands.slow_share_range
+        share = float(rng.uniform(lo, hi))
+        # normal is set so that the middle of the share range gives the mean slowdown: a replay with more slow
+        # time than usual is slower on average, as a GPU run with more episodes is.
+        normal = bands.mean_slowdown / (1.0 + (lo + hi) / 2 * (bands.slow_over_normal - 1.0))
+        host = (f"episodes:{normal:.6g},{normal * bands.slow_over_normal:.6g},{share:.6g},{bands.mean_episode_s:g},"
+                f"{(index + 1) * SEED_STRIDE}")
+    elif bands.host_mode == "reseed":  # the user's process, with the replay's seed added to its own
+        parts = host.strip().split(",")
+        own = int(parts.pop()) if len(parts) == 5 else 0
+        host = ",".join([*parts, str(own + (index + 1) * SEED_STRIDE)])
+    replay_config = dataclasses.replace(config, host_slowdown=host)
+    if bands.decode_residuals is None:
+        return replay_config, base
+    return replay_config, PerturbedCostModel(base, bands, rng)
+
+
+def check_num_replays(text: str) -> int:
+    """``--bands N``: an integer from 2 to MAX_REPLAYS (ValueError naming the option otherwise)."""
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not 2 <= value <= MAX_REPLAYS:
+        raise ValueError(f"--bands must be an integer from 2 to {MAX_REPLAYS} (the number of seeded replays; a band "
+                         f"needs at least two), got {text!r}")
+    return value

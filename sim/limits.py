@@ -1,0 +1,227 @@
+"""Where a simulated run leaves what the simulator was measured and validated on: the ``warnings`` list of
+summary.json, printed by ``sim.replay`` and shown in the report.
+
+Each warning is ``{"code", "message", "value", "limit"}``: a stable code to test and filter on, one line
+naming the limit and the run's figure, and the two figures. Warnings describe the run; they never change it.
+
+- ``beyond_grid_*``: steps whose shape lies outside the measured profile's grid (batch tokens, sequences per
+  step, prefill context, longest and total decode context): their times are extrapolated by the fit.
+- ``past_saturation``: the waiting queue still grows over the last third of the arrivals: the offered load
+  exceeds what the deployment serves, and latencies grow with the run's length instead of settling.
+- ``kv_blocks_beyond_memory``: ``--num-gpu-blocks`` asks for more KV blocks than the GPU's memory holds beside
+  the model (a what-if the simulator runs, but no real engine could).
+- ``no_profile``: no measured profile for this model, GPU and tensor-parallel size: the step times are the
+  roofline estimate. ``profile_engine_options``: the profile was measured with other engine options (block
+  size, token budget, batch size limit), which change step times. A profile of another model, GPU or
+  tensor-parallel size is an error before the run (``ProfiledCostModel.load``), not a warning.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from engine.core.model_config import ModelShape
+from sim.config import SimConfig
+from sim.cost_model import num_kv_blocks_for
+from sim.hardware import get_gpu
+from sim.profiled_cost_model import PROFILE_DIR, _is_graph_step, find_profile, profile_path
+
+REPO = PROFILE_DIR.parents[1]  # profile paths in messages are relative to it, whatever the checkout
+
+# The queue must absorb at least this share of the requests that arrived in the last third of the arrivals
+# (and at least MIN_QUEUE_GROWTH requests) to count as growing: a stable queue near saturation wanders by less.
+QUEUE_GROWTH_SHARE = 0.1
+MIN_QUEUE_GROWTH = 5
+# Engine options that change step times (a profile measured with others prices other steps).
+TIMED_OPTIONS = ("block_size", "max_num_batched_tokens", "max_num_seqs")
+
+
+@dataclass(frozen=True)
+class GridRange:
+    """The largest step shapes a profile measured, per regime (eager steps; CUDA-graph decode steps)."""
+
+    eager_batch_tokens: int
+    eager_num_seqs: int
+    prefill_context_tokens: int  # cached context plus new tokens of a step's prefills
+    decode_num_seqs: int
+    longest_decode_context: int
+    decode_kv_tokens: int  # KV tokens read by a step's decode rows
+
+
+def grid_range(profile: dict) -> GridRange:
+    """The range of ``profile``'s measured points (a profile JSON as ``sim.profile`` writes it)."""
+    max_graph_bs = max(profile["engine_options"].get("cuda_graph_sizes") or [0])
+    features = [p["features"] for p in profile["points"]]
+    eager = [f for f in features if not _is_graph_step(f, max_graph_bs)] or [{}]
+
+    def largest(rows: list[dict], value) -> int:
+        return max((value(f) for f in rows if f), default=0)
+
+    return GridRange(
+        eager_batch_tokens=largest(eager, lambda f: f["num_prefill_tokens"] + f["num_decode_seqs"]),
+        eager_num_seqs=largest(eager, lambda f: f["num_seqs"]),
+        prefill_context_tokens=largest(eager, lambda f: f["prefill_context_tokens"] + f["num_prefill_tokens"]),
+        decode_num_seqs=largest(features, lambda f: f["num_decode_seqs"]),
+        longest_decode_context=largest(features, _longest_context),
+        decode_kv_tokens=largest(features, lambda f: f["decode_context_tokens"]),
+    )
+
+
+def _longest_context(f: dict) -> int:
+    if "max_decode_context_tokens" in f:
+        return f["max_decode_context_tokens"]
+    return f["decode_context_tokens"] // f["num_decode_seqs"] if f["num_decode_seqs"] else 0
+
+
+def warning(code: str, message: str, value: float | int | None = None, limit: float | int | None = None) -> dict:
+    return {"code": code, "message": message, "value": value, "limit": limit}
+
+
+def chosen_profile(config: SimConfig, model: ModelShape) -> Path | None:
+    """The profile JSON ``sim.simulator.make_cost_model`` prices this run with (None: the roofline)."""
+    if config.cost_model == "roofline":
+        return None
+    if config.cost_model == "auto":
+        return find_profile(model.name, config.gpu, config.tensor_parallel_size)
+    return Path(config.cost_model)
+
+
+def profile_warnings(config: SimConfig, model: ModelShape, profile: dict | None) -> list[dict]:
+    """``no_profile`` and ``profile_engine_options``."""
+    if profile is None:
+        if config.cost_model == "roofline":
+            return [warning("no_profile", "cost model: the roofline estimate (--cost-model roofline), not measured "
+                                          "step times; its latencies are not validated against a GPU")]
+        looked = profile_path(model.name, config.gpu, config.tensor_parallel_size).relative_to(REPO)
+        return [warning("no_profile", f"no measured profile for {model.name} on {config.gpu} at tensor-parallel "
+                                      f"size {config.tensor_parallel_size} ({looked} does not exist): step times are "
+                                      "the roofline estimate, not validated against a GPU")]
+    measured = profile.get("engine_options", {})
+    out = []
+    for name in TIMED_OPTIONS:
+        was, asked = measured.get(name), getattr(config, name)
+        if was is not None and was != asked:
+            out.append(warning("profile_engine_options", f"{name} is {asked:,} but the profile was measured at "
+                                                         f"{was:,}: its step times are for other batches", asked, was))
+    return out
+
+
+def _beyond(steps: pl.DataFrame, num_steps: int, values: pl.Expr, limit: int, code: str, what: str) -> list[dict]:
+    """A warning when some of ``steps`` exceed ``limit``; ``num_steps``: all the run's steps, for the share."""
+    over = steps.select(values.alias("v")).filter(pl.col("v") > limit)
+    if over.height == 0:
+        return []
+    largest = int(over["v"].max())
+    share = over.height / num_steps
+    return [warning(code, f"{over.height:,} of {num_steps:,} steps ({share:.1%}) have {what} up to {largest:,}, "
+                          f"beyond the profile grid's largest measured {limit:,}: their times are extrapolated",
+                    largest, limit)]
+
+
+def grid_warnings(steps: pl.DataFrame, grid: GridRange, max_graph_bs: int) -> list[dict]:
+    """``beyond_grid_*``: one warning per dimension in which some steps exceed the grid."""
+    if steps.height == 0:
+        return []
+    graph = (pl.col("num_prefill_tokens") == 0) & (pl.col("num_decode_seqs") > 0) & (
+        pl.col("num_decode_seqs") <= max_graph_bs)
+    eager = steps.filter(~graph)
+    prefill_kv = pl.col("prefill_context_tokens") + pl.col("num_prefill_tokens")
+    longest = (pl.col("max_decode_context_tokens") if "max_decode_context_tokens" in steps.columns
+               else pl.col("decode_context_tokens") // pl.max_horizontal(pl.col("num_decode_seqs"), 1))
+    out = []
+    n = steps.height
+    if eager.height:
+        out += _beyond(eager, n, pl.col("num_batched_tokens"), grid.eager_batch_tokens, "beyond_grid_batch_tokens",
+                       "eager batches of tokens")
+        out += _beyond(eager, n, pl.col("num_seqs"), grid.eager_num_seqs, "beyond_grid_num_seqs",
+                       "eager batches of sequences")
+        out += _beyond(eager, n, prefill_kv, grid.prefill_context_tokens, "beyond_grid_prefill_context",
+                       "prefill context (cached + new tokens)")
+    out += _beyond(steps, n, pl.col("num_decode_seqs"), grid.decode_num_seqs, "beyond_grid_decode_seqs",
+                   "decode batches of sequences")
+    out += _beyond(steps, n, longest, grid.longest_decode_context, "beyond_grid_decode_context",
+                   "a longest decode context")
+    out += _beyond(steps, n, pl.col("decode_context_tokens"), grid.decode_kv_tokens, "beyond_grid_decode_kv_tokens",
+                   "decode KV tokens read")
+    return out
+
+
+def saturation_warning(steps: pl.DataFrame, arrivals_s: np.ndarray) -> list[dict]:
+    """``past_saturation``: on any replica, the waiting count's least-squares trend over the steps that start in
+    the last third of the arrival window grows the queue by at least QUEUE_GROWTH_SHARE of the requests that
+    arrived then (and MIN_QUEUE_GROWTH), and its later half waits longer (median) than its earlier half. After
+    the last arrival every queue drains, so the end of the arrivals is the end that matters; a run whose
+    requests all arrive at once (offline) is a batch, never saturated."""
+    if steps.height == 0 or len(arrivals_s) < 2:
+        return []
+    first_s, last_s = float(arrivals_s.min()), float(arrivals_s.max())
+    if last_s <= first_s:
+        return []
+    window_start_s = last_s - (last_s - first_s) / 3
+    num_arrived = int(((arrivals_s >= window_start_s) & (arrivals_s <= last_s)).sum())
+    needed = max(MIN_QUEUE_GROWTH, QUEUE_GROWTH_SHARE * num_arrived)
+    worst = None
+    for (replica,), group in steps.filter(pl.col("start_s").is_between(window_start_s, last_s)).group_by(
+            "replica", maintain_order=True):
+        if group.height < 8:
+            continue
+        t_s = group["start_s"].to_numpy().astype(float)
+        waiting = group["num_waiting"].to_numpy().astype(float)
+        if np.ptp(t_s) == 0:
+            continue
+        slope = float(np.polyfit(t_s, waiting, 1)[0])
+        growth = slope * (last_s - window_start_s)
+        half = len(waiting) // 2
+        rising = np.median(waiting[half:]) > np.median(waiting[:half])
+        if growth >= needed and rising and (worst is None or growth > worst[1]):
+            worst = (replica, growth, slope, float(waiting[0]), float(waiting[-1]))
+    if worst is None:
+        return []
+    replica, growth, slope, start_waiting, end_waiting = worst
+    return [warning("past_saturation",
+                    f"replica {replica}'s waiting queue grew by {growth:,.0f} requests "
+                    f"({slope:+.2f}/s, least-squares trend; {start_waiting:,.0f} -> {end_waiting:,.0f} waiting) over "
+                    f"the last third of the arrivals ({window_start_s:.1f}-{last_s:.1f} s), at least "
+                    f"{QUEUE_GROWTH_SHARE:.0%} of the {num_arrived:,} that arrived then: the load exceeds what it "
+                    "serves, and latencies grow with the run's length", round(growth, 1), round(needed, 1))]
+
+
+def memory_warning(config: SimConfig, model: ModelShape) -> list[dict]:
+    """``kv_blocks_beyond_memory``: an explicit --num-gpu-blocks above what the engine would size from memory."""
+    asked = config.num_gpu_blocks
+    if asked is None:
+        return []
+    gpu = get_gpu(config.gpu)
+    try:
+        holds = num_kv_blocks_for(model, gpu, config.block_size, config.gpu_memory_utilization,
+                                  config.max_num_batched_tokens, config.tensor_parallel_size)
+    except ValueError:  # not even the weights fit
+        holds = 0
+    if asked <= holds:
+        return []
+    return [warning("kv_blocks_beyond_memory",
+                    f"--num-gpu-blocks {asked:,} is more KV blocks than {model.name} leaves room for on "
+                    f"{config.tensor_parallel_size}x {gpu.name} at gpu_memory_utilization "
+                    f"{config.gpu_memory_utilization:g} ({holds:,} blocks of {config.block_size} tokens): a what-if "
+                    "no real engine could run", asked, holds)]
+
+
+def run_warnings(config: SimConfig, model: ModelShape, steps: pl.DataFrame, arrivals_s: np.ndarray) -> list[dict]:
+    """Every warning of a simulated run, in a fixed order: the profile, the memory, the grid, the load."""
+    path = chosen_profile(config, model)
+    profile = json.loads(path.read_text()) if path is not None else None
+    out = profile_warnings(config, model, profile) + memory_warning(config, model)
+    if profile is not None and profile.get("points"):
+        max_graph_bs = max(profile["engine_options"].get("cuda_graph_sizes") or [0])
+        out += grid_warnings(steps, grid_range(profile), max_graph_bs)
+    return out + saturation_warning(steps, arrivals_s)
+
+
+def format_warnings(warnings: list[dict]) -> str:
+    """One line per warning, for the CLI ("" without any)."""
+    return "\n".join(f"warning [{w['code']}]: {w['message']}" for w in warnings)

@@ -1,0 +1,133 @@
+"""Prediction bands (sim.bands, analysis.bands): deterministic for a --seed whatever the pool, ordered, what each
+replay varies, and bad --bands values refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.band_stats import band_of, flat_bands, inside
+from analysis.bands import run_bands
+from cli.sim_replay import main as replay_main
+from engine.core.scheduler import ScheduledBatch
+from sim.bands import PerturbedCostModel, band_model, replay_setup
+from sim.config import SimConfig
+from sim.host_speed import HostSpeedEpisodes, parse_host_slowdown
+from sim.simulator import make_cost_model
+from tests.sim.helpers import SHAREGPT, make_trace
+
+# 40 requests at 8 req/s: long enough for slow episodes to matter, short enough for CI.
+TRACE = make_trace([300 + 37 * (i % 11) for i in range(40)], [40 + 7 * (i % 5) for i in range(40)],
+                   [i / 8 for i in range(40)])
+
+
+def _assert_ordered(bands: dict) -> None:
+    flat = flat_bands({"bands": bands})
+    assert flat and "ttft_ms.p50" in flat and "output_throughput" in flat
+    for key, band in flat.items():
+        assert band["p5"] <= band["median"] <= band["p95"], key
+
+
+def test_bands_are_deterministic_ordered_and_the_same_in_a_pool() -> None:
+    config = SimConfig()
+    serial = run_bands(TRACE, config, 4)
+    assert serial == run_bands(TRACE, config, 4)
+    assert run_bands(TRACE, config, 4, num_jobs=2) == serial  # each replay depends on --seed and its index only
+    _assert_ordered(serial)
+    assert serial["num_replays"] == 4 and serial["seed"] == 0
+    ttft = serial["metrics"]["ttft_ms"]["p50"]
+    assert ttft["p5"] < ttft["p95"]  # the replays do differ
+    other = run_bands(TRACE, SimConfig(seed=1), 4)
+    assert other["metrics"]["ttft_ms"] != serial["metrics"]["ttft_ms"]
+
+
+def test_band_of_is_the_median_and_p5_p95_of_the_replays() -> None:
+    assert band_of([4.0, 1.0, 3.0, 2.0, 5.0]) == {"median": 3.0, "p5": 1.2, "p95": 4.8}
+    assert band_of([2.0, 2.0]) == {"median": 2.0, "p5": 2.0, "p95": 2.0}
+    assert inside({"p5": 1.0, "p95": 2.0}, 1.0) is True and inside({"p5": 1.0, "p95": 2.0}, 2.5) is False
+    assert inside({"p5": 1.0, "p95": 2.0}, None) is None
+
+
+def test_each_replay_varies_the_host_and_the_step_times() -> None:
+    config = SimConfig()
+    shape = config.model_shape
+    bands = band_model(config, shape)
+    # The calibrated host factor of the committed profile is the mean slowdown; residuals from every timed repeat.
+    profile = json.loads(Path("sim/profiles/h200/qwen3-0.6b.json").read_text())
+    assert bands.host_mode == "episodes" and bands.mean_slowdown == profile["serving"]["host_factor"]
+    assert len(bands.decode_residuals) + len(bands.eager_residuals) == sum(len(p["times_s"]) for p in profile["points"])
+    base = make_cost_model(config, shape)
+    first, cost_model = replay_setup(config, base, bands, 0)
+    assert isinstance(cost_model, PerturbedCostModel) and cost_model.name == base.name
+    normal = 1.1611 / (1 + 0.25 * 0.75)
+    spec = first.host_slowdown
+    assert spec.startswith(f"episodes:{normal:.6g},{normal * 1.75:.6g},") and spec.endswith(",4,1048576")
+    process = parse_host_slowdown(spec, seed=0)
+    assert isinstance(process, HostSpeedEpisodes) and 0.15 <= process.fraction <= 0.35
+    second, _ = replay_setup(config, base, bands, 1)
+    assert second.host_slowdown != spec and second.host_slowdown.endswith(",2097152")
+    assert replay_setup(config, base, bands, 0)[0] == first  # a function of the seed and the index
+    # A number is the mean slowdown; the user's episodes are drawn anew; a roofline run varies the host only.
+    assert band_model(SimConfig(host_slowdown="2"), shape).mean_slowdown == 2.0
+    user = SimConfig(host_slowdown="episodes:1,2,0.3,3,5")
+    assert replay_setup(user, base, band_model(user, shape), 1)[0].host_slowdown == "episodes:1,2,0.3,3,2097157"
+    roofline = SimConfig(cost_model="roofline")
+    roofline_bands = band_model(roofline, shape)
+    assert roofline_bands.decode_residuals is None and roofline_bands.mean_slowdown == 1.0
+    assert replay_setup(roofline, base, roofline_bands, 0)[1] is base
+
+
+def test_a_perturbed_step_is_the_model_times_one_plus_a_residual_of_its_regime() -> None:
+    config = SimConfig()
+    bands = band_model(config, config.model_shape)
+    base = make_cost_model(config, config.model_shape)
+    model = PerturbedCostModel(base, bands, np.random.default_rng(0))
+    decode = ScheduledBatch(num_decode_seqs=8, decode_context_tokens=8 * 500, max_decode_context_tokens=500)
+    prefill = ScheduledBatch(num_prefill_seqs=1, num_prefill_tokens=1000, prefill_attention_pairs=500_000)
+    for batch, pool in ((decode, bands.decode_residuals), (prefill, bands.eager_residuals)):
+        ratios = [model.step_time_s(batch) / base.step_time_s(batch) - 1 for _ in range(20)]
+        assert all(np.isclose(pool, r, rtol=0, atol=1e-12).any() for r in ratios)
+        assert len(set(ratios)) > 1
+    # The quiet-window path: one residual per step of a decode run, from the decode pool.
+    decode.decode_context_tokens = 8 * 500 + 8 * np.arange(16)
+    decode.max_decode_context_tokens = 500 + np.arange(16)
+    ratios = model.decode_run_s(decode) / base.decode_run_s(decode) - 1
+    assert len(ratios) == 16 and all(np.isclose(bands.decode_residuals, r, rtol=0, atol=1e-12).any() for r in ratios)
+    assert model.decode_run_s(prefill) is None
+    assert np.all(bands.decode_residuals > -1) and np.all(bands.eager_residuals > -1)  # every step time stays > 0
+
+
+@pytest.mark.parametrize("value", ["1", "0", "-2", "x", "2.5", "1001", ""])
+def test_bad_bands_values_exit_2_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        replay_main([str(SHAREGPT), "--limit", "5", "--out", str(tmp_path / "out"), "--bands", value])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (f"error: --bands must be an integer from 2 to 1000 (the number of seeded "
+                                       f"replays; a band needs at least two), got {value!r}\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_episodes_seed_must_be_a_non_negative_integer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        replay_main([str(SHAREGPT), "--limit", "5", "--out", str(tmp_path / "out"),
+                     "--host-slowdown", "episodes:1,2,0.3,3,-1"])
+    assert exited.value.code == 2
+    assert "optionally ,SEED (an integer >= 0)" in capsys.readouterr().err
+
+
+def test_the_cli_and_the_report_show_bands_and_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert replay_main([str(SHAREGPT), "--limit", "30", "--qps", "5", "--out", str(out), "--bands", "2",
+                        "--num-gpu-blocks", "1000000"]) == 0
+    stdout = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary)[-2:] == ["warnings", "bands"]  # after the metrics, cost model, trace and config
+    assert "prediction bands over 2 seeded replays (median [p5 - p95]):" in stdout.splitlines()
+    assert [w["code"] for w in summary["warnings"]] == ["kv_blocks_beyond_memory"]
+    assert f"warning [kv_blocks_beyond_memory]: {summary['warnings'][0]['message']}" in stdout.splitlines()
+    page = (out / "report.html").read_text()
+    assert "prediction bands over 2 seeded replays" in page and "kv_blocks_beyond_memory" in page
+    assert "<td>ttft_ms.p50</td>" in page

@@ -1,0 +1,150 @@
+"""summary.json's ``warnings`` (sim.limits): exact warnings on small crafted runs, none on a normal one, and
+printed by the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from cli.sim_replay import main as replay_main
+from sim.config import SimConfig
+from sim.cost_model import num_kv_blocks_for
+from sim.hardware import get_gpu
+from sim.limits import grid_range, saturation_warning
+from sim.profiled_cost_model import fit_profile, profile_path, write_profile
+from tests.sim.helpers import SHAREGPT, write_trace
+
+PROFILE = profile_path("qwen3-0.6b", "h200")
+
+
+def _run(tmp_path: Path, trace: Path, *args: str, name: str = "out") -> dict:
+    out = tmp_path / name
+    assert replay_main([str(trace), "--out", str(out), "--quiet", "--no-report", *args]) == 0
+    return json.loads((out / "summary.json").read_text())
+
+
+def _tiny_profile(tmp_path: Path) -> Path:
+    """The committed profile cut to a small grid: decode batches of up to 8 at contexts up to 1024, and
+    single prefills of up to 1024 new tokens without a cached prefix."""
+    profile = json.loads(PROFILE.read_text())
+    keep = []
+    for p in profile["points"]:
+        f = p["features"]
+        decode_only = f["num_prefill_tokens"] == 0
+        if decode_only and p["family"] == "decode" and f["num_decode_seqs"] <= 8 and \
+                f["max_decode_context_tokens"] <= 1024 + 16:
+            keep.append(p)
+        elif p["family"] == "prefill" and f["num_prefill_tokens"] <= 1024 and f["prefill_context_tokens"] == 0:
+            keep.append(p)
+    profile["points"] = keep
+    profile["serving"] = None
+    profile["fit"] = fit_profile(profile)
+    path = tmp_path / "tiny.json"
+    write_profile(path, profile)
+    return path
+
+
+def test_a_batch_beyond_a_tiny_grid_is_named_with_its_figures(tmp_path: Path) -> None:
+    profile = _tiny_profile(tmp_path)
+    grid = grid_range(json.loads(profile.read_text()))
+    assert (grid.eager_batch_tokens, grid.eager_num_seqs, grid.prefill_context_tokens) == (1024, 1, 1024)
+    assert (grid.decode_num_seqs, grid.longest_decode_context) == (8, 1027)
+    # One request of 3,000 prompt tokens: one prefill step of 3,000 tokens, then decodes at ~3,000 context.
+    trace = write_trace(tmp_path / "t.parquet", [3000], [4])
+    summary = _run(tmp_path, trace, "--cost-model", str(profile), "--offline")
+    assert summary["warnings"] == [
+        {"code": "beyond_grid_batch_tokens",
+         "message": "1 of 4 steps (25.0%) have eager batches of tokens up to 3,000, beyond the profile grid's largest "
+                    "measured 1,024: their times are extrapolated",
+         "value": 3000, "limit": 1024},
+        {"code": "beyond_grid_prefill_context",
+         "message": "1 of 4 steps (25.0%) have prefill context (cached + new tokens) up to 3,000, beyond the profile "
+                    "grid's largest measured 1,024: their times are extrapolated",
+         "value": 3000, "limit": 1024},
+        {"code": "beyond_grid_decode_context",
+         "message": "3 of 4 steps (75.0%) have a longest decode context up to 3,003, beyond the profile grid's "
+                    "largest measured 1,027: their times are extrapolated",
+         "value": 3003, "limit": 1027},
+    ]
+    assert [w["code"] for w in summary["warnings"]] == [
+        "beyond_grid_batch_tokens", "beyond_grid_prefill_context", "beyond_grid_decode_context"]
+
+
+def test_a_normal_run_has_no_warnings(tmp_path: Path) -> None:
+    summary = _run(tmp_path, SHAREGPT, "--limit", "100", "--qps", "10")
+    assert summary["warnings"] == []
+
+
+def test_a_block_count_beyond_memory_is_flagged(tmp_path: Path) -> None:
+    config = SimConfig()
+    holds = num_kv_blocks_for(config.model_shape, get_gpu("h200"), 256, 0.9, 8192, 1)
+    summary = _run(tmp_path, SHAREGPT, "--limit", "20", "--qps", "10", "--num-gpu-blocks", str(holds + 1))
+    assert summary["warnings"] == [{
+        "code": "kv_blocks_beyond_memory",
+        "message": f"--num-gpu-blocks {holds + 1:,} is more KV blocks than qwen3-0.6b leaves room for on 1x h200 at "
+                   f"gpu_memory_utilization 0.9 ({holds:,} blocks of 256 tokens): a what-if no real engine could run",
+        "value": holds + 1, "limit": holds}]
+    assert _run(tmp_path, SHAREGPT, "--limit", "20", "--qps", "10", "--num-gpu-blocks", str(holds),
+                name="at_limit")["warnings"] == []
+
+
+def test_an_overloaded_run_is_past_saturation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 600 prompts of 8,000 tokens at 100 req/s: prefill-bound at about 21 req/s, so the queue grows throughout.
+    n = 600
+    trace = write_trace(tmp_path / "t.parquet", [8000] * n, [10] * n, [i / 100 for i in range(n)])
+    out = tmp_path / "out"
+    assert replay_main([str(trace), "--out", str(out), "--no-report"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    warning = {"code": "past_saturation", "value": 157.3, "limit": 20.0,  # 10 % of the 200 arrivals in 3.99-5.99 s
+               "message": "replica 0's waiting queue grew by 157 requests (+78.77/s, least-squares trend; 323 -> 473 "
+                          "waiting) over the last third of the arrivals (4.0-6.0 s), at least 10% of the 200 that "
+                          "arrived then: the load exceeds what it serves, and latencies grow with the run's length"}
+    assert summary["warnings"] == [warning]
+    assert f"warning [past_saturation]: {warning['message']}" in capsys.readouterr().out.splitlines()
+
+
+def test_no_profile_is_a_warning_and_another_models_profile_an_error(tmp_path: Path) -> None:
+    summary = _run(tmp_path, SHAREGPT, "--limit", "20", "--qps", "10", "--cost-model", "roofline")
+    assert summary["warnings"] == [{
+        "code": "no_profile", "value": None, "limit": None,
+        "message": "cost model: the roofline estimate (--cost-model roofline), not measured step times; its latencies "
+                   "are not validated against a GPU"}]
+    summary = _run(tmp_path, SHAREGPT, "--limit", "20", "--qps", "10", "--gpu", "h100", name="h100")
+    assert summary["warnings"] == [{
+        "code": "no_profile", "value": None, "limit": None,
+        "message": "no measured profile for qwen3-0.6b on h100 at tensor-parallel size 1 "
+                   "(sim/profiles/h100/qwen3-0.6b.json does not exist): step times are the roofline estimate, not "
+                   "validated against a GPU"}]
+    with pytest.raises(SystemExit) as exc:
+        replay_main([str(SHAREGPT), "--cost-model", str(PROFILE.with_name("qwen3-8b.json")), "--out",
+                     str(tmp_path / "x"), "--quiet"])
+    assert exc.value.code == 2 and not (tmp_path / "x").exists()
+
+
+def test_other_engine_options_than_the_profile_are_named(tmp_path: Path) -> None:
+    summary = _run(tmp_path, SHAREGPT, "--limit", "20", "--qps", "10", "--block-size", "16")
+    assert summary["warnings"] == [{
+        "code": "profile_engine_options", "value": 16, "limit": 256,
+        "message": "block_size is 16 but the profile was measured at 256: its step times are for other batches"}]
+
+
+def _steps(start_s: list[float], waiting: list[int], replica: int = 0) -> pl.DataFrame:
+    return pl.DataFrame({"replica": [replica] * len(start_s), "start_s": start_s, "num_waiting": waiting})
+
+
+def test_saturation_rule_on_crafted_queues() -> None:
+    arrivals = np.linspace(0.0, 30.0, 301)  # 10 req/s for 30 s: the last third is 20-30 s, 101 arrivals
+    t = [20.0 + i * 0.1 for i in range(100)]
+    growing = saturation_warning(_steps(t, [i // 2 for i in range(100)]), arrivals)  # +5/s: 50 over 10 s
+    assert len(growing) == 1 and growing[0]["limit"] == 10.1 and growing[0]["value"] == pytest.approx(50.0, abs=0.5)
+    # A queue near saturation that wanders but does not grow, one that grows by less than 10 % of the
+    # arrivals, one that drained before the end, and an offline run (all at t=0): none saturated.
+    rng = np.random.default_rng(0)
+    assert saturation_warning(_steps(t, list(rng.integers(0, 30, 100))), arrivals) == []
+    assert saturation_warning(_steps(t, [i // 12 for i in range(100)]), arrivals) == []
+    assert saturation_warning(_steps(t, [max(0, 50 - i) for i in range(100)]), arrivals) == []
+    assert saturation_warning(_steps([0.0] * 10, list(range(10))), np.zeros(10)) == []

@@ -33,6 +33,8 @@ class IncrementalDetokenizer:
         if self.stopped or not new_ids:
             return ""
         self.token_ids.extend(new_ids)
+        if self.tokenizer is None:  # token ids only: no text to make (stop strings need a tokenizer)
+            return ""
         prefix_text = self._decode(self.token_ids[self._prefix_offset:self._read_offset])
         full_text = self._decode(self.token_ids[self._prefix_offset:])
         if len(full_text) > len(prefix_text) and not full_text.endswith("\ufffd"):

@@ -201,10 +201,28 @@ class Scheduler:
         """Give running sequences their next tokens (a decode token, or the next prompt chunk), oldest
         first, preempting the newest under KV pressure; returns the budget left."""
         running = self.running
+        block_manager = self.block_manager
+        block_size = block_manager.block_size
+        caching = block_manager.enable_prefix_caching
+        seqs_append, num_new_append = batch.seqs.append, batch.num_new_tokens.append
         index = 0
         while index < len(running) and budget > 0:
             seq = running[index]
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            computed = seq.num_computed_tokens
+            if (len(seq.token_ids) - computed == 1 and computed < len(seq.block_table) * block_size
+                    and not (caching and (computed + 1) // block_size > seq.num_registered_blocks)):
+                # The common case of a large batch, inlined: a decode token in a block the sequence already
+                # holds, filling none (append_slots would allocate and register nothing), added as batch.add would.
+                seqs_append(seq)
+                num_new_append(1)
+                batch.num_decode_seqs += 1
+                batch.decode_context_tokens += computed + 1
+                if computed + 1 > batch.max_decode_context_tokens:
+                    batch.max_decode_context_tokens = computed + 1
+                budget -= 1
+                index += 1
+                continue
+            num_new = min(len(seq.token_ids) - computed, budget)
             if not self._reserve_or_preempt(seq, num_new, batch):
                 break
             batch.add(seq, num_new)
@@ -248,10 +266,11 @@ class Scheduler:
         finished: list[Sequence] = []
         eos = self.eos_token_ids
         for seq, num_new, token_id in zip(batch.seqs, batch.num_new_tokens, token_ids):
-            seq.num_computed_tokens += num_new
-            if seq.num_computed_tokens < seq.num_tokens:
+            computed = seq.num_computed_tokens = seq.num_computed_tokens + num_new
+            tokens = seq.token_ids
+            if computed < len(tokens):
                 continue  # a prompt chunk: nothing sampled yet
-            seq.token_ids.append(token_id)
+            tokens.append(token_id)
             seq.token_times_s.append(now_s)
             if seq.first_token_s is None:
                 seq.first_token_s = now_s
@@ -259,7 +278,7 @@ class Scheduler:
             if (not params.ignore_eos and token_id in eos) or token_id in params.stop_token_ids:
                 self._finish(seq, FinishReason.STOP)
                 finished.append(seq)
-            elif len(seq.token_ids) >= seq.max_num_tokens:
+            elif len(tokens) >= seq.max_num_tokens:
                 self._finish(seq, seq.length_reason)
                 finished.append(seq)
         if finished:

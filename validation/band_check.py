@@ -1,0 +1,73 @@
+"""Do the GPU runs fall inside the simulator's prediction bands? CPU only, from the committed GPU summaries.
+
+    python validation/band_check.py [--bands 20] [--out validation/results/bands]
+
+Each run of ``validation/compare_all.py``'s plan whose GPU summary is committed
+(``validation/results/<run>/real_summary.json``) is simulated with the same options, the GPU's KV block count and
+``--bands N``; the table gives, per headline figure, the GPU's value, the unperturbed simulation's, the band
+(p5 / median / p95 over the N seeded replays) and whether the GPU's value lies inside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from validation.compare_all import HEADLINE, PLAN, TRACES  # noqa: E402
+
+
+def _value(summary: dict, key: str) -> float | None:
+    metric, _, stat = key.partition(".")
+    value = summary.get(metric)
+    return value.get(stat) if stat and isinstance(value, dict) else value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bands", default="20", help="seeded replays per run (default: %(default)s)")
+    parser.add_argument("--out", default=str(ROOT / "validation" / "results" / "bands"), help="where bands.md goes")
+    args = parser.parse_args(argv)
+    from analysis.band_stats import flat_bands, inside
+    from cli.sim_replay import main as sim_replay
+
+    lines = ["| run | figure | GPU | sim | band p5 | band median | band p95 | GPU inside |",
+             "|:---|:---|---:|---:|---:|---:|---:|:---:|"]
+    totals = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (description, trace, options) in PLAN.items():
+            real_path = ROOT / "validation" / "results" / name / "real_summary.json"
+            if not real_path.is_file():
+                continue
+            real = json.loads(real_path.read_text())
+            out = Path(tmp) / name
+            sim_replay([str(TRACES / trace), *options, "--num-gpu-blocks", str(real["config"]["num_gpu_blocks"]),
+                        "--bands", args.bands, "--out", str(out), "--quiet", "--no-report"])
+            sim = json.loads((out / "summary.json").read_text())
+            bands = flat_bands(sim)
+            num_inside = 0
+            for key in HEADLINE:
+                band, gpu = bands[key], _value(real, key)
+                ok = inside(band, gpu)
+                num_inside += bool(ok)
+                lines.append(f"| {description} | {key} | {gpu:.4g} | {_value(sim, key):.4g} | {band['p5']:.4g} | "
+                             f"{band['median']:.4g} | {band['p95']:.4g} | {'yes' if ok else 'no'} |")
+            codes = ", ".join(w["code"] for w in sim["warnings"]) or "none"
+            totals.append(f"- {description}: {num_inside} of {len(HEADLINE)} GPU figures inside; warnings: {codes}")
+            print(totals[-1], flush=True)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = (f"GPU figures against the simulator's p5-p95 bands ({args.bands} seeded replays each; "
+            f"`python validation/band_check.py --bands {args.bands}`).\n\n" + "\n".join(totals) + "\n\n"
+            + "\n".join(lines) + "\n")
+    (out_dir / "bands.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

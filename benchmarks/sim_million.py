@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     peak = peak_rss_bytes()
 
     rows = result.request_rows
+    full_size = args.requests >= 1_000_000 and args.replicas >= 64
     num_steps = sum(len(e.step_log) for e in result.engines)
     prompt_tokens = sum(row[6] for row in rows)
     cached_tokens = sum(row[8] for row in rows)
@@ -139,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         "fast_forward_steps": result.num_fast_forward_steps,
         "simulated_s": round(span_s, 1),
         "peak_rss_bytes": peak,
-        "meets_time_target": sim_cpu_s <= TARGET_S,
-        "meets_memory_target": peak <= TARGET_PEAK_BYTES,
+        # The targets are for the full run; a smaller one is a measurement, not a verdict.
+        "meets_time_target": sim_cpu_s <= TARGET_S if full_size else None,
+        "meets_memory_target": peak <= TARGET_PEAK_BYTES if full_size else None,
         "python": platform.python_version(),
     }
     print(f"{len(rows)} requests on {args.replicas} replicas ({args.router} router, {figures['qps']:g} req/s): "
@@ -148,8 +150,11 @@ def main(argv: list[str] | None = None) -> int:
           f"peak RSS {peak / 2**30:.2f} GiB")
     print(f"{num_steps} steps ({result.num_fast_forward_steps} fast-forwarded), {span_s:.0f} simulated s, "
           f"prefix-cache hit rate {figures['prefix_cache_hit_rate']:.1%}")
-    print(f"targets: <= {TARGET_S:.0f} s: {'met' if figures['meets_time_target'] else 'NOT met'}; "
-          f"<= {TARGET_PEAK_BYTES / 2**30:.0f} GiB: {'met' if figures['meets_memory_target'] else 'NOT met'}")
+    if full_size:
+        print(f"targets: <= {TARGET_S:.0f} s: {'met' if figures['meets_time_target'] else 'NOT met'}; "
+              f"<= {TARGET_PEAK_BYTES / 2**30:.0f} GiB: {'met' if figures['meets_memory_target'] else 'NOT met'}")
+    else:
+        print("targets (1,000,000 requests on 64 replicas) not judged on a smaller run")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=2) + "\n")

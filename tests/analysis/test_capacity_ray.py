@@ -108,10 +108,13 @@ def ray_head():
         pytest.skip("ray is not installed (pip install -e '.[ray]')")
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths have a length limit
     gcs_port, client_port = _free_port(), _free_port()
+    # Ports that would otherwise be fixed defaults: another Ray on this machine (another user's) must not clash.
+    others = [f"--{name}={_free_port()}" for name in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                        "metrics-export-port", "runtime-env-agent-port")]
     head = subprocess.Popen(
         [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={gcs_port}",
          f"--ray-client-server-port={client_port}", "--include-dashboard=false", "--num-cpus=2",
-         "--disable-usage-stats", f"--temp-dir={temp_dir}"],
+         "--disable-usage-stats", f"--temp-dir={temp_dir}", *others],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     try:

@@ -1,0 +1,170 @@
+"""Steady-state capacity of the default trace: ``python benchmarks/steady_capacity.py --json OUT``.
+
+Answers three questions about ``python -m analysis.capacity traces/sharegpt.parquet
+--slo ttft_p90=2s,tpot_p90=100ms --replicas 1,2`` (qwen3-0.6b on an H200, round-robin):
+
+1. ``default``: what the default options answer (max QPS per replica count, the 2/1-replica ratio,
+   the kind of each answer, simulations, CPU seconds), over ``--seeds`` independent streams.
+2. ``durations``: the same search with ``--min-duration-s T --min-requests 0`` for each T of
+   ``--durations`` (``--duration-seeds`` streams): how the answer moves with the simulated duration.
+3. ``reference``: the converged long-stream value: a search bracketed at +-``--reference-span`` around
+   the default answer on streams of ``--reference-duration`` seconds, to ``--reference-tolerance``.
+
+Targets (issue 15): the default answer within 5 % of the reference, and the 2/1-replica ratio in
+[1.8, 2.1]. Prints one line per run and writes every figure to ``--json``.
+CPU seconds include the worker processes (they are children of this one); on a shared machine
+compare CPU seconds, not wall times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TRACE = str(REPO / "traces" / "sharegpt.parquet")
+SLO = "ttft_p90=2s,tpot_p90=100ms"
+TARGET_ERROR = 0.05
+TARGET_RATIO = (1.8, 2.1)
+
+
+def _cpu_s() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def run_capacity_argv(argv: list[str]) -> dict:
+    """Run one capacity sweep in-process; its answers and costs."""
+    from analysis.capacity.cli import build_parser
+    from analysis.capacity.plan import run_capacity
+
+    parser = build_parser()
+    cpu_before, wall_before = _cpu_s(), time.perf_counter()
+    with tempfile.TemporaryDirectory() as out:
+        run = run_capacity(parser.parse_args([TRACE, "--slo", SLO, "--quiet", "--out", out] + argv), parser)
+    figures = {
+        "argv": argv,
+        "cpu_s": round(_cpu_s() - cpu_before, 1),
+        "wall_s": round(time.perf_counter() - wall_before, 1),
+        "num_jobs": run.num_jobs,
+        "configs": {},
+    }
+    for result in run.results:
+        point = result.point_at_max
+        figures["configs"][str(result.config.num_replicas)] = {
+            "max_qps": result.max_qps,
+            "kind": result.kind,
+            "max_qps_by_seed": result.max_qps_by_seed,
+            "spread": result.spread,
+            "num_simulations": result.num_simulations,
+            "notes": list(result.all_notes),
+            "slo_values_ms": point.slo_values_ms if point else None,
+            "stability": point.stability if point else None,
+            "searches": {s.seed: {"verdicts": [list(v) for v in s.outcome.points],
+                                  "duration_checks": [[c.qps, c.feasible, c.slo_values_ms] for c in s.checks]}
+                         for s in result.searches},
+        }
+    one, two = (figures["configs"].get(k, {}).get("max_qps") for k in ("1", "2"))
+    figures["ratio_2_to_1"] = round(two / one, 3) if one and two else None
+    return figures
+
+
+def _line(name: str, figures: dict) -> str:
+    answers = ", ".join(f"{replicas} replica(s): {c['max_qps']} ({c['kind']}, seeds {c['spread'] or '-'}, "
+                        f"{c['num_simulations']} sims)" for replicas, c in figures["configs"].items())
+    return (f"{name}: {answers}; ratio {figures['ratio_2_to_1']}; {figures['cpu_s']} CPU s, {figures['wall_s']} s "
+            f"wall on {figures['num_jobs']} process(es)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=3, help="streams per configuration (default: %(default)s)")
+    parser.add_argument("--seed-offset", type=int, default=0, help="the first seed (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=None, help="local processes (default: the cores)")
+    parser.add_argument("--durations", default="60,120,240",
+                        help="comma list of --min-duration-s for the duration study ('' skips it)")
+    parser.add_argument("--reference-duration", type=float, default=1200.0,
+                        help="seconds of stream for the reference search (0 skips it) (default: %(default)s)")
+    parser.add_argument("--reference-span", type=float, default=0.08,
+                        help="the reference bracket: the default answer +- this share (default: %(default)s)")
+    parser.add_argument("--reference-tolerance", type=float, default=0.01, help="(default: %(default)s)")
+    parser.add_argument("--reference-centres", default=None,
+                        help="REPLICAS=QPS,... to bracket the reference around instead of the default answers "
+                        "(e.g. 1=34.4,2=68.8, to run the reference beside the default part)")
+    parser.add_argument("--duration-seeds", type=int, default=1,
+                        help="streams per configuration in the duration study (default: %(default)s)")
+    parser.add_argument("--json", default=None,
+                        help="write every figure to this JSON file (figures already in it are kept and reused: "
+                        "rerunning with --parts reference after a crash or on another day reuses 'default')")
+    parser.add_argument("--parts", default="default,durations,reference",
+                        help="comma list of default, durations, reference (default: %(default)s)")
+    args = parser.parse_args(argv)
+    parts = {part.strip() for part in args.parts.split(",") if part.strip()}
+    jobs = ["--jobs", str(args.jobs)] if args.jobs else []
+    common = ["--replicas", "1,2"] + jobs
+    figures: dict = {}
+    if args.json and Path(args.json).exists():
+        figures = json.loads(Path(args.json).read_text())
+    figures.update({"trace": "traces/sharegpt.parquet", "slo": SLO, "python": platform.python_version(),
+                    "cpu_count": os.cpu_count()})
+
+    def save() -> None:
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+
+    if "default" in parts:
+        figures["default"] = run_capacity_argv(common + ["--seeds", str(args.seeds), "--seed-offset",
+                                                         str(args.seed_offset)])
+        print(_line("default options", figures["default"]), flush=True)
+        save()
+    if "durations" in parts:
+        figures.setdefault("durations", {})
+        for duration in [d for d in args.durations.split(",") if d.strip()]:
+            run = run_capacity_argv(common + ["--seeds", str(args.duration_seeds), "--min-duration-s", duration,
+                                              "--min-requests", "0"])
+            figures["durations"][duration] = run
+            print(_line(f"--min-duration-s {duration} --min-requests 0", run), flush=True)
+            save()
+    if "reference" in parts and args.reference_duration > 0:
+        figures["reference"] = {}
+        defaults = figures.get("default", {}).get("configs", {})
+        centres = {replicas: answer["max_qps"] for replicas, answer in defaults.items()}
+        if args.reference_centres:
+            centres = dict(item.split("=") for item in args.reference_centres.split(","))
+        for replicas, centre in centres.items():
+            centre = float(centre)
+            run = run_capacity_argv([
+                "--replicas", replicas, "--seeds", "1", "--min-duration-s", str(args.reference_duration),
+                "--qps-min", f"{centre * (1 - args.reference_span):.4g}",
+                "--qps-max", f"{centre * (1 + args.reference_span):.4g}",
+                "--tolerance", str(args.reference_tolerance), "--no-duration-check",
+            ] + jobs)
+            figures["reference"][replicas] = run
+            print(_line(f"reference ({args.reference_duration:g} s streams)", run), flush=True)
+            save()
+    if "default" in figures and "reference" in figures:
+        errors = {}
+        for replicas, answer in figures["default"]["configs"].items():
+            reference = figures["reference"].get(replicas, {}).get("configs", {}).get(replicas, {}).get("max_qps")
+            errors[replicas] = round(answer["max_qps"] / reference - 1, 4) if reference else None
+        figures["error_vs_reference"] = errors
+        within = all(e is not None and abs(e) <= TARGET_ERROR for e in errors.values())
+        print(f"default vs reference: {errors} (target within {TARGET_ERROR:.0%}: {'PASS' if within else 'FAIL'})")
+    ratio = figures.get("default", {}).get("ratio_2_to_1")
+    in_range = ratio is not None and TARGET_RATIO[0] <= ratio <= TARGET_RATIO[1]
+    print(f"2/1-replica ratio {ratio} (target {TARGET_RATIO[0]}-{TARGET_RATIO[1]}: {'PASS' if in_range else 'FAIL'})")
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

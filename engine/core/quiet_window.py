@@ -9,10 +9,9 @@ them one by one. The simulator uses this for the long decode stretches that domi
 the GPU engine never does (its steps must run).
 
 The caller supplies the steps' end times (``step_ends(batch, start_s, max_steps, horizon_s)``, a float64
-array: each the
-previous one plus the runner's own step time for the batch, its contexts one token longer each step)
-and a horizon: the window holds only steps that end strictly before it (the next arrival, which would
-change the waiting queue).
+array: each the previous one plus the runner's own step time for the batch, its contexts one token
+longer each step) and a horizon: the window holds only steps that end strictly before it (the next
+arrival, which would change the waiting queue).
 """
 
 from __future__ import annotations

@@ -91,8 +91,10 @@ class EngineClient:
         ctx = multiprocessing.get_context("spawn")
         commands_recv, commands_send = ctx.Pipe(duplex=False)
         messages_recv, messages_send = ctx.Pipe(duplex=False)
+        # Not a daemon: a tensor-parallel engine starts worker processes of its own, which a daemon may not.
+        # It still ends with the server: stop() stops it, and a closed pipe (the server gone) ends its loop.
         self._process = ctx.Process(target=run_engine, name="engine",
-                                    args=(self.factory, commands_recv, messages_send), daemon=True)
+                                    args=(self.factory, commands_recv, messages_send), daemon=False)
         self._process.start()
         commands_recv.close()
         messages_send.close()

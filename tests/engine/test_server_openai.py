@@ -237,3 +237,19 @@ def test_bad_starts_exit_2_with_one_line(model_dir) -> None:
                            text=True, timeout=120)
         assert r.returncode == 2 and fragment in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) <= 2  # argparse's usage line, then the error
+
+
+@pytest.mark.slow
+def test_a_tensor_parallel_engine_serves_the_same_tokens(model_dir, offline) -> None:
+    """The engine process starts TP workers of its own (so it must not be a daemon process)."""
+    proc, url = start_server(["--model", model_dir, "--device", "cpu", "--tensor-parallel-size", "2",
+                              "--warmup-requests", "1"])
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+        prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+        r = client.completions.create(model=model_dir, prompt=prompt, max_tokens=8, temperature=0,
+                                      extra_body={"ignore_eos": True, "return_token_ids": True})
+        assert r.choices[0].model_extra["token_ids"] == greedy(offline, [prompt], 8)[0]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

@@ -66,6 +66,17 @@ def _replay_in_worker(index: int) -> dict[str, float]:
     return replay_metrics(trace, config, index, _WORKER["slos"])
 
 
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the running replays and cancel the queued ones (the pool has no public way to). The workers go first:
+    one still starting would otherwise find the pool's queues gone and print a traceback."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=1.0)
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def run_bands(trace, config: SimConfig, num_replays: int, *, slos: tuple[SLO, ...] | None = None,
               num_jobs: int = 1, on_replay_done: Callable[[], None] | None = None) -> dict:
     """summary.json's ``bands``: {num_replays, seed, varied, metrics: {ttft_ms: {p50: {median, p5, p95}}, ...,
@@ -77,13 +88,29 @@ def run_bands(trace, config: SimConfig, num_replays: int, *, slos: tuple[SLO, ..
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")  # polars' thread pools do not survive a fork
-        with ProcessPoolExecutor(max_workers=min(num_jobs, num_replays), mp_context=context,
-                                 initializer=_init_worker, initargs=(trace, config, slos)) as pool:
-            results = []
-            for metrics in pool.map(_replay_in_worker, indices):
+        results = []
+        # Ctrl-C waits until every worker is started and every replay queued: a worker interrupted while it
+        # starts prints a traceback of its own, whatever the parent does. (A handler, not a signal mask: any of
+        # the process's threads may take the signal.)
+        interrupted: list[int] = []
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+        pool = ProcessPoolExecutor(max_workers=min(num_jobs, num_replays), mp_context=context,
+                                   initializer=_init_worker, initargs=(trace, config, slos))
+        try:
+            try:
+                replays = pool.map(_replay_in_worker, indices)
+            finally:
+                signal.signal(signal.SIGINT, previous)
+            if interrupted:
+                raise KeyboardInterrupt
+            for metrics in replays:
                 results.append(metrics)
                 if on_replay_done is not None:
                     on_replay_done()
+        except BaseException:  # Ctrl-C or a failed replay: stop the others now rather than wait for every one
+            _stop(pool)
+            raise
+        pool.shutdown(wait=True)
     else:
         results = []
         for i in indices:

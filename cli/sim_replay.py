@@ -79,11 +79,12 @@ def run_bands_with_progress(trace, config: SimConfig, num_replays: int, slos, qu
         from tqdm import tqdm
 
         progress = tqdm(total=num_replays, unit="replay", desc="bands", file=sys.stderr)
-    bands = run_bands(trace, config, num_replays, slos=slos, num_jobs=min(num_replays, default_num_jobs()),
-                      on_replay_done=progress.update if progress else None)
-    if progress is not None:
-        progress.close()
-    return bands
+    try:
+        return run_bands(trace, config, num_replays, slos=slos, num_jobs=min(num_replays, default_num_jobs()),
+                         on_replay_done=progress.update if progress else None)
+    finally:  # on Ctrl-C too: the error line then starts a line of its own
+        if progress is not None:
+            progress.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     except OutDirError as exc:
         parser.exit(2, f"error: {exc}\n")
+    except KeyboardInterrupt:  # the staged folder was removed, the band replays stopped
+        parser.exit(130, f"interrupted: nothing written to {out_dir}\n")
     if not args.quiet:
         print(format_summary_table(summary))
         if bands is not None:

@@ -131,3 +131,31 @@ def test_the_cli_and_the_report_show_bands_and_warnings(tmp_path: Path, capsys: 
     page = (out / "report.html").read_text()
     assert "prediction bands over 2 seeded replays" in page and "kv_blocks_beyond_memory" in page
     assert "<td>ttft_ms.p50</td>" in page
+
+
+def test_ctrl_c_during_the_band_replays_stops_them_and_writes_nothing(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sim.replay", str(SHAREGPT), "--limit", "1000", "--qps", "100", "--out", str(out),
+         "--no-report", "--bands", "200"],
+        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background shell ignores SIGINT
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stderr.read1(4096), b"")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while b"bands:" not in b"".join(chunks):  # the band replays' progress bar: the pool is running
+        assert proc.poll() is None and time.monotonic() < deadline, b"".join(chunks)[-500:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130  # 200 replays would take minutes: the pool was stopped
+    reader.join(timeout=5)
+    stderr = b"".join(chunks).decode()
+    assert stderr.splitlines()[-1] == f"interrupted: nothing written to {out}" and "Traceback" not in stderr
+    assert not out.exists()

@@ -1,20 +1,23 @@
 """Capacity planning by simulation: ``python -m analysis.capacity TRACE --slo ttft_p90=2s,tpot_p90=100ms``.
 
 For every configuration in the cross product of the comma-separated options (models, GPUs, replica
-counts, policies, ...), bisect on the offered load (the trace's arrivals rescaled to a QPS) for the
-highest QPS that meets every SLO, recording the goodput at each QPS tried. Writes to --out:
+counts, policies, ...) and every seed, bisect on the offered load for the highest QPS that meets every
+SLO and is stable, each QPS being a steady stream of the trace's sessions (`workload`); the answer is
+simulated again on a stream twice as long, and the configuration's answer is the median over seeds.
+Writes to --out:
 
 - ``capacity.json``: a list, one object per configuration: ``config_id``, ``label``, ``options``
-  (every simulator option), ``max_qps`` (null when no QPS tried met the SLOs), ``converged``,
-  ``monotone``, ``notes``, ``num_simulations``, ``slos_ms``, ``cost``, ``pareto``,
-  ``replicas_needed`` and ``points`` (each QPS tried, in order: ``qps``, ``meets_slos``,
-  ``goodput_rps``, ``slo_values_ms``, throughputs and latency percentiles).
-- ``capacity.parquet``: one row per (configuration, QPS tried), the same figures flattened.
+  (every simulator option), ``max_qps`` (null when no QPS tried passed), ``max_qps_kind``,
+  ``max_qps_by_seed``, ``max_qps_spread``, ``converged``, ``monotone``, ``notes``, ``num_simulations``,
+  ``slos_ms``, ``cost``, ``pareto``, ``replicas_needed`` and ``searches`` (per seed: the points tried, in
+  order, with their SLO values, stability figures and latencies, and the duration checks).
+- ``capacity.parquet``: one row per simulation, the same figures flattened.
 - ``report.html``: the charts (one offline file).
 
-Module map (all in `analysis.capacity`): `plan` (validate, then run), `slo_check` (the per-replay
-verdict), `bisection` (the search), `sweep` and `executors` (cross product, parallel execution),
-`cost` (cost, Pareto, replicas needed), `outputs` and `report` (the files). See analysis/README.md.
+Module map (all in `analysis.capacity`): `plan` (validate, then run), `workload` (the streams),
+`stability` and `slo_check` (the per-replay verdict), `point` (one simulation), `bisection` (the
+search), `sweep`, `executors` and `ray_executor` (cross product, seeds, parallel execution), `cost`
+(cost, Pareto, replicas needed), `outputs` and `report` (the files). See analysis/README.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ runs slower on average: ``engine.replay --step-timings`` shows the host's speed 
 1.8x in episodes of seconds, with the GPU clock steady (validation/README.md). This fits one
 factor on the host-bound floor of the eager-step model so that the eager steps of the given GPU
 replays (``steps.parquet``) take, in total, the time they took for real. Use runs of traces the
-validation does not replay. Decode steps (CUDA graph replays) get one factor the same way.
+validation does not replay. Decode steps (CUDA graph replays) get one factor the same way. One run
+suffices. How the host's speed varied over each run (``sim.host_episodes``: slow windows, their share and length)
+is recorded too, as ``serving.host_episodes``: ``sim.replay --bands`` draws its replays' slow episodes from it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.batch_features import read_steps
+from sim.host_episodes import fit_host_episodes
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, fit_profile, read_profile, write_profile
 
 
@@ -44,11 +47,12 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     profile's fit without serving factors, when the caller has it already."""
     model = ProfiledCostModel(grid_fit or fit_profile({**profile, "serving": None}), "grid")
     floors, gpus, reals, decode_pred, decode_real = [], [], [], 0.0, 0.0
-    runs = []
+    runs, host_bound = [], []
     for run_dir in run_dirs:
         steps = read_steps(run_dir)
         runs.append({"run": Path(run_dir).name, "num_steps": len(steps)})
-        for f, real, _ in steps:
+        host_bound.append([])
+        for f, real, start in steps:
             if _is_graph_step(f, model.max_graph_bs):
                 decode_pred += model.predict(f)
                 decode_real += real
@@ -57,6 +61,8 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
                 floors.append(floor)
                 gpus.append(gpu)
                 reals.append(real)
+                if floor > 0 and floor >= gpu:  # host-bound: its time follows the host's speed
+                    host_bound[-1].append((real, floor, start))
     if not reals:
         raise ValueError(f"{', '.join(map(str, run_dirs))}: no eager steps to calibrate on (only CUDA-graph decode "
                          "steps); expected replays with prefills")
@@ -67,7 +73,7 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     k = fit_host_factor(floor_s, gpu_s, real_s)
     # Decode steps (CUDA graph replays): one factor on the whole prediction, to match their total time.
     decode_k = decode_real / decode_pred if decode_pred else 1.0
-    return {
+    serving = {
         "host_factor": round(k, 4),
         "decode_factor": round(max(0.5, min(2.0, decode_k)), 4),
         "runs": runs,
@@ -75,6 +81,10 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
         "eager_time_ratio_uncalibrated": round(float(np.maximum(floor_s, gpu_s).sum() / real_s.sum()), 4),
         "decode_time_ratio_uncalibrated": round(decode_pred / decode_real, 4) if decode_real else None,
     }
+    episodes = fit_host_episodes(host_bound)  # how the speed varied: sim.bands draws its replays' episodes from it
+    if episodes is not None:
+        serving["host_episodes"] = episodes
+    return serving
 
 
 def main(argv: list[str] | None = None) -> int:

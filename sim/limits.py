@@ -55,7 +55,7 @@ class GridRange:
 
 def grid_range(profile: dict) -> GridRange:
     """The range of ``profile``'s measured points (a profile JSON as ``sim.profile`` writes it)."""
-    max_graph_bs = max(profile["engine_options"].get("cuda_graph_sizes") or [0])
+    max_graph_bs = max((profile.get("engine_options") or {}).get("cuda_graph_sizes") or [0])
     features = [p["features"] for p in profile["points"]]
     eager = [f for f in features if not _is_graph_step(f, max_graph_bs)] or [{}]
 
@@ -101,7 +101,7 @@ def profile_warnings(config: SimConfig, model: ModelShape, profile: dict | None)
         return [warning("no_profile", f"no measured profile for {model.name} on {config.gpu} at tensor-parallel "
                                       f"size {config.tensor_parallel_size} ({looked} does not exist): step times are "
                                       "the roofline estimate, not validated against a GPU")]
-    measured = profile.get("engine_options", {})
+    measured = profile.get("engine_options") or {}
     out = []
     for name in TIMED_OPTIONS:
         was, asked = measured.get(name), getattr(config, name)
@@ -219,7 +219,7 @@ def run_warnings(config: SimConfig, model: ModelShape, steps: pl.DataFrame, arri
     profile = json.loads(path.read_text()) if path is not None else None
     out = profile_warnings(config, model, profile) + memory_warning(config, model)
     if profile is not None and profile.get("points"):
-        max_graph_bs = max(profile["engine_options"].get("cuda_graph_sizes") or [0])
+        max_graph_bs = max((profile.get("engine_options") or {}).get("cuda_graph_sizes") or [0])
         out += grid_warnings(steps, grid_range(profile), max_graph_bs)
     return out + saturation_warning(steps, arrivals_s)
 

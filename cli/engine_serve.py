@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -104,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         sock.close()
         engine.stop()
         parser.exit(2, f"error: --model {options.model}: {exc}\n")
+    except KeyboardInterrupt:  # Ctrl-C while the model loads: the engine process is not waited for
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup
+        sock.close()
+        engine.stop(timeout_s=0)
+        print("interrupted while loading the model", file=sys.stderr)
+        return 130
     host, port = sock.getsockname()[:2]
     app = build_app(engine, tokenizer)
     # On shutdown, streams still open get this long to finish before they are cut (uvicorn would wait forever).

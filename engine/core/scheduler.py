@@ -204,21 +204,15 @@ class Scheduler:
         block_manager = self.block_manager
         block_size = block_manager.block_size
         caching = block_manager.enable_prefix_caching
-        seqs_append, num_new_append = batch.seqs.append, batch.num_new_tokens.append
         index = 0
         while index < len(running) and budget > 0:
             seq = running[index]
             computed = seq.num_computed_tokens
             if (len(seq.token_ids) - computed == 1 and computed < len(seq.block_table) * block_size
                     and not (caching and (computed + 1) // block_size > seq.num_registered_blocks)):
-                # The common case of a large batch, inlined: a decode token in a block the sequence already
-                # holds, filling none (append_slots would allocate and register nothing), added as batch.add would.
-                seqs_append(seq)
-                num_new_append(1)
-                batch.num_decode_seqs += 1
-                batch.decode_context_tokens += computed + 1
-                if computed + 1 > batch.max_decode_context_tokens:
-                    batch.max_decode_context_tokens = computed + 1
+                # The common case of a large batch: a decode token in a block the sequence already holds,
+                # filling none, for which append_slots would allocate and register nothing: skip it.
+                batch.add(seq, 1)
                 budget -= 1
                 index += 1
                 continue

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import queue
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine.server.launch import ServerDidNotStart, start_server, stop_server  # noqa: E402
+
 STARTUP_TIMEOUT_S = 600
 
 
@@ -34,34 +35,6 @@ def run(cmd: list[str], log: Path) -> float:
     with log.open("w") as out:
         subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=True)
     return time.perf_counter() - started
-
-
-def start_server(cmd: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    print("$", " ".join(cmd), flush=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines: queue.Queue = queue.Queue()
-    out = log.open("w")
-
-    def pump() -> None:
-        for line in proc.stdout:
-            out.write(line)
-            out.flush()
-            lines.put(line)
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.time() + STARTUP_TIMEOUT_S
-    while time.time() < deadline:
-        try:
-            line = lines.get(timeout=1)
-        except queue.Empty:
-            if proc.poll() is not None:
-                break
-            continue
-        if line.startswith("serving on "):
-            return proc, line.split()[-1].strip()
-    proc.kill()
-    raise SystemExit(f"the server did not start; see {log}")
 
 
 def histogram_means(metrics_text: str) -> dict[str, float]:
@@ -102,7 +75,11 @@ def main() -> int:
                               "--overwrite", "--quiet", "--no-report"]
         run(commands["inproc"], out / "inproc.log")
     commands["serve"] = [py, "-m", "engine.serve", *engine_args, "--port", "0"]
-    server, url = start_server(commands["serve"], out / "serve.log")
+    print("$", " ".join(commands["serve"]), flush=True)
+    try:
+        server, url = start_server(engine_args, cwd=ROOT, log=out / "serve.log", timeout_s=STARTUP_TIMEOUT_S)
+    except ServerDidNotStart:
+        raise SystemExit(f"the server did not start; see {out / 'serve.log'}") from None
     try:
         commands["bench"] = [py, "-m", "traces.bench", url, *trace_args, "--out", str(out / "served"),
                              "--overwrite", "--quiet", "--no-report"]
@@ -110,11 +87,7 @@ def main() -> int:
         metrics_text = urllib.request.urlopen(f"{url}/metrics", timeout=30).read().decode()
         (out / "served-metrics.txt").write_text(metrics_text)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
     runs = {name: json.loads((out / name / "summary.json").read_text())
             for name in ("inproc", "served") if (out / name / "summary.json").exists()}
     server_side = histogram_means(metrics_text)

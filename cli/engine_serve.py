@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.server.api import build_app
     from engine.server.engine_client import EngineClient
     from engine.server.engine_process import load_llm
+    from engine.server.launch import SERVING_PREFIX
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     prometheus_client.disable_created_metrics()  # vLLM's scrape has no *_created series either
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         while not server.started and not task.done():
             await asyncio.sleep(0.05)
         if server.started:
-            print(f"serving on http://{display_host}:{port}", flush=True)
+            print(f"{SERVING_PREFIX}http://{display_host}:{port}", flush=True)
         await task
 
     try:

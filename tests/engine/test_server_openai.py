@@ -5,12 +5,9 @@ tokens equal offline ``LLM.generate``, a client that leaves frees its blocks, /m
 from __future__ import annotations
 
 import asyncio
-import os
-import queue
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -21,6 +18,8 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from engine.server import launch  # noqa: E402
 
 VOCAB = 512
 STARTUP_TIMEOUT_S = 240
@@ -50,26 +49,8 @@ def make_tiny_model_with_tokenizer(path) -> str:
     return str(path)
 
 
-def start_server(args: list[str], timeout_s: float = STARTUP_TIMEOUT_S) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.Popen([sys.executable, "-m", "engine.serve", "--port", "0", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
-    seen = []
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        try:
-            line = lines.get(timeout=1)
-        except queue.Empty:
-            if proc.poll() is not None:
-                break
-            continue
-        seen.append(line)
-        if line.startswith("serving on "):
-            return proc, line.split()[-1].strip()
-    proc.kill()
-    raise AssertionError("the server did not start:\n" + "".join(seen))
+def start_server(args: list[str]) -> tuple[subprocess.Popen, str]:
+    return launch.start_server(args, env={"CUDA_VISIBLE_DEVICES": ""}, timeout_s=STARTUP_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -82,11 +63,7 @@ def server(model_dir):
     proc, url = start_server(["--model", model_dir, "--served-model-name", "tiny", "--device", "cpu",
                               "--max-num-seqs", "64", "--max-num-batched-tokens", "2048"])
     yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    launch.stop_server(proc)
 
 
 @pytest.fixture(scope="module")
@@ -251,5 +228,4 @@ def test_a_tensor_parallel_engine_serves_the_same_tokens(model_dir, offline) -> 
                                       extra_body={"ignore_eos": True, "return_token_ids": True})
         assert r.choices[0].model_extra["token_ids"] == greedy(offline, [prompt], 8)[0]
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        launch.stop_server(proc)

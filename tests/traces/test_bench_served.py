@@ -5,12 +5,6 @@ same trace."""
 from __future__ import annotations
 
 import json
-import os
-import queue
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import polars as pl
@@ -19,6 +13,7 @@ import pytest
 from analysis.compare.cli import main as compare_main
 from cli.sim_replay import main as sim_main
 from cli.traces_bench import main as bench_main
+from engine.server import launch
 from traces.schema import save_trace
 
 pytest.importorskip("torch")
@@ -37,31 +32,11 @@ def served(tmp_path_factory):
     """(base URL, model directory) of a server on a 2-layer Qwen3 with random weights, on the CPU."""
     model_dir = tmp_path_factory.mktemp("tiny-config")
     (model_dir / "config.json").write_text(json.dumps(TINY_QWEN3))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.Popen([sys.executable, "-m", "engine.serve", "--model", str(model_dir), "--load-format",
-                             "dummy", "--device", "cpu", "--port", "0", "--served-model-name", "tiny"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
-    seen, url = [], None
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while url is None and time.monotonic() < deadline and proc.poll() is None:
-        try:
-            line = lines.get(timeout=1)
-        except queue.Empty:
-            continue
-        seen.append(line)
-        if line.startswith("serving on "):
-            url = line.split()[-1].strip()
-    if url is None:
-        proc.kill()
-        raise AssertionError("the server did not start:\n" + "".join(seen))
+    proc, url = launch.start_server(["--model", str(model_dir), "--load-format", "dummy", "--device", "cpu",
+                                     "--served-model-name", "tiny"], cwd=REPO, env={"CUDA_VISIBLE_DEVICES": ""},
+                                    timeout_s=STARTUP_TIMEOUT_S)
     yield url, model_dir
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    launch.stop_server(proc)
 
 
 def test_bench_against_our_server_then_compare_with_the_simulator(tmp_path, served, capsys) -> None:

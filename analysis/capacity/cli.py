@@ -60,41 +60,36 @@ def comma_list(parse_item: Callable[[str], object]) -> Callable[[str], tuple]:
     return parse
 
 
-def positive_int(text: str) -> int:
+def _converted(text: str, convert, noun: str):
     try:
-        value = int(text)
+        return convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _converted(text, int, "an integer")
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be >= 1")
     return value
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _converted(text, float, "a number")
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
     return value
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = _converted(text, int, "an integer")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} must be >= 0")
     return value
 
 
 def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _converted(text, float, "a number")
     if not (value >= 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"{text} must be a finite number >= 0")
     return value

@@ -11,9 +11,9 @@ very next step after it arrives; while nothing runs the loop blocks on the pipe:
 ``("add", key, prompts, params, arrival)``, ``("abort", key, index | None)``, ``("stop",)``. Messages
 (engine -> server): ``("ready", EngineInfo)`` once, then per step ``("step", num_drained, StepStats,
 updates)`` with one update per request choice that produced tokens or finished, and ``("error", message)``
-when the loop dies. Updates travel as plain tuples of ``Update``'s fields (a dataclass pickles 40x
-slower), and the metrics are kept by the server's process from these messages: every microsecond spent
-here is a microsecond every running request waits for its next token.
+when the loop dies. Updates travel as plain tuples of ``Update``'s fields (a dataclass pickles 20-40x
+slower: benchmarks/server_loop.py), and the metrics are kept by the server's process from these
+messages: every microsecond spent here is a microsecond every running request waits for its next token.
 """
 
 from __future__ import annotations
@@ -124,9 +124,7 @@ class _Loop:
         self.running = True
 
     def run(self) -> None:
-        engine, commands, send = self.engine, self.commands, self.messages.send
-        scheduler = engine.scheduler
-        block_manager = scheduler.block_manager
+        engine, commands = self.engine, self.commands
         while self.running:
             while commands.poll():
                 self.handle(commands.recv())
@@ -135,15 +133,20 @@ class _Loop:
             if not engine.has_unfinished_requests():
                 commands.poll(None)  # idle: sleep until the next command
                 continue
-            batch, finished = engine.step()
-            updates = self.collect(batch)
-            send(("step", self.num_drained, StepStats(
-                len(scheduler.running), len(scheduler.waiting), block_manager.usage, block_manager.num_queried_tokens,
-                block_manager.num_hit_tokens, len(batch.preempted), batch.num_batched_tokens), updates))
-            for seq in finished:
-                self.forget(seq)
-            if len(engine.step_log) >= STEP_LOG_MAX_ROWS:
-                engine.step_log.clear()
+            self.after_step(*engine.step())
+
+    def after_step(self, batch, finished) -> None:
+        """Everything the loop does per step besides the step itself (benchmarks/server_loop.py times it)."""
+        scheduler = self.engine.scheduler
+        block_manager = scheduler.block_manager
+        updates = self.collect(batch)
+        self.messages.send(("step", self.num_drained, StepStats(
+            len(scheduler.running), len(scheduler.waiting), block_manager.usage, block_manager.num_queried_tokens,
+            block_manager.num_hit_tokens, len(batch.preempted), batch.num_batched_tokens), updates))
+        for seq in finished:
+            self.forget(seq)
+        if len(self.engine.step_log) >= STEP_LOG_MAX_ROWS:
+            self.engine.step_log.clear()
 
     def handle(self, command: tuple) -> None:
         kind = command[0]

@@ -339,3 +339,15 @@ def test_a_dead_engine_loop_fails_health_and_open_requests(served) -> None:
     assert r.status_code == 500 and "the device went away" in r.json()["error"]["message"]
     assert client.get("/health").status_code == 503
     assert client.post("/v1/completions", json={"prompt": [1], "max_tokens": 2}).status_code == 503
+
+
+def test_an_output_cut_by_the_cache_says_so(served) -> None:
+    client = served(num_gpu_blocks=4)  # 64 tokens of KV: a 10-token prompt can grow to 64 at most
+    body = {"prompt": list(range(1, 11)), "max_tokens": 100, "ignore_eos": True, "return_token_ids": True}
+    choice = client.post("/v1/completions", json=body).json()["choices"][0]
+    assert choice["finish_reason"] == "length" and choice["cut_by"] == "kv_capacity"
+    assert len(choice["token_ids"]) == 54
+    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+        chunks = [e for e in sse_events(r) if e != "[DONE]"]
+    assert [c["choices"][0].get("cut_by") for c in chunks] == [None] * 53 + ["kv_capacity"]
+    assert sum(len(c["choices"][0]["token_ids"]) for c in chunks) == 54  # each chunk carries its new tokens

@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         help="Azure CSV, Mooncake JSONL or trace parquet (default: %(default)s)",
     )
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
+    parser.add_argument("--qps", type=float, default=None,
+                        help="rescale arrivals to this rate (e.g. traces/sharegpt.parquet at 40: batches of ~145)")
     parser.add_argument(
         "--json", type=Path, default=None, metavar="OUT", help="also write the figures to this JSON file"
     )
@@ -109,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     trace = load(args.trace, args.limit)
+    if args.qps is not None:
+        if not args.qps > 0:
+            parser.error(f"--qps must be > 0, got {args.qps}")
+        trace = trace.with_qps(args.qps)
     load_s = time.perf_counter() - started
 
     config = SimConfig()

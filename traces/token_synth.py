@@ -38,6 +38,18 @@ def mix64(values: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def mix64_int(value: int) -> int:
+    """``mix64`` of one value as a Python int: the same bits without a numpy call per operation (a request's
+    key is one number, and numpy's per-call overhead on one-element arrays cost more than its tokens)."""
+    z = (value + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
 def _position_keys(length: int) -> np.ndarray:
     """The first ``length`` position keys: a view of a cached power-of-two run (prompt lengths all differ, so
     caching by length missed nearly every time and recomputed the keys per request)."""
@@ -85,6 +97,6 @@ def tokens_from_hash_ids_array(
 def tokens_from_row_array(row: int, num_tokens: int, seed: int, vocab_size: int) -> np.ndarray:
     """`num_tokens` ids that depend only on (seed, row): distinct requests share no prefix."""
     _check_vocab(vocab_size)
-    seed_key = mix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64) ^ _ROW_DOMAIN)
-    key = mix64(seed_key + np.uint64(row & 0xFFFFFFFFFFFFFFFF))
-    return _to_vocab(key, _position_keys(num_tokens), vocab_size)
+    seed_key = mix64_int((seed & _MASK64) ^ int(_ROW_DOMAIN))
+    key = mix64_int((seed_key + (row & _MASK64)) & _MASK64)
+    return _to_vocab(np.uint64(key), _position_keys(num_tokens), vocab_size)

@@ -11,6 +11,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from operator import itemgetter
 from pathlib import Path
 
 import simpy
@@ -164,7 +165,8 @@ def simulate(
                 delay_s = None if planned is None else delay_to(env.now, planned[0].end_s)
                 if delay_s is not None:
                     window, starts, ends = planned
-                    apply_quiet_window(engine, runner.token_id, window, starts, ends)
+                    # Its finishes are recorded now, ahead of the clock: rows are put in finish order at the end.
+                    done(apply_quiet_window(engine, runner.token_id, window, starts, ends))
                     fast_forwarded[0] += window.num_steps
                     try_window = window.stopped_by_horizon
                     last_step_s = float(ends[-1] - starts[-1])
@@ -205,6 +207,9 @@ def simulate(
         env.process(replica(env, i))
     env.process(arrivals(env))
     env.run()
+    # By finish time, then replica: the order the step loop records them in, except for finishes at the same
+    # instant on two replicas (simpy's order, which differs once a window records its finishes at its start).
+    rows.sort(key=itemgetter(5, 1))
     result = SimResult(rows, engines, config, sched_config, cost_model.name, time.perf_counter() - started)
     result.num_fast_forward_steps = fast_forwarded[0]
     return result

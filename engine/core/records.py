@@ -86,14 +86,26 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
 SERVED_FINISH_REASONS: tuple[str, ...] = tuple(r.value for r in FinishReason if r.served)
 
 
+# Columns that vary step by step inside a run of quiet steps: written per step for those too.
+_PER_STEP_COLUMNS = ("num_kv_blocks_used", "start_s", "duration_s")
+# Columns a quiet run keeps as one number per run (num_seqs, the first context, ...), expanded by to_arrow.
+_RUN_FIELDS = ("row", "num_steps", "num_seqs", "decode_context_tokens", "max_decode_context_tokens",
+               "num_finished_last")
+
+
 class StepLog:
-    """One row per engine step, columnar so a million-step simulation stays small and fast."""
+    """One row per engine step, columnar so a million-step simulation stays small and fast.
+
+    Rows come one step at a time (``record``) or as runs of quiet decode steps (``extend_quiet``). A run writes
+    only its per-step columns (blocks in use, start, duration) and one entry of six numbers; ``to_arrow`` expands
+    it into the rows ``record`` would have written."""
 
     def __init__(self, replica: int = 0, num_kv_blocks: int = 1) -> None:
         self.replica = replica
         self.num_kv_blocks = num_kv_blocks
         self._columns = {c.name: array("q" if c.dtype == "int64" else "d") for c in STEP_COLUMNS
                          if c.source not in ("id", "derived")}
+        self._runs = array("q")  # _RUN_FIELDS of each quiet run, flattened
         c = self._columns
         self._batch_appenders = tuple(c[name].append for name in BATCH_COLUMNS)
         self._batch_values = attrgetter(*BATCH_COLUMNS)  # one C call reads them all off the batch
@@ -108,6 +120,7 @@ class StepLog:
         """Drop every row (a long-running server keeps its figures in metrics, not here)."""
         for column in self._columns.values():
             del column[:]
+        del self._runs[:]
 
     def record(
         self,
@@ -127,42 +140,69 @@ class StepLog:
             append(value)
 
     def extend_quiet(self, num_seqs: int, decode_context_tokens: int, max_decode_context_tokens: int,
-                     num_kv_blocks_used: array, starts_s: np.ndarray, ends_s: np.ndarray) -> None:
+                     num_kv_blocks_used: array, starts_s: np.ndarray, ends_s: np.ndarray,
+                     num_finished_last: int = 0) -> None:
         """The rows of a run of quiet decode steps (engine.core.quiet_window), as record() would write them:
-        the same batch every step, each context one token longer than in the step before. The times are
-        float64 arrays, copied in as buffers."""
-        n = len(starts_s)
+        the same batch every step, each context one token longer than in the step before, and
+        ``num_finished_last`` sequences finishing in the last step. The times are float64 arrays, copied in
+        as buffers."""
         c = self._columns
-        for name in ("num_seqs", "num_decode_seqs", "num_batched_tokens", "num_running"):
-            c[name].extend(array("q", [num_seqs]) * n)
-        zeros = array("q", [0]) * n
-        for name in ("num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_waiting",
-                     "num_preempted", "num_finished", "prefill_attention_pairs"):
-            c[name].extend(zeros)
-        c["decode_context_tokens"].extend(range(decode_context_tokens, decode_context_tokens + n * num_seqs, num_seqs))
-        c["max_decode_context_tokens"].extend(range(max_decode_context_tokens, max_decode_context_tokens + n))
+        self._runs.extend((len(self), len(starts_s), num_seqs, decode_context_tokens, max_decode_context_tokens,
+                           num_finished_last))
         c["num_kv_blocks_used"].extend(num_kv_blocks_used)
         c["start_s"].frombytes(starts_s.tobytes())
         # end - start, element by element: what record() is given
         c["duration_s"].frombytes((ends_s - starts_s).tobytes())
 
+    def _column_values(self) -> dict[str, np.ndarray]:
+        """Every column as a numpy array of one entry per step, the quiet runs expanded."""
+        n = len(self)
+        values = {name: np.frombuffer(column, dtype=np.int64 if column.typecode == "q" else np.float64)
+                  for name, column in self._columns.items()}  # copy-free views of the buffers
+        runs = np.frombuffer(self._runs, dtype=np.int64).reshape(-1, len(_RUN_FIELDS))
+        if not len(runs):
+            return values
+        rows, lengths, num_seqs, contexts, longest, finished_last = runs.T
+        num_quiet = int(lengths.sum())
+        # Each quiet step: its run, and its place in the run.
+        run_of_step = np.repeat(np.arange(len(runs)), lengths)
+        firsts = np.zeros(len(runs), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=firsts[1:])
+        offsets = np.arange(num_quiet, dtype=np.int64) - firsts[run_of_step]
+        quiet = np.zeros(n, dtype=bool)
+        quiet[rows[run_of_step] + offsets] = True
+        lasts = rows + lengths - 1  # each run's last row
+        stepped = ~quiet
+        seqs = num_seqs[run_of_step]
+        zeros = np.zeros(num_quiet, dtype=np.int64)
+        in_runs = {name: zeros for name in ("num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens",
+                                            "num_waiting", "num_preempted", "prefill_attention_pairs")}
+        in_runs.update(num_seqs=seqs, num_decode_seqs=seqs, num_batched_tokens=seqs, num_running=seqs,
+                       num_finished=zeros,
+                       decode_context_tokens=contexts[run_of_step] + seqs * offsets,
+                       max_decode_context_tokens=longest[run_of_step] + offsets)
+        for name, run_values in in_runs.items():
+            full = np.empty(n, dtype=np.int64)
+            full[stepped] = values[name]
+            full[quiet] = run_values
+            values[name] = full
+        values["num_running"][lasts] -= finished_last
+        values["num_finished"][lasts] = finished_last
+        return values
+
     def to_arrow(self) -> pa.Table:
         import pyarrow as pa
 
         n = len(self)
+        values = self._column_values()
         columns: dict[str, object] = {
             "replica": pa.array(np.full(n, self.replica, dtype=np.int64)),
             "step": pa.array(np.arange(n, dtype=np.int64)),
         }
         for column in STEP_COLUMNS:
-            if column.source in ("id", "derived"):
-                continue
-            # Wrapping the buffer is a copy-free view: pa.array would walk the array element by element.
-            values = np.frombuffer(self._columns[column.name],
-                                   dtype=np.int64 if column.dtype == "int64" else np.float64)
-            columns[column.name] = pa.array(values)
-        used = np.frombuffer(self._columns["num_kv_blocks_used"], dtype=np.int64)
-        columns["kv_usage"] = pa.array(used / float(self.num_kv_blocks))
+            if column.source not in ("id", "derived"):
+                columns[column.name] = pa.array(values[column.name])
+        columns["kv_usage"] = pa.array(values["num_kv_blocks_used"] / float(self.num_kv_blocks))
         return pa.table({c.name: columns[c.name] for c in STEP_COLUMNS})
 
 

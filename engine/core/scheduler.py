@@ -276,7 +276,18 @@ class Scheduler:
                 self._finish(seq, seq.length_reason)
                 finished.append(seq)
         if finished:
-            self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]
+            self.drop_finished()
         for seq in finished:
             seq.finish_s = now_s
         return finished
+
+    def finish_at_length(self, seq: Sequence, now_s: float) -> None:
+        """``seq`` sampled its last allowed token in the step that ended at ``now_s``: finished as postprocess
+        finishes it (its blocks freed), for a run of steps applied at once (engine.core.quiet_window), which
+        then calls ``drop_finished``."""
+        self._finish(seq, seq.length_reason)
+        seq.finish_s = now_s
+
+    def drop_finished(self) -> None:
+        """Take the finished sequences out of ``running`` (order kept)."""
+        self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]

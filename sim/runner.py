@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from engine.core.clock import Clock
@@ -9,6 +11,9 @@ from engine.core.runner import RunnerOutput
 from engine.core.scheduler import ScheduledBatch
 from sim.cost_model import CostModel
 from sim.host_speed import ConstantHostSpeed, HostSpeed
+
+# Fewer steps than this are summed one by one: an array pass has a fixed cost of some twenty numpy calls.
+_MIN_ARRAY_STEPS = 12
 
 
 class CostModelRunner:
@@ -43,22 +48,26 @@ class CostModelRunner:
         as the step loop adds them."""
         run_s = getattr(self.cost_model, "decode_run_s", None)
         host = self.host_speed
-        # The first steps one by one: most plans end within them (the next arrival is that close), and arrays
-        # only pay off over more steps.
-        ends = self._step_ends_one_by_one(batch, start_s, min(max_steps, 4), horizon_s)
-        if len(ends) < 4 or len(ends) == max_steps:
+        # The first steps one by one: many plans end within them (the next arrival is that close), arrays only
+        # pay off over more steps, and the last one's length sizes the first array.
+        ends = self._step_ends_one_by_one(batch, start_s, min(max_steps, 2), horizon_s)
+        if len(ends) < 2 or len(ends) == max_steps:
             return np.array(ends, dtype=np.float64)
-        if run_s is None or not (host is None or isinstance(host, ConstantHostSpeed)):
-            ends += self._step_ends_one_by_one(batch, ends[-1], max_steps - len(ends), horizon_s)
+        # Durations hardly change within a run (contexts only grow): the last one sizes the rest to the horizon
+        # (a short guess only costs another chunk).
+        num_done = len(ends)
+        step_s = ends[-1] - ends[-2]
+        fit = (horizon_s - ends[-1]) / step_s if step_s > 0 else math.inf
+        num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
+        if num_steps <= _MIN_ARRAY_STEPS or run_s is None or not (host is None or isinstance(host, ConstantHostSpeed)):
+            ends += self._step_ends_one_by_one(batch, ends[-1], max_steps - num_done, horizon_s)
             return np.array(ends, dtype=np.float64)
         slowdown = None if host is None else host.slowdown
         bs = batch.num_decode_seqs
-        first_context = batch.decode_context_tokens - bs * len(ends)  # the run's first step, counted from there
-        first_longest = batch.max_decode_context_tokens - len(ends)
+        first_context = batch.decode_context_tokens - bs * num_done  # the run's first step, counted from there
+        first_longest = batch.max_decode_context_tokens - num_done
         t_s = ends[-1]
         chunks = [np.array(ends, dtype=np.float64)]
-        num_done = len(ends)
-        num_steps = min(max_steps - num_done, 64)  # most windows are short: sized by the horizon after a chunk
         while True:
             steps = np.arange(num_done, num_done + num_steps, dtype=np.int64)
             batch.decode_context_tokens = first_context + bs * steps

@@ -36,8 +36,11 @@ class QuietWindow:
     # False: it stopped before a step that takes a block that may not be free (or at max_steps, or every
     # sequence finished)
     stopped_by_horizon: bool = True
-    # Segment j runs steps [bounds[j], bounds[j + 1]) with the sequences that finish after bounds[j].
+    # Segment j runs steps [bounds[j], bounds[j + 1]) with the sequences that finish after bounds[j]
     bounds: list[int] = field(default_factory=list)
+    # ... whose number, summed contexts and longest context in its first step are batches[j]
+    batches: list[tuple[int, int, int]] = field(default_factory=list)
+    lefts: list[int] = field(default_factory=list)  # the step (counted from 1) each running sequence finishes in
 
 
 def plan_quiet_window(
@@ -72,17 +75,18 @@ def plan_quiet_window(
     bounds.extend(sorted({left for left in lefts if left < steps}))
     bounds.append(steps)
     chunks = []
+    batches = []
     t_s = start_s
     num_steps = 0
     for j in range(len(bounds) - 1):
         first, segment_steps = bounds[j], bounds[j + 1] - bounds[j]
-        seqs = [seq for seq, left in zip(running, lefts) if left > first]
+        seqs = [seq for seq, left in zip(running, lefts) if left > first] if j else running
         bs = len(seqs)
         batch = ScheduledBatch(seqs=seqs, num_new_tokens=[1] * bs, num_decode_seqs=bs)
         # Step `first` computes token num_tokens + first of each: its context is that many tokens.
         contexts = [len(seq.token_ids) for seq in seqs]
-        batch.decode_context_tokens = sum(contexts) + bs * first
-        batch.max_decode_context_tokens = max(contexts) + first
+        batches.append((bs, sum(contexts) + bs * first, max(contexts) + first))
+        batch.decode_context_tokens, batch.max_decode_context_tokens = batches[-1][1:]
         ends = step_ends(batch, t_s, segment_steps, horizon_s)
         chunks.append(ends)
         num_steps += len(ends)
@@ -99,7 +103,8 @@ def plan_quiet_window(
     if stopped_by_horizon:
         bounds = [b for b in bounds if b < num_steps]
         bounds.append(num_steps)
-    return QuietWindow(num_steps, float(ends[-1]), stopped_by_horizon, bounds), starts, ends
+        del batches[len(bounds) - 1:]
+    return QuietWindow(num_steps, float(ends[-1]), stopped_by_horizon, bounds, batches, lefts), starts, ends
 
 
 def _next_block_step(seq, block_size: int) -> int:
@@ -140,14 +145,13 @@ def apply_quiet_window(
     # step is scheduled, then the finishes in running order, when it is postprocessed.
     events = []
     starting = []
-    lefts = []  # the step (counted from 1) in which each sequence finishes
+    lefts = window.lefts
     lasts = []  # the steps each sequence takes part in
     for index, seq in enumerate(running):
         computed = seq.num_computed_tokens
         starting.append(computed)
-        left = seq.max_num_tokens - len(seq.token_ids)
+        left = lefts[index]
         last = left if left < steps else steps
-        lefts.append(left)
         lasts.append(last)
         events.extend((k, 0, index) for k in range(_next_block_step(seq, block_size), last, block_size))
         if caching:
@@ -202,13 +206,11 @@ def apply_quiet_window(
         scheduler.drop_finished()
     step_log = engine.step_log
     bounds = window.bounds
-    for j in range(len(bounds) - 1):
+    for j, (bs, contexts, longest) in enumerate(window.batches):
         first, end = bounds[j], bounds[j + 1]
-        members = [index for index, last in enumerate(lasts) if last > first]
-        num_finishing = sum(1 for index in members if lefts[index] == end)  # in the segment's last step
-        contexts = [starting[index] + 1 for index in members]
-        step_log.extend_quiet(len(members), sum(contexts) + len(members) * first, max(contexts) + first,
-                              used_after_step[first:end], starts[first:end], ends[first:end], num_finishing)
+        num_finishing = lefts.count(end)  # in the segment's last step
+        step_log.extend_quiet(bs, contexts, longest, used_after_step[first:end], starts[first:end], ends[first:end],
+                              num_finishing)
     if finished:
         engine.runner.release(finished)
     return finished

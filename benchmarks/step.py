@@ -1,11 +1,15 @@
-"""One eager mixed step, timed: ``python benchmarks/step.py [--model qwen3-0.6b] [--json out.json]``.
+"""Mixed steps, timed eager and through piecewise CUDA graphs: ``python benchmarks/step.py [--model qwen3-0.6b]``.
 
 The step of issue 16: 8,192 batched tokens, four ~2k-token prefill chunks plus 80 decode rows
-(contexts 512-2,047), dummy weights, run eagerly (no CUDA graph applies to it). Reports per case the
-median over repeats of: host launch time of the forward (Python issuing kernels, no wait), the
-forward's GPU time (CUDA events around it), the wall time of the forward until the GPU is done, and
-the whole step through ``ModelRunner.execute`` (logits and sampling too). A second case gives each
-chunk a 2,048-token cached prefix (the paged attention path). Needs a CUDA GPU.
+(contexts 512-2,047), dummy weights; a second case gives each chunk a 2,048-token cached prefix (the
+paged attention path), a third is a small mixed step (one 1,968-token chunk and 80 decode rows), where
+launches weigh most. Each case runs both ways on one engine: eagerly (every kernel launched from
+Python) and as piecewise CUDA graphs (``engine/gpu/piecewise_graphs.py``). Reports per case and mode
+the median over repeats of: host launch time of the forward (no wait), the forward's GPU time (CUDA
+events around it), the forward's wall time until the GPU is done, the whole step through
+``ModelRunner.execute`` (logits and sampling too), and from one profiled step the kernels' summed GPU
+time over that step's wall time (``gpu_busy``). Also the engine's start-up (graph capture) time and the
+piecewise graphs' memory pool. Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -22,16 +26,20 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 NUM_DECODE = 80
-NUM_CHUNKS = 4
 STEP_TOKENS = 8192
+CASES = {  # name: (batched tokens, prefill chunks, cached prefix per chunk)
+    "no-prefix": (STEP_TOKENS, 4, 0),
+    "prefix-2048": (STEP_TOKENS, 4, 2048),
+    "small-2048": (2048, 1, 0),
+}
 
 
-def mixed_plan(runner, prefix: int, seed: int = 0):
+def mixed_plan(runner, step_tokens: int, num_chunks: int, prefix: int, seed: int = 0):
     from engine.gpu.model_runner import StepPlan
 
     rng = np.random.default_rng(seed)
     page = runner.block_size
-    chunk = (STEP_TOKENS - NUM_DECODE) // NUM_CHUNKS
+    chunk = (step_tokens - NUM_DECODE) // num_chunks
     decode_ctx = rng.integers(512, 2048, NUM_DECODE)
     width = runner.max_blocks_per_seq
     next_block = 0
@@ -45,16 +53,16 @@ def mixed_plan(runner, prefix: int, seed: int = 0):
         return row
 
     decode_tables = np.stack([table(int(c)) for c in decode_ctx])
-    prefill_tables = np.stack([table(prefix + chunk) for _ in range(NUM_CHUNKS)])
+    prefill_tables = np.stack([table(prefix + chunk) for _ in range(num_chunks)])
     if next_block > runner.num_gpu_blocks:
         raise SystemExit(f"the step needs {next_block} KV blocks, the runner has {runner.num_gpu_blocks}")
-    positions = [decode_ctx - 1] + [np.arange(prefix, prefix + chunk)] * NUM_CHUNKS
+    positions = [decode_ctx - 1] + [np.arange(prefix, prefix + chunk)] * num_chunks
     slots = [decode_tables[np.arange(NUM_DECODE), (decode_ctx - 1) // page] * page + (decode_ctx - 1) % page]
-    for j in range(NUM_CHUNKS):
+    for j in range(num_chunks):
         pos = positions[1 + j]
         slots.append(prefill_tables[j][pos // page].astype(np.int64) * page + pos % page)
-    num_tokens = NUM_DECODE + NUM_CHUNKS * chunk
-    logits = list(range(NUM_DECODE)) + [NUM_DECODE + (j + 1) * chunk - 1 for j in range(NUM_CHUNKS)]
+    num_tokens = NUM_DECODE + num_chunks * chunk
+    logits = list(range(NUM_DECODE)) + [NUM_DECODE + (j + 1) * chunk - 1 for j in range(num_chunks)]
     return StepPlan(
         ids=rng.integers(0, 10000, num_tokens).tolist(),
         positions=np.concatenate(positions).astype(np.int64),
@@ -62,11 +70,33 @@ def mixed_plan(runner, prefix: int, seed: int = 0):
         num_decode=NUM_DECODE,
         decode_tables=decode_tables,
         logits_indices=logits,
-        sample_rows=list(range(NUM_DECODE + NUM_CHUNKS)),
-        q_lens=[chunk] * NUM_CHUNKS,
-        context_lens=[prefix] * NUM_CHUNKS,
+        sample_rows=list(range(NUM_DECODE + num_chunks)),
+        q_lens=[chunk] * num_chunks,
+        context_lens=[prefix] * num_chunks,
         prefill_tables=prefill_tables,
     )
+
+
+def forward(runner, inputs):
+    """The forward alone, as ``ModelRunner.execute`` runs it for these inputs."""
+    if inputs.piecewise_size:
+        return runner.piecewise.run(inputs.piecewise_size, inputs.input_ids.shape[0], inputs.meta)
+    return runner.model(inputs.input_ids, inputs.positions, inputs.meta)
+
+
+def kernel_ms(torch, fn) -> tuple[float, dict[str, float]]:
+    """Summed GPU time of the kernels ``fn`` launches (one profiled call; one stream, so no overlap), and the
+    eight kernels that took longest, in ms."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    events.sort(key=lambda e: -e.self_device_time_total)
+    top = {e.key[:80]: round(e.self_device_time_total / 1e3, 3) for e in events[:8]}
+    return sum(e.self_device_time_total for e in events) / 1e3, top
 
 
 def time_case(torch, runner, plan, repeats: int) -> dict:
@@ -83,7 +113,7 @@ def time_case(torch, runner, plan, repeats: int) -> dict:
             inputs = runner.materialize(plan)
             t1 = time.perf_counter()
             start.record()
-            runner.model(inputs.input_ids, inputs.positions, inputs.meta)
+            forward(runner, inputs)
             t2 = time.perf_counter()
             end.record()
             end.synchronize()
@@ -97,7 +127,11 @@ def time_case(torch, runner, plan, repeats: int) -> dict:
                 samples["forward_gpu_ms"].append(start.elapsed_time(end))
                 samples["forward_wall_ms"].append(1e3 * (t3 - t1))
                 samples["step_wall_ms"].append(1e3 * (t4 - t3))
-    return {k: statistics.median(v) for k, v in samples.items()}
+        row = {k: statistics.median(v) for k, v in samples.items()}
+        inputs = runner.materialize(plan)
+        row["kernel_ms"], row["top_kernels_ms"] = kernel_ms(torch, lambda: runner.execute(inputs, sampling))
+    row["gpu_busy"] = row["kernel_ms"] / row["step_wall_ms"]
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,15 +144,28 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine import LLM
 
-    llm = LLM(args.model, load_format="dummy", enforce_eager=True, max_model_len=8192,
-              max_num_batched_tokens=STEP_TOKENS, gpu_memory_utilization=0.5)
+    t0 = time.perf_counter()
+    llm = LLM(args.model, load_format="dummy", max_model_len=8192, max_num_batched_tokens=STEP_TOKENS,
+              gpu_memory_utilization=0.5)
     runner = llm.runner
-    results = {"model": args.model, "device": torch.cuda.get_device_name(), "step_tokens": STEP_TOKENS,
-               "num_decode": NUM_DECODE, "num_chunks": NUM_CHUNKS, "cases": {}}
-    for name, prefix in (("no-prefix", 0), ("prefix-2048", 2048)):
-        row = time_case(torch, runner, mixed_plan(runner, prefix), args.repeats)
-        results["cases"][name] = row
-        print(f"{args.model} {name:12s} " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
+    results = {"model": args.model, "device": torch.cuda.get_device_name(), "num_decode": NUM_DECODE,
+               "engine_start_s": time.perf_counter() - t0,
+               "piecewise_buckets": runner.piecewise.sizes,
+               "piecewise_graphs": sum(len(g) for g in runner.piecewise.graphs.values()),
+               "piecewise_pool_bytes": runner.piecewise.pool_bytes,
+               "graph_pool_reserved_bytes": runner.graph_pool_reserved_bytes,
+               "targets": {"step_wall_ms": 18.0, "launch_ms": 2.0, "gpu_busy": 0.9}, "cases": {}}
+    for name, (step_tokens, num_chunks, prefix) in CASES.items():
+        plan = mixed_plan(runner, step_tokens, num_chunks, prefix)
+        for mode in ("eager", "piecewise"):
+            plan.piecewise_size = runner.piecewise.bucket(len(plan.ids)) if mode == "piecewise" else 0
+            row = time_case(torch, runner, plan, args.repeats)
+            row.update(step_tokens=len(plan.ids), num_chunks=num_chunks, prefix=prefix)
+            results["cases"][f"{name}/{mode}"] = row
+            figures = ", ".join(f"{k} {v:.2f}" for k, v in row.items() if k.endswith(("_ms", "busy"))
+                                and not isinstance(v, dict))
+            print(f"{args.model} {name:12s} {mode:9s} {figures}", flush=True)
+            print("    top kernels (ms): " + "; ".join(f"{k} {v}" for k, v in row["top_kernels_ms"].items()))
     llm.close()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

@@ -42,6 +42,8 @@ def run_engine(args, prompts, params) -> dict:
         options["block_size"] = args.block_size
     if args.max_num_batched_tokens:
         options["max_num_batched_tokens"] = args.max_num_batched_tokens
+    if args.max_cuda_graph_tokens is not None:
+        options["max_cuda_graph_tokens"] = args.max_cuda_graph_tokens
     started = time.perf_counter()
     llm = LLM(args.model, **options)
     init_s = time.perf_counter() - started
@@ -50,7 +52,7 @@ def run_engine(args, prompts, params) -> dict:
     engine = llm.engine
     runner = llm.runner
     timings = runner.timings
-    for name in ("num_steps", "num_graph_steps"):
+    for name in ("num_steps", "num_graph_steps", "num_piecewise_steps"):
         setattr(timings, name, 0)
     for name in ("prepare_s", "execute_s", "forward_s", "sample_s"):
         setattr(timings, name, 0.0)
@@ -79,6 +81,7 @@ def run_engine(args, prompts, params) -> dict:
         "output_tok_per_s": output_tokens / wall_s,
         "num_steps": num_steps,
         "num_graph_steps": timings.num_graph_steps,
+        "num_piecewise_steps": timings.num_piecewise_steps,
         "num_gpu_blocks": runner.num_gpu_blocks,
         "init_s": init_s,
         "per_step_ms": {
@@ -137,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--max-cuda-graph-tokens", type=int, default=None,
+                        help="largest prefill/mixed step run as piecewise CUDA graphs (0: eagerly; default: the "
+                             "engine's)")
     parser.add_argument("--peer", action="store_true", help="also time transformers' generate_batch on a subset")
     parser.add_argument("--peer-num-seqs", type=int, default=32,
                         help="requests given to the peer (default: %(default)s)")

@@ -24,6 +24,8 @@ class EngineOptions(EngineConfig):
     enforce_eager: bool = option(False, "no CUDA graphs")
     attention_backend: str = option("auto", "attention kernels", choices=ATTENTION_BACKENDS)
     max_cuda_graph_batch_size: int = option(512, "largest decode batch captured as a CUDA graph")
+    max_cuda_graph_tokens: int = option(8192, "largest prefill or mixed step (batched tokens) replayed as piecewise "
+                                        "CUDA graphs, attention eager between them; 0: such steps run eagerly")
     distributed_backend: str = option("auto", "tensor-parallel collectives (auto: nccl on CUDA, gloo on CPU)",
                                       choices=DISTRIBUTED_BACKENDS)
 
@@ -45,3 +47,4 @@ class EngineOptions(EngineConfig):
         check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         check_choice("distributed_backend", self.distributed_backend, DISTRIBUTED_BACKENDS)
         check_int("max_cuda_graph_batch_size", self.max_cuda_graph_batch_size)
+        check_int("max_cuda_graph_tokens", self.max_cuda_graph_tokens, minimum=0)

@@ -4,7 +4,8 @@
 
 Each grid point puts the scheduler in a chosen state (sequences with a given cached context and a
 given number of new tokens), then times whole engine steps: scheduling, input preparation, the
-forward (a CUDA graph for decode-only steps, eager otherwise), sampling and postprocessing, as a
+forward (a CUDA graph for decode-only steps, piecewise graphs around eager attention for prefill and
+mixed steps up to ``max_cuda_graph_tokens``, eager beyond), sampling and postprocessing, as a
 replay pays them. KV contents do not change the timing, so states are injected rather than
 prefilled. The grid covers decode batches over context lengths (equal, and one long context among
 short ones), the decode step right after an eager one, prefill chunks with and without a cached
@@ -219,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             "block_size": args.block_size, "max_model_len": args.max_model_len,
             "num_gpu_blocks": engine.config.num_gpu_blocks,
             "cuda_graph_sizes": list(getattr(llm.runner, "_graph_sizes", [])),
+            "piecewise_graph_sizes": list(llm.runner.piecewise.sizes) if llm.runner.piecewise is not None else [],
         },
         "points": points,
         "profile_wall_s": round(time.perf_counter() - started, 1),

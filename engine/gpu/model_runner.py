@@ -2,7 +2,8 @@
 
 Per step: pack the batch (decode rows first, then prefill chunks) into flat token, position and
 slot tensors plus attention metadata; run the model (a captured CUDA graph for decode-only steps,
-eagerly otherwise); compute logits only where a token is sampled; sample.
+piecewise CUDA graphs around eager attention for prefill and mixed steps up to
+``max_cuda_graph_tokens``, eagerly otherwise); compute logits only where a token is sampled; sample.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from engine.gpu.layers.sampler import SamplingTensors, sample
 from engine.gpu.loader import init_dummy, load_safetensors
 from engine.gpu.models import DecoderForCausalLM
 from engine.gpu.parallel import SINGLE, ParallelContext
+from engine.gpu.piecewise_graphs import PiecewiseGraphs
 from engine.options import EngineOptions
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -46,6 +48,7 @@ class StepTimings:
     forward_s: float = 0.0
     sample_s: float = 0.0
     num_graph_steps: int = 0
+    num_piecewise_steps: int = 0
 
 
 @dataclass
@@ -63,6 +66,7 @@ class StepPlan:
     context_lens: list[int] = field(default_factory=list)
     prefill_tables: np.ndarray | None = None
     graph_bs: int = 0  # > 0: replay the graph captured for this many decode rows
+    piecewise_size: int = 0  # > 0: replay the piecewise graphs captured for this many batched tokens
 
 
 @dataclass
@@ -72,6 +76,7 @@ class StepInputs:
     meta: AttentionMetadata
     logits_indices: torch.Tensor
     graph_batch_size: int = 0
+    piecewise_size: int = 0
 
 
 def resolve_device(options: EngineOptions) -> torch.device:
@@ -132,9 +137,14 @@ class ModelRunner:
             load_safetensors(self.model, model_dir)
         self.model.eval()
         self.num_kv_heads = self.model.model.layers[0].self_attn.num_kv_heads
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.piecewise: PiecewiseGraphs | None = None
+        piecewise_tokens = min(options.max_cuda_graph_tokens, options.max_num_batched_tokens)
+        if self._is_cuda and not options.enforce_eager and piecewise_tokens > 0:
+            # Static buffers first, so that the KV cache is sized around them.
+            self.piecewise = PiecewiseGraphs(self.model, piecewise_tokens, self.device, self.dtype)
         self.num_gpu_blocks = self._size_kv_cache()
         self._allocate_kv_cache(self.num_gpu_blocks)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if self._is_cuda and not options.enforce_eager:
             self._capture_graphs()
 
@@ -180,8 +190,14 @@ class ModelRunner:
         current = torch.cuda.memory_stats(self.device)["allocated_bytes.all.current"]
         free, total = torch.cuda.mem_get_info(self.device)
         used = total - free
-        available = total * opts.gpu_memory_utilization - used - (peak - current)
+        activations = peak - current
+        # The piecewise graphs' pool holds one piece's temporaries at the largest bucket, beside the eager
+        # allocator's: reserve the eager forward's peak for it too (it is larger; the pool is measured after
+        # capture as ``graph_pool_bytes``).
+        graph_pool = activations if self.piecewise is not None else 0
+        available = total * opts.gpu_memory_utilization - used - activations - graph_pool
         num_blocks = self.parallel.min_across_ranks(int(available // self._block_bytes()), self.device)
+        self.graph_pool_reserved_bytes = graph_pool
         if opts.num_gpu_blocks is not None:
             if opts.num_gpu_blocks > num_blocks:
                 raise ValueError(f"num_gpu_blocks={opts.num_gpu_blocks} does not fit: at most {num_blocks} blocks fit")
@@ -189,7 +205,8 @@ class ModelRunner:
         if num_blocks < 1:
             raise ValueError(
                 f"no memory left for the KV cache at gpu_memory_utilization={opts.gpu_memory_utilization} "
-                f"(weights and activations use {(used + peak - current) / 2**30:.1f} GiB of {total / 2**30:.1f} GiB)"
+                f"(weights and activations use {(used + activations + graph_pool) / 2**30:.1f} GiB of "
+                f"{total / 2**30:.1f} GiB)"
             )
         return num_blocks
 
@@ -293,8 +310,12 @@ class ModelRunner:
             plan.positions = np.concatenate(position_parts)
             plan.slots = np.concatenate(slot_parts)
             plan.prefill_tables = self._block_table_array(tables)
+            if self.piecewise is not None:
+                plan.piecewise_size = self.piecewise.bucket(offset)
         elif self.graphs and num_decode <= self._max_graph_bs:
             plan.graph_bs = next(b for b in self._graph_sizes if b >= num_decode)
+        elif self.piecewise is not None:  # a decode batch past the largest decode graph
+            plan.piecewise_size = self.piecewise.bucket(num_decode)
         return plan
 
     def materialize(self, plan: StepPlan) -> StepInputs:
@@ -305,8 +326,13 @@ class ModelRunner:
             positions = self._graph_positions[: plan.graph_bs]
         else:
             num_decode = plan.num_decode
-            meta = AttentionMetadata(slot_mapping=self._to_device(plan.slots, torch.int64),
-                                     num_decode_tokens=num_decode)
+            if plan.piecewise_size:
+                input_ids, positions, slots = self._stage_piecewise(plan)
+            else:
+                slots = self._to_device(plan.slots, torch.int64)
+                input_ids = self._to_device(plan.ids, torch.int64)
+                positions = self._to_device(plan.positions, torch.int64)
+            meta = AttentionMetadata(slot_mapping=slots, num_decode_tokens=num_decode)
             if num_decode:
                 context = [p + 1 for p in plan.positions[:num_decode]]
                 meta.decode_block_tables = self._to_device(plan.decode_tables, torch.int32)
@@ -326,15 +352,28 @@ class ModelRunner:
                 meta.prefill_max_k_len = max(c + q for c, q in zip(plan.context_lens, plan.q_lens))
                 meta.host_prefill_q_lens = plan.q_lens
                 meta.host_prefill_context_lens = plan.context_lens
-            input_ids = self._to_device(plan.ids, torch.int64)
-            positions = self._to_device(plan.positions, torch.int64)
         return StepInputs(
             input_ids=input_ids,
             positions=positions,
             meta=meta,
             logits_indices=self._to_device(plan.logits_indices, torch.int64),
             graph_batch_size=plan.graph_bs,
+            piecewise_size=plan.piecewise_size,
         )
+
+    def _stage_piecewise(self, plan: StepPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[ids | positions | slots] padded to the bucket (padding: token 0 at position 0, slot -1, never
+        stored), one host-to-device copy into the piecewise graphs' static inputs; their real rows."""
+        size = plan.piecewise_size
+        n = len(plan.ids)
+        host = np.zeros(3 * size, dtype=np.int64)
+        host[:n] = plan.ids
+        host[size : size + n] = plan.positions
+        host[2 * size : 2 * size + n] = plan.slots
+        host[2 * size + n :] = -1
+        self.piecewise.stage(torch.from_numpy(host).pin_memory())
+        inputs = self.piecewise.inputs
+        return inputs[:n], inputs[size : size + n], inputs[2 * size : 2 * size + n]
 
     def _sampling_tensors(self, seqs) -> SamplingTensors:
         temperatures, top_ks, top_ps, generators = [], [], [], []
@@ -364,6 +403,8 @@ class ModelRunner:
         if inputs.graph_batch_size:
             self.graphs[inputs.graph_batch_size].replay()
             hidden = self._graph_outputs[inputs.graph_batch_size]
+        elif inputs.piecewise_size:
+            hidden = self.piecewise.run(inputs.piecewise_size, inputs.input_ids.shape[0], inputs.meta)
         else:
             hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta)
         if events:
@@ -409,6 +450,8 @@ class ModelRunner:
             self.step_timings.append((t1 - t0, t_launched - t1, t2 - t_launched, forward_s, sample_s))
         if plan.graph_bs:
             timings.num_graph_steps += 1
+        elif plan.piecewise_size:
+            timings.num_piecewise_steps += 1
         return RunnerOutput(token_ids)
 
     def release(self, seqs) -> None:
@@ -428,7 +471,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _capture_graphs(self) -> None:
-        """Decode graphs for bucketed batch sizes, captured largest first into one memory pool."""
+        """Decode graphs for bucketed batch sizes, captured largest first into one memory pool, then the
+        piecewise graphs of prefill and mixed steps into the same pool (one step runs at a time)."""
         max_bs = min(self.options.max_num_seqs, self.options.max_cuda_graph_batch_size)
         self._graph_sizes = self._graph_sizes_for(max_bs)
         self._max_graph_bs = max_bs
@@ -462,6 +506,8 @@ class ModelRunner:
             self._graph_outputs[bs] = out
             self._graph_meta[bs] = meta
             torch.cuda.synchronize(dev)
+        if self.piecewise is not None:
+            self.piecewise.capture(pool, dev)
 
     def _fill_graph_inputs(self, plan: StepPlan) -> AttentionMetadata:
         graph_bs = plan.graph_bs
@@ -496,6 +542,7 @@ class ModelRunner:
     def close(self) -> None:
         """Release graphs, the KV cache and the weights now rather than at garbage collection."""
         self.graphs.clear()
+        self.piecewise = None
         self.__dict__.pop("_graph_outputs", None)
         self.__dict__.pop("_graph_meta", None)
         if getattr(self, "model", None) is not None:

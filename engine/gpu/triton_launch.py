@@ -14,6 +14,8 @@ a multiple of 16, or beyond int32 (Triton specialises integers and pointers on e
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 _INT32_MAX = 2**31 - 1
@@ -41,16 +43,16 @@ class BoundKernel:
     def __call__(self, grid: tuple[int, ...], args: tuple, constexprs: dict, num_warps: int = 4,
                  num_stages: int | None = None) -> None:
         device = torch.cuda.current_device()
-        const_values = tuple(constexprs.values())
-        key = (device, const_values, num_warps, num_stages, tuple(map(_arg_key, args)))
+        key = self._key(device, args, constexprs, num_warps, num_stages)
         kernel = self._compiled.get(key)
         if kernel is None:
             self._bind(key, grid, args, constexprs, num_warps, num_stages)
             return
-        grid_1 = grid[1] if len(grid) > 1 else 1
-        grid_2 = grid[2] if len(grid) > 2 else 1
-        kernel.run(grid[0], grid_1, grid_2, torch._C._cuda_getCurrentRawStream(device), kernel.function,
-                   kernel.packed_metadata, None, None, None, *args, *const_values)
+        _run(kernel, grid, torch._C._cuda_getCurrentRawStream(device), args, key[1])
+
+    @staticmethod
+    def _key(device: int, args: tuple, constexprs: dict, num_warps: int, num_stages: int | None) -> tuple:
+        return (device, tuple(constexprs.values()), num_warps, num_stages, tuple(map(_arg_key, args)))
 
     def _bind(self, key, grid, args, constexprs, num_warps, num_stages) -> None:
         names = self.fn.arg_names
@@ -64,3 +66,62 @@ class BoundKernel:
         # Compiles (or loads from Triton's cache) and launches through Triton's own path this once.
         # Later launches skip Triton's launch hooks (only its own profiler sets them).
         self._compiled[key] = self.fn[grid](*args, **constexprs, **options)
+
+
+def _run(kernel, grid: tuple[int, ...], stream: int, args: tuple, const_values: tuple) -> None:
+    grid_1 = grid[1] if len(grid) > 1 else 1
+    grid_2 = grid[2] if len(grid) > 2 else 1
+    kernel.run(grid[0], grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, None, None, None,
+               *args, *const_values)
+
+
+@dataclass
+class Launch:
+    """One kernel launch with its arguments, built once and issued later (possibly many times)."""
+
+    kernel: BoundKernel
+    grid: tuple[int, ...]
+    args: tuple
+    constexprs: dict
+    num_warps: int = 4
+    num_stages: int | None = None
+    takes_kv_cache: bool = False  # args 1 and 2 are a layer's K and V cache (replaced per layer)
+
+    def __call__(self) -> None:
+        self.kernel(self.grid, self.args, self.constexprs, self.num_warps, self.num_stages)
+
+
+class PerLayerLaunches:
+    """A step's attention launches, issued once per layer with that layer's KV cache.
+
+    Every layer of a step attends with the same query rows, metadata and output buffer; only the cache
+    differs, and all layers' caches are views of one allocation with the same dtype and alignment, so
+    they share one specialisation. The first layer goes through ``BoundKernel`` (compiling if needed);
+    later layers call the compiled kernels directly, skipping the per-call key: a piecewise-graph step
+    issues these two or three launches 28-36 times, and that was most of its host time.
+    """
+
+    def __init__(self, launches: list[Launch]) -> None:
+        self.launches = launches
+        self._direct: list[tuple[object, tuple, tuple, bool]] | None = None
+        self._stream = 0
+
+    def __call__(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+        if self._direct is not None:
+            stream = self._stream
+            for kernel, grid, args, const_values, takes_cache in self._direct:
+                if takes_cache:
+                    args = (args[0], k_cache, v_cache, *args[3:])
+                _run(kernel, grid, stream, args, const_values)
+            return
+        device = torch.cuda.current_device()
+        direct = []
+        for launch in self.launches:
+            args = launch.args
+            if launch.takes_kv_cache:
+                args = (args[0], k_cache, v_cache, *args[3:])
+            launch.kernel(launch.grid, args, launch.constexprs, launch.num_warps, launch.num_stages)
+            key = launch.kernel._key(device, args, launch.constexprs, launch.num_warps, launch.num_stages)
+            direct.append((launch.kernel._compiled[key], launch.grid, args, key[1], launch.takes_kv_cache))
+        self._direct = direct
+        self._stream = torch._C._cuda_getCurrentRawStream(device)

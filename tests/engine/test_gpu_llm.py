@@ -56,11 +56,14 @@ TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two C
     [
         dict(),
         dict(enforce_eager=True, max_num_batched_tokens=256),
+        dict(max_num_batched_tokens=256),
+        dict(max_cuda_graph_tokens=0),
         dict(policy="nano"),
         dict(max_model_len=16384),
         pytest.param(dict(tensor_parallel_size=2), marks=TWO_GPUS),
     ],
-    ids=["graphs-mixed", "eager-chunked", "nano", "graphs-long-splits", "tp2"],
+    ids=["graphs-mixed", "eager-chunked", "piecewise-chunked", "decode-graphs-only", "nano", "graphs-long-splits",
+         "tp2"],
 )
 def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch):
     path, model, exact = qwen3_06b_shaped
@@ -97,6 +100,12 @@ def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch
         monkeypatch.setattr(llm.runner, "plan", recording_plan)
         greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
         ours = [o["token_ids"] for o in llm.generate(prompts, greedy, use_tqdm=False)]
+        if options.get("tensor_parallel_size", 1) == 1:
+            # Every prefill and mixed step went through the piecewise graphs unless they were turned off.
+            timings = llm.runner.timings
+            eager_prefill = options.get("enforce_eager") or options.get("max_cuda_graph_tokens") == 0
+            expected = 0 if eager_prefill else timings.num_steps - timings.num_graph_steps
+            assert timings.num_piecewise_steps == expected > 0 or eager_prefill
     finally:
         llm.close()
         del llm

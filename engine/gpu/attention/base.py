@@ -34,11 +34,22 @@ class PagedAttentionBackend:
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        """Attention for every new token (its K/V already stored) into ``out`` [tokens, heads, dim]."""
+        if out is None:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         num_decode = meta.num_decode_tokens
         if num_decode:
             self.decode(q[:num_decode], k_cache, v_cache, meta, scale, out[:num_decode])
         if meta.num_prefill_seqs:
             self.prefill(q[num_decode:], k_cache, v_cache, meta, scale, out[num_decode:])
         return out
+
+    def per_layer(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, scale: float,
+                  out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
+        """One step's attention as a callable ``(k_cache, v_cache)`` that every layer calls in turn (the rows,
+        metadata and output are the same for every layer; ``k_cache``/``v_cache`` are layer 0's, a template).
+        A backend may prepare the launches once here; this default simply runs ``forward``."""
+        return lambda layer_k_cache, layer_v_cache: self.forward(q, k, v, layer_k_cache, layer_v_cache, meta, scale,
+                                                                 out)

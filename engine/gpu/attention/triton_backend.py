@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from engine.gpu.attention import triton_kernels as kernels
 from engine.gpu.attention.base import PagedAttentionBackend
+from engine.gpu.triton_launch import PerLayerLaunches
 
 
 class TritonBackend(PagedAttentionBackend):
@@ -21,3 +22,18 @@ class TritonBackend(PagedAttentionBackend):
     def prefill(self, q, k_cache, v_cache, meta, scale, out) -> None:
         kernels.paged_prefill(q, k_cache, v_cache, meta.prefill_block_tables, meta.prefill_cu_seqlens_q,
                               meta.prefill_context_lens, meta.prefill_max_q_len, scale, out=out)
+
+    def per_layer(self, q, k, v, meta, scale, out, k_cache, v_cache) -> PerLayerLaunches:
+        """Decode and prefill launches built once per step; each layer issues them with its own cache."""
+        launches = []
+        num_decode = meta.num_decode_tokens
+        if num_decode:
+            splits = meta.decode_splits
+            launches += kernels.paged_decode_launches(
+                q[:num_decode], k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
+                splits.num_splits, out[:num_decode], fill_splits=splits.fill_splits, long_seqs=meta.decode_long_seqs)
+        if meta.num_prefill_seqs:
+            launches += kernels.paged_prefill_launches(
+                q[num_decode:], k_cache, v_cache, meta.prefill_block_tables, meta.prefill_cu_seqlens_q,
+                meta.prefill_context_lens, meta.prefill_max_q_len, scale, out[num_decode:])
+        return PerLayerLaunches(launches)

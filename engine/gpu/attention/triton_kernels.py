@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from engine.gpu.attention.triton_kernels_host import DECODE_TILE_TOKENS
-from engine.gpu.triton_launch import BoundKernel
+from engine.gpu.triton_launch import BoundKernel, Launch
 
 LOG2E = 1.4426950408889634
 
@@ -208,6 +208,27 @@ def paged_decode(
     Each context is cut into ``fill_splits`` ranges (default: ``num_splits``); the sequences listed in
     ``long_seqs`` (int32 row indices, -1 for an unused slot) into ``num_splits``. See ``DecodeSplits``.
     """
+    if out is None:
+        out = torch.empty_like(q)
+    for launch in paged_decode_launches(q, k_cache, v_cache, block_tables, context_lens, scale, num_splits, out,
+                                        fill_splits, long_seqs):
+        launch()
+    return out
+
+
+def paged_decode_launches(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    num_splits: int,
+    out: torch.Tensor,
+    fill_splits: int | None = None,
+    long_seqs: torch.Tensor | None = None,
+) -> list[Launch]:
+    """``paged_decode``'s launches into ``out``, built but not issued (their split buffers allocated once)."""
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads, page = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -215,10 +236,8 @@ def paged_decode(
     assert 1 <= fill <= num_splits
     num_long = 0 if long_seqs is None or fill == num_splits else long_seqs.shape[0]
     assert num_long & (num_long - 1) == 0, "the long-sequence slots must be a power of two"
-    if out is None:
-        out = torch.empty_like(q)
     if num_seqs == 0:
-        return out
+        return []
     block_n = min(DECODE_TILE_TOKENS, page)
     if num_splits > 1:
         part_out = torch.empty(num_seqs, num_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
@@ -240,18 +259,19 @@ def paged_decode(
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
         BLOCK_N=block_n, NUM_SPLITS=num_splits, FILL_SPLITS=fill, NUM_LONG=num_long,
     )
-    _paged_decode((num_kv_heads, num_long * (num_splits - fill) + num_seqs * fill), args, constants,
-                  num_warps=4, num_stages=3)
+    launches = [Launch(_paged_decode, (num_kv_heads, num_long * (num_splits - fill) + num_seqs * fill), args,
+                       constants, num_warps=4, num_stages=3, takes_kv_cache=True)]
     if num_splits > 1:
-        _merge_splits(
+        launches.append(Launch(
+            _merge_splits,
             (num_seqs, num_heads),
             (part_out, part_lse, longs, out,
              part_out.stride(0), part_out.stride(1), part_out.stride(2), part_lse.stride(0), part_lse.stride(1),
              out.stride(0), out.stride(1)),
             dict(HEAD_DIM=head_dim, NUM_SPLITS=num_splits, FILL_SPLITS=fill, NUM_LONG=num_long),
             num_warps=4,
-        )
-    return out
+        ))
+    return launches
 
 
 @triton.jit
@@ -355,13 +375,32 @@ def paged_prefill(
 ) -> torch.Tensor:
     """q: [prefill tokens, num_heads, head_dim] (chunks back to back) -> same shape. ``config`` overrides
     the (BLOCK_M, BLOCK_N, num_warps, num_stages, heads per program) choice."""
-    num_tokens, num_heads, head_dim = q.shape
-    num_kv_heads, page = k_cache.shape[1], k_cache.shape[2]
     if out is None:
         out = torch.empty_like(q)
+    for launch in paged_prefill_launches(q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, max_q_len,
+                                         scale, out, config):
+        launch()
+    return out
+
+
+def paged_prefill_launches(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    context_lens: torch.Tensor,
+    max_q_len: int,
+    scale: float,
+    out: torch.Tensor,
+    config: tuple[int, int, int, int, int] | None = None,
+) -> list[Launch]:
+    """``paged_prefill``'s launch into ``out``, built but not issued."""
+    num_tokens, num_heads, head_dim = q.shape
+    num_kv_heads, page = k_cache.shape[1], k_cache.shape[2]
     num_seqs = cu_seqlens_q.shape[0] - 1
     if num_tokens == 0 or num_seqs == 0:
-        return out
+        return []
     block_m, block_n, num_warps, num_stages, heads = config or (
         PREFILL_CONFIG_LONG if max_q_len > 64 else PREFILL_CONFIG_SHORT)
     group = num_heads // num_kv_heads
@@ -369,7 +408,8 @@ def paged_prefill(
         heads //= 2
     block_n = min(block_n, page)
     grid = (triton.cdiv(max_q_len, block_m), num_heads // heads, num_seqs)
-    _paged_prefill(
+    return [Launch(
+        _paged_prefill,
         grid,
         (q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, out,
          scale * LOG2E,
@@ -378,6 +418,5 @@ def paged_prefill(
          block_tables.stride(0),
          out.stride(0), out.stride(1)),
         dict(GROUP=group, HEADS=heads, HEAD_DIM=head_dim, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n),
-        num_warps=num_warps, num_stages=num_stages,
-    )
-    return out
+        num_warps=num_warps, num_stages=num_stages, takes_kv_cache=True,
+    )]

@@ -1,4 +1,8 @@
-"""Attention layer: stores the new K/V into this layer's paged cache, then attends through the backend."""
+"""Attention layer: stores the new K/V into this layer's paged cache, then attends through the backend.
+
+The two halves are separate calls because a piecewise CUDA graph captures the store (its slots sit in a
+static buffer, padding rows marked -1) while attention itself runs eagerly with the step's true shapes.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,13 @@ class Attention(nn.Module):
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
 
+    def store(self, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        self.backend.store(k, v, self.k_cache, self.v_cache, slot_mapping)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale, out=out)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        self.backend.store(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
-        return self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
+        self.store(k, v, meta.slot_mapping)
+        return self.attend(q, k, v, meta)

@@ -36,10 +36,12 @@ def _rms_norm_kernel(
 _rms_norm = BoundKernel(_rms_norm_kernel)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None) -> torch.Tensor:
-    """Normalizes rows of a 2-D ``x``; with ``residual``, first adds it in place (residual += x) and normalizes that."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """Normalizes rows of a 2-D ``x``; with ``residual``, first adds it in place (residual += x) and normalizes that.
+    Writes into ``out`` when given."""
     rows, cols = x.shape
-    out = torch.empty_like(x)
+    out = torch.empty_like(x) if out is None else out
     if rows:
         _rms_norm(
             (rows,),

@@ -19,16 +19,23 @@ class RMSNorm(nn.Module):
         return x.to(dtype) * self.weight
 
     def forward(
-        self, x: torch.Tensor, residual: torch.Tensor | None = None
+        self, x: torch.Tensor, residual: torch.Tensor | None = None, out: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """With ``residual``: (norm(x + residual), x + residual). The result goes to ``out`` when given."""
         if x.is_cuda and x.dim() == 2:
             from engine.gpu.layers.fused_kernels import rms_norm
 
             if residual is None:
-                return rms_norm(x, self.weight, self.eps)
-            return rms_norm(x, self.weight, self.eps, residual), residual  # residual updated in place
+                return rms_norm(x, self.weight, self.eps, out=out)
+            return rms_norm(x, self.weight, self.eps, residual, out=out), residual  # residual updated in place
         if residual is None:
-            return self._norm(x)
+            return _into(self._norm(x), out)
         # The residual stream is kept in the activation dtype, as in HF models.
         residual = x + residual
-        return self._norm(residual), residual
+        return _into(self._norm(residual), out), residual
+
+
+def _into(value: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    if out is None:
+        return value
+    return out.copy_(value)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -36,8 +38,11 @@ class DecoderAttention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        qkv = self.qkv_proj(hidden)
+    def project(self, positions: torch.Tensor, hidden: torch.Tensor, slot_mapping: torch.Tensor,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+        """QKV projection, q/k norms and rotary, and the new K/V stored in the cache: the dense half that a
+        piecewise CUDA graph captures. Returns the fused [tokens, (Hq + 2 Hkv) * D] rows (``out`` if given)."""
+        qkv = self.qkv_proj(hidden, out=out)
         if qkv.is_cuda:  # one fused kernel for q/k norms and rotary, in place
             from engine.gpu.layers.fused_kernels import qk_norm_rope_
 
@@ -47,17 +52,30 @@ class DecoderAttention(nn.Module):
                 self.k_norm.weight if self.k_norm is not None else None,
                 self.q_norm.eps if self.q_norm is not None else 0.0,
             )
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(-1, self.num_heads, self.head_dim)
-        k = k.view(-1, self.num_kv_heads, self.head_dim)
-        v = v.view(-1, self.num_kv_heads, self.head_dim)
-        if not qkv.is_cuda:
+            q, k, v = self._split(qkv)
+        else:
+            q, k, v = self._split(qkv)
             if self.q_norm is not None:
                 q = self.q_norm(q)
                 k = self.k_norm(k)
             q, k = self.rotary_emb(positions, q, k)
-        out = self.attn(q, k, v, meta)
-        return self.o_proj(out.view(-1, self.q_size))
+            self._split(qkv)[0].copy_(q)  # written back so that attention reads every path's q/k from qkv
+            self._split(qkv)[1].copy_(k)
+        self.attn.store(k, v, slot_mapping)
+        return qkv
+
+    def _split(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        return (q.view(-1, self.num_heads, self.head_dim), k.view(-1, self.num_kv_heads, self.head_dim),
+                v.view(-1, self.num_kv_heads, self.head_dim))
+
+    def attend(self, qkv: torch.Tensor, meta: AttentionMetadata, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Attention over the paged cache for the step's rows of ``qkv``; [tokens, Hq * D] (``out`` if given).
+        Runs eagerly in every mode: its grids follow the step's true decode rows and prefill chunks."""
+        q, k, v = self._split(qkv)
+        if out is not None:
+            out = out.view(-1, self.num_heads, self.head_dim)
+        return self.attn.attend(q, k, v, meta, out=out).view(-1, self.q_size)
 
 
 class DecoderMLP(nn.Module):
@@ -81,21 +99,23 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
 
-    def forward(
-        self,
-        positions: torch.Tensor,
-        hidden: torch.Tensor,
-        residual: torch.Tensor | None,
-        meta: AttentionMetadata,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual = hidden
-            hidden = self.input_layernorm(hidden)
-        else:
-            hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, hidden, meta)
+    def after_attention(self, attn_out: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Output projection, residual add and norm, MLP: (MLP output, residual)."""
+        hidden = self.self_attn.o_proj(attn_out)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
+
+
+@dataclass
+class StepBuffers:
+    """What passes between the pieces of a forward. Eagerly each piece allocates what it writes; under
+    piecewise CUDA graphs all four are static buffers of the bucket's size, so the attention that runs
+    between two graphs reads and writes addresses the graphs were captured with."""
+
+    residual: torch.Tensor | None = None  # [tokens, hidden], updated in place on CUDA
+    qkv: torch.Tensor | None = None  # [tokens, (Hq + 2 Hkv) * D] of the layer about to attend
+    attn: torch.Tensor | None = None  # [tokens, Hq * D], that layer's attention output
+    hidden: torch.Tensor | None = None  # [tokens, hidden], the final norm's output
 
 
 class DecoderModel(nn.Module):
@@ -107,13 +127,47 @@ class DecoderModel(nn.Module):
         )
         self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
 
+    @property
+    def num_pieces(self) -> int:
+        return len(self.layers) + 1
+
+    def piece(self, k: int, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
+              bufs: StepBuffers) -> None:
+        """The dense work between attention ``k - 1`` and attention ``k`` (``k`` = 0 .. num_layers): layer k-1's
+        output projection and MLP, then layer k's input norm, QKV projection, q/k norm, rotary and KV store
+        (writes ``bufs.qkv``); the last piece ends with the final norm (writes ``bufs.hidden``). Written into
+        ``bufs``' tensors where they exist, so that a piece can be captured as a CUDA graph."""
+        if k == 0:
+            embedded = self.embed_tokens(input_ids)
+            if bufs.residual is None:
+                bufs.residual = embedded
+            else:
+                bufs.residual.copy_(embedded)
+            hidden = self.layers[0].input_layernorm(bufs.residual)
+        else:
+            hidden, bufs.residual = self.layers[k - 1].after_attention(bufs.attn, bufs.residual)
+            if k == len(self.layers):
+                bufs.hidden, _ = self.norm(hidden, bufs.residual, out=bufs.hidden)
+                return
+            hidden, bufs.residual = self.layers[k].input_layernorm(hidden, bufs.residual)
+        bufs.qkv = self.layers[k].self_attn.project(positions, hidden, slot_mapping, out=bufs.qkv)
+
+    def attend(self, k: int, meta: AttentionMetadata, bufs: StepBuffers, num_tokens: int) -> None:
+        """Layer k's attention for the step's first ``num_tokens`` rows (the rest, if any, are graph padding)."""
+        attn = self.layers[k].self_attn.attend(bufs.qkv[:num_tokens], meta,
+                                               out=None if bufs.attn is None else bufs.attn[:num_tokens])
+        if bufs.attn is None:
+            bufs.attn = attn
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        hidden = self.embed_tokens(input_ids)
-        residual = None
-        for layer in self.layers:
-            hidden, residual = layer(positions, hidden, residual, meta)
-        hidden, _ = self.norm(hidden, residual)
-        return hidden
+        """Every piece and every attention in turn: the eager path, and what a decode graph captures whole."""
+        bufs = StepBuffers()
+        num_tokens = input_ids.shape[0]
+        for k in range(self.num_pieces):
+            self.piece(k, input_ids, positions, meta.slot_mapping, bufs)
+            if k < len(self.layers):
+                self.attend(k, meta, bufs, num_tokens)  # the buffers are reused by every layer
+        return bufs.hidden
 
 
 class DecoderForCausalLM(nn.Module):

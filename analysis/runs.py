@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -69,8 +70,13 @@ def write_summary(
     summary.update(meta)
     write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if report_title is not None:
-        from analysis.report.replay_report import write_report
-
+        try:
+            from analysis.report.replay_report import write_report
+        except ModuleNotFoundError as exc:  # plotly is optional where runs are recorded (a bare GPU host)
+            missing = (exc.name or "plotly").split(".")[0]
+            print(f"note: no report.html in {out_dir}: {missing} is not installed (pip install plotly, or pass "
+                  "--no-report); the run's data is written", file=sys.stderr)
+            return summary
         write_report(requests, steps, summary, out_dir / "report.html", title=report_title, subtitle=report_subtitle)
     return summary
 

@@ -126,3 +126,22 @@ def test_gpu_side_commands_need_no_plotly() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_run_without_plotly_is_written_without_its_report(tmp_path) -> None:
+    """A run recorded on a host without plotly (the GPU image) keeps its data: write_summary notes the missing
+    report on one line instead of failing after the replay has finished."""
+    code = (
+        "import sys\n"
+        "sys.modules['plotly'] = None\n"
+        "from pathlib import Path\n"
+        "import analysis.runs as runs\n"
+        "runs.summarize = lambda *args, **kwargs: {'num_requests': 1}\n"  # the report's import is under test
+        f"out = Path({str(tmp_path)!r})\n"
+        "runs.write_summary(out, None, None, {}, report_title='t')\n"
+        "print(sorted(p.name for p in out.iterdir()))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "no report.html" in proc.stderr and "plotly is not installed" in proc.stderr, proc.stderr
+    assert proc.stdout.strip() == "['summary.json']"

@@ -9,8 +9,9 @@ figures are of the simulation itself (``benchmarks/sim_speed.py`` times the outp
 
 Targets (issue 13): 1M requests on 64 replicas in <= 120 s and <= 4 GB peak memory.
 
-The trace is drawn here with numpy in one pass (``traces.synth``'s per-session builder takes
-minutes at this size): sessions start as a Poisson process, each has a geometric number of turns
+The trace is drawn here with numpy in one pass (``traces.synth --multi-turn`` now draws 1M requests in
+seconds too, but with ShareGPT lengths and 16-token blocks; this one keeps the recorded figures
+comparable): sessions start as a Poisson process, each has a geometric number of turns
 separated by exponential think times, user messages and answers have log-normal lengths, and a
 session's token stream is cut into 256-token hash blocks numbered per session, so turn k's prompt
 is a prefix of turn k+1's.

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
-from engine.core.config import cdiv
 from traces.arrivals import gamma_gaps_s
 from traces.lengths import LengthDist
 
@@ -49,50 +49,77 @@ class SessionStreams:
         return cls(*(np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(5)))
 
 
-class _Builder:
-    def __init__(self, config: SessionConfig, streams: SessionStreams) -> None:
-        self.config = config
-        self.streams = streams
-        self.next_block_id = 0
-        self.columns: dict[str, list] = {
-            "arrival_s": [], "prompt_tokens": [], "output_tokens": [], "hash_ids": [], "session_id": [], "turn": []
-        }
+# Sessions are drawn in blocks (the first this many, then twice as many each time): every stream is drawn
+# value after value, so the draws, and the trace, do not depend on the block sizes.
+_FIRST_BLOCK = 256
+_MAX_BLOCK = 1 << 16
 
-    def add_session(self, session_id: int, start_s: float) -> None:
-        cfg, rng = self.config, self.streams
-        num_turns = int(cfg.turns.sample(1, rng.turns)[0])
-        user = cfg.user_tokens.sample(num_turns, rng.user)
-        answer = cfg.answer_tokens.sample(num_turns, rng.answer)
-        gaps = gamma_gaps_s(num_turns, cfg.think_time_s, cfg.think_time_cv, rng.think)
-        blocks: list[int] = []
-        stream_tokens, arrival = 0, start_s
-        for turn in range(num_turns):
-            prompt = stream_tokens + int(user[turn])
-            output = int(answer[turn])
-            if prompt + output > cfg.max_context_tokens:
-                if turn > 0:
-                    break
-                prompt = max(1, min(prompt, cfg.max_context_tokens // 2))
-                output = max(1, min(output, cfg.max_context_tokens - prompt))
-            num_blocks = cdiv(prompt, cfg.hash_block_size)
-            while len(blocks) < num_blocks:
-                blocks.append(self.next_block_id)
-                self.next_block_id += 1
-            for name, value in (
-                ("arrival_s", arrival), ("prompt_tokens", prompt), ("output_tokens", output),
-                ("hash_ids", blocks[:num_blocks]), ("session_id", session_id), ("turn", turn),
-            ):
-                self.columns[name].append(value)
-            stream_tokens = prompt + output
-            arrival += float(gaps[turn])
 
-    def kth_arrival_s(self, k: int) -> float | None:
-        """The k-th earliest arrival at or after time 0, or None while there are fewer."""
-        arrivals = np.asarray(self.columns["arrival_s"])
-        arrivals = arrivals[arrivals >= 0]
-        if arrivals.size < k:
-            return None
-        return float(np.partition(arrivals, k - 1)[k - 1])
+@dataclass
+class _Block:
+    """The turns of a block of sessions, one entry per turn (turns a session never reached are left out)."""
+
+    session: np.ndarray  # int64, global session ids
+    turn: np.ndarray
+    arrival_s: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    first_block: np.ndarray  # the hash id of the turn's first block
+    num_blocks: np.ndarray  # the hash blocks its prompt covers
+
+
+def _draw_block(config: SessionConfig, streams: SessionStreams, first_session: int, starts_s: np.ndarray,
+                first_block_id: int) -> tuple[_Block, int]:
+    """Sessions ``first_session ..`` starting at ``starts_s``: their kept turns, and the next unused block id.
+
+    The same numbers as drawing and walking one session at a time: each session draws its number of turns,
+    then that many user messages, answers and think times; a turn whose prompt and answer would exceed
+    ``max_context_tokens`` ends the session (a first turn is cut to fit instead); turn k arrives at the
+    session's start plus the first k think times, summed in that order; each session's blocks are numbered
+    from the next unused id."""
+    num_sessions = len(starts_s)
+    turns = config.turns.sample(num_sessions, streams.turns)
+    total = int(turns.sum())
+    user = config.user_tokens.sample(total, streams.user)
+    answer = config.answer_tokens.sample(total, streams.answer)
+    gaps_s = gamma_gaps_s(total, config.think_time_s, config.think_time_cv, streams.think)
+    session = np.repeat(np.arange(num_sessions), turns)
+    firsts = np.zeros(num_sessions, dtype=np.int64)
+    np.cumsum(turns[:-1], out=firsts[1:])
+    turn = np.arange(total) - firsts[session]
+    limit = config.max_context_tokens
+    # A first turn that does not fit is cut to fit; later turns extend the stream by a message and an answer.
+    user0, answer0 = user[firsts], answer[firsts]
+    over = user0 + answer0 > limit
+    cut_user = np.maximum(1, np.minimum(user0, limit // 2))
+    user[firsts] = np.where(over, cut_user, user0)
+    answer[firsts] = np.where(over, np.maximum(1, np.minimum(answer0, limit - cut_user)), answer0)
+    stream = np.cumsum(user + answer)  # each turn's stream end: its prompt and answer
+    before = stream - (user + answer)
+    prompt = before - before[firsts][session] + user
+    # Contexts only grow within a session: the first turn that does not fit ends it, and every later one.
+    kept = (turn == 0) | (prompt + answer <= limit)
+    arrival_s = np.empty(total)
+    arrival_s[firsts] = starts_s
+    for k in range(1, int(turns.max())):  # turn k at turn k - 1 plus its think time: the sums in session order
+        rows = firsts[turns > k] + k
+        arrival_s[rows] = arrival_s[rows - 1] + gaps_s[rows - 1]
+    rows = np.flatnonzero(kept)
+    session, turn, prompt = session[rows], turn[rows], prompt[rows]
+    num_blocks = -(-prompt // config.hash_block_size)
+    # A session's blocks are those of its last kept turn, its longest prompt.
+    last_kept = np.zeros(num_sessions, dtype=np.int64)
+    np.maximum.at(last_kept, session, num_blocks)
+    base = np.empty(num_sessions, dtype=np.int64)
+    base[0] = first_block_id
+    np.cumsum(last_kept[:-1], out=base[1:])
+    base[1:] += first_block_id
+    block = _Block(session + first_session, turn, arrival_s[rows], prompt, answer[rows], base[session], num_blocks)
+    return block, first_block_id + int(last_kept.sum())
+
+
+def _kth_smallest(values: np.ndarray, k: int) -> float | None:
+    return float(np.partition(values, k - 1)[k - 1]) if values.size >= k else None
 
 
 def build_sessions(
@@ -104,28 +131,64 @@ def build_sessions(
     so that it opens in steady state (sessions already mid-conversation) instead of ramping
     up from nothing; turns before the window are dropped and the window is shifted to
     start at 0. Sessions keep being added until no later one could arrive among the first
-    `num_requests` requests of the window.
+    `num_requests` requests of the window: a session starting (at or after 0) later than the
+    `num_requests`-th earliest arrival in the window of the sessions before it, and every
+    session after it, is left out.
     """
     streams = SessionStreams.from_seed(seed)
-    builder = _Builder(config, streams)
     mean_start_gap_s = config.turns.mean() / qps
-    session_id, next_start_s = 0, -warmup_s
+    blocks: list[_Block] = []
+    window_arrivals: list[np.ndarray] = []  # arrivals at or after 0, per block
+    next_start_s, next_block_id, num_sessions, size = -warmup_s, 0, 0, _FIRST_BLOCK
     while True:
-        for gap_s in gamma_gaps_s(256, mean_start_gap_s, arrival_cv, streams.starts):
-            kth = builder.kth_arrival_s(num_requests) if next_start_s >= 0 else None
-            if kth is not None and next_start_s > kth:
+        # Each start is the one before plus a gap, summed in order (the first one -warmup_s).
+        starts_s = np.empty(size + 1)
+        starts_s[0] = next_start_s
+        starts_s[1:] = gamma_gaps_s(size, mean_start_gap_s, arrival_cv, streams.starts)
+        np.add.accumulate(starts_s, out=starts_s)
+        block, next_block_id = _draw_block(config, streams, num_sessions, starts_s[:-1], next_block_id)
+        blocks.append(block)
+        window_arrivals.append(block.arrival_s[block.arrival_s >= 0])
+        num_sessions += size
+        next_start_s = float(starts_s[-1])
+        if next_start_s >= 0:
+            kth = _kth_smallest(np.concatenate(window_arrivals), num_requests)
+            if kth is not None and next_start_s > kth:  # the next session would be left out: the stop is in here
                 break
-            builder.add_session(session_id, next_start_s)
-            session_id += 1
-            next_start_s += float(gap_s)
-        else:
-            continue
-        break
-    frame = pl.DataFrame(builder.columns, schema_overrides={"hash_ids": pl.List(pl.Int64)})
-    frame = (
-        frame.filter(pl.col("arrival_s") >= 0)
-        .sort(["arrival_s", "session_id", "turn"], maintain_order=True)
-        .head(num_requests)
-    )
-    frame = frame.with_columns(pl.col("arrival_s") - pl.col("arrival_s").first())
-    return frame.with_row_index("request_id").with_columns(pl.col("request_id").cast(pl.Int64))
+        size = min(2 * size, _MAX_BLOCK)
+    # The first session of the last block that is left out (monotone: later starts, more arrivals before them).
+    earlier = np.concatenate(window_arrivals[:-1]) if len(window_arrivals) > 1 else np.zeros(0)
+    first_in_block = num_sessions - size
+    low, high = 0, size  # session first_in_block + high is left out; find the first one that is
+    last_arrivals, last_sessions = block.arrival_s, block.session
+    while low < high:
+        mid = (low + high) // 2
+        start_s = float(starts_s[mid])
+        if start_s >= 0:
+            before = last_arrivals[(last_sessions < first_in_block + mid) & (last_arrivals >= 0)]
+            kth = _kth_smallest(np.concatenate([earlier, before]), num_requests)
+            if kth is not None and start_s > kth:
+                high = mid
+                continue
+        low = mid + 1
+    stop = first_in_block + low
+    columns = {name: np.concatenate([getattr(b, name) for b in blocks])
+               for name in ("session", "turn", "arrival_s", "prompt", "output", "first_block", "num_blocks")}
+    rows = np.flatnonzero((columns["session"] < stop) & (columns["arrival_s"] >= 0))
+    # By arrival, then session, then turn (no two turns tie on all three), the first num_requests.
+    order = np.lexsort((columns["turn"][rows], columns["session"][rows], columns["arrival_s"][rows]))
+    rows = rows[order[:num_requests]]
+    num_blocks = columns["num_blocks"][rows]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(num_blocks, out=offsets[1:])
+    hash_ids = np.repeat(columns["first_block"][rows] - offsets[:-1], num_blocks) + np.arange(offsets[-1])
+    arrival_s = columns["arrival_s"][rows]
+    return pl.DataFrame({
+        "request_id": np.arange(len(rows), dtype=np.int64),
+        "arrival_s": arrival_s - arrival_s[0],
+        "prompt_tokens": columns["prompt"][rows],
+        "output_tokens": columns["output"][rows],
+        "hash_ids": pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(hash_ids, pa.int64()))),
+        "session_id": columns["session"][rows],
+        "turn": columns["turn"][rows],
+    })

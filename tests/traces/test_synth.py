@@ -140,3 +140,81 @@ def test_bad_configs() -> None:
         SynthConfig(num_requests=0, qps=1.0)
     with pytest.raises(ValueError, match="qps"):
         SynthConfig(num_requests=1, qps=0.0)
+
+
+def _sessions_one_at_a_time(num_requests, qps, arrival_cv, config, seed, warmup_s):
+    """The session-at-a-time builder the vectorised one replaced: its reference, draw for draw."""
+    import polars as pl
+
+    from engine.core.config import cdiv
+    from traces.arrivals import gamma_gaps_s
+    from traces.sessions import SessionStreams
+
+    streams = SessionStreams.from_seed(seed)
+    columns = {"arrival_s": [], "prompt_tokens": [], "output_tokens": [], "hash_ids": [], "session_id": [], "turn": []}
+    next_block_id = 0
+
+    def add_session(session_id, start_s):
+        nonlocal next_block_id
+        num_turns = int(config.turns.sample(1, streams.turns)[0])
+        user = config.user_tokens.sample(num_turns, streams.user)
+        answer = config.answer_tokens.sample(num_turns, streams.answer)
+        gaps = gamma_gaps_s(num_turns, config.think_time_s, config.think_time_cv, streams.think)
+        blocks, stream_tokens, arrival = [], 0, start_s
+        for turn in range(num_turns):
+            prompt, output = stream_tokens + int(user[turn]), int(answer[turn])
+            if prompt + output > config.max_context_tokens:
+                if turn > 0:
+                    break
+                prompt = max(1, min(prompt, config.max_context_tokens // 2))
+                output = max(1, min(output, config.max_context_tokens - prompt))
+            while len(blocks) < cdiv(prompt, config.hash_block_size):
+                blocks.append(next_block_id)
+                next_block_id += 1
+            for name, value in (("arrival_s", arrival), ("prompt_tokens", prompt), ("output_tokens", output),
+                                ("hash_ids", blocks[: cdiv(prompt, config.hash_block_size)]),
+                                ("session_id", session_id), ("turn", turn)):
+                columns[name].append(value)
+            stream_tokens = prompt + output
+            arrival += float(gaps[turn])
+
+    def kth_arrival_s():
+        arrivals = np.asarray(columns["arrival_s"])
+        arrivals = arrivals[arrivals >= 0]
+        if arrivals.size < num_requests:
+            return None
+        return float(np.partition(arrivals, num_requests - 1)[num_requests - 1])
+
+    session_id, next_start_s = 0, -warmup_s
+    while True:
+        for gap_s in gamma_gaps_s(256, config.turns.mean() / qps, arrival_cv, streams.starts):
+            kth = kth_arrival_s() if next_start_s >= 0 else None
+            if kth is not None and next_start_s > kth:
+                break
+            add_session(session_id, next_start_s)
+            session_id += 1
+            next_start_s += float(gap_s)
+        else:
+            continue
+        break
+    frame = pl.DataFrame(columns, schema_overrides={"hash_ids": pl.List(pl.Int64)})
+    frame = frame.filter(pl.col("arrival_s") >= 0).sort(["arrival_s", "session_id", "turn"]).head(num_requests)
+    frame = frame.with_columns(pl.col("arrival_s") - pl.col("arrival_s").first())
+    return frame.with_row_index("request_id").with_columns(pl.col("request_id").cast(pl.Int64))
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"qps": 60.0, "arrival_cv": 2.5, "think_time_cv": 0.5, "max_context_tokens": 600,
+     "prompt_dist": "lognormal:mean=300,sigma=1.2"},  # first turns cut to fit, sessions ended early
+    {"qps": 3.0, "warmup_s": 0.0, "turns_dist": "uniform:low=1,high=60", "hash_block_size": 7, "arrival_cv": 0.0,
+     "think_time_cv": 0.0},
+    {"num_requests": 1},
+])
+def test_multi_turn_sessions_are_those_drawn_one_at_a_time(options, monkeypatch) -> None:
+    from traces import synth
+
+    config = SynthConfig(**{"num_requests": 2500, "qps": 40.0, "multi_turn": True, "seed": 3, **options})
+    vectorised = synthesize(config).requests
+    monkeypatch.setattr(synth, "build_sessions", _sessions_one_at_a_time)
+    assert vectorised.equals(synthesize(config).requests)

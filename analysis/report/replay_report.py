@@ -47,12 +47,26 @@ def replica_series(frame: pl.DataFrame, x: str, y: str, scale: float = 1.0, pref
 
     Keeping the name per replica (not per column) gives a replica the same colour on every panel.
     """
-    data = frame.select("replica", x, y).drop_nulls().sort("replica", x)
+    data = frame.select("replica", x, y).drop_nulls()
+    replicas, xs = data["replica"].to_numpy(), data[x].to_numpy()
+    if not _strictly_sorted(replicas, xs):  # a step log is already sorted: its sort and group-by cost the most
+        data = data.sort("replica", x)
+        replicas, xs = data["replica"].to_numpy(), data[x].to_numpy()
+    ys = data[y].to_numpy()
+    bounds = [0, *(np.flatnonzero(replicas[1:] != replicas[:-1]) + 1).tolist(), len(replicas)]
     return [
-        Series(name=f"{prefix}replica {replica}", x=group[x].to_numpy().astype(np.float64),
-               y=group[y].to_numpy().astype(np.float64) * scale)
-        for (replica,), group in data.group_by("replica", maintain_order=True)
+        Series(name=f"{prefix}replica {replicas[start]}", x=xs[start:end].astype(np.float64),
+               y=ys[start:end].astype(np.float64) * scale)
+        for start, end in zip(bounds, bounds[1:])
+        if end > start
     ]
+
+
+def _strictly_sorted(replicas: np.ndarray, x: np.ndarray) -> bool:
+    """Whether rows are ordered by replica, then by strictly increasing x (ties: a sort may reorder them)."""
+    if len(x) < 2:
+        return True
+    return bool(np.all((replicas[1:] > replicas[:-1]) | ((replicas[1:] == replicas[:-1]) & (x[1:] > x[:-1]))))
 
 
 def latency_samples_ms(finished: pl.DataFrame) -> dict[str, object]:

@@ -169,22 +169,28 @@ class StepLog:
         firsts = np.zeros(len(runs), dtype=np.int64)
         np.cumsum(lengths[:-1], out=firsts[1:])
         offsets = np.arange(num_quiet, dtype=np.int64) - firsts[run_of_step]
-        quiet = np.zeros(n, dtype=bool)
-        quiet[rows[run_of_step] + offsets] = True
         lasts = rows + lengths - 1  # each run's last row
-        stepped = ~quiet
-        seqs = num_seqs[run_of_step]
-        zeros = np.zeros(num_quiet, dtype=np.int64)
-        in_runs = {name: zeros for name in ("num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens",
-                                            "num_waiting", "num_preempted", "prefill_attention_pairs")}
-        in_runs.update(num_seqs=seqs, num_decode_seqs=seqs, num_batched_tokens=seqs, num_running=seqs,
-                       num_finished=zeros,
-                       decode_context_tokens=contexts[run_of_step] + seqs * offsets,
-                       max_decode_context_tokens=longest[run_of_step] + offsets)
-        for name, run_values in in_runs.items():
+        quiet_rows = rows[run_of_step] + offsets
+        stepped_rows = np.ones(n, dtype=bool)
+        stepped_rows[quiet_rows] = False
+        stepped_rows = np.flatnonzero(stepped_rows)
+        seqs = np.empty(n, dtype=np.int64)
+        seqs[quiet_rows] = num_seqs[run_of_step]
+        # A quiet run's rows: its batch size in four columns, its contexts growing by a token a step, zeros elsewhere.
+        for name in ("num_seqs", "num_decode_seqs", "num_batched_tokens", "num_running"):
+            full = seqs.copy()
+            full[stepped_rows] = values[name]
+            values[name] = full
+        for name, in_runs in (("decode_context_tokens", contexts[run_of_step] + num_seqs[run_of_step] * offsets),
+                              ("max_decode_context_tokens", longest[run_of_step] + offsets)):
             full = np.empty(n, dtype=np.int64)
-            full[stepped] = values[name]
-            full[quiet] = run_values
+            full[quiet_rows] = in_runs
+            full[stepped_rows] = values[name]
+            values[name] = full
+        for name in ("num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_waiting",
+                     "num_preempted", "prefill_attention_pairs", "num_finished"):
+            full = np.zeros(n, dtype=np.int64)
+            full[stepped_rows] = values[name]
             values[name] = full
         values["num_running"][lasts] -= finished_last
         values["num_finished"][lasts] = finished_last

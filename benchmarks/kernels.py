@@ -13,6 +13,7 @@ Times are medians of ``triton.testing.do_bench`` (CUDA events). Needs a CUDA GPU
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import sys
@@ -162,6 +163,37 @@ def bench_prefill_case(torch, kernels, baseline, gen, q_lens, prefix) -> list[di
     return rows
 
 
+SPLIT_CASES = [([64], 16384), ([256], 16384), ([1024], 16384), ([256] * 4, 8192), ([2048], 4096)]
+
+
+def bench_prefill_splits(torch, kernels, gen) -> list[dict]:
+    """Short chunks over long cached prefixes (a new turn of a conversation): one program per query tile
+    reading the whole prefix (num_splits 1) against the key ranges the heuristic picks. Reports the time,
+    the KV bytes read per second and the causal TFLOP/s."""
+    rows = []
+    scale = D**-0.5
+    for q_lens, prefix in SPLIT_CASES:
+        q, k, v, k_cache, v_cache, tables, cu, ctx = prefill_inputs(torch, q_lens, prefix, gen)
+        max_q, max_k = max(q_lens), prefix + max(q_lens)
+        kv_bytes = sum(2 * (prefix + n) * HKV * D * 2 for n in q_lens)
+        case = f"{len(q_lens)}x{q_lens[0]}+prefix{prefix}"
+        ref = kernels.paged_prefill(q, k_cache, v_cache, tables, cu, ctx, max_q, scale, num_splits=1)
+        for splits in (1, None):
+            out = torch.empty_like(q)
+            fn = functools.partial(kernels.paged_prefill, q, k_cache, v_cache, tables, cu, ctx, max_q, scale,
+                                   out=out, num_splits=splits, max_k_len=max_k)
+            fn()
+            ms = bench_ms(fn)
+            row = {"case": case, "num_splits": splits or "auto", "ms": ms, "kv_tb_per_s": kv_bytes / ms / 1e9,
+                   "tflop_per_s": causal_flops(q_lens, prefix) / ms / 1e9, "rel_err_vs_unsplit": rel_err(out, ref)}
+            rows.append(row)
+            print(f"prefill split {case:22s} splits {str(row['num_splits']):4s} {ms:8.3f} ms "
+                  f"{row['kv_tb_per_s']:6.2f} TB/s {row['tflop_per_s']:7.1f} TFLOP/s "
+                  f"err {row['rel_err_vs_unsplit']:.1e}", flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
 def probe_flash_block_table(torch) -> str:
     """Whether this torch's flash forward takes a block table (paged KV): it would serve cached prefixes too."""
     q = torch.randn(4, HQ, D, device="cuda").bfloat16()
@@ -285,8 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/kernels.py", description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-root", type=Path, default=None,
                         help="another checkout whose kernels are timed beside ours (e.g. one of HEAD~n)")
-    parser.add_argument("--sections", default="launch,fused,prefill",
-                        help="comma-separated subset of launch, fused, prefill (default: all)")
+    parser.add_argument("--sections", default="launch,fused,prefill,split",
+                        help="comma-separated subset of launch, fused, prefill, split (default: all)")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
     sections = set(args.sections.split(","))
@@ -309,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         results["flash_block_table"] = probe_flash_block_table(torch)
         print(f"torch flash forward with a block table: {results['flash_block_table']}")
         results["prefill"] = bench_prefill(torch, kernels, baseline, gen)
+    if "split" in sections:
+        results["prefill_splits"] = bench_prefill_splits(torch, kernels, gen)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -129,8 +129,9 @@ def test_paged_decode_padding_rows_are_zero_not_nan():
         assert torch.isfinite(out).all() and (out[1:] == 0).all()
 
 
+@pytest.mark.parametrize("num_splits", [1, 2, 8, None])
 @pytest.mark.parametrize("page,group", [(16, 1), (64, 2), (256, 2), (256, 4)])
-def test_paged_prefill_over_cached_prefix_matches_reference(page, group):
+def test_paged_prefill_over_cached_prefix_matches_reference(page, group, num_splits):
     gen = torch.Generator(device="cuda").manual_seed(page + group)
     num_kv_heads, dim = 2, 128
     contexts = [0, 0, 5, page, 3 * page + 7, 300]  # tokens already cached
@@ -145,7 +146,9 @@ def test_paged_prefill_over_cached_prefix_matches_reference(page, group):
     ctx = torch.tensor(contexts, dtype=torch.int32, device="cuda")
     out = torch.full_like(q, float("nan"))
     scale = dim**-0.5
-    kernels().paged_prefill(q, k_cache, v_cache, tables, cu, ctx, max(q_lens), scale, out=out)
+    # Split key ranges (a short chunk over a long prefix) must give the same attention; None: the heuristic.
+    kernels().paged_prefill(q, k_cache, v_cache, tables, cu, ctx, max(q_lens), scale, out=out,
+                            num_splits=num_splits, max_k_len=max(totals))
     ref = TorchBackend()
     for i, (c, n) in enumerate(zip(contexts, q_lens)):
         kk = ref._gather(k_cache, tables[i], c + n).float()

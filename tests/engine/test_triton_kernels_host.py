@@ -42,3 +42,16 @@ def test_long_rows_are_the_longest_contexts_over_the_cap_in_row_order():
     assert long_decode_rows([5000], DecodeSplits(8, 8)) == []
     # numpy input, as the CUDA-graph path passes it
     assert long_decode_rows(np.array(contexts, dtype=np.int64), splits) == [1, 4, 6, 7]
+
+
+def test_prefill_splits_only_short_chunks_over_long_prefixes():
+    from engine.gpu.attention.triton_kernels_host import prefill_num_splits
+
+    sms, block_n = 132, 64
+    # One 64-token chunk (1 query tile x 8 head groups) over a 16k prefix: split until ~2 programs per SM.
+    assert prefill_num_splits(8, 16384 + 64, block_n, sms) == 16
+    assert prefill_num_splits(8 * 16, 16384 + 1024, block_n, sms) == 4  # 1,024 tokens: 128 programs x 4 >= 264
+    # Enough programs already, or too few key tiles to share out: unsplit.
+    assert prefill_num_splits(4 * 8 * 32, 2048, block_n, sms) == 1
+    assert prefill_num_splits(8, 512, block_n, sms) == 1  # 8 key tiles: a range keeps at least 8
+    assert prefill_num_splits(8, 1024, block_n, sms) == 2

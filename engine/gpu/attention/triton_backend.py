@@ -21,7 +21,8 @@ class TritonBackend(PagedAttentionBackend):
 
     def prefill(self, q, k_cache, v_cache, meta, scale, out) -> None:
         kernels.paged_prefill(q, k_cache, v_cache, meta.prefill_block_tables, meta.prefill_cu_seqlens_q,
-                              meta.prefill_context_lens, meta.prefill_max_q_len, scale, out=out)
+                              meta.prefill_context_lens, meta.prefill_max_q_len, scale, out=out, num_splits=None,
+                              max_k_len=meta.prefill_max_k_len)
 
     def per_layer(self, q, k, v, meta, scale, out, k_cache, v_cache) -> PerLayerLaunches:
         """Decode and prefill launches built once per step; each layer issues them with its own cache."""
@@ -35,5 +36,6 @@ class TritonBackend(PagedAttentionBackend):
         if meta.num_prefill_seqs:
             launches += kernels.paged_prefill_launches(
                 q[num_decode:], k_cache, v_cache, meta.prefill_block_tables, meta.prefill_cu_seqlens_q,
-                meta.prefill_context_lens, meta.prefill_max_q_len, scale, out[num_decode:])
+                meta.prefill_context_lens, meta.prefill_max_q_len, scale, out[num_decode:], num_splits=None,
+                max_k_len=meta.prefill_max_k_len)
         return PerLayerLaunches(launches)

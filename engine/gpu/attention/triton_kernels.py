@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.gpu.attention.triton_kernels_host import DECODE_TILE_TOKENS
+from engine.gpu.attention.triton_kernels_host import DECODE_TILE_TOKENS, prefill_num_splits
 from engine.gpu.triton_launch import BoundKernel, Launch
 
 LOG2E = 1.4426950408889634
@@ -302,19 +302,25 @@ def _prefill_tile(q, acc, m_i, l_i, K_cache, V_cache, table, head_base, tile_sta
 
 @triton.jit
 def _paged_prefill_kernel(
-    Q, K_cache, V_cache, Block_tables, Cu_seqlens_q, Context_lens, Out,
+    Q, K_cache, V_cache, Block_tables, Cu_seqlens_q, Context_lens, Out, Part_out, Part_lse,
     qk_scale,
     stride_qt, stride_qh,
     stride_cb, stride_ch, stride_ct,
     stride_bt,
     stride_ot, stride_oh,
+    stride_pt, stride_ph, stride_ps,
+    stride_lt, stride_lh,
     GROUP: tl.constexpr, HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
 ):
     # A program takes BLOCK_M query tokens of HEADS query heads that share one KV head: its
     # HEADS * BLOCK_M rows read each K/V tile once. Causal work grows with the tile index, so the last
     # query tiles start first and the short ones fill the launch's tail.
-    tile = tl.num_programs(0) - 1 - tl.program_id(0)
+    # With NUM_SPLITS > 1 (a short chunk on a long cached prefix: few query tiles, many key tiles) each
+    # query tile's keys are cut into NUM_SPLITS ranges of whole tiles, one program each, whose partial
+    # results _merge_splits_kernel combines by their log-sum-exp, as split-KV decode does.
+    split = tl.program_id(0) % NUM_SPLITS
+    tile = tl.num_programs(0) // NUM_SPLITS - 1 - tl.program_id(0) // NUM_SPLITS
     head0 = tl.program_id(1) * HEADS
     seq = tl.program_id(2)
     q_start = tl.load(Cu_seqlens_q + seq)
@@ -342,15 +348,29 @@ def _paged_prefill_kernel(
     cols = tl.arange(0, BLOCK_N)
     head_base = kv_head * stride_ch
     table = Block_tables + seq * stride_bt
-    for tile_start in range(0, full_end, BLOCK_N):
+    start = 0
+    end = kv_end
+    if NUM_SPLITS > 1:
+        tiles_per_split = tl.cdiv(tl.cdiv(kv_end, BLOCK_N), NUM_SPLITS)
+        start = split * tiles_per_split * BLOCK_N
+        end = tl.minimum(start + tiles_per_split * BLOCK_N, kv_end)
+    for tile_start in range(start, tl.minimum(full_end, end), BLOCK_N):
         acc, m_i, l_i = _prefill_tile(q, acc, m_i, l_i, K_cache, V_cache, table, head_base, tile_start, kv_end,
                                       q_pos, qk_scale, cols, dims, stride_cb, stride_ct, PAGE, False)
-    for tile_start in range(full_end, kv_end, BLOCK_N):
+    for tile_start in range(tl.maximum(full_end, start), end, BLOCK_N):
         acc, m_i, l_i = _prefill_tile(q, acc, m_i, l_i, K_cache, V_cache, table, head_base, tile_start, kv_end,
                                       q_pos, qk_scale, cols, dims, stride_cb, stride_ct, PAGE, True)
-    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    o_rows = (q_start + tokens).to(tl.int64) * stride_ot + heads * stride_oh
-    tl.store(Out + o_rows[:, None] + dims[None, :], out.to(Out.dtype.element_ty), mask=row_mask[:, None])
+    safe_l = tl.where(l_i > 0, l_i, 1.0)
+    out = acc / safe_l[:, None]
+    q_tokens = (q_start + tokens).to(tl.int64)
+    if NUM_SPLITS == 1:
+        o_rows = q_tokens * stride_ot + heads * stride_oh
+        tl.store(Out + o_rows[:, None] + dims[None, :], out.to(Out.dtype.element_ty), mask=row_mask[:, None])
+    else:
+        p_rows = q_tokens * stride_pt + heads * stride_ph + split * stride_ps
+        tl.store(Part_out + p_rows[:, None] + dims[None, :], out, mask=row_mask[:, None])
+        lse = tl.where(l_i > 0, m_i + tl.log2(safe_l), float("-inf"))  # base-2 log-sum-exp; -inf: no keys
+        tl.store(Part_lse + q_tokens * stride_lt + heads * stride_lh + split, lse, mask=row_mask)
 
 
 _paged_prefill = BoundKernel(_paged_prefill_kernel)
@@ -372,13 +392,17 @@ def paged_prefill(
     scale: float,
     out: torch.Tensor | None = None,
     config: tuple[int, int, int, int, int] | None = None,
+    num_splits: int | None = 1,
+    max_k_len: int = 0,
 ) -> torch.Tensor:
     """q: [prefill tokens, num_heads, head_dim] (chunks back to back) -> same shape. ``config`` overrides
-    the (BLOCK_M, BLOCK_N, num_warps, num_stages, heads per program) choice."""
+    the (BLOCK_M, BLOCK_N, num_warps, num_stages, heads per program) choice; ``num_splits`` (a power of two)
+    cuts each query tile's keys into that many ranges; None: ``prefill_num_splits`` chooses from
+    ``max_k_len``, the longest cached prefix + chunk."""
     if out is None:
         out = torch.empty_like(q)
     for launch in paged_prefill_launches(q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, max_q_len,
-                                         scale, out, config):
+                                         scale, out, config, num_splits, max_k_len):
         launch()
     return out
 
@@ -394,8 +418,10 @@ def paged_prefill_launches(
     scale: float,
     out: torch.Tensor,
     config: tuple[int, int, int, int, int] | None = None,
+    num_splits: int | None = 1,
+    max_k_len: int = 0,
 ) -> list[Launch]:
-    """``paged_prefill``'s launch into ``out``, built but not issued."""
+    """``paged_prefill``'s launches into ``out`` (and the merge of its splits), built but not issued."""
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads, page = k_cache.shape[1], k_cache.shape[2]
     num_seqs = cu_seqlens_q.shape[0] - 1
@@ -407,16 +433,50 @@ def paged_prefill_launches(
     while group % heads:  # a program's heads must share their KV head
         heads //= 2
     block_n = min(block_n, page)
-    grid = (triton.cdiv(max_q_len, block_m), num_heads // heads, num_seqs)
-    return [Launch(
+    num_q_tiles = triton.cdiv(max_q_len, block_m)
+    if num_splits is None:
+        num_splits = prefill_num_splits(num_q_tiles * (num_heads // heads) * num_seqs, max_k_len, block_n,
+                                        _num_sms(q.device))
+    assert num_splits >= 1 and num_splits & (num_splits - 1) == 0, "num_splits must be a power of two"
+    if num_splits > 1:
+        part_out = torch.empty(num_tokens, num_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(num_tokens, num_heads, num_splits, dtype=torch.float32, device=q.device)
+        part_strides = (part_out.stride(0), part_out.stride(1), part_out.stride(2), part_lse.stride(0),
+                        part_lse.stride(1))
+    else:
+        part_out = part_lse = out  # unused
+        part_strides = (0, 0, 0, 0, 0)
+    grid = (num_q_tiles * num_splits, num_heads // heads, num_seqs)
+    launches = [Launch(
         _paged_prefill,
         grid,
-        (q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, out,
+        (q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, out, part_out, part_lse,
          scale * LOG2E,
          q.stride(0), q.stride(1),
          k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
          block_tables.stride(0),
-         out.stride(0), out.stride(1)),
-        dict(GROUP=group, HEADS=heads, HEAD_DIM=head_dim, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n),
+         out.stride(0), out.stride(1),
+         *part_strides),
+        dict(GROUP=group, HEADS=heads, HEAD_DIM=head_dim, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n,
+             NUM_SPLITS=num_splits),
         num_warps=num_warps, num_stages=num_stages, takes_kv_cache=True,
     )]
+    if num_splits > 1:  # every row has num_splits ranges; the merge kernel's rows are the chunk tokens
+        launches.append(Launch(
+            _merge_splits,
+            (num_tokens, num_heads),
+            (part_out, part_lse, part_lse, out, *part_strides, out.stride(0), out.stride(1)),
+            dict(HEAD_DIM=head_dim, NUM_SPLITS=num_splits, FILL_SPLITS=num_splits, NUM_LONG=0),
+            num_warps=4,
+        ))
+    return launches
+
+
+_SMS: dict[int, int] = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SMS:
+        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SMS[index]

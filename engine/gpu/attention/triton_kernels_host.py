@@ -71,3 +71,18 @@ def long_decode_rows(context_lens, splits: DecodeSplits) -> list[int]:
     if len(rows) > slots:
         rows = np.sort(rows[np.argpartition(context[rows], -slots)[-slots:]])
     return rows.tolist() + [-1] * (slots - len(rows))
+
+
+def prefill_num_splits(num_programs: int, max_k_len: int, block_n: int, num_sms: int, max_splits: int = 16,
+                       min_tiles_per_split: int = 8) -> int:
+    """Key ranges per query tile for the paged prefill kernel: split (by powers of two) while fewer than two
+    programs per multiprocessor are in flight and every range keeps at least ``min_tiles_per_split`` key
+    tiles of the longest context. A short chunk on a long cached prefix (a new turn of a conversation)
+    is a handful of query tiles, each reading the whole prefix: unsplit, it ran at a few percent of the
+    memory bandwidth."""
+    splits = 1
+    tiles = cdiv(max(1, max_k_len), block_n)
+    while (splits < max_splits and num_programs * splits < 2 * num_sms
+           and tiles >= 2 * splits * min_tiles_per_split):
+        splits *= 2
+    return splits

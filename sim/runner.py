@@ -48,51 +48,49 @@ class CostModelRunner:
         as the step loop adds them."""
         run_s = getattr(self.cost_model, "decode_run_s", None)
         host = self.host_speed
-        # The first steps one by one: many plans end within them (the next arrival is that close), arrays only
-        # pay off over more steps, and the last one's length sizes the first array.
-        ends = self._step_ends_one_by_one(batch, start_s, min(max_steps, 2), horizon_s)
-        if len(ends) < 2 or len(ends) == max_steps:
-            return np.array(ends, dtype=np.float64)
-        # Durations hardly change within a run (contexts only grow): the last one sizes the rest to the horizon
-        # (a short guess only costs another chunk).
-        num_done = len(ends)
-        step_s = ends[-1] - ends[-2]
-        fit = (horizon_s - ends[-1]) / step_s if step_s > 0 else math.inf
-        num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
+        # The first step's length sizes the run to the horizon (durations hardly change within a run: contexts
+        # only grow; a short guess only costs another array pass). Short runs are summed one by one: many plans
+        # end within a few steps (the next arrival is that close), and an array pass costs some fifteen numpy calls.
+        first_s = self.duration_at(batch, start_s)
+        fit = (horizon_s - start_s) / first_s if first_s > 0 else math.inf
+        num_steps = max_steps if fit >= max_steps else min(max_steps, int(fit) + 1)
         if num_steps <= _MIN_ARRAY_STEPS or run_s is None or not (host is None or isinstance(host, ConstantHostSpeed)):
-            ends += self._step_ends_one_by_one(batch, ends[-1], max_steps - num_done, horizon_s)
+            end_s = start_s + first_s
+            if end_s >= horizon_s or max_steps < 1:
+                return np.empty(0)
+            batch.decode_context_tokens += batch.num_decode_seqs
+            batch.max_decode_context_tokens += 1
+            ends = [end_s, *self._step_ends_one_by_one(batch, end_s, max_steps - 1, horizon_s)]
             return np.array(ends, dtype=np.float64)
         slowdown = None if host is None else host.slowdown
         bs = batch.num_decode_seqs
-        first_context = batch.decode_context_tokens - bs * num_done  # the run's first step, counted from there
-        first_longest = batch.max_decode_context_tokens - num_done
-        t_s = ends[-1]
-        chunks = [np.array(ends, dtype=np.float64)]
+        first_context, first_longest = batch.decode_context_tokens, batch.max_decode_context_tokens
+        t_s = start_s
+        num_done = 0
+        chunks = []
         while True:
-            steps = np.arange(num_done, num_done + num_steps, dtype=np.int64)
-            batch.decode_context_tokens = first_context + bs * steps
-            batch.max_decode_context_tokens = first_longest + steps
+            batch.decode_context_tokens = np.arange(first_context + bs * num_done,
+                                                    first_context + bs * (num_done + num_steps), bs, dtype=np.int64)
+            batch.max_decode_context_tokens = np.arange(first_longest + num_done, first_longest + num_done + num_steps,
+                                                        dtype=np.int64)
             durations_s = run_s(batch, slowdown)
             if durations_s is None:  # the cost model takes no arrays for this batch
                 batch.decode_context_tokens = first_context + bs * num_done
                 batch.max_decode_context_tokens = first_longest + num_done
                 chunks.append(np.array(self._step_ends_one_by_one(batch, t_s, max_steps - num_done, horizon_s),
                                        dtype=np.float64))
-                return np.concatenate(chunks)
+                return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
             sums_s = np.empty(num_steps + 1)
             sums_s[0] = t_s
             sums_s[1:] = durations_s
             np.add.accumulate(sums_s, out=sums_s)  # strictly left to right: the step loop's own additions
-            sums_s = sums_s[1:]
-            past = sums_s >= horizon_s
-            reached = int(past.argmax()) if past.any() else num_steps  # the first step that would end too late
-            chunks.append(sums_s[:reached])
+            # Ends only grow (every duration is positive): the first that would end too late, by bisection.
+            reached = int(sums_s[1:].searchsorted(horizon_s))
+            chunks.append(sums_s[1:reached + 1])
             num_done += reached
             if reached < num_steps or num_done == max_steps:
-                return np.concatenate(chunks)
+                return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
             t_s = float(sums_s[-1])
-            # Durations hardly change within a run (contexts only grow): the first one sizes the next chunk
-            # (a short guess only costs another chunk).
             fit = (horizon_s - t_s) / float(durations_s[0])
             num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
 

@@ -22,6 +22,9 @@ class Router(Protocol):
 
 class RoundRobinRouter:
     name = "rr"
+    # Reads nothing of the engines: where each request goes is known before it arrives, so the simulator lets a
+    # replica fast-forward past arrivals routed to the others (a router without this attribute reads them).
+    reads_engine_state = False
 
     def __init__(self) -> None:
         self._next = 0

@@ -142,8 +142,30 @@ def simulate(
         if on_request_done is not None and seqs:
             on_request_done(len(seqs))
 
+    requests = TraceRequests(trace, model.vocab_size, config.seed)
     next_arrival_s = [math.inf]  # the arrivals process keeps it current: quiet windows end before it
     fast_forwarded = [0]  # steps advanced in quiet windows (not an output: outputs are the same without)
+    # A router that reads no engine state is asked up front, in arrival order, as the arrivals would ask it (a
+    # request every replica turns away is never routed): then a replica's windows end only before the next
+    # request routed to it, not before every arrival.
+    routed_to: list[int] | None = None
+    if getattr(router, "reads_engine_state", True) is False:
+        scheduler = engines[0].scheduler
+        routed_to = [-1 if scheduler.rejection_reason_for(n) is not None else router.route(None, engines)
+                     for n in requests.prompt_tokens]
+        replica_arrivals_s: list[list[float]] = [[] for _ in engines]
+        for index, arrival_s in zip(routed_to, requests.arrivals_s):
+            if index >= 0:
+                replica_arrivals_s[index].append(arrival_s)
+        for times in replica_arrivals_s:
+            times.append(math.inf)
+        next_routed = [0] * len(engines)  # the first arrival of each replica's list not yet queued
+
+    def horizon_s(index: int) -> float:
+        """When replica ``index``'s quiet windows must end: the next arrival that may reach it."""
+        if routed_to is None:
+            return next_arrival_s[0]
+        return replica_arrivals_s[index][next_routed[index]]
 
     def replica(env: simpy.Environment, index: int):
         engine = engines[index]
@@ -159,9 +181,9 @@ def simulate(
                 wakeups[index] = env.event()
                 yield wakeups[index]
                 continue
-            if try_window and next_arrival_s[0] - env.now > last_step_s:
-                planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now,
-                                            next_arrival_s[0])
+            horizon = horizon_s(index) if try_window else 0.0
+            if try_window and horizon - env.now > last_step_s:
+                planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now, horizon)
                 delay_s = None if planned is None else delay_to(env.now, planned[0].end_s)
                 if delay_s is not None:
                     window, starts, ends = planned
@@ -178,8 +200,6 @@ def simulate(
             try_window = fast_forward
             done(finished)
 
-    requests = TraceRequests(trace, model.vocab_size, config.seed)
-
     def arrivals(env: simpy.Environment):
         for i, arrival_s in enumerate(requests.arrivals_s):
             next_arrival_s[0] = arrival_s
@@ -192,7 +212,11 @@ def simulate(
                 done([seq])
                 continue
             prompt = requests.prompt_array(i)
-            index = router.route(prompt, engines)
+            if routed_to is None:
+                index = router.route(prompt, engines)
+            else:
+                index = routed_to[i]
+                next_routed[index] += 1
             seq = requests.add_to(engines[index], i, prompt)
             if seq.is_finished:  # rejected
                 done([seq])

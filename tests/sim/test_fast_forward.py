@@ -23,6 +23,8 @@ CASES = {
     "preemptions, big blocks": {"num_gpu_blocks": 30, "max_num_seqs": 32},
     "least outstanding router": {"num_replicas": 3, "router": "lor"},
     "round robin": {"num_replicas": 3, "router": "rr"},
+    # Windows run past the arrivals routed to other replicas; requests none can serve are never routed.
+    "round robin, 8 replicas, rejections": {"num_replicas": 8, "router": "rr", "max_model_len": 1024},
     "prefix router": {"num_replicas": 3, "router": "prefix"},
     "no prefix caching": {"enable_prefix_caching": False, "block_size": 16},
     "host speed episodes": {"host_slowdown": "episodes:1.0,1.8,0.3,2.0"},

@@ -24,11 +24,11 @@ from sim.host_episodes import fit_host_episodes
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, fit_profile, read_profile, write_profile
 
 
-def fit_host_factor(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray) -> float:
-    """The k for which sum(max(k * floor, gpu)) equals sum(real): monotone in k, found by bisection
-    (held within 0.25 to 4)."""
+def fit_host_factor(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray, combine=np.maximum) -> float:
+    """The k for which sum(combine(k * floor, gpu)) equals sum(real) (combine: the cost model's, the larger of
+    the two or their sum): monotone in k, found by bisection (held within 0.25 to 4)."""
     def total(k: float) -> float:
-        return float(np.maximum(k * floor_s, gpu_s).sum())
+        return float(combine(k * floor_s, gpu_s).sum())
 
     lo, hi = 0.25, 4.0
     target = float(real_s.sum())
@@ -61,8 +61,9 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
                 floors.append(floor)
                 gpus.append(gpu)
                 reals.append(real)
-                if floor > 0 and floor >= gpu:  # host-bound: its time follows the host's speed
-                    host_bound[-1].append((real, floor, start))
+                host = model.host_time(f, real)
+                if host is not None:  # host-bound: its time follows the host's speed
+                    host_bound[-1].append((*host, start))
     if not reals:
         raise ValueError(f"{', '.join(map(str, run_dirs))}: no eager steps to calibrate on (only CUDA-graph decode "
                          "steps); expected replays with prefills")
@@ -70,7 +71,7 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
         raise ValueError(f"{', '.join(map(str, run_dirs))}: the eager steps took 0 s in all; expected measured "
                          "step times")
     floor_s, gpu_s, real_s = np.array(floors), np.array(gpus), np.array(reals)
-    k = fit_host_factor(floor_s, gpu_s, real_s)
+    k = fit_host_factor(floor_s, gpu_s, real_s, model.combine)
     # Decode steps (CUDA graph replays): one factor on the whole prediction, to match their total time.
     decode_k = decode_real / decode_pred if decode_pred else 1.0
     serving = {
@@ -78,7 +79,7 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
         "decode_factor": round(max(0.5, min(2.0, decode_k)), 4),
         "runs": runs,
         "num_eager_steps": len(reals),
-        "eager_time_ratio_uncalibrated": round(float(np.maximum(floor_s, gpu_s).sum() / real_s.sum()), 4),
+        "eager_time_ratio_uncalibrated": round(float(model.combine(floor_s, gpu_s).sum() / real_s.sum()), 4),
         "decode_time_ratio_uncalibrated": round(decode_pred / decode_real, 4) if decode_real else None,
     }
     episodes = fit_host_episodes(host_bound)  # how the speed varied: sim.bands draws its replays' episodes from it

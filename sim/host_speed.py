@@ -199,9 +199,9 @@ def timeline_from_run(
     for f, real, start in read_steps(run_dir):
         if _is_graph_step(f, model.max_graph_bs):
             continue
-        floor, gpu = model.eager_parts(f)
-        if floor >= gpu:  # host-bound on the grid
-            by_window.setdefault(int(start // window_s), []).append(real / floor)
+        host = model.host_time(f, real)
+        if host is not None:  # host-bound on the grid
+            by_window.setdefault(int(start // window_s), []).append(host[0] / host[1])
     num_steps = sum(map(len, by_window.values()))
     if num_steps < min_steps:
         raise ValueError(f"{run_dir}: {num_steps} host-bound eager steps, too few (< {min_steps}) to read the host's "

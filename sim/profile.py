@@ -207,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         points.append(measure(engine, injector, point, args.repeats))
         if (i + 1) % 20 == 0:
             print(f"  {i + 1}/{len(grid)} grid points, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    # What the runner captured, read before close() releases it.
+    graph_sizes = list(getattr(llm.runner, "_graph_sizes", []))
+    piecewise_sizes = list(llm.runner.piecewise.sizes) if llm.runner.piecewise is not None else []
     llm.close()
     profile = {
         "model": llm.shape.name if args.model.count("/") == 0 else args.model,
@@ -219,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
             "block_size": args.block_size, "max_model_len": args.max_model_len,
             "num_gpu_blocks": engine.config.num_gpu_blocks,
-            "cuda_graph_sizes": list(getattr(llm.runner, "_graph_sizes", [])),
-            "piecewise_graph_sizes": list(llm.runner.piecewise.sizes) if llm.runner.piecewise is not None else [],
+            "cuda_graph_sizes": graph_sizes,
+            "piecewise_graph_sizes": piecewise_sizes,
         },
         "points": points,
         "profile_wall_s": round(time.perf_counter() - started, 1),

@@ -3,16 +3,22 @@
 Two regimes, as the engine runs them:
 - decode-only steps replay a CUDA graph padded to a batch-size bucket: time = a(bucket) + b(bucket) x
   (KV tokens read), with a and b fitted per measured bucket size and interpolated between them;
-- every other step runs eagerly: the larger of a host-bound floor (launching every kernel of every
-  layer from Python, plus per-sequence input work) and a device-bound time (matmuls over the step's
-  tokens, prefill attention pairs, KV tokens read), each linear with non-negative coefficients.
-Every fourth grid point of each family is held out of the fit and its error is reported. A profile
-calibrated on serving runs (``python -m sim.calibrate``) scales the host-bound floor and decode steps
-by its measured factors; ``host_slowdown`` replaces the average by a given host speed.
+- every other step (prefill or mixed) is a host part and a device part, each linear with non-negative
+  coefficients. An engine that replays prefill and mixed steps as piecewise CUDA graphs (profiles
+  that list ``piecewise_graph_sizes``) launches a step in ~2 ms whatever its size, and keeps the GPU
+  busy: its step time is the host's serial work (planning, input copies, sampling, postprocess) *plus*
+  the device time, the matmuls priced on the tokens padded to the graph bucket (form "sum"). An
+  engine that launched those steps eagerly from Python (older profiles) took the *larger* of a
+  host-bound floor and the device time (form "max").
+Every fourth grid point of each family is held out of a first fit and its error is reported; the model
+then is fitted on every point. A profile calibrated on serving runs (``python -m sim.calibrate``)
+scales the host part and decode steps by its measured factors; ``host_slowdown`` replaces the average
+by a given host speed.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 from pathlib import Path
 
@@ -25,6 +31,26 @@ from sim.files import write_text_atomic
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 FLOOR_BASIS = ("one", "num_seqs", "num_prefill_seqs", "has_decode_rows")
 GPU_BASIS = ("one", "tokens", "attention_pairs", "kv_tokens_read")
+
+
+SUM_FLOOR_BASIS = ("one", "num_seqs", "extra_prefill_seqs", "has_decode_rows")
+SUM_GPU_BASIS = ("padded_tokens", "attention_pairs", "decode_kv_tokens", "prefill_kv_tokens")
+
+
+def _sum_floor_row(f: dict) -> list[float]:
+    """Host work of a piecewise-graph step (and its fixed device work, which the constant absorbs): per step,
+    per sequence, per prefill chunk past the first, and the decode attention's own launches."""
+    return [1.0, f["num_seqs"], max(0, f["num_prefill_seqs"] - 1), 1.0 if f["num_decode_seqs"] else 0.0]
+
+
+def _sum_gpu_row(f: dict, sizes: list[int]) -> list[float]:
+    """Device time: matmuls over the tokens padded to the step's graph bucket, prefill attention pairs, KV
+    tokens read by decode rows and by prefill chunks (their cached prefix and themselves)."""
+    tokens = f["num_prefill_tokens"] + f["num_decode_seqs"]
+    if sizes and tokens <= sizes[-1]:
+        tokens = sizes[bisect.bisect_left(sizes, tokens)]
+    return [tokens, f["prefill_attention_pairs"], f["decode_context_tokens"],
+            f["prefill_context_tokens"] + f["num_prefill_tokens"]]
 
 
 def _floor_row(f: dict) -> list[float]:
@@ -103,8 +129,20 @@ def _fit_eager(points: list[dict], iterations: int = 8) -> dict:
             gpu_coef = _nonnegative_lstsq(gpu_x[on_gpu] * w[on_gpu, None], y[on_gpu] * w[on_gpu])
         if (~on_gpu).sum() >= floor_x.shape[1]:
             floor_coef = _nonnegative_lstsq(floor_x[~on_gpu] * w[~on_gpu, None], y[~on_gpu] * w[~on_gpu])
-    return {"floor_basis": list(FLOOR_BASIS), "floor_coef": floor_coef.tolist(),
+    return {"form": "max", "floor_basis": list(FLOOR_BASIS), "floor_coef": floor_coef.tolist(),
             "gpu_basis": list(GPU_BASIS), "gpu_coef": gpu_coef.tolist()}
+
+
+def _fit_sum(points: list[dict], sizes: list[int]) -> dict:
+    """t = host + gpu, one non-negative least-squares fit in relative error over both parts' features."""
+    floor_x = np.array([_sum_floor_row(p["features"]) for p in points], dtype=float)
+    gpu_x = np.array([_sum_gpu_row(p["features"], sizes) for p in points], dtype=float)
+    x = np.hstack([floor_x, gpu_x])
+    y = np.array([p["median_s"] for p in points], dtype=float)
+    coef = _nonnegative_lstsq(x / y[:, None], np.ones_like(y))
+    n = floor_x.shape[1]
+    return {"form": "sum", "floor_basis": list(SUM_FLOOR_BASIS), "floor_coef": coef[:n].tolist(),
+            "gpu_basis": list(SUM_GPU_BASIS), "gpu_coef": coef[n:].tolist(), "piecewise_graph_sizes": sizes}
 
 
 def _excess_context(f: dict) -> float:
@@ -130,7 +168,7 @@ def _fit_skew(points: list[dict], decode: dict, graph_sizes: list[int]) -> float
     return max(0.0, float(x @ y / (x @ x))) if (x @ x) > 0 else 0.0
 
 
-def _fit(points: list[dict], max_graph_bs: int, graph_sizes: list[int]) -> dict:
+def _fit(points: list[dict], max_graph_bs: int, graph_sizes: list[int], piecewise_sizes: list[int]) -> dict:
     graph = [p for p in points if _is_graph_step(p["features"], max_graph_bs)]
     equal = [p for p in graph if p["family"] == "decode"]  # equal contexts, steady state
     decode = _fit_decode(equal)
@@ -139,7 +177,8 @@ def _fit(points: list[dict], max_graph_bs: int, graph_sizes: list[int]) -> dict:
     # Small batches split every context widely (engine DecodeSplits): the excess costs nothing measurable there.
     decode["skew_min_batch_size"] = min((p["features"]["num_decode_seqs"] for p in skewed), default=0)
     eager = [p for p in points if not _is_graph_step(p["features"], max_graph_bs)]
-    return {"graph_decode": decode, "eager": _fit_eager(eager), "max_graph_batch_size": max_graph_bs}
+    eager_fit = _fit_sum(eager, piecewise_sizes) if piecewise_sizes else _fit_eager(eager)
+    return {"graph_decode": decode, "eager": eager_fit, "max_graph_batch_size": max_graph_bs}
 
 
 _FIT_FEATURES = ("num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
@@ -158,10 +197,11 @@ def check_profile(profile: object) -> None:
     options = profile.get("engine_options")
     if not isinstance(options, dict):
         raise ValueError("field 'engine_options' is missing or not an object")
-    sizes = options.get("cuda_graph_sizes") or []
-    if not isinstance(sizes, list) or not all(_is_count(b) and b >= 1 for b in sizes):
-        raise ValueError(f"field 'engine_options.cuda_graph_sizes' is {str(sizes)[:80]}; expected a list of "
-                         "batch sizes >= 1")
+    for field in ("cuda_graph_sizes", "piecewise_graph_sizes"):
+        sizes = options.get(field) or []
+        if not isinstance(sizes, list) or not all(_is_count(b) and b >= 1 for b in sizes) or sizes != sorted(sizes):
+            raise ValueError(f"field 'engine_options.{field}' is {str(sizes)[:80]}; expected an increasing list of "
+                             "sizes >= 1")
     points = profile.get("points")
     if not isinstance(points, list) or not points:
         raise ValueError("field 'points' is missing, empty or not a list; expected the measured grid points")
@@ -219,7 +259,8 @@ def fit_profile(profile: dict) -> dict:
     if no_decode or len(graph) == len(train):
         raise ValueError(f"{len(points)} points: too few to fit; the points fitted on (three of every four per "
                          "family) need one eager point and, with CUDA graphs, one 'decode' point of a graph batch size")
-    fit = _fit(train, max_graph_bs, sizes)
+    piecewise_sizes = profile["engine_options"].get("piecewise_graph_sizes") or []
+    fit = _fit(train, max_graph_bs, sizes, piecewise_sizes)
     fit["graph_sizes"] = sizes
     model = ProfiledCostModel(fit, name="fit")
     errors = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in held]
@@ -236,7 +277,17 @@ def fit_profile(profile: dict) -> dict:
         "mean_abs_rel_error_by_family": by_family,
     }
     train_errors = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in train]
-    fit["train_mean_abs_rel_error"] = float(np.mean(train_errors))
+    # The model kept is fitted on every point: the held-out points are the grid's edges of each family
+    # (every fourth, in grid order), which the simulator needs as much as the rest.
+    final = _fit(points, max_graph_bs, sizes, piecewise_sizes)
+    final["graph_sizes"] = sizes
+    final_model = ProfiledCostModel(final, name="fit")
+    all_errors = [abs(final_model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in points]
+    final["held_out"] = fit["held_out"]
+    final["train_mean_abs_rel_error"] = float(np.mean(train_errors))
+    final["all_points_mean_abs_rel_error"] = float(np.mean(all_errors))
+    final["all_points_p90_abs_rel_error"] = float(np.percentile(all_errors, 90))
+    fit = final
     if profile.get("serving"):  # python -m sim.calibrate; the errors above are on the grid, uncalibrated
         fit["serving"] = profile["serving"]
     return fit
@@ -269,8 +320,11 @@ class ProfiledCostModel:
         self.decode_factor = float(serving.get("decode_factor", 1.0))
         share = (self.decode_factor - 1.0) / (self.host_factor - 1.0) if abs(self.host_factor - 1.0) > 0.01 else 0.5
         self.host_share = min(1.0, max(0.0, share))
-        self._floor_coef = np.array(fit["eager"]["floor_coef"], dtype=float)
-        self._gpu_coef = np.array(fit["eager"]["gpu_coef"], dtype=float)
+        eager = fit["eager"]
+        self.eager_form = eager.get("form", "max")
+        self._piecewise_sizes = list(eager.get("piecewise_graph_sizes") or [])
+        self._floor_coef = np.array(eager["floor_coef"], dtype=float)
+        self._gpu_coef = np.array(eager["gpu_coef"], dtype=float)
         self._min_s = float(min(decode["intercept_s"])) if decode["intercept_s"] else 1e-4
 
     def _decode_scale(self, host_slowdown: float) -> float:
@@ -298,8 +352,25 @@ class ProfiledCostModel:
         return cls(fit, name)
 
     def eager_parts(self, f: dict) -> tuple[float, float]:
-        """An eager step's host-bound floor and device time at the grid's host speed; it takes the larger."""
+        """A prefill or mixed step's host part and device time at the grid's host speed (``combine`` adds them
+        up, or takes the larger for an engine that launched such steps eagerly)."""
+        if self.eager_form == "sum":
+            return (float(np.dot(self._floor_coef, _sum_floor_row(f))),
+                    float(np.dot(self._gpu_coef, _sum_gpu_row(f, self._piecewise_sizes))))
         return float(np.dot(self._floor_coef, _floor_row(f))), float(np.dot(self._gpu_coef, _gpu_row(f)))
+
+    def combine(self, host_s, gpu_s):
+        """A step's time from its host part (already scaled to the host's speed) and its device time; works on
+        numpy arrays too."""
+        return host_s + gpu_s if self.eager_form == "sum" else np.maximum(host_s, gpu_s)
+
+    def host_time(self, f: dict, real_s: float) -> tuple[float, float] | None:
+        """For a step whose host part outweighs its device part on the grid: (the real time its host part took,
+        the grid's host part), whose ratio is the host's slowdown; None for device-bound steps."""
+        floor, gpu = self.eager_parts(f)
+        if floor <= 0 or floor < gpu:
+            return None
+        return (max(real_s - gpu, 0.0), floor) if self.eager_form == "sum" else (real_s, floor)
 
     def predict(self, f: dict, host_slowdown: float | None = None) -> float:
         """Step time for features ``f`` at ``host_slowdown`` against the grid (default: the calibrated average)."""
@@ -310,7 +381,7 @@ class ProfiledCostModel:
                     + self._per_excess_s[bs] * _excess_context(f))
             return self._decode_scale(slowdown) * grid
         floor, gpu = self.eager_parts(f)
-        return max(slowdown * floor, gpu, self._min_s)
+        return max(float(self.combine(slowdown * floor, gpu)), self._min_s)
 
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
         # hot path; operators only, so decode_run_s can pass the contexts as arrays

@@ -62,11 +62,16 @@ def test_each_replay_varies_the_host_and_the_step_times() -> None:
     base = make_cost_model(config, shape)
     first, cost_model = replay_setup(config, base, bands, 0)
     assert isinstance(cost_model, PerturbedCostModel) and cost_model.name == base.name
-    normal = 1.1611 / (1 + 0.25 * 0.75)
+    # The episodes follow the calibration's measured process (serving.host_episodes), around its host factor.
+    measured = profile["serving"]["host_episodes"]
+    lo, hi = measured["slow_share_range"]
+    slow = measured["slow_over_normal"]
+    normal = profile["serving"]["host_factor"] / (1 + (lo + hi) / 2 * (slow - 1))
     spec = first.host_slowdown
-    assert spec.startswith(f"episodes:{normal:.6g},{normal * 1.75:.6g},") and spec.endswith(",4,1048576")
+    assert spec.startswith(f"episodes:{normal:.6g},{normal * slow:.6g},")
+    assert spec.endswith(f",{measured['mean_episode_s']:g},1048576")
     process = parse_host_slowdown(spec, seed=0)
-    assert isinstance(process, HostSpeedEpisodes) and 0.15 <= process.fraction <= 0.35
+    assert isinstance(process, HostSpeedEpisodes) and lo <= process.fraction <= hi
     second, _ = replay_setup(config, base, bands, 1)
     assert second.host_slowdown != spec and second.host_slowdown.endswith(",2097152")
     assert replay_setup(config, base, bands, 0)[0] == first  # a function of the seed and the index

@@ -12,7 +12,7 @@ import pytest
 from engine.core.records import STEP_COLUMNS
 from sim.calibrate import calibrate
 from sim.calibrate import main as calibrate_main
-from sim.profiled_cost_model import ProfiledCostModel, find_profile
+from sim.profiled_cost_model import ProfiledCostModel, find_profile, fit_profile
 
 STEP_INT_COLUMNS = [c.name for c in STEP_COLUMNS if c.dtype == "int64"]
 PROFILE = find_profile("qwen3-0.6b", "h200")
@@ -28,13 +28,14 @@ def _features(num_decode: int, context: int, prefill: int = 0) -> dict:
 def _fake_run(path, host: float, decode: float):
     """Eager host-bound steps at ``host`` x the grid; decode steps at ``decode`` x the grid."""
     profile = json.loads(PROFILE.read_text())
-    grid = ProfiledCostModel({**profile["fit"], "serving": None}, "grid")
+    grid = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")  # the fit calibrate prices with
     rows = []
     for i, (bs, ctx, prefill) in enumerate([(8, 512, 64), (16, 1024, 128), (4, 256, 32)] * 10
                                            + [(32, 700, 0), (96, 1500, 0)] * 20):
         f = _features(bs, ctx, prefill)
         if prefill:
-            duration = host * grid.predict(f, host_slowdown=1.0)
+            floor, gpu = grid.eager_parts(f)
+            duration = float(grid.combine(host * floor, gpu))
         else:
             duration = decode * grid.predict(f, host_slowdown=1.0)
         rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "step": i, "start_s": 0.01 * i,

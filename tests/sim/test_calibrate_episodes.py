@@ -34,7 +34,7 @@ def _episodic_run(path: Path) -> Path:
         for i in range(5):
             slowdown = 1.8 if w in SLOW_WINDOWS else 1.0
             rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "step": len(rows), "start_s": 2.0 * w + 0.3 * i,
-                         "duration_s": slowdown * floor})
+                         "duration_s": float(grid.combine(slowdown * floor, gpu))})
     path.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), path / "steps.parquet")
     return path

@@ -79,16 +79,21 @@ def test_profiled_model_scales_only_the_host_bound_parts():
     fit = model.fit
     serving = fit["serving"]
     assert model.host_factor == pytest.approx(serving["host_factor"])
-    small_prefill = _batch_features(8, 512, prefill=64)  # host-bound on the grid
-    grid = model.predict(small_prefill, host_slowdown=1.0)
-    assert model.predict(small_prefill, host_slowdown=2.0) == pytest.approx(2 * grid)
-    assert model.predict(small_prefill) == pytest.approx(model.host_factor * grid)  # calibrated by default
-    big_prefill = _batch_features(0, 0, prefill=8192)  # device-bound: no change
-    assert model.predict(big_prefill, host_slowdown=1.5) == pytest.approx(model.predict(big_prefill, host_slowdown=1.0))
+    small_prefill = _batch_features(8, 512, prefill=64)
+    host, gpu = model.eager_parts(small_prefill)
+    assert host > 0 and gpu > 0
+    for slowdown in (1.0, 2.0):  # the host part scales with the host's speed, the device part does not
+        assert model.predict(small_prefill, host_slowdown=slowdown) == pytest.approx(
+            float(model.combine(slowdown * host, gpu)))
+    assert model.predict(small_prefill) == pytest.approx(float(model.combine(model.host_factor * host, gpu)))
+    if model.eager_form == "sum":  # piecewise-graph steps: host work and device time add up
+        assert model.predict(small_prefill, 2.0) - model.predict(small_prefill, 1.0) == pytest.approx(host)
     decode = _batch_features(64, 1024)
-    grid_decode = model.predict(decode, 1.0)
-    assert model.predict(decode, 2.0) == pytest.approx((1 + model.host_share) * grid_decode)
+    grid_decode = ProfiledCostModel({**fit, "serving": None}, "grid").predict(decode)
     assert model.predict(decode) == pytest.approx(model.decode_factor * grid_decode)  # calibrated by default
+    # Another host speed moves decode steps along a line of slope host_share through the calibrated point.
+    assert model.predict(decode, 2.0) - model.predict(decode) == pytest.approx(
+        model.host_share * (2.0 - model.host_factor) * grid_decode)
 
 
 def test_one_long_context_costs_extra_only_in_large_batches():
@@ -111,8 +116,9 @@ def test_timeline_from_a_replay_reads_the_slowdown_of_its_host_bound_steps(tmp_p
         f = _batch_features(8, 512, prefill=64)
         start = 0.2 * i
         slowdown = 1.0 if start < 4.0 else 2.0
+        host, gpu = grid.eager_parts(f)
         rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "step": i, "start_s": start,
-                     "duration_s": slowdown * grid.predict(f, host_slowdown=1.0)})
+                     "duration_s": float(grid.combine(slowdown * host, gpu))})
     run = tmp_path / "run"
     run.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), run / "steps.parquet")

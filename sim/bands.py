@@ -5,10 +5,14 @@ Two things differ between two GPU runs of the same trace and options (validation
   2 to over 10 s, for 15-35 % of a run's 2-s windows depending on the run. Each band replay draws its own share
   of slow time from that range and its own episodes (``sim.host_speed.HostSpeedEpisodes``), around the same
   average slowdown the main run uses (the profile's calibrated host factor, or ``--host-slowdown``'s number);
-- each step's time around the model's prediction: every timed repeat of every grid point of the profile,
-  divided by the model's prediction for that point, is one residual; each simulated step is multiplied by one
-  drawn at random from its regime's pool (CUDA-graph decode, or eager). This carries both the repeat noise
-  and the fit's error per step shape.
+- each step's time around the model's prediction, in two parts. The model's error for a step shape (a grid
+  point's median over the model's prediction, minus one) is the same for every step of that shape, so it does
+  not average out over a run: each band replay draws one such offset per regime (CUDA-graph decode, or
+  prefill/mixed) from the profile's points and applies it to all its steps of that regime. The repeat noise
+  (each timed repeat over its point's median, minus one) is independent per step: each simulated step is
+  multiplied by one drawn at random from its regime's pool. (Drawing a whole residual per step, as before,
+  averaged the fit's error away: on the piecewise-graph engine the bands were about 1 % wide while the
+  simulator was 2-5 % off.)
 
 ``--host-slowdown episodes:...`` keeps the given process and draws new episodes per replay; a measured timeline
 (CSV) is kept as it is, and only the residuals vary. A profile's ``serving.host_episodes``
@@ -48,9 +52,11 @@ class BandModel:
     slow_over_normal: float
     slow_share_range: tuple[float, float]
     mean_episode_s: float
-    decode_residuals: np.ndarray | None  # relative: measured / predicted - 1
+    decode_residuals: np.ndarray | None  # repeat noise, relative: a timed repeat / its point's median - 1
     eager_residuals: np.ndarray | None
     max_graph_bs: int
+    decode_offsets: np.ndarray | None = None  # the model's error per grid point: median / predicted - 1
+    eager_offsets: np.ndarray | None = None
 
     def describe(self) -> dict:
         """What summary.json's ``bands.varied`` says was varied."""
@@ -65,26 +71,32 @@ class BandModel:
         if self.decode_residuals is None:
             steps = "not varied (no measured profile)"
         else:
-            steps = (f"each step x (1 + a residual of the profile's measured repeats against the model: "
-                     f"{len(self.decode_residuals)} CUDA-graph decode, {len(self.eager_residuals)} eager)")
+            steps = (f"each replay x (1 + the model's error at one grid point of the regime: "
+                     f"{len(self.decode_offsets)} CUDA-graph decode, {len(self.eager_offsets)} prefill/mixed points), "
+                     f"each step x (1 + a repeat's deviation from its point's median: "
+                     f"{len(self.decode_residuals)} decode, {len(self.eager_residuals)} prefill/mixed repeats)")
         return {"host_speed": host, "step_times": steps}
 
 
-def _residual_pools(profile: dict) -> tuple[np.ndarray, np.ndarray, int] | None:
+def _residual_pools(profile: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """(decode repeat noise, eager repeat noise, decode offsets, eager offsets, largest decode graph)."""
     fit = profile.get("fit")
     points = profile.get("points")
     if not fit or not points:
         return None
     grid = ProfiledCostModel({**fit, "serving": None}, "grid")  # the grid's own speed: the repeats' conditions
-    decode, eager = [], []
+    noise: dict[bool, list[float]] = {True: [], False: []}
+    offsets: dict[bool, list[float]] = {True: [], False: []}
     for p in points:
-        predicted = grid.predict(p["features"], 1.0)
-        times = p.get("times_s") or [p["median_s"]]
-        pool = decode if _is_graph_step(p["features"], grid.max_graph_bs) else eager
-        pool.extend(t / predicted - 1.0 for t in times if t > 0)
-    if not decode or not eager:
+        is_decode = _is_graph_step(p["features"], grid.max_graph_bs)
+        median = p["median_s"]
+        offsets[is_decode].append(median / grid.predict(p["features"], 1.0) - 1.0)
+        times = p.get("times_s") or [median]
+        noise[is_decode].extend(t / median - 1.0 for t in times if t > 0)
+    if not noise[True] or not noise[False]:
         return None
-    return np.array(decode), np.array(eager), grid.max_graph_bs
+    return (np.array(noise[True]), np.array(noise[False]), np.array(offsets[True]), np.array(offsets[False]),
+            grid.max_graph_bs)
 
 
 def band_model(config: SimConfig, model: ModelShape) -> BandModel:
@@ -109,12 +121,14 @@ def band_model(config: SimConfig, model: ModelShape) -> BandModel:
         slow_share_range=tuple(episodes.get("slow_share_range", SLOW_SHARE_RANGE)),
         mean_episode_s=float(episodes.get("mean_episode_s", MEAN_EPISODE_S)),
         decode_residuals=pools[0] if pools else None, eager_residuals=pools[1] if pools else None,
-        max_graph_bs=pools[2] if pools else 0,
+        decode_offsets=pools[2] if pools else None, eager_offsets=pools[3] if pools else None,
+        max_graph_bs=pools[4] if pools else 0,
     )
 
 
 class PerturbedCostModel:
-    """``base``'s step times, each multiplied by 1 + a residual drawn from its regime's pool."""
+    """``base``'s step times, each multiplied by 1 + this replay's offset for its regime (drawn once) and by
+    1 + a repeat's noise drawn per step from its regime's pool."""
 
     def __init__(self, base: CostModel, bands: BandModel, rng: np.random.Generator) -> None:
         self.base = base
@@ -122,22 +136,26 @@ class PerturbedCostModel:
         self._decode, self._eager = bands.decode_residuals, bands.eager_residuals
         self._max_graph_bs = bands.max_graph_bs
         self._rng = rng
+        self.decode_scale = 1.0 + float(rng.choice(bands.decode_offsets)) if bands.decode_offsets is not None else 1.0
+        self.eager_scale = 1.0 + float(rng.choice(bands.eager_offsets)) if bands.eager_offsets is not None else 1.0
 
-    def _pool(self, batch: ScheduledBatch) -> np.ndarray:
-        graph = batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self._max_graph_bs
-        return self._decode if graph else self._eager
+    def _regime(self, batch: ScheduledBatch) -> tuple[np.ndarray, float]:
+        if batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self._max_graph_bs:
+            return self._decode, self.decode_scale
+        return self._eager, self.eager_scale
 
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
-        pool = self._pool(batch)
-        return self.base.step_time_s(batch, host_slowdown) * (1.0 + float(pool[self._rng.integers(len(pool))]))
+        pool, scale = self._regime(batch)
+        noise = 1.0 + float(pool[self._rng.integers(len(pool))])
+        return self.base.step_time_s(batch, host_slowdown) * scale * noise
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:
         run = getattr(self.base, "decode_run_s", None)
         durations_s = None if run is None else run(batch, host_slowdown)
         if durations_s is None:
             return None
-        pool = self._pool(batch)
-        return durations_s * (1.0 + pool[self._rng.integers(len(pool), size=len(durations_s))])
+        pool, scale = self._regime(batch)
+        return durations_s * scale * (1.0 + pool[self._rng.integers(len(pool), size=len(durations_s))])
 
 
 def replay_setup(config: SimConfig, base: CostModel, bands: BandModel, index: int) -> tuple[SimConfig, CostModel]:

@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bands", default="20", help="seeded replays per run (default: %(default)s)")
     parser.add_argument("--out", default=str(ROOT / "validation" / "results" / "bands"), help="where bands.md goes")
+    parser.add_argument("--results", default=str(ROOT / "validation" / "results"),
+                        help="folder of the runs' committed GPU summaries (<run>/real_summary.json)")
     args = parser.parse_args(argv)
     from analysis.band_stats import flat_bands, inside
     from cli.sim_replay import main as sim_replay
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     totals = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, (description, trace, options) in PLAN.items():
-            real_path = ROOT / "validation" / "results" / name / "real_summary.json"
+            real_path = Path(args.results) / name / "real_summary.json"
             if not real_path.is_file():
                 continue
             real = json.loads(real_path.read_text())
@@ -63,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     text = (f"GPU figures against the simulator's p5-p95 bands ({args.bands} seeded replays each; "
-            f"`python validation/band_check.py --bands {args.bands}`).\n\n" + "\n".join(totals) + "\n\n"
+            f"`python validation/band_check.py --bands {args.bands}"
+            + (f" --results {args.results}" if Path(args.results) != ROOT / "validation" / "results" else "")
+            + "`).\n\n" + "\n".join(totals) + "\n\n"
             + "\n".join(lines) + "\n")
     (out_dir / "bands.md").write_text(text)
     return 0

@@ -59,6 +59,7 @@ def test_each_replay_varies_the_host_and_the_step_times() -> None:
     profile = json.loads(Path("sim/profiles/h200/qwen3-0.6b.json").read_text())
     assert bands.host_mode == "episodes" and bands.mean_slowdown == profile["serving"]["host_factor"]
     assert len(bands.decode_residuals) + len(bands.eager_residuals) == sum(len(p["times_s"]) for p in profile["points"])
+    assert len(bands.decode_offsets) + len(bands.eager_offsets) == len(profile["points"])  # the fit's error per point
     base = make_cost_model(config, shape)
     first, cost_model = replay_setup(config, base, bands, 0)
     assert isinstance(cost_model, PerturbedCostModel) and cost_model.name == base.name
@@ -85,24 +86,32 @@ def test_each_replay_varies_the_host_and_the_step_times() -> None:
     assert replay_setup(roofline, base, roofline_bands, 0)[1] is base
 
 
-def test_a_perturbed_step_is_the_model_times_one_plus_a_residual_of_its_regime() -> None:
+def test_a_perturbed_step_is_the_model_times_its_replay_offset_and_a_repeat_noise() -> None:
     config = SimConfig()
     bands = band_model(config, config.model_shape)
     base = make_cost_model(config, config.model_shape)
     model = PerturbedCostModel(base, bands, np.random.default_rng(0))
+    # One offset per regime for the whole replay, drawn from the fit's errors at the grid points.
+    assert np.isclose(bands.decode_offsets, model.decode_scale - 1, rtol=0, atol=1e-12).any()
+    assert np.isclose(bands.eager_offsets, model.eager_scale - 1, rtol=0, atol=1e-12).any()
     decode = ScheduledBatch(num_decode_seqs=8, decode_context_tokens=8 * 500, max_decode_context_tokens=500)
     prefill = ScheduledBatch(num_prefill_seqs=1, num_prefill_tokens=1000, prefill_attention_pairs=500_000)
-    for batch, pool in ((decode, bands.decode_residuals), (prefill, bands.eager_residuals)):
-        ratios = [model.step_time_s(batch) / base.step_time_s(batch) - 1 for _ in range(20)]
-        assert all(np.isclose(pool, r, rtol=0, atol=1e-12).any() for r in ratios)
+    for batch, pool, scale in ((decode, bands.decode_residuals, model.decode_scale),
+                               (prefill, bands.eager_residuals, model.eager_scale)):
+        ratios = [model.step_time_s(batch) / (base.step_time_s(batch) * scale) - 1 for _ in range(20)]
+        assert all(np.isclose(pool, r, rtol=0, atol=1e-9).any() for r in ratios)
         assert len(set(ratios)) > 1
-    # The quiet-window path: one residual per step of a decode run, from the decode pool.
+    # The quiet-window path: the decode offset, and one repeat noise per step of a decode run.
     decode.decode_context_tokens = 8 * 500 + 8 * np.arange(16)
     decode.max_decode_context_tokens = 500 + np.arange(16)
-    ratios = model.decode_run_s(decode) / base.decode_run_s(decode) - 1
-    assert len(ratios) == 16 and all(np.isclose(bands.decode_residuals, r, rtol=0, atol=1e-12).any() for r in ratios)
+    ratios = model.decode_run_s(decode) / (base.decode_run_s(decode) * model.decode_scale) - 1
+    assert len(ratios) == 16 and all(np.isclose(bands.decode_residuals, r, rtol=0, atol=1e-9).any() for r in ratios)
     assert model.decode_run_s(prefill) is None
-    assert np.all(bands.decode_residuals > -1) and np.all(bands.eager_residuals > -1)  # every step time stays > 0
+    for pool in (bands.decode_residuals, bands.eager_residuals, bands.decode_offsets, bands.eager_offsets):
+        assert np.all(pool > -1)  # every step time stays > 0
+    # Another replay of the same band draws its own offsets.
+    offsets = {(PerturbedCostModel(base, bands, np.random.default_rng(i)).eager_scale) for i in range(10)}
+    assert len(offsets) > 1
 
 
 @pytest.mark.parametrize("value", ["1", "0", "-2", "x", "2.5", "1001", ""])

@@ -8,7 +8,8 @@ Writes to --out:
 
 - ``capacity.json``: a list, one object per configuration: ``config_id``, ``label``, ``options``
   (every simulator option), ``max_qps`` (null when no QPS tried passed), ``max_qps_kind``,
-  ``max_qps_by_seed``, ``max_qps_spread``, ``converged``, ``monotone``, ``notes``, ``num_simulations``,
+  ``max_qps_by_seed``, ``max_qps_spread``, ``max_qps_band`` (with ``--bands``: p5, median, p95),
+  ``converged``, ``monotone``, ``notes``, ``num_simulations``,
   ``slos_ms``, ``cost``, ``pareto``, ``replicas_needed`` and ``searches`` (per seed: the points tried, in
   order, with their SLO values, stability figures and latencies, and the duration checks).
 - ``capacity.parquet``: one row per simulation, the same figures flattened.
@@ -202,6 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     steady.add_argument("--seed-offset", type=non_negative_int, default=0,
                         help="the first stream's seed (default: %(default)s)")
+    steady.add_argument("--bands", default=None, metavar="N",
+                        help="N seeded searches, each a band replay of sim.replay --bands (its own stream seed, "
+                             "host-speed episodes and cost-model offsets): max QPS as median and p5-p95 "
+                             "(capacity.json max_qps_band); instead of --seeds")
     steady.add_argument("--no-early-stop", action="store_true",
                         help="simulate clearly overloaded loads in full instead of stopping after a third")
     steady.add_argument("--no-duration-check", action="store_true",
@@ -250,7 +255,9 @@ def format_table(run: CapacityRun) -> str:
         lines.append(line)
         notes += [f"  {r.label}: {note}" for note in r.all_notes]
         kinds.add(r.kind)
-    lines.append("max QPS: median over seeds (seeds: their range); done/arr: completions / arrivals and backlog+: "
+    spread = ("band replays: their p5-p95 (the perturbations of sim.replay --bands)" if run.band_replays
+              else "seeds: their range")
+    lines.append(f"max QPS: median over seeds ({spread}); done/arr: completions / arrivals and backlog+: "
                  "backlog growth / arrival rate, over the measured window at max QPS")
     lines += [f"  {answer_text(1.0, kind).replace('1', 'N')}: {ANSWER_KINDS[kind]}" for kind in ANSWER_KINDS
               if kind in kinds and kind != "none"]

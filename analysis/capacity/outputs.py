@@ -24,6 +24,7 @@ def config_record(run: CapacityRun, index: int) -> dict:
         "max_qps_kind": result.kind,
         "max_qps_by_seed": {str(seed): qps for seed, qps in result.max_qps_by_seed.items()},
         "max_qps_spread": None if result.spread is None else {"min": result.spread[0], "max": result.spread[1]},
+        "max_qps_band": result.band,
         "converged": result.outcome.converged,
         "monotone": result.outcome.monotone,
         "notes": list(result.all_notes),
@@ -94,7 +95,8 @@ def write_outputs(run: CapacityRun, out_dir: Path) -> None:
             f"{run.num_requests} requests in {run.num_sessions} sessions (recorded at {run.trace_qps:.4g} req/s), "
             f"resampled into a stream of at least {run.workload.min_duration_s:g} s and "
             f"{run.workload.min_requests} requests at each QPS tried (think times: {run.workload.think_times}); "
-            f"the first {run.workload.warmup_fraction:.0%} is not measured; {len(run.seeds)} seed(s); "
+            f"the first {run.workload.warmup_fraction:.0%} is not measured; {len(run.seeds)} seed(s)"
+            f"{' (each a band replay: max QPS p5-p95 in capacity.json)' if run.band_replays else ''}; "
             f"{sum(r.num_simulations for r in run.results)} simulations; cost model: {run.cost_model_text}{estimate}. "
             "Costs use illustrative list prices (edit them below)."
         ),

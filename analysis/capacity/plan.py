@@ -49,6 +49,7 @@ class CapacityRun:
     workload: WorkloadParams
     seeds: tuple[int, ...]
     num_sessions: int
+    band_replays: bool = False
 
     @property
     def cost_model_text(self) -> str:
@@ -67,6 +68,7 @@ class SweepPlan:
     library: SessionLibrary
     workload: WorkloadParams
     seeds: tuple[int, ...]
+    band_replays: bool
     trace_qps: float
     configs: list[SimConfig]
     labels: list[str]
@@ -102,7 +104,18 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
         _fail(parser, str(exc))
     if workload.min_duration_s <= 0 and workload.min_requests <= 0:
         _fail(parser, "--min-duration-s and --min-requests are both 0: a stream needs a length; set one above 0")
-    seeds = tuple(range(args.seed_offset, args.seed_offset + args.seeds))
+    num_searches = args.seeds
+    if args.bands is not None:
+        from sim.bands import check_num_replays
+
+        if args.seeds != 1:
+            _fail(parser, f"--bands {args.bands} and --seeds {args.seeds}: --bands N already runs N seeded searches "
+                          "(one per band replay); give one of them")
+        try:
+            num_searches = check_num_replays(args.bands)
+        except ValueError as exc:
+            _fail(parser, str(exc))
+    seeds = tuple(range(args.seed_offset, args.seed_offset + num_searches))
 
     # A swept option is a tuple of values; left at its default it is the config's single default.
     axes = {field: v if isinstance(v, tuple) else (v,) for field in SWEEP_AXES for v in [getattr(args, field)]}
@@ -137,8 +150,8 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
     if missing:
         _fail(parser, f"--gpu-cost: no price for {', '.join(missing)}")
     families = [family_label(c, varying) for c in configs]
-    return SweepPlan(trace, library, workload, seeds, trace_qps, configs, labels, families, cost_models, params,
-                     gpu_costs)
+    return SweepPlan(trace, library, workload, seeds, args.bands is not None, trace_qps, configs, labels, families,
+                     cost_models, params, gpu_costs)
 
 
 def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> CapacityRun:
@@ -161,7 +174,7 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
     started = time.perf_counter()
     try:
         results = run_sweep(plan.configs, plan.params, executor, plan.labels, bar, seeds=plan.seeds,
-                            check_duration=not args.no_duration_check)
+                            check_duration=not args.no_duration_check, band_replays=plan.band_replays)
     finally:
         if bar is not None:
             bar.close()
@@ -172,5 +185,5 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
         results=results, economics=assess(results, plan.gpu_costs, target_qps, slos[0].key),
         family_labels=plan.family_labels, target_qps=target_qps, gpu_costs=plan.gpu_costs,
         cost_models=plan.cost_models, wall_s=wall_s, num_jobs=num_jobs, workload=plan.workload, seeds=plan.seeds,
-        num_sessions=plan.library.num_sessions,
+        num_sessions=plan.library.num_sessions, band_replays=plan.band_replays,
     )

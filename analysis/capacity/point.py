@@ -8,6 +8,7 @@ recognised on the first third of the stream and not simulated further (`stopped_
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,12 +35,15 @@ _SUMMARY_FIELDS = ("num_finished", "num_rejected", "total_output_tokens", "prefi
 
 @dataclass(frozen=True)
 class PointJob:
-    """What one simulation is: `duration_scale` 2 makes the stream twice as long (the T-versus-2T check)."""
+    """What one simulation is: `duration_scale` 2 makes the stream twice as long (the T-versus-2T check);
+    `band_replay`: the search is band replay number `seed` (`sim.bands`: its own host-speed episodes and
+    cost-model offsets, as `sim.replay --bands` varies them)."""
 
     config: SimConfig
     qps: float
     seed: int
     duration_scale: float = 1.0
+    band_replay: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,32 @@ class PointResult:
         return self.total_output_tokens / self.num_requests if self.num_requests else 0.0
 
 
-def _judge(trace, config: SimConfig, slos: Sequence[SLO], start_s: float, end_s: float, tolerance: float):
-    result = simulate(trace, config)
+@functools.lru_cache(maxsize=16)
+def _band_inputs(config: SimConfig):
+    """The base cost model and what the bands vary, read from the profile once per configuration."""
+    from sim.bands import band_model
+    from sim.simulator import make_cost_model
+
+    shape = config.model_shape
+    return make_cost_model(config, shape), band_model(config, shape)
+
+
+def _band_replay(config: SimConfig, index: int):
+    """(config, cost model) of band replay ``index``, built afresh for every simulation: its random draws
+    restart from the replay's seed, so every QPS a search tries (and its duration check) sees the same
+    perturbed deployment whatever order the executor runs them in."""
+    from sim.bands import replay_setup
+
+    base, bands = _band_inputs(config)
+    return replay_setup(config, base, bands, index)
+
+
+def _judge(trace, job: PointJob, slos: Sequence[SLO], start_s: float, end_s: float, tolerance: float):
+    if job.band_replay:
+        config, cost_model = _band_replay(job.config, job.seed)
+        result = simulate(trace, config, cost_model=cost_model)
+    else:
+        result = simulate(trace, job.config)
     requests = pl.from_arrow(result.requests_table())
     stability = measure_stability(requests, start_s, end_s, tolerance)
     measured = requests.filter((pl.col("arrival_s") >= start_s) & (pl.col("arrival_s") < end_s))
@@ -98,14 +126,14 @@ def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequ
     if workload.early_stop:
         probe_end_s = PROBE_FRACTION * duration_s
         probe = trace.head(max(2, int((trace.requests["arrival_s"] < probe_end_s).sum())))
-        measured, stability, check = _judge(probe, job.config, slos, workload.warmup_fraction * probe_end_s,
+        measured, stability, check = _judge(probe, job, slos, workload.warmup_fraction * probe_end_s,
                                             probe_end_s, PROBE_TOLERANCE_FACTOR * workload.stability_tolerance)
         stopped_early = not stability.stable and not check.meets_slos
         if stopped_early:
             window_s = probe_end_s * (1 - workload.warmup_fraction)
             return _point(job, measured, stability, check, slos, window_s, len(probe), probe_end_s,
                           workload.warmup_fraction * probe_end_s, stopped_early=True)
-    measured, stability, check = _judge(trace, job.config, slos, window.start_s, window.end_s,
+    measured, stability, check = _judge(trace, job, slos, window.start_s, window.end_s,
                                         workload.stability_tolerance)
     return _point(job, measured, stability, check, slos, window.length_s, len(trace), duration_s, warmup_s,
                   stopped_early=False)

@@ -144,6 +144,7 @@ class ConfigResult:
     label: str
     searches: tuple[SeedSearch, ...]
     notes: tuple[str, ...] = ()
+    band_replays: bool = False  # each seed's search is a band replay (--bands): report p5-p95, not the range
 
     @property
     def median_search(self) -> SeedSearch:
@@ -166,12 +167,22 @@ class ConfigResult:
 
     @property
     def spread_text(self) -> str:
-        """The seeds' range, e.g. "33.1-35.2" (empty with one seed)."""
+        """The seeds' range, e.g. "33.1-35.2" (empty with one seed); with band replays, their p5-p95."""
         if len(self.searches) < 2:
             return ""
         if self.spread is None:
             return "some none"
-        return f"{self.spread[0]:.4g}-{self.spread[1]:.4g}"
+        low, high = (self.band["p5"], self.band["p95"]) if self.band_replays else self.spread
+        return f"{low:.4g}-{high:.4g}"
+
+    @property
+    def band(self) -> dict[str, float] | None:
+        """With band replays: the p5, median and p95 of their max QPS (None unless every replay found one)."""
+        if not self.band_replays or self.spread is None:
+            return None
+        from analysis.band_stats import band_of
+
+        return band_of([s.max_qps for s in self.searches])
 
     @property
     def is_answer(self) -> bool:
@@ -269,12 +280,15 @@ def run_sweep(
     progress_bar=None,
     seeds: Sequence[int] = (0,),
     check_duration: bool = True,
+    band_replays: bool = False,
 ) -> list[ConfigResult]:
     """Search every configuration's max QPS on every seed; searches proceed concurrently on `executor`.
 
     `progress_bar` (e.g. tqdm) counts simulations; its total starts at the worst case and shrinks as
     searches converge. `check_duration`: simulate each answer again on a stream twice as long; an answer
     that fails there counts as failed and its search goes on below it (at most MAX_DURATION_CHECKS checks).
+    `band_replays`: seed s's search is also band replay s (`sim.bands`), its deployment perturbed as
+    `sim.replay --bands` perturbs it.
     """
     labels = list(labels) if labels is not None else [config_label(c, varying_axes(configs)) for c in configs]
     keys = [(index, seed) for index in range(len(configs)) for seed in seeds]
@@ -300,12 +314,12 @@ def run_sweep(
         search = searches[key]
         for qps in search.propose():
             waiting[key].add(qps)
-            job = PointJob(configs[key[0]], qps, key[1])
+            job = PointJob(configs[key[0]], qps, key[1], band_replay=band_replays)
             in_flight[executor.submit(job)] = (key, job)
         if search.done:
             answer = search.outcome().max_qps
             if check_duration and answer is not None:
-                job = PointJob(configs[key[0]], answer, key[1], duration_scale=2.0)
+                job = PointJob(configs[key[0]], answer, key[1], duration_scale=2.0, band_replay=band_replays)
                 in_flight[executor.submit(job)] = (key, job)
                 checking.add(key)
             update_total()
@@ -348,6 +362,6 @@ def run_sweep(
             outcome = searches[(index, seed)].outcome()
             tried = tuple(points[(index, seed)][qps] for qps, _ in outcome.points)
             per_seed.append(SeedSearch(seed, outcome, tried, tuple(checks[(index, seed)])))
-        results.append(ConfigResult(index, config, labels[index], tuple(per_seed)))
+        results.append(ConfigResult(index, config, labels[index], tuple(per_seed), band_replays=band_replays))
     extra = superlinear_notes(results, params.tolerance)
     return [dataclasses.replace(r, notes=(extra[r.index],)) if r.index in extra else r for r in results]

@@ -25,7 +25,8 @@ SMALL_SWEEP = [
     "--min-duration-s", "60", "--min-requests", "150", "--seeds", "2",
 ]
 CONFIG_KEYS = {
-    "config_id", "label", "options", "max_qps", "max_qps_kind", "max_qps_by_seed", "max_qps_spread", "converged",
+    "config_id", "label", "options", "max_qps", "max_qps_kind", "max_qps_by_seed", "max_qps_spread", "max_qps_band",
+    "converged",
     "monotone", "notes", "num_simulations", "cost_model", "slos_ms", "cost", "pareto", "replicas_needed", "searches",
 }
 SEARCH_KEYS = {"seed", "max_qps", "kind", "converged", "monotone", "notes", "points", "duration_checks"}
@@ -118,8 +119,8 @@ def test_help() -> None:
                             text=True, check=True)
     for option in ("--slo", "--replicas", "--router", "--qps-min", "--tolerance", "--target-qps", "--gpu-cost",
                    "--jobs", "--ray", "--candidates-per-round", "--min-duration-s", "--min-requests",
-                   "--warmup-fraction", "--think-times", "--stability-tolerance", "--seeds", "--no-early-stop",
-                   "--no-duration-check"):
+                   "--warmup-fraction", "--think-times", "--stability-tolerance", "--seeds", "--bands",
+                   "--no-early-stop", "--no-duration-check"):
         assert option in result.stdout
 
 
@@ -147,6 +148,8 @@ BAD_INPUTS = [
     (["--slo", "ttft_p90=2s", "--min-duration-s", "0", "--min-requests", "0"], "--min-duration-s and --min-requests"),
     (["--slo", "ttft_p90=2s", "--min-requests", "-1"], "argument --min-requests: -1 must be >= 0"),
     (["--slo", "ttft_p90=2s", "--seeds", "0"], "argument --seeds: 0 must be >= 1"),
+    (["--slo", "ttft_p90=2s", "--bands", "1"], "--bands must be an integer from 2 to 1000"),
+    (["--slo", "ttft_p90=2s", "--bands", "3", "--seeds", "2"], "--bands 3 and --seeds 2: --bands N already runs"),
 ]
 
 
@@ -165,3 +168,37 @@ def test_missing_trace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
         main([str(tmp_path / "missing.parquet"), "--slo", "ttft_p90=2s", "--quiet"])
     assert exit_info.value.code == 2
     assert "error: TRACE: " in capsys.readouterr().err
+
+
+def test_bands_search_once_per_band_replay_and_report_p5_p95(tmp_path: Path) -> None:
+    """--bands 3: three searches, each on its own stream and band replay of the measured profile; the answer is
+    their median and capacity.json gives the p5-p95 band of their max QPS."""
+    argv = [TRACE, "--limit", "200", "--model", "qwen3-8b", "--gpu", "h200", "--slo", "ttft_p90=2s,tpot_p90=100ms",
+            "--tolerance", "0.2", "--max-iterations", "5", "--min-duration-s", "40", "--min-requests", "100",
+            "--no-duration-check", "--bands", "3", "--jobs", "1", "--quiet", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    (record,) = json.loads((tmp_path / "out" / "capacity.json").read_text())
+    assert sorted(record["max_qps_by_seed"]) == ["0", "1", "2"]
+    values = sorted(v for v in record["max_qps_by_seed"].values())
+    band = record["max_qps_band"]
+    assert band is not None and band["p5"] <= band["median"] <= band["p95"]
+    assert values[0] <= band["p5"] and band["p95"] <= values[-1] and record["max_qps"] == values[1]
+
+
+def test_a_band_replay_perturbs_the_simulated_deployment() -> None:
+    """The same stream and QPS, simulated as band replay 0 and plainly: different latencies (host episodes and
+    cost-model offsets), and the band replay is a function of its index alone."""
+    from analysis.capacity.point import PointJob, evaluate_point
+    from analysis.capacity.workload import SessionLibrary, WorkloadParams
+    from analysis.slo import parse_slos
+    from sim.config import SimConfig
+    from traces.schema import load_trace
+
+    library = SessionLibrary.from_trace(load_trace(TRACE).head(200))
+    workload = WorkloadParams(min_duration_s=30, min_requests=50)
+    slos = parse_slos("ttft_p90=2s")
+    config = SimConfig(model="qwen3-8b", gpu="h200")
+    plain = evaluate_point(library, workload, slos, PointJob(config, 4.0, 0))
+    band = evaluate_point(library, workload, slos, PointJob(config, 4.0, 0, band_replay=True))
+    again = evaluate_point(library, workload, slos, PointJob(config, 4.0, 0, band_replay=True))
+    assert band.latency_ms != plain.latency_ms and band == again

@@ -153,7 +153,10 @@ def apply_quiet_window(
         left = lefts[index]
         last = left if left < steps else steps
         lasts.append(last)
-        events.extend((k, 0, index) for k in range(_next_block_step(seq, block_size), last, block_size))
+        # (Most windows are shorter than a block: the ranges below are mostly empty, and checked first.)
+        first_block = len(seq.block_table) * block_size - computed  # the step of its next block (<= 0: now)
+        if first_block < last:
+            events.extend((k, 0, index) for k in range(max(first_block, 0), last, block_size))
         if caching:
             # Full blocks not yet offered to the cache are registered by the first step (k = 0); after
             # that, one block fills every block_size steps.
@@ -162,7 +165,8 @@ def apply_quiet_window(
                 events.append((0, 0, index))
                 registered = (computed + 1) // block_size
             first_fill = (registered + 1) * block_size - computed - 1
-            events.extend((k, 0, index) for k in range(first_fill, last, block_size))
+            if first_fill < last:
+                events.extend((k, 0, index) for k in range(first_fill, last, block_size))
         if left <= steps:
             events.append((left - 1, 1, index))
     events.sort()

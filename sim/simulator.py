@@ -30,6 +30,10 @@ from sim.router import make_router
 from sim.runner import CostModelRunner
 from traces.requests import TraceRequests
 
+# A window's plan and bulk apply cost what a few steps of the step loop do: no window is tried where the horizon
+# leaves room for fewer steps than this (at the last decode step's length).
+_MIN_WINDOW_STEPS = 4
+
 
 def delay_to(now_s: float, target_s: float) -> float | None:
     """A delay that simpy's ``now + delay`` turns into exactly ``target_s`` (None if none does), so a
@@ -182,7 +186,7 @@ def simulate(
                 yield wakeups[index]
                 continue
             horizon = horizon_s(index) if try_window else 0.0
-            if try_window and horizon - env.now > last_step_s:
+            if try_window and horizon - env.now > _MIN_WINDOW_STEPS * last_step_s:
                 planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now, horizon)
                 delay_s = None if planned is None else delay_to(env.now, planned[0].end_s)
                 if delay_s is not None:

@@ -177,7 +177,7 @@ def simulate(
         # Planning a window that cannot happen costs a pass over the batch; two cheap signs skip it (skipping
         # only ever trades a window for the same steps taken one by one): a window that stopped short of the
         # horizon stopped before a finish or an allocation that might fail, which the next step is; and a
-        # horizon closer than the last decode step's length leaves no room for the two steps a window needs.
+        # horizon closer than _MIN_WINDOW_STEPS of the last decode step's length leaves no room for a window worth it.
         try_window = fast_forward
         last_step_s = 0.0
         while True:

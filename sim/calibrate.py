@@ -1,14 +1,14 @@
 """Calibrate a measured profile on real serving runs: ``python -m sim.calibrate PROFILE RUN_DIR [RUN_DIR ...]``.
 
-The profiling grid times each step shape right after an identical one, on an otherwise idle host.
-In serving, the host-bound part of eager steps (launching every kernel of every layer from Python)
-runs slower on average: ``engine.replay --step-timings`` shows the host's speed varying by up to
-1.8x in episodes of seconds, with the GPU clock steady (validation/README.md). This fits one
-factor on the host-bound floor of the eager-step model so that the eager steps of the given GPU
-replays (``steps.parquet``) take, in total, the time they took for real. Use runs of traces the
-validation does not replay. Decode steps (CUDA graph replays) get one factor the same way. One run
-suffices. How the host's speed varied over each run (``sim.host_episodes``: slow windows, their share and length)
-is recorded too, as ``serving.host_episodes``: ``sim.replay --bands`` draws its replays' slow episodes from it.
+The profiling grid times each step shape right after an identical one, on an otherwise idle host (often
+another machine start than the serving runs). This fits one factor on the host part of the model of
+prefill and mixed steps (the launch floor of an engine that launched them eagerly from Python, or the
+serving-side host work of one that replays piecewise CUDA graphs), so that those steps of the given GPU
+replays (``steps.parquet``) take, in total, the time they took for real; decode steps (CUDA graph replays)
+get one factor the same way. Use runs of traces the validation does not replay. One run suffices. How the
+host's speed varied over each run (``sim.host_episodes``: slow windows, their share and length, read off
+the steps whose host part outweighs their device part) is recorded too, as ``serving.host_episodes``:
+``sim.replay --bands`` draws its replays' slow episodes from it.
 """
 
 from __future__ import annotations

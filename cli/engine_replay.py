@@ -24,6 +24,7 @@ from cli.replay_args import (
 )
 from engine.core.config_args import build_config
 from engine.options import EngineOptions
+from sim.hardware import host_info
 
 MAX_WARMUP_REQUESTS = 10_000
 MAX_REPLAY_SPAN_S = 30 * 24 * 3600
@@ -173,6 +174,7 @@ def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Na
             "limit": args.limit,
             "replay_wall_s": round(wall_s, 3),
             "device": _device_name(),
+            "host": host_info(),
         }
         steps = steps_table(engine.step_log, llm.runner.step_timings)
         return write_run(

@@ -14,6 +14,7 @@ the steps whose host part outweighs their device part) is recorded too, as ``ser
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     runs, host_bound = [], []
     for run_dir in run_dirs:
         steps = read_steps(run_dir)
-        runs.append({"run": Path(run_dir).name, "num_steps": len(steps)})
+        runs.append({"run": Path(run_dir).name, "num_steps": len(steps), "host": _run_host(Path(run_dir))})
         host_bound.append([])
         for f, real, start in steps:
             if _is_graph_step(f, model.max_graph_bs):
@@ -82,10 +83,24 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
         "eager_time_ratio_uncalibrated": round(float(model.combine(floor_s, gpu_s).sum() / real_s.sum()), 4),
         "decode_time_ratio_uncalibrated": round(decode_pred / decode_real, 4) if decode_real else None,
     }
+    # Whether the factors carry a difference of machines as well as of conditions (None: not recorded).
+    profile_host = profile.get("host")
+    hosts = [r["host"] for r in runs]
+    serving["same_host_as_profile"] = (None if profile_host is None or None in hosts
+                                       else all(h == profile_host for h in hosts))
     episodes = fit_host_episodes(host_bound)  # how the speed varied: sim.bands draws its replays' episodes from it
     if episodes is not None:
         serving["host_episodes"] = episodes
     return serving
+
+
+def _run_host(run_dir: Path) -> dict | None:
+    """The host an engine.replay folder was recorded on (its summary.json's config.host), None if not recorded."""
+    try:
+        host = json.loads((run_dir / "summary.json").read_text()).get("config", {}).get("host")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return host if isinstance(host, dict) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{s['decode_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
           f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their "
           f"decode time)")
+    if s["same_host_as_profile"] is False:
+        print(f"note: the runs were recorded on another host than the profile ({profile['host'].get('node')}); the "
+              "factors carry that difference too")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""GPU specifications the roofline cost model and KV sizing use.
+"""GPU specifications the roofline cost model and KV sizing use, and what a measurement records of its host.
 
 Datasheet figures are leads; where a figure was measured on the real card (``measured_*``), the
 cost model uses that instead. H200 measurements: ../shared/notes/h200-yardsticks.md (torch 2.11,
@@ -7,7 +7,10 @@ bf16): 4.24 TB/s device copy, ~790 TFLOP/s dense bf16 matmul at 8192^3.
 
 from __future__ import annotations
 
+import os
+import platform
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -46,3 +49,17 @@ def get_gpu(name: str) -> GPUSpec:
         return GPUS[name.lower()]
     except KeyError:
         raise ValueError(f"unknown GPU {name!r}; supported: {', '.join(GPUS)}") from None
+
+
+def host_info() -> dict[str, object]:
+    """The host CPU a measurement ran on (profiles and GPU replays record it): step times of host-bound work
+    follow it, and two machine starts of the same GPU kind can differ by 2x (validation/README.md)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "num_cpus": os.cpu_count(), "node": platform.node()}

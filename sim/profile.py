@@ -26,6 +26,7 @@ from pathlib import Path
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence, SequenceStatus
 from sim.batch_features import batch_features
+from sim.hardware import host_info
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         "tensor_parallel_size": args.tensor_parallel_size,
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__,
+        "host": host_info(),
         "measured_at": time.strftime("%Y-%m-%d"),
         "engine_options": {
             "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,

@@ -63,6 +63,7 @@ def test_offline_simulation_forms_the_real_batches(tiny_qwen3, shared_prefix_tra
     assert real_requests["cached_tokens"].sum() > 0
     real = json.loads((tmp_path / "real" / "summary.json").read_text())
     assert real["num_finished"] == 24 and real["config"]["num_gpu_blocks"] == 30 and real["cost_model"] == "measured"
+    assert set(real["config"]["host"]) == {"cpu", "num_cpus", "node"}  # what sim.calibrate compares with the profile
 
 
 def test_online_replay_waits_for_arrivals(tiny_qwen3, shared_prefix_trace, tmp_path):

@@ -50,7 +50,18 @@ def test_calibration_recovers_the_factors(tmp_path):
     serving = calibrate(json.loads(PROFILE.read_text()), [run])
     assert serving["host_factor"] == pytest.approx(1.4, abs=1e-3)
     assert serving["decode_factor"] == pytest.approx(1.1, abs=1e-3)
-    assert serving["num_eager_steps"] == 30 and serving["runs"] == [{"run": "run", "num_steps": 70}]
+    assert serving["num_eager_steps"] == 30 and serving["runs"] == [{"run": "run", "num_steps": 70, "host": None}]
+    assert serving["same_host_as_profile"] is None  # neither side recorded its host
+
+
+def test_calibration_records_whether_the_runs_shared_the_profiles_host(tmp_path):
+    run = _fake_run(tmp_path / "run", host=1.0, decode=1.0)
+    host = {"cpu": "Xeon", "num_cpus": 16, "node": "gpu-a"}
+    (run / "summary.json").write_text(json.dumps({"config": {"host": host}}))
+    profile = json.loads(PROFILE.read_text())
+    assert calibrate({**profile, "host": host}, [run])["same_host_as_profile"] is True
+    serving = calibrate({**profile, "host": {**host, "node": "gpu-b"}}, [run])
+    assert serving["same_host_as_profile"] is False and serving["runs"][0]["host"] == host
 
 
 def test_cli_writes_the_profile_and_sim_uses_it(tmp_path):

@@ -191,27 +191,16 @@ _paged_decode = BoundKernel(_paged_decode_kernel)
 _merge_splits = BoundKernel(_merge_splits_kernel)
 
 
-def paged_decode(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-    scale: float,
-    num_splits: int,
-    out: torch.Tensor | None = None,
-    fill_splits: int | None = None,
-    long_seqs: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """q: [num_seqs, num_heads, head_dim] -> [num_seqs, num_heads, head_dim].
+def paged_decode(q: torch.Tensor, *args, out: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+    """``paged_decode_launches(q, k_cache, v_cache, block_tables, context_lens, scale, num_splits, out,
+    fill_splits=None, long_seqs=None)`` issued now; ``out`` is allocated when not given.
 
-    Each context is cut into ``fill_splits`` ranges (default: ``num_splits``); the sequences listed in
-    ``long_seqs`` (int32 row indices, -1 for an unused slot) into ``num_splits``. See ``DecodeSplits``.
+    q: [num_seqs, num_heads, head_dim] -> [num_seqs, num_heads, head_dim]. Each context is cut into
+    ``fill_splits`` ranges (default: ``num_splits``); the sequences listed in ``long_seqs`` (int32 row
+    indices, -1 for an unused slot) into ``num_splits``. See ``DecodeSplits``.
     """
-    if out is None:
-        out = torch.empty_like(q)
-    for launch in paged_decode_launches(q, k_cache, v_cache, block_tables, context_lens, scale, num_splits, out,
-                                        fill_splits, long_seqs):
+    out = torch.empty_like(q) if out is None else out
+    for launch in paged_decode_launches(q, *args, out=out, **kwargs):
         launch()
     return out
 
@@ -381,28 +370,17 @@ PREFILL_CONFIG_LONG = (64, 64, 4, 3, 2)
 PREFILL_CONFIG_SHORT = (64, 64, 4, 2, 1)
 
 
-def paged_prefill(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    context_lens: torch.Tensor,
-    max_q_len: int,
-    scale: float,
-    out: torch.Tensor | None = None,
-    config: tuple[int, int, int, int, int] | None = None,
-    num_splits: int | None = 1,
-    max_k_len: int = 0,
-) -> torch.Tensor:
-    """q: [prefill tokens, num_heads, head_dim] (chunks back to back) -> same shape. ``config`` overrides
+def paged_prefill(q: torch.Tensor, *args, out: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+    """``paged_prefill_launches(q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, max_q_len, scale,
+    out, config=None, num_splits=1, max_k_len=0)`` issued now; ``out`` is allocated when not given.
+
+    q: [prefill tokens, num_heads, head_dim] (chunks back to back) -> same shape. ``config`` overrides
     the (BLOCK_M, BLOCK_N, num_warps, num_stages, heads per program) choice; ``num_splits`` (a power of two)
     cuts each query tile's keys into that many ranges; None: ``prefill_num_splits`` chooses from
-    ``max_k_len``, the longest cached prefix + chunk."""
-    if out is None:
-        out = torch.empty_like(q)
-    for launch in paged_prefill_launches(q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, max_q_len,
-                                         scale, out, config, num_splits, max_k_len):
+    ``max_k_len``, the longest cached prefix + chunk.
+    """
+    out = torch.empty_like(q) if out is None else out
+    for launch in paged_prefill_launches(q, *args, out=out, **kwargs):
         launch()
     return out
 

@@ -30,7 +30,3 @@ class Attention(nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
                out: torch.Tensor | None = None) -> torch.Tensor:
         return self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale, out=out)
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        self.store(k, v, meta.slot_mapping)
-        return self.attend(q, k, v, meta)

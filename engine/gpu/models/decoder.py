@@ -54,13 +54,14 @@ class DecoderAttention(nn.Module):
             )
             q, k, v = self._split(qkv)
         else:
-            q, k, v = self._split(qkv)
+            q_view, k_view, v = self._split(qkv)
+            q, k = q_view, k_view
             if self.q_norm is not None:
                 q = self.q_norm(q)
                 k = self.k_norm(k)
             q, k = self.rotary_emb(positions, q, k)
-            self._split(qkv)[0].copy_(q)  # written back so that attention reads every path's q/k from qkv
-            self._split(qkv)[1].copy_(k)
+            q_view.copy_(q)  # written back so that attention reads every path's q/k from qkv
+            k_view.copy_(k)
         self.attn.store(k, v, slot_mapping)
         return qkv
 

@@ -110,18 +110,19 @@ class PerLayerLaunches:
         if self._direct is not None:
             stream = self._stream
             for kernel, grid, args, const_values, takes_cache in self._direct:
-                if takes_cache:
-                    args = (args[0], k_cache, v_cache, *args[3:])
-                _run(kernel, grid, stream, args, const_values)
+                _run(kernel, grid, stream, _with_cache(args, k_cache, v_cache) if takes_cache else args, const_values)
             return
         device = torch.cuda.current_device()
         direct = []
         for launch in self.launches:
-            args = launch.args
-            if launch.takes_kv_cache:
-                args = (args[0], k_cache, v_cache, *args[3:])
+            args = _with_cache(launch.args, k_cache, v_cache) if launch.takes_kv_cache else launch.args
             launch.kernel(launch.grid, args, launch.constexprs, launch.num_warps, launch.num_stages)
             key = launch.kernel._key(device, args, launch.constexprs, launch.num_warps, launch.num_stages)
             direct.append((launch.kernel._compiled[key], launch.grid, args, key[1], launch.takes_kv_cache))
         self._direct = direct
         self._stream = torch._C._cuda_getCurrentRawStream(device)
+
+
+def _with_cache(args: tuple, k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple:
+    """An attention kernel's arguments with another layer's cache (arguments 1 and 2)."""
+    return (args[0], k_cache, v_cache, *args[3:])

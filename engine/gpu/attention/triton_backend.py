@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.gpu.attention import triton_kernels as kernels
 from engine.gpu.attention.base import PagedAttentionBackend
-from engine.gpu.triton_launch import PerLayerLaunches
+from engine.gpu.triton_launch import Launch, PerLayerLaunches
 
 
 class TritonBackend(PagedAttentionBackend):
@@ -14,28 +14,32 @@ class TritonBackend(PagedAttentionBackend):
         kernels.store_kv(k, v, k_cache, v_cache, slot_mapping)
 
     def decode(self, q, k_cache, v_cache, meta, scale, out) -> None:
-        splits = meta.decode_splits
-        kernels.paged_decode(q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
-                             splits.num_splits, out=out, fill_splits=splits.fill_splits,
-                             long_seqs=meta.decode_long_seqs)
+        for launch in self._decode_launches(q, k_cache, v_cache, meta, scale, out):
+            launch()
 
     def prefill(self, q, k_cache, v_cache, meta, scale, out) -> None:
-        kernels.paged_prefill(q, k_cache, v_cache, meta.prefill_block_tables, meta.prefill_cu_seqlens_q,
-                              meta.prefill_context_lens, meta.prefill_max_q_len, scale, out=out, num_splits=None,
-                              max_k_len=meta.prefill_max_k_len)
+        for launch in self._prefill_launches(q, k_cache, v_cache, meta, scale, out):
+            launch()
 
     def per_layer(self, q, k, v, meta, scale, out, k_cache, v_cache) -> PerLayerLaunches:
         """Decode and prefill launches built once per step; each layer issues them with its own cache."""
-        launches = []
         num_decode = meta.num_decode_tokens
+        launches = []
         if num_decode:
-            splits = meta.decode_splits
-            launches += kernels.paged_decode_launches(
-                q[:num_decode], k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale,
-                splits.num_splits, out[:num_decode], fill_splits=splits.fill_splits, long_seqs=meta.decode_long_seqs)
+            launches += self._decode_launches(q[:num_decode], k_cache, v_cache, meta, scale, out[:num_decode])
         if meta.num_prefill_seqs:
-            launches += kernels.paged_prefill_launches(
-                q[num_decode:], k_cache, v_cache, meta.prefill_block_tables, meta.prefill_cu_seqlens_q,
-                meta.prefill_context_lens, meta.prefill_max_q_len, scale, out[num_decode:], num_splits=None,
-                max_k_len=meta.prefill_max_k_len)
+            launches += self._prefill_launches(q[num_decode:], k_cache, v_cache, meta, scale, out[num_decode:])
         return PerLayerLaunches(launches)
+
+    @staticmethod
+    def _decode_launches(q, k_cache, v_cache, meta, scale, out) -> list[Launch]:
+        splits = meta.decode_splits
+        return kernels.paged_decode_launches(q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens,
+                                             scale, splits.num_splits, out, fill_splits=splits.fill_splits,
+                                             long_seqs=meta.decode_long_seqs)
+
+    @staticmethod
+    def _prefill_launches(q, k_cache, v_cache, meta, scale, out) -> list[Launch]:
+        return kernels.paged_prefill_launches(q, k_cache, v_cache, meta.prefill_block_tables, meta.prefill_cu_seqlens_q,
+                                              meta.prefill_context_lens, meta.prefill_max_q_len, scale, out,
+                                              num_splits=None, max_k_len=meta.prefill_max_k_len)

@@ -75,6 +75,10 @@ class ScheduledBatch:
 
 
 class Scheduler:
+    # Plain decode tokens skip append_slots when it would do nothing (see _advance_running); False sends every
+    # sequence through it, the general path the inlined case must match (tests compare the two).
+    inline_plain_decodes = True
+
     def __init__(self, config: EngineConfig, eos_token_ids: Iterable[int] = ()) -> None:
         if not config.is_resolved:
             raise ValueError("the scheduler needs num_gpu_blocks and max_model_len resolved (EngineConfig.resolved)")
@@ -204,14 +208,16 @@ class Scheduler:
         block_manager = self.block_manager
         block_size = block_manager.block_size
         caching = block_manager.enable_prefix_caching
+        inline = self.inline_plain_decodes
         index = 0
         while index < len(running) and budget > 0:
             seq = running[index]
             computed = seq.num_computed_tokens
-            if (len(seq.token_ids) - computed == 1 and computed < len(seq.block_table) * block_size
+            if (inline and len(seq.token_ids) - computed == 1 and computed < len(seq.block_table) * block_size
                     and not (caching and (computed + 1) // block_size > seq.num_registered_blocks)):
                 # The common case of a large batch: a decode token in a block the sequence already holds,
-                # filling none, for which append_slots would allocate and register nothing: skip it.
+                # filling none, for which append_slots would allocate and register nothing (this mirrors
+                # BlockManager.append_slots' two conditions; change both together): skip it.
                 batch.add(seq, 1)
                 budget -= 1
                 index += 1

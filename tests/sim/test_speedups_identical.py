@@ -71,22 +71,6 @@ def test_quiet_step_ends_equal_the_step_by_step_sums(kind, host, num_seqs, conte
 
 
 
-def _advance_running_one_path(self, batch, budget):
-    """The scheduler's running pass without its inlined decode case: every sequence through append_slots and
-    batch.add, the reference the fast path must match."""
-    running = self.running
-    index = 0
-    while index < len(running) and budget > 0:
-        seq = running[index]
-        num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
-        if not self._reserve_or_preempt(seq, num_new, batch):
-            break
-        batch.add(seq, num_new)
-        budget -= num_new
-        index += 1
-    return budget
-
-
 @pytest.mark.parametrize("options", [{}, {"block_size": 16, "num_gpu_blocks": 400},
                                      {"enable_prefix_caching": False, "block_size": 16}])
 def test_large_batches_schedule_as_the_general_path_does(options, monkeypatch):
@@ -95,11 +79,11 @@ def test_large_batches_schedule_as_the_general_path_does(options, monkeypatch):
     trace = load_trace(SHAREGPT).head(600).with_qps(40.0)  # near capacity: batches of a hundred and more
     config = SimConfig(**options)
     fast = simulate(trace, config)
-    monkeypatch.setattr(Scheduler, "_advance_running", _advance_running_one_path)
+    monkeypatch.setattr(Scheduler, "inline_plain_decodes", False)  # the real loop, every sequence via append_slots
     general = simulate(trace, config)
     assert fast.requests_table().equals(general.requests_table())
     assert fast.steps_table().equals(general.steps_table())
     if "num_gpu_blocks" in options:  # a small cache: the general path's preemptions were met
-        assert sum(row[9] for row in general.request_rows) > 0
+        assert sum(general.requests_table().column("num_preemptions").to_pylist()) > 0
     else:
         assert max(fast.steps_table().column("num_seqs").to_pylist()) > 100

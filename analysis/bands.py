@@ -19,9 +19,9 @@ from analysis.formatting import format_float
 from analysis.metrics import summarize
 from analysis.runs import with_latency_columns
 from analysis.slo import SLO
-from sim.bands import band_model, replay_setup
+from sim.bands import band_model, band_replay
 from sim.config import SimConfig
-from sim.simulator import make_cost_model, simulate
+from sim.simulator import simulate
 
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms")
 STATISTICS = ("p50", "p90", "p99", "mean")
@@ -45,8 +45,7 @@ def banded_metrics(summary: Mapping) -> dict[str, float]:
 
 def replay_metrics(trace, config: SimConfig, index: int, slos: tuple[SLO, ...] | None) -> dict[str, float]:
     """Band replay ``index``'s figures."""
-    shape = config.model_shape
-    replay_config, cost_model = replay_setup(config, make_cost_model(config, shape), band_model(config, shape), index)
+    replay_config, cost_model = band_replay(config, index)
     result = simulate(trace, replay_config, cost_model=cost_model)
     requests = with_latency_columns(pl.from_arrow(result.requests_table()))
     return banded_metrics(summarize(requests, pl.from_arrow(result.steps_table()), slos))

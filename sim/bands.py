@@ -22,6 +22,7 @@ Two things differ between two GPU runs of the same trace and options (validation
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass
 
@@ -191,3 +192,20 @@ def check_num_replays(text: str) -> int:
         raise ValueError(f"--bands must be an integer from 2 to {MAX_REPLAYS} (the number of seeded replays; a band "
                          f"needs at least two), got {text!r}")
     return value
+
+
+@functools.lru_cache(maxsize=16)
+def _band_inputs(config: SimConfig) -> tuple[CostModel, BandModel]:
+    """The base cost model and what the bands vary, read from the profile once per configuration."""
+    from sim.simulator import make_cost_model  # the simulator imports this module
+
+    shape = config.model_shape
+    return make_cost_model(config, shape), band_model(config, shape)
+
+
+def band_replay(config: SimConfig, index: int) -> tuple[SimConfig, CostModel]:
+    """(config, cost model) of band replay ``index``, built afresh per simulation from cached inputs: its random
+    draws restart from the replay's seed, so every simulation of one replay (a capacity search's QPS points)
+    sees the same perturbed deployment, whatever order they run in."""
+    base, bands = _band_inputs(config)
+    return replay_setup(config, base, bands, index)

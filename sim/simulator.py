@@ -12,20 +12,20 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
-from pathlib import Path
 
 import simpy
 
 from engine.core.llm_engine import LLMEngine
 from engine.core.model_config import ModelShape
 from engine.core.quiet_window import apply_quiet_window, plan_quiet_window
-from engine.core.records import request_row
+from engine.core.records import REQUEST_COLUMNS, request_row
 from engine.core.sequence import Sequence
 from sim.config import SimConfig
 from sim.cost_model import CostModel, RooflineCostModel
 from sim.hardware import get_gpu
 from sim.host_speed import parse_host_slowdown
-from sim.profiled_cost_model import ProfiledCostModel, find_profile
+from sim.limits import chosen_profile
+from sim.profiled_cost_model import ProfiledCostModel
 from sim.router import make_router
 from sim.runner import CostModelRunner
 from traces.requests import TraceRequests
@@ -88,18 +88,16 @@ class SimResult:
         }
 
 
+_COLUMN_INDEX = {c.name: i for i, c in enumerate(REQUEST_COLUMNS)}
+_FINISH_THEN_REPLICA = itemgetter(_COLUMN_INDEX["finish_s"], _COLUMN_INDEX["replica"])
+
+
 def make_cost_model(config: SimConfig, model: ModelShape) -> CostModel:
-    choice = config.cost_model
-    if choice == "roofline":
+    path = chosen_profile(config, model)  # the one rule for which profile a run uses (limits and bands read it too)
+    if path is None:
         return RooflineCostModel(model, get_gpu(config.gpu), config.tensor_parallel_size)
-    if choice == "auto":
-        path = find_profile(model.name, config.gpu, config.tensor_parallel_size)
-        if path is None:
-            return RooflineCostModel(model, get_gpu(config.gpu), config.tensor_parallel_size)
-    else:
-        path = Path(choice)
-        if not path.is_file():
-            raise ValueError(f"cost model {choice!r} is neither 'auto', 'roofline' nor an existing profile JSON")
+    if not path.is_file():
+        raise ValueError(f"cost model {config.cost_model!r} is neither 'auto', 'roofline' nor an existing profile JSON")
     return ProfiledCostModel.load(path, model.name, config.gpu, config.tensor_parallel_size)
 
 
@@ -237,7 +235,7 @@ def simulate(
     env.run()
     # By finish time, then replica: the order the step loop records them in, except for finishes at the same
     # instant on two replicas (simpy's order, which differs once a window records its finishes at its start).
-    rows.sort(key=itemgetter(5, 1))
+    rows.sort(key=_FINISH_THEN_REPLICA)
     result = SimResult(rows, engines, config, sched_config, cost_model.name, time.perf_counter() - started)
     result.num_fast_forward_steps = fast_forwarded[0]
     return result

@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from engine.core.config import cdiv
 from traces.arrivals import gamma_gaps_s
 from traces.lengths import LengthDist
 
@@ -106,7 +107,7 @@ def _draw_block(config: SessionConfig, streams: SessionStreams, first_session: i
         arrival_s[rows] = arrival_s[rows - 1] + gaps_s[rows - 1]
     rows = np.flatnonzero(kept)
     session, turn, prompt = session[rows], turn[rows], prompt[rows]
-    num_blocks = -(-prompt // config.hash_block_size)
+    num_blocks = cdiv(prompt, config.hash_block_size)
     # A session's blocks are those of its last kept turn, its longest prompt.
     last_kept = np.zeros(num_sessions, dtype=np.int64)
     np.maximum.at(last_kept, session, num_blocks)

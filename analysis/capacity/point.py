@@ -8,7 +8,6 @@ recognised on the first third of the stream and not simulated further (`stopped_
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +20,7 @@ from analysis.formatting import LATENCY_LABELS
 from analysis.metrics import goodput_rps, summarize
 from analysis.slo import SLO
 from analysis.stats import round_sig
+from sim.bands import band_replay
 from sim.config import SimConfig
 from sim.simulator import simulate
 
@@ -84,29 +84,9 @@ class PointResult:
         return self.total_output_tokens / self.num_requests if self.num_requests else 0.0
 
 
-@functools.lru_cache(maxsize=16)
-def _band_inputs(config: SimConfig):
-    """The base cost model and what the bands vary, read from the profile once per configuration."""
-    from sim.bands import band_model
-    from sim.simulator import make_cost_model
-
-    shape = config.model_shape
-    return make_cost_model(config, shape), band_model(config, shape)
-
-
-def _band_replay(config: SimConfig, index: int):
-    """(config, cost model) of band replay ``index``, built afresh for every simulation: its random draws
-    restart from the replay's seed, so every QPS a search tries (and its duration check) sees the same
-    perturbed deployment whatever order the executor runs them in."""
-    from sim.bands import replay_setup
-
-    base, bands = _band_inputs(config)
-    return replay_setup(config, base, bands, index)
-
-
 def _judge(trace, job: PointJob, slos: Sequence[SLO], start_s: float, end_s: float, tolerance: float):
     if job.band_replay:
-        config, cost_model = _band_replay(job.config, job.seed)
+        config, cost_model = band_replay(job.config, job.seed)
         result = simulate(trace, config, cost_model=cost_model)
     else:
         result = simulate(trace, job.config)

@@ -381,7 +381,8 @@ class ModelRunner:
         for seq in seqs:
             p = seq.sampling_params
             temperatures.append(p.temperature)
-            top_ks.append(p.top_k)
+            # k past the vocabulary keeps every token: off, like k <= 0 (and a huge k must not reach an int64 tensor)
+            top_ks.append(p.top_k if 0 < p.top_k < self.shape.vocab_size else -1)
             top_ps.append(p.top_p)
             generator = None
             if p.seed is not None and p.temperature > 0:

@@ -209,8 +209,6 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
     top_k = -1 if body.top_k is None else body.top_k
     if top_k < -1:
         raise bad_request(f"top_k must be -1 or 0 (off) or >= 1, got {top_k}", "top_k")
-    if top_k == 0 or top_k >= state.vocab_size:  # keeping every token: off (a huge k must not reach the sampler)
-        top_k = -1
     try:
         return SamplingParams(
             temperature=1.0 if body.temperature is None else body.temperature,

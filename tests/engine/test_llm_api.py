@@ -82,6 +82,11 @@ def test_seeded_sampling_is_reproducible_and_filters_work(tiny_qwen3):
     tiny_p = llm.generate(prompt, SamplingParams(temperature=1.5, top_p=1e-6, max_tokens=12, ignore_eos=True),
                           use_tqdm=False)
     assert top1[0]["token_ids"] == greedy[0]["token_ids"] == tiny_p[0]["token_ids"]
+    # A k past the vocabulary keeps every token, even one no int64 holds (the OpenAI server passes k through).
+    for k in (10**6, 2**70):
+        huge_k = llm.generate(prompt, SamplingParams(temperature=0, top_k=k, max_tokens=12, ignore_eos=True),
+                              use_tqdm=False)
+        assert huge_k[0]["token_ids"] == greedy[0]["token_ids"]
 
 
 def test_seeded_requests_leave_no_generator_behind(tiny_qwen3):

@@ -74,12 +74,12 @@ def main() -> int:
         commands["inproc"] = [py, "-m", "engine.replay", *trace_args, *engine_args, "--out", str(out / "inproc"),
                               "--overwrite", "--quiet", "--no-report"]
         run(commands["inproc"], out / "inproc.log")
-    commands["serve"] = [py, "-m", "engine.serve", *engine_args, "--port", "0"]
-    print("$", " ".join(commands["serve"]), flush=True)
     try:
         server, url = start_server(engine_args, cwd=ROOT, log=out / "serve.log", timeout_s=STARTUP_TIMEOUT_S)
     except ServerDidNotStart:
         raise SystemExit(f"the server did not start; see {out / 'serve.log'}") from None
+    commands["serve"] = [str(a) for a in server.args]  # the argv start_server really ran
+    print("$", " ".join(commands["serve"]), flush=True)
     try:
         commands["bench"] = [py, "-m", "traces.bench", url, *trace_args, "--out", str(out / "served"),
                              "--overwrite", "--quiet", "--no-report"]

@@ -23,18 +23,14 @@ class IncrementalDetokenizer:
         self.stopped = False
 
     def _decode(self, ids: list[int]) -> str:
-        if self.tokenizer is None:
-            return ""
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def add(self, new_ids: list[int]) -> str:
         """Append tokens; returns the new text safe to send (empty while a character or a possible stop
         string is incomplete). After a stop string is found, ``stopped`` is set and the text ends before it."""
-        if self.stopped or not new_ids:
-            return ""
+        if self.stopped or not new_ids or self.tokenizer is None:  # token ids only: no text to make (and no
+            return ""                                                # stop strings: they need a tokenizer)
         self.token_ids.extend(new_ids)
-        if self.tokenizer is None:  # token ids only: no text to make (stop strings need a tokenizer)
-            return ""
         prefix_text = self._decode(self.token_ids[self._prefix_offset:self._read_offset])
         full_text = self._decode(self.token_ids[self._prefix_offset:])
         if len(full_text) > len(prefix_text) and not full_text.endswith("\ufffd"):

@@ -30,13 +30,19 @@ def start_server(args: list[str], *, cwd: str | Path | None = None, env: dict | 
                             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     lines: queue.Queue = queue.Queue()
     out = log.open("w") if log is not None else None
+    ready = threading.Event()  # once serving, lines only go to the log: nobody reads the queue any more
 
     def pump() -> None:
-        for line in proc.stdout:
+        try:
+            for line in proc.stdout:
+                if out is not None:
+                    out.write(line)
+                    out.flush()
+                if not ready.is_set():
+                    lines.put(line)
+        finally:
             if out is not None:
-                out.write(line)
-                out.flush()
-            lines.put(line)
+                out.close()
 
     threading.Thread(target=pump, daemon=True).start()
     seen: list[str] = []
@@ -50,8 +56,10 @@ def start_server(args: list[str], *, cwd: str | Path | None = None, env: dict | 
             continue
         seen.append(line)
         if line.startswith(SERVING_PREFIX):
+            ready.set()
             return proc, line[len(SERVING_PREFIX):].strip()
     proc.kill()
+    proc.wait()
     raise ServerDidNotStart("the server did not start:\n" + "".join(seen))
 
 

@@ -117,9 +117,10 @@ class CompletionRequest(_Sampling):
         prompt = self.prompt
         if isinstance(prompt, str):
             return [prompt]
-        if not isinstance(prompt, list) or not prompt:
-            raise bad_request(_PROMPT_TYPES if prompt is None or not isinstance(prompt, list)
-                              else "prompt must not be empty", "prompt")
+        if not isinstance(prompt, list):
+            raise bad_request(_PROMPT_TYPES, "prompt")
+        if not prompt:
+            raise bad_request("prompt must not be empty", "prompt")
         if all(type(t) is int for t in prompt):  # token ids (a bool is not one)
             return [prompt]
         if all(type(p) is str for p in prompt):

@@ -99,41 +99,41 @@ def main(argv: list[str] | None = None) -> int:
                                             {k: v for k, v in vars(options).items() if k != "model"},
                                             args.warmup_requests),
                           model_name=model_name, max_waiting_requests=args.max_waiting_requests)
-    try:
-        info = engine.start()
-        tokenizer = load_tokenizer(Path(info.model_dir))
-    except (RuntimeError, ValueError, OSError) as exc:
-        sock.close()
-        engine.stop()
-        parser.exit(2, f"error: --model {options.model}: {exc}\n")
-    except KeyboardInterrupt:  # Ctrl-C while the model loads: the engine process is not waited for
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup
-        sock.close()
-        engine.stop(timeout_s=0)
-        print("interrupted while loading the model", file=sys.stderr)
-        return 130
-    host, port = sock.getsockname()[:2]
-    app = build_app(engine, tokenizer)
-    # On shutdown, streams still open get this long to finish before they are cut (uvicorn would wait forever).
-    config = uvicorn.Config(app, log_level=args.log_level, timeout_keep_alive=30, access_log=False,
-                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
-    server = uvicorn.Server(config)
-    display_host = f"[{host}]" if ":" in host else host
+    stop_kwargs: dict = {}
+    try:  # whatever happens once the engine process exists, it is stopped: it is not a daemon, exit would wait on it
+        try:
+            info = engine.start()
+            tokenizer = load_tokenizer(Path(info.model_dir))
+        except (RuntimeError, ValueError, OSError) as exc:
+            parser.exit(2, f"error: --model {options.model}: {exc}\n")
+        except KeyboardInterrupt:  # Ctrl-C while the model loads: the engine process is not waited for
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup
+            stop_kwargs = {"timeout_s": 0}
+            print("interrupted while loading the model", file=sys.stderr)
+            return 130
+        host, port = sock.getsockname()[:2]
+        app = build_app(engine, tokenizer)
+        # On shutdown, streams still open get this long to finish before they are cut (uvicorn would wait forever).
+        config = uvicorn.Config(app, log_level=args.log_level, timeout_keep_alive=30, access_log=False,
+                                timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+        server = uvicorn.Server(config)
+        display_host = f"[{host}]" if ":" in host else host
 
-    async def serve() -> None:
-        task = asyncio.ensure_future(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.05)
-        if server.started:
-            print(f"{SERVING_PREFIX}http://{display_host}:{port}", flush=True)
-        await task
+        async def serve() -> None:
+            task = asyncio.ensure_future(server.serve(sockets=[sock]))
+            while not server.started and not task.done():
+                await asyncio.sleep(0.05)
+            if server.started:
+                print(f"{SERVING_PREFIX}http://{display_host}:{port}", flush=True)
+            await task
 
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
+        try:
+            asyncio.run(serve())
+        except KeyboardInterrupt:
+            pass
     finally:
-        engine.stop()
+        sock.close()
+        engine.stop(**stop_kwargs)
     return 0
 
 

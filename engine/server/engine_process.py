@@ -137,12 +137,7 @@ class _Loop:
 
     def after_step(self, batch, finished) -> None:
         """Everything the loop does per step besides the step itself (benchmarks/server_loop.py times it)."""
-        scheduler = self.engine.scheduler
-        block_manager = scheduler.block_manager
-        updates = self.collect(batch)
-        self.messages.send(("step", self.num_drained, StepStats(
-            len(scheduler.running), len(scheduler.waiting), block_manager.usage, block_manager.num_queried_tokens,
-            block_manager.num_hit_tokens, len(batch.preempted), batch.num_batched_tokens), updates))
+        self.send_state(self.collect(batch), len(batch.preempted), batch.num_batched_tokens)
         for seq in finished:
             self.forget(seq)
         if len(self.engine.step_log) >= STEP_LOG_MAX_ROWS:
@@ -186,13 +181,15 @@ class _Loop:
             self.forget(seq)
         self.send_state([])  # the gauges must see the freed blocks even if no step follows
 
-    def send_state(self, updates: list[tuple]) -> None:
-        """A message outside a step: the queues and cache as they are now."""
+    def send_state(self, updates: list[tuple], num_preempted: int = 0, num_batched_tokens: int = 0) -> None:
+        """The queues and cache as they are now, with a step's updates (or outside a step: no preemptions, no
+        tokens)."""
         scheduler = self.engine.scheduler
         block_manager = scheduler.block_manager
         self.messages.send(("step", self.num_drained, StepStats(
             len(scheduler.running), len(scheduler.waiting), block_manager.usage,
-            block_manager.num_queried_tokens, block_manager.num_hit_tokens, 0, 0), updates))
+            block_manager.num_queried_tokens, block_manager.num_hit_tokens, num_preempted, num_batched_tokens),
+            updates))
 
     def forget(self, seq: Sequence) -> None:
         entry = self.choices.pop(seq.seq_id, None)

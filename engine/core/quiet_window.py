@@ -59,8 +59,10 @@ def plan_quiet_window(
         return None
     token_is_eos = token_id in scheduler.eos_token_ids
     lefts = []  # the step (counted from 1) in which each sequence finishes
+    contexts = []  # tokens each holds now: the first step's context
     for seq in running:  # runs before most steps of a simulation: kept lean
         num_tokens = len(seq.token_ids)
+        contexts.append(num_tokens)
         if num_tokens - seq.num_computed_tokens != 1:
             return None  # a prompt chunk still to compute: not a decode-only step
         params = seq.sampling_params
@@ -80,12 +82,15 @@ def plan_quiet_window(
     num_steps = 0
     for j in range(len(bounds) - 1):
         first, segment_steps = bounds[j], bounds[j + 1] - bounds[j]
-        seqs = [seq for seq, left in zip(running, lefts) if left > first] if j else running
+        if j:
+            seqs = [seq for seq, left in zip(running, lefts) if left > first]
+            seg_contexts = [c for c, left in zip(contexts, lefts) if left > first]
+        else:
+            seqs, seg_contexts = running, contexts
         bs = len(seqs)
         batch = ScheduledBatch(seqs=seqs, num_new_tokens=[1] * bs, num_decode_seqs=bs)
         # Step `first` computes token num_tokens + first of each: its context is that many tokens.
-        contexts = [len(seq.token_ids) for seq in seqs]
-        batches.append((bs, sum(contexts) + bs * first, max(contexts) + first))
+        batches.append((bs, sum(seg_contexts) + bs * first, max(seg_contexts) + first))
         batch.decode_context_tokens, batch.max_decode_context_tokens = batches[-1][1:]
         ends = step_ends(batch, t_s, segment_steps, horizon_s)
         chunks.append(ends)

@@ -18,12 +18,14 @@ MIN_WINDOWS = 10  # a run with fewer usable windows says nothing about episodes
 MIN_STEPS_PER_WINDOW = 3
 
 
-def run_windows(steps: list[tuple[float, float, float]], window_s: float) -> dict[int, float]:
-    """{window index: median slowdown} from (real_s, floor_s, start_s) of a run's host-bound eager steps."""
+def run_windows(steps: list[tuple[float, float, float]], window_s: float,
+                min_steps: int = MIN_STEPS_PER_WINDOW) -> dict[int, float]:
+    """{window index: median slowdown} from (real_s, floor_s, start_s) of a run's host-bound eager steps; windows
+    with fewer than ``min_steps`` of them are left out."""
     by_window: dict[int, list[float]] = {}
     for real, floor, start in steps:
         by_window.setdefault(int(start // window_s), []).append(real / floor)
-    return {w: float(np.median(v)) for w, v in sorted(by_window.items()) if len(v) >= MIN_STEPS_PER_WINDOW}
+    return {w: float(np.median(v)) for w, v in sorted(by_window.items()) if len(v) >= min_steps}
 
 
 def fit_host_episodes(runs: list[list[tuple[float, float, float]]], window_s: float = 2.0) -> dict | None:

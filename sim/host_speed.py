@@ -189,34 +189,32 @@ def timeline_from_run(
     """The host slowdown of a GPU replay over time: per window, the median of real / grid-predicted time of
     its host-bound eager steps (the grid model uncalibrated); a window with fewer than
     ``min_steps_per_window`` of them keeps the last value. Too few such steps in all: an error."""
-    import numpy as np
 
     from sim.batch_features import read_steps
+    from sim.host_episodes import run_windows  # it imports this module
     from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step
 
     model = ProfiledCostModel.load(Path(profile_path))  # eager_parts is at the grid's speed, calibrated or not
-    by_window: dict[int, list[float]] = {}
+    host_bound = []
     for f, real, start in read_steps(run_dir):
         if _is_graph_step(f, model.max_graph_bs):
             continue
         host = model.host_time(f, real)
         if host is not None:  # host-bound on the grid
-            by_window.setdefault(int(start // window_s), []).append(host[0] / host[1])
-    num_steps = sum(map(len, by_window.values()))
-    if num_steps < min_steps:
-        raise ValueError(f"{run_dir}: {num_steps} host-bound eager steps, too few (< {min_steps}) to read the host's "
-                         f"speed from")
-    by_window = {w: v for w, v in by_window.items() if len(v) >= min_steps_per_window}
+            host_bound.append((*host, start))
+    if len(host_bound) < min_steps:
+        raise ValueError(f"{run_dir}: {len(host_bound)} host-bound eager steps, too few (< {min_steps}) to read the "
+                         f"host's speed from")
+    by_window = run_windows(host_bound, window_s, min_steps_per_window)
     if not by_window:
         raise ValueError(f"{run_dir}: no {window_s:g}-s window has {min_steps_per_window} host-bound eager steps")
     last = max(by_window)
     if last >= MAX_WINDOWS:  # one row per window up to the last: bound them, or a tiny window never finishes
         raise ValueError(f"{run_dir}: --window-s {window_s:g} cuts the run into {last + 1:,} windows; expected at "
                          f"most {MAX_WINDOWS:,} (use a longer window)")
-    times, values, value = [], [], float(np.median(by_window[min(by_window)]))
+    times, values, value = [], [], by_window[min(by_window)]
     for w in range(last + 1):
-        if w in by_window:
-            value = float(np.median(by_window[w]))
+        value = by_window.get(w, value)  # a window without enough steps keeps the last value
         times.append(w * window_s)
         values.append(value)
     return HostSpeedTimeline(times, values, name=f"timeline:{Path(run_dir).name}")

@@ -297,7 +297,7 @@ class _Response:
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
                 "prompt_tokens_details": {"cached_tokens": sum(c.num_cached_tokens for c in firsts)}}
 
-    def _choice_extras(self, choice: _Choice, token_ids: list[int]) -> dict | None:
+    def _choice_extras(self, choice: _Choice, token_ids: list[int]) -> dict:
         """What a choice carries beyond OpenAI's fields: the limit that cut it, and ``token_ids`` (all of them in a
         whole response, a chunk's new ones in a stream) when asked for."""
         extras = {}
@@ -305,7 +305,7 @@ class _Response:
             extras["cut_by"] = choice.cut_by
         if self.body.return_token_ids:
             extras["token_ids"] = list(token_ids)
-        return extras or None
+        return extras
 
     # -- whole --
     async def collect(self, stream: RequestStream, request: Request) -> JSONResponse:
@@ -332,7 +332,7 @@ class _Response:
             body = ({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": None,
                      "finish_reason": c.finish_reason} if self.chat else
                     {"index": i, "text": text, "logprobs": None, "finish_reason": c.finish_reason})
-            body.update(self._choice_extras(c, c.token_ids) or {})
+            body.update(self._choice_extras(c, c.token_ids))
             out_choices.append(body)
         return JSONResponse({"id": self.request_id, "object": self.object, "created": self.created,
                              "model": self.state.model_name, "choices": out_choices, "usage": self._usage()})
@@ -392,7 +392,7 @@ class _Response:
                 extras = self._choice_extras(choice, update.new_token_ids)
                 # One chunk per step that produced tokens, text or not, so a client timing chunks sees every
                 # token arrive (its text may wait for the rest of a character).
-                if extras is None and not choice.finished:
+                if not extras and not choice.finished:
                     yield self._token_chunk(update.index, text)
                 else:
                     yield self._chunk(update.index, text, choice.finish_reason if choice.finished else None,

@@ -225,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run the simulations on this Ray cluster: auto (the one this machine belongs to), "
                      "HOST:PORT (its head, from a node of the cluster) or ray://HOST:10001 (Ray Client, from "
                      "anywhere); files named by options travel with the job (pip install -e '.[ray]')")
+    run.add_argument("--ray-connect-timeout-s", type=positive_float, default=None, metavar="SECONDS",
+                     help="how long to wait for ray.init once the address answers as Ray (default 60; it starts "
+                     "a client process and uploads the project's packages)")
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=None, help="output folder (default: a new folder under runs/)")
     out.add_argument("--overwrite", action="store_true", help="replace --out if it exists and is not empty")

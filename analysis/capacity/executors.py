@@ -90,13 +90,15 @@ def default_num_jobs() -> int:
 
 
 def make_executor(library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], num_jobs: int,
-                  ray_address: str | None = None, configs: Sequence[SimConfig] = ()) -> Executor:
+                  ray_address: str | None = None, configs: Sequence[SimConfig] = (),
+                  ray_connect_timeout_s: float | None = None) -> Executor:
     """Ray when an address is given (`configs`: the sweep's, whose files travel with the job), else a local
     pool (in-process for one job)."""
     if ray_address:
-        from analysis.capacity.ray_executor import RayExecutor
+        from analysis.capacity.ray_executor import DEFAULT_CONNECT_TIMEOUT_S, RayExecutor
 
-        return RayExecutor(library, workload, slos, ray_address, configs)
+        return RayExecutor(library, workload, slos, ray_address, configs,
+                           ray_connect_timeout_s or DEFAULT_CONNECT_TIMEOUT_S)
     if num_jobs == 1:
         return SerialExecutor(library, workload, slos)
     return LocalExecutor(library, workload, slos, num_jobs)

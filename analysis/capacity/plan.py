@@ -162,7 +162,8 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
     num_jobs = max(1, min(args.jobs or default_num_jobs(),
                           len(plan.configs) * len(plan.seeds) * plan.params.candidates_per_round))
     try:
-        executor = make_executor(plan.library, plan.workload, slos, num_jobs, args.ray, plan.configs)
+        executor = make_executor(plan.library, plan.workload, slos, num_jobs, args.ray, plan.configs,
+                                 args.ray_connect_timeout_s)
     except SweepError as exc:
         _fail(parser, str(exc))
     bar = None

@@ -35,7 +35,10 @@ from sim.config import SimConfig
 # SimConfig fields whose value may be a local file or directory the workers must read.
 PATH_FIELDS = ("model", "cost_model", "host_slowdown")
 PROBE_TIMEOUT_S = 2.0
-DEFAULT_CONNECT_TIMEOUT_S = 6.0
+# The probe has already told a Ray endpoint from anything else, so the connection itself may take its time:
+# a Ray Client server starts a process per client and the packages upload before ray.init returns (6 s was
+# too short on a loaded 2-core machine).
+DEFAULT_CONNECT_TIMEOUT_S = 60.0
 # Set before ray is imported (a user's own setting wins): Ray's driver waits 30 s for a GCS that does not
 # answer, and its C++ side prints a warning every few seconds while it waits.
 RAY_ENVIRONMENT = {"RAY_py_gcs_connect_timeout_s": "5"}

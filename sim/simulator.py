@@ -13,11 +13,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
 
+import numpy as np
 import simpy
 
 from engine.core.llm_engine import LLMEngine
 from engine.core.model_config import ModelShape
-from engine.core.quiet_window import apply_quiet_window, plan_quiet_window
+from engine.core.quiet_window import QuietRun, plan_quiet_window
 from engine.core.records import REQUEST_COLUMNS, request_row
 from engine.core.sequence import Sequence
 from sim.config import SimConfig
@@ -33,6 +34,12 @@ from traces.requests import TraceRequests
 # A window's plan and bulk apply cost what a few steps of the step loop do: no window is tried where the horizon
 # leaves room for fewer steps than this (at the last decode step's length).
 _MIN_WINDOW_STEPS = 4
+# Where a window's end is not known (a router that reads the replicas: the window ends at the replica's next
+# request, whenever the router sends one) its plan is sized by the windows before it: twice the steps the last one
+# ran when it was cut, twice its plan when it was not, within these bounds. A longer plan costs more of the steps a
+# cut throws away (with a time-varying host speed each planned step is a cost-model call), a shorter one more plans.
+_LAZY_MIN_STEPS = 16
+_LAZY_MAX_STEPS = 512
 
 
 def delay_to(now_s: float, target_s: float) -> float | None:
@@ -169,6 +176,42 @@ def simulate(
             return next_arrival_s[0]
         return replica_arrivals_s[index][next_routed[index]]
 
+    # A router that reads the replicas (their queues, their prefix caches) sees a replica in a quiet window as the
+    # step loop would have left it at each arrival: the window is applied lazily (QuietRun.advance) up to the
+    # arrival, and cut after its step in progress when the request is routed to it. Its windows then end only at
+    # its own next request, not at every arrival anywhere.
+    lazy = fast_forward and routed_to is None
+    runs: list[QuietRun | None] = [None] * len(engines)  # each replica's window in progress
+    arrivals_np = np.asarray(requests.arrivals_s, dtype=np.float64)
+    next_arrival_index = [0]  # the first arrival not yet taken in
+
+    def lazy_window(engine: LLMEngine, now_s: float, max_steps: int):
+        """A window from ``now_s`` for a replica whose window ends at its own next request: at most ``max_steps``,
+        and ending before any arrival that would come exactly at the end of one of its steps (which of the two the
+        step loop takes first depends on simpy's order of events)."""
+        if not next_arrival_s[0] > now_s:  # an arrival at this instant not yet taken in: it may change this step
+            return None
+        runner = engine.runner
+        horizon = math.inf
+        for _ in range(2):
+            planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, now_s, horizon,
+                                        max_steps=max_steps)
+            if planned is None:
+                return None
+            ends = planned[2]
+            first = next_arrival_index[0]
+            during = arrivals_np[first:first + int(arrivals_np[first:].searchsorted(ends[-1], "right"))]
+            if not len(during):
+                return planned
+            at = ends.searchsorted(during)
+            ties = np.flatnonzero(ends[np.minimum(at, len(ends) - 1)] == during)
+            if not len(ties):
+                return planned
+            horizon = float(during[ties[0]])  # steps that end strictly before it
+        return None
+
+    processes: list[simpy.Process] = []
+
     def replica(env: simpy.Environment, index: int):
         engine = engines[index]
         runner = engine.runner
@@ -178,24 +221,45 @@ def simulate(
         # horizon closer than _MIN_WINDOW_STEPS of the last decode step's length leaves no room for a window worth it.
         try_window = fast_forward
         last_step_s = 0.0
+        lazy_steps = _LAZY_MIN_STEPS
         while True:
             if not engine.has_unfinished_requests():
                 wakeups[index] = env.event()
                 yield wakeups[index]
                 continue
-            horizon = horizon_s(index) if try_window else 0.0
-            if try_window and horizon - env.now > _MIN_WINDOW_STEPS * last_step_s:
-                planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now, horizon)
-                delay_s = None if planned is None else delay_to(env.now, planned[0].end_s)
-                if delay_s is not None:
-                    window, starts, ends = planned
+            planned = None
+            if lazy:
+                if try_window:
+                    planned = lazy_window(engine, env.now, lazy_steps)
+            else:
+                horizon = horizon_s(index) if try_window else 0.0
+                if try_window and horizon - env.now > _MIN_WINDOW_STEPS * last_step_s:
+                    planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now, horizon)
+            delay_s = None if planned is None else delay_to(env.now, planned[0].end_s)
+            if delay_s is not None:
+                window, starts, ends = planned
+                run = QuietRun(engine, runner.token_id, window, starts, ends)
+                if lazy:
+                    runs[index] = run
+                    try:
+                        yield env.timeout(delay_s)
+                        lazy_steps = min(2 * lazy_steps, _LAZY_MAX_STEPS)
+                    except simpy.Interrupt:  # cut short by a request routed here: wait for its new end
+                        delay_s = delay_to(env.now, window.end_s)
+                        if delay_s is None:
+                            raise RuntimeError(f"no delay from {env.now!r} reaches {window.end_s!r}") from None
+                        yield env.timeout(delay_s)
+                        lazy_steps = min(max(2 * window.num_steps, _LAZY_MIN_STEPS), _LAZY_MAX_STEPS)
+                    runs[index] = None
+                    done(run.finish())
+                else:
                     # Its finishes are recorded now, ahead of the clock: rows are put in finish order at the end.
-                    done(apply_quiet_window(engine, runner.token_id, window, starts, ends))
-                    fast_forwarded[0] += window.num_steps
-                    try_window = window.stopped_by_horizon
-                    last_step_s = float(ends[-1] - starts[-1])
+                    done(run.finish())
                     yield env.timeout(delay_s)
-                    continue
+                fast_forwarded[0] += window.num_steps
+                try_window = window.stopped_by_horizon
+                last_step_s = float(run.ends[-1] - run.starts[-1])
+                continue
             started_s = env.now
             batch, finished = yield from engine.step_body(env.timeout)
             last_step_s = 0.0 if batch.num_prefill_tokens else env.now - started_s  # a prefill's says nothing
@@ -205,6 +269,7 @@ def simulate(
     def arrivals(env: simpy.Environment):
         for i, arrival_s in enumerate(requests.arrivals_s):
             next_arrival_s[0] = arrival_s
+            next_arrival_index[0] = i
             if arrival_s > env.now:
                 yield env.timeout(arrival_s - env.now)
             # Every replica has the same limits: a request none can serve is turned away before routing,
@@ -215,7 +280,14 @@ def simulate(
                 continue
             prompt = requests.prompt_array(i)
             if routed_to is None:
+                if lazy:  # the router reads every replica: each as the step loop would have it now
+                    for run in runs:
+                        if run is not None and run.next_event_s < arrival_s:
+                            done(run.advance(arrival_s))
                 index = router.route(prompt, engines)
+                run = runs[index]
+                if run is not None and run.cut(arrival_s):
+                    processes[index].interrupt()
             else:
                 index = routed_to[i]
                 next_routed[index] += 1
@@ -228,9 +300,10 @@ def simulate(
                 wakeup.succeed()
 
         next_arrival_s[0] = math.inf
+        next_arrival_index[0] = len(requests.arrivals_s)
 
     for i in range(len(engines)):
-        env.process(replica(env, i))
+        processes.append(env.process(replica(env, i)))
     env.process(arrivals(env))
     env.run()
     # By finish time, then replica: the order the step loop records them in, except for finishes at the same

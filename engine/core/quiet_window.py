@@ -19,7 +19,9 @@ holds only steps that end strictly before it (the next arrival, which would chan
 
 from __future__ import annotations
 
+import math
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -139,87 +141,180 @@ def apply_quiet_window(
     """Advance ``engine`` by the window's steps: what ``window.num_steps`` step-loop iterations would do.
     Returns the sequences that finished, in the order the step loop finishes them (the runner has released
     them, as ``LLMEngine.end_step`` does)."""
-    scheduler = engine.scheduler
-    block_manager = scheduler.block_manager
-    running = list(scheduler.running)
-    steps = window.num_steps
-    block_size = block_manager.block_size
-    caching = block_manager.enable_prefix_caching
-    # Block events in step order, as the step loop meets them: in a step, first each running sequence's
-    # new block (a token crosses a boundary) or registration (a block fills) in running order, when the
-    # step is scheduled, then the finishes in running order, when it is postprocessed.
-    events = []
-    starting = []
-    lefts = window.lefts
-    lasts = []  # the steps each sequence takes part in
-    for index, seq in enumerate(running):
-        computed = seq.num_computed_tokens
-        starting.append(computed)
-        left = lefts[index]
-        last = left if left < steps else steps
-        lasts.append(last)
-        # (Most windows are shorter than a block: the ranges below are mostly empty, and checked first.)
-        first_block = len(seq.block_table) * block_size - computed  # the step of its next block (<= 0: now)
-        if first_block < last:
-            events.extend((k, 0, index) for k in range(max(first_block, 0), last, block_size))
-        if caching:
-            # Full blocks not yet offered to the cache are registered by the first step (k = 0); after
-            # that, one block fills every block_size steps.
-            registered = seq.num_registered_blocks
-            if (computed + 1) // block_size > registered:
-                events.append((0, 0, index))
-                registered = (computed + 1) // block_size
-            first_fill = (registered + 1) * block_size - computed - 1
-            if first_fill < last:
-                events.extend((k, 0, index) for k in range(first_fill, last, block_size))
-        if left <= steps:
-            events.append((left - 1, 1, index))
-    events.sort()
-    # Every token of the window first: a block registered mid-window is hashed from the tokens it holds.
-    tokens = array("i", [token_id]) * steps  # extends a simulated array('i') prompt by a copy (a list too)
-    token_times_s = array("d")
-    token_times_s.frombytes(ends.tobytes())  # copies of the buffer, not a walk over floats
-    first_end_s = float(ends[0])
-    for seq, last in zip(running, lasts):
-        if last == steps:
-            seq.token_ids.extend(tokens)
-            seq.token_times_s.extend(token_times_s)
-        else:
-            seq.token_ids.extend(tokens[:last])
-            seq.token_times_s.extend(token_times_s[:last])
-        if seq.first_token_s is None:  # its first step computed the prompt's last token alone
-            seq.first_token_s = first_end_s
-    # Blocks in use after each step: constant between events, so written as runs (a step's row counts its events).
-    used_after_step = array("q")
-    used = block_manager.num_used_blocks
-    rows = 0
-    finished: list[Sequence] = []
-    for k, phase, seq_index in events:
-        if k > rows:
-            used_after_step.extend(array("q", [used]) * (k - rows))
-            rows = k
-        seq = running[seq_index]
-        if phase:
-            seq.num_computed_tokens = starting[seq_index] + k + 1
-            scheduler.finish_at_length(seq, float(ends[k]))
-            finished.append(seq)
-        else:
-            seq.num_computed_tokens = starting[seq_index] + k
-            if not block_manager.append_slots(seq, 1):
-                raise RuntimeError("a quiet window ran out of blocks it had counted as free")
-        used = block_manager.num_used_blocks
-    used_after_step.extend(array("q", [used]) * (steps - rows))
-    for index, seq in enumerate(running):
-        seq.num_computed_tokens = starting[index] + lasts[index]
-    if finished:
-        scheduler.drop_finished()
-    step_log = engine.step_log
-    bounds = window.bounds
-    for j, (bs, contexts, longest) in enumerate(window.batches):
-        first, end = bounds[j], bounds[j + 1]
-        num_finishing = lefts.count(end)  # in the segment's last step
-        step_log.extend_quiet(bs, contexts, longest, used_after_step[first:end], starts[first:end], ends[first:end],
-                              num_finishing)
-    if finished:
-        engine.runner.release(finished)
-    return finished
+    return QuietRun(engine, token_id, window, starts, ends).finish()
+
+
+class QuietRun:
+    """A planned window applied as a clock reaches it, for a simulator whose router reads the replicas mid-window.
+
+    ``advance(t)`` makes the engine's queues and block manager what the step loop's are at time ``t``: every step
+    scheduled before ``t`` has taken its blocks and registered its full blocks (a step does so when it is
+    scheduled, at its start), and every step that ended before ``t`` has finished its sequences (at its end).
+    ``cut(t)`` ends the window after the step in progress at ``t`` (a request arrived: the step after it schedules
+    that request), and ``finish()`` applies the rest and writes the window's step-log rows, at the window's end.
+    A step that starts or ends exactly at ``t`` is the caller's to avoid: which comes first then depends on
+    its event loop's order. The tokens and token times of the whole window are appended up front (a cut takes
+    back those of the steps it drops): nothing reads them before the window's end but the block hashes of the
+    blocks its steps fill."""
+
+    __slots__ = ("engine", "window", "starts", "ends", "next_event_s", "_running", "_starting", "_lasts", "_events",
+                 "_next", "_used_after_step", "_rows", "_used")
+
+    def __init__(self, engine, token_id: int, window: QuietWindow, starts: np.ndarray, ends: np.ndarray) -> None:
+        block_manager = engine.scheduler.block_manager
+        self.engine = engine
+        self.window = window
+        self.starts = starts
+        self.ends = ends
+        self._running = running = list(engine.scheduler.running)
+        steps = window.num_steps
+        block_size = block_manager.block_size
+        caching = block_manager.enable_prefix_caching
+        # Block events in step order, as the step loop meets them: in a step, first each running sequence's
+        # new block (a token crosses a boundary) or registration (a block fills) in running order, when the
+        # step is scheduled, then the finishes in running order, when it is postprocessed.
+        events = []
+        self._starting = starting = []
+        lefts = window.lefts
+        self._lasts = lasts = []  # the steps each sequence takes part in
+        for index, seq in enumerate(running):
+            computed = seq.num_computed_tokens
+            starting.append(computed)
+            left = lefts[index]
+            last = left if left < steps else steps
+            lasts.append(last)
+            # (Most windows are shorter than a block: the ranges below are mostly empty, and checked first.)
+            first_block = len(seq.block_table) * block_size - computed  # the step of its next block (<= 0: now)
+            if first_block < last:
+                events.extend((k, 0, index) for k in range(max(first_block, 0), last, block_size))
+            if caching:
+                # Full blocks not yet offered to the cache are registered by the first step (k = 0); after
+                # that, one block fills every block_size steps.
+                registered = seq.num_registered_blocks
+                if (computed + 1) // block_size > registered:
+                    events.append((0, 0, index))
+                    registered = (computed + 1) // block_size
+                first_fill = (registered + 1) * block_size - computed - 1
+                if first_fill < last:
+                    events.extend((k, 0, index) for k in range(first_fill, last, block_size))
+            if left <= steps:
+                events.append((left - 1, 1, index))
+        events.sort()
+        self._events = events
+        self._next = 0  # the first event not yet applied
+        self.next_event_s = self._event_s(0)
+        # Every token of the window first: a block registered mid-window is hashed from the tokens it holds.
+        tokens = array("i", [token_id]) * steps  # extends a simulated array('i') prompt by a copy (a list too)
+        token_times_s = array("d")
+        token_times_s.frombytes(ends.tobytes())  # copies of the buffer, not a walk over floats
+        first_end_s = float(ends[0])
+        for seq, last in zip(running, lasts):
+            if last == steps:
+                seq.token_ids.extend(tokens)
+                seq.token_times_s.extend(token_times_s)
+            else:
+                seq.token_ids.extend(tokens[:last])
+                seq.token_times_s.extend(token_times_s[:last])
+            if seq.first_token_s is None:  # its first step computed the prompt's last token alone
+                seq.first_token_s = first_end_s
+        # Blocks in use after each step: constant between events, so written as runs (a step's row counts its
+        # events); rows before _rows are written, _used is the count since the last event.
+        self._used_after_step = array("q")
+        self._rows = 0
+        self._used = block_manager.num_used_blocks
+
+    def _event_s(self, position: int) -> float:
+        """When event ``position`` happens: a block event when its step is scheduled, a finish when it ends."""
+        if position >= len(self._events):
+            return math.inf
+        k, phase, _ = self._events[position]
+        return float(self.ends[k] if phase else self.starts[k])
+
+    def advance(self, t_s: float) -> list[Sequence]:
+        """Apply the events that happen before ``t_s``; returns the sequences that finished (released, and out of
+        the scheduler's running list)."""
+        if not self.next_event_s < t_s:
+            return []
+        engine = self.engine
+        scheduler = engine.scheduler
+        block_manager = scheduler.block_manager
+        events, running, starting, ends = self._events, self._running, self._starting, self.ends
+        used_after_step = self._used_after_step
+        rows, used = self._rows, self._used
+        finished: list[Sequence] = []
+        position = self._next
+        num_events = len(events)
+        everything = t_s == math.inf
+        while position < num_events:
+            k, phase, seq_index = events[position]
+            if not everything and not (ends[k] if phase else self.starts[k]) < t_s:
+                break
+            position += 1
+            if k > rows:
+                used_after_step.extend(array("q", [used]) * (k - rows))
+                rows = k
+            seq = running[seq_index]
+            if phase:
+                seq.num_computed_tokens = starting[seq_index] + k + 1
+                scheduler.finish_at_length(seq, float(ends[k]))
+                finished.append(seq)
+            else:
+                seq.num_computed_tokens = starting[seq_index] + k
+                if not block_manager.append_slots(seq, 1):
+                    raise RuntimeError("a quiet window ran out of blocks it had counted as free")
+            used = block_manager.num_used_blocks
+        self._next, self._rows, self._used = position, rows, used
+        self.next_event_s = self._event_s(position)
+        if finished:
+            scheduler.drop_finished()
+            engine.runner.release(finished)
+        return finished
+
+    def cut(self, t_s: float) -> bool:
+        """End the window after the step in progress at ``t_s`` (after ``advance(t_s)``); False if that is its
+        last step already."""
+        window = self.window
+        steps = int(np.searchsorted(self.ends, t_s)) + 1  # steps 0 .. k, where ends[k - 1] < t_s <= ends[k]
+        if steps >= window.num_steps:
+            return False
+        del self._events[bisect_left(self._events, (steps,)):]  # none of them is applied: they start after t_s
+        lefts = window.lefts
+        for index, seq in enumerate(self._running):
+            last = self._lasts[index]
+            kept = lefts[index] if lefts[index] < steps else steps
+            if kept < last:
+                del seq.token_ids[kept - last:]
+                del seq.token_times_s[kept - last:]
+                self._lasts[index] = kept
+        self.starts, self.ends = self.starts[:steps], self.ends[:steps]
+        window.num_steps = steps
+        window.end_s = float(self.ends[-1])
+        window.stopped_by_horizon = True
+        bounds = [b for b in window.bounds if b < steps]
+        bounds.append(steps)
+        window.bounds = bounds
+        del window.batches[len(bounds) - 1:]
+        self.next_event_s = self._event_s(self._next)
+        return True
+
+    def finish(self) -> list[Sequence]:
+        """Apply the rest of the window and write its step-log rows; returns the sequences that finished in it
+        since the last ``advance``, in the order the step loop finishes them."""
+        finished = self.advance(math.inf)
+        window = self.window
+        steps = window.num_steps
+        used_after_step = self._used_after_step
+        used_after_step.extend(array("q", [self._used]) * (steps - self._rows))
+        for seq, computed, last in zip(self._running, self._starting, self._lasts):
+            seq.num_computed_tokens = computed + last
+        step_log = self.engine.step_log
+        bounds, lefts, starts, ends = window.bounds, window.lefts, self.starts, self.ends
+        last_segment = len(window.batches) - 1
+        for j, (bs, contexts, longest) in enumerate(window.batches):
+            first, end = bounds[j], bounds[j + 1]
+            num_finishing = lefts.count(end)  # in the segment's last step
+            # Requests routed here during the last step (the window was cut after it) wait after it.
+            num_waiting = len(self.engine.scheduler.waiting) if j == last_segment else 0
+            step_log.extend_quiet(bs, contexts, longest, used_after_step[first:end], starts[first:end],
+                                  ends[first:end], num_finishing, num_waiting)
+        return finished

@@ -90,7 +90,7 @@ SERVED_FINISH_REASONS: tuple[str, ...] = tuple(r.value for r in FinishReason if 
 _PER_STEP_COLUMNS = ("num_kv_blocks_used", "start_s", "duration_s")
 # Columns a quiet run keeps as one number per run (num_seqs, the first context, ...), expanded by to_arrow.
 _RUN_FIELDS = ("row", "num_steps", "num_seqs", "decode_context_tokens", "max_decode_context_tokens",
-               "num_finished_last")
+               "num_finished_last", "num_waiting_last")
 
 
 class StepLog:
@@ -141,14 +141,15 @@ class StepLog:
 
     def extend_quiet(self, num_seqs: int, decode_context_tokens: int, max_decode_context_tokens: int,
                      num_kv_blocks_used: array, starts_s: np.ndarray, ends_s: np.ndarray,
-                     num_finished_last: int = 0) -> None:
+                     num_finished_last: int = 0, num_waiting_last: int = 0) -> None:
         """The rows of a run of quiet decode steps (engine.core.quiet_window), as record() would write them:
-        the same batch every step, each context one token longer than in the step before, and
-        ``num_finished_last`` sequences finishing in the last step. The times are float64 arrays, copied in
-        as buffers."""
+        the same batch every step, each context one token longer than in the step before,
+        ``num_finished_last`` sequences finishing in the last step and ``num_waiting_last`` requests waiting
+        after it (they arrived during it: a window is cut after the step a request arrives in). The times are
+        float64 arrays, copied in as buffers."""
         c = self._columns
         self._runs.extend((len(self), len(starts_s), num_seqs, decode_context_tokens, max_decode_context_tokens,
-                           num_finished_last))
+                           num_finished_last, num_waiting_last))
         c["num_kv_blocks_used"].extend(num_kv_blocks_used)
         c["start_s"].frombytes(starts_s.tobytes())
         # end - start, element by element: what record() is given
@@ -162,7 +163,7 @@ class StepLog:
         runs = np.frombuffer(self._runs, dtype=np.int64).reshape(-1, len(_RUN_FIELDS))
         if not len(runs):
             return values
-        rows, lengths, num_seqs, contexts, longest, finished_last = runs.T
+        rows, lengths, num_seqs, contexts, longest, finished_last, waiting_last = runs.T
         num_quiet = int(lengths.sum())
         # Each quiet step: its run, and its place in the run.
         run_of_step = np.repeat(np.arange(len(runs)), lengths)
@@ -194,6 +195,7 @@ class StepLog:
             values[name] = full
         values["num_running"][lasts] -= finished_last
         values["num_finished"][lasts] = finished_last
+        values["num_waiting"][lasts] = waiting_last
         return values
 
     def to_arrow(self) -> pa.Table:

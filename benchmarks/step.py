@@ -100,10 +100,10 @@ def kernel_ms(torch, fn) -> tuple[float, dict[str, float]]:
 
 
 def time_case(torch, runner, plan, repeats: int) -> dict:
-    from engine.gpu.layers.sampler import SamplingTensors
+    from engine.gpu.layers.sampler import MASK32, SamplingTensors
 
     n = len(plan.sample_rows)
-    sampling = SamplingTensors([0.6] * n, [-1] * n, [1.0] * n, [None] * n, runner.device)
+    sampling = SamplingTensors([0.6] * n, [-1] * n, [1.0] * n, [(7, row, MASK32) for row in range(n)], runner.device)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = {"prepare_ms": [], "launch_ms": [], "forward_gpu_ms": [], "forward_wall_ms": [], "step_wall_ms": []}
     with torch.inference_mode():

@@ -8,6 +8,7 @@ piecewise CUDA graphs around eager attention for prefill and mixed steps up to
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from itertools import chain
@@ -18,7 +19,7 @@ import torch
 
 from engine.core.config import cdiv
 from engine.core.model_config import ModelShape
-from engine.core.runner import RequestError, RunnerOutput
+from engine.core.runner import RunnerOutput
 from engine.core.scheduler import ScheduledBatch
 from engine.gpu.attention import AttentionMetadata, default_backend, get_backend
 from engine.gpu.attention.triton_kernels_host import (
@@ -28,7 +29,7 @@ from engine.gpu.attention.triton_kernels_host import (
     decode_splits,
     long_decode_rows,
 )
-from engine.gpu.layers.sampler import SamplingTensors, sample
+from engine.gpu.layers.sampler import MASK32, SamplingRows, SamplingTensors, sample
 from engine.gpu.loader import init_dummy, load_safetensors
 from engine.gpu.models import DecoderForCausalLM
 from engine.gpu.parallel import SINGLE, ParallelContext
@@ -74,9 +75,26 @@ class StepInputs:
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata
-    logits_indices: torch.Tensor
+    logits_indices: torch.Tensor | None  # None: the first num_logits rows (a decode batch where every row samples)
+    num_logits: int
     graph_batch_size: int = 0
     piecewise_size: int = 0
+
+
+@dataclass
+class NextDecode:
+    """The next step's plan, prepared while this step runs on the GPU, for the batch decoding goes on with
+    most of the time: the same sequences in the same order, each one token on. ``run`` uses it only when
+    the scheduler hands it exactly that batch, and otherwise plans afresh, so nothing the scheduler does
+    depends on it. What cannot be known before the scheduler has run is filled in then: the tokens this
+    step samples, and the slots of rows whose next token opens a block (the scheduler allocates it)."""
+
+    seqs: list
+    positions: list[int]
+    plan: StepPlan
+    sampling: SamplingRows | None
+    boundary_rows: list[int]
+    graph_host: tuple[np.ndarray, np.ndarray] | None  # _graph_host's arrays, when the plan replays a graph
 
 
 def resolve_device(options: EngineOptions) -> torch.device:
@@ -118,7 +136,8 @@ class ModelRunner:
         self.timings = StepTimings()
         # Per-step (prepare, launch, wait, GPU forward, GPU sampling) seconds, when a list is put here.
         self.step_timings: list[tuple[float, float, float, float, float]] | None = None
-        self._generators: dict[int, torch.Generator] = {}
+        self._rng = random.Random(options.seed)  # unseeded rows' noise: reproducible for one engine seed
+        self._next_decode: NextDecode | None = None
         self._is_cuda = self.device.type == "cuda"
         self._num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count if self._is_cuda else 1
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)] if self._is_cuda else []
@@ -229,7 +248,8 @@ class ModelRunner:
             prefill_tables=np.arange(num_seqs * blocks_per_seq, dtype=np.int32).reshape(num_seqs, blocks_per_seq),
         )
         self.broadcast_plan(plan)
-        sampling = SamplingTensors([1.0] * num_seqs, [-1] * num_seqs, [1.0] * num_seqs, [None] * num_seqs, self.device)
+        sampling = SamplingTensors([1.0] * num_seqs, [-1] * num_seqs, [1.0] * num_seqs,
+                                   [(0, row, MASK32) for row in range(num_seqs)], self.device)
         self.execute(self.materialize(plan), sampling)
 
     # ---- host -> device -------------------------------------------------------------------------
@@ -319,10 +339,10 @@ class ModelRunner:
             plan.piecewise_size = self.piecewise.bucket(num_decode)
         return plan
 
-    def materialize(self, plan: StepPlan) -> StepInputs:
+    def materialize(self, plan: StepPlan, graph_host: tuple[np.ndarray, np.ndarray] | None = None) -> StepInputs:
         """Device tensors for a plan (or the captured graph's static buffers, filled in place)."""
         if plan.graph_bs:
-            meta = self._fill_graph_inputs(plan)
+            meta = self._upload_graph_inputs(plan.graph_bs, *(graph_host or self._graph_host(plan)))
             input_ids = self._graph_ids[: plan.graph_bs]
             positions = self._graph_positions[: plan.graph_bs]
         else:
@@ -353,11 +373,15 @@ class ModelRunner:
                 meta.prefill_max_k_len = max(c + q for c, q in zip(plan.context_lens, plan.q_lens))
                 meta.host_prefill_q_lens = plan.q_lens
                 meta.host_prefill_context_lens = plan.context_lens
+        num_logits = len(plan.logits_indices)
+        # Every row of a decode batch samples, in order: its logits are a slice, with no index to copy.
+        leading = not plan.q_lens and num_logits == plan.num_decode
         return StepInputs(
             input_ids=input_ids,
             positions=positions,
             meta=meta,
-            logits_indices=self._to_device(plan.logits_indices, torch.int64),
+            logits_indices=None if leading else self._to_device(plan.logits_indices, torch.int64),
+            num_logits=num_logits,
             graph_batch_size=plan.graph_bs,
             piecewise_size=plan.piecewise_size,
         )
@@ -376,25 +400,11 @@ class ModelRunner:
         inputs = self.piecewise.inputs
         return inputs[:n], inputs[size : size + n], inputs[2 * size : 2 * size + n]
 
-    def _sampling_tensors(self, seqs) -> SamplingTensors:
-        temperatures, top_ks, top_ps, generators = [], [], [], []
-        for seq in seqs:
-            p = seq.sampling_params
-            temperatures.append(p.temperature)
-            # k past the vocabulary keeps every token: off, like k <= 0 (and a huge k must not reach an int64 tensor)
-            top_ks.append(p.top_k if 0 < p.top_k < self.shape.vocab_size else -1)
-            top_ps.append(p.top_p)
-            generator = None
-            if p.seed is not None and p.temperature > 0:
-                generator = self._generators.get(seq.seq_id)
-                if generator is None:
-                    try:
-                        generator = torch.Generator(device=self.device).manual_seed(p.seed)
-                    except (RuntimeError, ValueError, OverflowError) as exc:
-                        raise RequestError([seq], f"seed {p.seed} cannot seed a generator ({exc})") from exc
-                    self._generators[seq.seq_id] = generator
-            generators.append(generator)
-        return SamplingTensors(temperatures, top_ks, top_ps, generators, self.device)
+    def _sampling_rows(self, batch: ScheduledBatch, plan: StepPlan) -> SamplingRows | None:
+        if not plan.sample_rows:
+            return None
+        seqs = batch.seqs
+        return SamplingRows([seqs[row] for row in plan.sample_rows], self.shape.vocab_size)
 
     @torch.inference_mode()
     def execute(self, inputs: StepInputs, sampling: SamplingTensors | None) -> torch.Tensor | None:
@@ -412,8 +422,9 @@ class ModelRunner:
         if events:
             events[1].record()
         tokens = None
-        if inputs.logits_indices.numel():
-            logits = self.model.compute_logits(hidden[inputs.logits_indices])  # collective under TP
+        if inputs.num_logits:
+            rows = hidden[: inputs.num_logits] if inputs.logits_indices is None else hidden[inputs.logits_indices]
+            logits = self.model.compute_logits(rows)  # collective under TP
             if logits is not None and sampling is not None:
                 tokens = sample(logits, sampling)
         if events:
@@ -423,15 +434,23 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
         t0 = time.perf_counter()
-        plan = self.plan(batch)
-        # Per-request sampling state first: a request that cannot be sampled fails here, before the
-        # tensor-parallel workers are told to run the step.
-        sampling = self._sampling_tensors([batch.seqs[r] for r in plan.sample_rows]) if plan.sample_rows else None
+        ready = self._take_next_decode(batch)
+        if ready is None:
+            plan = self.plan(batch)
+            rows = self._sampling_rows(batch, plan)
+            graph_host = None
+        else:
+            plan, rows, graph_host = ready.plan, ready.sampling, ready.graph_host
+        # Sampling inputs first: a request that cannot be sampled fails here, before the tensor-parallel
+        # workers are told to run the step.
+        sampling = rows.tensors(self._rng.getrandbits(32), self.device) if rows is not None else None
         self.broadcast_plan(plan)
-        inputs = self.materialize(plan)
+        inputs = self.materialize(plan, graph_host)
         t1 = time.perf_counter()
         tokens = self.execute(inputs, sampling)
         t_launched = time.perf_counter()
+        if not batch.num_prefill_seqs and len(plan.sample_rows) == len(batch.seqs):
+            self._next_decode = self._prepare_next_decode(batch, plan, rows)  # while the GPU runs this step
         token_ids = [-1] * len(batch.seqs)
         if tokens is not None:
             for row, token in zip(plan.sample_rows, tokens.tolist()):
@@ -456,12 +475,48 @@ class ModelRunner:
             timings.num_piecewise_steps += 1
         return RunnerOutput(token_ids)
 
+    def _prepare_next_decode(self, batch: ScheduledBatch, plan: StepPlan, rows: SamplingRows | None) -> NextDecode:
+        bs = self.block_size
+        seqs = batch.seqs
+        positions = [p + 1 for p in plan.positions]
+        boundary_rows = [row for row, p in enumerate(positions) if p % bs == 0]
+        slots = [s.block_table[p // bs] * bs + p % bs if p % bs else -1 for s, p in zip(seqs, positions)]
+        tables = plan.decode_tables
+        nxt = StepPlan(ids=[], positions=positions, slots=slots, num_decode=plan.num_decode, decode_tables=tables,
+                       logits_indices=plan.logits_indices, sample_rows=plan.sample_rows, graph_bs=plan.graph_bs,
+                       piecewise_size=plan.piecewise_size)
+        if boundary_rows:
+            nxt.decode_tables = tables = tables.copy()  # patched when used; this step's copy may be in flight
+        graph_host = self._graph_host(nxt) if nxt.graph_bs else None
+        sampling = rows.advanced() if rows is not None else None
+        return NextDecode(list(seqs), positions, nxt, sampling, boundary_rows, graph_host)
+
+    def _take_next_decode(self, batch: ScheduledBatch) -> NextDecode | None:
+        """The prepared next step, completed, if ``batch`` is the batch it was prepared for; else None."""
+        nxt, self._next_decode = self._next_decode, None
+        if nxt is None or batch.num_prefill_seqs or batch.seqs != nxt.seqs:
+            return None
+        seqs = batch.seqs
+        if [s.num_computed_tokens for s in seqs] != nxt.positions:
+            return None
+        plan = nxt.plan
+        bs = self.block_size
+        plan.ids = ids = [s.token_ids[p] for s, p in zip(seqs, nxt.positions)]
+        host, tables = nxt.graph_host or (None, None)
+        for row in nxt.boundary_rows:
+            p = nxt.positions[row]
+            block = seqs[row].block_table[p // bs]
+            plan.slots[row] = block * bs
+            plan.decode_tables[row, p // bs] = block
+            if host is not None:
+                host[2 * plan.graph_bs + row] = block * bs
+                tables[row, p // bs] = block
+        if host is not None:
+            host[: len(ids)] = ids
+        return nxt
+
     def release(self, seqs) -> None:
-        """Drop finished or aborted sequences' sampling generators (the engine says which finished)."""
-        generators = self._generators
-        if generators:
-            for seq in seqs:
-                generators.pop(seq.seq_id, None)
+        """Nothing is kept per request: sampling noise is counter-based (see engine.gpu.layers.sampler)."""
 
     # ---- CUDA graphs ----------------------------------------------------------------------------
     def _graph_sizes_for(self, max_bs: int) -> list[int]:
@@ -511,20 +566,31 @@ class ModelRunner:
         if self.piecewise is not None:
             self.piecewise.capture(pool, dev)
 
-    def _fill_graph_inputs(self, plan: StepPlan) -> AttentionMetadata:
+    def _graph_host(self, plan: StepPlan) -> tuple[np.ndarray, np.ndarray]:
+        """The graph's inputs on the host: [ids | positions | slots | context lengths | long rows] and the
+        block tables, padded to the graph's batch (padding rows: slot -1, never stored). Ids are left 0
+        when the plan has none yet (a NextDecode fills them in)."""
         graph_bs = plan.graph_bs
         n = plan.num_decode
-        meta = self._graph_meta[graph_bs]
-        num_long = meta.decode_splits.num_long_seqs
+        num_long = self._graph_meta[graph_bs].decode_splits.num_long_seqs
         flat = np.zeros(4 * graph_bs + num_long, dtype=np.int64)  # one host-to-device copy for all of it
         host = flat[: 4 * graph_bs].reshape(4, graph_bs)
-        host[0, :n] = plan.ids
+        if plan.ids:
+            host[0, :n] = plan.ids
         host[1, :n] = plan.positions
         host[2, :n] = plan.slots
         host[2, n:] = -1
         host[3, :n] = host[1, :n] + 1
         if num_long:
-            flat[4 * graph_bs :] = long_decode_rows(host[3, :n], meta.decode_splits)
+            flat[4 * graph_bs :] = long_decode_rows(host[3, :n], self._graph_meta[graph_bs].decode_splits)
+        tables = plan.decode_tables
+        if graph_bs > n:
+            tables = np.concatenate([tables, np.zeros((graph_bs - n, tables.shape[1]), dtype=np.int32)])
+        return flat, tables
+
+    def _upload_graph_inputs(self, graph_bs: int, flat: np.ndarray, tables: np.ndarray) -> AttentionMetadata:
+        meta = self._graph_meta[graph_bs]
+        num_long = meta.decode_splits.num_long_seqs
         staged = torch.from_numpy(flat).pin_memory().to(self.device, non_blocking=True)
         self._graph_ids[:graph_bs].copy_(staged[:graph_bs])
         self._graph_positions[:graph_bs].copy_(staged[graph_bs : 2 * graph_bs])
@@ -532,9 +598,6 @@ class ModelRunner:
         self._graph_context[:graph_bs].copy_(staged[3 * graph_bs : 4 * graph_bs])
         if num_long:
             self._graph_long_seqs[:num_long].copy_(staged[4 * graph_bs :])
-        tables = plan.decode_tables
-        if graph_bs > n:
-            tables = np.concatenate([tables, np.zeros((graph_bs - n, tables.shape[1]), dtype=np.int32)])
         self._graph_tables[:graph_bs].copy_(torch.from_numpy(tables).pin_memory(), non_blocking=True)
         return meta
 

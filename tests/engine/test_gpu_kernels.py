@@ -264,3 +264,19 @@ def test_paged_prefill_tile_configs_match_reference(config, group):
         start = int(cu[i])
         expected = ref._attend(q[start : start + n].float(), kk, vv, c, scale)
         assert rel_err(out[start : start + n], expected) < 1e-2, f"sequence {i} (context {c}, chunk {n})"
+
+
+@pytest.mark.parametrize("vocab_size,rows", [(151_936, 256), (151_936, 1), (1000, 7), (8192, 3)])
+def test_gumbel_argmax_kernel_draws_the_reference_tokens(vocab_size, rows):
+    """The one-pass kernel and the torch path compute the same noise and the same scaled logits, so they
+    pick the same tokens (bf16 logits as the model returns them; greedy rows and several temperatures)."""
+    from engine.gpu.layers.sampler import sample_reference
+    from engine.gpu.layers.sampling_kernels import gumbel_argmax
+
+    gen = torch.Generator(device="cuda").manual_seed(vocab_size + rows)
+    logits = (torch.randn(rows, vocab_size, generator=gen, device="cuda") * 4).bfloat16()
+    temperatures = torch.tensor([(0.0, 0.6, 1.0, 1.7)[r % 4] for r in range(rows)], device="cuda")
+    words = torch.randint(0, 2**32, (rows, 3), generator=gen, device="cuda")
+    got = gumbel_argmax(logits, temperatures, words)
+    assert torch.equal(got, sample_reference(logits, temperatures, words))
+    assert torch.equal(got[temperatures == 0], logits[temperatures == 0].float().argmax(-1))

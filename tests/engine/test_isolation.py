@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 
 import engine.gpu.model_runner as model_runner_module  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
+from engine.core.runner import RequestError  # noqa: E402
 
 # A fixed, small KV cache: the same on CPU and on a GPU, where many engines share the device in one process.
 OPTIONS = dict(block_size=16, max_model_len=256, seed=0, num_gpu_blocks=64)
@@ -48,7 +49,6 @@ def _assert_serves_like_new(llm, reference):
     outputs = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
     assert [o["token_ids"] for o in outputs] == reference
     assert {o["finish_reason"] for o in outputs} == {"length"} and {o["error"] for o in outputs} == {None}
-    assert llm.runner._generators == {}
 
 
 @pytest.mark.parametrize("stage", ["prepare", "forward", "sample", "output"])
@@ -82,23 +82,15 @@ def test_a_failed_step_fails_its_batch_and_the_engine_keeps_serving(tiny_qwen3, 
 
 def test_one_request_that_cannot_be_sampled_fails_alone(tiny_qwen3, reference, monkeypatch):
     llm = LLM(tiny_qwen3[0], **OPTIONS)
+    real_sampling_rows = llm.runner._sampling_rows
 
-    class RefusingGenerator:  # torch.Generator, except that seed 13 is refused
-        def __init__(self, device):
-            self.generator = torch.Generator(device=device)
+    def refusing_seed_13(batch, plan):  # a runner that pins its failure on one request (RequestError)
+        refused = [seq for seq in batch.seqs if seq.sampling_params.seed == 13]
+        if refused:
+            raise RequestError(refused, "seed 13 cannot seed a generator")
+        return real_sampling_rows(batch, plan)
 
-        def manual_seed(self, seed):
-            if seed == 13:
-                raise RuntimeError("seed refused")
-            return self.generator.manual_seed(seed)
-
-    class TorchWithRefusingGenerator:
-        Generator = RefusingGenerator
-
-        def __getattr__(self, name):
-            return getattr(torch, name)
-
-    monkeypatch.setattr(model_runner_module, "torch", TorchWithRefusingGenerator())
+    monkeypatch.setattr(llm.runner, "_sampling_rows", refusing_seed_13)
     params = [GREEDY, SamplingParams(temperature=1.0, max_tokens=6, ignore_eos=True, seed=13), GREEDY, GREEDY]
     outputs = llm.generate(PROMPTS, params, use_tqdm=False)
     assert [o["finish_reason"] for o in outputs] == ["length", "error", "length", "length"]

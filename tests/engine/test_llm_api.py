@@ -89,24 +89,24 @@ def test_seeded_sampling_is_reproducible_and_filters_work(tiny_qwen3):
         assert huge_k[0]["token_ids"] == greedy[0]["token_ids"]
 
 
-def test_seeded_requests_leave_no_generator_behind(tiny_qwen3):
-    """The engine tells the runner which sequences finished; nothing per request outlives its request,
-    whether it ran to max_tokens or stopped early on a stop token."""
+def test_a_seeded_request_draws_the_same_tokens_whatever_runs_beside_it(tiny_qwen3):
+    """Its noise follows its seed and token count alone: not its row, its batch, a companion's top-k (whose
+    rows take the torch path), nor a preemption, which recomputes it from scratch."""
     path, _ = tiny_qwen3
-    llm = LLM(path, **OPTIONS)
-    prompts = [[3, 1, 4, 1, 5], [2, 7, 1, 8], [1, 6, 1, 8], [9, 9, 9]]
-    greedy = llm.generate(prompts[0], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True), use_tqdm=False)
-    stop_early = greedy[0]["token_ids"][1]
-    for call in range(3):
-        params = [SamplingParams(temperature=1.0, max_tokens=4 + i, seed=100 * call + i,
-                                 stop_token_ids=(stop_early,) if i % 2 else ()) for i in range(len(prompts))]
-        llm.generate(prompts, params, use_tqdm=False)
-        assert llm.runner._generators == {}, f"after call {call + 1}: {len(llm.runner._generators)} live generators"
-    aborted = llm.engine.add_request([4, 4, 4], SamplingParams(temperature=1.0, max_tokens=50, seed=5))
-    llm.engine.step()
-    assert aborted.seq_id in llm.runner._generators  # a running seeded request holds its generator...
-    llm.engine.abort_request(aborted)
-    assert llm.runner._generators == {}  # ...until it is aborted
+    prompt = [3, 1, 4, 1, 5]
+    seeded = SamplingParams(temperature=0.8, max_tokens=10, ignore_eos=True, seed=2**40 + 17)
+    with LLM(path, **OPTIONS) as llm:
+        alone = llm.generate([prompt], seeded, use_tqdm=False)[0]["token_ids"]
+        companions = [SamplingParams(temperature=1.0, top_k=5, max_tokens=10), SamplingParams(temperature=0.5)]
+        batched = llm.generate([[7, 7], prompt, [2, 2, 2]], [companions[0], seeded, companions[1]], use_tqdm=False)
+        assert batched[1]["token_ids"] == alone
+    # Six blocks of KV for three requests of up to 40 tokens: the scheduler must preempt.
+    with LLM(path, block_size=16, max_model_len=128, num_gpu_blocks=6) as small:
+        seqs = [small.engine.add_request(p, seeded) for p in ([1] * 30, prompt, [2] * 30)]
+        while small.engine.has_unfinished_requests():
+            small.engine.step()
+    assert sum(seq.num_preemptions for seq in seqs) > 0
+    assert list(seqs[1].token_ids[len(prompt):]) == alone
 
 
 def test_eos_stops_unless_ignored(tiny_qwen3):

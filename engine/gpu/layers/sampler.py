@@ -1,69 +1,182 @@
 """Token sampling: greedy, temperature, top-k and top-p, with optional per-request seeds.
 
-Sampling uses the exponential race (argmax of p / E with E ~ Exp(1)), which draws from p without a
-cumulative sum; rows with a seed draw their noise from their own generator so they are reproducible
-whatever else shares the batch.
+A row samples ``argmax(filter(logits / T) + G)`` where ``G`` is Gumbel noise (the Gumbel-max trick:
+this draws from ``softmax(filter(logits / T))`` without a softmax or a cumulative sum); a row with
+temperature 0 takes the plain argmax.
+
+The noise is counter-based, not drawn from a generator: element ``v`` of a row gets the bits
+``mix32(mix32(v) ^ key)``, and the row's ``key`` mixes three 32-bit words. A seeded request's words are
+its seed's halves and the number of tokens it has generated, so its draws depend on nothing else: not
+on its batch, its row, a preemption, nor on which path sampled it. Unseeded rows use a per-step value
+from the runner's own random stream and their row. Nothing is kept per request, and on CUDA one pass
+of a Triton kernel over the logits samples every row (``sampling_kernels``), where the torch path
+below made about ten passes. Rows with top-k or top-p go through the torch path, which computes the
+same noise.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+MASK32 = 0xFFFFFFFF
+# Odd multipliers below 2**31, so a 32-bit value times one fits an int64 in torch (and in Triton's
+# int64 arithmetic, which the kernel uses for the same reason: both compute the very same bits).
+MIX_M1 = 0x7FEB352D
+MIX_M2 = 0x4C9F6B5B
+UNIT_24 = 1.0 / (1 << 24)
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """An integer hash of 32-bit values held in int64 (xor-shift-multiply rounds); same bits as the kernel's."""
+    x = x ^ (x >> 16)
+    x = (x * MIX_M1) & MASK32
+    x = x ^ (x >> 15)
+    x = (x * MIX_M2) & MASK32
+    return x ^ (x >> 16)
+
+
+def row_keys(words: torch.Tensor) -> torch.Tensor:
+    """[rows, 3] int64 words (each in [0, 2**32)) -> [rows] int64 keys."""
+    return mix32(mix32(mix32(words[:, 0]) ^ words[:, 1]) ^ words[:, 2])
+
+
+def gumbel_noise(keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[rows] keys -> [rows, vocab] float32 Gumbel noise, -log(-log(u)) with u on a 2**-24 grid in (0, 1)."""
+    vocab = torch.arange(vocab_size, dtype=torch.int64, device=keys.device)
+    bits = mix32(mix32(vocab).unsqueeze(0) ^ keys.unsqueeze(1))
+    uniform = ((bits >> 8).to(torch.float32) + 0.5) * UNIT_24
+    return -torch.log(-torch.log(uniform))
 
 
 class SamplingTensors:
-    """Per-row sampling options for one step, built once on the host."""
+    """Per-row sampling options for one step, built once on the host.
+
+    ``words``: per row [seed low half, seed high half, tokens generated so far] for seeded rows, and
+    [this step's random value, row, 2**32 - 1] for the others (a counter no seeded request reaches).
+    """
 
     def __init__(
         self,
         temperatures: list[float],
         top_ks: list[int],
         top_ps: list[float],
-        generators: list[torch.Generator | None],
+        words: list[tuple[int, int, int]],
         device: torch.device,
     ) -> None:
-        self.all_greedy = all(t == 0.0 for t in temperatures)
-        self.needs_top_k = any(k > 0 for k in top_ks)
-        self.needs_top_p = any(p < 1.0 for p in top_ps)
-        self.temperatures = torch.tensor(temperatures, dtype=torch.float32).to(device, non_blocking=True)
-        self.top_ks = (torch.tensor(top_ks, dtype=torch.int64).to(device, non_blocking=True)
-                       if self.needs_top_k else None)
-        self.top_ps = (torch.tensor(top_ps, dtype=torch.float32).to(device, non_blocking=True)
-                       if self.needs_top_p else None)
-        self.generators = generators
-        self.any_seeded = any(g is not None for g in generators)
+        self.num_rows = len(temperatures)
+        self.all_greedy = not any(temperatures)
+        if self.all_greedy:  # argmax alone: nothing to copy
+            self.filtered_rows = []
+            return
+        self.filtered_rows = [row for row, (k, p) in enumerate(zip(top_ks, top_ps)) if k > 0 or p < 1.0]
+        pinned = device.type == "cuda"
+        self.temperatures = _to(torch.tensor(temperatures, dtype=torch.float32), device, pinned)
+        # A copy: the caller may reuse its array for the next step while this one is still being copied.
+        self.words = _to(torch.from_numpy(np.array(words, dtype=np.int64).reshape(-1, 3)), device, pinned)
+        self.top_ks = self.top_ps = None
+        if self.filtered_rows:
+            self.top_ks = _to(torch.tensor(top_ks, dtype=torch.int64), device, pinned)
+            self.top_ps = _to(torch.tensor(top_ps, dtype=torch.float32), device, pinned)
 
 
-def _apply_top_k_top_p(logits: torch.Tensor, top_ks: torch.Tensor | None, top_ps: torch.Tensor | None) -> torch.Tensor:
+    @classmethod
+    def greedy(cls, num_rows: int) -> SamplingTensors:
+        return cls([0.0] * num_rows, [], [], [], torch.device("cpu"))
+
+
+class SamplingRows:
+    """The sampled rows' options on the host, read off their sequences once; ``tensors`` copies them to
+    the device for one step and ``advanced`` gives the same rows one token later (seeded counters + 1)."""
+
+    def __init__(self, seqs, vocab_size: int) -> None:
+        params = [seq.sampling_params for seq in seqs]
+        self.temperatures = [p.temperature for p in params]
+        self.all_greedy = not any(self.temperatures)
+        if self.all_greedy:
+            return
+        # k past the vocabulary keeps every token: off, like k <= 0 (and a huge k must not reach an int64 tensor)
+        self.top_ks = [p.top_k if 0 < p.top_k < vocab_size else -1 for p in params]
+        self.top_ps = [p.top_p for p in params]
+        num_rows = len(params)
+        words = np.empty((num_rows, 3), dtype=np.int64)
+        words[:, 1] = np.arange(num_rows)
+        words[:, 2] = MASK32
+        self.seeded_rows = [row for row, p in enumerate(params) if p.seed is not None]
+        for row in self.seeded_rows:
+            seed, seq = params[row].seed, seqs[row]
+            words[row] = (seed & MASK32, seed >> 32, seq.num_tokens - seq.num_prompt_tokens)
+        self.words = words
+
+    def advanced(self) -> SamplingRows:
+        step = object.__new__(SamplingRows)
+        step.temperatures, step.all_greedy = self.temperatures, self.all_greedy
+        if not self.all_greedy:
+            step.top_ks, step.top_ps, step.seeded_rows = self.top_ks, self.top_ps, self.seeded_rows
+            step.words = self.words.copy()
+            step.words[self.seeded_rows, 2] += 1
+        return step
+
+    def tensors(self, step_value: int, device: torch.device) -> SamplingTensors:
+        """This step's tensors; ``step_value`` (32 bits) is the unseeded rows' first word."""
+        if self.all_greedy:
+            return SamplingTensors.greedy(len(self.temperatures))
+        words = self.words
+        if not self.seeded_rows:
+            words[:, 0] = step_value
+        elif len(self.seeded_rows) < len(words):
+            unseeded = np.ones(len(words), dtype=bool)
+            unseeded[self.seeded_rows] = False
+            words[unseeded, 0] = step_value
+        return SamplingTensors(self.temperatures, self.top_ks, self.top_ps, words, device)
+
+
+def _to(host: torch.Tensor, device: torch.device, pinned: bool) -> torch.Tensor:
+    if device.type == "cpu":
+        return host
+    return (host.pin_memory() if pinned else host).to(device, non_blocking=True)
+
+
+def _apply_top_k_top_p(logits: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor) -> torch.Tensor:
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     vocab = logits.shape[-1]
-    if top_ks is not None:
-        k = torch.where(top_ks > 0, top_ks, vocab).clamp(max=vocab)
-        kth = sorted_logits.gather(1, (k - 1).unsqueeze(1))
-        sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
-    if top_ps is not None:
-        probs = sorted_logits.softmax(dim=-1)
-        # Drop a token when the tokens ranked above it already reach top_p (the top token always stays).
-        mass_before = probs.cumsum(dim=-1) - probs
-        sorted_logits = sorted_logits.masked_fill(mass_before >= top_ps.unsqueeze(1), float("-inf"))
+    k = torch.where(top_ks > 0, top_ks, vocab).clamp(max=vocab)
+    kth = sorted_logits.gather(1, (k - 1).unsqueeze(1))
+    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    probs = sorted_logits.softmax(dim=-1)
+    # Drop a token when the tokens ranked above it already reach top_p (the top token always stays).
+    mass_before = probs.cumsum(dim=-1) - probs
+    sorted_logits = sorted_logits.masked_fill(mass_before >= top_ps.unsqueeze(1), float("-inf"))
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def sample_reference(logits: torch.Tensor, temperatures: torch.Tensor, words: torch.Tensor,
+                     top_ks: torch.Tensor | None = None, top_ps: torch.Tensor | None = None) -> torch.Tensor:
+    """The torch path: logits [rows, vocab] -> token ids [rows] (int64)."""
+    logits = logits.float()
+    is_greedy = temperatures == 0.0
+    scaled = logits / torch.where(is_greedy, 1.0, temperatures).unsqueeze(1)
+    if top_ks is not None and top_ps is not None:
+        scaled = _apply_top_k_top_p(scaled, top_ks, top_ps)
+    sampled = (scaled + gumbel_noise(row_keys(words), logits.shape[1])).argmax(dim=-1)
+    return torch.where(is_greedy, logits.argmax(dim=-1), sampled)
 
 
 def sample(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
     """logits: [rows, vocab] -> token ids [rows] (int64)."""
-    logits = logits.float()
-    greedy = logits.argmax(dim=-1)
     if params.all_greedy:
-        return greedy
-    temperatures = params.temperatures
-    is_greedy = temperatures == 0.0
-    scaled = logits / torch.where(is_greedy, 1.0, temperatures).unsqueeze(1)
-    if params.needs_top_k or params.needs_top_p:
-        scaled = _apply_top_k_top_p(scaled, params.top_ks, params.top_ps)
-    probs = scaled.softmax(dim=-1)
-    noise = torch.empty_like(probs).exponential_()
-    if params.any_seeded:
-        for row, generator in enumerate(params.generators):
-            if generator is not None:
-                noise[row].exponential_(generator=generator)
-    sampled = (probs / noise.clamp_min(1e-20)).argmax(dim=-1)
-    return torch.where(is_greedy, greedy, sampled)
+        return logits.argmax(dim=-1)  # the argmax of bf16 values is that of their float32 copies
+    if logits.is_cuda:
+        from engine.gpu.layers.sampling_kernels import gumbel_argmax
+
+        tokens = gumbel_argmax(logits, params.temperatures, params.words)
+    else:
+        tokens = sample_reference(logits, params.temperatures, params.words)
+    rows = params.filtered_rows
+    if rows:
+        if len(rows) == params.num_rows:
+            return sample_reference(logits, params.temperatures, params.words, params.top_ks, params.top_ps)
+        index = torch.tensor(rows, dtype=torch.int64, device=logits.device)
+        tokens[index] = sample_reference(logits[index], params.temperatures[index], params.words[index],
+                                         params.top_ks[index], params.top_ps[index])
+    return tokens

@@ -1,0 +1,69 @@
+"""The sampling kernel (engine.gpu.layers.sampling_kernels) in Triton's interpreter, on CPU: the same tokens as
+the torch path. Skipped where triton is not installed (CPU-only torch ships without it); on the GPU,
+test_gpu_kernels.py checks the compiled kernel the same way."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = """
+import torch
+import engine.gpu.triton_launch as launch
+# BoundKernel binds compiled kernels, which the interpreter has none of: launch through Triton's own path.
+launch.BoundKernel.__call__ = (lambda self, grid, args, constexprs, num_warps=4, num_stages=None:
+                               self.fn[grid](*args, **constexprs, num_warps=num_warps))
+from engine.gpu.layers.sampler import sample_reference
+from engine.gpu.layers.sampling_kernels import gumbel_argmax
+gen = torch.Generator().manual_seed(0)
+for vocab, rows in ((1000, 5), (20000, 3), (9000, 4)):
+    logits = (torch.randn(rows, vocab, generator=gen) * 3).to(torch.bfloat16)
+    temperatures = torch.tensor([0.0, 0.6, 1.0, 1.7, 0.3][:rows])
+    words = torch.randint(0, 2**32, (rows, 3), generator=gen)
+    expected, got = sample_reference(logits, temperatures, words), gumbel_argmax(logits, temperatures, words)
+    assert torch.equal(expected, got), (vocab, expected.tolist(), got.tolist())
+print("ok")
+"""
+
+
+def test_the_kernel_draws_the_torch_paths_tokens_in_the_interpreter() -> None:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=REPO)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_the_kernels_compile_for_hopper_without_a_gpu() -> None:
+    """Triton's compiler (LLVM and ptxas, bundled with it) builds both kernels for sm_90 with no GPU present:
+    a typing or lowering error shows here, not first on the device. Exact division and logarithms: the
+    PTX has div.rn and no approximate lg2."""
+    from triton import compile as triton_compile
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from engine.gpu.layers import sampling_kernels as kernels
+
+    hopper = GPUTarget("cuda", 90, 32)
+    signature = {"Logits": "*bf16", "Temperatures": "*fp32", "Words": "*i64", "BestValues": "*fp32",
+                 "BestIndices": "*i32", "stride_row": "i32", "vocab_size": "i32", "NUM_CHUNKS": "constexpr",
+                 "CHUNK": "constexpr", "BLOCK": "constexpr"}
+    chunk = triton_compile(ASTSource(kernels._gumbel_argmax_chunk_kernel, signature,
+                                     constexprs={"NUM_CHUNKS": 19, "CHUNK": 8192, "BLOCK": 1024}),
+                           target=hopper, options={"num_warps": 4})
+    ptx = chunk.asm["ptx"]
+    assert "div.rn.f32" in ptx and "lg2.approx" not in ptx and chunk.asm["cubin"]
+    pick = triton_compile(ASTSource(kernels._pick_chunk_kernel, {"BestValues": "*fp32", "BestIndices": "*i32",
+                                                                 "Out": "*i64", "NUM_CHUNKS": "constexpr",
+                                                                 "CHUNKS_PAD": "constexpr"},
+                                    constexprs={"NUM_CHUNKS": 19, "CHUNKS_PAD": 32}),
+                          target=hopper, options={"num_warps": 1})
+    assert pick.asm["cubin"]

@@ -52,8 +52,10 @@ def run_engine(args, prompts, params) -> dict:
     engine = llm.engine
     runner = llm.runner
     timings = runner.timings
-    for name in ("num_steps", "num_graph_steps", "num_piecewise_steps"):
+    for name in ("num_steps", "num_graph_steps", "num_piecewise_steps", "num_prepared_steps"):
         setattr(timings, name, 0)
+    if args.no_prepare_ahead:
+        runner.prepare_ahead = False
     for name in ("prepare_s", "execute_s", "forward_s", "sample_s"):
         setattr(timings, name, 0.0)
     seqs = [engine.add_request(p, sp) for p, sp in zip(prompts, params)]
@@ -82,6 +84,7 @@ def run_engine(args, prompts, params) -> dict:
         "num_steps": num_steps,
         "num_graph_steps": timings.num_graph_steps,
         "num_piecewise_steps": timings.num_piecewise_steps,
+        "num_prepared_steps": timings.num_prepared_steps,
         "num_gpu_blocks": runner.num_gpu_blocks,
         "init_s": init_s,
         "per_step_ms": {
@@ -143,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-cuda-graph-tokens", type=int, default=None,
                         help="largest prefill/mixed step run as piecewise CUDA graphs (0: eagerly; default: the "
                              "engine's)")
+    parser.add_argument("--no-prepare-ahead", action="store_true",
+                        help="plan every decode step after the step before it (the runner's NextDecode off)")
     parser.add_argument("--peer", action="store_true", help="also time transformers' generate_batch on a subset")
     parser.add_argument("--peer-num-seqs", type=int, default=32,
                         help="requests given to the peer (default: %(default)s)")

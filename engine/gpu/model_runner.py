@@ -50,6 +50,7 @@ class StepTimings:
     sample_s: float = 0.0
     num_graph_steps: int = 0
     num_piecewise_steps: int = 0
+    num_prepared_steps: int = 0  # decode steps whose plan was prepared during the step before (NextDecode)
 
 
 @dataclass
@@ -138,6 +139,7 @@ class ModelRunner:
         self.step_timings: list[tuple[float, float, float, float, float]] | None = None
         self._rng = random.Random(options.seed)  # unseeded rows' noise: reproducible for one engine seed
         self._next_decode: NextDecode | None = None
+        self.prepare_ahead = True  # NextDecode on; benchmarks turn it off to measure what it saves
         self._is_cuda = self.device.type == "cuda"
         self._num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count if self._is_cuda else 1
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)] if self._is_cuda else []
@@ -441,6 +443,7 @@ class ModelRunner:
             graph_host = None
         else:
             plan, rows, graph_host = ready.plan, ready.sampling, ready.graph_host
+            self.timings.num_prepared_steps += 1
         # Sampling inputs first: a request that cannot be sampled fails here, before the tensor-parallel
         # workers are told to run the step.
         sampling = rows.tensors(self._rng.getrandbits(32), self.device) if rows is not None else None
@@ -449,7 +452,7 @@ class ModelRunner:
         t1 = time.perf_counter()
         tokens = self.execute(inputs, sampling)
         t_launched = time.perf_counter()
-        if not batch.num_prefill_seqs and len(plan.sample_rows) == len(batch.seqs):
+        if self.prepare_ahead and not batch.num_prefill_seqs and len(plan.sample_rows) == len(batch.seqs):
             self._next_decode = self._prepare_next_decode(batch, plan, rows)  # while the GPU runs this step
         token_ids = [-1] * len(batch.seqs)
         if tokens is not None:

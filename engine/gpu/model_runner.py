@@ -489,7 +489,7 @@ class ModelRunner:
                        logits_indices=plan.logits_indices, sample_rows=plan.sample_rows, graph_bs=plan.graph_bs,
                        piecewise_size=plan.piecewise_size)
         if boundary_rows:
-            nxt.decode_tables = tables = tables.copy()  # patched when used; this step's copy may be in flight
+            nxt.decode_tables = tables = tables.copy()  # patched when used: this step's plan keeps its own
         graph_host = self._graph_host(nxt) if nxt.graph_bs else None
         sampling = rows.advanced() if rows is not None else None
         return NextDecode(list(seqs), positions, nxt, sampling, boundary_rows, graph_host)

@@ -8,6 +8,7 @@ piecewise CUDA graphs around eager attention for prefill and mixed steps up to
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from engine.gpu.models import DecoderForCausalLM
 from engine.gpu.parallel import SINGLE, ParallelContext
 from engine.gpu.piecewise_graphs import PiecewiseGraphs
 from engine.options import EngineOptions
+
+_log = logging.getLogger(__name__)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -168,6 +171,23 @@ class ModelRunner:
         self._allocate_kv_cache(self.num_gpu_blocks)
         if self._is_cuda and not options.enforce_eager:
             self._capture_graphs()
+        self.num_warmed_kernels = self._warm_up_kernels() if self._is_cuda else 0
+
+    def _warm_up_kernels(self) -> int:
+        """Compile now the attention variants eager steps may need, not in the middle of serving (see
+        ``triton_kernels.warm_up``). A failure here only postpones compilation to first use."""
+        attn = self.model.attention_layers()[0]
+        started = time.perf_counter()
+        try:
+            count = self.backend.warm_up(attn.k_cache, attn.v_cache, attn.num_heads, self.max_model_len,
+                                         self.options.max_num_seqs, self.max_blocks_per_seq)
+            torch.cuda.synchronize(self.device)
+        except Exception as exc:  # noqa: BLE001 - any compiler error: serving still works, compiling later
+            _log.warning("attention kernel warm-up failed (%s: %s); kernels compile on first use instead",
+                         type(exc).__name__, exc)
+            return 0
+        _log.info("attention kernels: %d variants ready in %.1f s", count, time.perf_counter() - started)
+        return count
 
     # ---- KV cache -------------------------------------------------------------------------------
     def _block_bytes(self) -> int:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.gpu.attention.triton_kernels_host import DecodeSplits, decode_num_splits, decode_splits, long_decode_rows
+from engine.gpu.attention.triton_kernels_host import (
+    DecodeSplits,
+    decode_num_splits,
+    decode_splits,
+    long_decode_rows,
+    prefill_num_splits,
+    reachable_decode_splits,
+    reachable_prefill_splits,
+)
 
 SMS = 132  # H200
 
@@ -55,3 +63,21 @@ def test_prefill_splits_only_short_chunks_over_long_prefixes():
     assert prefill_num_splits(4 * 8 * 32, 2048, block_n, sms) == 1
     assert prefill_num_splits(8, 512, block_n, sms) == 1  # 8 key tiles: a range keeps at least 8
     assert prefill_num_splits(8, 1024, block_n, sms) == 2
+
+
+def test_the_warm_up_covers_every_decode_variant_of_a_deployment():
+    """qwen3-0.6b on an H200 (8 KV heads, 4k context, 256 sequences): fills of 64 down to 1, and the one
+    variant where large batches give long contexts two ranges."""
+    assert reachable_decode_splits(8, 4096, 256, SMS) == [
+        DecodeSplits(2, 1, 32, 4), *(DecodeSplits(s, s, 32, 0) for s in (2, 4, 8, 16, 32, 64))]
+    assert reachable_decode_splits(8, 4096, 1, SMS) == [DecodeSplits(64, 64, 32, 0)]
+
+
+def test_the_warm_up_covers_every_prefill_split_count_any_step_can_choose():
+    for max_model_len, block_n in ((512, 64), (4096, 64), (40960, 64), (40960, 16)):
+        reachable = reachable_prefill_splits(max_model_len, block_n, SMS)
+        chosen = {prefill_num_splits(programs, max_k_len, block_n, SMS)
+                  for programs in range(1, 3 * SMS, 7) for max_k_len in range(1, max_model_len + 1, 97)}
+        assert chosen == set(reachable), (max_model_len, block_n)
+    assert reachable_prefill_splits(512, 64, SMS) == [1]
+    assert reachable_prefill_splits(40960, 64, SMS) == [1, 2, 4, 8, 16]

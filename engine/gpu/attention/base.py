@@ -25,6 +25,11 @@ class PagedAttentionBackend:
     def prefill(self, q, k_cache, v_cache, meta: AttentionMetadata, scale: float, out: torch.Tensor) -> None:
         raise NotImplementedError
 
+    def warm_up(self, k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int, max_model_len: int,
+                max_num_seqs: int, table_width: int) -> int:
+        """Compile ahead what the backend would otherwise compile during serving; the number of variants."""
+        return 0
+
     def forward(
         self,
         q: torch.Tensor,

@@ -31,6 +31,10 @@ class TritonBackend(PagedAttentionBackend):
             launches += self._prefill_launches(q[num_decode:], k_cache, v_cache, meta, scale, out[num_decode:])
         return PerLayerLaunches(launches)
 
+    def warm_up(self, k_cache, v_cache, num_heads: int, max_model_len: int, max_num_seqs: int,
+                table_width: int) -> int:
+        return kernels.warm_up(k_cache, v_cache, num_heads, max_model_len, max_num_seqs, table_width)
+
     @staticmethod
     def _decode_launches(q, k_cache, v_cache, meta, scale, out) -> list[Launch]:
         splits = meta.decode_splits

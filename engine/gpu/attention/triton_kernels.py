@@ -16,7 +16,12 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.gpu.attention.triton_kernels_host import DECODE_TILE_TOKENS, prefill_num_splits
+from engine.gpu.attention.triton_kernels_host import (
+    DECODE_TILE_TOKENS,
+    prefill_num_splits,
+    reachable_decode_splits,
+    reachable_prefill_splits,
+)
 from engine.gpu.triton_launch import BoundKernel, Launch
 
 LOG2E = 1.4426950408889634
@@ -448,6 +453,44 @@ def paged_prefill_launches(
             num_warps=4,
         ))
     return launches
+
+
+def warm_up(k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int, max_model_len: int, max_num_seqs: int,
+            table_width: int) -> int:
+    """Launch once every variant of the paged attention kernels that an eager step can need (decode with
+    each reachable ``DecodeSplits``; prefill with either tile configuration and each reachable number of
+    key ranges; their merges), on one-token inputs; returns the number of variants.
+
+    Triton compiles a variant the first time a step needs it: seconds each on a machine whose cache is
+    cold, which showed up as TTFT spikes in the first minute of serving. Variants are told apart by their
+    constexprs and by which integer arguments are 1 or multiples of 16, so the inputs keep the real
+    block-table width (``table_width``) and strides of the same kind as a step's."""
+    device, dtype = k_cache.device, k_cache.dtype
+    num_kv_heads, page, head_dim = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
+    num_sms = _num_sms(device)
+    count = 0
+    for splits in reachable_decode_splits(num_kv_heads, max_model_len, max_num_seqs, num_sms):
+        rows = max(1, splits.num_long_seqs)
+        q = torch.zeros(rows, num_heads, head_dim, dtype=dtype, device=device)
+        tables = torch.zeros(rows, table_width, dtype=torch.int32, device=device)
+        context = torch.ones(rows, dtype=torch.int32, device=device)
+        long_seqs = None
+        if splits.num_long_seqs:
+            long_seqs = torch.full((splits.num_long_seqs,), -1, dtype=torch.int32, device=device)
+            long_seqs[0] = 0
+        paged_decode(q, k_cache, v_cache, tables, context, 1.0, splits.num_splits, fill_splits=splits.fill_splits,
+                     long_seqs=long_seqs)
+        count += 1
+    for config, max_q_len in ((PREFILL_CONFIG_SHORT, 1), (PREFILL_CONFIG_LONG, 65)):
+        q = torch.zeros(max_q_len, num_heads, head_dim, dtype=dtype, device=device)
+        tables = torch.zeros(1, table_width, dtype=torch.int32, device=device)
+        cu_seqlens = torch.tensor([0, max_q_len], dtype=torch.int32, device=device)
+        context = torch.zeros(1, dtype=torch.int32, device=device)
+        for num_splits in reachable_prefill_splits(max_model_len, min(config[1], page), num_sms):
+            paged_prefill(q, k_cache, v_cache, tables, cu_seqlens, context, max_q_len, 1.0, num_splits=num_splits,
+                          max_k_len=max_q_len)
+            count += 1
+    return count
 
 
 _SMS: dict[int, int] = {}

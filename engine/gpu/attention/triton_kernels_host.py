@@ -86,3 +86,17 @@ def prefill_num_splits(num_programs: int, max_k_len: int, block_n: int, num_sms:
            and tiles >= 2 * splits * min_tiles_per_split):
         splits *= 2
     return splits
+
+
+def reachable_decode_splits(num_kv_heads: int, max_model_len: int, max_num_seqs: int,
+                            num_sms: int) -> list[DecodeSplits]:
+    """Every ``DecodeSplits`` a decode batch of 1 to ``max_num_seqs`` rows gets: each is a kernel variant."""
+    found = {decode_splits(n, num_kv_heads, max_model_len, num_sms) for n in range(1, max_num_seqs + 1)}
+    return sorted(found, key=lambda s: (s.num_splits, s.fill_splits, s.num_long_seqs))
+
+
+def reachable_prefill_splits(max_model_len: int, block_n: int, num_sms: int) -> list[int]:
+    """Every ``prefill_num_splits`` choice for contexts up to ``max_model_len``: the powers of two up to what
+    one program over the longest context gets (fewer programs and longer contexts only ever split more)."""
+    most = prefill_num_splits(1, max_model_len, block_n, num_sms)
+    return [1 << i for i in range(most.bit_length())]

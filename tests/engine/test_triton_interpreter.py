@@ -1,6 +1,7 @@
-"""The sampling kernel (engine.gpu.layers.sampling_kernels) in Triton's interpreter, on CPU: the same tokens as
-the torch path. Skipped where triton is not installed (CPU-only torch ships without it); on the GPU,
-test_gpu_kernels.py checks the compiled kernel the same way."""
+"""Triton kernels without a GPU: the sampling kernel (engine.gpu.layers.sampling_kernels) in Triton's interpreter
+draws the torch path's tokens and compiles for sm_90; the attention warm-up launches every variant it lists.
+Skipped where triton is not installed (CPU-only torch ships without it); on the GPU, test_gpu_kernels.py
+checks the compiled kernels."""
 
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = """
+# BoundKernel binds compiled kernels, which the interpreter has none of: launch through Triton's own path.
+INTERPRETED = """
 import torch
 import engine.gpu.triton_launch as launch
-# BoundKernel binds compiled kernels, which the interpreter has none of: launch through Triton's own path.
 launch.BoundKernel.__call__ = (lambda self, grid, args, constexprs, num_warps=4, num_stages=None:
                                self.fn[grid](*args, **constexprs, num_warps=num_warps))
+launch.Launch.__call__ = lambda self: self.kernel.fn[self.grid](*self.args, **self.constexprs,
+                                                                 num_warps=self.num_warps)
+"""
+SAMPLING = INTERPRETED + """
 from engine.gpu.layers.sampler import sample_reference
 from engine.gpu.layers.sampling_kernels import gumbel_argmax
 gen = torch.Generator().manual_seed(0)
@@ -34,12 +39,35 @@ print("ok")
 """
 
 
-def test_the_kernel_draws_the_torch_paths_tokens_in_the_interpreter() -> None:
+WARM_UP = INTERPRETED + """
+from engine.gpu.attention import triton_kernels
+triton_kernels._num_sms = lambda device: 132  # an H200's; the interpreter has no device to ask
+cache = torch.zeros(4, 2, 16, 64, dtype=torch.bfloat16)  # 4 blocks of 16 tokens, 2 KV heads of 64
+print(triton_kernels.warm_up(cache, cache, 4, 256, 8, 16))
+"""
+
+
+def _interpret(script: str) -> str:
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env,
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env,
                           cwd=REPO)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip()
+
+
+def test_the_kernel_draws_the_torch_paths_tokens_in_the_interpreter() -> None:
+    assert _interpret(SAMPLING) == "ok"
+
+
+def test_the_attention_warm_up_launches_each_variant_it_lists() -> None:
+    """256-token contexts, 8 sequences, 16-token pages: one decode variant (4 ranges: a context has 4 tiles of
+    64), and both prefill tile shapes with 1 and 2 key ranges: five launches, none failing."""
+    from engine.gpu.attention.triton_kernels_host import reachable_decode_splits, reachable_prefill_splits
+
+    expected = len(reachable_decode_splits(2, 256, 8, 132)) + 2 * len(reachable_prefill_splits(256, 16, 132))
+    assert expected == 5
+    assert _interpret(WARM_UP) == str(expected)
 
 
 def test_the_kernels_compile_for_hopper_without_a_gpu() -> None:

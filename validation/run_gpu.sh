@@ -5,12 +5,16 @@
 # Phases: diagnose (a replay with step timings, GPU clocks and CPU counters), check (GPU tests, decode-split benchmark, qwen3-0.6b profile), calibrate (serving runs on slices
 # disjoint from the validation ones; QPS_CAL, QPS_CAL_MOONCAKE), tp-and-profiles (needs 2 GPUs for its TP
 # parts), throughput, offline, capacity, online (QPS_* in the environment; validation/README.md gives the
-# values used and how they were chosen).
+# values used and how they were chosen), kv-pressure (the ~70 % Azure run and the Mooncake run with a KV
+# cache small enough that the scheduler preempts: KV_BLOCKS_AZURE, default 300 blocks, 76 preemptions in
+# simulation; KV_BLOCKS_MOONCAKE, default 600, 27 preemptions). RUN_TAG (default empty) is appended to
+# every run folder's name, so that a phase can be repeated into the same OUT_DIR (real-vs-real spread).
 # Needs validation/traces/ (python validation/make_traces.py) and, where polars is missing, its
 # wheels in .whl/ (see validation/README.md). Every step runs even if an earlier one failed.
 set -u
 phase=$1
 out=$2
+tag=${RUN_TAG:-}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ] && ! python3 -c 'import polars' 2>/dev/null; then
@@ -82,14 +86,26 @@ online)
   for spec in "light:$QPS_LIGHT:600" "p70:$QPS_70:2200" "p95:$QPS_95:2700"; do
     IFS=: read -r name qps limit <<< "$spec"
     step timeout 170 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --qps "$qps" --limit "$limit" \
-      --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/b-azure-$name" --quiet
-    pack "b-azure-$name"
+      --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/b-azure-$name$tag" --quiet
+    pack "b-azure-$name$tag"
   done
   step timeout 200 python3 -m engine.replay validation/traces/mooncake_slice.parquet --qps "$QPS_MOONCAKE" --limit 200 \
-    --model qwen3-0.6b --load-format dummy --max-model-len 65536 --allow-long-max-model-len --out "$out/c-mooncake" --quiet
-  pack c-mooncake
+    --model qwen3-0.6b --load-format dummy --max-model-len 65536 --allow-long-max-model-len --out "$out/c-mooncake$tag" --quiet
+  pack "c-mooncake$tag"
+  ;;
+kv-pressure)
+  # (d) Preemptions and prefix hits under KV pressure: compare their counts, not only latencies.
+  step timeout 170 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --qps "$QPS_70" --limit 2200 \
+    --model qwen3-0.6b --load-format dummy --max-model-len 16384 --num-gpu-blocks "${KV_BLOCKS_AZURE:-300}" \
+    --out "$out/d-azure-kv$tag" --quiet
+  pack "d-azure-kv$tag"
+  step timeout 200 python3 -m engine.replay validation/traces/mooncake_slice.parquet --qps "$QPS_MOONCAKE" --limit 200 \
+    --model qwen3-0.6b --load-format dummy --max-model-len 65536 --allow-long-max-model-len \
+    --num-gpu-blocks "${KV_BLOCKS_MOONCAKE:-600}" --out "$out/d-mooncake-kv$tag" --quiet
+  pack "d-mooncake-kv$tag"
   ;;
 *)
-  echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online)"; exit 2 ;;
+  echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online, kv-pressure)"
+  exit 2 ;;
 esac
 ls -la "$out"

@@ -4,7 +4,10 @@
 - azure_conv_slice.parquet: a contiguous slice of the Azure 2023 conversation trace;
 - mooncake_slice.parquet: a contiguous slice of the Mooncake conversation trace (prefix reuse via hash ids);
 - azure_conv_calibration.parquet, mooncake_calibration.parquet: later slices of the same traces, disjoint
-  from the validation slices, replayed on the GPU only to calibrate the cost model on serving steps.
+  from the validation slices, replayed on the GPU only to calibrate the cost model on serving steps;
+- prefill_heavy.parquet: synthesised, prompts ~2,048 tokens (lognormal, sigma 0.4) and outputs ~28
+  (geometric), the shape where prefill and mixed steps dominate (benchmarks/serving.py's trace, 4,000
+  requests, seed 11: not the benchmark's seed 7).
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ def bench_workload(out: Path) -> None:
         "output_tokens": [p.max_tokens for p in params],
     })
     save_trace(df, out)
+
+
+def prefill_heavy(out: Path) -> None:
+    from traces.synth import main as synth
+
+    out.unlink(missing_ok=True)  # synth refuses to replace a file; this folder is regenerated whole
+    synth(["-o", str(out), "--num-requests", "4000", "--qps", "50", "--prompt-dist",
+           "lognormal:median=2048,sigma=0.4,max=8000", "--output-dist", "geometric:mean=28,max=512", "--seed", "11"])
 
 
 def slice_of(fmt: str, src: Path, start: int, count: int, out: Path) -> None:
@@ -66,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
              out / "azure_conv_calibration.parquet")
     slice_of("mooncake", shared / "mooncake_conversation.jsonl", args.mooncake_calibration_start, args.mooncake_count,
              out / "mooncake_calibration.parquet")
+    prefill_heavy(out / "prefill_heavy.parquet")
     for path in sorted(out.glob("*.parquet")):
         df = pl.read_parquet(path)
         print(f"{path.name}: {df.height} requests, span {df['arrival_s'].max():.1f} s, "

@@ -7,7 +7,9 @@
 # parts), throughput, offline, capacity, online (QPS_* in the environment; validation/README.md gives the
 # values used and how they were chosen), kv-pressure (the ~70 % Azure run and the Mooncake run with a KV
 # cache small enough that the scheduler preempts: KV_BLOCKS_AZURE, default 300 blocks, 76 preemptions in
-# simulation; KV_BLOCKS_MOONCAKE, default 600, 27 preemptions). RUN_TAG (default empty) is appended to
+# simulation; KV_BLOCKS_MOONCAKE, default 600, 27 preemptions), prefill-heavy (the synthetic ~2k/~28 trace at
+# ~30, ~70 and ~95 % of the ~111 req/s the simulator puts its saturation at: QPS_PH_LIGHT 35, QPS_PH_70 80,
+# QPS_PH_95 106 by default). RUN_TAG (default empty) is appended to
 # every run folder's name, so that a phase can be repeated into the same OUT_DIR (real-vs-real spread).
 # Needs validation/traces/ (python validation/make_traces.py) and, where polars is missing, its
 # wheels in .whl/ (see validation/README.md). Every step runs even if an earlier one failed.
@@ -93,6 +95,14 @@ online)
     --model qwen3-0.6b --load-format dummy --max-model-len 65536 --allow-long-max-model-len --out "$out/c-mooncake$tag" --quiet
   pack "c-mooncake$tag"
   ;;
+prefill-heavy)
+  for spec in "light:${QPS_PH_LIGHT:-35}" "p70:${QPS_PH_70:-80}" "p95:${QPS_PH_95:-106}"; do
+    IFS=: read -r name qps <<< "$spec"
+    step timeout 170 python3 -m engine.replay validation/traces/prefill_heavy.parquet --qps "$qps" --limit 3000 \
+      --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/e-prefill-$name$tag" --quiet
+    pack "e-prefill-$name$tag"
+  done
+  ;;
 kv-pressure)
   # (d) Preemptions and prefix hits under KV pressure: compare their counts, not only latencies.
   step timeout 170 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --qps "$QPS_70" --limit 2200 \
@@ -105,7 +115,7 @@ kv-pressure)
   pack "d-mooncake-kv$tag"
   ;;
 *)
-  echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online, kv-pressure)"
+  echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online, kv-pressure, prefill-heavy)"
   exit 2 ;;
 esac
 ls -la "$out"

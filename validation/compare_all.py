@@ -40,8 +40,29 @@ PLAN: dict[str, tuple[str, str, list[str]]] = {
     "c-mooncake": ("(c) Mooncake conv, ~70% of capacity (2.8 req/s)", "mooncake_slice.parquet",
                    ["--qps", "2.8", "--limit", "200", "--max-model-len", "65536",
                      "--allow-long-max-model-len"]),
+    # KV pressure: the GPU run's block count (which run_gpu.sh sets small) is passed on, as for every run.
+    "d-azure-kv": ("(d) Azure conv, ~70%, 300 KV blocks (preempts)", "azure_conv_slice.parquet",
+                   ["--qps", "36", "--limit", "2200", "--max-model-len", "16384"]),
+    "d-mooncake-kv": ("(d) Mooncake conv, ~70%, 600 KV blocks (preempts)", "mooncake_slice.parquet",
+                      ["--qps", "2.8", "--limit", "200", "--max-model-len", "65536", "--allow-long-max-model-len"]),
+    "e-prefill-light": ("(e) prefill-heavy, ~30% (35 req/s)", "prefill_heavy.parquet",
+                        ["--qps", "35", "--limit", "3000", "--max-model-len", "16384"]),
+    "e-prefill-p70": ("(e) prefill-heavy, ~70% (80 req/s)", "prefill_heavy.parquet",
+                      ["--qps", "80", "--limit", "3000", "--max-model-len", "16384"]),
+    "e-prefill-p95": ("(e) prefill-heavy, ~95% (106 req/s)", "prefill_heavy.parquet",
+                      ["--qps", "106", "--limit", "3000", "--max-model-len", "16384"]),
 }
 HEADLINE = ["ttft_ms.p50", "ttft_ms.p90", "tpot_ms.p50", "tpot_ms.p90", "e2e_ms.p50", "e2e_ms.p90", "output_throughput"]
+
+
+def _runs(real_root: Path):
+    """(folder name, description, trace, options) for every planned run, then its repeats: the folders
+    named after it plus a RUN_TAG suffix (``b-azure-p70-b``), as ``run_gpu.sh`` writes them."""
+    for name, (description, trace, options) in PLAN.items():
+        yield name, description, trace, options
+        for repeat in sorted(real_root.glob(f"{name}-*")):  # no planned name extends another with a "-"
+            if repeat.is_dir():
+                yield repeat.name, f"{description}, repeat {repeat.name[len(name):]}", trace, options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         sim_root, results = sim_root / "diagnosis", results / "diagnosis"
         sim_root.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name, (description, trace, options) in PLAN.items():
+    for name, description, trace, options in _runs(real_root):
         real = real_root / name
         if not (real / "requests.parquet").is_file():
             print(f"skipping {name}: no GPU run in {real}")
@@ -99,13 +120,18 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy(real / "summary.json", out / "real_summary.json")
         shutil.copy(sim / "summary.json", out / "sim_summary.json")
         comparison = json.loads((out / "compare.json").read_text())
-        errors = {m["key"]: m["rel_error"] for m in comparison["metrics"]}
+        metrics = {m["key"]: m for m in comparison["metrics"]}
         schedule = comparison.get("schedule") or {}
-        rows.append((name, description, errors, schedule.get("identical")))
+        rows.append((description, metrics, schedule.get("identical")))
 
-    lines = ["| run | " + " | ".join(HEADLINE) + " | same schedule |", "|:---" + "|---:" * len(HEADLINE) + "|:---:|"]
-    for _name, description, errors, identical in rows:
+    lines = ["| run | " + " | ".join(HEADLINE) + " | preemptions real / sim | prefix hits sim - real | same schedule |",
+             "|:---" + "|---:" * (len(HEADLINE) + 2) + "|:---:|"]
+    for description, metrics, identical in rows:
+        errors = {key: m["rel_error"] for key, m in metrics.items()}
         cells = [f"{errors[k]:+.1%}" if errors.get(k) is not None else "n/a" for k in HEADLINE]
+        preempt, hits = metrics.get("num_preemptions", {}), metrics.get("prefix_cache_hit_rate", {})
+        cells.append(f"{preempt.get('real', 'n/a')} / {preempt.get('sim', 'n/a')}")
+        cells.append(f"{100 * hits['diff']:+.2f} pp" if hits.get("diff") is not None else "n/a")
         lines.append(f"| {description} | " + " | ".join(cells) + f" | {'yes' if identical else 'no'} |")
     table = "\n".join(lines) + "\n"
     results.mkdir(parents=True, exist_ok=True)

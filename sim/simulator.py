@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import time
+from array import array
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
@@ -95,6 +97,45 @@ class SimResult:
         }
 
 
+class StepEnds:
+    """A finished request's token times kept as a run of its replica's step end times (``ends_s[first:first +
+    count]``): a request that took part in every step from its first token to its last got its tokens at exactly
+    those ends, which the replica keeps once for all its requests; 8 bytes a step instead of 8 bytes a token of
+    every request. Read as a float64 array (``np.asarray``), as ``requests_to_arrow`` reads token times."""
+
+    __slots__ = ("ends_s", "first", "count")
+
+    def __init__(self, ends_s: array, first: int, count: int) -> None:
+        self.ends_s = ends_s
+        self.first = first
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        # A view for as long as it is read: the replica's array must not grow meanwhile (it does not once the
+        # simulation is over).
+        return np.frombuffer(self.ends_s, dtype=np.float64)[self.first:self.first + self.count]
+
+
+# Fewer token times than this are kept as they are: a StepEnds is about as large as an array of a few floats.
+_MIN_STEP_ENDS_TOKENS = 8
+
+
+def compact_token_times(row: tuple, ends_s: array) -> tuple:
+    """``row`` (from ``request_row``) with its token times as a ``StepEnds`` of the replica's step ends ``ends_s``
+    where they are exactly a run of them (compared byte for byte), else as it is."""
+    times = row[-1]
+    count = len(times)
+    if count < _MIN_STEP_ENDS_TOKENS:
+        return row
+    first = bisect_left(ends_s, times[0])
+    if ends_s[first:first + count].tobytes() != times.tobytes():
+        return row
+    return (*row[:-1], StepEnds(ends_s, first, count))
+
+
 _COLUMN_INDEX = {c.name: i for i, c in enumerate(REQUEST_COLUMNS)}
 _FINISH_THEN_REPLICA = itemgetter(_COLUMN_INDEX["finish_s"], _COLUMN_INDEX["replica"])
 
@@ -143,11 +184,15 @@ def simulate(
     rows: list[tuple] = []
     router = make_router(config.router)
 
+    # Every step's end time, per replica (a window's as planned, taken back where it is cut): a finished request's
+    # token times are kept as a run of them where they are one (StepEnds), not as an array of their own.
+    step_ends_s = [array("d") for _ in engines]
+
     def done(seqs: list[Sequence]) -> None:
         for seq in seqs:
             if seq.error is not None:  # the cost model failed: a bug to surface, not a request to record
                 raise RuntimeError(f"simulating request {seq.request_id} failed: {seq.error}")
-            rows.append(request_row(seq))
+            rows.append(compact_token_times(request_row(seq), step_ends_s[seq.replica]))
         if on_request_done is not None and seqs:
             on_request_done(len(seqs))
 
@@ -239,6 +284,7 @@ def simulate(
             if delay_s is not None:
                 window, starts, ends = planned
                 run = QuietRun(engine, runner.token_id, window, starts, ends)
+                step_ends_s[index].frombytes(ends.tobytes())
                 if lazy:
                     runs[index] = run
                     try:
@@ -261,7 +307,10 @@ def simulate(
                 last_step_s = float(run.ends[-1] - run.starts[-1])
                 continue
             started_s = env.now
+            num_steps = len(engine.step_log)
             batch, finished = yield from engine.step_body(env.timeout)
+            if len(engine.step_log) > num_steps:  # a step ran (an empty or failed one records none)
+                step_ends_s[index].append(env.now)
             last_step_s = 0.0 if batch.num_prefill_tokens else env.now - started_s  # a prefill's says nothing
             try_window = fast_forward
             done(finished)
@@ -286,8 +335,11 @@ def simulate(
                             done(run.advance(arrival_s))
                 index = router.route(prompt, engines)
                 run = runs[index]
-                if run is not None and run.cut(arrival_s):
-                    processes[index].interrupt()
+                if run is not None:
+                    planned_steps = run.window.num_steps
+                    if run.cut(arrival_s):
+                        del step_ends_s[index][run.window.num_steps - planned_steps:]  # the window's are the last
+                        processes[index].interrupt()
             else:
                 index = routed_to[i]
                 next_routed[index] += 1

@@ -315,6 +315,6 @@ class QuietRun:
             num_finishing = lefts.count(end)  # in the segment's last step
             # Requests routed here during the last step (the window was cut after it) wait after it.
             num_waiting = len(self.engine.scheduler.waiting) if j == last_segment else 0
-            step_log.extend_quiet(bs, contexts, longest, used_after_step[first:end], starts[first:end],
+            step_log.extend_quiet(bs, contexts, longest, used_after_step[first:end], float(starts[first]),
                                   ends[first:end], num_finishing, num_waiting)
         return finished

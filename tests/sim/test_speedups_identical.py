@@ -87,3 +87,33 @@ def test_large_batches_schedule_as_the_general_path_does(options, monkeypatch):
         assert sum(general.requests_table().column("num_preemptions").to_pylist()) > 0
     else:
         assert max(fast.steps_table().column("num_seqs").to_pylist()) > 100
+
+
+@pytest.mark.parametrize("case", ["round robin", "prefix router", "nano", "preemptions"])
+def test_token_times_kept_as_step_ends_give_the_same_requests(case, monkeypatch):
+    """A finished request's token times kept as a run of its replica's step ends (sim.simulator.StepEnds) read
+    back as the very floats it got; requests whose tokens skip steps (preempted ones, the nano policy's decodes
+    during prefill steps) keep their own arrays."""
+    from sim import simulator
+
+    configs = {
+        "round robin": {"num_replicas": 3, "router": "rr"},
+        "prefix router": {"num_replicas": 3, "router": "prefix"},
+        "nano": {"policy": "nano"},
+        "preemptions": {"num_gpu_blocks": 60, "block_size": 16, "max_num_seqs": 32},
+    }
+    trace = load_trace(SHAREGPT).head(400).with_qps(20.0)
+    config = SimConfig(**configs[case])
+    compact = simulate(trace, config)
+    monkeypatch.setattr(simulator, "compact_token_times", lambda row, ends_s: row)
+    kept = simulate(trace, config)
+    assert compact.requests_table().equals(kept.requests_table())
+    spans = [row for row in compact.request_rows if isinstance(row[-1], simulator.StepEnds)]
+    long_enough = [row for row in kept.request_rows if len(row[-1]) >= simulator._MIN_STEP_ENDS_TOKENS]
+    if case == "preemptions":  # the preempted ones are not runs of steps; the others are
+        preempted = [row for row in long_enough if row[9] > 0]
+        assert preempted and len(spans) == len(long_enough) - len(preempted)
+    elif case == "nano":  # decodes wait during prefill steps: only requests that met none are runs
+        assert 0 < len(spans) < len(long_enough)
+    else:
+        assert len(spans) == len(long_enough)

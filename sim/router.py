@@ -59,7 +59,7 @@ class PrefixAffinityRouter:
     def route(self, prompt_token_ids: list[int], engines: Seq[LLMEngine]) -> int:
         hashes_by_block_size: dict[int, list[int]] = {}
         best_index = 0
-        best_key: tuple[int, int] | None = None
+        best_cached, best_load = -1, 0
         for index, engine in enumerate(engines):
             block_size = engine.config.block_size
             hashes = hashes_by_block_size.get(block_size)
@@ -67,9 +67,12 @@ class PrefixAffinityRouter:
                 hashes = hashes_by_block_size[block_size] = prefix_block_hashes(prompt_token_ids, block_size)
             scheduler = engine.scheduler
             num_cached_blocks = scheduler.block_manager.num_cached_prefix_blocks(hashes) if hashes else 0
-            key = (-num_cached_blocks, scheduler.num_unfinished)
-            if best_key is None or key < best_key:  # strict: an equal key keeps the lower index
-                best_key, best_index = key, index
+            if num_cached_blocks < best_cached:
+                continue  # fewer cached blocks never wins: its load is not read (a router runs per replica per request)
+            load = scheduler.num_unfinished
+            # strict: an equal (cached, load) keeps the lower index
+            if num_cached_blocks > best_cached or load < best_load:
+                best_cached, best_load, best_index = num_cached_blocks, load, index
         return best_index
 
 

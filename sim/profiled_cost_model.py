@@ -194,14 +194,7 @@ def check_profile(profile: object) -> None:
     a malformed file must not become a traceback or NaN coefficients."""
     if not isinstance(profile, dict):
         raise ValueError(f"the top level is a JSON {type(profile).__name__}; expected an object written by sim.profile")
-    options = profile.get("engine_options")
-    if not isinstance(options, dict):
-        raise ValueError("field 'engine_options' is missing or not an object")
-    for field in ("cuda_graph_sizes", "piecewise_graph_sizes"):
-        sizes = options.get(field) or []
-        if not isinstance(sizes, list) or not all(_is_count(b) and b >= 1 for b in sizes) or sizes != sorted(sizes):
-            raise ValueError(f"field 'engine_options.{field}' is {str(sizes)[:80]}; expected an increasing list of "
-                             "sizes >= 1")
+    _check_engine_options(profile)
     points = profile.get("points")
     if not isinstance(points, list) or not points:
         raise ValueError("field 'points' is missing, empty or not a list; expected the measured grid points")
@@ -216,6 +209,77 @@ def check_profile(profile: object) -> None:
             if not _is_count(p["features"].get(name)):
                 raise ValueError(f"{where}: feature {name!r} is {p['features'].get(name)!r}; expected an integer "
                                  "from 0 to 2**53")
+
+
+def _check_engine_options(profile: dict) -> None:
+    options = profile.get("engine_options")
+    if not isinstance(options, dict):
+        raise ValueError("field 'engine_options' is missing or not an object")
+    for field in ("cuda_graph_sizes", "piecewise_graph_sizes"):
+        sizes = options.get(field) or []
+        if not isinstance(sizes, list) or not all(_is_count(b) and b >= 1 for b in sizes) or sizes != sorted(sizes):
+            raise ValueError(f"field 'engine_options.{field}' is {str(sizes)[:80]}; expected an increasing list of "
+                             "sizes >= 1")
+    for field in ("block_size", "max_num_batched_tokens", "max_num_seqs"):  # compared with the run's (sim.limits)
+        value = options.get(field)
+        if value is not None and not (_is_count(value) and value >= 1):
+            raise ValueError(f"field 'engine_options.{field}' is {value!r}; expected an integer >= 1")
+
+
+# The decode model keeps one entry per batch size up to the largest graph; the engine captures at most 512.
+_MAX_GRAPH_BATCH_SIZE = 2**16
+
+
+def _is_seconds(value: object) -> bool:
+    """A finite, non-negative number (a coefficient in seconds per unit): NaN, infinities, negatives and text
+    would price steps at NaN or below zero, which the event loop cannot schedule."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < float("inf")
+
+
+def _check_coefficients(values: object, where: str, length: int) -> None:
+    if not isinstance(values, list) or len(values) != length or not all(_is_seconds(v) for v in values):
+        raise ValueError(f"field '{where}' is {str(values)[:80]}; expected a list of {length} finite numbers >= 0")
+
+
+def check_fit(profile: dict) -> None:
+    """Raise ValueError naming the first field of a profile's fitted cost model (its 'fit', what the simulator
+    prices steps with) or serving factors that would give a traceback or NaN, negative or unbounded step times."""
+    fit = profile.get("fit")
+    if not isinstance(fit, dict):
+        raise ValueError("field 'fit' is missing or not an object; refit it with python -m sim.fit_profile")
+    decode, eager = fit.get("graph_decode"), fit.get("eager")
+    if not isinstance(decode, dict) or not isinstance(eager, dict):
+        raise ValueError("field 'fit' has no 'graph_decode' and 'eager' objects; refit it with "
+                         "python -m sim.fit_profile")
+    largest = fit.get("max_graph_batch_size")
+    if not _is_count(largest) or largest > _MAX_GRAPH_BATCH_SIZE:
+        raise ValueError(f"field 'fit.max_graph_batch_size' is {largest!r}; expected an integer from 0 to "
+                         f"{_MAX_GRAPH_BATCH_SIZE}")
+    sizes = decode.get("batch_sizes")
+    # An engine without CUDA graphs (max_graph_batch_size 0, e.g. on a CPU) measures no graph decode steps.
+    if not isinstance(sizes, list) or (largest > 0 and not sizes) or not all(_is_count(b) and b >= 1 for b in sizes) \
+            or sizes != sorted(set(sizes)):
+        raise ValueError(f"field 'fit.graph_decode.batch_sizes' is {str(sizes)[:80]}; expected an increasing list "
+                         "of batch sizes >= 1")
+    for name in ("intercept_s", "per_kv_token_s"):
+        _check_coefficients(decode.get(name), f"fit.graph_decode.{name}", len(sizes))
+    for name in ("per_excess_context_token_s", "skew_min_batch_size"):
+        if name in decode and not _is_seconds(decode[name]):
+            raise ValueError(f"field 'fit.graph_decode.{name}' is {decode[name]!r}; expected a finite number >= 0")
+    graph_sizes = fit.get("graph_sizes")
+    if graph_sizes is not None and (not isinstance(graph_sizes, list) or not all(_is_count(b) for b in graph_sizes)):
+        raise ValueError(f"field 'fit.graph_sizes' is {str(graph_sizes)[:80]}; expected a list of sizes >= 0")
+    if eager.get("form", "max") not in ("sum", "max"):
+        raise ValueError(f"field 'fit.eager.form' is {eager.get('form')!r}; expected 'sum' or 'max'")
+    _check_coefficients(eager.get("floor_coef"), "fit.eager.floor_coef", len(FLOOR_BASIS))
+    _check_coefficients(eager.get("gpu_coef"), "fit.eager.gpu_coef", len(GPU_BASIS))
+    serving = profile.get("serving") or {}
+    if not isinstance(serving, dict):
+        raise ValueError(f"field 'serving' is {str(serving)[:80]}; expected an object written by sim.calibrate")
+    for name in ("host_factor", "decode_factor"):
+        value = serving.get(name, 1.0)
+        if not _is_seconds(value) or value == 0:
+            raise ValueError(f"field 'serving.{name}' is {value!r}; expected a finite number > 0")
 
 
 def read_profile(path: Path) -> dict:
@@ -338,9 +402,14 @@ class ProfiledCostModel:
         try:
             profile = json.loads(Path(path).read_text())
             measured = (Path(str(profile["model"])).name, str(profile["gpu"]), int(profile["tensor_parallel_size"]))
+            _check_engine_options(profile)
+            if "points" in profile:  # sim.limits reads the grid's range from them after the run
+                check_profile(profile)
+            check_fit(profile)
             fit = profile["fit"]
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"cost model {path}: not a readable profile ({type(exc).__name__}: {exc})") from None
+            detail = str(exc) if type(exc) is ValueError else f"{type(exc).__name__}: {exc}"  # ours name the field
+            raise ValueError(f"cost model {path}: not a readable profile ({detail})") from None
         asked = (model, gpu, tensor_parallel_size)
         for what, was, wanted in zip(("model", "GPU", "tensor-parallel size"), measured, asked):
             if wanted is not None and str(was).lower() != str(wanted).lower():

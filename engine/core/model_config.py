@@ -7,11 +7,57 @@ model is asked for (``qwen3-0.6b``); any other value is a path to an HF model di
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
+
+
+# Token ids are hashed as 32-bit integers (engine.core.block_manager), and no real vocabulary comes near.
+_VOCAB_LIMIT = 2**32
+# Any real layer, head or context count is far below this; past it sizes overflow int64 arithmetic downstream.
+_SIZE_LIMIT = 2**40
+
+
+class _SizeReader:
+    """Reads a config.json's sizes as positive integers (an integral float such as 1024.0 passes; 1024.5,
+    text, booleans and nulls do not), naming the file and key in every error: a zero, negative or
+    fractional size would otherwise surface far away, as a zero division or a nonsense KV cache."""
+
+    def __init__(self, config: dict, source: str) -> None:
+        self.config = config
+        self.source = source
+
+    def _value(self, key: str, default):
+        value = self.config.get(key)
+        if value is None:
+            if default is None:
+                raise ValueError(f"{self.source}: missing key {key!r}")
+            return default
+        return value
+
+    def get(self, key: str, default: int | None = None, limit: int = _SIZE_LIMIT) -> int:
+        value = self._value(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                or value != int(value) or not 1 <= value < limit:
+            raise ValueError(f"{self.source}: {key!r} is {value!r}; expected an integer >= 1 and < "
+                             f"2**{limit.bit_length() - 1}")
+        return int(value)
+
+    def positive_float(self, key: str, default: float) -> float:
+        value = self._value(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise ValueError(f"{self.source}: {key!r} is {value!r}; expected a finite number > 0")
+        return float(value)
+
+    def token_ids(self, key: str) -> tuple[int, ...]:
+        value = self.config.get(key)
+        ids = value if isinstance(value, list) else ([] if value is None else [value])
+        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < _VOCAB_LIMIT for i in ids):
+            raise ValueError(f"{self.source}: {key!r} is {value!r}; expected a token id or a list of them")
+        return tuple(ids)
 
 
 def shipped_models() -> list[str]:
@@ -57,54 +103,60 @@ class ModelShape:
 
     @classmethod
     def from_config_dict(cls, config: dict, name: str, source: str = "config.json") -> ModelShape:
+        if not isinstance(config, dict):
+            raise ValueError(f"{source}: top level is a JSON {type(config).__name__}; expected an object")
         architectures = config.get("architectures") or [None]
-        arch = architectures[0]
-        if arch not in SUPPORTED_ARCHITECTURES:
+        arch = architectures[0] if isinstance(architectures, list) else architectures
+        if not isinstance(arch, str) or arch not in SUPPORTED_ARCHITECTURES:
             raise ValueError(
                 f"{source}: unsupported architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
-        try:
-            num_heads = int(config["num_attention_heads"])
-            hidden = int(config["hidden_size"])
-            # transformers 5 folds rope_theta and rope_scaling into rope_parameters.
-            rope = config.get("rope_parameters") or {}
-            rope_scaling = config.get("rope_scaling")
-            if rope_scaling is None and rope.get("rope_type", "default") != "default":
-                rope_scaling = rope
-            eos = config.get("eos_token_id")
-            eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
-            return cls(
-                name=name,
-                architecture=arch,
-                hidden_size=hidden,
-                intermediate_size=int(config["intermediate_size"]),
-                num_layers=int(config["num_hidden_layers"]),
-                num_heads=num_heads,
-                num_kv_heads=int(config.get("num_key_value_heads") or num_heads),
-                head_dim=int(config.get("head_dim") or hidden // num_heads),
-                vocab_size=int(config["vocab_size"]),
-                max_position_embeddings=int(config.get("max_position_embeddings", 4096)),
-                tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-                # Qwen2 has q/k/v biases and no q/k norms; Qwen3 the reverse; Llama neither.
-                attention_bias=bool(config.get("attention_bias", arch == "Qwen2ForCausalLM")),
-                qk_norm=arch == "Qwen3ForCausalLM",
-                rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-                rope_theta=float(config.get("rope_theta") or rope.get("rope_theta") or 10000.0),
-                rope_scaling=rope_scaling,
-                eos_token_ids=eos_ids,
-                torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),
-            )
-        except KeyError as exc:
-            raise ValueError(f"{source}: missing key {exc.args[0]!r}") from None
+        size = _SizeReader(config, source)
+        num_heads = size.get("num_attention_heads")
+        hidden = size.get("hidden_size")
+        num_kv_heads = size.get("num_key_value_heads", num_heads)
+        if num_heads % num_kv_heads:  # grouped-query attention shares each KV head among whole query groups
+            raise ValueError(f"{source}: num_attention_heads ({num_heads}) is not a multiple of "
+                             f"num_key_value_heads ({num_kv_heads})")
+        # transformers 5 folds rope_theta and rope_scaling into rope_parameters.
+        rope = config.get("rope_parameters") or {}
+        if not isinstance(rope, dict):
+            raise ValueError(f"{source}: 'rope_parameters' is {rope!r}; expected an object")
+        rope_scaling = config.get("rope_scaling")
+        if rope_scaling is None and rope.get("rope_type", "default") != "default":
+            rope_scaling = rope
+        return cls(
+            name=name,
+            architecture=arch,
+            hidden_size=hidden,
+            intermediate_size=size.get("intermediate_size"),
+            num_layers=size.get("num_hidden_layers"),
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=size.get("head_dim", hidden // num_heads),
+            vocab_size=size.get("vocab_size", limit=_VOCAB_LIMIT),
+            max_position_embeddings=size.get("max_position_embeddings", 4096),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+            # Qwen2 has q/k/v biases and no q/k norms; Qwen3 the reverse; Llama neither.
+            attention_bias=bool(config.get("attention_bias", arch == "Qwen2ForCausalLM")),
+            qk_norm=arch == "Qwen3ForCausalLM",
+            rms_norm_eps=size.positive_float("rms_norm_eps", 1e-6),
+            rope_theta=size.positive_float("rope_theta", rope.get("rope_theta") or 10000.0),
+            rope_scaling=rope_scaling,
+            eos_token_ids=size.token_ids("eos_token_id"),
+            torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),
+        )
 
     @classmethod
     def load(cls, model: str | Path) -> ModelShape:
         model_dir = resolve_model_dir(model)
         source = model_dir / "config.json"
         try:
-            config = json.loads(source.read_text())
-        except json.JSONDecodeError as exc:
+            config = json.loads(source.read_bytes())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{source}: not valid JSON ({exc})") from None
+        except OSError as exc:  # a folder or an unreadable file named config.json
+            raise ValueError(f"{source}: cannot read it ({exc.strerror or exc})") from None
         name = model_dir.name if model_dir.parent != CONFIG_DIR else str(model)
         return cls.from_config_dict(config, name=name, source=str(source))
 

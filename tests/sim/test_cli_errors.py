@@ -3,6 +3,8 @@ was expected, never a traceback, and nothing written."""
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from pathlib import Path
 
@@ -50,6 +52,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
 
 
 PROFILES = Path(__file__).resolve().parents[2] / "sim" / "profiles" / "h200"
+CONFIGS = Path(__file__).resolve().parents[2] / "engine" / "configs"
 
 # (trace: a key of _bad_files or None for the default trace, extra args, regexes the error line must match)
 CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
@@ -119,12 +122,60 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "out is a file": (None, ["--out", "{tmp}/a_file"], ["{tmp}/a_file"]),
     "slo without a unit": (None, ["--slo", "ttft_p90=2"], ["--slo", "ttft_p90=2", "unit"]),
     "slo unknown metric": (None, ["--slo", "speed_p90=2s"], ["--slo", "speed", "ttft"]),
+    # A model config.json with sizes no model has: each surfaced late, as a traceback or a nonsense KV cache.
+    "config a list": (None, ["--model", "{tmp}/m_list"], ["m_list/config.json", "top level is a JSON list"]),
+    "config zero hidden size": (None, ["--model", "{tmp}/m_zero"], ["m_zero/config.json", "'hidden_size' is 0"]),
+    "config fractional size": (None, ["--model", "{tmp}/m_frac"], ["'hidden_size' is 1024.5", "integer >= 1"]),
+    "config zero vocabulary": (None, ["--model", "{tmp}/m_vocab"], ["m_vocab/config.json", "'vocab_size' is 0"]),
+    "config heads not grouped": (
+        None, ["--model", "{tmp}/m_heads"], ["num_attention_heads \\(16\\) is not a multiple of num_key_value_heads"]
+    ),
+    "config not utf-8": (None, ["--model", "{tmp}/m_binary"], ["m_binary/config.json", "not valid JSON"]),
+    # A profile whose fitted cost model is unusable: NaN coefficients ran to exit 0 with NaN latencies.
+    "profile NaN coefficient": (
+        None, ["--cost-model", "{tmp}/p_nan.json"], ["p_nan.json", "'fit.eager.gpu_coef'", "finite numbers >= 0"]
+    ),
+    "profile negative host factor": (
+        None, ["--cost-model", "{tmp}/p_host.json"], ["p_host.json", "'serving.host_factor' is -1"]
+    ),
+    "profile fit not an object": (None, ["--cost-model", "{tmp}/p_fit.json"], ["p_fit.json", "'fit' is missing"]),
+    "profile engine option text": (
+        None, ["--cost-model", "{tmp}/p_block.json"], ["p_block.json", "'engine_options.block_size' is 'x'"]
+    ),
 }
+
+
+def _write_model(tmp_path: Path, name: str, change) -> None:
+    config = json.loads((CONFIGS / "qwen3-0.6b" / "config.json").read_text())
+    (tmp_path / name).mkdir()
+    content = change(config)
+    path = tmp_path / name / "config.json"
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(json.dumps(content))
+
+
+def _write_profile(tmp_path: Path, name: str, change) -> None:
+    profile = json.loads((PROFILES / "qwen3-0.6b.json").read_text())
+    change(profile)
+    (tmp_path / name).write_text(json.dumps(profile))
+
+
+def _hostile_configs(tmp_path: Path) -> None:
+    _write_model(tmp_path, "m_list", lambda c: [])
+    _write_model(tmp_path, "m_zero", lambda c: {**c, "hidden_size": 0})
+    _write_model(tmp_path, "m_frac", lambda c: {**c, "hidden_size": 1024.5})
+    _write_model(tmp_path, "m_vocab", lambda c: {**c, "vocab_size": 0})
+    _write_model(tmp_path, "m_heads", lambda c: {**c, "num_key_value_heads": 3})
+    _write_model(tmp_path, "m_binary", lambda c: b"\xff\xfe{")
+    _write_profile(tmp_path, "p_nan.json", lambda p: p["fit"]["eager"]["gpu_coef"].__setitem__(0, math.nan))
+    _write_profile(tmp_path, "p_host.json", lambda p: p["serving"].update(host_factor=-1))
+    _write_profile(tmp_path, "p_fit.json", lambda p: p.update(fit="x"))
+    _write_profile(tmp_path, "p_block.json", lambda p: p["engine_options"].update(block_size="x"))
 
 def _args(tmp_path: Path, trace_key: str | None, extra: list[str]) -> list[str]:
     trace = TRACE if trace_key is None else str(_bad_files(tmp_path)[trace_key])
     (tmp_path / "host.csv").write_text("time,factor\n0,1.5\n")
     (tmp_path / "host_nan.csv").write_text("start_s,slowdown\n0,1.5\n5,nan\n")
+    _hostile_configs(tmp_path)
     args = [trace, "--quiet", "--no-report"]
     if "--limit" not in extra:
         args += ["--limit", "20"]

@@ -23,6 +23,7 @@ from cli.replay_args import (
     slos_from_args,
 )
 from engine.core.config_args import build_config
+from engine.core.model_config import ModelShape
 from engine.options import EngineOptions
 from sim.hardware import host_info
 
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = build_config(EngineOptions, args)
         trace = load_trace_for_replay(args)
+        trace.check_vocabulary(ModelShape.load(options.model).vocab_size)  # not only after the model loads
         args.slos = slos_from_args(args)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")

@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         slos = slos_from_args(args)
         num_replays = None if args.bands is None else check_num_replays(args.bands)
         shape = config.model_shape
+        trace.check_vocabulary(shape.vocab_size)  # a stored prompt id beyond the model's failed mid-run
         config.resolved_for(shape)  # fail on bad options before simulating
         make_cost_model(config, shape)
     except (ValueError, FileNotFoundError) as exc:

@@ -114,6 +114,17 @@ class Trace:
         if not 0 <= row < len(self):
             raise IndexError(f"{self.source}: row {row} is out of range for a trace of {len(self)} requests")
 
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """Raise TraceError naming the first row whose stored ``prompt_token_ids`` hold an id outside
+        ``[0, vocab_size)``: replays call it before they start, as the row would otherwise fail only when
+        it arrives, mid-run (synthesised prompts are always inside the vocabulary)."""
+        if "prompt_token_ids" not in self.requests.columns:
+            return
+        largest = self.requests["prompt_token_ids"].list.max()
+        beyond = np.flatnonzero((largest >= vocab_size).fill_null(False).to_numpy())
+        if beyond.size:
+            self.prompt_token_array(int(beyond[0]), vocab_size)  # raises the row's error, with its position
+
     def prompt_token_array(self, row: int, vocab_size: int, seed: int = 0) -> np.ndarray:
         """`prompt_token_ids` as an int64 numpy array (the fast path: no Python list)."""
         self._check_row(row)

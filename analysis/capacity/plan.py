@@ -132,6 +132,7 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
     for config, label in zip(configs, labels):
         try:
             shape = config.model_shape
+            trace.check_vocabulary(shape.vocab_size)  # a stored prompt id beyond the model's failed mid-sweep
             config.resolved_for(shape)
             cost_models.append(make_cost_model(config, shape).name)
         except (ValueError, FileNotFoundError) as exc:

@@ -31,3 +31,18 @@ def test_engine_replay_refuses_before_loading(trace, tmp_path, capsys, args, pat
     argv = [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--out", str(out), *args]
     assert pattern in cli_error(replay_main, argv, capsys)
     assert not out.exists()
+
+
+def test_engine_replay_checks_prompt_ids_against_the_vocabulary_before_loading(tmp_path, capsys, monkeypatch):
+    """A stored id beyond the model's vocabulary failed only when its row arrived, after the model had loaded."""
+    import engine.llm
+
+    monkeypatch.setattr(engine.llm, "LLM", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    trace = tmp_path / "ids.parquet"
+    pl.DataFrame({"request_id": [0], "arrival_s": [0.0], "prompt_tokens": [2], "output_tokens": [1],
+                  "prompt_token_ids": [[5, 151936]]}).write_parquet(trace)
+    out = tmp_path / "out"
+    argv = [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--out", str(out)]
+    line = cli_error(replay_main, argv, capsys)
+    assert f"{trace}: row 0" in line and "token id 151936 at position 1, outside the vocabulary" in line
+    assert not out.exists()

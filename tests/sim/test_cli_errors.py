@@ -38,6 +38,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         "directory": tmp_path / "a_directory",
         "missing_column": tmp_path / "no_output_tokens.parquet",
         "bad_value": tmp_path / "zero_prompt.parquet",
+        "beyond_vocab": tmp_path / "big_ids.parquet",
     }
     files["text"].write_text("request_id,arrival_s,prompt_tokens,output_tokens\n0,0.0,10,10\n")
     files["empty"].write_bytes(b"")
@@ -48,6 +49,10 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
     pl.DataFrame(
         {"request_id": [0, 1], "arrival_s": [0.0, 1.0], "prompt_tokens": [10, 0], "output_tokens": [5, 5]}
     ).write_parquet(files["bad_value"])
+    pl.DataFrame(
+        {"request_id": [0, 1], "arrival_s": [0.0, 1.0], "prompt_tokens": [2, 2], "output_tokens": [5, 5],
+         "prompt_token_ids": [[1, 2], [3, 10**9]]}
+    ).write_parquet(files["beyond_vocab"])
     return files
 
 
@@ -62,6 +67,10 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "directory": ("directory", [], ["{trace}", "directory"]),
     "missing column": ("missing_column", [], ["{trace}", "output_tokens", "missing"]),
     "zero prompt tokens": ("bad_value", [], ["{trace}", "prompt_tokens", ">= 1"]),
+    # Was a traceback when the row arrived, mid-run.
+    "token id beyond the vocabulary": (
+        "beyond_vocab", [], ["{trace}", "row 1", "token id 1000000000 at position 1", "vocabulary \\[0, 151936\\)"]
+    ),
     "qps 0": (None, ["--qps", "0"], ["--qps", "> 0"]),
     "qps negative": (None, ["--qps", "-2"], ["--qps", "> 0"]),
     "qps not a number": (None, ["--qps", "fast"], ["--qps", "float"]),

@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
+from traces.token_synth import tokens_from_hash_ids_array
 
 _INT32_LIMIT = 2**31  # token ids are hashed as int32 (engine.core.block_manager.token_bytes)
 
@@ -29,6 +30,11 @@ class TraceRequests:
         self.request_ids: list[str] = requests["request_id"].to_list()
         self.output_tokens: list[int] = requests["output_tokens"].to_list()
         self.prompt_tokens: list[int] = requests["prompt_tokens"].to_list()
+        # Prompts made from hash ids are made here from the trace's flattened ids: the same function as
+        # Trace.prompt_token_array, without its per-row column lookups (a few microseconds of a request's
+        # synthesis, which the simulator does at every arrival).
+        self._hash_ids = (trace._hash_id_offsets if "hash_ids" in requests.columns
+                          and "prompt_token_ids" not in requests.columns and 1 <= vocab_size < 2**32 else None)
 
     def __len__(self) -> int:
         return len(self.arrivals_s)
@@ -39,7 +45,12 @@ class TraceRequests:
     def prompt_array(self, i: int) -> array:
         """``prompt(i)`` as an ``array('i')`` made from the synthesised numpy array in one copy (no Python ints:
         ``tolist`` cost several times the synthesis), for the simulator (engine.core.Sequence takes either)."""
-        tokens = self.trace.prompt_token_array(i, self.vocab_size, self.seed)
+        if self._hash_ids is not None and 0 <= i < len(self.prompt_tokens):
+            flat, offsets = self._hash_ids
+            tokens = tokens_from_hash_ids_array(flat[offsets[i]:offsets[i + 1]], self.prompt_tokens[i],
+                                                self.trace.hash_block_size, self.vocab_size)
+        else:
+            tokens = self.trace.prompt_token_array(i, self.vocab_size, self.seed)
         if self.vocab_size > _INT32_LIMIT:  # ids past int32 would wrap: the block manager refuses them as a list too
             return self.prompt(i)
         return array("i", tokens.astype(np.int32).tobytes())

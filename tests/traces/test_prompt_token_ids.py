@@ -118,3 +118,24 @@ def test_bad_row_and_vocab() -> None:
         trace.prompt_token_ids(3, VOCAB)
     with pytest.raises(ValueError, match="vocab_size"):
         trace.prompt_token_ids(0, 0)
+
+
+def test_a_few_hash_ids_mixed_as_python_ints_give_the_array_paths_tokens(monkeypatch) -> None:
+    """A prompt's few hash ids are mixed one by one as Python ints, many as a numpy array: the same tokens,
+    negative and extreme ids included; and the simulator's TraceRequests.prompt_array gives the trace's own."""
+    from array import array
+
+    from traces import token_synth
+    from traces.requests import TraceRequests
+
+    ids = np.array([0, 1, -1, 2**63 - 1, -(2**63), 123_456_789_012], dtype=np.int64)
+    few = token_synth.tokens_from_hash_ids_array(ids, len(ids) * BLOCK - 3, BLOCK, VOCAB)
+    monkeypatch.setattr(token_synth, "_MAX_SCALAR_KEYS", 0)
+    many = token_synth.tokens_from_hash_ids_array(ids, len(ids) * BLOCK - 3, BLOCK, VOCAB)
+    assert few.dtype == many.dtype == np.int64
+    assert few.tolist() == many.tolist()
+    monkeypatch.undo()
+    trace = _hash_trace()
+    requests = TraceRequests(trace, VOCAB)
+    for row in range(len(trace)):
+        assert requests.prompt_array(row) == array("i", trace.prompt_token_ids(row, VOCAB))

@@ -39,8 +39,22 @@ class HostSpeed(Protocol):
     def slowdown_at(self, t_s: float) -> float: ...
 
 
+# A host this many times faster or slower than the profiling grid is no serving host; beyond it step times
+# overflow or underflow the run's sums (1e308 gave infinite latencies and numpy overflow warnings).
+MIN_SLOWDOWN, MAX_SLOWDOWN = 1e-3, 1e3
+# Steps last milliseconds: shorter episodes change nothing measurable, and 1e-300 s ones never ended drawing.
+MIN_EPISODE_S = 1e-3
+# A gap between queries of this many mean episode cycles is drawn no further (it could take forever, e.g. up
+# to an arrival at 1e300 s): the state after it is independent of the one before, so the process restarts.
+MAX_CYCLES_DRAWN = 1e6
+
+
 def _is_slowdown(value: float) -> bool:
-    return 0.0 < value < math.inf  # NaN fails both comparisons
+    return MIN_SLOWDOWN <= value <= MAX_SLOWDOWN  # NaN fails both comparisons
+
+
+def _slowdown_error(what: str, value: object) -> ValueError:
+    return ValueError(f"{what} must be a finite number from {MIN_SLOWDOWN:g} to {MAX_SLOWDOWN:g}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -49,7 +63,7 @@ class ConstantHostSpeed:
 
     def __post_init__(self) -> None:
         if not _is_slowdown(self.slowdown):
-            raise ValueError(f"a host slowdown must be a finite number > 0, got {self.slowdown}")
+            raise _slowdown_error("a host slowdown", self.slowdown)
 
     @property
     def name(self) -> str:
@@ -68,7 +82,7 @@ class HostSpeedTimeline:
         if not all(math.isfinite(t) for t in starts_s) or any(b <= a for a, b in zip(starts_s, starts_s[1:])):
             raise ValueError("host-speed timeline: start_s must be finite and increase from row to row")
         if not all(_is_slowdown(s) for s in slowdowns):
-            raise ValueError("host-speed timeline: every slowdown must be a finite number > 0")
+            raise _slowdown_error("host-speed timeline: every slowdown", min(slowdowns, key=_is_slowdown))
         self.starts_s = list(starts_s)
         self.slowdowns = list(slowdowns)
         self.name = name
@@ -113,10 +127,11 @@ class HostSpeedEpisodes:
     ``fraction``), drawn from ``seed`` as simulated time advances."""
 
     def __init__(self, normal: float, slow: float, fraction: float, mean_episode_s: float, seed: int = 0) -> None:
-        if not (_is_slowdown(normal) and _is_slowdown(slow) and 0.0 <= fraction < 1.0 and _is_slowdown(mean_episode_s)):
+        if not (_is_slowdown(normal) and _is_slowdown(slow) and 0.0 <= fraction < 1.0
+                and MIN_EPISODE_S <= mean_episode_s < math.inf):
             raise ValueError(
-                "episodes need finite NORMAL > 0, SLOW > 0, 0 <= FRACTION < 1 and MEAN_S > 0; "
-                f"got {normal}, {slow}, {fraction}, {mean_episode_s}"
+                f"episodes need NORMAL and SLOW from {MIN_SLOWDOWN:g} to {MAX_SLOWDOWN:g}, 0 <= FRACTION < 1 and "
+                f"a finite MEAN_S >= {MIN_EPISODE_S:g} s; got {normal}, {slow}, {fraction}, {mean_episode_s}"
             )
         self.normal, self.slow, self.fraction, self.mean_episode_s = normal, slow, fraction, mean_episode_s
         self.name = f"episodes:{normal:g},{slow:g},{fraction:g},{mean_episode_s:g}"
@@ -128,9 +143,16 @@ class HostSpeedEpisodes:
     def slowdown_at(self, t_s: float) -> float:
         if self.fraction == 0:
             return self.normal
+        if t_s - self._horizon_s > MAX_CYCLES_DRAWN * (self._mean_normal_s + self.mean_episode_s):
+            if len(self._ends_s) % 2:  # the next period would be slow: close it empty, so a normal one follows
+                self._ends_s.append(self._horizon_s)
+            self._horizon_s = t_s  # normal over the whole gap, drawn afresh from t_s
+            self._ends_s.append(t_s)
         while self._horizon_s <= t_s:
             mean = self._mean_normal_s if len(self._ends_s) % 2 == 0 else self.mean_episode_s
-            self._horizon_s += self._rng.expovariate(1.0 / mean)
+            # At least one float step: far out in time (1e300 s) an episode is shorter than the clock's resolution.
+            self._horizon_s = max(self._horizon_s + self._rng.expovariate(1.0 / mean),
+                                  math.nextafter(self._horizon_s, math.inf))
             self._ends_s.append(self._horizon_s)
         period = bisect.bisect_right(self._ends_s, t_s)
         return self.slow if period % 2 else self.normal
@@ -163,7 +185,10 @@ def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
                 f"--host-slowdown {spec!r}: expected episodes:NORMAL,SLOW,FRACTION,MEAN_S (four finite numbers) "
                 "and optionally ,SEED (an integer >= 0)"
             ) from None
-        return HostSpeedEpisodes(normal, slow, fraction, mean_s, seed)
+        try:
+            return HostSpeedEpisodes(normal, slow, fraction, mean_s, seed)
+        except ValueError as exc:
+            raise ValueError(f"--host-slowdown {spec!r}: {exc}") from None
     try:
         value = float(spec)
     except ValueError:
@@ -180,6 +205,8 @@ def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
         return HostSpeedTimeline.load_csv(path)
     if value <= 0:
         raise ValueError(f"--host-slowdown must be > 0, got {value}")
+    if not _is_slowdown(value):
+        raise _slowdown_error("--host-slowdown", spec)
     return ConstantHostSpeed(value)
 
 

@@ -34,7 +34,8 @@ def test_timeline_holds_each_value_until_the_next_start(tmp_path):
 
 @pytest.mark.parametrize("text,message", [
     ("start_s,slowdown\n0,1\n0,2\n", "increase"),
-    ("start_s,slowdown\n0,-1\n", "> 0"),
+    ("start_s,slowdown\n0,-1\n", "from 0.001 to 1000, got -1"),
+    ("start_s,slowdown\n0,1\n5,5000\n", "from 0.001 to 1000, got 5000"),  # overflowed the run's sums at 1e308
     ("start_s,slowdown\n0,x\n", "line 2"),
     ("start_s,slowdown\n", "at least one"),
 ])
@@ -58,6 +59,23 @@ def test_episodes_are_seeded_and_spend_about_the_asked_share_slow():
     starts = sum(1 for x, y in zip(values, values[1:]) if x == 1.1 and y == 1.8)
     assert 3.0 < 0.25 * 20000.0 / starts < 5.0
     assert HostSpeedEpisodes(1.0, 2.0, 0.0, 1.0).slowdown_at(123.0) == 1.0
+
+
+def test_episodes_end_in_bounded_time():
+    """Episodes of 1e-300 s, or a query at 1e300 s (a trace's last arrival), drew periods forever."""
+    with pytest.raises(ValueError, match="MEAN_S >= 0.001 s; got 1.0, 2.0, 0.5, 1e-300"):
+        parse_host_slowdown("episodes:1,2,0.5,1e-300")
+    episodes = HostSpeedEpisodes(1.0, 2.0, 0.5, 1.0, seed=1)
+    assert episodes.slowdown_at(10.0) in (1.0, 2.0)
+    assert episodes.slowdown_at(1e300) in (1.0, 2.0) and episodes.slowdown_at(1e300 * 1.5) in (1.0, 2.0)
+    assert len(episodes._ends_s) < 1000
+
+
+@pytest.mark.parametrize("spec", ["1e308", "1e-9"])
+def test_a_slowdown_beyond_any_host_is_refused(spec):
+    """1e308 ran to exit 0 with infinite latencies and numpy overflow warnings."""
+    with pytest.raises(ValueError, match=f"--host-slowdown must be a finite number from 0.001 to 1000, got {spec}"):
+        parse_host_slowdown(spec)
 
 
 def test_parse_host_slowdown():

@@ -13,6 +13,8 @@ from sim.hardware import GPUS, get_gpu
 from sim.host_speed import parse_host_slowdown
 from sim.router import ROUTERS
 
+MAX_REPLICAS = 10_000  # 100 times the largest fleet benchmarked (benchmarks/sim_million.py: 64)
+
 
 @dataclass(frozen=True, kw_only=True)
 class SimConfig(EngineConfig):
@@ -37,6 +39,9 @@ class SimConfig(EngineConfig):
         except ValueError as exc:
             raise ConfigError("gpu", str(exc)) from None
         check_int("num_replicas", self.num_replicas)
+        # Each replica is an event-loop process with its own KV cache, built up front: 2**70 of them never started.
+        check(self.num_replicas <= MAX_REPLICAS, f"num_replicas must be at most {MAX_REPLICAS:,}, got "
+              f"{self.num_replicas}", "num_replicas")
         check_choice("router", self.router, tuple(ROUTERS))
         parse_host_slowdown(self.host_slowdown)  # validates the spec (and the file, if one is named)
 

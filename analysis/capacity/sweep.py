@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from analysis.capacity.bisection import CapacitySearch, SearchOutcome, SearchParams
 from analysis.capacity.point import PointJob, PointResult
+from engine.core.config import ConfigError
 from engine.core.config_args import flag_of
 from sim.config import SimConfig
 
@@ -45,8 +46,13 @@ def expand_configs(base: SimConfig, axes: Mapping[str, Sequence]) -> list[SimCon
     for name in names:
         if len(axes[name]) == 0:
             raise SweepError(f"{SWEEP_AXES[name]}: empty list; give at least one value")
-    return [dataclasses.replace(base, **dict(zip(names, values)))
-            for values in itertools.product(*(axes[n] for n in names))]
+    try:
+        return [dataclasses.replace(base, **dict(zip(names, values)))
+                for values in itertools.product(*(axes[n] for n in names))]
+    except ConfigError as exc:  # a later value of a list (--replicas 1,20000): name its option as build_config does
+        if exc.field not in SWEEP_AXES:
+            raise
+        raise SweepError(f"{SWEEP_AXES[exc.field]}: {exc}") from None
 
 
 def config_label(config: SimConfig, varying: Iterable[str] | None = None) -> str:

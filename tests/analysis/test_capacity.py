@@ -128,6 +128,7 @@ BAD_INPUTS = [
     (["--slo", "ttft_p90=2"], "argument --slo: SLO 'ttft_p90=2' needs a unit"),
     (["--slo", "ttft_p90=2s", "--replicas", ""], "argument --replicas: empty list"),
     (["--slo", "ttft_p90=2s", "--replicas", "1,0"], "argument --replicas: 0 must be >= 1"),
+    (["--slo", "ttft_p90=2s", "--replicas", f"1,{2**70}"], "error: --replicas: num_replicas must be at most 10,000"),
     (["--slo", "ttft_p90=2s", "--max-num-seqs", "8,x"], "argument --max-num-seqs: 'x' is not an integer"),
     (["--slo", "ttft_p90=2s", "--model", "nope"], "argument --model: model 'nope' is neither"),
     (["--slo", "ttft_p90=2s", "--gpu", "h200,h900"], "argument --gpu: unknown GPU 'h900'; supported: h200"),

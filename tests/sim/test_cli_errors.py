@@ -79,6 +79,7 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "time-scale 0": (None, ["--time-scale", "0"], ["--time-scale", "> 0"]),
     "limit 0": (None, ["--limit", "0"], ["--limit", ">= 1"]),
     "replicas 0": (None, ["--replicas", "0"], ["--replicas", ">= 1"]),
+    "replicas 2**70": (None, ["--replicas", str(2**70)], ["--replicas", "at most 10,000"]),  # hung building them
     "unknown model": (None, ["--model", "no-such-model"], ["model", "no-such-model", "qwen3-0.6b"]),
     "unknown gpu": (None, ["--gpu", "tpu9"], ["--gpu", "tpu9", "h200"]),
     "unknown policy": (None, ["--policy", "bogus"], ["--policy", "bogus", "mixed"]),

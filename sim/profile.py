@@ -211,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     # What the runner captured, read before close() releases it.
     graph_sizes = list(getattr(llm.runner, "_graph_sizes", []))
     piecewise_sizes = list(llm.runner.piecewise.sizes) if llm.runner.piecewise is not None else []
+    # Decode steps that continue the step before's batch run from a plan prepared during that step (the
+    # runner's NextDecode): the 'decode' family measures those, 'decode_after_eager' the others.
+    prepares_decode_ahead = bool(getattr(llm.runner, "prepare_ahead", False))
     llm.close()
     profile = {
         "model": llm.shape.name if args.model.count("/") == 0 else args.model,
@@ -220,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "host": host_info(),
         "measured_at": time.strftime("%Y-%m-%d"),
+        "engine_features": {"prepares_decode_ahead": prepares_decode_ahead, "sampler": "gumbel one pass"},
         "engine_options": {
             "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
             "block_size": args.block_size, "max_model_len": args.max_model_len,

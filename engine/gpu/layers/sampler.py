@@ -71,13 +71,14 @@ class SamplingTensors:
             return
         self.filtered_rows = [row for row, (k, p) in enumerate(zip(top_ks, top_ps)) if k > 0 or p < 1.0]
         pinned = device.type == "cuda"
-        self.temperatures = _to(torch.tensor(temperatures, dtype=torch.float32), device, pinned)
+        # Through numpy: torch.tensor(list) is several times slower on the few hundred rows of a step.
+        self.temperatures = _to(torch.from_numpy(np.array(temperatures, dtype=np.float32)), device, pinned)
         # A copy: the caller may reuse its array for the next step while this one is still being copied.
         self.words = _to(torch.from_numpy(np.array(words, dtype=np.int64).reshape(-1, 3)), device, pinned)
         self.top_ks = self.top_ps = None
         if self.filtered_rows:
-            self.top_ks = _to(torch.tensor(top_ks, dtype=torch.int64), device, pinned)
-            self.top_ps = _to(torch.tensor(top_ps, dtype=torch.float32), device, pinned)
+            self.top_ks = _to(torch.from_numpy(np.array(top_ks, dtype=np.int64)), device, pinned)
+            self.top_ps = _to(torch.from_numpy(np.array(top_ps, dtype=np.float32)), device, pinned)
 
 
     @classmethod

@@ -34,7 +34,7 @@ from analysis.capacity.cost import (
 from analysis.capacity.outputs import write_outputs
 from analysis.capacity.plan import CapacityRun, run_capacity
 from analysis.capacity.sweep import ANSWER_KINDS, SWEEP_AXES, SweepError, answer_text
-from analysis.capacity.workload import THINK_TIME_MODES, WorkloadParams
+from analysis.capacity.workload import THINK_TIME_MODES, StreamTooLong, WorkloadParams
 from analysis.formatting import format_number
 from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
 from analysis.slo import SLO, parse_slos
@@ -79,6 +79,28 @@ def positive_float(text: str) -> float:
     value = _converted(text, float, "a number")
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
+    return value
+
+
+# A billion requests per second is beyond any fleet; larger rates overflowed the stream's request count and the
+# replica counts (--qps-max 1e308, --target-qps 1e308 were tracebacks).
+MAX_QPS = 1e9
+
+
+def rate(text: str) -> float:
+    value = positive_float(text)
+    if value > MAX_QPS:
+        raise argparse.ArgumentTypeError(f"{text} requests/s is above the limit of {MAX_QPS:g}")
+    return value
+
+
+def seed_count(text: str) -> int:
+    """--seeds: each is a whole search, as each band replay is (sim.bands caps those at MAX_REPLAYS)."""
+    from sim.bands import MAX_REPLAYS
+
+    value = positive_int(text)
+    if value > MAX_REPLAYS:
+        raise argparse.ArgumentTypeError(f"{value} is more than {MAX_REPLAYS} searches per configuration")
     return value
 
 
@@ -170,9 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
         types={name: comma_list(parse_item) for name, parse_item in SWEEP_ITEM_TYPES.items()},
     )
     search = parser.add_argument_group("search")
-    search.add_argument("--qps-min", type=positive_float, default=None,
+    search.add_argument("--qps-min", type=rate, default=None,
                         help="lower end of the QPS bracket (default: found automatically)")
-    search.add_argument("--qps-max", type=positive_float, default=None,
+    search.add_argument("--qps-max", type=rate, default=None,
                         help="upper end of the QPS bracket (default: found automatically, starting at the trace's "
                         "own rate and doubling or halving)")
     search.add_argument("--tolerance", type=float, default=0.05,
@@ -198,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     steady.add_argument("--stability-tolerance", type=float, default=WorkloadParams.stability_tolerance,
                         help="a QPS is stable when completions keep within this share of arrivals and the "
                         "backlog grows by less than this share of the arrival rate (default: %(default)s)")
-    steady.add_argument("--seeds", type=positive_int, default=1,
+    steady.add_argument("--seeds", type=seed_count, default=1,
                         help="independent streams per configuration; the answer is the median max QPS "
                         "(default: %(default)s)")
     steady.add_argument("--seed-offset", type=non_negative_int, default=0,
@@ -212,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     steady.add_argument("--no-duration-check", action="store_true",
                         help="skip simulating each answer again on a stream twice as long")
     cost = parser.add_argument_group("capacity planning")
-    cost.add_argument("--target-qps", type=positive_float, default=None,
+    cost.add_argument("--target-qps", type=rate, default=None,
                       help="load to size replicas for (default: the trace's own mean rate)")
     defaults = ",".join(f"{gpu}={price:g}" for gpu, price in DEFAULT_GPU_COST_PER_HOUR_USD.items())
     cost.add_argument("--gpu-cost", default=None,
@@ -292,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {exc}\n")
     except OSError as exc:  # a full disk while writing: nothing was moved into place
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
+    except StreamTooLong as exc:
+        parser.exit(2, f"error: {exc}; nothing written\n")
     except KeyboardInterrupt:
         parser.exit(130, "interrupted: simulations stopped, nothing written\n")
     if not args.quiet:

@@ -35,6 +35,13 @@ from analysis.capacity.stability import DEFAULT_STABILITY_TOLERANCE
 from traces.schema import Trace
 
 THINK_TIME_MODES = ("keep", "scale")
+# Requests in one simulated stream: ten times the fleet benchmark's largest single run per replica, and what
+# fits in memory with room to spare (each costs its token times); past it a stream took hours or overflowed.
+MAX_STREAM_REQUESTS = 10_000_000
+
+
+class StreamTooLong(ValueError):
+    """A stream past MAX_STREAM_REQUESTS, met mid-search (the bracket grew there): the CLI ends with its message."""
 # Block size for hash ids derived from prompt token ids (the simulator's default KV block size).
 DERIVED_HASH_BLOCK_SIZE = 16
 
@@ -176,8 +183,8 @@ class WorkloadParams:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.min_duration_s) and self.min_duration_s >= 0):
             raise ValueError(f"--min-duration-s must be a finite number >= 0, got {self.min_duration_s}")
-        if self.min_requests < 0:
-            raise ValueError(f"--min-requests must be >= 0, got {self.min_requests}")
+        if not 0 <= self.min_requests <= MAX_STREAM_REQUESTS:
+            raise ValueError(f"--min-requests must be from 0 to {MAX_STREAM_REQUESTS:,}, got {self.min_requests}")
         if not 0 <= self.warmup_fraction < 1:
             raise ValueError(f"--warmup-fraction must be in [0, 1), got {self.warmup_fraction}")
         if self.think_times not in THINK_TIME_MODES:
@@ -188,6 +195,14 @@ class WorkloadParams:
     def duration_s(self, qps: float, scale: float = 1.0) -> float:
         """The stream's length at `qps`, times `scale` (2 for the T-versus-2T check)."""
         return scale * max(self.min_duration_s, self.min_requests / qps)
+
+    def check_stream_size(self, qps: float, scale: float = 1.0) -> None:
+        """ValueError naming the options when the stream at `qps` would hold more than MAX_STREAM_REQUESTS."""
+        expected = qps * self.duration_s(qps, scale)
+        if not expected <= MAX_STREAM_REQUESTS:
+            raise ValueError(f"a stream of {self.duration_s(qps, scale):.6g} s at {qps:.6g} requests/s holds about "
+                             f"{expected:.3g} requests, more than the {MAX_STREAM_REQUESTS:,} one simulation takes; "
+                             "lower --min-duration-s or the QPS bracket (--qps-max)")
 
 
 def steady_trace(library: SessionLibrary, qps: float, duration_s: float, warmup_s: float,
@@ -204,6 +219,10 @@ def steady_trace(library: SessionLibrary, qps: float, duration_s: float, warmup_
     lead_s = library.longest_session_s * think_scale
     # Enough starts to cover [-lead_s, duration_s) in one draw; topped up in the rare case it falls short.
     expected = (lead_s + duration_s) / mean_gap_s
+    if not expected * library.requests_per_session <= 2 * MAX_STREAM_REQUESTS:  # the sessions' lead in, too
+        raise StreamTooLong(f"a stream of {duration_s:.6g} s at {qps:.6g} requests/s would hold about "
+                         f"{expected * library.requests_per_session:.3g} requests, more than one simulation takes "
+                         f"({MAX_STREAM_REQUESTS:,}); lower --min-duration-s or --qps-max")
     starts: list[np.ndarray] = []
     clock_s, total = -lead_s, 0
     while clock_s < duration_s:

@@ -149,6 +149,13 @@ BAD_INPUTS = [
     (["--slo", "ttft_p90=2s", "--min-duration-s", "0", "--min-requests", "0"], "--min-duration-s and --min-requests"),
     (["--slo", "ttft_p90=2s", "--min-requests", "-1"], "argument --min-requests: -1 must be >= 0"),
     (["--slo", "ttft_p90=2s", "--seeds", "0"], "argument --seeds: 0 must be >= 1"),
+    # Tracebacks (OverflowError, TypeError) before these limits:
+    (["--slo", "ttft_p90=2s", "--seeds", str(2**70)], "argument --seeds: 1180591620717411303424 is more than 1000"),
+    (["--slo", "ttft_p90=2s", "--qps-max", "1e308"], "argument --qps-max: 1e308 requests/s is above the limit"),
+    (["--slo", "ttft_p90=2s", "--target-qps", "1e308"], "argument --target-qps: 1e308 requests/s is above the"),
+    (["--slo", "ttft_p90=2s", "--qps-max", "1e6"], "requests, more than the 10,000,000 one simulation takes"),
+    (["--slo", "ttft_p90=2s", "--min-duration-s", "1e308"], "lower --min-duration-s"),
+    (["--slo", "ttft_p90=2s", "--min-requests", str(2**62)], "--min-requests must be from 0 to 10,000,000"),
     (["--slo", "ttft_p90=2s", "--bands", "1"], "--bands must be an integer from 2 to 1000"),
     (["--slo", "ttft_p90=2s", "--bands", "3", "--seeds", "2"], "--bands 3 and --seeds 2: --bands N already runs"),
 ]

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from analysis.capacity.stability import measure_stability
-from analysis.capacity.workload import SessionLibrary, WorkloadParams, steady_trace
+from analysis.capacity.workload import SessionLibrary, StreamTooLong, WorkloadParams, steady_trace
 from traces.schema import Trace
 
 # Session 7: two turns 30 s apart, the second extending the first's blocks; session 8: one turn. Block 100 is
@@ -102,6 +102,17 @@ def test_workload_durations_and_errors() -> None:
         WorkloadParams(think_times="fast")
     with pytest.raises(ValueError, match=r"--warmup-fraction must be in \[0, 1\)"):
         WorkloadParams(warmup_fraction=1.0)
+
+
+def test_a_stream_beyond_what_one_simulation_takes_is_refused() -> None:
+    """--min-duration-s 1e308 or --qps-max 1e308 raised OverflowError drawing the stream; 2**62 requests too."""
+    with pytest.raises(ValueError, match="--min-requests must be from 0 to 10,000,000"):
+        WorkloadParams(min_requests=2**62)
+    with pytest.raises(ValueError, match="holds about 4.8e\\+08 requests, more than the 10,000,000"):
+        WorkloadParams().check_stream_size(1e6, scale=2.0)
+    WorkloadParams().check_stream_size(1e3, scale=2.0)  # 480,000 requests: fine
+    with pytest.raises(StreamTooLong, match="more than one simulation takes"):
+        steady_trace(SessionLibrary.from_trace(TRACE), 1e6, 1e308, 0.0, "keep", seed=0)
 
 
 def _requests(arrivals: np.ndarray, finishes: np.ndarray) -> pl.DataFrame:

@@ -21,6 +21,16 @@ class OutDirError(ValueError):
     """An output folder that cannot be used; the message names it and says why."""
 
 
+def out_folder(text: str) -> str:
+    """argparse type of an output folder option: an empty one (--out "") meant the default folder under runs/
+    for some commands and the current folder for others; neither is what was typed."""
+    if not text.strip():
+        import argparse
+
+        raise argparse.ArgumentTypeError("is empty; name a folder for the run")
+    return text
+
+
 def default_out_dir(prefix: str, name: str) -> Path:
     """``runs/<prefix>-<name>-<timestamp>``, with ``-2``, ``-3``, ... when that folder already exists."""
     base = Path("runs") / f"{prefix}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"

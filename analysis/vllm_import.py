@@ -26,6 +26,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analysis.outdir import out_folder
 from analysis.schema import FAILED, REQUESTS_SCHEMA, STEPS_SCHEMA, empty_frame
 
 PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Turn a `vllm bench serve --save-result --save-detailed` result "
                                                  "file into a replay run folder (for analysis.compare/summarize).")
     parser.add_argument("result", metavar="RESULT.json", help="the result file")
-    parser.add_argument("--out", required=True, help="run folder to write")
+    parser.add_argument("--out", type=out_folder, required=True, help="run folder to write")
     parser.add_argument("--trace", default=None,
                         help="the trace the benchmark replayed, in the same order: its request ids name the requests "
                              "(default: their positions in the file)")

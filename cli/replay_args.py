@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from analysis.outdir import out_folder
 from engine.core.config import EngineConfig
 from engine.core.config_args import add_config_arguments, field_names
 
@@ -31,7 +32,7 @@ def add_config_groups(parser: argparse.ArgumentParser, cls, others_title: str) -
 
 def add_output_arguments(parser: argparse.ArgumentParser, out_help: str, *, required: bool = False) -> None:
     out = parser.add_argument_group("output")
-    out.add_argument("--out", default=None, required=required, help=out_help)
+    out.add_argument("--out", type=out_folder, default=None, required=required, help=out_help)
     out.add_argument("--overwrite", action="store_true",
                      help="replace --out if it holds an earlier run (never a folder holding anything else)")
     out.add_argument("--no-report", action="store_true", help="skip report.html")

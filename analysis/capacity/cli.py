@@ -36,7 +36,7 @@ from analysis.capacity.plan import CapacityRun, run_capacity
 from analysis.capacity.sweep import ANSWER_KINDS, SWEEP_AXES, SweepError, answer_text
 from analysis.capacity.workload import THINK_TIME_MODES, StreamTooLong, WorkloadParams
 from analysis.formatting import format_number
-from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
+from analysis.outdir import OutDirError, default_out_dir, out_folder, staged_out_dir
 from analysis.slo import SLO, parse_slos
 from engine.core.config import SCHEDULING_POLICIES
 from engine.core.config_args import add_config_arguments, field_names
@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how long to wait for ray.init once the address answers as Ray (default 60; it starts "
                      "a client process and uploads the project's packages)")
     out = parser.add_argument_group("output")
-    out.add_argument("--out", default=None, help="output folder (default: a new folder under runs/)")
+    out.add_argument("--out", type=out_folder, default=None, help="output folder (default: a new folder under runs/)")
     out.add_argument("--overwrite", action="store_true", help="replace --out if it exists and is not empty")
     out.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     return parser

@@ -19,7 +19,7 @@ from analysis.compare.inputs import CompareInputError, load_run
 from analysis.compare.request_join import PER_REQUEST_METRICS, RequestJoin
 from analysis.compare.tables import format_error_table, format_fixed_width, format_rel_error
 from analysis.formatting import LATENCY_LABELS, format_percent
-from analysis.outdir import OutDirError, check_out_dir, default_out_dir, staged_out_dir
+from analysis.outdir import OutDirError, check_out_dir, default_out_dir, out_folder, staged_out_dir
 
 EXIT_OK, EXIT_SCHEDULE_DIFFERS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "steps.parquet and, for context only, summary.json; or a `vllm bench serve --save-result "
                         "--save-detailed` result .json")
     parser.add_argument("sim_dir", metavar="SIM_DIR", help="folder of the simulated replay (same layout)")
-    parser.add_argument("--out", metavar="DIR", default=None,
+    parser.add_argument("--out", type=out_folder, metavar="DIR", default=None,
                         help="output folder for compare.json/.md/.parquet and report.html "
                         "(default: a new folder under runs/)")
     parser.add_argument("--schedule", action="store_true",

@@ -157,3 +157,10 @@ def test_simulated_replays_compare_identical_and_different(tmp_path: Path, capsy
     assert code == 1
     assert "schedules differ" in stdout and "first: replica 0, step" in stdout
     assert (tmp_path / "diff" / "report.html").exists()
+
+
+def test_empty_out_is_refused_before_reading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--out "" wrote a new folder under runs/ (elsewhere: the current folder), not what was typed."""
+    real_dir, sim_dir = write_pair(tmp_path)
+    code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", ""], capsys)
+    assert code == 2 and stderr.strip().endswith("error: argument --out: is empty; name a folder for the run")

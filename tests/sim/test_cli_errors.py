@@ -130,6 +130,7 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "block size negative": (None, ["--block-size", "-16"], ["block[-_]size"]),
     "max-model-len 0": (None, ["--max-model-len", "0"], ["max[-_]model[-_]len"]),
     "out is a file": (None, ["--out", "{tmp}/a_file"], ["{tmp}/a_file"]),
+    "out empty": (None, ["--out", ""], ["--out", "is empty"]),  # wrote a folder under runs/ instead
     "slo without a unit": (None, ["--slo", "ttft_p90=2"], ["--slo", "ttft_p90=2", "unit"]),
     "slo unknown metric": (None, ["--slo", "speed_p90=2s"], ["--slo", "speed", "ttft"]),
     # A model config.json with sizes no model has: each surfaced late, as a traceback or a nonsense KV cache.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -50,8 +50,15 @@ RUN_FILES = frozenset({
 })
 
 
-def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out") -> None:
-    """Refuse a target that is a file, or a non-empty folder unless ``overwrite`` and it is an earlier run's."""
+def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", inputs: Iterable[Path] = ()) -> None:
+    """Refuse a target that is a file, or a non-empty folder unless ``overwrite`` and it is an earlier run's,
+    or one that is or holds one of the command's ``inputs`` (an input run folder is itself an earlier run's:
+    analysis.compare A B --out A --overwrite replaced A with the comparison)."""
+    resolved = Path(target).resolve()
+    for source in inputs:
+        source = Path(source).resolve()
+        if source == resolved or resolved in source.parents:
+            raise OutDirError(f"{option} {target} is or holds the input {source}; write the output elsewhere")
     if target.exists() and not target.is_dir():
         raise OutDirError(f"{option} {target} exists and is not a folder")
     if not target.is_dir():
@@ -68,10 +75,18 @@ def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out") -> No
                           f"{', ...' if len(foreign) > 3 else ''}); --overwrite replaces only an earlier run's folder")
 
 
+def input_files(args) -> list[Path]:
+    """The files a command line reads, from its parsed options (trace, cost model, host timeline, prices): what
+    its --out must not replace. Options that are not paths (auto, calibrated, a number) name no file."""
+    names = [getattr(args, name, None) for name in ("trace", "cost_model", "host_slowdown", "gpu_cost")]
+    return [Path(name) for name in names if isinstance(name, str) and name and Path(name).exists()]
+
+
 @contextmanager
-def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out") -> Iterator[Path]:
+def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out",
+                   inputs: Iterable[Path] = ()) -> Iterator[Path]:
     """Yield a fresh staging folder beside ``target``; on success it becomes ``target``."""
-    check_out_dir(Path(target), overwrite=overwrite, option=option)
+    check_out_dir(Path(target), overwrite=overwrite, option=option, inputs=inputs)
     target = Path(target).resolve()  # "." has no name to put a staging folder beside
     stage = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:

@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         run = read_vllm_result(path, ids)
         if lengths is not None:
             check_prompt_lengths(run, path, args.trace, lengths)
-        with staged_out_dir(Path(args.out), overwrite=args.overwrite) as stage:
+        inputs = [Path(args.result)] + ([Path(args.trace)] if args.trace else [])
+        with staged_out_dir(Path(args.out), overwrite=args.overwrite, inputs=inputs) as stage:
             summary = write_run(stage, run.requests.to_arrow(), run.steps.to_arrow(), run.meta,
                                 report_title=None if args.no_report else f"vllm bench serve: {path.name}",
                                 report_subtitle=str(run.meta["config"].get("model_id", "")))

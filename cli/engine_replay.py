@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.outdir import OutDirError, staged_out_dir
+from analysis.outdir import OutDirError, input_files, staged_out_dir
 from cli.replay_args import (
     add_config_groups,
     add_output_arguments,
@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out_dir = Path(args.out)
     try:
-        with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:  # made now: a bad --out fails at once
+        # Made now, so a bad --out fails at once; never over an input.
+        with staged_out_dir(out_dir, overwrite=args.overwrite, inputs=input_files(args)) as stage:
             summary = _replay_into(stage, options, trace, args)
     except OutDirError as exc:
         parser.exit(2, f"error: {exc}\n")

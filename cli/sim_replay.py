@@ -13,7 +13,7 @@ import polars as pl
 
 from analysis.bands import format_bands, run_bands
 from analysis.capacity.executors import default_num_jobs
-from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
+from analysis.outdir import OutDirError, default_out_dir, input_files, staged_out_dir
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import write_run
 from cli.replay_args import (
@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {exc}\n")
     out_dir = Path(args.out) if args.out else default_out_dir("sim", Path(args.trace).stem)
     try:
-        with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:  # made now: a bad --out fails at once
+        # Made now, so a bad --out fails at once; never over an input.
+        with staged_out_dir(out_dir, overwrite=args.overwrite, inputs=input_files(args)) as stage:
             progress = None
             if not args.quiet:
                 from tqdm import tqdm

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from analysis.outdir import OutDirError, default_out_dir, staged_out_dir
+from analysis.outdir import OutDirError, default_out_dir, input_files, staged_out_dir
 from cli.replay_args import add_output_arguments, add_trace_arguments, load_trace_for_replay, slos_from_args
 
 if TYPE_CHECKING:
@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     url = base_url(args.url)
     out_dir = Path(args.out) if args.out else default_out_dir("bench", Path(args.trace).stem)
     try:
-        with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:  # made now: a bad --out fails at once
+        # Made now, so a bad --out fails at once; never over an input.
+        with staged_out_dir(out_dir, overwrite=args.overwrite, inputs=input_files(args)) as stage:
             summary, results = _bench_into(stage, url, trace, tokenizer, slos, args)
     except KeyboardInterrupt:
         print(f"\ninterrupted: nothing written to {out_dir}", file=sys.stderr)

@@ -36,7 +36,7 @@ from analysis.capacity.plan import CapacityRun, run_capacity
 from analysis.capacity.sweep import ANSWER_KINDS, SWEEP_AXES, SweepError, answer_text
 from analysis.capacity.workload import THINK_TIME_MODES, StreamTooLong, WorkloadParams
 from analysis.formatting import format_number
-from analysis.outdir import OutDirError, default_out_dir, out_folder, staged_out_dir
+from analysis.outdir import OutDirError, default_out_dir, input_files, out_folder, staged_out_dir
 from analysis.slo import SLO, parse_slos
 from engine.core.config import SCHEDULING_POLICIES
 from engine.core.config_args import add_config_arguments, field_names
@@ -307,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         except SweepError as exc:
             parser.exit(2, f"error: {exc}\n")
     try:
-        with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:  # made now: a bad --out fails at once
+        # Made now, so a bad --out fails at once; never over an input.
+        with staged_out_dir(out_dir, overwrite=args.overwrite, inputs=input_files(args)) as stage:
             run = run_capacity(args, parser)
             write_outputs(run, stage)
     except OutDirError as exc:

@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     both_names = f"{Path(args.real_dir).resolve().name}-vs-{Path(args.sim_dir).resolve().name}"
     out_dir = Path(args.out) if args.out else default_out_dir("compare", both_names)
     try:
-        check_out_dir(out_dir, overwrite=args.overwrite)  # before any work, so a bad --out costs nothing
+        inputs = [Path(args.real_dir), Path(args.sim_dir)]
+        check_out_dir(out_dir, overwrite=args.overwrite, inputs=inputs)  # before any work: a bad --out costs nothing
         real = load_run(args.real_dir, "real")
         sim = load_run(args.sim_dir, "sim")
         real, sim = name_positional_requests(real, sim)
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if check_schedule or comparison.schedule.unavailable:
         print(comparison.schedule.describe())
     try:
-        with staged_out_dir(out_dir, overwrite=args.overwrite) as stage:
+        with staged_out_dir(out_dir, overwrite=args.overwrite, inputs=inputs) as stage:
             write_outputs(comparison, stage, report=not args.no_report)
     except OutDirError as exc:
         parser.exit(EXIT_BAD_INPUT, f"error: {exc}\n")

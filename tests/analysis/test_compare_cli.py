@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 from plotly.offline import get_plotlyjs
 
@@ -45,7 +46,6 @@ def test_cli_writes_table_json_markdown_parquet_and_report(tmp_path: Path, capsy
     assert document["schedule"]["requests"]["differing_columns"] == {"cached_tokens": 1, "num_preemptions": 1}
     markdown = (out / "compare.md").read_text()
     assert "| TTFT p50 (ms) | 200.0 | 220.0 | +20.00 | +10.00 % |" in markdown
-    import polars as pl
 
     pairs = pl.read_parquet(out / "compare.parquet")
     assert pairs.height == 3 and "ttft_rel_error" in pairs.columns
@@ -164,3 +164,22 @@ def test_empty_out_is_refused_before_reading(tmp_path: Path, capsys: pytest.Capt
     real_dir, sim_dir = write_pair(tmp_path)
     code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", ""], capsys)
     assert code == 2 and stderr.strip().endswith("error: argument --out: is empty; name a folder for the run")
+
+
+def test_out_never_replaces_an_input_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--out REAL_DIR --overwrite replaced the real run with the comparison (a run folder holds only run files)."""
+    real_dir, sim_dir = write_pair(tmp_path)
+    before = {p.name: p.read_bytes() for p in real_dir.iterdir()}
+    for out in (real_dir, tmp_path):  # the input itself, or a folder holding it
+        code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(out), "--overwrite"], capsys)
+        assert code == 2 and f"error: --out {out} is or holds the input {real_dir.resolve()}" in stderr
+    assert {p.name: p.read_bytes() for p in real_dir.iterdir()} == before
+
+
+def test_a_column_of_the_wrong_type_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real_dir, sim_dir = write_pair(tmp_path)
+    write_run(sim_dir, real_requests(), real_steps().with_columns(pl.lit("x").alias("num_seqs")))
+    code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and stderr.count("\n") == 1  # polars' own message spans four lines
+    assert stderr == (f"error: {sim_dir / 'steps.parquet'}: steps table: column 'num_seqs' holds String values that "
+                      "do not convert to Int64\n")

@@ -232,3 +232,22 @@ def test_bad_input_in_a_child_process(tmp_path, extra, patterns) -> None:
     for pattern in patterns:
         assert re.search(re.escape(pattern), line), (pattern, line)
     assert not (tmp_path / "out").exists()
+
+
+def test_out_never_replaces_a_folder_holding_an_input(tmp_path, capsys) -> None:
+    """A trace named like a run file inside --out: --overwrite replaced the folder, the trace with it."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    trace = folder / "requests.parquet"
+    trace.write_bytes(SHAREGPT.read_bytes())
+    line = _error_line_of(replay_main, [str(trace), "--limit", "5", "--quiet", "--out", str(folder), "--overwrite"],
+                          capsys)
+    assert line == f"error: --out {folder} is or holds the input {trace}; write the output elsewhere"
+    assert trace.read_bytes() == SHAREGPT.read_bytes()
+
+
+def _error_line_of(main, argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    return _error_line(capsys.readouterr().err)

@@ -182,7 +182,7 @@ def _free_port() -> int:
     (["{url}", "{trace}", "--qps", "0"], "--qps must be > 0"),
     (["{url}", "{trace}", "--model", "no-such-model"], "cannot tell the vocabulary of model 'no-such-model'"),
     (["{dead}", "{trace}"], "/v1/models: cannot reach the server"),
-    (["{url}", "{trace}", "--out", "{trace}"], "exists and is not a folder"),
+    (["{url}", "{trace}", "--out", "{trace}"], "is or holds the input"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected) -> None:
     trace_path = _trace(tmp_path, [0.0, 1.0], [2, 2])

@@ -90,8 +90,29 @@ def read_meta(run_dir: Path) -> dict:
                 recorded = json.loads(path.read_text())
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}: not valid JSON ({exc})") from None
-            return {key: recorded[key] for key in META_KEYS if key in recorded}
+            if not isinstance(recorded, dict):
+                raise ValueError(f"{path}: the top level is a JSON {type(recorded).__name__}; expected an object")
+            meta = {key: recorded[key] for key in META_KEYS if key in recorded}
+            _check_meta(meta, path)
+            return meta
     return {}
+
+
+# What each kept key of summary.json must be: the summary and the report read into them (config.get(...),
+# each warning's code and message), so a hand-edited file must fail here, by name, not there as a traceback.
+_META_TYPES = {"cost_model": (str,), "trace": (str,), "config": (dict,), "recorded_duration_s": (int, float),
+               "request_ids": (str,), "warnings": (list,), "bands": (dict,)}
+
+
+def _check_meta(meta: dict, path: Path) -> None:
+    for key, value in meta.items():
+        if value is not None and not isinstance(value, _META_TYPES[key]) or isinstance(value, bool):
+            expected = " or ".join(t.__name__ for t in _META_TYPES[key])
+            raise ValueError(f"{path}: {key!r} is {str(value)[:60]}; expected {expected}")
+    for i, warning in enumerate(meta.get("warnings") or []):
+        if not isinstance(warning, dict) or not all(isinstance(warning.get(k), str) for k in ("code", "message")):
+            raise ValueError(f"{path}: warnings[{i}] is {str(warning)[:60]}; expected an object with a 'code' and "
+                             "a 'message'")
 
 
 def read_slos(run_dir: Path) -> tuple[SLO, ...] | None:

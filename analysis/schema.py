@@ -58,11 +58,15 @@ def conform(
     missing = [column for column in needed if column not in frame.columns]
     if missing:
         raise ValueError(f"{name} table is missing columns: {', '.join(missing)}")
-    casts = [
-        pl.col(column).cast(schema[column])
-        for column in needed
-        if frame.schema[column] != schema[column]
-    ]
+    casts = []
+    for column in needed:
+        if frame.schema[column] == schema[column]:
+            continue
+        try:  # one column at a time, so the error names it in one line (polars' spans several)
+            casts.append(frame[column].cast(schema[column]))
+        except pl.exceptions.PolarsError:
+            raise ValueError(f"{name} table: column {column!r} holds {frame.schema[column]} values that do not "
+                             f"convert to {schema[column]}") from None
     return frame.with_columns(casts) if casts else frame
 
 

@@ -21,18 +21,22 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
     run_dir = Path(run_dir)
     for name in ("requests.parquet", "steps.parquet"):
         if not (run_dir / name).is_file():
-            raise FileNotFoundError(f"{run_dir / name} does not exist")
-    requests = with_latency_columns(pl.read_parquet(run_dir / "requests.parquet"))
-    steps = pl.read_parquet(run_dir / "steps.parquet")
+            what = "is not a regular file" if (run_dir / name).exists() else "does not exist"
+            raise FileNotFoundError(f"{run_dir / name} {what}")
     meta = read_meta(run_dir)
-    config = meta.get("config", {})
-    return write_summary(
-        run_dir, requests, steps, meta,
-        report_title=f"Replay of {Path(str(meta.get('trace', run_dir.name))).name}" if report else None,
-        report_subtitle=f"{config.get('model', '')} on {config.get('device', config.get('gpu', ''))}; "
-        f"cost model: {meta.get('cost_model', '')}",
-        slos=read_slos(run_dir),
-    )
+    config = meta.get("config") or {}
+    try:
+        requests = with_latency_columns(pl.read_parquet(run_dir / "requests.parquet"))
+        steps = pl.read_parquet(run_dir / "steps.parquet")
+        return write_summary(
+            run_dir, requests, steps, meta,
+            report_title=f"Replay of {Path(str(meta.get('trace', run_dir.name))).name}" if report else None,
+            report_subtitle=f"{config.get('model', '')} on {config.get('device', config.get('gpu', ''))}; "
+            f"cost model: {meta.get('cost_model', '')}",
+            slos=read_slos(run_dir),
+        )
+    except (ValueError, pl.exceptions.PolarsError) as exc:  # polars' messages span lines: the first says what
+        raise ValueError(f"{run_dir}: {str(exc).strip().splitlines()[0]}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

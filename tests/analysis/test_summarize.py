@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+
+import polars as pl
+import pytest
 
 from analysis.summarize import main as summarize_main
 from cli.sim_replay import main as replay_main
 from tests.sim.helpers import SHAREGPT
+from tests.traces.helpers import cli_error
 
 
 def test_resummarizing_keeps_tables_and_metadata(tmp_path):
@@ -20,3 +26,40 @@ def test_resummarizing_keeps_tables_and_metadata(tmp_path):
     assert {name: (out / name).read_bytes() for name in tables} == tables
     assert (out / "report.html").stat().st_size > 10_000
     assert not list(out.glob(".*partial"))
+
+
+def _run(tmp_path):
+    out = tmp_path / "run"
+    assert replay_main([str(SHAREGPT), "--limit", "10", "--quiet", "--no-report", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize(("summary", "pattern"), [
+    ("[]", "the top level is a JSON list; expected an object"),
+    ('{"config": NaN}', "'config' is nan; expected dict"),  # these two were AttributeError tracebacks
+    ('{"config": [1, 2]}', "'config' is \\[1, 2\\]; expected dict"),
+    ('{"warnings": [5]}', "warnings\\[0\\] is 5; expected an object with a 'code'"),
+])
+def test_a_hand_edited_summary_is_one_line_and_left_alone(tmp_path, capsys, summary, pattern):
+    out = _run(tmp_path)
+    (out / "summary.json").write_text(summary)
+    line = cli_error(summarize_main, [str(out), "--quiet"], capsys)
+    assert line.startswith(f"error: {out / 'summary.json'}: ") and re.search(pattern, line), line
+    assert (out / "summary.json").read_text() == summary
+
+
+def test_a_column_of_the_wrong_type_is_one_line_naming_the_folder(tmp_path, capsys):
+    """polars' cast error spans four lines."""
+    out = _run(tmp_path)
+    steps = pl.read_parquet(out / "steps.parquet").with_columns(pl.lit("x").alias("num_seqs"))
+    steps.write_parquet(out / "steps.parquet")
+    line = cli_error(summarize_main, [str(out), "--report", "--quiet"], capsys)
+    assert line == f"error: {out}: steps table: column 'num_seqs' holds String values that do not convert to Int64"
+
+
+def test_a_table_that_is_not_a_file_is_named_so(tmp_path, capsys):
+    out = _run(tmp_path)
+    (out / "requests.parquet").unlink()
+    os.mkfifo(out / "requests.parquet")
+    line = cli_error(summarize_main, [str(out), "--quiet"], capsys)
+    assert line == f"error: {out / 'requests.parquet'} is not a regular file"  # said "does not exist"

@@ -28,6 +28,7 @@ from sim.cost_model import CostModel, RooflineCostModel
 from sim.hardware import get_gpu
 from sim.host_speed import parse_host_slowdown
 from sim.limits import chosen_profile
+from sim.memory import return_freed_memory_promptly
 from sim.profiled_cost_model import ProfiledCostModel
 from sim.router import make_router
 from sim.runner import CostModelRunner
@@ -163,6 +164,7 @@ def simulate(
     outputs are identical either way, only faster with it.
     """
     started = time.perf_counter()
+    return_freed_memory_promptly()
     model = config.model_shape
     sched_config = config.resolved_for(model)
     cost_model = cost_model or make_cost_model(config, model)

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -82,6 +84,18 @@ def synthesize_sessions(num_requests: int, qps: float, seed: int, mean_turns: fl
         "output_tokens": answer[order],
     }).with_columns(pl.from_arrow(hash_ids).cast(pl.List(pl.Int64)).alias("hash_ids"))
     return Trace.from_frame(frame, f"sim_million synthetic sessions (seed {seed})", HASH_BLOCK_SIZE)
+
+
+def _git_commit() -> str | None:
+    """The checked-out commit, with ``+changes`` when the tree differs from it; None outside a git checkout."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "sim", "engine/core",
+                                  "traces"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit + ("+changes" if changed else "")
 
 
 def _turn_arrivals(starts_s, session, turn, gaps_s):
@@ -145,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         "meets_time_target": sim_cpu_s <= TARGET_S if full_size else None,
         "meets_memory_target": peak <= TARGET_PEAK_BYTES if full_size else None,
         "python": platform.python_version(),
+        # What ran, and how busy the shared machine was (CPU seconds grow when the other core is busy too).
+        "commit": _git_commit(),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
     }
     print(f"{len(rows)} requests on {args.replicas} replicas ({args.router} router, {figures['qps']:g} req/s): "
           f"synthesis {synth_cpu_s:.1f} CPU s, simulate {sim_cpu_s:.1f} CPU s ({sim_wall_s:.1f} s wall), "

@@ -48,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     for run_dir in args.run_dir:
         try:
             summary = summarize_run_dir(Path(run_dir), report=args.report)
-        except (FileNotFoundError, OSError, ValueError, pl.exceptions.PolarsError) as exc:
+        except OSError as exc:  # a summary.json that is a FIFO or a device: its path and why, not "[Errno 17] ..."
+            parser.exit(2, f"error: {exc.filename}: {exc.strerror}\n" if exc.filename and exc.strerror else
+                        f"error: {exc}\n")
+        except (ValueError, pl.exceptions.PolarsError) as exc:
             parser.exit(2, f"error: {exc}\n")
         if not args.quiet:
             print(f"{run_dir}:\n{format_summary_table(summary)}")

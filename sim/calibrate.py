@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.batch_features import read_steps
+from sim.files import read_json_input
 from sim.host_episodes import fit_host_episodes
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, fit_profile, read_profile, write_profile
 
@@ -94,10 +95,20 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     return serving
 
 
+def _simulated_by(run_dir: Path) -> str | None:
+    """The cost model a sim.replay folder names in its summary.json (a measured profile or the roofline); None
+    for a GPU run (engine.replay's says "measured") or a folder without a readable summary."""
+    try:
+        cost_model = str(json.loads(read_json_input(run_dir / "summary.json")).get("cost_model"))
+    except (OSError, ValueError, AttributeError):
+        return None
+    return cost_model if cost_model.startswith("profile:") or cost_model == "roofline-estimate" else None
+
+
 def _run_host(run_dir: Path) -> dict | None:
     """The host an engine.replay folder was recorded on (its summary.json's config.host), None if not recorded."""
     try:
-        host = json.loads((run_dir / "summary.json").read_text()).get("config", {}).get("host")
+        host = json.loads(read_json_input(run_dir / "summary.json")).get("config", {}).get("host")
     except (OSError, ValueError, AttributeError):
         return None
     return host if isinstance(host, dict) else None
@@ -115,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         if run.resolve() in seen:  # its steps would count twice
             parser.exit(2, f"error: run folder {run} is given twice (also as {seen[run.resolve()]})\n")
         seen[run.resolve()] = str(run)
+        simulated = _simulated_by(run)
+        if simulated:  # its step times are a cost model's: calibrating on them would fit the model to itself
+            parser.exit(2, f"error: run folder {run} is a simulation (cost model {simulated}); calibrate on "
+                           "engine.replay runs\n")
     try:
         profile = read_profile(path)  # named here, before the runs are read
     except ValueError as exc:

@@ -21,6 +21,28 @@ def write_text_atomic(path: Path, text: str) -> None:
         partial.unlink(missing_ok=True)
 
 
+# The JSON inputs (profiles ~100 KB, summaries a few KB) are far below this; a larger "file" is not one of them,
+# and /dev/zero has no end at all.
+MAX_JSON_INPUT_BYTES = 256 * 2**20
+
+
+def read_json_input(path: Path, max_bytes: int = MAX_JSON_INPUT_BYTES) -> str:
+    """The text of a regular file of at most ``max_bytes``; OSError (with strerror) otherwise: a FIFO blocked the
+    read forever and /dev/zero filled memory until the process was killed."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(2, "no such file", str(path))
+    if path.is_dir():
+        raise IsADirectoryError(21, "is a directory; expected a file", str(path))
+    if not path.is_file():
+        raise OSError(22, "not a regular file: a FIFO or a device", str(path))
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise OSError(27, f"larger than {max_bytes // 2**20} MiB; not a file this command writes", str(path))
+    return data.decode("utf-8")
+
+
 def check_output_path(path: Path, option: str, inputs: list[Path]) -> str | None:
     """Why ``path`` cannot take an output (it is an input, a folder, or under a file), or None when it can."""
     path = Path(path)

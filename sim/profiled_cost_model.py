@@ -26,7 +26,7 @@ import numpy as np
 
 from engine.core.scheduler import ScheduledBatch
 from sim.batch_features import batch_features
-from sim.files import write_text_atomic
+from sim.files import read_json_input, write_text_atomic
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 FLOOR_BASIS = ("one", "num_seqs", "num_prefill_seqs", "has_decode_rows")
@@ -285,7 +285,7 @@ def check_fit(profile: dict) -> None:
 def read_profile(path: Path) -> dict:
     """A profile JSON file as written by ``python -m sim.profile``, checked; ValueError naming the file otherwise."""
     try:
-        profile = json.loads(Path(path).read_text())
+        profile = json.loads(read_json_input(path))
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: cannot read the profile ({getattr(exc, 'strerror', None) or exc})") from None
     except json.JSONDecodeError as exc:
@@ -400,7 +400,7 @@ class ProfiledCostModel:
         """The profile at ``path``; with ``model``, ``gpu`` and ``tensor_parallel_size``, one measured for
         exactly that deployment (another model's or GPU's step times would be silently wrong)."""
         try:
-            profile = json.loads(Path(path).read_text())
+            profile = json.loads(read_json_input(path))
             measured = (Path(str(profile["model"])).name, str(profile["gpu"]), int(profile["tensor_parallel_size"]))
             _check_engine_options(profile)
             if "points" in profile:  # sim.limits reads the grid's range from them after the run

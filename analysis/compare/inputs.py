@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.schema import conform_requests, conform_steps
+from sim.files import read_json_input
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
@@ -85,9 +86,10 @@ def _read_summary(path: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_json_input(path))  # a FIFO named summary.json blocked the read forever
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CompareInputError(f"{path}: not a readable JSON file ({exc})") from exc
+        detail = getattr(exc, "strerror", None) or exc
+        raise CompareInputError(f"{path}: not a readable JSON file ({detail})") from exc
     if not isinstance(data, dict):
         raise CompareInputError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -84,6 +85,7 @@ def test_cli_schedule_identical_and_required(tmp_path: Path, capsys: pytest.Capt
         ("bad_parquet", "requests.parquet: not a readable parquet file"),
         ("missing_column", "requests.parquet: requests table is missing columns: token_times_s"),
         ("bad_summary", "summary.json: not a readable JSON file"),
+        ("fifo_summary", "summary.json: not a readable JSON file (not a regular file: a FIFO or a device)"),  # hung
         ("no_overlap", "are runs of different requests (3 real, 3 sim, 0 request ids in common"),
     ],
 )
@@ -101,6 +103,9 @@ def test_cli_bad_input_exits_2_with_one_line(
         real_requests().drop("token_times_s").write_parquet(sim_dir / "requests.parquet")
     elif case == "bad_summary":
         (sim_dir / "summary.json").write_text("{oops")
+    elif case == "fifo_summary":
+        (sim_dir / "summary.json").unlink(missing_ok=True)
+        os.mkfifo(sim_dir / "summary.json")
     elif case == "no_overlap":
         renamed = real_requests().with_columns(("x" + real_requests()["request_id"]).alias("request_id"))
         write_run(sim_dir, renamed, real_steps())

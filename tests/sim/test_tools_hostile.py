@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -165,3 +167,33 @@ def test_profile_refuses_an_unwritable_out_before_measuring(tmp_path, capsys):
     a_file.write_text("x")
     line = cli_error(profile_main, ["--device", "cpu", "--out", str(a_file / "p.json")], capsys)
     assert "--out" in line and "not a folder" in line
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_a_profile_that_is_not_a_regular_file_fails_at_once(tmp_path, capsys, kind):
+    """A FIFO blocked fit_profile and calibrate forever; /dev/zero filled memory until the process was killed."""
+    path = tmp_path / "p.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path = Path("/dev/zero")
+    expected = "is a directory; expected a file" if kind == "directory" else "not a regular file: a FIFO or a device"
+    run = _fake_run(tmp_path / "run", host=1.5, decode=1.0)
+    for main, argv in ((fit_main, [str(path)]), (calibrate_main, [str(path), str(run)])):
+        assert cli_error(main, argv, capsys) == f"error: {path}: cannot read the profile ({expected})"
+
+
+def test_calibrate_refuses_a_simulated_run(tmp_path, capsys):
+    """Its step times are the cost model's own: the factors were fitted to the model and written at exit 0."""
+    from cli.sim_replay import main as replay_main
+    from tests.sim.helpers import SHAREGPT
+
+    run = tmp_path / "sim"
+    assert replay_main([str(SHAREGPT), "--limit", "20", "--quiet", "--no-report", "--out", str(run)]) == 0
+    profile = _profile(tmp_path)
+    before = profile.read_bytes()
+    line = cli_error(calibrate_main, [str(profile), str(run)], capsys)
+    assert line.startswith(f"error: run folder {run} is a simulation (cost model profile:h200/qwen3-0.6b")
+    assert profile.read_bytes() == before

@@ -144,14 +144,17 @@ def measure(engine, injector: StateInjector, point: GridPoint, repeats: int) -> 
     }
 
 
+MAX_REPEATS = 10_000  # timed steps per grid point: 2**70 measured the first point forever
+
+
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse bad options (exit 2, one line naming the option) before anything is loaded or measured."""
     from engine.core.model_config import ModelShape, resolve_model_dir
     from engine.options import EngineOptions
     from sim.files import check_output_path
 
-    if args.repeats < 1:
-        parser.exit(2, f"error: --repeats must be an integer >= 1, got {args.repeats}\n")
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        parser.exit(2, f"error: --repeats must be an integer from 1 to {MAX_REPEATS:,}, got {args.repeats}\n")
     if not args.gpu.strip():
         parser.exit(2, "error: --gpu is empty; expected the GPU's name (e.g. h200), matched by sim.replay --gpu\n")
     problem = check_output_path(Path(args.out), "--out", [])

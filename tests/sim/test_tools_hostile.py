@@ -152,6 +152,7 @@ def test_host_speed_bounds_the_number_of_windows(tmp_path, capsys):
 
 @pytest.mark.parametrize(("args", "pattern"), [
     (["--repeats", "0"], "--repeats"),  # IndexError after measuring the whole grid
+    (["--repeats", str(2**70)], "--repeats must be an integer from 1 to 10,000"),  # measured one point forever
     (["--max-num-seqs", "0"], "--max-num-seqs"),
     (["--block-size", "3"], "--block-size"),
     (["--model", "no-such-model"], "--model no-such-model"),

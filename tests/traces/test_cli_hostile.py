@@ -215,3 +215,22 @@ def test_trace_head_and_time_scale_at_the_limits():
     assert len(trace.head(2**70)) == 2  # polars raised OverflowError (engine.replay --limit 2**70)
     with pytest.raises(ValueError, match="beyond any finite time"):
         trace.with_time_scale(1.7e308).with_time_scale(1.7e308)
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "sharegpt"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "deep"])
+def test_convert_json_source_that_is_a_fifo_a_device_or_nested_deep(tmp_path, capsys, tiny_tokenizer_dir, fmt, kind):
+    """A FIFO or /dev/zero blocked or filled memory (the CSV formats already refused them); arrays nested 100,000
+    deep were a RecursionError traceback."""
+    source = tmp_path / "src.json"
+    if kind == "fifo":
+        os.mkfifo(source)
+    elif kind == "device":
+        source = Path("/dev/zero")
+    else:
+        source.write_text("[" * 100_000 + "]" * 100_000)
+    argv = [fmt, str(source), "-o", str(tmp_path / "o.parquet"), "--tokenizer", str(tiny_tokenizer_dir), "--qps", "1"]
+    line = cli_error(convert_main, argv, capsys)
+    expected = "JSON nested too deeply to read" if kind == "deep" else "cannot read: not a regular file"
+    assert line.startswith(f"error: {source}: ") and expected in line, line
+    assert not (tmp_path / "o.parquet").exists()

@@ -17,6 +17,7 @@ import polars as pl
 from engine.core.config import cdiv
 from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths
+from traces.formats.tabular import check_source_file
 
 MOONCAKE_BLOCK_TOKENS = 512
 
@@ -34,6 +35,8 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise fail(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:  # arrays nested thousands deep: no record looks like that
+        raise fail("JSON nested too deeply to read; expected one object per line") from None
     if not isinstance(record, dict):
         raise fail(f"expected a JSON object, got {type(record).__name__}")
     for field in ("timestamp", "input_length", "output_length", "hash_ids"):
@@ -62,6 +65,7 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
 
 def read(path: Path, options: ConvertOptions) -> Converted:
     columns: dict[str, list] = {"arrival_s": [], "prompt_tokens": [], "output_tokens": [], "hash_ids": []}
+    check_source_file(path, "a Mooncake JSONL file")
     try:
         with path.open(encoding="utf-8") as lines:
             for line_no, line in enumerate(lines, start=1):

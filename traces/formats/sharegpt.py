@@ -25,6 +25,7 @@ import polars as pl
 from traces.arrivals import arrival_times_s, gamma_gaps_s
 from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions
+from traces.formats.tabular import check_source_file
 
 USER_ROLES = frozenset({"human", "user"})
 MODEL_ROLES = frozenset({"gpt", "chatgpt", "bing", "bard", "assistant", "model"})
@@ -47,11 +48,12 @@ def load_tokenizer(name_or_path: str | None) -> Any:
 
 
 def _load_conversations(path: Path) -> list:
+    check_source_file(path, "a ShareGPT JSON file")
     try:
         with path.open(encoding="utf-8") as handle:
             data = json.load(handle)
-    except FileNotFoundError:
-        raise TraceError(f"{path}: cannot read: no such file") from None
+    except RecursionError:  # arrays nested thousands deep: no conversation list looks like that
+        raise TraceError(f"{path}: JSON nested too deeply to read; expected a list of conversations") from None
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -19,13 +19,18 @@ def line_of_row(row: int) -> int:
     return row + 2
 
 
-def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> pl.DataFrame:
-    """All columns as strings; raises TraceError for an unreadable file or missing columns."""
+def check_source_file(path: Path, expected: str) -> None:
+    """TraceError unless ``path`` is a regular file: a FIFO blocks a read forever and /dev/zero never ends."""
     if path.is_dir():
-        raise TraceError(f"{path}: cannot read: it is a directory; expected a CSV file")
+        raise TraceError(f"{path}: cannot read: it is a directory; expected {expected}")
     if not path.is_file():
         what = "not a regular file" if path.exists() else "no such file"
-        raise TraceError(f"{path}: cannot read: {what}; expected a CSV file")
+        raise TraceError(f"{path}: cannot read: {what}; expected {expected}")
+
+
+def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> pl.DataFrame:
+    """All columns as strings; raises TraceError for an unreadable file or missing columns."""
+    check_source_file(path, "a CSV file")
     try:
         frame = pl.read_csv(path, infer_schema=False, has_header=True)
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:

@@ -68,6 +68,8 @@ class LengthDist:
         cap = p.get("max")
         if cap is None:
             return p["mean"]
+        if cap > _SUMMED_CAP:  # E[min(X, cap)] in closed form: summing 10^12 terms would not end
+            return float((1 - (1 - prob) ** cap) / prob)
         ks = np.arange(1, int(cap))
         pmf = prob * (1 - prob) ** (ks - 1)
         return float((ks * pmf).sum() + cap * (1 - prob) ** (cap - 1))
@@ -78,6 +80,13 @@ def _lognormal_mu(p: dict[str, float]) -> float:
         return math.log(p["median"])
     return math.log(p["mean"]) - p["sigma"] ** 2 / 2
 
+
+# Lengths in tokens (or turns) beyond any model's context; a sigma past 10 spreads one draw over 10^8 and more,
+# and past ~37 exp(sigma**2 / 2) overflows.
+MAX_LENGTH = float(2**40)
+MAX_SIGMA = 10.0
+
+_SUMMED_CAP = 1_000_000  # a geometric mean's cap up to which the capped mean is summed term by term
 
 _ALLOWED = {
     "fixed": ({"value"}, set()),
@@ -130,6 +139,9 @@ def _check_values(kind: str, p: dict[str, float], text: str) -> None:
         if not ok:
             raise ValueError(f"distribution {text!r}: {what}")
 
+    for key, value in p.items():  # NaN, inf and 1e308 overflowed math.exp or int64 as tracebacks
+        limit, shown = (MAX_SIGMA, "10") if key == "sigma" else (MAX_LENGTH, "2**40")
+        need(math.isfinite(value) and abs(value) <= limit, f"{key} must be a finite number up to {shown}")
     if kind == "fixed":
         need(p["value"] >= 1 and p["value"] == int(p["value"]), "value must be an integer >= 1")
     elif kind == "uniform":

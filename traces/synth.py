@@ -21,6 +21,7 @@ from traces.lengths import LengthDist, parse_length_dist
 from traces.schema import Trace, save_trace
 from traces.sessions import SessionConfig, build_sessions
 from traces.summary import describe
+from traces.validation import MAX_HASH_BLOCK_SIZE
 
 MAX_WARMUP_SESSIONS = 2_000_000
 MAX_REQUESTS = 2**32
@@ -55,8 +56,9 @@ class SynthConfig:
                                  f"got {getattr(self, name)}")
         if not 0 < self.think_time_s < math.inf:
             raise ValueError(f"think_time_s must be a finite number > 0, got {self.think_time_s}")
-        if self.hash_block_size < 1 or self.max_context_tokens < 2:
-            raise ValueError("hash_block_size must be >= 1 and max_context_tokens >= 2")
+        if not 1 <= self.hash_block_size <= MAX_HASH_BLOCK_SIZE or self.max_context_tokens < 2:  # 2**70: OverflowError
+            raise ValueError(f"hash_block_size must be from 1 to {MAX_HASH_BLOCK_SIZE} and max_context_tokens >= 2, "
+                             f"got {self.hash_block_size} and {self.max_context_tokens}")
         if self.warmup_s is not None and not 0 <= self.warmup_s < math.inf:
             raise ValueError(f"warmup_s must be a finite number >= 0, got {self.warmup_s}")
 

@@ -155,11 +155,24 @@ def test_convert_mooncake_integers_beyond_int64(tmp_path, capsys, record, patter
     (["--multi-turn", "--warmup-s", "1e308"], "warmup_s"),
     (["--multi-turn", "--think-time-s", "1e308"], "warmup_s"),
     (["--multi-turn", "--think-time-s", "inf"], "think_time_s"),
+    # OverflowError tracebacks; the geometric cap built a 10^12-element array to take its mean
+    (["--prompt-dist", "lognormal:mean=1e308,sigma=1e308"], "mean must be a finite number up to 2**40"),
+    (["--prompt-dist", "lognormal:mean=100,sigma=50"], "sigma must be a finite number up to 10"),
+    (["--multi-turn", "--hash-block-size", str(2**70)], "hash_block_size must be from 1 to 2147483648"),
+    (["--multi-turn", "--turns", "geometric:mean=3,max=1e13"], "max must be a finite number up to 2**40"),
 ])
 def test_synth_refuses_bad_numbers(tmp_path, capsys, args, pattern):
     argv = ["-o", str(tmp_path / "s.parquet"), "--num-requests", "5", "--qps", "1", *args]
     assert pattern in cli_error(synth_main, argv, capsys)
     assert not (tmp_path / "s.parquet").exists()
+
+
+def test_synth_geometric_turns_with_a_huge_cap(tmp_path):
+    """The capped mean summed 10^12 terms (a MemoryError said to be --num-requests')."""
+    out = tmp_path / "s.parquet"
+    argv = ["-o", str(out), "--num-requests", "20", "--qps", "2", "--multi-turn", "--turns",
+            "geometric:mean=3,max=1e12"]
+    assert synth_main(argv) == 0 and len(load_trace(out)) == 20
 
 
 def test_synth_tiny_cv_gives_fixed_gaps(tmp_path):

@@ -69,14 +69,19 @@ def _list(path: Path, data: dict, key: str, n: int | None) -> list | None:
 
 
 def load_json(path: Path) -> dict:
+    from sim.files import read_json_input
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_json_input(path))  # a regular file only: a FIFO or /dev/zero never ended
     except FileNotFoundError:
         raise VllmResultError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise VllmResultError(f"{path}: is a directory; expected a vllm bench serve result file") from None
+    except RecursionError:
+        raise VllmResultError(f"{path}: JSON nested too deeply to read; expected a vllm bench serve result") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise VllmResultError(f"{path}: not a readable JSON file ({exc})") from None
+        detail = getattr(exc, "strerror", None) or exc
+        raise VllmResultError(f"{path}: not a readable JSON file ({detail})") from None
     if not isinstance(data, dict):
         raise VllmResultError(f"{path}: expected a JSON object (a vllm bench serve result), got "
                               f"{type(data).__name__}")

@@ -4,6 +4,7 @@ compared with a simulation directly; what the file does not record is n/a, a mal
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -157,6 +158,7 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     good = vllm_result()
     cases = {
         "not json": ("{not json", "not a readable JSON file"),
+        "nested deep": ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply to read"),  # RecursionError
         "a list": ([1, 2], "expected a JSON object"),
         "summary only": ({k: v for k, v in good.items() if k not in ("ttfts", "itls", "input_lens", "output_lens")},
                          "rerun vllm bench serve with --save-detailed"),
@@ -187,6 +189,18 @@ def test_malformed_file_is_one_line_exit_2(tmp_path, sim_dir, tool) -> None:
         assert "Traceback" not in proc.stderr and len(lines) == 1, (name, proc.stderr)
         assert lines[0].startswith(f"error: {path}: ") and message in lines[0], (name, lines[0])
         assert not (tmp_path / "out").exists()
+
+
+def test_a_result_that_is_not_a_regular_file(tmp_path) -> None:
+    """A FIFO blocked the import forever (and /dev/zero filled memory until the process was killed)."""
+    fifo = tmp_path / "result.json"
+    os.mkfifo(fifo)
+    for source in (fifo, Path("/dev/zero")):
+        proc = subprocess.run([sys.executable, "-m", "analysis.vllm_import", str(source), "--out",
+                               str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stderr == (f"error: {source}: not a readable JSON file (not a regular "
+                                                        "file: a FIFO or a device)\n")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_trace_of_other_requests_is_refused(tmp_path, result_path) -> None:

@@ -15,6 +15,7 @@ import polars as pl
 
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import read_meta, read_slos, with_latency_columns, write_summary
+from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt
 
 
 def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
@@ -39,6 +40,7 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
         raise ValueError(f"{run_dir}: {str(exc).strip().splitlines()[0]}") from None
 
 
+@exit_130_on_interrupt(EACH_FILE_WHOLE)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.summarize", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", nargs="+", help="replay output folder(s)")

@@ -28,6 +28,7 @@ import polars as pl
 
 from analysis.outdir import out_folder
 from analysis.schema import FAILED, REQUESTS_SCHEMA, STEPS_SCHEMA, empty_frame
+from engine.core.interrupt import exit_130_on_interrupt
 
 PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
 OPTIONAL_PER_REQUEST_KEYS = ("errors", "latencies", "start_times")
@@ -171,6 +172,7 @@ def check_prompt_lengths(run: ImportedRun, path: Path, trace: str, prompt_tokens
                                   f"{expected}; expected the trace the benchmark replayed, in its order")
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     from analysis.outdir import OutDirError, staged_out_dir
     from analysis.report.summary_table import format_summary_table

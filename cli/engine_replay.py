@@ -23,6 +23,7 @@ from cli.replay_args import (
     slos_from_args,
 )
 from engine.core.config_args import build_config
+from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.model_config import ModelShape
 from engine.options import EngineOptions
 from sim.hardware import host_info
@@ -104,6 +105,7 @@ def steps_table(step_log, step_timings):
     return steps
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.core.interrupt import exit_130_on_interrupt
 from sim.batch_features import read_steps
 from sim.files import read_json_input
 from sim.host_episodes import fit_host_episodes
@@ -114,6 +115,7 @@ def _run_host(run_dir: Path) -> dict | None:
     return host if isinstance(host, dict) else None
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("profile", help="profile JSON written by python -m sim.profile (updated in place)")

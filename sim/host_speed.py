@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from engine.core.interrupt import exit_130_on_interrupt
+
 MAX_WINDOWS = 1_000_000  # rows of an extracted timeline
 SLOW_WINDOW = 1.3  # a window this much slower than the grid counts as slow in the summary line
 
@@ -247,6 +249,7 @@ def timeline_from_run(
     return HostSpeedTimeline(times, values, name=f"timeline:{Path(run_dir).name}")
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sim.host_speed",

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence, SequenceStatus
 from sim.batch_features import batch_features
@@ -174,6 +175,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.exit(2, f"error: {flag}{exc}\n")
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.profile", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-0.6b", help="shipped model config or model dir (dummy weights)")

@@ -12,6 +12,7 @@ import math
 import sys
 from pathlib import Path
 
+from engine.core.interrupt import exit_130_on_interrupt
 from traces.errors import TraceError
 from traces.formats import FORMATS, ConvertOptions
 from traces.schema import Trace, save_trace
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine.core.interrupt import exit_130_on_interrupt
 from traces.errors import TraceError
 from traces.schema import load_trace
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m traces.info",

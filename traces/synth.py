@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from engine.core.interrupt import exit_130_on_interrupt
 from traces.arrivals import arrival_times_s
 from traces.lengths import LengthDist, parse_length_dist
 from traces.schema import Trace, save_trace
@@ -180,6 +181,7 @@ def config_from_args(args: argparse.Namespace) -> SynthConfig:
     )
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -20,6 +20,7 @@ from analysis.compare.request_join import PER_REQUEST_METRICS, RequestJoin
 from analysis.compare.tables import format_error_table, format_fixed_width, format_rel_error
 from analysis.formatting import LATENCY_LABELS, format_percent
 from analysis.outdir import OutDirError, check_out_dir, default_out_dir, out_folder, staged_out_dir
+from engine.core.interrupt import exit_130_on_interrupt
 
 EXIT_OK, EXIT_SCHEDULE_DIFFERS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -198,3 +198,24 @@ def test_calibrate_refuses_a_simulated_run(tmp_path, capsys):
     line = cli_error(calibrate_main, [str(profile), str(run)], capsys)
     assert line.startswith(f"error: run folder {run} is a simulation (cost model profile:h200/qwen3-0.6b")
     assert profile.read_bytes() == before
+
+
+def test_ctrl_c_in_fit_profile_and_summarize_is_one_line(tmp_path, capsys, monkeypatch):
+    """A KeyboardInterrupt traceback before; each file is written whole (beside it, then renamed) or not at all."""
+    import analysis.summarize
+    import sim.fit_profile
+    from analysis.summarize import main as summarize_main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim.fit_profile, "fit_profile", interrupted)
+    monkeypatch.setattr(analysis.summarize, "summarize_run_dir", interrupted)
+    path = _profile(tmp_path)
+    before = path.read_bytes()
+    for main, argv in ((fit_main, [str(path)]), (summarize_main, [str(tmp_path)])):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 130
+        assert capsys.readouterr().err == "interrupted: files finished before it are written, none in part\n"
+    assert path.read_bytes() == before

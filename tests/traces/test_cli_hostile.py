@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.traces.helpers import cli_error
+from tests.traces.helpers import REPO_ROOT, cli_error
 from traces import load_trace
 from traces.convert import main as convert_main
 from traces.info import main as info_main
@@ -246,4 +246,42 @@ def test_convert_json_source_that_is_a_fifo_a_device_or_nested_deep(tmp_path, ca
     line = cli_error(convert_main, argv, capsys)
     expected = "JSON nested too deeply to read" if kind == "deep" else "cannot read: not a regular file"
     assert line.startswith(f"error: {source}: ") and expected in line, line
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_ctrl_c_during_synth_exits_130_in_one_line_and_writes_nothing(tmp_path):
+    """Was a KeyboardInterrupt traceback (status -2) for traces.convert, synth and info, and the sim and analysis
+    tools without a folder of their own."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "s.parquet"
+    proc = subprocess.Popen([sys.executable, "-m", "traces.synth", "-o", str(out), "--num-requests", "20000000",
+                             "--qps", "10"], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4)  # drawing 20M requests takes far longer
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and stderr == "interrupted: nothing written\n", stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("tool", ["convert", "info"])
+def test_ctrl_c_in_the_trace_tools_is_one_line(tmp_path, capsys, monkeypatch, vidur, tool):
+    import traces.schema
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(traces.schema.Trace, "from_frame", interrupted)
+    main, argv = {"convert": (convert_main, ["vidur", str(vidur), "-o", str(tmp_path / "o.parquet")]),
+                  "info": (info_main, [str(REPO_ROOT / "traces" / "sharegpt.parquet")])}[tool]
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 130 and capsys.readouterr().err == "interrupted: nothing written\n"
     assert not (tmp_path / "o.parquet").exists()

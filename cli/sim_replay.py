@@ -24,6 +24,7 @@ from cli.replay_args import (
     slos_from_args,
 )
 from engine.core.config_args import build_config
+from engine.core.interrupt import exit_130_on_interrupt
 from sim.bands import check_num_replays
 from sim.config import SimConfig
 from sim.limits import format_warnings, run_warnings
@@ -87,6 +88,7 @@ def run_bands_with_progress(trace, config: SimConfig, num_replays: int, slos, qu
             progress.close()
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 from analysis.outdir import OutDirError, default_out_dir, input_files, staged_out_dir
 from cli.replay_args import add_output_arguments, add_trace_arguments, load_trace_for_replay, slos_from_args
+from engine.core.interrupt import exit_130_on_interrupt
 
 if TYPE_CHECKING:
     from traces.http_bench import BenchResult
@@ -162,6 +163,7 @@ def format_failures(results: list[BenchResult]) -> str:
     return "\n".join(lines)
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -40,6 +40,7 @@ from analysis.outdir import OutDirError, default_out_dir, input_files, out_folde
 from analysis.slo import SLO, parse_slos
 from engine.core.config import SCHEDULING_POLICIES
 from engine.core.config_args import add_config_arguments, field_names
+from engine.core.interrupt import exit_130_on_interrupt
 from sim.config import SimConfig
 from sim.hardware import get_gpu
 from sim.router import ROUTERS
@@ -295,6 +296,7 @@ def format_table(run: CapacityRun) -> str:
     return "\n".join(lines)
 
 
+@exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -2,31 +2,60 @@
 
 Every command writes its outputs beside their targets and renames them into place when complete, so an
 interrupted command leaves no partial file; the line says what is left, which each command knows.
+SIGTERM (what ``timeout`` and most supervisors send) is handled the same way, with status 143: by default
+it killed the process at once and left its hidden staging folder (``.OUT.partial-PID``) behind.
 """
 
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 from collections.abc import Callable
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 NOTHING_WRITTEN = "interrupted: nothing written"
 EACH_FILE_WHOLE = "interrupted: files finished before it are written, none in part"
 
 
+class _Terminated:
+    """Whether SIGTERM arrived during the current main (a flag the handler sets)."""
+
+    received = False
+
+
+def _on_sigterm(signum, frame) -> None:
+    _Terminated.received = True
+    raise KeyboardInterrupt  # unwinds like Ctrl-C: staging folders are removed, pools are stopped
+
+
 def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
-    """Decorate a ``main(argv)``: on KeyboardInterrupt print ``message`` and exit with status 130."""
+    """Decorate a ``main(argv)``: on KeyboardInterrupt print ``message`` and exit with status 130 (143 for SIGTERM,
+    which is turned into a KeyboardInterrupt while ``main`` runs). A main that handles the interrupt itself and
+    exits 130 keeps its own message; after SIGTERM its status becomes 143."""
 
     def decorate(main: Callable) -> Callable:
         @functools.wraps(main)
         def wrapped(*args, **kwargs):
+            _Terminated.received = False
+            try:
+                previous = signal.signal(signal.SIGTERM, _on_sigterm)
+            except ValueError:  # not the main thread: leave signals alone
+                previous = None
             try:
                 return main(*args, **kwargs)
             except KeyboardInterrupt:
                 print(f"\n{message}" if sys.stderr.isatty() else message, file=sys.stderr)
-                raise SystemExit(EXIT_INTERRUPTED) from None
+                raise SystemExit(EXIT_TERMINATED if _Terminated.received else EXIT_INTERRUPTED) from None
+            except SystemExit as exc:
+                if exc.code == EXIT_INTERRUPTED and _Terminated.received:
+                    raise SystemExit(EXIT_TERMINATED) from None
+                raise
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
 
         return wrapped
 

@@ -251,3 +251,28 @@ def _error_line_of(main, argv: list[str], capsys) -> str:
         main(argv)
     assert exited.value.code == 2
     return _error_line(capsys.readouterr().err)
+
+
+def test_sigterm_mid_replay_leaves_no_staging_folder(tmp_path) -> None:
+    """timeout's SIGTERM killed the replay at once and left its hidden .out.partial-PID folder behind."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from traces.synth import main as synth_main
+
+    trace = tmp_path / "big.parquet"
+    assert synth_main(["-o", str(trace), "--num-requests", "200000", "--qps", "50"]) == 0
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "sim.replay", str(trace), "--quiet", "--out", str(out)],
+                            cwd=PROFILES.parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(5)  # 200,000 requests take far longer to simulate
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143 and stderr == f"interrupted: nothing written to {out}\n", stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.parquet"]

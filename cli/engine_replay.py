@@ -141,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {exc}\n")
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
+    except (MemoryError, RuntimeError) as exc:
+        if not _out_of_memory(exc):
+            raise
+        detail = " ".join(str(exc).split())[:200]
+        parser.exit(2, f"error: {options.model} does not fit in memory with these options ({detail}); lower "
+                       "--num-gpu-blocks, --max-num-batched-tokens or --gpu-memory-utilization\n")
     except OSError as exc:  # a full disk while writing: nothing was moved into place
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     if not args.quiet:
@@ -189,6 +195,14 @@ def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Na
             report_subtitle=f"{options.model} on {config['device']}, policy {options.policy}",
             slos=args.slos,
         )
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """An allocation the device or host could not make (torch raises RuntimeError subclasses for both): the
+    options ask for more KV cache or activations than there is memory, a bad input, not a bug."""
+    text = str(exc).lower()
+    return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+            or "can't allocate memory" in text or "out of memory" in text)
 
 
 def _device_name() -> str:

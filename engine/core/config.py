@@ -74,6 +74,10 @@ class EngineConfig:
         for name in ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size"):
             check_int(name, getattr(self, name))
         check_int("num_gpu_blocks", self.num_gpu_blocks, optional=True)
+        # Block tables reach the attention kernels as int32: 2**70 blocks failed only in the KV cache's allocation.
+        check(self.num_gpu_blocks is None or self.num_gpu_blocks < 2**31,
+              f"num_gpu_blocks must be below 2**31 (block ids are int32 on the GPU), got {self.num_gpu_blocks}",
+              "num_gpu_blocks")
         check_int("max_model_len", self.max_model_len, optional=True)
         check_int("seed", self.seed, minimum=0)
         check(self.seed < 2**63, f"seed must be below 2**63, got {self.seed}", "seed")

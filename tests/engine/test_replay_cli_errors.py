@@ -25,6 +25,7 @@ def trace(tmp_path):
     (["--time-scale", "1e308"], "real-time replay is limited"),  # OverflowError in time.sleep
     (["--qps", "1e-320"], "too small"),
     (["--slo", "ttft_p90=fast"], "--slo: cannot parse SLO 'ttft_p90=fast'"),
+    (["--num-gpu-blocks", str(2**70)], "below 2**31 (block ids are int32"),  # a torch TypeError traceback
 ])
 def test_engine_replay_refuses_before_loading(trace, tmp_path, capsys, args, pattern):
     out = tmp_path / "out"
@@ -46,3 +47,21 @@ def test_engine_replay_checks_prompt_ids_against_the_vocabulary_before_loading(t
     line = cli_error(replay_main, argv, capsys)
     assert f"{trace}: row 0" in line and "token id 151936 at position 1, outside the vocabulary" in line
     assert not out.exists()
+
+
+def test_engine_replay_options_beyond_memory_are_one_line(trace, tmp_path, capsys, monkeypatch):
+    """--num-gpu-blocks 2**30 on a CPU: torch's allocation error, a RuntimeError traceback of 35 lines."""
+    import engine.llm
+
+    def cannot_allocate(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you "
+                           "tried to allocate 63050394783186944 bytes.")
+
+    monkeypatch.setattr(engine.llm, "LLM", cannot_allocate)
+    out = tmp_path / "out"
+    argv = [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--out", str(out),
+            "--num-gpu-blocks", str(2**30)]
+    line = cli_error(replay_main, argv, capsys)
+    assert line.startswith("error: qwen3-0.6b does not fit in memory with these options ([enforce fail")
+    assert line.endswith("lower --num-gpu-blocks, --max-num-batched-tokens or --gpu-memory-utilization")
+    assert not out.exists() and list(tmp_path.iterdir()) == [trace]

@@ -90,6 +90,7 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
         None, ["--max-num-batched-tokens", "0"], ["max[-_]num[-_]batched[-_]tokens", ">= 1"]
     ),
     "num-gpu-blocks 0": (None, ["--num-gpu-blocks", "0"], ["num[-_]gpu[-_]blocks", ">= 1"]),
+    "num-gpu-blocks 2**31": (None, ["--num-gpu-blocks", str(2**31)], ["--num-gpu-blocks", "below 2\\*\\*31"]),
     "max-model-len negative": (None, ["--max-model-len", "-1"], ["max[-_]model[-_]len", ">= 1"]),
     "tensor-parallel-size 0": (None, ["--tensor-parallel-size", "0"], ["tensor[-_]parallel[-_]size", ">= 1"]),
     "gpu-memory-utilization 1.5": (

@@ -118,12 +118,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the figures here")
     args = parser.parse_args(argv)
-    if args.requests < 1 or args.replicas < 1 or not args.qps_per_replica > 0:
-        parser.exit(2, "error: --requests and --replicas must be >= 1 and --qps-per-replica > 0\n")
+    if args.requests < 1 or args.replicas < 1 or not 0 < args.qps_per_replica < float("inf"):
+        parser.exit(2, "error: --requests and --replicas must be >= 1 and --qps-per-replica a finite number > 0\n")
+    from sim.files import check_output_path
+    from sim.router import ROUTERS
+
+    if args.router not in ROUTERS:  # a ConfigError traceback after synthesizing the trace
+        parser.exit(2, f"error: --router {args.router!r}: expected one of {', '.join(ROUTERS)}\n")
+    problem = args.json and check_output_path(args.json, "--json", [])
+    if problem:  # an IsADirectoryError traceback after the whole simulation
+        parser.exit(2, f"error: {problem}\n")
 
     from sim.config import SimConfig
     from sim.simulator import simulate
 
+    commit = _git_commit()  # at the start: the code that runs is what was imported then
     cpu_started, started = time.process_time(), time.perf_counter()
     trace = synthesize_sessions(args.requests, args.qps_per_replica * args.replicas, args.seed)
     synth_cpu_s, synth_wall_s = time.process_time() - cpu_started, time.perf_counter() - started
@@ -160,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "meets_memory_target": peak <= TARGET_PEAK_BYTES if full_size else None,
         "python": platform.python_version(),
         # What ran, and how busy the shared machine was (CPU seconds grow when the other core is busy too).
-        "commit": _git_commit(),
+        "commit": commit,
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
     }
     print(f"{len(rows)} requests on {args.replicas} replicas ({args.router} router, {figures['qps']:g} req/s): "

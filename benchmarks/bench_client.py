@@ -97,7 +97,13 @@ def main() -> int:
     from traces.bench_prompts import bench_requests
     from traces.schema import Trace, load_trace
 
-    trace = load_trace(args.trace).head(args.limit).with_qps(args.qps)
+    if args.limit < 1 or args.repeats < 1 or args.max_output_tokens < 1 or not 0 <= args.itl_ms < float("inf"):
+        parser.exit(2, "error: --limit, --repeats and --max-output-tokens must be >= 1 and --itl-ms a finite "
+                       "number >= 0\n")
+    try:
+        trace = load_trace(args.trace).head(args.limit).with_qps(args.qps)
+    except ValueError as exc:  # a TraceError (a ValueError) traceback for a missing or bad trace, or --qps
+        parser.exit(2, f"error: {exc}\n")
     capped = trace.requests.with_columns(pl.col("output_tokens").clip(upper_bound=args.max_output_tokens))
     trace = Trace(requests=capped, hash_block_size=trace.hash_block_size, source=trace.source)
     requests = bench_requests(trace, 151_936, 0)

@@ -27,7 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--max-model-len", type=int, default=16384)
     args = parser.parse_args(argv)
+    if args.max_model_len < 1:
+        parser.exit(2, f"error: --max-model-len must be >= 1, got {args.max_model_len}\n")
     import torch
+
+    if not torch.cuda.is_available():  # torch's AssertionError or triton's ModuleNotFoundError traceback otherwise
+        parser.exit(2, "error: this benchmark times CUDA kernels; it needs a CUDA GPU (and triton)\n")
 
     from engine.gpu.attention.triton_kernels import paged_decode
     from engine.gpu.attention.triton_kernels_host import decode_splits, long_decode_rows

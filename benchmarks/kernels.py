@@ -322,7 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
     sections = set(args.sections.split(","))
+    unknown = sections - {"launch", "fused", "prefill", "split"}
+    if unknown:
+        parser.exit(2, f"error: --sections: unknown {', '.join(sorted(unknown))}; expected launch, fused, prefill, "
+                       "split\n")
     import torch
+
+    if not torch.cuda.is_available():  # torch's AssertionError or triton's ModuleNotFoundError traceback otherwise
+        parser.exit(2, "error: this benchmark times CUDA kernels; it needs a CUDA GPU (and triton)\n")
 
     from engine.gpu.attention import triton_kernels as kernels
 

@@ -82,6 +82,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    for name in ("requests", "max_tokens", "repeat"):  # 0 divided by zero after the runs
+        if getattr(args, name) < 1:
+            parser.exit(2, f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}\n")
     runs = [one_run(args.requests, args.max_tokens) for _ in range(args.repeat)]
     tuple_ms, dataclass_ms = pickle_ms(args.requests)
     result = {

@@ -64,6 +64,12 @@ def main() -> int:
     parser.add_argument("--engine-args", nargs=argparse.REMAINDER, default=["--load-format", "dummy"],
                         help="further engine options for both runs, last (default: --load-format dummy)")
     args = parser.parse_args()
+    from traces.schema import load_trace
+
+    try:  # here, not in the child replay: its failure was a CalledProcessError traceback
+        load_trace(args.trace)
+    except ValueError as exc:
+        parser.exit(2, f"error: {exc}\n")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     py = sys.executable

@@ -109,6 +109,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma list of default, durations, reference (default: %(default)s)")
     args = parser.parse_args(argv)
     parts = {part.strip() for part in args.parts.split(",") if part.strip()}
+    # Checked before the first search: a typo used to run nothing (exit 0) or fail after minutes of simulation.
+    if not parts or parts - {"default", "durations", "reference"}:
+        parser.exit(2, f"error: --parts {args.parts!r}: expected a comma list of default, durations, reference\n")
+    try:
+        durations = [float(d) for d in args.durations.split(",") if d.strip()]
+    except ValueError:
+        durations = []
+    if not durations or not all(0 < d < float("inf") for d in durations):
+        parser.exit(2, f"error: --durations {args.durations!r}: expected a comma list of seconds > 0\n")
     jobs = ["--jobs", str(args.jobs)] if args.jobs else []
     common = ["--replicas", "1,2"] + jobs
     figures: dict = {}

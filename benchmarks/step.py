@@ -140,7 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.exit(2, f"error: --repeats must be >= 1, got {args.repeats}\n")
     import torch
+
+    if not torch.cuda.is_available():  # torch's AssertionError or triton's ModuleNotFoundError traceback otherwise
+        parser.exit(2, "error: this benchmark times CUDA kernels; it needs a CUDA GPU (and triton)\n")
 
     from engine import LLM
 

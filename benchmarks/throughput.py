@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="requests given to the peer (default: %(default)s)")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
+    for name in ("num_seqs", "max_input_len", "max_output_len", "peer_num_seqs"):  # 0 divided by zero after the run
+        if getattr(args, name) < 1:
+            parser.exit(2, f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}\n")
 
     prompts, params = workload(args.num_seqs, args.max_input_len, args.max_output_len)
     results = {"workload": {"num_seqs": args.num_seqs, "prompt_tokens": sum(map(len, prompts)),

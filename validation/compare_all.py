@@ -80,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     from cli.sim_replay import main as sim_replay
 
     real_root, sim_root, results = Path(args.real), Path(args.sim_out), Path(args.results)
+    if not any((real_root / name / "requests.parquet").is_file() for name, *_ in _runs(real_root)):
+        # Nothing to compare: going on replaced the committed errors.md with an empty table at exit 0.
+        parser.exit(2, f"error: --real {real_root}: no GPU run folder of the plan ({', '.join(list(PLAN)[:2])}, "
+                       "...); nothing written\n")
     if args.host_timelines:
         from sim.host_speed import timeline_from_run
         from sim.profiled_cost_model import find_profile

@@ -65,6 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--azure-calibration-start", type=int, default=12000)
     parser.add_argument("--mooncake-calibration-start", type=int, default=1000)
     args = parser.parse_args(argv)
+    counts = {name: getattr(args, name) for name in vars(args) if name.endswith(("_start", "_count"))}
+    bad = [f"--{name.replace('_', '-')} {value}" for name, value in counts.items()
+           if value < (1 if name.endswith("_count") else 0)]
+    if bad:  # a negative count made empty slices at exit 0
+        parser.exit(2, f"error: {bad[0]}: expected a count >= 1 (starts >= 0)\n")
+    for name in ("azure_llm_2023_conv.csv", "mooncake_conversation.jsonl"):
+        if not (Path(args.shared) / name).is_file():  # a TraceError traceback after the first trace was written
+            parser.exit(2, f"error: --shared {args.shared}: no {name}; expected the folder of the public traces\n")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     shared = Path(args.shared)

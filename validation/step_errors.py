@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", help="GPU replay folders")
     parser.add_argument("--profile", default=None, help="profile JSON (default: the shipped h200 qwen3-0.6b one)")
     args = parser.parse_args(argv)
+    missing = [run for run in args.runs if not (Path(run) / "steps.parquet").is_file()]
+    if missing:  # a polars FileNotFoundError traceback
+        parser.exit(2, f"error: {missing[0]}: no steps.parquet; expected an engine.replay run folder\n")
     model = ProfiledCostModel.load(Path(args.profile) if args.profile else find_profile("qwen3-0.6b", "h200"))
     print(f"{'run':<16}{'steps':<20}{'count':>7}{'real ms':>10}{'pred ms':>10}{'pred/real':>11}")
     for run in args.runs:

@@ -219,3 +219,39 @@ def test_ctrl_c_in_fit_profile_and_summarize_is_one_line(tmp_path, capsys, monke
         assert exited.value.code == 130
         assert capsys.readouterr().err == "interrupted: files finished before it are written, none in part\n"
     assert path.read_bytes() == before
+
+
+SCRIPT_CASES = [  # (script and arguments, what the one error line says); each was a traceback or a wrong exit 0
+    (["benchmarks/sim_million.py", "--requests", "100", "--router", "bogus"], "--router 'bogus': expected one of"),
+    (["benchmarks/sim_million.py", "--requests", "100", "--json", "{tmp}"], "--json {tmp} is a directory"),
+    (["benchmarks/server_loop.py", "--requests", "0"], "--requests must be >= 1, got 0"),
+    (["benchmarks/throughput.py", "--num-seqs", "0"], "--num-seqs must be >= 1, got 0"),
+    (["benchmarks/bench_client.py", "{tmp}/none.parquet"], "none.parquet: cannot read the trace: no such file"),
+    (["benchmarks/serving_overhead.py", "{tmp}/none.parquet", "--qps", "1", "--limit", "5", "--out-dir", "{tmp}/o",
+      "--json", "{tmp}/o.json"], "none.parquet: cannot read the trace: no such file"),
+    (["benchmarks/steady_capacity.py", "--parts", "bogus"], "--parts 'bogus': expected a comma list"),
+    (["benchmarks/kernels.py", "--sections", "bogus"], "--sections: unknown bogus"),
+    (["benchmarks/step.py", "--repeats", "0"], "--repeats must be >= 1, got 0"),
+    (["benchmarks/steady_capacity.py", "--durations", "x"], "--durations 'x': expected a comma list of seconds"),
+    (["validation/make_traces.py", "--shared", "{tmp}", "--out", "{tmp}/t"], "no azure_llm_2023_conv.csv"),
+    (["validation/make_traces.py", "--azure-count", "-1", "--out", "{tmp}/t"], "--azure-count -1: expected"),
+    (["validation/step_errors.py", "{tmp}"], "no steps.parquet; expected an engine.replay run folder"),
+    # Without runs these replaced the committed errors.md and bands.md with empty tables:
+    (["validation/compare_all.py", "--real", "{tmp}", "--sim-out", "{tmp}/s", "--results", "{tmp}/r"],
+     "no GPU run folder of the plan"),
+    (["validation/band_check.py", "--results", "{tmp}", "--out", "{tmp}/b"], "no <run>/real_summary.json"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), SCRIPT_CASES, ids=[" ".join(a[:2]) for a, _ in SCRIPT_CASES])
+def test_benchmark_and_validation_scripts_refuse_bad_arguments(tmp_path, argv, message):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    proc = subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines and lines[-1].startswith("error: ") and message.replace("{tmp}", str(tmp_path)) in lines[-1], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written

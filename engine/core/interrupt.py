@@ -8,7 +8,11 @@ it killed the process at once and left its hidden staging folder (``.OUT.partial
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
+import multiprocessing
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -60,3 +64,26 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
         return wrapped
 
     return decorate
+
+
+def exit_with_parent() -> None:
+    """For a child process (the server's engine, a tensor-parallel worker): be sent SIGTERM, and unwind on it,
+    when the parent dies. A parent killed with SIGKILL cannot stop its children, which kept loading a model
+    or holding the GPU with nobody to serve. Linux only (prctl); elsewhere nothing changes."""
+
+    def unwind(signum, frame) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
+    name = ctypes.util.find_library("c")
+    try:
+        prctl = ctypes.CDLL(name, use_errno=True).prctl if name else None
+    except (OSError, AttributeError):
+        prctl = None
+    if prctl is None:
+        return
+    pr_set_pdeathsig = 1  # linux/prctl.h
+    prctl(pr_set_pdeathsig, signal.SIGTERM)
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before the request was made
+        raise SystemExit(128 + signal.SIGTERM)

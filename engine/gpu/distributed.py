@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from engine.core.interrupt import exit_with_parent
 from engine.core.model_config import ModelShape
 from engine.gpu.model_runner import ModelRunner, StepPlan, resolve_device
 from engine.gpu.parallel import ParallelContext
@@ -58,6 +59,7 @@ def _device_for(options: EngineOptions, rank: int) -> torch.device:
 
 
 def _worker_main(rank: int, world_size: int, port: int, options: EngineOptions, shape: ModelShape, model_dir) -> None:
+    exit_with_parent()  # a driver killed with SIGKILL cannot stop its daemon workers
     device = _device_for(options, rank)
     control = _init(rank, world_size, port, _backend(options, device.type), device)
     try:

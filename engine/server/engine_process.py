@@ -18,12 +18,8 @@ messages: every microsecond spent here is a microsecond every running request wa
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import logging
-import multiprocessing
-import os
 import signal
 import time
 import traceback
@@ -34,6 +30,7 @@ from multiprocessing.connection import Connection
 from typing import NamedTuple
 
 from engine.core.config import EngineConfig
+from engine.core.interrupt import exit_with_parent
 from engine.core.sequence import Sequence
 
 _log = logging.getLogger(__name__)
@@ -93,7 +90,7 @@ def run_engine(factory: Callable[[], object], commands: Connection, messages: Co
     ``engine``, ``shape``, ``model_dir`` and ``close``), say ready, then serve commands until told to stop."""
     # Ctrl-C reaches the whole process group: the server shuts down and stops this loop itself, between steps.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _exit_with_parent()
+    exit_with_parent()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         llm = factory()
@@ -104,7 +101,7 @@ def run_engine(factory: Callable[[], object], commands: Connection, messages: Co
     except BaseException as exc:  # noqa: BLE001 - whatever stopped the load is the server's one-line error
         try:
             messages.send(("error", f"{type(exc).__name__}: {exc}"))
-        except OSError:  # the server is gone (see _exit_with_parent): nobody to tell
+        except OSError:  # the server is gone (exit_with_parent): nobody to tell
             pass
         return
     try:
@@ -119,29 +116,6 @@ def run_engine(factory: Callable[[], object], commands: Connection, messages: Co
         close = getattr(llm, "close", None)
         if close is not None:
             close()
-
-
-def _exit_with_parent() -> None:
-    """Be sent SIGTERM, and unwind (closing the engine) on it, when the server process dies: a server killed
-    with SIGKILL cannot stop its engine, which kept loading, or holding the GPU, with nobody to serve.
-    Linux only (prctl); elsewhere the engine still stops when the server's pipe closes, between steps."""
-
-    def unwind(signum, frame) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, unwind)
-    name = ctypes.util.find_library("c")
-    try:
-        prctl = ctypes.CDLL(name, use_errno=True).prctl if name else None
-    except (OSError, AttributeError):
-        prctl = None
-    if prctl is None:
-        return
-    pr_set_pdeathsig = 1  # linux/prctl.h
-    prctl(pr_set_pdeathsig, signal.SIGTERM)
-    parent = multiprocessing.parent_process()
-    if parent is not None and os.getppid() != parent.pid:  # it died before the request was made
-        raise SystemExit(128 + signal.SIGTERM)
 
 
 class _Loop:

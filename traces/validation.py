@@ -14,6 +14,9 @@ from traces.errors import TraceError, row_error
 REQUIRED_COLUMNS: tuple[str, ...] = ("request_id", "arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL_COLUMNS: tuple[str, ...] = ("prompt_token_ids", "hash_ids", "session_id")
 MAX_HASH_BLOCK_SIZE = 2**31  # tokens per hash block; larger would overflow the length check's int64 arithmetic
+# Some 31,700 years: past it a trace holds timestamps, not offsets, and the rate arithmetic overflows (an arrival
+# at 1e300 s ran to exit 0 with numpy overflow warnings).
+MAX_ARRIVAL_S = 1e12
 
 
 def _first_true(mask: pl.Series) -> int | None:
@@ -82,6 +85,12 @@ class _Checker:
             series < 0,
             "arrival_s",
             lambda row: f"is negative ({series[row]}); arrival times must be >= 0 seconds from the trace start",
+        )
+        self.fail_at_first(
+            series > MAX_ARRIVAL_S,
+            "arrival_s",
+            lambda row: f"is {series[row]:g}; arrival times must be at most {MAX_ARRIVAL_S:g} seconds from the trace "
+            "start (a timestamp, not an offset?)",
         )
         self.fail_at_first(
             series.diff() < 0,

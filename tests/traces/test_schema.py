@@ -151,6 +151,10 @@ BAD_TABLES = {
         r"t\.parquet: row 2 \(request_id 'c'\): column 'arrival_s' decreases \(12\.5 after 13\.0\); "
         r"arrival times must be non-decreasing",
     ),
+    "arrival past 1e12 s (a timestamp)": (
+        small_frame(arrival_s=[0.0, 1.0, 1e300]),
+        r"row 2 \(request_id 'c'\): column 'arrival_s' is 1e\+300; arrival times must be at most 1e\+12 seconds",
+    ),
     "nan arrival": (
         small_frame(arrival_s=[0.0, float("nan"), 2.0]),
         r"row 1 \(request_id 'b'\): column 'arrival_s' is nan; expected a finite number",

@@ -40,6 +40,9 @@ def empty_frame(schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=dict(schema))
 
 
+MAX_TIME_S = 1e12
+
+
 def conform(
     frame: pl.DataFrame | None,
     schema: Mapping[str, pl.DataType],
@@ -67,7 +70,15 @@ def conform(
         except pl.exceptions.PolarsError:
             raise ValueError(f"{name} table: column {column!r} holds {frame.schema[column]} values that do not "
                              f"convert to {schema[column]}") from None
-    return frame.with_columns(casts) if casts else frame
+    frame = frame.with_columns(casts) if casts else frame
+    for column in needed:  # times past ~31,700 years are not offsets; their arithmetic overflows into warnings
+        if column.endswith("_s") and schema[column] == pl.Float64 and frame.height:
+            beyond = frame[column].abs() > MAX_TIME_S
+            if beyond.any():
+                row = int(beyond.arg_true()[0])
+                raise ValueError(f"{name} table: column {column!r} is {frame[column][row]:g} at row {row}; times "
+                                 f"must be within {MAX_TIME_S:g} seconds of the run's start")
+    return frame
 
 
 def conform_requests(requests: pl.DataFrame | None, columns: Iterable[str] | None = None) -> pl.DataFrame:

@@ -188,3 +188,16 @@ def test_a_column_of_the_wrong_type_is_one_line(tmp_path: Path, capsys: pytest.C
     assert code == 2 and stderr.count("\n") == 1  # polars' own message spans four lines
     assert stderr == (f"error: {sim_dir / 'steps.parquet'}: steps table: column 'num_seqs' holds String values that "
                       "do not convert to Int64\n")
+
+
+def test_a_time_no_run_can_hold_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An arrival at -1e300 s ran to exit 0 with numpy overflow warnings on stderr."""
+    real_dir, sim_dir = write_pair(tmp_path)
+    requests = real_requests()
+    arrivals = requests["arrival_s"].to_list()
+    arrivals[1] = -1e300
+    write_run(sim_dir, requests.with_columns(pl.Series("arrival_s", arrivals)), real_steps())
+    code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and stderr == (f"error: {sim_dir / 'requests.parquet'}: requests table: column 'arrival_s' is "
+                                    "-1e+300 at row 1; times must be within 1e+12 seconds of the run's start\n")
+    assert not (tmp_path / "out").exists()

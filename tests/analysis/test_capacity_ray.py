@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from analysis.capacity.cli import main
-from analysis.capacity.ray_executor import probe_address, stage_files
+from analysis.capacity.ray_executor import _init_with_timeout, probe_address, stage_files
 from analysis.capacity.sweep import SweepError
 from sim.config import SimConfig
 
@@ -80,6 +80,39 @@ def test_a_wrong_address_ends_the_cli_within_seconds_in_one_line(tmp_path) -> No
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == [f"error: --ray 'ray://127.0.0.1:{port}': nothing accepts connections at "
                                         f"127.0.0.1:{port} (Connection refused); is the Ray head running there?"]
+
+
+class _FlakyRay:
+    """ray.init fails its first ``failures`` calls the way a loaded Ray Client server did in CI."""
+
+    def __init__(self, failures: int, hang_s: float = 0.0) -> None:
+        self.failures, self.hang_s = failures, hang_s
+        self.calls = self.shutdowns = 0
+
+    def init(self, **kwargs) -> None:
+        self.calls += 1
+        time.sleep(self.hang_s)
+        if self.calls <= self.failures:
+            raise ConnectionAbortedError("Initialization failure from server:\nTraceback (most recent call last):\n"
+                                         "  File x\nRuntimeError: the specific server did not start")
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+def test_a_failed_ray_init_is_retried_once_then_one_line() -> None:
+    recovered = _FlakyRay(failures=1)
+    _init_with_timeout(recovered, "ray://head:10001", {}, timeout_s=5)
+    assert (recovered.calls, recovered.shutdowns) == (2, 1)
+    with pytest.raises(SweepError) as failed:
+        _init_with_timeout(_FlakyRay(failures=2), "ray://head:10001", {}, timeout_s=5)
+    assert str(failed.value) == ("--ray 'ray://head:10001': cannot connect to the Ray cluster: Initialization failure "
+                                 "from server: Traceback (most recent call last): File x RuntimeError: the specific "
+                                 "server did not start")
+    started = time.monotonic()
+    with pytest.raises(SweepError, match="no Ray cluster answered within 0.5 s"):
+        _init_with_timeout(_FlakyRay(failures=0, hang_s=3.0), "ray://head:10001", {}, timeout_s=0.5)
+    assert time.monotonic() - started < 2.0
 
 
 def test_files_named_by_options_are_staged_with_relative_names(tmp_path, monkeypatch) -> None:

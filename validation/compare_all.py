@@ -25,32 +25,31 @@ sys.path.insert(0, str(ROOT))
 
 TRACES = ROOT / "validation" / "traces"
 
+
+def _online(qps: float, limit: int, max_model_len: int = 16384) -> list[str]:
+    """Options of a run at ``qps`` over the trace's first ``limit`` requests."""
+    long = ["--allow-long-max-model-len"] if max_model_len > 32768 else []
+    return ["--qps", f"{qps:g}", "--limit", str(limit), "--max-model-len", str(max_model_len), *long]
+
+
 # name -> (description, trace, replay options): must match validation/run_gpu.sh
 PLAN: dict[str, tuple[str, str, list[str]]] = {
     "a-bench-mixed": ("(a) benchmark workload, offline, mixed", "bench_workload.parquet",
                       ["--offline", "--max-model-len", "4096"]),
     "a-bench-nano": ("(a) benchmark workload, offline, nano", "bench_workload.parquet",
                      ["--offline", "--max-model-len", "4096", "--policy", "nano"]),
-    "b-azure-light": ("(b) Azure conv, light load (12 req/s)", "azure_conv_slice.parquet",
-                      ["--qps", "12", "--limit", "600", "--max-model-len", "16384"]),
-    "b-azure-p70": ("(b) Azure conv, ~70% of capacity (36 req/s)", "azure_conv_slice.parquet",
-                    ["--qps", "36", "--limit", "2200", "--max-model-len", "16384"]),
-    "b-azure-p95": ("(b) Azure conv, ~95% of capacity (49 req/s)", "azure_conv_slice.parquet",
-                    ["--qps", "49", "--limit", "2700", "--max-model-len", "16384"]),
+    "b-azure-light": ("(b) Azure conv, light load (12 req/s)", "azure_conv_slice.parquet", _online(12, 600)),
+    "b-azure-p70": ("(b) Azure conv, ~70% of capacity (36 req/s)", "azure_conv_slice.parquet", _online(36, 2200)),
+    "b-azure-p95": ("(b) Azure conv, ~95% of capacity (49 req/s)", "azure_conv_slice.parquet", _online(49, 2700)),
     "c-mooncake": ("(c) Mooncake conv, ~70% of capacity (2.8 req/s)", "mooncake_slice.parquet",
-                   ["--qps", "2.8", "--limit", "200", "--max-model-len", "65536",
-                     "--allow-long-max-model-len"]),
+                   _online(2.8, 200, 65536)),
     # KV pressure: the GPU run's block count (which run_gpu.sh sets small) is passed on, as for every run.
-    "d-azure-kv": ("(d) Azure conv, ~70%, 300 KV blocks (preempts)", "azure_conv_slice.parquet",
-                   ["--qps", "36", "--limit", "2200", "--max-model-len", "16384"]),
+    "d-azure-kv": ("(d) Azure conv, ~70%, 300 KV blocks (preempts)", "azure_conv_slice.parquet", _online(36, 2200)),
     "d-mooncake-kv": ("(d) Mooncake conv, ~70%, 600 KV blocks (preempts)", "mooncake_slice.parquet",
-                      ["--qps", "2.8", "--limit", "200", "--max-model-len", "65536", "--allow-long-max-model-len"]),
-    "e-prefill-light": ("(e) prefill-heavy, ~30% (35 req/s)", "prefill_heavy.parquet",
-                        ["--qps", "35", "--limit", "3000", "--max-model-len", "16384"]),
-    "e-prefill-p70": ("(e) prefill-heavy, ~70% (80 req/s)", "prefill_heavy.parquet",
-                      ["--qps", "80", "--limit", "3000", "--max-model-len", "16384"]),
-    "e-prefill-p95": ("(e) prefill-heavy, ~95% (106 req/s)", "prefill_heavy.parquet",
-                      ["--qps", "106", "--limit", "3000", "--max-model-len", "16384"]),
+                      _online(2.8, 200, 65536)),
+    **{f"e-prefill-{name}": (f"(e) prefill-heavy, ~{share}% ({qps} req/s)", "prefill_heavy.parquet",
+                             _online(qps, 3000))
+       for name, share, qps in (("light", 30, 35), ("p70", 70, 80), ("p95", 95, 106))},
 }
 HEADLINE = ["ttft_ms.p50", "ttft_ms.p90", "tpot_ms.p50", "tpot_ms.p90", "e2e_ms.p50", "e2e_ms.p90", "output_throughput"]
 

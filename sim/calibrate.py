@@ -96,22 +96,26 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     return serving
 
 
+def _summary(run_dir: Path) -> dict:
+    """A run folder's summary.json as an object; {} when it is missing, unreadable or not an object."""
+    try:
+        summary = json.loads(read_json_input(run_dir / "summary.json"))
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def _simulated_by(run_dir: Path) -> str | None:
     """The cost model a sim.replay folder names in its summary.json (a measured profile or the roofline); None
     for a GPU run (engine.replay's says "measured") or a folder without a readable summary."""
-    try:
-        cost_model = str(json.loads(read_json_input(run_dir / "summary.json")).get("cost_model"))
-    except (OSError, ValueError, AttributeError):
-        return None
+    cost_model = str(_summary(run_dir).get("cost_model"))
     return cost_model if cost_model.startswith("profile:") or cost_model == "roofline-estimate" else None
 
 
 def _run_host(run_dir: Path) -> dict | None:
     """The host an engine.replay folder was recorded on (its summary.json's config.host), None if not recorded."""
-    try:
-        host = json.loads(read_json_input(run_dir / "summary.json")).get("config", {}).get("host")
-    except (OSError, ValueError, AttributeError):
-        return None
+    config = _summary(run_dir).get("config")
+    host = config.get("host") if isinstance(config, dict) else None
     return host if isinstance(host, dict) else None
 
 

@@ -84,7 +84,8 @@ class HostSpeedTimeline:
         if not all(math.isfinite(t) for t in starts_s) or any(b <= a for a, b in zip(starts_s, starts_s[1:])):
             raise ValueError("host-speed timeline: start_s must be finite and increase from row to row")
         if not all(_is_slowdown(s) for s in slowdowns):
-            raise _slowdown_error("host-speed timeline: every slowdown", min(slowdowns, key=_is_slowdown))
+            raise _slowdown_error("host-speed timeline: every slowdown",
+                                 next(s for s in slowdowns if not _is_slowdown(s)))
         self.starts_s = list(starts_s)
         self.slowdowns = list(slowdowns)
         self.name = name
@@ -195,8 +196,6 @@ def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
         value = float(spec)
     except ValueError:
         value = None
-    if value is not None and not math.isfinite(value):
-        raise ValueError(f"--host-slowdown must be a finite number > 0, got {spec!r}")
     if value is None:
         path = Path(spec)
         if not path.is_file():

@@ -402,9 +402,10 @@ class ProfiledCostModel:
         try:
             profile = json.loads(read_json_input(path))
             measured = (Path(str(profile["model"])).name, str(profile["gpu"]), int(profile["tensor_parallel_size"]))
-            _check_engine_options(profile)
             if "points" in profile:  # sim.limits reads the grid's range from them after the run
-                check_profile(profile)
+                check_profile(profile)  # the engine options too
+            else:
+                _check_engine_options(profile)
             check_fit(profile)
             fit = profile["fit"]
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:

@@ -106,7 +106,7 @@ _META_TYPES = {"cost_model": (str,), "trace": (str,), "config": (dict,), "record
 
 def _check_meta(meta: dict, path: Path) -> None:
     for key, value in meta.items():
-        if value is not None and not isinstance(value, _META_TYPES[key]) or isinstance(value, bool):
+        if isinstance(value, bool) or (value is not None and not isinstance(value, _META_TYPES[key])):
             expected = " or ".join(t.__name__ for t in _META_TYPES[key])
             raise ValueError(f"{path}: {key!r} is {str(value)[:60]}; expected {expected}")
     for i, warning in enumerate(meta.get("warnings") or []):

@@ -296,7 +296,7 @@ def format_table(run: CapacityRun) -> str:
     return "\n".join(lines)
 
 
-@exit_130_on_interrupt()
+@exit_130_on_interrupt("interrupted: simulations stopped, nothing written")
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -319,8 +319,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     except StreamTooLong as exc:
         parser.exit(2, f"error: {exc}; nothing written\n")
-    except KeyboardInterrupt:
-        parser.exit(130, "interrupted: simulations stopped, nothing written\n")
     if not args.quiet:
         print(format_table(run))
         num_sims = sum(r.num_simulations for r in run.results)

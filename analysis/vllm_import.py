@@ -29,6 +29,7 @@ import polars as pl
 from analysis.outdir import out_folder
 from analysis.schema import FAILED, REQUESTS_SCHEMA, STEPS_SCHEMA, empty_frame
 from engine.core.interrupt import exit_130_on_interrupt
+from sim.files import read_json_input
 
 PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
 OPTIONAL_PER_REQUEST_KEYS = ("errors", "latencies", "start_times")
@@ -70,8 +71,6 @@ def _list(path: Path, data: dict, key: str, n: int | None) -> list | None:
 
 
 def load_json(path: Path) -> dict:
-    from sim.files import read_json_input
-
     try:
         data = json.loads(read_json_input(path))  # a regular file only: a FIFO or /dev/zero never ended
     except FileNotFoundError:

@@ -171,9 +171,10 @@ class ModelRunner:
         self._allocate_kv_cache(self.num_gpu_blocks)
         if self._is_cuda and not options.enforce_eager:
             self._capture_graphs()
-        self.num_warmed_kernels = self._warm_up_kernels() if self._is_cuda else 0
+        if self._is_cuda:
+            self._warm_up_kernels()
 
-    def _warm_up_kernels(self) -> int:
+    def _warm_up_kernels(self) -> None:
         """Compile now the attention variants eager steps may need, not in the middle of serving (see
         ``triton_kernels.warm_up``). A failure here only postpones compilation to first use."""
         attn = self.model.attention_layers()[0]
@@ -185,9 +186,8 @@ class ModelRunner:
         except Exception as exc:  # noqa: BLE001 - any compiler error: serving still works, compiling later
             _log.warning("attention kernel warm-up failed (%s: %s); kernels compile on first use instead",
                          type(exc).__name__, exc)
-            return 0
+            return
         _log.info("attention kernels: %d variants ready in %.1f s", count, time.perf_counter() - started)
-        return count
 
     # ---- KV cache -------------------------------------------------------------------------------
     def _block_bytes(self) -> int:
@@ -595,7 +595,8 @@ class ModelRunner:
         when the plan has none yet (a NextDecode fills them in)."""
         graph_bs = plan.graph_bs
         n = plan.num_decode
-        num_long = self._graph_meta[graph_bs].decode_splits.num_long_seqs
+        splits = self._graph_meta[graph_bs].decode_splits
+        num_long = splits.num_long_seqs
         flat = np.zeros(4 * graph_bs + num_long, dtype=np.int64)  # one host-to-device copy for all of it
         host = flat[: 4 * graph_bs].reshape(4, graph_bs)
         if plan.ids:
@@ -605,7 +606,7 @@ class ModelRunner:
         host[2, n:] = -1
         host[3, :n] = host[1, :n] + 1
         if num_long:
-            flat[4 * graph_bs :] = long_decode_rows(host[3, :n], self._graph_meta[graph_bs].decode_splits)
+            flat[4 * graph_bs :] = long_decode_rows(host[3, :n], splits)
         tables = plan.decode_tables
         if graph_bs > n:
             tables = np.concatenate([tables, np.zeros((graph_bs - n, tables.shape[1]), dtype=np.int32)])

@@ -35,7 +35,7 @@ def test_a_prepared_next_step_equals_a_fresh_plan_of_the_batch(tiny_qwen3, monke
         rows, fresh_rows = nxt.sampling, runner._sampling_rows(batch, fresh)
         assert rows.temperatures == fresh_rows.temperatures and rows.all_greedy == fresh_rows.all_greedy
         if not rows.all_greedy:
-            assert rows.seeded_rows == fresh_rows.seeded_rows
+            assert rows.seeded_rows == fresh_rows.seeded_rows and rows.filtered_rows == fresh_rows.filtered_rows
             # The first word of unseeded rows is drawn when the step runs; every other word must agree.
             assert np.array_equal(rows.words[:, 1:], fresh_rows.words[:, 1:])
             assert np.array_equal(rows.words[rows.seeded_rows], fresh_rows.words[rows.seeded_rows])

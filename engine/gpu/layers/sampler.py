@@ -63,13 +63,15 @@ class SamplingTensors:
         top_ps: list[float],
         words: list[tuple[int, int, int]],
         device: torch.device,
+        filtered_rows: list[int] | None = None,
     ) -> None:
+        """``filtered_rows``: the rows with top-k or top-p, when the caller knows them (else read off the lists)."""
         self.num_rows = len(temperatures)
         self.all_greedy = not any(temperatures)
         if self.all_greedy:  # argmax alone: nothing to copy
             self.filtered_rows = []
             return
-        self.filtered_rows = [row for row, (k, p) in enumerate(zip(top_ks, top_ps)) if k > 0 or p < 1.0]
+        self.filtered_rows = _filtered_rows(top_ks, top_ps) if filtered_rows is None else filtered_rows
         pinned = device.type == "cuda"
         # Through numpy: torch.tensor(list) is several times slower on the few hundred rows of a step.
         self.temperatures = _to(torch.from_numpy(np.array(temperatures, dtype=np.float32)), device, pinned)
@@ -79,7 +81,6 @@ class SamplingTensors:
         if self.filtered_rows:
             self.top_ks = _to(torch.from_numpy(np.array(top_ks, dtype=np.int64)), device, pinned)
             self.top_ps = _to(torch.from_numpy(np.array(top_ps, dtype=np.float32)), device, pinned)
-
 
     @classmethod
     def greedy(cls, num_rows: int) -> SamplingTensors:
@@ -99,6 +100,7 @@ class SamplingRows:
         # k past the vocabulary keeps every token: off, like k <= 0 (and a huge k must not reach an int64 tensor)
         self.top_ks = [p.top_k if 0 < p.top_k < vocab_size else -1 for p in params]
         self.top_ps = [p.top_p for p in params]
+        self.filtered_rows = _filtered_rows(self.top_ks, self.top_ps)  # once: the rows keep their options
         num_rows = len(params)
         words = np.empty((num_rows, 3), dtype=np.int64)
         words[:, 1] = np.arange(num_rows)
@@ -114,6 +116,7 @@ class SamplingRows:
         step.temperatures, step.all_greedy = self.temperatures, self.all_greedy
         if not self.all_greedy:
             step.top_ks, step.top_ps, step.seeded_rows = self.top_ks, self.top_ps, self.seeded_rows
+            step.filtered_rows = self.filtered_rows
             step.words = self.words.copy()
             step.words[self.seeded_rows, 2] += 1
         return step
@@ -129,7 +132,11 @@ class SamplingRows:
             unseeded = np.ones(len(words), dtype=bool)
             unseeded[self.seeded_rows] = False
             words[unseeded, 0] = step_value
-        return SamplingTensors(self.temperatures, self.top_ks, self.top_ps, words, device)
+        return SamplingTensors(self.temperatures, self.top_ks, self.top_ps, words, device, self.filtered_rows)
+
+
+def _filtered_rows(top_ks: list[int], top_ps: list[float]) -> list[int]:
+    return [row for row, (k, p) in enumerate(zip(top_ks, top_ps)) if k > 0 or p < 1.0]
 
 
 def _to(host: torch.Tensor, device: torch.device, pinned: bool) -> torch.Tensor:

@@ -108,10 +108,16 @@ def plan_quiet_window(
     starts[1:] = ends[:-1]
     stopped_by_horizon = num_steps < steps
     if stopped_by_horizon:
-        bounds = [b for b in bounds if b < num_steps]
-        bounds.append(num_steps)
-        del batches[len(bounds) - 1:]
+        bounds = _cut_segments(bounds, batches, num_steps)
     return QuietWindow(num_steps, float(ends[-1]), stopped_by_horizon, bounds, batches, lefts), starts, ends
+
+
+def _cut_segments(bounds: list[int], batches: list, num_steps: int) -> list[int]:
+    """The segment bounds of a window ending after its first ``num_steps`` steps (``batches`` is cut to match)."""
+    bounds = [b for b in bounds if b < num_steps]
+    bounds.append(num_steps)
+    del batches[len(bounds) - 1:]
+    return bounds
 
 
 def _next_block_step(seq, block_size: int) -> int:
@@ -133,15 +139,6 @@ def _steps_with_free_blocks(block_manager, running, lefts: list[int], steps: int
         return steps
     allocations = sorted(k for first, last in spans for k in range(first, last, block_size))
     return allocations[free]  # the step whose allocation would not fit runs through the step loop
-
-
-def apply_quiet_window(
-    engine, token_id: int, window: QuietWindow, starts: np.ndarray, ends: np.ndarray
-) -> list[Sequence]:
-    """Advance ``engine`` by the window's steps: what ``window.num_steps`` step-loop iterations would do.
-    Returns the sequences that finished, in the order the step loop finishes them (the runner has released
-    them, as ``LLMEngine.end_step`` does)."""
-    return QuietRun(engine, token_id, window, starts, ends).finish()
 
 
 class QuietRun:
@@ -184,9 +181,9 @@ class QuietRun:
             last = left if left < steps else steps
             lasts.append(last)
             # (Most windows are shorter than a block: the ranges below are mostly empty, and checked first.)
-            first_block = len(seq.block_table) * block_size - computed  # the step of its next block (<= 0: now)
+            first_block = _next_block_step(seq, block_size)
             if first_block < last:
-                events.extend((k, 0, index) for k in range(max(first_block, 0), last, block_size))
+                events.extend((k, 0, index) for k in range(first_block, last, block_size))
             if caching:
                 # Full blocks not yet offered to the cache are registered by the first step (k = 0); after
                 # that, one block fills every block_size steps.
@@ -290,10 +287,7 @@ class QuietRun:
         window.num_steps = steps
         window.end_s = float(self.ends[-1])
         window.stopped_by_horizon = True
-        bounds = [b for b in window.bounds if b < steps]
-        bounds.append(steps)
-        window.bounds = bounds
-        del window.batches[len(bounds) - 1:]
+        window.bounds = _cut_segments(window.bounds, window.batches, steps)
         self.next_event_s = self._event_s(self._next)
         return True
 

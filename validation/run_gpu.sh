@@ -27,6 +27,9 @@ else
 fi
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 step() { echo "=== $* ($(date +%T))"; "$@" || echo "!!! failed: $*"; }
+# ONLY (default empty: every run of the phase) names the runs of a phase to make, e.g. ONLY="e-prefill-p70 d-azure-kv",
+# so that the runs of several phases fit into one 10-minute device command.
+want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 pack() { tar -czf "$out/$1.tgz" -C "$out" "$1" && rm -r "${out:?}/$1"; }
 
 case "$phase" in
@@ -87,17 +90,21 @@ online)
   # (b) Azure at three loads (QPS_LIGHT, QPS_70, QPS_95 given in the environment), (c) Mooncake at one.
   for spec in "light:$QPS_LIGHT:600" "p70:$QPS_70:2200" "p95:$QPS_95:2700"; do
     IFS=: read -r name qps limit <<< "$spec"
+    want "b-azure-$name" || continue
     step timeout 170 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --qps "$qps" --limit "$limit" \
       --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/b-azure-$name$tag" --quiet
     pack "b-azure-$name$tag"
   done
+  if want c-mooncake; then
   step timeout 200 python3 -m engine.replay validation/traces/mooncake_slice.parquet --qps "$QPS_MOONCAKE" --limit 200 \
     --model qwen3-0.6b --load-format dummy --max-model-len 65536 --allow-long-max-model-len --out "$out/c-mooncake$tag" --quiet
   pack "c-mooncake$tag"
+  fi
   ;;
 prefill-heavy)
   for spec in "light:${QPS_PH_LIGHT:-35}" "p70:${QPS_PH_70:-80}" "p95:${QPS_PH_95:-106}"; do
     IFS=: read -r name qps <<< "$spec"
+    want "e-prefill-$name" || continue
     step timeout 170 python3 -m engine.replay validation/traces/prefill_heavy.parquet --qps "$qps" --limit 3000 \
       --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/e-prefill-$name$tag" --quiet
     pack "e-prefill-$name$tag"
@@ -105,14 +112,18 @@ prefill-heavy)
   ;;
 kv-pressure)
   # (d) Preemptions and prefix hits under KV pressure: compare their counts, not only latencies.
+  if want d-azure-kv; then
   step timeout 170 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --qps "$QPS_70" --limit 2200 \
     --model qwen3-0.6b --load-format dummy --max-model-len 16384 --num-gpu-blocks "${KV_BLOCKS_AZURE:-300}" \
     --out "$out/d-azure-kv$tag" --quiet
   pack "d-azure-kv$tag"
+  fi
+  if want d-mooncake-kv; then
   step timeout 200 python3 -m engine.replay validation/traces/mooncake_slice.parquet --qps "$QPS_MOONCAKE" --limit 200 \
     --model qwen3-0.6b --load-format dummy --max-model-len 65536 --allow-long-max-model-len \
     --num-gpu-blocks "${KV_BLOCKS_MOONCAKE:-600}" --out "$out/d-mooncake-kv$tag" --quiet
   pack "d-mooncake-kv$tag"
+  fi
   ;;
 *)
   echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online, kv-pressure, prefill-heavy)"

@@ -89,15 +89,23 @@ def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch
 
     llm = LLM(path, **{"max_model_len": 2048, **options})
     try:
-        real_plan = llm.runner.plan
+        # A step's plan is either made in run() or prepared during the step before (NextDecode); both pass
+        # through materialize, so the sampled rows are keyed there, against the batch run() was given.
+        real_run, real_materialize = llm.runner.run, llm.runner.materialize
+        current = []
 
-        def recording_plan(batch):
-            plan = real_plan(batch)
-            pending[:] = [(batch.seqs[r].request_id, batch.seqs[r].num_tokens) for r in plan.sample_rows]
-            return plan
+        def recording_run(batch):
+            current[:] = [batch]
+            return real_run(batch)
+
+        def recording_materialize(plan, graph_host=None):
+            seqs = current[0].seqs
+            pending[:] = [(seqs[r].request_id, seqs[r].num_tokens) for r in plan.sample_rows]
+            return real_materialize(plan, graph_host)
 
         monkeypatch.setattr(model_runner_module, "sample", recording_sample)
-        monkeypatch.setattr(llm.runner, "plan", recording_plan)
+        monkeypatch.setattr(llm.runner, "run", recording_run)
+        monkeypatch.setattr(llm.runner, "materialize", recording_materialize)
         greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
         ours = [o["token_ids"] for o in llm.generate(prompts, greedy, use_tqdm=False)]
         if options.get("tensor_parallel_size", 1) == 1:
@@ -106,6 +114,7 @@ def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch
             eager_prefill = options.get("enforce_eager") or options.get("max_cuda_graph_tokens") == 0
             expected = 0 if eager_prefill else timings.num_steps - timings.num_graph_steps
             assert timings.num_piecewise_steps == expected > 0 or eager_prefill
+            assert timings.num_prepared_steps > 0  # the logits below include steps planned ahead
     finally:
         llm.close()
         del llm

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+
 from engine.core.records import BATCH_COLUMNS
 from engine.core.scheduler import ScheduledBatch
 
@@ -14,6 +16,20 @@ FEATURE_NAMES = BATCH_COLUMNS  # every batch column of the step log, read off th
 
 def batch_features(batch: ScheduledBatch) -> dict[str, int]:
     return {name: getattr(batch, name) for name in FEATURE_NAMES}
+
+
+def derive_continues_batch(replica, num_seqs, num_prefill_seqs, num_preempted, num_finished) -> np.ndarray:
+    """``continues_batch`` of each step of a step log recorded before the column existed (rows in step order per
+    replica; numpy arrays): a decode-only step continues the one before it when that was decode-only on the same
+    replica, finished nobody, and this one preempted nobody and has as many sequences (a step cannot gain one
+    without a prefill row, bar a request admitted with all but one prompt token cached, which adds a row). Exact
+    except where, between the same two steps, a request was aborted and another admitted that way."""
+    decode_only = (num_prefill_seqs == 0) & (num_seqs > 0)
+    continues = np.zeros(len(num_seqs), dtype=np.int64)
+    if len(num_seqs) > 1:
+        continues[1:] = (decode_only[1:] & decode_only[:-1] & (replica[1:] == replica[:-1]) & (num_finished[:-1] == 0)
+                         & (num_preempted[1:] == 0) & (num_seqs[1:] == num_seqs[:-1]))
+    return continues
 
 
 def read_steps(run_dir: Path) -> list[tuple[dict, float, float]]:
@@ -30,6 +46,12 @@ def read_steps(run_dir: Path) -> list[tuple[dict, float, float]]:
         raise ValueError(f"{path}: not a readable parquet file ({exc}); expected an engine.replay steps.parquet") \
             from None
     needed = FEATURE_NAMES + ("duration_s", "start_s")
+    derived_from = ("replica", "step", "num_seqs", "num_prefill_seqs", "num_preempted", "num_finished")
+    if "continues_batch" not in table.column_names and all(c in table.column_names for c in derived_from):
+        table = table.sort_by([("replica", "ascending"), ("step", "ascending")])
+        arrays = {c: table.column(c).to_numpy() for c in ("replica", "num_seqs", "num_prefill_seqs", "num_preempted",
+                                                           "num_finished")}
+        table = table.append_column("continues_batch", pa.array(derive_continues_batch(**arrays)))
     missing = [c for c in needed if c not in table.column_names]
     if missing:
         raise ValueError(f"{path}: missing columns {', '.join(missing)} (recorded by an older engine?)")

@@ -2,7 +2,10 @@
 
 Two regimes, as the engine runs them:
 - decode-only steps replay a CUDA graph padded to a batch-size bucket: time = a(bucket) + b(bucket) x
-  (KV tokens read), with a and b fitted per measured bucket size and interpolated between them;
+  (KV tokens read), with a and b fitted per measured bucket size and interpolated between them. An engine
+  that plans the next decode step while the current one runs (its profile's ``engine_features``) does so
+  only for a step that repeats the batch before it (``continues_batch``); the others pay their planning:
+  a surcharge c + d x (batch size), fitted on the grid's decode steps right after a prefill;
 - every other step (prefill or mixed) is a host part and a device part, each linear with non-negative
   coefficients. An engine that replays prefill and mixed steps as piecewise CUDA graphs (profiles
   that list ``piecewise_graph_sizes``) launches a step in ~2 ms whatever its size, and keeps the GPU
@@ -168,7 +171,22 @@ def _fit_skew(points: list[dict], decode: dict, graph_sizes: list[int]) -> float
     return max(0.0, float(x @ y / (x @ x))) if (x @ x) > 0 else 0.0
 
 
-def _fit(points: list[dict], max_graph_bs: int, graph_sizes: list[int], piecewise_sizes: list[int]) -> dict:
+def _fit_unprepared(points: list[dict], decode: dict, graph_sizes: list[int]) -> list[float]:
+    """[c, d] of the planning surcharge c + d x (batch size) of a decode step that does not repeat the batch before
+    it: non-negative least squares on the steady model's misses at the grid's decode steps after a prefill."""
+    if not points:
+        return [0.0, 0.0]
+    model = ProfiledCostModel({"graph_decode": decode, "graph_sizes": graph_sizes,
+                               "max_graph_batch_size": max(graph_sizes),
+                               "eager": {"floor_coef": [0.0] * len(FLOOR_BASIS),
+                                         "gpu_coef": [0.0] * len(GPU_BASIS)}}, "fit")
+    x = np.array([[1.0, p["features"]["num_decode_seqs"]] for p in points])
+    y = np.array([p["median_s"] - model.predict({**p["features"], "continues_batch": 1}) for p in points])
+    return [float(v) for v in _nonnegative_lstsq(x, y)]
+
+
+def _fit(points: list[dict], max_graph_bs: int, graph_sizes: list[int], piecewise_sizes: list[int],
+         prepares_decode_ahead: bool = False) -> dict:
     graph = [p for p in points if _is_graph_step(p["features"], max_graph_bs)]
     equal = [p for p in graph if p["family"] == "decode"]  # equal contexts, steady state
     decode = _fit_decode(equal)
@@ -176,6 +194,9 @@ def _fit(points: list[dict], max_graph_bs: int, graph_sizes: list[int], piecewis
     decode["per_excess_context_token_s"] = _fit_skew(skewed, decode, graph_sizes)
     # Small batches split every context widely (engine DecodeSplits): the excess costs nothing measurable there.
     decode["skew_min_batch_size"] = min((p["features"]["num_decode_seqs"] for p in skewed), default=0)
+    # Without planning ahead every decode step plans itself: the steady points already carry that cost.
+    after_prefill = [p for p in graph if p["family"] == "decode_after_eager"] if prepares_decode_ahead else []
+    decode["unprepared_s"] = _fit_unprepared(after_prefill, decode, graph_sizes)
     eager = [p for p in points if not _is_graph_step(p["features"], max_graph_bs)]
     eager_fit = _fit_sum(eager, piecewise_sizes) if piecewise_sizes else _fit_eager(eager)
     return {"graph_decode": decode, "eager": eager_fit, "max_graph_batch_size": max_graph_bs}
@@ -266,6 +287,8 @@ def check_fit(profile: dict) -> None:
     for name in ("per_excess_context_token_s", "skew_min_batch_size"):
         if name in decode and not _is_seconds(decode[name]):
             raise ValueError(f"field 'fit.graph_decode.{name}' is {decode[name]!r}; expected a finite number >= 0")
+    if "unprepared_s" in decode:
+        _check_coefficients(decode["unprepared_s"], "fit.graph_decode.unprepared_s", 2)
     graph_sizes = fit.get("graph_sizes")
     if graph_sizes is not None and (not isinstance(graph_sizes, list) or not all(_is_count(b) for b in graph_sizes)):
         raise ValueError(f"field 'fit.graph_sizes' is {str(graph_sizes)[:80]}; expected a list of sizes >= 0")
@@ -306,10 +329,20 @@ def write_profile(path: Path, profile: dict) -> None:
         raise OSError(f"{path}: cannot write the profile ({exc.strerror or exc})") from None
 
 
+def _with_continues_batch(point: dict) -> dict:
+    """A grid point whose features say whether its step repeated the batch before it (profiles measured before the
+    feature existed: the 'decode' families time steps that repeat it, the others' decode steps follow a prefill)."""
+    if "continues_batch" in point["features"]:
+        return point
+    continues = int(point["family"] in ("decode", "decode_skewed"))
+    return {**point, "features": {**point["features"], "continues_batch": continues}}
+
+
 def fit_profile(profile: dict) -> dict:
     """Fit on three of every four grid points per family; report the error on the fourth."""
     check_profile(profile)
-    points = profile["points"]
+    points = [_with_continues_batch(p) for p in profile["points"]]
+    ahead = bool((profile.get("engine_features") or {}).get("prepares_decode_ahead", False))
     sizes = profile["engine_options"].get("cuda_graph_sizes") or [0]
     max_graph_bs = max(sizes)
     train, held = [], []
@@ -324,7 +357,7 @@ def fit_profile(profile: dict) -> dict:
         raise ValueError(f"{len(points)} points: too few to fit; the points fitted on (three of every four per "
                          "family) need one eager point and, with CUDA graphs, one 'decode' point of a graph batch size")
     piecewise_sizes = profile["engine_options"].get("piecewise_graph_sizes") or []
-    fit = _fit(train, max_graph_bs, sizes, piecewise_sizes)
+    fit = _fit(train, max_graph_bs, sizes, piecewise_sizes, ahead)
     fit["graph_sizes"] = sizes
     model = ProfiledCostModel(fit, name="fit")
     errors = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in held]
@@ -343,7 +376,7 @@ def fit_profile(profile: dict) -> dict:
     train_errors = [abs(model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in train]
     # The model kept is fitted on every point: the held-out points are the grid's edges of each family
     # (every fourth, in grid order), which the simulator needs as much as the rest.
-    final = _fit(points, max_graph_bs, sizes, piecewise_sizes)
+    final = _fit(points, max_graph_bs, sizes, piecewise_sizes, ahead)
     final["graph_sizes"] = sizes
     final_model = ProfiledCostModel(final, name="fit")
     all_errors = [abs(final_model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in points]
@@ -375,6 +408,8 @@ class ProfiledCostModel:
         per_excess_s = float(decode.get("per_excess_context_token_s", 0.0))
         skew_min_bs = int(decode.get("skew_min_batch_size", 0))
         self._per_excess_s = [per_excess_s if bs >= skew_min_bs else 0.0 for bs in range(self.max_graph_bs + 1)]
+        c, d = decode.get("unprepared_s", (0.0, 0.0))
+        self._unprepared_s = [c + d * bs for bs in range(self.max_graph_bs + 1)]  # a step not planned ahead
         # Host-bound work runs slower in serving than on the profiling grid (python -m sim.calibrate): on
         # average the eager floor (all host) by host_factor, decode steps by decode_factor. A host slowdown
         # f scales the floor by f and decode steps along the line through (1, 1) and (host_factor,
@@ -449,6 +484,8 @@ class ProfiledCostModel:
             bs = f["num_decode_seqs"]
             grid = (self._decode_a[bs] + self._decode_b[bs] * f["decode_context_tokens"]
                     + self._per_excess_s[bs] * _excess_context(f))
+            if not f.get("continues_batch", 1):  # step logs recorded before the column: priced as before
+                grid = grid + self._unprepared_s[bs]
             return self._decode_scale(slowdown) * grid
         floor, gpu = self.eager_parts(f)
         return max(float(self.combine(slowdown * floor, gpu)), self._min_s)
@@ -460,17 +497,28 @@ class ProfiledCostModel:
             kv = batch.decode_context_tokens
             excess = batch.max_decode_context_tokens - kv / bs
             grid = self._decode_a[bs] + self._decode_b[bs] * kv + self._per_excess_s[bs] * (excess * (excess > 0))
+            if not batch.continues_batch:
+                grid = grid + self._unprepared_s[bs]
             return self.decode_factor * grid
         return self.predict(batch_features(batch), host_slowdown)
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:
         """``step_time_s`` of a run of decode steps at once: ``batch``'s decode_context_tokens and
-        max_decode_context_tokens are arrays, one entry per step; the very same arithmetic, element by element
-        (identical floats). None when the batch is not a CUDA-graph decode (an eager step's dot product takes
-        no arrays)."""
+        max_decode_context_tokens are arrays, one entry per step, and its ``continues_batch`` is the first step's
+        (the later ones repeat the batch); the very same arithmetic, element by element (identical floats). None
+        when the batch is not a CUDA-graph decode (an eager step's dot product takes no arrays)."""
         if batch.num_prefill_tokens or not 0 < batch.num_decode_seqs <= self.max_graph_bs:
             return None
-        return self.step_time_s(batch, host_slowdown)
+        first_continues = batch.continues_batch
+        batch.continues_batch = 1
+        times_s = self.step_time_s(batch, host_slowdown)
+        if not first_continues:  # the first step alone, priced as the step loop prices it
+            batch.continues_batch = 0
+            contexts, longest = batch.decode_context_tokens, batch.max_decode_context_tokens
+            batch.decode_context_tokens, batch.max_decode_context_tokens = int(contexts[0]), int(longest[0])
+            times_s[0] = self.step_time_s(batch, host_slowdown)
+            batch.decode_context_tokens, batch.max_decode_context_tokens = contexts, longest
+        return times_s
 
 
 def profile_path(model: str, gpu: str, tensor_parallel_size: int = 1) -> Path:

@@ -45,7 +45,8 @@ class CostModelRunner:
         """End times of the decode steps that repeat ``batch`` (which this changes) from ``start_s``, each context
         one token longer than in the step before (engine.core.quiet_window): at most ``max_steps`` of them, each
         ending strictly before ``horizon_s``, as a float64 array. Each end is the previous one plus ``duration_at``,
-        as the step loop adds them."""
+        as the step loop adds them. Only the first step can be one that does not repeat the batch before it
+        (``batch.continues_batch``): the later ones repeat the first."""
         run_s = getattr(self.cost_model, "decode_run_s", None)
         host = self.host_speed
         # The first step's length sizes the run to the horizon (durations hardly change within a run: contexts
@@ -58,6 +59,7 @@ class CostModelRunner:
             end_s = start_s + first_s
             if end_s >= horizon_s or max_steps < 1:
                 return np.empty(0)
+            batch.continues_batch = 1
             batch.decode_context_tokens += batch.num_decode_seqs
             batch.max_decode_context_tokens += 1
             ends = [end_s, *self._step_ends_one_by_one(batch, end_s, max_steps - 1, horizon_s)]
@@ -73,7 +75,7 @@ class CostModelRunner:
                                                     first_context + bs * (num_done + num_steps), bs, dtype=np.int64)
             batch.max_decode_context_tokens = np.arange(first_longest + num_done, first_longest + num_done + num_steps,
                                                         dtype=np.int64)
-            durations_s = run_s(batch, slowdown)
+            durations_s = run_s(batch, slowdown)  # the first step of the first pass as the batch says, the rest 1
             if durations_s is None:  # the cost model takes no arrays for this batch
                 batch.decode_context_tokens = first_context + bs * num_done
                 batch.max_decode_context_tokens = first_longest + num_done
@@ -91,6 +93,7 @@ class CostModelRunner:
             if reached < num_steps or num_done == max_steps:
                 return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
             t_s = float(sums_s[-1])
+            batch.continues_batch = 1
             fit = (horizon_s - t_s) / float(durations_s[0])
             num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
 
@@ -104,6 +107,7 @@ class CostModelRunner:
                 break
             ends.append(end_s)
             t_s = end_s
+            batch.continues_batch = 1
             batch.decode_context_tokens += batch.num_decode_seqs
             batch.max_decode_context_tokens += 1
         return ends

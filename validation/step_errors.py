@@ -2,8 +2,9 @@
 
     python validation/step_errors.py validation/runs/real/b-azure-p70 [...]
 
-Steps are split into eager steps (any prefill), decode steps right after an eager step, and the
-remaining decode steps (CUDA graph replays in steady state). For each class it prints the real and
+Steps are split into eager steps (any prefill), decode steps that do not repeat the batch before them
+(after a prefill, a finish or a preemption: the engine plans them while they run), and the remaining
+decode steps (planned during the step before; ``continues_batch``). For each class it prints the real and
 predicted mean durations and their ratio, so a latency error can be traced to a kind of step.
 Runs recorded before steps.parquet had ``prefill_attention_pairs`` get it estimated from equal chunks.
 The profile's serving calibration applies (its averages), as in ``sim.replay``.
@@ -21,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from sim.batch_features import FEATURE_NAMES  # noqa: E402
+from sim.batch_features import FEATURE_NAMES, derive_continues_batch  # noqa: E402
 from sim.profiled_cost_model import ProfiledCostModel, find_profile  # noqa: E402
 
 
@@ -37,16 +38,18 @@ def with_pairs(steps: pl.DataFrame) -> pl.DataFrame:
 
 def step_errors(run_dir: Path, model: ProfiledCostModel) -> list[dict]:
     steps = with_pairs(pl.read_parquet(run_dir / "steps.parquet").sort("replica", "step"))
+    if "continues_batch" not in steps.columns:  # recorded before the column
+        derived = derive_continues_batch(*(steps[c].to_numpy() for c in (
+            "replica", "num_seqs", "num_prefill_seqs", "num_preempted", "num_finished")))
+        steps = steps.with_columns(pl.Series("continues_batch", derived))
     eager = pl.col("num_prefill_tokens") > 0
-    steps = steps.with_columns(
-        (pl.col("num_prefill_tokens").shift(1).over("replica").fill_null(0) > 0).alias("after_eager")
-    )
     names = [c for c in FEATURE_NAMES if c in steps.columns]  # runs recorded before a feature existed lack it
     predicted = np.array([model.predict({k: row[k] for k in names}) for row in steps.iter_rows(named=True)])
     steps = steps.with_columns(pl.Series("predicted_s", predicted))
     rows = []
-    for label, condition in (("eager", eager), ("decode after eager", ~eager & pl.col("after_eager")),
-                             ("decode, steady", ~eager & ~pl.col("after_eager")), ("all", pl.lit(True))):
+    continues = pl.col("continues_batch") == 1
+    for label, condition in (("eager", eager), ("decode, new batch", ~eager & ~continues),
+                             ("decode, same batch", ~eager & continues), ("all", pl.lit(True))):
         part = steps.filter(condition)
         if part.height:
             real, pred = part["duration_s"].sum(), part["predicted_s"].sum()

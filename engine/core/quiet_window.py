@@ -43,6 +43,7 @@ class QuietWindow:
     # ... whose number, summed contexts and longest context in its first step are batches[j]
     batches: list[tuple[int, int, int]] = field(default_factory=list)
     lefts: list[int] = field(default_factory=list)  # the step (counted from 1) each running sequence finishes in
+    continues_first: int = 0  # the first step's ScheduledBatch.continues_batch (a later segment's first step: 0)
 
 
 def plan_quiet_window(
@@ -82,6 +83,9 @@ def plan_quiet_window(
     batches = []
     t_s = start_s
     num_steps = 0
+    # The first step schedules every running sequence, in order; each later segment's first step has lost the
+    # sequences that finished in the step before, so it does not continue that step's batch.
+    continues_first = scheduler.continues_last_batch(running)
     for j in range(len(bounds) - 1):
         first, segment_steps = bounds[j], bounds[j + 1] - bounds[j]
         if j:
@@ -90,7 +94,8 @@ def plan_quiet_window(
         else:
             seqs, seg_contexts = running, contexts
         bs = len(seqs)
-        batch = ScheduledBatch(seqs=seqs, num_new_tokens=[1] * bs, num_decode_seqs=bs)
+        batch = ScheduledBatch(seqs=seqs, num_new_tokens=[1] * bs, num_decode_seqs=bs,
+                               continues_batch=0 if j else continues_first)
         # Step `first` computes token num_tokens + first of each: its context is that many tokens.
         batches.append((bs, sum(seg_contexts) + bs * first, max(seg_contexts) + first))
         batch.decode_context_tokens, batch.max_decode_context_tokens = batches[-1][1:]
@@ -109,7 +114,8 @@ def plan_quiet_window(
     stopped_by_horizon = num_steps < steps
     if stopped_by_horizon:
         bounds = _cut_segments(bounds, batches, num_steps)
-    return QuietWindow(num_steps, float(ends[-1]), stopped_by_horizon, bounds, batches, lefts), starts, ends
+    window = QuietWindow(num_steps, float(ends[-1]), stopped_by_horizon, bounds, batches, lefts, continues_first)
+    return window, starts, ends
 
 
 def _cut_segments(bounds: list[int], batches: list, num_steps: int) -> list[int]:
@@ -301,6 +307,8 @@ class QuietRun:
         used_after_step.extend(array("q", [self._used]) * (steps - self._rows))
         for seq, computed, last in zip(self._running, self._starting, self._lasts):
             seq.num_computed_tokens = computed + last
+        # The window's last step ran every sequence that takes part in it: the next step continues that batch or not.
+        self.engine.scheduler.ran_decode_batch([seq for seq, last in zip(self._running, self._lasts) if last == steps])
         step_log = self.engine.step_log
         bounds, lefts, starts, ends = window.bounds, window.lefts, self.starts, self.ends
         last_segment = len(window.batches) - 1
@@ -310,5 +318,5 @@ class QuietRun:
             # Requests routed here during the last step (the window was cut after it) wait after it.
             num_waiting = len(self.engine.scheduler.waiting) if j == last_segment else 0
             step_log.extend_quiet(bs, contexts, longest, used_after_step[first:end], float(starts[first]),
-                                  ends[first:end], num_finishing, num_waiting)
+                                  ends[first:end], num_finishing, num_waiting, 0 if j else window.continues_first)
         return finished

@@ -53,6 +53,7 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("num_finished", "int64", "engine", "sequences that finished in the step"),
     Column("prefill_attention_pairs", "int64", "batch", "(query, key) pairs of the prefill chunks"),
     Column("max_decode_context_tokens", "int64", "batch", "the longest decode context"),
+    Column("continues_batch", "int64", "batch", "1: decode-only, the same sequences as the step before (decode-only)"),
     Column("start_s", "float64", "clock", "when the step was scheduled"),
     Column("duration_s", "float64", "clock", "from scheduling to the end of postprocess"),
     Column("kv_usage", "float64", "derived", "num_kv_blocks_used / the cache's blocks"),
@@ -63,7 +64,7 @@ SCHEDULE_COLUMNS: tuple[str, ...] = tuple(c.name for c in STEP_COLUMNS[2:14])
 # What a step's cost depends on: every batch column (the cost model's features).
 BATCH_COLUMNS: tuple[str, ...] = tuple(c.name for c in STEP_COLUMNS if c.source == "batch")
 # Newer columns: optional when reading runs recorded before they existed.
-OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("prefill_attention_pairs", "max_decode_context_tokens")
+OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("prefill_attention_pairs", "max_decode_context_tokens", "continues_batch")
 
 # Requests. Every column is a Sequence attribute at the time it finished (token_times_s: one time per
 # output token).
@@ -88,7 +89,7 @@ SERVED_FINISH_REASONS: tuple[str, ...] = tuple(r.value for r in FinishReason if 
 
 # Columns a quiet run keeps as one number per run (num_seqs, the first context, ...), expanded by to_arrow.
 _RUN_FIELDS = ("row", "num_steps", "num_seqs", "decode_context_tokens", "max_decode_context_tokens",
-               "num_finished_last", "num_waiting_last")
+               "num_finished_last", "num_waiting_last", "continues_first")
 
 
 class StepLog:
@@ -97,8 +98,8 @@ class StepLog:
     Rows come one step at a time (``record``) or as runs of quiet decode steps (``extend_quiet``). A run writes
     only what varies step by step, each step's blocks in use and end time (its start is the step before's end, the
     run's first start is kept once, and its duration is the difference, computed as ``record`` is given it), and
-    one entry of seven numbers; ``to_arrow`` expands it into the rows ``record`` would have written. A quiet step
-    costs 16 bytes, a recorded one 128 (16 columns)."""
+    one entry of eight numbers; ``to_arrow`` expands it into the rows ``record`` would have written. A quiet step
+    costs 16 bytes, a recorded one 136 (17 columns)."""
 
     def __init__(self, replica: int = 0, num_kv_blocks: int = 1) -> None:
         self.replica = replica
@@ -144,15 +145,16 @@ class StepLog:
 
     def extend_quiet(self, num_seqs: int, decode_context_tokens: int, max_decode_context_tokens: int,
                      num_kv_blocks_used: array, start_s: float, ends_s: np.ndarray, num_finished_last: int = 0,
-                     num_waiting_last: int = 0) -> None:
+                     num_waiting_last: int = 0, continues_first: int = 0) -> None:
         """The rows of a run of quiet decode steps (engine.core.quiet_window), as record() would write them:
         the same batch every step, each context one token longer than in the step before,
         ``num_finished_last`` sequences finishing in the last step and ``num_waiting_last`` requests waiting
-        after it (they arrived during it: a window is cut after the step a request arrives in). The first step
+        after it (they arrived during it: a window is cut after the step a request arrives in), and
+        ``continues_first`` the first step's ``continues_batch`` (every later step continues its batch). The first step
         starts at ``start_s`` and each later one when the one before ends; ``ends_s`` (float64) is copied in as a
         buffer, ``num_kv_blocks_used`` is an array('q')."""
         self._runs.extend((len(self), len(ends_s), num_seqs, decode_context_tokens, max_decode_context_tokens,
-                           num_finished_last, num_waiting_last))
+                           num_finished_last, num_waiting_last, continues_first))
         self._run_starts_s.append(start_s)
         self._quiet_kv_blocks_used.extend(num_kv_blocks_used)
         self._quiet_ends_s.frombytes(ends_s.tobytes())
@@ -165,7 +167,7 @@ class StepLog:
         runs = np.frombuffer(self._runs, dtype=np.int64).reshape(-1, len(_RUN_FIELDS))
         if not len(runs):
             return values
-        rows, lengths, num_seqs, contexts, longest, finished_last, waiting_last = runs.T
+        rows, lengths, num_seqs, contexts, longest, finished_last, waiting_last, continues_first = runs.T
         num_quiet = int(lengths.sum())
         # Each quiet step: its run, and its place in the run.
         run_of_step = np.repeat(np.arange(len(runs)), lengths)
@@ -205,6 +207,10 @@ class StepLog:
             full = np.zeros(n, dtype=np.int64)
             full[stepped_rows] = values[name]
             values[name] = full
+        continues = np.ones(n, dtype=np.int64)  # a quiet step after the first repeats the batch before it
+        continues[stepped_rows] = values["continues_batch"]
+        continues[rows] = continues_first
+        values["continues_batch"] = continues
         values["num_running"][lasts] -= finished_last
         values["num_finished"][lasts] = finished_last
         values["num_waiting"][lasts] = waiting_last

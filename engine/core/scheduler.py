@@ -45,6 +45,10 @@ class ScheduledBatch:
     decode_context_tokens: int = 0  # KV tokens the decode sequences attend to (their new token included)
     max_decode_context_tokens: int = 0  # the longest of those: split-KV decode time follows it when one is long
     prefill_attention_pairs: int = 0  # (query, key) pairs of the prefill chunks: sum of q * (context + (q + 1) / 2)
+    # 1: a decode-only step whose sequences are exactly the previous step's, which was decode-only too (each one
+    # token on): a runner can plan it while the previous step runs (the GPU runner's NextDecode does, and the
+    # cost model prices the others higher). Set by Scheduler.schedule.
+    continues_batch: int = 0
 
     @property
     def num_seqs(self) -> int:
@@ -92,6 +96,7 @@ class Scheduler:
         self._max_seq_len = max_seq_len
         self._cut_reason = FinishReason(cut_by)  # what a sequence asking for more than max_seq_len is cut by
         self._now_s = 0.0
+        self._last_decode_seqs: list[Sequence] | None = None  # the last step's sequences, if it was decode-only
 
     # ---- requests -------------------------------------------------------------------------------
     def rejection_reason_for(self, n: int) -> str | None:
@@ -161,7 +166,22 @@ class Scheduler:
     def schedule(self, now_s: float = 0.0) -> ScheduledBatch:
         """Pick this step's work; ``now_s`` stamps the first scheduling of newly admitted requests."""
         self._now_s = now_s
-        return self._schedule()
+        batch = self._schedule()
+        if batch.num_prefill_seqs or not batch.seqs:
+            self._last_decode_seqs = None
+        else:
+            batch.continues_batch = self.continues_last_batch(batch.seqs)
+            self._last_decode_seqs = batch.seqs
+        return batch
+
+    def continues_last_batch(self, seqs: list[Sequence]) -> int:
+        """1 if a decode-only step of ``seqs`` repeats the last step's batch (see ScheduledBatch.continues_batch).
+        Sequences compare by identity, element by element."""
+        return int(seqs == self._last_decode_seqs)
+
+    def ran_decode_batch(self, seqs: list[Sequence]) -> None:
+        """The last step was decode-only over ``seqs`` (a run of steps applied at once, engine.core.quiet_window)."""
+        self._last_decode_seqs = seqs
 
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.free(seq)

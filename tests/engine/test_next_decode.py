@@ -49,6 +49,10 @@ def test_a_prepared_next_step_equals_a_fresh_plan_of_the_batch(tiny_qwen3, monke
     seqs = _serve(llm.engine, prompts, params)
     assert len(used) > 20 and fell_back[0] > 3
     assert sum(1 for n in used if n) > 3  # rows crossing into a new block were patched and checked
+    # The runner used a prepared step exactly where the scheduler marked the batch as repeating the one before:
+    # the flag the simulator prices decode steps by.
+    steps = llm.engine.step_log.to_arrow()
+    assert runner.timings.num_prepared_steps == len(used) == sum(steps.column("continues_batch").to_pylist())
     # The same requests planned afresh every step give the same tokens.
     again = LLM(tiny_qwen3[0], block_size=16, max_model_len=256, num_gpu_blocks=64, seed=3)
     monkeypatch.setattr(again.runner, "_take_next_decode", lambda batch: None)

@@ -170,3 +170,18 @@ def test_step_log_records_each_step():
     assert table["num_decode_seqs"] == [0, 1, 1]
     assert table["num_finished"] == [0, 1, 1]
     assert table["start_s"] == [0.0, 0.01, 0.02]
+
+
+def test_continues_batch_marks_decode_steps_that_repeat_the_batch_before():
+    engine, _ = make_engine(max_num_batched_tokens=16)
+    engine.add_request(prompt(5), params(5))
+    engine.add_request(prompt(3, 300), params(2))
+    flags = []
+    while engine.has_unfinished_requests():
+        batch, _ = engine.step()
+        flags.append(batch.continues_batch)
+        if len(flags) == 4:
+            engine.add_request(prompt(2, 600), params(3))
+    # Both prefills; both decode (after a prefill); the second finished: the first alone, a new batch; the same
+    # batch; the third's prefill beside the first's last token; the third alone (after a prefill); the same batch.
+    assert flags == [0, 0, 0, 1, 0, 0, 1]

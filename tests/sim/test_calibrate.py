@@ -22,7 +22,9 @@ def _features(num_decode: int, context: int, prefill: int = 0) -> dict:
     return {"num_seqs": num_decode + (1 if prefill else 0), "num_prefill_seqs": 1 if prefill else 0,
             "num_prefill_tokens": prefill, "prefill_context_tokens": 0, "num_decode_seqs": num_decode,
             "decode_context_tokens": num_decode * context, "prefill_attention_pairs": prefill * (prefill + 1) // 2,
-            "max_decode_context_tokens": context if num_decode else 0}
+            "max_decode_context_tokens": context if num_decode else 0,
+            # some decode steps repeat the batch before them, others pay the planning surcharge
+            "continues_batch": int(num_decode == 96 and not prefill)}
 
 
 def _fake_run(path, host: float, decode: float):

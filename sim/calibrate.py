@@ -5,7 +5,9 @@ another machine start than the serving runs). This fits one factor on the host p
 prefill and mixed steps (the launch floor of an engine that launched them eagerly from Python, or the
 serving-side host work of one that replays piecewise CUDA graphs), so that those steps of the given GPU
 replays (``steps.parquet``) take, in total, the time they took for real; decode steps (CUDA graph replays)
-get one factor the same way. Use runs of traces the validation does not replay. One run suffices. How the
+get one factor the same way. A step's real time is its period (to the next step's start, where the engine
+went straight on): the loop's work between steps is real time the simulator counts in its steps. Use runs of
+traces the validation does not replay. One run suffices. How the
 host's speed varied over each run (``sim.host_episodes``: slow windows, their share and length, read off
 the steps whose host part outweighs their device part) is recorded too, as ``serving.host_episodes``:
 ``sim.replay --bands`` draws its replays' slow episodes from it.
@@ -52,7 +54,7 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     floors, gpus, reals, decode_pred, decode_real = [], [], [], 0.0, 0.0
     runs, host_bound = [], []
     for run_dir in run_dirs:
-        steps = read_steps(run_dir)
+        steps = read_steps(run_dir, periods=True)  # the simulator runs steps back to back: match their periods
         runs.append({"run": Path(run_dir).name, "num_steps": len(steps), "host": _run_host(Path(run_dir))})
         host_bound.append([])
         for f, real, start in steps:

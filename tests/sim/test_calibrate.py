@@ -88,3 +88,25 @@ def test_cli_errors_name_the_run(tmp_path, capsys):
     with pytest.raises(SystemExit):
         calibrate_main([str(profile), str(old)])
     assert "missing columns" in capsys.readouterr().err
+
+
+def test_a_steps_real_time_is_its_period_where_the_engine_went_straight_on(tmp_path):
+    """The loop's work between two steps (postprocess after the recorded end, taking in arrivals) belongs to the
+    step before, as the simulator runs steps back to back; not so where the engine then waited idle, nor across
+    replicas."""
+    from sim.batch_features import read_steps
+
+    rows = []
+    # replica 0: busy, busy, then idle (nothing left) before its last step; replica 1: busy, last
+    for replica, step, start, duration, left in [(0, 0, 0.0, 0.004, 2), (0, 1, 0.0041, 0.003, 1),
+                                                 (0, 2, 0.0075, 0.002, 0), (0, 3, 0.5, 0.002, 0),
+                                                 (1, 0, 0.0, 0.010, 1), (1, 1, 0.0102, 0.005, 0)]:
+        f = _features(4, 100)
+        rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "replica": replica, "step": step,
+                     "num_running": left, "start_s": start, "duration_s": duration})
+    rows.reverse()  # the reader orders them itself
+    (tmp_path / "run").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "run" / "steps.parquet")
+    by_start = sorted(read_steps(tmp_path / "run", periods=True), key=lambda s: (s[2], s[1]))
+    assert [round(t, 6) for _, t, _ in by_start] == [0.0041, 0.0102, 0.0034, 0.002, 0.005, 0.002]
+    assert sorted(t for _, t, _ in read_steps(tmp_path / "run")) == [0.002, 0.002, 0.003, 0.004, 0.005, 0.010]

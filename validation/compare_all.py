@@ -5,7 +5,9 @@
 ``--real`` holds one folder per GPU run (as ``validation/run_gpu.sh`` writes them, unpacked). For
 each, the simulator replays the same trace slice with the same options and the GPU's KV block count,
 ``analysis.compare`` measures the signed errors, and the small outputs (summaries, compare tables)
-go to ``validation/results/<run>/``; ``validation/results/errors.md`` collects the headline table.
+go to ``validation/results/<run>/``; ``validation/results/errors.md`` collects the headline table. A repeat
+of a GPU run (``b-azure-p70-b`` beside ``b-azure-p70``, ``RUN_TAG`` in run_gpu.sh) is also compared with the
+first run, as if it were the simulation: its row is the real-vs-real spread the simulator's error is read against.
 
 ``--host-timelines`` is a diagnosis, not a prediction: each run is simulated with the host-slowdown
 timeline read off that same run (``python -m sim.host_speed``), to show how much of the error is the
@@ -58,10 +60,10 @@ def _runs(real_root: Path):
     """(folder name, description, trace, options) for every planned run, then its repeats: the folders
     named after it plus a RUN_TAG suffix (``b-azure-p70-b``), as ``run_gpu.sh`` writes them."""
     for name, (description, trace, options) in PLAN.items():
-        yield name, description, trace, options
+        yield name, description, trace, options, None
         for repeat in sorted(real_root.glob(f"{name}-*")):  # no planned name extends another with a "-"
             if repeat.is_dir():
-                yield repeat.name, f"{description}, repeat {repeat.name[len(name):]}", trace, options
+                yield repeat.name, f"{description}, repeat {repeat.name[len(name):]}", trace, options, name
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         sim_root, results = sim_root / "diagnosis", results / "diagnosis"
         sim_root.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name, description, trace, options in _runs(real_root):
+    for name, description, trace, options, first in _runs(real_root):
         real = real_root / name
         if not (real / "requests.parquet").is_file():
             print(f"skipping {name}: no GPU run in {real}")
@@ -126,6 +128,16 @@ def main(argv: list[str] | None = None) -> int:
         metrics = {m["key"]: m for m in comparison["metrics"]}
         schedule = comparison.get("schedule") or {}
         rows.append((description, metrics, schedule.get("identical")))
+        if first is not None and (real_root / first / "requests.parquet").is_file():
+            spread = results / f"{name}-vs-{first}"
+            if spread.exists():
+                shutil.rmtree(spread)
+            compare_main([str(real_root / first), str(real), "--out", str(spread), "--no-report"])
+            (spread / "compare.parquet").unlink(missing_ok=True)
+            comparison = json.loads((spread / "compare.json").read_text())
+            identical = (comparison.get("schedule") or {}).get("identical")
+            rows.append((f"{description}: this GPU run vs the first (real-vs-real spread)",
+                         {m["key"]: m for m in comparison["metrics"]}, identical))
 
     lines = ["| run | " + " | ".join(HEADLINE) + " | preemptions real / sim | prefix hits sim - real | same schedule |",
              "|:---" + "|---:" * (len(HEADLINE) + 2) + "|:---:|"]
@@ -141,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     what = ("Diagnosis: each run simulated with the host-slowdown timeline read off that same run (not a prediction). "
             if args.host_timelines else "")
     (results / "errors.md").write_text(
-        what + "Signed relative error of the simulation against the GPU, (sim - real) / real; written by "
-        "validation/compare_all.py.\n\n" + table
+        what + "Signed relative error of the simulation against the GPU, (sim - real) / real; rows marked "
+        "real-vs-real compare a repeated GPU run (as 'sim') with the first. Written by validation/compare_all.py.\n\n"
+        + table
     )
     print(table)
     return 0

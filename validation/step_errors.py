@@ -2,6 +2,8 @@
 
     python validation/step_errors.py validation/runs/real/b-azure-p70 [...]
 
+A step's real time is its period where the engine went straight on to another step (to the next step's
+start: the loop's work after the recorded end belongs to it), as ``sim.calibrate`` matches it.
 Steps are split into eager steps (any prefill), decode steps that do not repeat the batch before them
 (after a prefill, a finish or a preemption: the engine plans them while they run), and the remaining
 decode steps (planned during the step before; ``continues_batch``). For each class it prints the real and
@@ -42,6 +44,12 @@ def step_errors(run_dir: Path, model: ProfiledCostModel) -> list[dict]:
         derived = derive_continues_batch(*(steps[c].to_numpy() for c in (
             "replica", "num_seqs", "num_prefill_seqs", "num_preempted", "num_finished")))
         steps = steps.with_columns(pl.Series("continues_batch", derived))
+    # A step's real time is its period where the engine went straight on (as sim.calibrate matches it): the
+    # loop's work after the recorded end, until the next step starts, is time the simulator counts in the step.
+    next_start = pl.col("start_s").shift(-1).over("replica")
+    busy = (pl.col("num_running") + pl.col("num_waiting") > 0) & next_start.is_not_null()
+    period = pl.max_horizontal(next_start - pl.col("start_s"), pl.col("duration_s"))
+    steps = steps.with_columns(pl.when(busy).then(period).otherwise(pl.col("duration_s")).alias("duration_s"))
     eager = pl.col("num_prefill_tokens") > 0
     names = [c for c in FEATURE_NAMES if c in steps.columns]  # runs recorded before a feature existed lack it
     predicted = np.array([model.predict({k: row[k] for k in names}) for row in steps.iter_rows(named=True)])

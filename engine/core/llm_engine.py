@@ -102,13 +102,15 @@ class LLMEngine:
 
     def end_step(self, batch: ScheduledBatch, output: RunnerOutput) -> list[Sequence]:
         """Apply the runner's tokens at the step's end time and release what finished; returns those sequences."""
-        end_s = self.clock.now()
+        end_s = self.clock.now()  # the tokens' time: when the runner handed them over
         scheduler = self.scheduler
         finished = scheduler.postprocess(batch, output.token_ids, end_s)
+        # The step lasts until its postprocess is done, as the step log's column says (a simulated clock
+        # has not moved since end_s; a real one has, by the postprocess's per-sequence work).
         self.step_log.record(
             batch,
             self._step_start_s,
-            end_s - self._step_start_s,
+            self.clock.now() - self._step_start_s,
             len(scheduler.running),
             len(scheduler.waiting),
             scheduler.block_manager.num_used_blocks,

@@ -147,6 +147,10 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "profile NaN coefficient": (
         None, ["--cost-model", "{tmp}/p_nan.json"], ["p_nan.json", "'fit.eager.gpu_coef'", "finite numbers >= 0"]
     ),
+    "profile negative planning surcharge": (
+        None, ["--cost-model", "{tmp}/p_unprepared.json"],
+        ["p_unprepared.json", "'fit.graph_decode.unprepared_s'", "a list of 2 finite numbers >= 0"]
+    ),
     "profile negative host factor": (
         None, ["--cost-model", "{tmp}/p_host.json"], ["p_host.json", "'serving.host_factor' is -1"]
     ),
@@ -180,6 +184,7 @@ def _hostile_configs(tmp_path: Path) -> None:
     _write_model(tmp_path, "m_binary", lambda c: b"\xff\xfe{")
     _write_profile(tmp_path, "p_nan.json", lambda p: p["fit"]["eager"]["gpu_coef"].__setitem__(0, math.nan))
     _write_profile(tmp_path, "p_host.json", lambda p: p["serving"].update(host_factor=-1))
+    _write_profile(tmp_path, "p_unprepared.json", lambda p: p["fit"]["graph_decode"].update(unprepared_s=[-0.001, 0]))
     _write_profile(tmp_path, "p_fit.json", lambda p: p.update(fit="x"))
     _write_profile(tmp_path, "p_block.json", lambda p: p["engine_options"].update(block_size="x"))
 

@@ -342,7 +342,8 @@ def fit_profile(profile: dict) -> dict:
     """Fit on three of every four grid points per family; report the error on the fourth."""
     check_profile(profile)
     points = [_with_continues_batch(p) for p in profile["points"]]
-    ahead = bool((profile.get("engine_features") or {}).get("prepares_decode_ahead", False))
+    features = profile.get("engine_features")  # absent from profiles of engines that did not plan ahead
+    ahead = isinstance(features, dict) and features.get("prepares_decode_ahead") is True
     sizes = profile["engine_options"].get("cuda_graph_sizes") or [0]
     max_graph_bs = max(sizes)
     train, held = [], []

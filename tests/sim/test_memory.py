@@ -10,6 +10,5 @@ from sim.memory import return_freed_memory_promptly
 
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
-def test_glibc_accepts_the_settings_once_per_process() -> None:
-    assert return_freed_memory_promptly() is True
-    assert return_freed_memory_promptly.cache_info().currsize == 1  # asked once, remembered
+def test_glibc_accepts_the_settings() -> None:
+    assert return_freed_memory_promptly() is True  # mallopt accepted both (it returns 0 for a refused one)

@@ -203,13 +203,16 @@ def test_calibrate_refuses_a_simulated_run(tmp_path, capsys):
 def test_ctrl_c_in_fit_profile_and_summarize_is_one_line(tmp_path, capsys, monkeypatch):
     """A KeyboardInterrupt traceback before; each file is written whole (beside it, then renamed) or not at all."""
     import analysis.summarize
-    import sim.fit_profile
     from analysis.summarize import main as summarize_main
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sim.fit_profile, "fit_profile", interrupted)
+    import sim.files
+
+    # fit_profile is interrupted as it renames the refitted profile into place: the refit is written in full
+    # beside the profile by then, so an in-place write would have changed it.
+    monkeypatch.setattr(sim.files.os, "replace", interrupted)
     monkeypatch.setattr(analysis.summarize, "summarize_run_dir", interrupted)
     path = _profile(tmp_path)
     before = path.read_bytes()
@@ -219,6 +222,7 @@ def test_ctrl_c_in_fit_profile_and_summarize_is_one_line(tmp_path, capsys, monke
         assert exited.value.code == 130
         assert capsys.readouterr().err == "interrupted: files finished before it are written, none in part\n"
     assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing partial left beside it
 
 
 SCRIPT_CASES = [  # (script and arguments, what the one error line says); each was a traceback or a wrong exit 0

@@ -35,9 +35,10 @@ def derive_continues_batch(replica, num_seqs, num_prefill_seqs, num_preempted, n
 def read_steps(run_dir: Path, periods: bool = False) -> list[tuple[dict, float, float]]:
     """(features, duration_s, start_s) for every step of a replay's ``steps.parquet``. With ``periods``, each
     step's *period* replaces its duration where the engine went straight on to another step (requests were
-    left): the time from its start to the next step's start on that replica. A GPU replay records a step's end
-    before its postprocess, and the loop then records it and takes in the requests that arrived: 0.03-0.3 ms a
-    step on the H200's host, which the simulator (its steps back to back) must count in the step."""
+    left): the time from its start to the next step's start on that replica. Between the two, a GPU replay's loop
+    takes in the requests that arrived and records the finished ones (and, in runs recorded before a step's
+    duration included it, postprocessed the step): 0.03-0.3 ms a step on the H200's host, which the simulator
+    (its steps back to back) must count in the step."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

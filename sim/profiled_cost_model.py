@@ -158,14 +158,18 @@ def _excess_context(f: dict) -> float:
     return excess * (excess > 0)  # max(0, excess); a negative one gives -0.0, which adds as 0.0
 
 
+def _decode_model(decode: dict, graph_sizes: list[int]) -> ProfiledCostModel:
+    """A model of the decode fit so far alone (no eager part, no serving factors), whose misses the next term fits."""
+    eager = {"floor_coef": [0.0] * len(FLOOR_BASIS), "gpu_coef": [0.0] * len(GPU_BASIS)}
+    return ProfiledCostModel({"graph_decode": decode, "graph_sizes": graph_sizes,
+                              "max_graph_batch_size": max(graph_sizes), "eager": eager}, "fit")
+
+
 def _fit_skew(points: list[dict], decode: dict, graph_sizes: list[int]) -> float:
     """Seconds per token of excess context, least squares through the origin on the equal-context model's misses."""
     if not points:
         return 0.0
-    model = ProfiledCostModel({"graph_decode": decode, "graph_sizes": graph_sizes,
-                               "max_graph_batch_size": max(graph_sizes),
-                               "eager": {"floor_coef": [0.0] * len(FLOOR_BASIS),
-                                         "gpu_coef": [0.0] * len(GPU_BASIS)}}, "fit")
+    model = _decode_model(decode, graph_sizes)
     x = np.array([_excess_context(p["features"]) for p in points])
     y = np.array([p["median_s"] - model.predict(p["features"]) for p in points])
     return max(0.0, float(x @ y / (x @ x))) if (x @ x) > 0 else 0.0
@@ -176,10 +180,7 @@ def _fit_unprepared(points: list[dict], decode: dict, graph_sizes: list[int]) ->
     it: non-negative least squares on the steady model's misses at the grid's decode steps after a prefill."""
     if not points:
         return [0.0, 0.0]
-    model = ProfiledCostModel({"graph_decode": decode, "graph_sizes": graph_sizes,
-                               "max_graph_batch_size": max(graph_sizes),
-                               "eager": {"floor_coef": [0.0] * len(FLOOR_BASIS),
-                                         "gpu_coef": [0.0] * len(GPU_BASIS)}}, "fit")
+    model = _decode_model(decode, graph_sizes)
     x = np.array([[1.0, p["features"]["num_decode_seqs"]] for p in points])
     y = np.array([p["median_s"] - model.predict({**p["features"], "continues_batch": 1}) for p in points])
     return [float(v) for v in _nonnegative_lstsq(x, y)]
@@ -482,25 +483,25 @@ class ProfiledCostModel:
         """Step time for features ``f`` at ``host_slowdown`` against the grid (default: the calibrated average)."""
         slowdown = self.host_factor if host_slowdown is None else host_slowdown
         if _is_graph_step(f, self.max_graph_bs):
-            bs = f["num_decode_seqs"]
-            grid = (self._decode_a[bs] + self._decode_b[bs] * f["decode_context_tokens"]
-                    + self._per_excess_s[bs] * _excess_context(f))
-            if not f.get("continues_batch", 1):  # step logs recorded before the column: priced as before
-                grid = grid + self._unprepared_s[bs]
+            # Step logs recorded before max_decode_context_tokens or continues_batch: priced as they were then.
+            grid = self._decode_grid(f["num_decode_seqs"], f["decode_context_tokens"],
+                                     f.get("max_decode_context_tokens", 0), f.get("continues_batch", 1))
             return self._decode_scale(slowdown) * grid
         floor, gpu = self.eager_parts(f)
         return max(float(self.combine(slowdown * floor, gpu)), self._min_s)
 
+    def _decode_grid(self, bs: int, kv, longest, continues: int):
+        """A graph decode step's time on the grid, before serving factors; operators only, so the contexts may be
+        arrays (one entry per step of a run) and give the very floats they give one by one."""
+        excess = longest - kv / bs
+        grid = self._decode_a[bs] + self._decode_b[bs] * kv + self._per_excess_s[bs] * (excess * (excess > 0))
+        return grid if continues else grid + self._unprepared_s[bs]
+
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
-        # hot path; operators only, so decode_run_s can pass the contexts as arrays
+        # hot path: a decode step at the calibrated host speed skips the features dict
         if host_slowdown is None and batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:
-            bs = batch.num_decode_seqs
-            kv = batch.decode_context_tokens
-            excess = batch.max_decode_context_tokens - kv / bs
-            grid = self._decode_a[bs] + self._decode_b[bs] * kv + self._per_excess_s[bs] * (excess * (excess > 0))
-            if not batch.continues_batch:
-                grid = grid + self._unprepared_s[bs]
-            return self.decode_factor * grid
+            return self.decode_factor * self._decode_grid(batch.num_decode_seqs, batch.decode_context_tokens,
+                                                          batch.max_decode_context_tokens, batch.continues_batch)
         return self.predict(batch_features(batch), host_slowdown)
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:
@@ -510,16 +511,11 @@ class ProfiledCostModel:
         when the batch is not a CUDA-graph decode (an eager step's dot product takes no arrays)."""
         if batch.num_prefill_tokens or not 0 < batch.num_decode_seqs <= self.max_graph_bs:
             return None
-        first_continues = batch.continues_batch
-        batch.continues_batch = 1
-        times_s = self.step_time_s(batch, host_slowdown)
-        if not first_continues:  # the first step alone, priced as the step loop prices it
-            batch.continues_batch = 0
-            contexts, longest = batch.decode_context_tokens, batch.max_decode_context_tokens
-            batch.decode_context_tokens, batch.max_decode_context_tokens = int(contexts[0]), int(longest[0])
-            times_s[0] = self.step_time_s(batch, host_slowdown)
-            batch.decode_context_tokens, batch.max_decode_context_tokens = contexts, longest
-        return times_s
+        bs = batch.num_decode_seqs
+        grid = self._decode_grid(bs, batch.decode_context_tokens, batch.max_decode_context_tokens, 1)
+        if not batch.continues_batch:
+            grid[0] = grid[0] + self._unprepared_s[bs]  # the one addition _decode_grid makes for that step alone
+        return (self.decode_factor if host_slowdown is None else self._decode_scale(host_slowdown)) * grid
 
 
 def profile_path(model: str, gpu: str, tensor_parallel_size: int = 1) -> Path:

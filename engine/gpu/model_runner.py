@@ -89,11 +89,11 @@ class StepInputs:
 class NextDecode:
     """The next step's plan, prepared while this step runs on the GPU, for the batch decoding goes on with
     most of the time: the same sequences in the same order, each one token on. ``run`` uses it only when
-    the scheduler hands it exactly that batch, and otherwise plans afresh, so nothing the scheduler does
-    depends on it. What cannot be known before the scheduler has run is filled in then: the tokens this
+    the scheduler says the batch is exactly that one (``ScheduledBatch.continues_batch``, which the simulator
+    prices by too) and every row is where it was planned; otherwise it plans afresh, so nothing the scheduler
+    does depends on it. What cannot be known before the scheduler has run is filled in then: the tokens this
     step samples, and the slots of rows whose next token opens a block (the scheduler allocates it)."""
 
-    seqs: list
     positions: list[int]
     plan: StepPlan
     sampling: SamplingRows | None
@@ -512,12 +512,12 @@ class ModelRunner:
             nxt.decode_tables = tables = tables.copy()  # patched when used: this step's plan keeps its own
         graph_host = self._graph_host(nxt) if nxt.graph_bs else None
         sampling = rows.advanced() if rows is not None else None
-        return NextDecode(list(seqs), positions, nxt, sampling, boundary_rows, graph_host)
+        return NextDecode(positions, nxt, sampling, boundary_rows, graph_host)
 
     def _take_next_decode(self, batch: ScheduledBatch) -> NextDecode | None:
         """The prepared next step, completed, if ``batch`` is the batch it was prepared for; else None."""
         nxt, self._next_decode = self._next_decode, None
-        if nxt is None or batch.num_prefill_seqs or batch.seqs != nxt.seqs:
+        if nxt is None or not batch.continues_batch:
             return None
         seqs = batch.seqs
         if [s.num_computed_tokens for s in seqs] != nxt.positions:

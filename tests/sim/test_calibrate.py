@@ -110,3 +110,30 @@ def test_a_steps_real_time_is_its_period_where_the_engine_went_straight_on(tmp_p
     by_start = sorted(read_steps(tmp_path / "run", periods=True), key=lambda s: (s[2], s[1]))
     assert [round(t, 6) for _, t, _ in by_start] == [0.0041, 0.0102, 0.0034, 0.002, 0.005, 0.002]
     assert sorted(t for _, t, _ in read_steps(tmp_path / "run")) == [0.002, 0.002, 0.003, 0.004, 0.005, 0.010]
+
+
+def test_loop_gaps_recovers_the_loops_costs(tmp_path):
+    """validation/loop_gaps.py: gaps made of known costs per step, sequence, finish and arrival are fitted back; a
+    step after which the engine waited idle is not a gap of the loop."""
+    import numpy as np
+
+    from validation.loop_gaps import loop_gaps
+
+    rng = np.random.default_rng(0)
+    steps, arrivals, t = [], [], 0.0
+    for i in range(200):
+        seqs, finished, arrive = int(rng.integers(1, 64)), int(rng.integers(0, 3)), int(rng.integers(0, 3))
+        duration = 0.004
+        idle = i == 100  # nothing left after it: the next step starts when a request arrives, much later
+        steps.append({"replica": 0, "step": i, "start_s": t, "duration_s": duration, "num_running": 0 if idle else 5,
+                      "num_waiting": 0, "num_seqs": seqs, "num_finished": finished})
+        gap = 0.5 if idle else 20e-6 + 2e-6 * seqs + 30e-6 * finished + 50e-6 * arrive
+        arrivals += [t + duration + gap * (k + 1) / (arrive + 2) for k in range(arrive)]  # between the two starts
+        t += duration + gap
+    (tmp_path / "run").mkdir()
+    pq.write_table(pa.Table.from_pylist(steps), tmp_path / "run" / "steps.parquet")
+    pq.write_table(pa.table({"arrival_s": arrivals}), tmp_path / "run" / "requests.parquet")
+    fit = loop_gaps(tmp_path / "run")
+    assert fit["gaps"] == 198  # 199 pairs, less the idle one
+    assert [round(fit[k], 3) for k in ("fixed_us", "per_seq_us", "per_finish_us", "per_arrival_us")] == \
+        [20.0, 2.0, 30.0, 50.0]

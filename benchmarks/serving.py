@@ -1,22 +1,32 @@
-"""Serving capacity before and after piecewise graphs: ``python benchmarks/serving.py --qps 100,115 --json OUT``.
+"""Serving capacity, before and after: ``python benchmarks/serving.py --before-tree DIR --json OUT``.
 
-Replays a prefill-heavy synthetic trace (``traces.synth``: prompts lognormal, median 2,048 tokens, outputs
-geometric, mean 28; seed 7) on the GPU with ``engine.replay`` at each QPS of ``--qps``, once with prefill and
-mixed steps run eagerly (``--max-cuda-graph-tokens 0``, the engine before issue 16) and once with piecewise
-CUDA graphs (the default), alternating the two at each QPS so that both see the same host. Reports per run
-TTFT p50/p90, TPOT p50 and output throughput, and per engine the highest QPS tried whose TTFT p90 met
-``--ttft-p90-ms``: a grid, not a bisection, so choose QPS values around the expected capacity
-(``python -m analysis.capacity TRACE --slo ttft_p90=1s`` predicts it). Needs a CUDA GPU; qwen3-0.6b, dummy weights.
+The highest request rate at which TTFT p90 stays within ``--ttft-p90-ms`` (1 s), found on the GPU by
+bisection: each probe replays the trace with ``engine.replay`` at one QPS (arrivals rescaled) and the
+bracket ``[highest rate that met the SLO, lowest rate that missed it]`` narrows geometrically.
 
-First, each engine replays the trace's first ``--warmup-requests`` at the highest rate, unmeasured: on a
-fresh machine Triton compiles each kernel variant the first time a step needs it (seconds each), which
-made the first measured run's TTFT spike; its on-disk cache then serves every later process.
+Two engines are compared, their probes alternated so that both see the same host:
+- with ``--before-tree DIR``: ``before`` is the engine in DIR (a checkout of an older commit, e.g.
+  ``git archive d069b6d | tar -x -C DIR``, the tree before issue 16) and ``now`` is this tree;
+- without it: ``eager-prefill`` (this engine with prefill and mixed steps run eagerly,
+  ``--max-cuda-graph-tokens 0``) and ``piecewise`` (the default).
+
+The trace is ``--trace PATH`` (its first ``--num-requests`` requests), or by default a prefill-heavy
+synthetic one (``traces.synth``: prompts lognormal, median 2,048 tokens, outputs geometric, mean 28;
+seed 7). qwen3-0.6b with dummy weights, one GPU. Each engine first replays the trace's first
+``--warmup-requests`` at its bracket's upper rate, unmeasured: on a fresh machine Triton compiles each
+kernel variant the first time a step needs it (seconds each), which would inflate the first probe.
+
+The figure is a lower bound on the ratio: ``now``'s highest passing rate over ``before``'s lowest failing
+rate (``ratio_lower_bound`` in the JSON), written after every probe so that a run cut short keeps what it
+measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,7 +34,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MODES = {"eager-prefill": ["--max-cuda-graph-tokens", "0"], "piecewise": []}
 
 
 def make_trace(path: Path, num_requests: int) -> None:
@@ -34,23 +43,39 @@ def make_trace(path: Path, num_requests: int) -> None:
                    capture_output=True)
 
 
-def replay(trace: Path, qps: float, extra: list[str], out: Path, model: str) -> dict:
+def replay(tree: Path, trace: Path, qps: float, limit: int, extra: list[str], out: Path, model: str) -> dict:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "engine.replay", str(trace), "--qps", str(qps), "--model", model,
-                    "--load-format", "dummy", "--max-model-len", "16384", "--out", str(out), "--quiet",
-                    "--no-report", *extra], cwd=REPO, check=True)
+    # The engine under test is the one in ``tree``: its folder comes first on the import path.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-m", "engine.replay", str(trace), "--qps", f"{qps:.3f}", "--limit", str(limit),
+                    "--model", model, "--load-format", "dummy", "--max-model-len", "16384", "--out", str(out),
+                    "--quiet", "--no-report", *extra], cwd=tree, env=env, check=True)
     summary = json.loads((out / "summary.json").read_text())
     return {
-        "qps": qps, "wall_s": round(time.perf_counter() - started, 1),
+        "qps": round(qps, 3), "wall_s": round(time.perf_counter() - started, 1),
         "ttft_ms_p50": summary["ttft_ms"]["p50"], "ttft_ms_p90": summary["ttft_ms"]["p90"],
         "tpot_ms_p50": summary["tpot_ms"]["p50"], "output_throughput": summary["output_throughput"],
         "num_finished": summary["num_finished"],
     }
 
 
+def _rate_pair(text: str, option: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise SystemExit(f"error: {option}: expected LOW,HIGH request rates, got {text!r}") from None
+    if not 0 < lo < hi:
+        raise SystemExit(f"error: {option}: expected 0 < LOW < HIGH, got {text!r}")
+    return lo, hi
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/serving.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--qps", required=True, help="comma-separated request rates to replay at")
+    parser.add_argument("--before-tree", default=None, help="folder holding the engine to compare against")
+    parser.add_argument("--trace", default=None, help="trace to replay (default: the prefill-heavy synthetic one)")
+    parser.add_argument("--before-range", default="30,120", help="LOW,HIGH req/s bracket of the first engine")
+    parser.add_argument("--now-range", default="60,180", help="LOW,HIGH req/s bracket of the second engine")
+    parser.add_argument("--probes", type=int, default=5, help="bisection probes per engine")
     parser.add_argument("--num-requests", type=int, default=1500)
     parser.add_argument("--ttft-p90-ms", type=float, default=1000.0)
     parser.add_argument("--warmup-requests", type=int, default=300,
@@ -58,37 +83,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="qwen3-0.6b")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
-    try:
-        rates = [float(q) for q in args.qps.split(",")]
-    except ValueError:
-        parser.exit(2, f"error: --qps: expected comma-separated numbers, got {args.qps!r}\n")
-    if args.num_requests < 1 or args.warmup_requests < 0:
-        parser.exit(2, "error: --num-requests must be >= 1 and --warmup-requests >= 0\n")
-    results: dict = {"model": args.model, "num_requests": args.num_requests, "ttft_p90_ms_limit": args.ttft_p90_ms,
-                     "warmup_requests": args.warmup_requests, "runs": {mode: [] for mode in MODES}}
+    if args.num_requests < 1 or args.warmup_requests < 0 or args.probes < 1:
+        parser.exit(2, "error: --num-requests and --probes must be >= 1 and --warmup-requests >= 0\n")
+    brackets = [_rate_pair(args.before_range, "--before-range"), _rate_pair(args.now_range, "--now-range")]
+    if args.before_tree is not None:
+        before = Path(args.before_tree).resolve()
+        if not (before / "engine" / "replay.py").is_file():
+            parser.exit(2, f"error: --before-tree: {before} holds no engine/replay.py\n")
+        engines = {"before": (before, []), "now": (REPO, [])}
+    else:
+        engines = {"eager-prefill": (REPO, ["--max-cuda-graph-tokens", "0"]), "piecewise": (REPO, [])}
+    results: dict = {"model": args.model, "trace": args.trace or "synthetic prefill-heavy (seed 7)",
+                     "num_requests": args.num_requests, "ttft_p90_ms_limit": args.ttft_p90_ms,
+                     "warmup_requests": args.warmup_requests,
+                     "engines": {name: str(tree) for name, (tree, _) in engines.items()},
+                     "runs": {name: [] for name in engines}}
     with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "prefill_heavy.parquet"
-        make_trace(trace, args.num_requests)
+        if args.trace is None:
+            trace = Path(tmp) / "prefill_heavy.parquet"
+            make_trace(trace, args.num_requests)
+        else:
+            trace = Path(args.trace).resolve()
+        bounds = {name: list(bracket) for name, bracket in zip(engines, brackets, strict=True)}
         if args.warmup_requests:
-            for mode, extra in MODES.items():
-                warm = replay(trace, max(rates), [*extra, "--limit", str(args.warmup_requests)],
-                              Path(tmp) / f"warmup-{mode}", args.model)
-                results.setdefault("warmup_wall_s", {})[mode] = warm["wall_s"]
-        for qps in rates:
-            for mode, extra in MODES.items():
-                row = replay(trace, qps, extra, Path(tmp) / f"{mode}-{qps}", args.model)
-                results["runs"][mode].append(row)
-                print(f"{mode:14s} {qps:7.1f} req/s: TTFT p50 {row['ttft_ms_p50']:.0f} ms, p90 "
-                      f"{row['ttft_ms_p90']:.0f} ms; TPOT p50 {row['tpot_ms_p50']:.1f} ms; "
-                      f"{row['output_throughput']:.0f} tok/s", flush=True)
-                _write(results, args)  # after every run: a run cut short by a time limit keeps what it measured
+            for name, (tree, extra) in engines.items():
+                warm = replay(tree, trace, bounds[name][1], args.warmup_requests, extra, Path(tmp) / f"warm-{name}",
+                              args.model)
+                results.setdefault("warmup_wall_s", {})[name] = warm["wall_s"]
+        for probe in range(args.probes):
+            for name, (tree, extra) in engines.items():
+                lo, hi = bounds[name]
+                qps = math.sqrt(lo * hi)
+                row = replay(tree, trace, qps, args.num_requests, extra, Path(tmp) / f"{name}-{probe}", args.model)
+                row["met_slo"] = row["ttft_ms_p90"] is not None and row["ttft_ms_p90"] <= args.ttft_p90_ms
+                bounds[name][0 if row["met_slo"] else 1] = qps
+                results["runs"][name].append(row)
+                print(f"{name:14s} {qps:7.1f} req/s: TTFT p50 {row['ttft_ms_p50']:.0f} ms, p90 "
+                      f"{row['ttft_ms_p90']:.0f} ms ({'met' if row['met_slo'] else 'missed'}); TPOT p50 "
+                      f"{row['tpot_ms_p50']:.1f} ms; {row['output_throughput']:.0f} tok/s", flush=True)
+                _write(results, args)
     return 0
 
 
 def _write(results: dict, args: argparse.Namespace) -> None:
-    for mode, rows in results["runs"].items():
-        met = [r["qps"] for r in rows if r["ttft_ms_p90"] is not None and r["ttft_ms_p90"] <= args.ttft_p90_ms]
-        results[f"{mode}_highest_qps_meeting_slo"] = max(met) if met else None
+    for name, rows in results["runs"].items():
+        met = [r["qps"] for r in rows if r["met_slo"]]
+        missed = [r["qps"] for r in rows if not r["met_slo"]]
+        results[f"{name}_highest_qps_meeting_slo"] = max(met) if met else None
+        results[f"{name}_lowest_qps_missing_slo"] = min(missed) if missed else None
+    first, second = results["runs"]
+    met_second = results[f"{second}_highest_qps_meeting_slo"]
+    missed_first = results[f"{first}_lowest_qps_missing_slo"]
+    results["ratio_lower_bound"] = round(met_second / missed_first, 3) if met_second and missed_first else None
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 

@@ -137,3 +137,29 @@ def test_loop_gaps_recovers_the_loops_costs(tmp_path):
     assert fit["gaps"] == 198  # 199 pairs, less the idle one
     assert [round(fit[k], 3) for k in ("fixed_us", "per_seq_us", "per_finish_us", "per_arrival_us")] == \
         [20.0, 2.0, 30.0, 50.0]
+
+
+def test_step_errors_splits_classes_by_batch_size(tmp_path):
+    """validation/step_errors.py --batch-bin: each class's steps split by batch size, the bins' counts and times
+    adding up to the class's, and a bin's ratio the model's prediction over the real time of its steps."""
+    from sim.profiled_cost_model import ProfiledCostModel, find_profile
+    from validation.step_errors import step_errors
+
+    rows = []
+    t = 0.0
+    for step, (seqs, real_s) in enumerate([(4, 0.003), (40, 0.005), (45, 0.006), (4, 0.002)]):
+        f = _features(seqs, 100 * seqs)
+        rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "replica": 0, "step": step, "num_running": 1,
+                     "continues_batch": 0, "start_s": t, "duration_s": real_s})
+        t += real_s
+    (tmp_path / "run").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "run" / "steps.parquet")
+    model = ProfiledCostModel.load(find_profile("qwen3-0.6b", "h200"))
+    whole = {r["steps"]: r for r in step_errors(tmp_path / "run", model)}
+    binned = {r["steps"]: r for r in step_errors(tmp_path / "run", model, batch_bin=32)}
+    assert list(binned) == ["decode, new batch, 0-31 seqs", "decode, new batch, 32-63 seqs", "all"]
+    assert [binned[k]["count"] for k in binned] == [2, 2, 4]
+    assert binned["all"] == whole["all"]
+    assert round(binned["decode, new batch, 0-31 seqs"]["real_ms"], 6) == 2.5
+    low = sum(model.predict(_features(4, 400)) for _ in range(2)) / 0.005
+    assert binned["decode, new batch, 0-31 seqs"]["predicted_over_real"] == pytest.approx(low)

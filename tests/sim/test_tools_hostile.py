@@ -240,6 +240,7 @@ SCRIPT_CASES = [  # (script and arguments, what the one error line says); each w
     (["validation/make_traces.py", "--shared", "{tmp}", "--out", "{tmp}/t"], "no azure_llm_2023_conv.csv"),
     (["validation/make_traces.py", "--azure-count", "-1", "--out", "{tmp}/t"], "--azure-count -1: expected"),
     (["validation/step_errors.py", "{tmp}"], "no steps.parquet; expected an engine.replay run folder"),
+    (["validation/step_errors.py", "{tmp}", "--batch-bin", "-1"], "--batch-bin: expected a number of sequences"),
     (["validation/loop_gaps.py", "{tmp}"], "no steps.parquet; expected an engine.replay run folder"),
     # Without runs these replaced the committed errors.md and bands.md with empty tables:
     (["validation/compare_all.py", "--real", "{tmp}", "--sim-out", "{tmp}/s", "--results", "{tmp}/r"],

@@ -139,3 +139,21 @@ def test_a_few_hash_ids_mixed_as_python_ints_give_the_array_paths_tokens(monkeyp
     requests = TraceRequests(trace, VOCAB)
     for row in range(len(trace)):
         assert requests.prompt_array(row) == array("i", trace.prompt_token_ids(row, VOCAB))
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_prompt_array_of_a_plain_trace_is_the_traces_own_prompt(seed) -> None:
+    """Rows with neither stored ids nor hash ids: TraceRequests.prompt_array (its own path, no row lookups in the
+    trace's frame) gives exactly the trace's prompt for the row and seed, and a row past the end fails as the
+    trace's does."""
+    from array import array
+
+    from traces.requests import TraceRequests
+
+    trace = _plain_trace(num=6, prompt=300)
+    requests = TraceRequests(trace, VOCAB, seed)
+    for row in range(len(trace)):
+        assert requests.prompt_array(row) == array("i", trace.prompt_token_ids(row, VOCAB, seed))
+    assert requests.prompt_array(0) != TraceRequests(trace, VOCAB, seed + 1).prompt_array(0)
+    with pytest.raises(IndexError, match="out of range"):
+        requests.prompt_array(len(trace))

@@ -34,6 +34,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sim.files import write_text_atomic  # noqa: E402
 
 
 def make_trace(path: Path, num_requests: int) -> None:
@@ -59,13 +62,13 @@ def replay(tree: Path, trace: Path, qps: float, limit: int, extra: list[str], ou
     }
 
 
-def _rate_pair(text: str, option: str) -> tuple[float, float]:
+def _rate_pair(parser: argparse.ArgumentParser, text: str, option: str) -> tuple[float, float]:
     try:
         lo, hi = (float(x) for x in text.split(","))
     except ValueError:
-        raise SystemExit(f"error: {option}: expected LOW,HIGH request rates, got {text!r}") from None
-    if not 0 < lo < hi:
-        raise SystemExit(f"error: {option}: expected 0 < LOW < HIGH, got {text!r}")
+        parser.exit(2, f"error: {option}: expected LOW,HIGH request rates, got {text!r}\n")
+    if not 0 < lo < hi < math.inf:
+        parser.exit(2, f"error: {option}: expected 0 < LOW < HIGH, got {text!r}\n")
     return lo, hi
 
 
@@ -85,7 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.num_requests < 1 or args.warmup_requests < 0 or args.probes < 1:
         parser.exit(2, "error: --num-requests and --probes must be >= 1 and --warmup-requests >= 0\n")
-    brackets = [_rate_pair(args.before_range, "--before-range"), _rate_pair(args.now_range, "--now-range")]
+    brackets = [_rate_pair(parser, args.before_range, "--before-range"),
+                _rate_pair(parser, args.now_range, "--now-range")]
+    if args.trace is not None and not Path(args.trace).is_file():
+        parser.exit(2, f"error: --trace: {args.trace} is not a file\n")
+    if args.json is not None and not Path(args.json).resolve().parent.is_dir():
+        parser.exit(2, f"error: --json: the folder of {args.json} does not exist\n")  # found before the GPU runs
     if args.before_tree is not None:
         before = Path(args.before_tree).resolve()
         if not (before / "engine" / "replay.py").is_file():
@@ -118,11 +126,15 @@ def main(argv: list[str] | None = None) -> int:
                 row["met_slo"] = row["ttft_ms_p90"] is not None and row["ttft_ms_p90"] <= args.ttft_p90_ms
                 bounds[name][0 if row["met_slo"] else 1] = qps
                 results["runs"][name].append(row)
-                print(f"{name:14s} {qps:7.1f} req/s: TTFT p50 {row['ttft_ms_p50']:.0f} ms, p90 "
-                      f"{row['ttft_ms_p90']:.0f} ms ({'met' if row['met_slo'] else 'missed'}); TPOT p50 "
-                      f"{row['tpot_ms_p50']:.1f} ms; {row['output_throughput']:.0f} tok/s", flush=True)
+                print(f"{name:14s} {qps:7.1f} req/s: TTFT p50 {_ms(row['ttft_ms_p50'])}, p90 "
+                      f"{_ms(row['ttft_ms_p90'])} ({'met' if row['met_slo'] else 'missed'}); TPOT p50 "
+                      f"{_ms(row['tpot_ms_p50'])}; {row['output_throughput'] or 0:.0f} tok/s", flush=True)
                 _write(results, args)
     return 0
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"  # None: no request finished
 
 
 def _write(results: dict, args: argparse.Namespace) -> None:
@@ -136,7 +148,7 @@ def _write(results: dict, args: argparse.Namespace) -> None:
     missed_first = results[f"{first}_lowest_qps_missing_slo"]
     results["ratio_lower_bound"] = round(met_second / missed_first, 3) if met_second and missed_first else None
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        write_text_atomic(Path(args.json), json.dumps(results, indent=2) + "\n")  # whole, or the last one kept
 
 
 if __name__ == "__main__":

@@ -217,6 +217,12 @@ def simulate(
             times.append(math.inf)
         next_routed = [0] * len(engines)  # the first arrival of each replica's list not yet queued
 
+    def arrives_at(index: int, t_s: float) -> bool:
+        """Whether a request routed to replica ``index`` arrives at exactly ``t_s`` (from its next one on)."""
+        times = replica_arrivals_s[index]
+        at = bisect_left(times, t_s, next_routed[index])
+        return times[at] == t_s  # the list ends with inf
+
     def horizon_s(index: int) -> float:
         """When replica ``index``'s quiet windows must end: the next arrival that may reach it."""
         if routed_to is None:
@@ -281,7 +287,13 @@ def simulate(
             else:
                 horizon = horizon_s(index) if try_window else 0.0
                 if try_window and horizon - env.now > _MIN_WINDOW_STEPS * last_step_s:
-                    planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now, horizon)
+                    # The window takes the step the next request arrives in too (the step loop would run it
+                    # before that request's prefill), unless another request arrives exactly at its end.
+                    planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now, horizon,
+                                                cross_horizon=True)
+                    if planned is not None and planned[0].end_s >= horizon and arrives_at(index, planned[0].end_s):
+                        planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now,
+                                                    horizon)
             delay_s = None if planned is None else delay_to(env.now, planned[0].end_s)
             if delay_s is not None:
                 window, starts, ends = planned
@@ -299,6 +311,9 @@ def simulate(
                         yield env.timeout(delay_s)
                         lazy_steps = min(max(2 * window.num_steps, _LAZY_MIN_STEPS), _LAZY_MAX_STEPS)
                     runs[index] = None
+                    done(run.finish())
+                elif window.end_s >= horizon:  # it ends after a request arrives: its last row counts it waiting
+                    yield env.timeout(delay_s)
                     done(run.finish())
                 else:
                     # Its finishes are recorded now, ahead of the clock: rows are put in finish order at the end.

@@ -54,8 +54,14 @@ def plan_quiet_window(
     horizon_s: float,
     max_steps: int = 1 << 16,
     min_steps: int = 2,
+    cross_horizon: bool = False,
 ) -> tuple[QuietWindow, np.ndarray, np.ndarray] | None:
-    """The quiet steps ``engine`` would take from ``start_s`` (their start and end times, float64 arrays), or None."""
+    """The quiet steps ``engine`` would take from ``start_s`` (their start and end times, float64 arrays), or None.
+
+    With ``cross_horizon`` the window also holds the step in progress at ``horizon_s`` (it starts before and ends at
+    or after it), as the step loop runs it: a request arriving at the horizon waits for that step's end. The caller
+    then records the window after the arrival (its last row counts the requests waiting) and avoids an arrival at
+    exactly that step's end (which of the two comes first is its event loop's choice)."""
     scheduler = engine.scheduler
     running = scheduler.running
     if scheduler.waiting or not running or len(running) > scheduler.config.max_num_batched_tokens:
@@ -100,10 +106,19 @@ def plan_quiet_window(
         batches.append((bs, sum(seg_contexts) + bs * first, max(seg_contexts) + first))
         batch.decode_context_tokens, batch.max_decode_context_tokens = batches[-1][1:]
         ends = step_ends(batch, t_s, segment_steps, horizon_s)
+        if len(ends) < segment_steps:  # the horizon
+            if cross_horizon:  # the step it falls in: the batch's contexts grew a token a step until then
+                done = len(ends)
+                crossing = ScheduledBatch(seqs=seqs, num_new_tokens=[1] * bs, num_decode_seqs=bs,
+                                          continues_batch=1 if done else (0 if j else continues_first))
+                crossing.decode_context_tokens = batches[-1][1] + bs * done
+                crossing.max_decode_context_tokens = batches[-1][2] + done
+                ends = np.append(ends, step_ends(crossing, float(ends[-1]) if done else t_s, 1, math.inf))
+            chunks.append(ends)
+            num_steps += len(ends)
+            break
         chunks.append(ends)
         num_steps += len(ends)
-        if len(ends) < segment_steps:  # the horizon
-            break
         t_s = float(ends[-1])
     if num_steps < min_steps:
         return None

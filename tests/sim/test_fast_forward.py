@@ -118,3 +118,60 @@ def test_a_router_sees_replicas_mid_window_as_the_step_loop_leaves_them(trace, m
     assert result.num_fast_forward_steps > 0.9 * result.steps_table().num_rows
     assert counts["cut"] > len(sliced) // 2
     assert counts["mid-window events"] > len(sliced)
+
+
+def _with_arrivals(trace, times_s: list[float]):
+    """``trace`` with one more request (a short prompt of its own, two output tokens) at each of ``times_s``."""
+    import polars as pl
+
+    from traces.schema import Trace
+
+    frame = trace.requests
+    extra = pl.DataFrame({"request_id": [10_000 + i for i in range(len(times_s))], "arrival_s": times_s,
+                          "prompt_tokens": [40] * len(times_s), "output_tokens": [2] * len(times_s),
+                          "hash_ids": [[900_000 + 3 * i + k for k in range(3)] for i in range(len(times_s))],
+                          "session_id": [-1] * len(times_s), "turn": [0] * len(times_s)}, schema=frame.schema)
+    return Trace.from_frame(pl.concat([frame, extra]).sort("arrival_s", maintain_order=True), "mem",
+                            trace.hash_block_size)
+
+
+def test_a_window_takes_the_step_a_request_arrives_in_but_not_one_that_ends_as_another_arrives(trace, monkeypatch):
+    """The step loop runs a decode step that starts before a request arrives to its end, and the request's prefill
+    after it: a window (one replica, a router that reads nothing) holds that step too, its last row counting the
+    request waiting. When another request arrives exactly as that step ends, which comes first is simpy's choice:
+    the window stops before the step. Both ways the outputs are the step loop's."""
+    sliced = trace.head(200).with_qps(10.0)
+    config = SimConfig()
+    stepped = simulate(sliced, config, fast_forward=False).steps_table().to_pylist()
+    arrivals = sorted(sliced.requests["arrival_s"].to_list())
+    # A quiet decode step well clear of every arrival: a request will arrive in its middle, another at its end.
+    quiet = next(r for r in stepped[50:] if r["num_prefill_tokens"] == 0 and r["num_waiting"] == 0
+                 and r["num_seqs"] > 2 and not any(r["start_s"] - 0.05 < a < r["start_s"] + r["duration_s"] + 0.05
+                                                   for a in arrivals))
+    start_s, end_s = quiet["start_s"], quiet["start_s"] + quiet["duration_s"]
+    plans = []
+    plan = simulator.plan_quiet_window
+
+    def plan_and_note(engine, token_id, step_ends, start, horizon, **kwargs):
+        planned = plan(engine, token_id, step_ends, start, horizon, **kwargs)
+        if planned is not None:
+            plans.append((kwargs.get("cross_horizon", False), planned[0].end_s, horizon))
+        return planned
+
+    monkeypatch.setattr(simulator, "plan_quiet_window", plan_and_note)
+    for times in ([(start_s + end_s) / 2], [(start_s + end_s) / 2, end_s]):
+        plans.clear()
+        changed = _with_arrivals(sliced, times)
+        forwarded = simulate(changed, config)
+        step_by_step = simulate(changed, config, fast_forward=False)
+        assert forwarded.requests_table().equals(step_by_step.requests_table())
+        assert forwarded.steps_table().equals(step_by_step.steps_table())
+        # the windows planned up to the first added request: the one that took the step it arrives in ...
+        up_to_it = [p for p in plans if p[2] == times[0]]
+        assert up_to_it[0][:2] == (True, end_s)
+        if len(times) == 1:
+            assert len(up_to_it) == 1
+        else:  # ... planned again without it, the second request arriving exactly at that step's end
+            assert len(up_to_it) == 2 and not up_to_it[1][0] and up_to_it[1][1] < times[0]
+    # Windows crossed their horizon on the trace's own arrivals too.
+    assert sum(1 for cross, end, horizon in plans if cross and end > horizon) > 10

@@ -493,8 +493,11 @@ class ProfiledCostModel:
     def _decode_grid(self, bs: int, kv, longest, continues: int):
         """A graph decode step's time on the grid, before serving factors; operators only, so the contexts may be
         arrays (one entry per step of a run) and give the very floats they give one by one."""
-        excess = longest - kv / bs
-        grid = self._decode_a[bs] + self._decode_b[bs] * kv + self._per_excess_s[bs] * (excess * (excess > 0))
+        grid = self._decode_a[bs] + self._decode_b[bs] * kv
+        per_excess_s = self._per_excess_s[bs]
+        if per_excess_s:  # 0 below the skew's smallest batch, where the term would add 0.0: the same floats
+            excess = longest - kv / bs
+            grid = grid + per_excess_s * (excess * (excess > 0))
         return grid if continues else grid + self._unprepared_s[bs]
 
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:

@@ -1,0 +1,102 @@
+"""Simulator work in CPU instructions, before and after: ``python benchmarks/sim_instructions.py [--tree DIR ...]``.
+
+CPU seconds on a shared 2-core machine move by 20-40 % from run to run, more than most single speed-ups, so
+this counts instructions instead, which do not depend on the machine's load: valgrind's cachegrind (no cache
+simulation) runs ``simulate()`` on the first ``--limit`` requests of the Azure 2023 conversation trace with the
+default configuration, once per source tree, and once more without simulating (imports and trace loading),
+whose count is subtracted. Each tree is a checkout of the project (``git archive COMMIT | tar -x -C DIR``);
+``.`` is this one. Needs valgrind on the PATH; about a minute per tree for 5,000 requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "azure_llm_2023_conv.csv"
+
+# Run inside a tree (its folder first on the import path); SIMULATE=0 stops before the simulation.
+_CHILD = """
+import sys, time
+sys.path.insert(0, '.')
+from traces.schema import load_trace
+trace = load_trace(sys.argv[1])
+if sys.argv[2] == '1':
+    from sim.config import SimConfig
+    from sim.simulator import simulate
+    result = simulate(trace, SimConfig())
+    print('steps', result.steps_table().num_rows)
+else:
+    from sim.config import SimConfig  # the same imports as the simulating run
+    from sim.simulator import simulate  # noqa: F401
+"""
+
+
+def count_instructions(tree: Path, trace: Path, simulate: bool) -> tuple[int, str]:
+    """valgrind's instruction count of the child in ``tree``, and what the child printed."""
+    proc = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                           sys.executable, "-c", _CHILD, str(trace), "1" if simulate else "0"],
+                          cwd=tree, capture_output=True, text=True, check=False)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
+    if proc.returncode != 0 or not found:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"valgrind in {tree} failed (exit {proc.returncode}): {tail}")
+    return int(found.group(1).replace(",", "")), proc.stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python benchmarks/sim_instructions.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", action="append", default=None,
+                        help="a source tree to measure (repeatable; default: this one)")
+    parser.add_argument("--label", action="append", default=None,
+                        help="what each --tree is, in the same order (e.g. its commit), for the JSON")
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--limit", type=int, default=5000, help="the trace's first N requests")
+    parser.add_argument("--json", default=None, help="write the figures here")
+    args = parser.parse_args(argv)
+    if args.limit < 1:
+        parser.exit(2, f"error: --limit must be >= 1, got {args.limit}\n")
+    if not args.trace.is_file():
+        parser.exit(2, f"error: --trace: {args.trace} is not a file\n")
+    trees = [Path(t).resolve() for t in (args.tree or ["."])]
+    labels = args.label or [str(tree) for tree in trees]
+    if len(labels) != len(trees):
+        parser.exit(2, f"error: --label: {len(labels)} labels for {len(trees)} trees; give one per --tree\n")
+    for tree in trees:
+        if not (tree / "sim" / "simulator.py").is_file():
+            parser.exit(2, f"error: --tree: {tree} holds no sim/simulator.py\n")
+    if shutil.which("valgrind") is None:
+        parser.exit(2, "error: valgrind is not on the PATH (it counts the instructions)\n")
+    sys.path.insert(0, str(REPO))
+    from benchmarks.sim_speed import load
+    from traces.schema import save_trace
+
+    results: dict = {"trace": str(args.trace), "limit": args.limit, "python": sys.version.split()[0], "trees": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.parquet"
+        save_trace(load(args.trace, args.limit), trace)  # one converted slice, read the same way by every tree
+        for tree, label in zip(trees, labels, strict=True):
+            total, printed = count_instructions(tree, trace, True)
+            base, _ = count_instructions(tree, trace, False)
+            row = {"tree": label, "simulate_instructions": total - base, "process_instructions": total,
+                   "num_steps": int(printed.split()[-1])}
+            results["trees"].append(row)
+            print(f"{label}: simulate() {row['simulate_instructions'] / 1e9:.3f}e9 instructions "
+                  f"({row['num_steps']} steps)", flush=True)
+    first = results["trees"][0]["simulate_instructions"]
+    for row in results["trees"]:
+        row["vs_first"] = round(row["simulate_instructions"] / first, 4)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -63,8 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.limit < 1:
         parser.exit(2, f"error: --limit must be >= 1, got {args.limit}\n")
-    if not args.trace.is_file():
-        parser.exit(2, f"error: --trace: {args.trace} is not a file\n")
     trees = [Path(t).resolve() for t in (args.tree or ["."])]
     labels = args.label or [str(tree) for tree in trees]
     if len(labels) != len(trees):
@@ -72,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     for tree in trees:
         if not (tree / "sim" / "simulator.py").is_file():
             parser.exit(2, f"error: --tree: {tree} holds no sim/simulator.py\n")
+    if not args.trace.is_file():  # after the options that need no file, so that each is named on its own
+        parser.exit(2, f"error: --trace: {args.trace} is not a file\n")
     if shutil.which("valgrind") is None:
         parser.exit(2, "error: valgrind is not on the PATH (it counts the instructions)\n")
     sys.path.insert(0, str(REPO))

@@ -41,12 +41,13 @@ class CostModelRunner:
         return self.cost_model.step_time_s(batch, self.host_speed.slowdown_at(start_s))
 
     def quiet_step_ends_s(self, batch: ScheduledBatch, start_s: float, max_steps: int,
-                          horizon_s: float) -> np.ndarray:
+                          horizon_s: float, cross_horizon: bool = False) -> np.ndarray:
         """End times of the decode steps that repeat ``batch`` (which this changes) from ``start_s``, each context
         one token longer than in the step before (engine.core.quiet_window): at most ``max_steps`` of them, each
-        ending strictly before ``horizon_s``, as a float64 array. Each end is the previous one plus ``duration_at``,
-        as the step loop adds them. Only the first step can be one that does not repeat the batch before it
-        (``batch.continues_batch``): the later ones repeat the first."""
+        ending strictly before ``horizon_s`` (with ``cross_horizon``, the first one that does not as well), as a
+        float64 array. Each end is the previous one plus ``duration_at``, as the step loop adds them. Only the
+        first step can be one that does not repeat the batch before it (``batch.continues_batch``): the later
+        ones repeat the first."""
         run_s = getattr(self.cost_model, "decode_run_s", None)
         host = self.host_speed
         # The first step's length sizes the run to the horizon (durations hardly change within a run: contexts
@@ -57,12 +58,14 @@ class CostModelRunner:
         num_steps = max_steps if fit >= max_steps else min(max_steps, int(fit) + 1)
         if num_steps <= _MIN_ARRAY_STEPS or run_s is None or not (host is None or isinstance(host, ConstantHostSpeed)):
             end_s = start_s + first_s
-            if end_s >= horizon_s or max_steps < 1:
+            if max_steps < 1:
                 return np.empty(0)
+            if end_s >= horizon_s:
+                return np.array([end_s]) if cross_horizon else np.empty(0)
             batch.continues_batch = 1
             batch.decode_context_tokens += batch.num_decode_seqs
             batch.max_decode_context_tokens += 1
-            ends = [end_s, *self._step_ends_one_by_one(batch, end_s, max_steps - 1, horizon_s)]
+            ends = [end_s, *self._step_ends_one_by_one(batch, end_s, max_steps - 1, horizon_s, cross_horizon)]
             return np.array(ends, dtype=np.float64)
         slowdown = None if host is None else host.slowdown
         bs = batch.num_decode_seqs
@@ -79,8 +82,8 @@ class CostModelRunner:
             if durations_s is None:  # the cost model takes no arrays for this batch
                 batch.decode_context_tokens = first_context + bs * num_done
                 batch.max_decode_context_tokens = first_longest + num_done
-                chunks.append(np.array(self._step_ends_one_by_one(batch, t_s, max_steps - num_done, horizon_s),
-                                       dtype=np.float64))
+                chunks.append(np.array(self._step_ends_one_by_one(batch, t_s, max_steps - num_done, horizon_s,
+                                                                  cross_horizon), dtype=np.float64))
                 return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
             sums_s = np.empty(num_steps + 1)
             sums_s[0] = t_s
@@ -88,6 +91,9 @@ class CostModelRunner:
             np.add.accumulate(sums_s, out=sums_s)  # strictly left to right: the step loop's own additions
             # Ends only grow (every duration is positive): the first that would end too late, by bisection.
             reached = int(sums_s[1:].searchsorted(horizon_s))
+            if reached < num_steps and cross_horizon:
+                chunks.append(sums_s[1:reached + 2])  # and the step that ends at or after the horizon
+                return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
             chunks.append(sums_s[1:reached + 1])
             num_done += reached
             if reached < num_steps or num_done == max_steps:
@@ -98,12 +104,14 @@ class CostModelRunner:
             num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
 
     def _step_ends_one_by_one(self, batch: ScheduledBatch, start_s: float, max_steps: int,
-                              horizon_s: float) -> list[float]:
+                              horizon_s: float, cross_horizon: bool = False) -> list[float]:
         ends: list[float] = []
         t_s = start_s
         for _ in range(max_steps):
             end_s = t_s + self.duration_at(batch, t_s)
             if end_s >= horizon_s:
+                if cross_horizon:
+                    ends.append(end_s)
                 break
             ends.append(end_s)
             t_s = end_s

@@ -14,7 +14,9 @@ A window is cut into *segments*: runs of steps with the same batch, each but the
 in which some sequence finishes. The caller supplies the steps' end times (``step_ends(batch, start_s,
 max_steps, horizon_s)``, a float64 array: each the previous one plus the runner's own step time for the
 batch, its contexts one token longer each step), called once per segment, and a horizon: the window
-holds only steps that end strictly before it (the next arrival, which would change the waiting queue).
+holds only steps that end strictly before it (the next arrival, which would change the waiting queue), or with
+``cross_horizon`` also the step in progress when it comes (``step_ends(..., cross_horizon=True)`` then returns
+that step's end as well).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class QuietWindow:
 def plan_quiet_window(
     engine,
     token_id: int,
-    step_ends: Callable[[ScheduledBatch, float, int, float], np.ndarray],
+    step_ends: Callable[..., np.ndarray],
     start_s: float,
     horizon_s: float,
     max_steps: int = 1 << 16,
@@ -105,20 +107,12 @@ def plan_quiet_window(
         # Step `first` computes token num_tokens + first of each: its context is that many tokens.
         batches.append((bs, sum(seg_contexts) + bs * first, max(seg_contexts) + first))
         batch.decode_context_tokens, batch.max_decode_context_tokens = batches[-1][1:]
-        ends = step_ends(batch, t_s, segment_steps, horizon_s)
-        if len(ends) < segment_steps:  # the horizon
-            if cross_horizon:  # the step it falls in: the batch's contexts grew a token a step until then
-                done = len(ends)
-                crossing = ScheduledBatch(seqs=seqs, num_new_tokens=[1] * bs, num_decode_seqs=bs,
-                                          continues_batch=1 if done else (0 if j else continues_first))
-                crossing.decode_context_tokens = batches[-1][1] + bs * done
-                crossing.max_decode_context_tokens = batches[-1][2] + done
-                ends = np.append(ends, step_ends(crossing, float(ends[-1]) if done else t_s, 1, math.inf))
-            chunks.append(ends)
-            num_steps += len(ends)
-            break
+        ends = step_ends(batch, t_s, segment_steps, horizon_s, cross_horizon) if cross_horizon else \
+            step_ends(batch, t_s, segment_steps, horizon_s)
         chunks.append(ends)
         num_steps += len(ends)
+        if len(ends) < segment_steps or ends[-1] >= horizon_s:  # the horizon (the step it falls in, if crossed)
+            break
         t_s = float(ends[-1])
     if num_steps < min_steps:
         return None

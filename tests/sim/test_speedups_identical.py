@@ -3,6 +3,8 @@ instead of lists, and a quiet window's step times computed as arrays instead of 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from engine.core.model_config import ModelShape
@@ -68,6 +70,14 @@ def test_quiet_step_ends_equal_the_step_by_step_sums(kind, host, num_seqs, conte
         assert vectorised == one_by_one  # the same floats, not merely close ones
         assert 0 < len(one_by_one) <= max_steps
         assert all(end < horizon_s for end in one_by_one)
+        # Crossing the horizon: the same steps and the one in progress at the horizon, if max_steps allows it.
+        crossed = runner.quiet_step_ends_s(batch(), start_s, max_steps, horizon_s, cross_horizon=True).tolist()
+        assert crossed == runner._step_ends_one_by_one(batch(), start_s, max_steps, horizon_s, cross_horizon=True)
+        if len(one_by_one) < max_steps:
+            longer = runner._step_ends_one_by_one(batch(), start_s, len(one_by_one) + 1, math.inf)
+            assert crossed == longer and crossed[-1] >= horizon_s
+        else:
+            assert crossed == one_by_one
 
 
 

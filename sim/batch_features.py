@@ -80,6 +80,12 @@ def read_steps(run_dir: Path, periods: bool = False) -> list[tuple[dict, float, 
     ]
 
 
+def went_straight_on(replica: np.ndarray, num_running: np.ndarray, num_waiting: np.ndarray) -> np.ndarray:
+    """For steps in (replica, step) order: whether the engine went straight on from each step to the next one (the
+    same replica, with requests left after the first), one entry per consecutive pair."""
+    return (replica[1:] == replica[:-1]) & (num_running[:-1] + num_waiting[:-1] > 0)
+
+
 def _periods(table, durations_s: list[float], starts_s: list[float], path: Path) -> list[float]:
     names = ("replica", "step", "num_running", "num_waiting")
     missing = [c for c in names if c not in table.column_names]
@@ -87,8 +93,9 @@ def _periods(table, durations_s: list[float], starts_s: list[float], path: Path)
         raise ValueError(f"{path}: missing columns {', '.join(missing)}; expected an engine.replay steps.parquet")
     replica, step, running, waiting = (table.column(c).to_numpy() for c in names)
     order = np.lexsort((step, replica))
-    periods = list(durations_s)
-    for i, j in zip(order[:-1], order[1:]):
-        if replica[i] == replica[j] and running[i] + waiting[i] > 0:
-            periods[i] = max(durations_s[i], starts_s[j] - starts_s[i])
-    return periods
+    on = went_straight_on(replica[order], running[order], waiting[order])
+    i, j = order[:-1][on], order[1:][on]
+    periods = np.asarray(durations_s, dtype=np.float64)
+    starts = np.asarray(starts_s, dtype=np.float64)
+    periods[i] = np.maximum(periods[i], starts[j] - starts[i])
+    return periods.tolist()

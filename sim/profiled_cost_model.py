@@ -148,13 +148,11 @@ def _fit_sum(points: list[dict], sizes: list[int]) -> dict:
             "gpu_basis": list(SUM_GPU_BASIS), "gpu_coef": coef[n:].tolist(), "piecewise_graph_sizes": sizes}
 
 
-def _excess_context(f: dict) -> float:
-    """How far the longest decode context exceeds the mean one: the extra time of the program that reads it.
-    Written with operators only, so the contexts may be arrays (a quiet decode run, one entry per step)."""
-    n = f["num_decode_seqs"]
-    if not n:
-        return 0.0
-    excess = f.get("max_decode_context_tokens", 0) - f["decode_context_tokens"] / n
+def _excess_context(num_seqs: int, context_tokens, longest):
+    """How far the longest decode context exceeds the mean one (``num_seqs`` > 0): the extra time of the program
+    that reads it. Written with operators only, so the contexts may be arrays (a quiet decode run, one entry per
+    step) and give the very floats they give one by one."""
+    excess = longest - context_tokens / num_seqs
     return excess * (excess > 0)  # max(0, excess); a negative one gives -0.0, which adds as 0.0
 
 
@@ -170,7 +168,9 @@ def _fit_skew(points: list[dict], decode: dict, graph_sizes: list[int]) -> float
     if not points:
         return 0.0
     model = _decode_model(decode, graph_sizes)
-    x = np.array([_excess_context(p["features"]) for p in points])
+    features = [p["features"] for p in points]  # graph decode steps: at least one sequence each
+    x = np.array([_excess_context(f["num_decode_seqs"], f["decode_context_tokens"],
+                                  f.get("max_decode_context_tokens", 0)) for f in features])
     y = np.array([p["median_s"] - model.predict(p["features"]) for p in points])
     return max(0.0, float(x @ y / (x @ x))) if (x @ x) > 0 else 0.0
 
@@ -496,8 +496,7 @@ class ProfiledCostModel:
         grid = self._decode_a[bs] + self._decode_b[bs] * kv
         per_excess_s = self._per_excess_s[bs]
         if per_excess_s:  # 0 below the skew's smallest batch, where the term would add 0.0: the same floats
-            excess = longest - kv / bs
-            grid = grid + per_excess_s * (excess * (excess > 0))
+            grid = grid + per_excess_s * _excess_context(bs, kv, longest)
         return grid if continues else grid + self._unprepared_s[bs]
 
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:

@@ -22,6 +22,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from sim.batch_features import went_straight_on  # noqa: E402
+
 
 def loop_gaps(run_dir: Path) -> dict:
     steps = pq.read_table(run_dir / "steps.parquet").sort_by([("replica", "ascending"), ("step", "ascending")])
@@ -30,7 +32,7 @@ def loop_gaps(run_dir: Path) -> dict:
     arrivals_s = np.sort(pq.read_table(run_dir / "requests.parquet", columns=["arrival_s"])
                          .column("arrival_s").to_numpy())
     start, end = col["start_s"][:-1], col["start_s"][:-1] + col["duration_s"][:-1]
-    went_on = (col["replica"][1:] == col["replica"][:-1]) & (col["num_running"][:-1] + col["num_waiting"][:-1] > 0)
+    went_on = went_straight_on(col["replica"], col["num_running"], col["num_waiting"])
     gap = (col["start_s"][1:] - end)[went_on]
     arrived = (np.searchsorted(arrivals_s, col["start_s"][1:], "right") - np.searchsorted(arrivals_s, start, "right"))
     x = np.column_stack([np.ones(went_on.sum()), col["num_seqs"][:-1][went_on], col["num_finished"][:-1][went_on],

@@ -12,11 +12,10 @@ the GPU engine never does (its steps must run).
 
 A window is cut into *segments*: runs of steps with the same batch, each but the last ending in a step
 in which some sequence finishes. The caller supplies the steps' end times (``step_ends(batch, start_s,
-max_steps, horizon_s)``, a float64 array: each the previous one plus the runner's own step time for the
-batch, its contexts one token longer each step), called once per segment, and a horizon: the window
+max_steps, horizon_s, cross_horizon)``, a float64 array: each the previous one plus the runner's own step time
+for the batch, its contexts one token longer each step), called once per segment, and a horizon: the window
 holds only steps that end strictly before it (the next arrival, which would change the waiting queue), or with
-``cross_horizon`` also the step in progress when it comes (``step_ends(..., cross_horizon=True)`` then returns
-that step's end as well).
+``cross_horizon`` also the step in progress when it comes (whose end ``step_ends`` then returns as well).
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ class QuietWindow:
 def plan_quiet_window(
     engine,
     token_id: int,
-    step_ends: Callable[..., np.ndarray],
+    step_ends: Callable[[ScheduledBatch, float, int, float, bool], np.ndarray],
     start_s: float,
     horizon_s: float,
     max_steps: int = 1 << 16,
@@ -107,8 +106,7 @@ def plan_quiet_window(
         # Step `first` computes token num_tokens + first of each: its context is that many tokens.
         batches.append((bs, sum(seg_contexts) + bs * first, max(seg_contexts) + first))
         batch.decode_context_tokens, batch.max_decode_context_tokens = batches[-1][1:]
-        ends = step_ends(batch, t_s, segment_steps, horizon_s, cross_horizon) if cross_horizon else \
-            step_ends(batch, t_s, segment_steps, horizon_s)
+        ends = step_ends(batch, t_s, segment_steps, horizon_s, cross_horizon)
         chunks.append(ends)
         num_steps += len(ends)
         if len(ends) < segment_steps or ends[-1] >= horizon_s:  # the horizon (the step it falls in, if crossed)

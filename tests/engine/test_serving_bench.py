@@ -21,22 +21,25 @@ def _fake_replay(capacities: dict[str, float], calls: list):
     return replay
 
 
-def _before_tree(tmp_path: Path) -> Path:
+def _run(tmp_path: Path, monkeypatch, capacities: dict[str, float], *options: str) -> tuple[dict, list]:
+    """benchmarks/serving.py against a before tree holding an (empty) engine/replay.py and a stand-in trace file,
+    its replays stood in for by engines of these capacities: (the JSON it wrote, the replays it asked for)."""
+    calls: list = []
+    monkeypatch.setattr(serving, "replay", _fake_replay(capacities, calls))
     (tmp_path / "before" / "engine").mkdir(parents=True)
     (tmp_path / "before" / "engine" / "replay.py").write_text("")
-    return tmp_path / "before"
-
-
-def test_bisection_brackets_each_engines_capacity_and_the_ratio(tmp_path, monkeypatch):
-    calls: list = []
-    monkeypatch.setattr(serving, "replay", _fake_replay({"before": 50.0, "now": 100.0}, calls))
     trace = tmp_path / "t.parquet"
     trace.write_bytes(b"")
     out = tmp_path / "r.json"
-    assert serving.main(["--before-tree", str(_before_tree(tmp_path)), "--trace", str(trace), "--probes", "6",
+    assert serving.main(["--before-tree", str(tmp_path / "before"), "--trace", str(trace), *options,
+                         "--json", str(out)]) == 0
+    return json.loads(out.read_text()), calls
+
+
+def test_bisection_brackets_each_engines_capacity_and_the_ratio(tmp_path, monkeypatch):
+    result, calls = _run(tmp_path, monkeypatch, {"before": 50.0, "now": 100.0}, "--probes", "6",
                          "--before-range", "20,80", "--now-range", "40,160", "--num-requests", "10",
-                         "--warmup-requests", "3", "--json", str(out)]) == 0
-    result = json.loads(out.read_text())
+                         "--warmup-requests", "3")
     # warm-ups at each bracket's top, then the two engines' probes alternated
     assert calls[:2] == [("before", 80.0, 3), ("now", 160.0, 3)]
     assert [c[0] for c in calls[2:]] == ["before", "now"] * 6
@@ -53,14 +56,7 @@ def test_bisection_brackets_each_engines_capacity_and_the_ratio(tmp_path, monkey
 
 
 def test_an_engine_that_never_meets_the_slo_has_no_capacity_and_no_ratio(tmp_path, monkeypatch):
-    calls: list = []
-    monkeypatch.setattr(serving, "replay", _fake_replay({"before": 50.0, "now": 1.0}, calls))
-    trace = tmp_path / "t.parquet"
-    trace.write_bytes(b"")
-    out = tmp_path / "r.json"
-    serving.main(["--before-tree", str(_before_tree(tmp_path)), "--trace", str(trace), "--probes", "3",
-                  "--warmup-requests", "0", "--json", str(out)])
-    result = json.loads(out.read_text())
+    result, _ = _run(tmp_path, monkeypatch, {"before": 50.0, "now": 1.0}, "--probes", "3", "--warmup-requests", "0")
     assert result["now_highest_qps_meeting_slo"] is None and result["ratio_lower_bound"] is None
     # every probe missed: the bracket's top came down three times from 180 towards its bottom, 60
     assert result["now_lowest_qps_missing_slo"] == round(60 * 3 ** (1 / 8), 3)

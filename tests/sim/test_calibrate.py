@@ -163,3 +163,10 @@ def test_step_errors_splits_classes_by_batch_size(tmp_path):
     assert round(binned["decode, new batch, 0-31 seqs"]["real_ms"], 6) == 2.5
     low = sum(model.predict(_features(4, 400)) for _ in range(2)) / 0.005
     assert binned["decode, new batch, 0-31 seqs"]["predicted_over_real"] == pytest.approx(low)
+    # by mean decode context too (400, 4,000, 4,500 and 400 tokens), alone and with the batch bins
+    by_context = {r["steps"]: r["count"] for r in step_errors(tmp_path / "run", model, context_bin=1000)}
+    assert by_context == {"decode, new batch, mean context 0-999": 2, "decode, new batch, mean context 4000-4999": 2,
+                          "all": 4}
+    both = {r["steps"]: r["count"] for r in step_errors(tmp_path / "run", model, batch_bin=32, context_bin=1000)}
+    assert both == {"decode, new batch, 0-31 seqs, mean context 0-999": 2,
+                    "decode, new batch, 32-63 seqs, mean context 4000-4999": 2, "all": 4}

@@ -246,6 +246,7 @@ SCRIPT_CASES = [  # (script and arguments, what the one error line says); each w
     (["benchmarks/serving.py", "--before-tree", "{tmp}"], "--before-tree: {tmp} holds no engine/replay.py"),
     (["validation/step_errors.py", "{tmp}"], "no steps.parquet; expected an engine.replay run folder"),
     (["validation/step_errors.py", "{tmp}", "--batch-bin", "-1"], "--batch-bin: expected a number of sequences"),
+    (["validation/step_errors.py", "{tmp}", "--context-bin", "-1"], "--context-bin: expected a number of tokens"),
     (["validation/loop_gaps.py", "{tmp}"], "no steps.parquet; expected an engine.replay run folder"),
     # Without runs these replaced the committed errors.md and bands.md with empty tables:
     (["validation/compare_all.py", "--real", "{tmp}", "--sim-out", "{tmp}/s", "--results", "{tmp}/r"],

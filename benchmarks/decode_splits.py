@@ -3,9 +3,12 @@
 ``python benchmarks/decode_splits.py [--json OUT]``: one layer's paged decode (Qwen3-0.6B heads:
 16 query, 8 KV, head_dim 128; 256-token pages), captured 20 times in a CUDA graph as the engine runs
 it, timed with CUDA events over 30 replays (median, per launch).
-"old" cuts every context into the batch-size rule's splits only; "long_split" is what the engine
-runs (``decode_splits``: the few longest contexts over the cap get more splits in a second launch).
-A skewed batch is one long context among short ones.
+"old" cuts every context into the batch-size rule's splits only; "long_split" adds what the engine
+ran before rows were ordered (``decode_splits``: the few longest contexts over the cap get more
+ranges, started first); "ordered" is what the engine runs now: that, with every row's programs started
+longest context first (``decode_row_order``). A skewed batch is one long context among short ones; a
+spread batch draws its contexts from a log-normal (seeded), and "equal" is a batch of the same size and
+KV tokens with every context alike: the time the profile grid's equal-context points would give.
 """
 
 from __future__ import annotations
@@ -34,17 +37,25 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():  # torch's AssertionError or triton's ModuleNotFoundError traceback otherwise
         parser.exit(2, "error: this benchmark times CUDA kernels; it needs a CUDA GPU (and triton)\n")
 
+    import numpy as np
+
     from engine.gpu.attention.triton_kernels import paged_decode
-    from engine.gpu.attention.triton_kernels_host import decode_splits, long_decode_rows
+    from engine.gpu.attention.triton_kernels_host import decode_row_order, decode_splits, long_decode_rows
 
     dev = "cuda"
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     heads, kv_heads, dim, page = 16, 8, 128, 256
-    cases = [(bs, short, long) for bs in (32, 128, 256)
-             for short, long in ((1024, 0), (512, 16384), (1024, 16384), (256, 8192))]
+    cases = [(bs, f"{short}+{long}", [short] * bs if not long else [short] * (bs - 1) + [long])
+             for bs in (32, 128, 256) for short, long in ((1024, 0), (512, 16384), (1024, 16384), (256, 8192))]
+    rng = np.random.default_rng(7)
+    for bs in (64, 128, 160, 256):
+        for median in (1000, 1500):  # log-normal spread, sigma 0.8: conversation contexts, a few long ones
+            spread = np.clip(rng.lognormal(np.log(median), 0.8, bs), 16, args.max_model_len).astype(int).tolist()
+            cases.append((bs, f"lognormal median {median}", spread))
+            cases.append((bs, f"equal to lognormal median {median}", [sum(spread) // bs] * bs))
+        cases.append((bs, "16 rows of 6000 among 1000", [1000] * (bs - 16) + [6000] * 16))
     rows = []
-    for bs, short, long in cases:
-        lengths = [short] * bs if not long else [short] * (bs - 1) + [long]
+    for bs, label, lengths in cases:
         need = [-(-n // page) for n in lengths]
         num_blocks = sum(need) + 1
         k = torch.randn(num_blocks, kv_heads, page, dim, device=dev, dtype=torch.bfloat16)
@@ -60,16 +71,22 @@ def main(argv: list[str] | None = None) -> int:
         plan = decode_splits(bs, kv_heads, args.max_model_len, sms)
         rows_long = long_decode_rows(lengths, plan)
         longs = torch.tensor(rows_long, dtype=torch.int32, device=dev) if rows_long else None
+        order = torch.tensor(decode_row_order(lengths), dtype=torch.int32, device=dev)
         variants = {
-            "old": dict(num_splits=plan.fill_splits, fill_splits=plan.fill_splits, long_seqs=None),
-            "long_split": dict(num_splits=plan.num_splits, fill_splits=plan.fill_splits, long_seqs=longs),
+            "old": dict(num_splits=plan.fill_splits, fill_splits=plan.fill_splits, long_seqs=None, row_order=None),
+            "long_split": dict(num_splits=plan.num_splits, fill_splits=plan.fill_splits, long_seqs=longs,
+                               row_order=None),
+            "ordered": dict(num_splits=plan.num_splits, fill_splits=plan.fill_splits, long_seqs=longs,
+                            row_order=order),
         }
-        row = {"batch": bs, "short_context": short, "long_context": long, "splits": plan.num_splits,
-               "fill_splits": plan.fill_splits, "kv_mbytes": round(2 * sum(lengths) * kv_heads * dim * 2 / 1e6, 1)}
+        row = {"batch": bs, "contexts": label, "mean_context": round(sum(lengths) / bs), "longest": max(lengths),
+               "splits": plan.num_splits, "fill_splits": plan.fill_splits,
+               "kv_mbytes": round(2 * sum(lengths) * kv_heads * dim * 2 / 1e6, 1)}
         for name, kw in variants.items():
             # Bound now (B023): this variant's tensors and options, launched and captured in this iteration only.
             launch = functools.partial(paged_decode, q, k, v, tables, context, dim**-0.5, kw["num_splits"], out=out,
-                                       fill_splits=kw["fill_splits"], long_seqs=kw["long_seqs"])
+                                       fill_splits=kw["fill_splits"], long_seqs=kw["long_seqs"],
+                                       row_order=kw["row_order"])
             for _ in range(3):
                 launch()
             torch.cuda.synchronize()
@@ -88,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                 times.append(s.elapsed_time(e) * 1000 / LAUNCHES_PER_GRAPH)
             row[f"{name}_us"] = round(statistics.median(times), 1)
         row["long_split_over_old"] = round(row["long_split_us"] / row["old_us"], 3)
-        row["long_split_gbps"] = round(row["kv_mbytes"] * 1e6 / (row["long_split_us"] * 1e-6) / 1e9, 0)
+        row["ordered_over_long_split"] = round(row["ordered_us"] / row["long_split_us"], 3)
+        row["ordered_gbps"] = round(row["kv_mbytes"] * 1e6 / (row["ordered_us"] * 1e-6) / 1e9, 0)
         rows.append(row)
         print(json.dumps(row))
     if args.json:

@@ -29,9 +29,13 @@ PREFILL_CASES = [  # (chunk lengths, cached prefix per chunk)
     ([8192], 0),
     ([2048] * 4, 2048),
 ]
-# (BLOCK_M tokens, BLOCK_N keys, num_warps, num_stages, query heads per program); the first is the default.
+# (BLOCK_M tokens, BLOCK_N keys, num_warps, num_stages, query heads per program[, TMA loads]); the first is the
+# default.
 TRITON_CONFIGS = [(64, 64, 4, 3, 2), (128, 128, 8, 3, 1), (128, 64, 4, 3, 1), (64, 128, 8, 3, 2), (64, 64, 8, 3, 2),
-                  (128, 64, 8, 2, 2)]
+                  (128, 64, 8, 2, 2),
+                  (64, 64, 4, 3, 2, True), (64, 64, 4, 4, 2, True), (64, 128, 8, 3, 2, True), (128, 64, 8, 3, 2, True),
+                  (128, 128, 8, 3, 1, True), (128, 64, 8, 3, 1, True), (64, 64, 4, 2, 2, True),
+                  (128, 128, 8, 2, 2, True), (64, 128, 4, 3, 2, True)]
 ROPE_CONFIGS = [(16, 4), (32, 4), (64, 4), (64, 8)]  # (rows per program, num_warps); the first is ours
 
 

@@ -27,6 +27,7 @@ from engine.gpu.attention.triton_kernels_host import (
     LONG_SEQ_SLOTS,
     NO_SPLITS,
     DecodeSplits,
+    decode_row_order,
     decode_splits,
     long_decode_rows,
 )
@@ -382,6 +383,7 @@ class ModelRunner:
                 meta.decode_context_lens = self._to_device(context, torch.int32)
                 meta.host_decode_context_lens = [int(c) for c in context]
                 meta.decode_splits = splits = self._decode_splits(num_decode)
+                meta.decode_row_order = self._to_device(decode_row_order(context), torch.int32)
                 if splits.num_long_seqs:
                     meta.decode_long_seqs = self._to_device(long_decode_rows(context, splits), torch.int32)
             if plan.q_lens:
@@ -562,6 +564,7 @@ class ModelRunner:
         self._graph_slots = torch.full((max_bs,), -1, dtype=torch.int64, device=dev)
         self._graph_context = torch.zeros(max_bs, dtype=torch.int32, device=dev)
         self._graph_tables = torch.zeros(max_bs, self.max_blocks_per_seq, dtype=torch.int32, device=dev)
+        self._graph_order = torch.arange(max_bs, dtype=torch.int32, device=dev)
         self._graph_long_seqs = torch.full((LONG_SEQ_SLOTS,), -1, dtype=torch.int32, device=dev)
         self._graph_meta: dict[int, AttentionMetadata] = {}
         self._graph_outputs: dict[int, torch.Tensor] = {}
@@ -575,6 +578,7 @@ class ModelRunner:
                 decode_context_lens=self._graph_context[:bs],
                 decode_splits=splits,
                 decode_long_seqs=self._graph_long_seqs[: splits.num_long_seqs] if splits.num_long_seqs else None,
+                decode_row_order=self._graph_order[:bs],
             )
             self.model(self._graph_ids[:bs], self._graph_positions[:bs], meta)  # warm-up: compiles kernels
             graph = torch.cuda.CUDAGraph()
@@ -590,23 +594,24 @@ class ModelRunner:
             self.piecewise.capture(pool, dev)
 
     def _graph_host(self, plan: StepPlan) -> tuple[np.ndarray, np.ndarray]:
-        """The graph's inputs on the host: [ids | positions | slots | context lengths | long rows] and the
-        block tables, padded to the graph's batch (padding rows: slot -1, never stored). Ids are left 0
-        when the plan has none yet (a NextDecode fills them in)."""
+        """The graph's inputs on the host: [ids | positions | slots | context lengths | row order | long rows]
+        and the block tables, padded to the graph's batch (padding rows: slot -1, never stored; context 0,
+        so they start last). Ids are left 0 when the plan has none yet (a NextDecode fills them in)."""
         graph_bs = plan.graph_bs
         n = plan.num_decode
         splits = self._graph_meta[graph_bs].decode_splits
         num_long = splits.num_long_seqs
-        flat = np.zeros(4 * graph_bs + num_long, dtype=np.int64)  # one host-to-device copy for all of it
-        host = flat[: 4 * graph_bs].reshape(4, graph_bs)
+        flat = np.zeros(5 * graph_bs + num_long, dtype=np.int64)  # one host-to-device copy for all of it
+        host = flat[: 5 * graph_bs].reshape(5, graph_bs)
         if plan.ids:
             host[0, :n] = plan.ids
         host[1, :n] = plan.positions
         host[2, :n] = plan.slots
         host[2, n:] = -1
         host[3, :n] = host[1, :n] + 1
+        host[4] = decode_row_order(host[3])
         if num_long:
-            flat[4 * graph_bs :] = long_decode_rows(host[3, :n], splits)
+            flat[5 * graph_bs :] = long_decode_rows(host[3, :n], splits)
         tables = plan.decode_tables
         if graph_bs > n:
             tables = np.concatenate([tables, np.zeros((graph_bs - n, tables.shape[1]), dtype=np.int32)])
@@ -620,8 +625,9 @@ class ModelRunner:
         self._graph_positions[:graph_bs].copy_(staged[graph_bs : 2 * graph_bs])
         self._graph_slots[:graph_bs].copy_(staged[2 * graph_bs : 3 * graph_bs])
         self._graph_context[:graph_bs].copy_(staged[3 * graph_bs : 4 * graph_bs])
+        self._graph_order[:graph_bs].copy_(staged[4 * graph_bs : 5 * graph_bs])
         if num_long:
-            self._graph_long_seqs[:num_long].copy_(staged[4 * graph_bs :])
+            self._graph_long_seqs[:num_long].copy_(staged[5 * graph_bs :])
         self._graph_tables[:graph_bs].copy_(torch.from_numpy(tables).pin_memory(), non_blocking=True)
         return meta
 

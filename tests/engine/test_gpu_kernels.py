@@ -99,20 +99,26 @@ def test_paged_decode_matches_reference(page, group, num_splits):
     assert_decode_matches_reference(out, q, k_cache, v_cache, tables, lengths, scale)
 
 
+@pytest.mark.parametrize("ordered", [False, True])
 @pytest.mark.parametrize("page,fill_splits,num_splits,long_rows", [
     (16, 1, 8, [5, 6, -1, -1]), (64, 2, 16, [1, 4, 5, 6]), (256, 1, 8, [6, -1, -1, -1]), (256, 4, 8, [-1, -1, -1, -1]),
+    (256, 1, 1, []),
 ])
-def test_paged_decode_with_long_rows_split_further_matches_reference(page, fill_splits, num_splits, long_rows):
-    """The listed rows use num_splits ranges (their extra ranges first in the same launch), the others fill_splits."""
+def test_paged_decode_with_long_rows_split_further_matches_reference(page, fill_splits, num_splits, long_rows, ordered):
+    """The listed rows use num_splits ranges (their extra ranges first in the same launch), the others fill_splits;
+    ``ordered``: the rows' programs start longest context first (the engine's order), with the same results."""
+    from engine.gpu.attention.triton_kernels_host import decode_row_order
+
     gen = torch.Generator(device="cuda").manual_seed(page + fill_splits + num_splits)
     num_kv_heads, dim, group = 2, 128, 4
     lengths = [1, 40, 64, 65, 300, 2100, 5000, 9]
     k_cache, v_cache, tables, q, context = random_decode_inputs(lengths, page, num_kv_heads, group, dim, gen)
     out = torch.full_like(q, float("nan"))
     scale = dim**-0.5
-    longs = torch.tensor(long_rows, dtype=torch.int32, device="cuda")
+    longs = torch.tensor(long_rows, dtype=torch.int32, device="cuda") if long_rows else None
+    order = torch.tensor(decode_row_order(lengths), dtype=torch.int32, device="cuda") if ordered else None
     kernels().paged_decode(q, k_cache, v_cache, tables, context, scale, num_splits, out=out,
-                           fill_splits=fill_splits, long_seqs=longs)
+                           fill_splits=fill_splits, long_seqs=longs, row_order=order)
     assert_decode_matches_reference(out, q, k_cache, v_cache, tables, lengths, scale)
 
 
@@ -129,9 +135,12 @@ def test_paged_decode_padding_rows_are_zero_not_nan():
         assert torch.isfinite(out).all() and (out[1:] == 0).all()
 
 
+@pytest.mark.parametrize("config", [None, (64, 64, 4, 3, 2, True), (128, 64, 8, 3, 2, True)])
 @pytest.mark.parametrize("num_splits", [1, 2, 8, None])
 @pytest.mark.parametrize("page,group", [(16, 1), (64, 2), (256, 2), (256, 4)])
-def test_paged_prefill_over_cached_prefix_matches_reference(page, group, num_splits):
+def test_paged_prefill_over_cached_prefix_matches_reference(page, group, num_splits, config):
+    """Every tile configuration, the tensor-memory-accelerator loads (a config's sixth entry; pages smaller than
+    the key tile fall back to plain loads) too."""
     gen = torch.Generator(device="cuda").manual_seed(page + group)
     num_kv_heads, dim = 2, 128
     contexts = [0, 0, 5, page, 3 * page + 7, 300]  # tokens already cached
@@ -148,7 +157,7 @@ def test_paged_prefill_over_cached_prefix_matches_reference(page, group, num_spl
     scale = dim**-0.5
     # Split key ranges (a short chunk over a long prefix) must give the same attention; None: the heuristic.
     kernels().paged_prefill(q, k_cache, v_cache, tables, cu, ctx, max(q_lens), scale, out=out,
-                            num_splits=num_splits, max_k_len=max(totals))
+                            num_splits=num_splits, max_k_len=max(totals), config=config)
     ref = TorchBackend()
     for i, (c, n) in enumerate(zip(contexts, q_lens)):
         kk = ref._gather(k_cache, tables[i], c + n).float()

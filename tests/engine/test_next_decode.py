@@ -72,7 +72,7 @@ def _serve(engine, prompts, params) -> list:
 
 
 def test_a_prepared_graph_step_stages_the_inputs_a_fresh_one_would(tiny_qwen3, monkeypatch) -> None:
-    """The decode graphs' host inputs (ids, positions, slots, context lengths, long rows, padded block
+    """The decode graphs' host inputs (ids, positions, slots, context lengths, row order, long rows, padded block
     tables) of a prepared step equal those built from a fresh plan. There are no CUDA graphs on CPU, so the
     runner is told it has one of 16 rows (with long-context rows) and its steps run eagerly."""
     import dataclasses
@@ -99,7 +99,7 @@ def test_a_prepared_graph_step_stages_the_inputs_a_fresh_one_would(tiny_qwen3, m
             fresh_flat, fresh_tables = runner._graph_host(runner.plan(batch))
             flat, tables = nxt.graph_host
             assert np.array_equal(flat, fresh_flat) and np.array_equal(tables, fresh_tables)
-            checked.append((len(nxt.boundary_rows), int((flat[64:] >= 0).sum())))
+            checked.append((len(nxt.boundary_rows), int((flat[5 * 16 :] >= 0).sum())))
         return nxt
 
     monkeypatch.setattr(runner, "_take_next_decode", checked_take)

@@ -7,6 +7,7 @@ import numpy as np
 from engine.gpu.attention.triton_kernels_host import (
     DecodeSplits,
     decode_num_splits,
+    decode_row_order,
     decode_splits,
     long_decode_rows,
     prefill_num_splits,
@@ -50,6 +51,13 @@ def test_long_rows_are_the_longest_contexts_over_the_cap_in_row_order():
     assert long_decode_rows([5000], DecodeSplits(8, 8)) == []
     # numpy input, as the CUDA-graph path passes it
     assert long_decode_rows(np.array(contexts, dtype=np.int64), splits) == [1, 4, 6, 7]
+
+
+def test_decode_rows_start_longest_context_first_ties_in_row_order():
+    assert decode_row_order([100, 5000, 0, 2048, 5000, 7]).tolist() == [1, 4, 3, 0, 5, 2]
+    # the CUDA-graph path: padding rows (context 0) after every real row
+    assert decode_row_order(np.array([3, 9, 0, 0], dtype=np.int64)).tolist() == [1, 0, 2, 3]
+    assert decode_row_order([]).tolist() == []
 
 
 def test_prefill_splits_only_short_chunks_over_long_prefixes():

@@ -22,6 +22,7 @@ class AttentionMetadata:
     decode_context_lens: torch.Tensor | None = None  # [num_decode] int32, the new token included
     decode_splits: DecodeSplits = NO_SPLITS
     decode_long_seqs: torch.Tensor | None = None  # [decode_splits.num_long_seqs] int32 rows, -1 = unused
+    decode_row_order: torch.Tensor | None = None  # [num_decode] int32, the rows longest context first
     num_prefill_seqs: int = 0
     prefill_cu_seqlens_q: torch.Tensor | None = None  # [num_prefill + 1] int32, from 0 over prefill tokens only
     prefill_context_lens: torch.Tensor | None = None  # [num_prefill] int32, tokens cached before the chunk

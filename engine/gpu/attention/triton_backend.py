@@ -40,7 +40,7 @@ class TritonBackend(PagedAttentionBackend):
         splits = meta.decode_splits
         return kernels.paged_decode_launches(q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens,
                                              scale, splits.num_splits, out, fill_splits=splits.fill_splits,
-                                             long_seqs=meta.decode_long_seqs)
+                                             long_seqs=meta.decode_long_seqs, row_order=meta.decode_row_order)
 
     @staticmethod
     def _prefill_launches(q, k_cache, v_cache, meta, scale, out) -> list[Launch]:

@@ -4,7 +4,8 @@
 - ``paged_decode``: one query token per sequence against its whole paged context. Split-KV
   (flash-decoding): the context is cut into ranges handled by separate programs, whose partial
   results are merged by their log-sum-exp, so small batches still fill the GPU; the few longest
-  contexts of a batch get more ranges, scheduled first, so none becomes a straggler.
+  contexts of a batch get more ranges, scheduled first, and the other rows start longest first, so
+  none becomes a straggler.
   The query heads sharing a KV head are processed together, so each KV tile is read once.
 - ``paged_prefill``: a chunk of query tokens per sequence, causal, against its cached prefix and
   itself (already stored), read through the block table.
@@ -90,7 +91,7 @@ def _seq_num_splits(Long_seqs, seq, FILL_SPLITS: tl.constexpr, NUM_SPLITS: tl.co
 
 @triton.jit
 def _paged_decode_kernel(
-    Q, K_cache, V_cache, Block_tables, Context_lens, Long_seqs, Out, Part_out, Part_lse,
+    Q, K_cache, V_cache, Block_tables, Context_lens, Long_seqs, Row_order, Out, Part_out, Part_lse,
     qk_scale,  # softmax scale * log2(e)
     stride_qt, stride_qh,
     stride_cb, stride_ch, stride_ct,
@@ -100,10 +101,14 @@ def _paged_decode_kernel(
     stride_lt, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, FILL_SPLITS: tl.constexpr, NUM_LONG: tl.constexpr,
+    ORDERED: tl.constexpr,
 ):
     # Grid (KV head, work item). The first NUM_LONG * (NUM_SPLITS - FILL_SPLITS) items are the further
     # ranges of the few long sequences the host named in Long_seqs (-1: none), so they start first; then
-    # FILL_SPLITS ranges of every sequence. One launch: a second one would run only after this one ends.
+    # FILL_SPLITS ranges of every sequence, in Row_order when ORDERED (the host sorts the rows by context,
+    # longest first). The GPU starts programs in grid order, and a large batch runs in several waves of
+    # them: a long row left to the last wave finished alone, long after the rest (the batch's contexts are
+    # as short on average, the step much longer). One launch: a second one would run only after this one.
     kv_head = tl.program_id(0)
     item = tl.program_id(1)
     NUM_EXTRA: tl.constexpr = NUM_SPLITS - FILL_SPLITS
@@ -114,9 +119,13 @@ def _paged_decode_kernel(
         else:
             seq = (item - NUM_LONG * NUM_EXTRA) // FILL_SPLITS
             split = (item - NUM_LONG * NUM_EXTRA) % FILL_SPLITS
+            if ORDERED:
+                seq = tl.load(Row_order + seq)
     else:
         seq = item // FILL_SPLITS
         split = item % FILL_SPLITS
+        if ORDERED:
+            seq = tl.load(Row_order + seq)
     if seq < 0:
         return
     context = tl.load(Context_lens + seq)
@@ -202,7 +211,8 @@ def paged_decode(q: torch.Tensor, *args, out: torch.Tensor | None = None, **kwar
 
     q: [num_seqs, num_heads, head_dim] -> [num_seqs, num_heads, head_dim]. Each context is cut into
     ``fill_splits`` ranges (default: ``num_splits``); the sequences listed in ``long_seqs`` (int32 row
-    indices, -1 for an unused slot) into ``num_splits``. See ``DecodeSplits``.
+    indices, -1 for an unused slot) into ``num_splits``. See ``DecodeSplits``. ``row_order``: see
+    ``paged_decode_launches``.
     """
     out = torch.empty_like(q) if out is None else out
     for launch in paged_decode_launches(q, *args, out=out, **kwargs):
@@ -221,8 +231,10 @@ def paged_decode_launches(
     out: torch.Tensor,
     fill_splits: int | None = None,
     long_seqs: torch.Tensor | None = None,
+    row_order: torch.Tensor | None = None,
 ) -> list[Launch]:
-    """``paged_decode``'s launches into ``out``, built but not issued (their split buffers allocated once)."""
+    """``paged_decode``'s launches into ``out``, built but not issued (their split buffers allocated once).
+    ``row_order`` (int32, a permutation of the rows; ``decode_row_order``) is the order their programs start in."""
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads, page = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -239,8 +251,9 @@ def paged_decode_launches(
     else:
         part_out = part_lse = out  # unused
     longs = long_seqs if num_long else context_lens  # unused when num_long == 0
+    order = context_lens if row_order is None else row_order  # unused when None
     args = (
-        q, k_cache, v_cache, block_tables, context_lens, longs, out, part_out, part_lse,
+        q, k_cache, v_cache, block_tables, context_lens, longs, order, out, part_out, part_lse,
         scale * LOG2E,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -251,7 +264,7 @@ def paged_decode_launches(
     )
     constants = dict(
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=page,
-        BLOCK_N=block_n, NUM_SPLITS=num_splits, FILL_SPLITS=fill, NUM_LONG=num_long,
+        BLOCK_N=block_n, NUM_SPLITS=num_splits, FILL_SPLITS=fill, NUM_LONG=num_long, ORDERED=row_order is not None,
     )
     launches = [Launch(_paged_decode, (num_kv_heads, num_long * (num_splits - fill) + num_seqs * fill), args,
                        constants, num_warps=4, num_stages=3, takes_kv_cache=True)]
@@ -295,9 +308,25 @@ def _prefill_tile(q, acc, m_i, l_i, K_cache, V_cache, table, head_base, tile_sta
 
 
 @triton.jit
+def _prefill_tile_tma(q, acc, m_i, l_i, k_desc, v_desc, row, qk_scale):
+    """An unmasked key tile read by the tensor-memory accelerator from ``row`` of the cache's [rows, head_dim]
+    view (the tile lies in one page: BLOCK_N divides the page): no address arithmetic per element, and the
+    loads run asynchronously ahead of the matmuls that use them."""
+    k = k_desc.load([row, 0])
+    s = tl.dot(q, k.T)
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    p = tl.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = v_desc.load([row, 0])
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return acc, m_new, l_i
+
+
+@triton.jit
 def _paged_prefill_kernel(
     Q, K_cache, V_cache, Block_tables, Cu_seqlens_q, Context_lens, Out, Part_out, Part_lse,
-    qk_scale,
+    qk_scale, kv_rows,
     stride_qt, stride_qh,
     stride_cb, stride_ch, stride_ct,
     stride_bt,
@@ -305,7 +334,7 @@ def _paged_prefill_kernel(
     stride_pt, stride_ph, stride_ps,
     stride_lt, stride_lh,
     GROUP: tl.constexpr, HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, TMA: tl.constexpr,
 ):
     # A program takes BLOCK_M query tokens of HEADS query heads that share one KV head: its
     # HEADS * BLOCK_M rows read each K/V tile once. Causal work grows with the tile index, so the last
@@ -348,9 +377,19 @@ def _paged_prefill_kernel(
         tiles_per_split = tl.cdiv(tl.cdiv(kv_end, BLOCK_N), NUM_SPLITS)
         start = split * tiles_per_split * BLOCK_N
         end = tl.minimum(start + tiles_per_split * BLOCK_N, kv_end)
-    for tile_start in range(start, tl.minimum(full_end, end), BLOCK_N):
-        acc, m_i, l_i = _prefill_tile(q, acc, m_i, l_i, K_cache, V_cache, table, head_base, tile_start, kv_end,
-                                      q_pos, qk_scale, cols, dims, stride_cb, stride_ct, PAGE, False)
+    if TMA:  # the cache as [kv_rows, HEAD_DIM] rows (heads-first pages, stride_ct == HEAD_DIM)
+        k_desc = tl.make_tensor_descriptor(K_cache, shape=[kv_rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+        v_desc = tl.make_tensor_descriptor(V_cache, shape=[kv_rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+        for tile_start in range(start, tl.minimum(full_end, end), BLOCK_N):
+            page = tl.load(table + tile_start // PAGE).to(tl.int64)
+            row = ((page * stride_cb + head_base) // HEAD_DIM + tile_start % PAGE).to(tl.int32)
+            acc, m_i, l_i = _prefill_tile_tma(q, acc, m_i, l_i, k_desc, v_desc, row, qk_scale)
+    else:
+        for tile_start in range(start, tl.minimum(full_end, end), BLOCK_N):
+            acc, m_i, l_i = _prefill_tile(q, acc, m_i, l_i, K_cache, V_cache, table, head_base, tile_start, kv_end,
+                                          q_pos, qk_scale, cols, dims, stride_cb, stride_ct, PAGE, False)
     for tile_start in range(tl.maximum(full_end, start), end, BLOCK_N):
         acc, m_i, l_i = _prefill_tile(q, acc, m_i, l_i, K_cache, V_cache, table, head_base, tile_start, kv_end,
                                       q_pos, qk_scale, cols, dims, stride_cb, stride_ct, PAGE, True)
@@ -368,10 +407,12 @@ def _paged_prefill_kernel(
 
 
 _paged_prefill = BoundKernel(_paged_prefill_kernel)
-# (BLOCK_M query tokens, BLOCK_N keys, num_warps, num_stages, query heads per program) for long and for
-# short chunks; BLOCK_N is capped by the page, the heads by the group. benchmarks/kernels.py sweeps these:
-# two heads of 64 tokens per program was fastest on 2k-4k chunks and with a cached prefix on the H200.
-PREFILL_CONFIG_LONG = (64, 64, 4, 3, 2)
+# (BLOCK_M query tokens, BLOCK_N keys, num_warps, num_stages, query heads per program[, TMA]) for long and
+# for short chunks; BLOCK_N is capped by the page, the heads by the group. benchmarks/kernels.py sweeps these:
+# two heads of 64 tokens per program was fastest on 2k-8k chunks and with a cached prefix on the H200, and
+# loading the unmasked key tiles through tensor descriptors (TMA) made it 9-17 % faster there
+# (benchmarks/results/kernels-prefill-tma-h200.json).
+PREFILL_CONFIG_LONG = (64, 64, 4, 3, 2, True)
 PREFILL_CONFIG_SHORT = (64, 64, 4, 2, 1)
 
 
@@ -410,8 +451,11 @@ def paged_prefill_launches(
     num_seqs = cu_seqlens_q.shape[0] - 1
     if num_tokens == 0 or num_seqs == 0:
         return []
-    block_m, block_n, num_warps, num_stages, heads = config or (
+    block_m, block_n, num_warps, num_stages, heads, *tma = config or (
         PREFILL_CONFIG_LONG if max_q_len > 64 else PREFILL_CONFIG_SHORT)
+    tma = bool(tma and tma[0]) and page % block_n == 0 and k_cache.stride(2) == head_dim and k_cache.is_contiguous()
+    if tma:
+        _use_scratch_allocator()
     group = num_heads // num_kv_heads
     while group % heads:  # a program's heads must share their KV head
         heads //= 2
@@ -434,14 +478,14 @@ def paged_prefill_launches(
         _paged_prefill,
         grid,
         (q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, out, part_out, part_lse,
-         scale * LOG2E,
+         scale * LOG2E, k_cache.numel() // head_dim,
          q.stride(0), q.stride(1),
          k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
          block_tables.stride(0),
          out.stride(0), out.stride(1),
          *part_strides),
         dict(GROUP=group, HEADS=heads, HEAD_DIM=head_dim, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n,
-             NUM_SPLITS=num_splits),
+             NUM_SPLITS=num_splits, TMA=tma),
         num_warps=num_warps, num_stages=num_stages, takes_kv_cache=True,
     )]
     if num_splits > 1:  # every row has num_splits ranges; the merge kernel's rows are the chunk tokens
@@ -479,7 +523,7 @@ def warm_up(k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int, max_mo
             long_seqs = torch.full((splits.num_long_seqs,), -1, dtype=torch.int32, device=device)
             long_seqs[0] = 0
         paged_decode(q, k_cache, v_cache, tables, context, 1.0, splits.num_splits, fill_splits=splits.fill_splits,
-                     long_seqs=long_seqs)
+                     long_seqs=long_seqs, row_order=torch.arange(rows, dtype=torch.int32, device=device))
         count += 1
     for config, max_q_len in ((PREFILL_CONFIG_SHORT, 1), (PREFILL_CONFIG_LONG, 65)):
         q = torch.zeros(max_q_len, num_heads, head_dim, dtype=dtype, device=device)
@@ -491,6 +535,29 @@ def warm_up(k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int, max_mo
                           max_k_len=max_q_len)
             count += 1
     return count
+
+
+class _Scratch:
+    """Triton's allocator for kernels that build tensor descriptors on the device (128 bytes per descriptor and
+    program): one buffer per device, grown when a launch needs more. Launches on one stream run one after
+    another, so they can share it."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[int, torch.Tensor] = {}
+
+    def __call__(self, size: int, alignment: int, stream) -> torch.Tensor:
+        device = torch.cuda.current_device()
+        buf = self.buffers.get(device)
+        if buf is None or buf.numel() < size:
+            buf = self.buffers[device] = torch.empty(max(size, 1 << 20), dtype=torch.int8, device=device)
+        return buf
+
+
+_SCRATCH = _Scratch()
+
+
+def _use_scratch_allocator() -> None:
+    triton.set_allocator(_SCRATCH)  # a context variable: set in each launching thread
 
 
 _SMS: dict[int, int] = {}

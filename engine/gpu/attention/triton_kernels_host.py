@@ -73,6 +73,12 @@ def long_decode_rows(context_lens, splits: DecodeSplits) -> list[int]:
     return rows.tolist() + [-1] * (slots - len(rows))
 
 
+def decode_row_order(context_lens) -> np.ndarray:
+    """The decode rows by context, longest first (ties in row order): the order the decode kernel starts their
+    programs in, so that the longest ones do not start in its last wave and finish alone."""
+    return np.argsort(-np.asarray(context_lens, dtype=np.int64), kind="stable")
+
+
 def prefill_num_splits(num_programs: int, max_k_len: int, block_n: int, num_sms: int, max_splits: int = 16,
                        min_tiles_per_split: int = 8) -> int:
     """Key ranges per query tile for the paged prefill kernel: split (by powers of two) while fewer than two

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
-from plotly.subplots import make_subplots
 
 from analysis.report.downsample import bucket_mean_max, cdf_points, histogram_edges, tail_preserving_sample
 from analysis.stats import finite_values
@@ -50,6 +49,50 @@ def _as_named(values: object, default_name: str) -> Mapping[str, object]:
     return values if isinstance(values, Mapping) else {default_name: values}
 
 
+def _grid(rows: int, cols: int, h_spacing: float, v_spacing: float, shared_x: bool = False,
+          titles: Sequence[str] = ()) -> tuple[dict, list[tuple[str, str]]]:
+    """The layout of a rows x cols grid of subplots as plotly's make_subplots lays it out (cells numbered from the
+    top left, row by row; ``shared_x``: one column whose upper panels follow the bottom one's x range and show no
+    tick labels; ``titles`` above the cells), and each cell's (x axis, y axis) trace references.
+
+    The builders assemble each figure's traces and layout first and construct it once: make_subplots and the
+    per-cell update calls validated every property path again and again, most of a report's CPU time."""
+    width = (1 - h_spacing * (cols - 1)) / cols
+    height = (1 - v_spacing * (rows - 1)) / rows
+    layout: dict = {}
+    cells = []
+    annotations = []
+    bottom = f"x{rows * cols}" if rows * cols > 1 else "x"
+    for r in range(rows):
+        for c in range(cols):
+            k = r * cols + c + 1
+            suffix = "" if k == 1 else str(k)
+            x0, y1 = c * (width + h_spacing), 1 - r * (height + v_spacing)
+            x_axis = {"anchor": f"y{suffix}", "domain": [x0, x0 + width]}
+            if shared_x and r < rows - 1:
+                x_axis.update(matches=bottom, showticklabels=False)
+            layout[f"xaxis{suffix}"] = x_axis
+            layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "domain": [max(y1 - height, 0.0), y1]}
+            cells.append((f"x{suffix}", f"y{suffix}"))
+            if k <= len(titles):
+                annotations.append({"font": {"size": 16}, "showarrow": False, "text": titles[k - 1],
+                                    "x": x0 + width / 2, "xanchor": "center", "xref": "paper", "y": y1,
+                                    "yanchor": "bottom", "yref": "paper"})
+    if annotations:
+        layout["annotations"] = annotations
+    return layout, cells
+
+
+def _no_data(cell: tuple[str, str]) -> dict:
+    return {"text": "no data", "showarrow": False, "x": 0.5, "y": 0.5, "xref": f"{cell[0]} domain",
+            "yref": f"{cell[1]} domain"}
+
+
+def _axis_name(ref: str) -> str:
+    """The layout key of a trace's axis reference: "x2" -> "xaxis2"."""
+    return f"{ref[0]}axis{ref[1:]}"
+
+
 def add_no_data(fig: go.Figure, row: int | None = None, col: int | None = None) -> None:
     """Say "no data" in an empty panel rather than leave blank axes."""
     kwargs = {} if row is None else {"row": row, "col": col}
@@ -66,30 +109,33 @@ def latency_cdf_figure(metrics: Mapping[str, object], title: str = "Latency CDFs
     names = list(metrics)
     num_columns = max(1, min(num_columns, len(names) or 1))
     num_rows = max(1, math.ceil(len(names) / num_columns))
-    fig = make_subplots(rows=num_rows, cols=num_columns, subplot_titles=names or None, horizontal_spacing=0.08,
-                        vertical_spacing=0.15 if num_rows > 1 else 0.1)
+    layout, cells = _grid(num_rows, num_columns, 0.08, 0.15 if num_rows > 1 else 0.1, titles=names)
     colors = _colors()
     shown: set[str] = set()
+    traces = []
+    empty = []
     for index, metric in enumerate(names):
-        row, col = index // num_columns + 1, index % num_columns + 1
+        cell = cells[index]
         has_data = False
         for series_name, values in _as_named(metrics[metric], default_series).items():
             x, y = cdf_points(finite_values(values), MAX_CDF_POINTS)
             if x.size == 0:
                 continue
             has_data = True
-            fig.add_trace(go.Scatter(
+            traces.append(go.Scatter(
                 x=x, y=y, mode="lines", line={"shape": "hv", "color": colors(series_name)}, name=series_name,
-                legendgroup=series_name, showlegend=series_name not in shown,
+                legendgroup=series_name, showlegend=series_name not in shown, xaxis=cell[0], yaxis=cell[1],
                 hovertemplate=f"{series_name}<br>{metric}: %{{x:.3f}} {unit}<br>fraction ≤: %{{y:.4f}}<extra></extra>",
-            ), row=row, col=col)
+            ))
             shown.add(series_name)
-        fig.update_xaxes(title_text=f"{metric} ({unit})", row=row, col=col)
-        fig.update_yaxes(title_text="cumulative fraction", range=[0, 1.02], row=row, col=col)
+        layout[_axis_name(cell[0])]["title"] = {"text": f"{metric} ({unit})"}
+        layout[_axis_name(cell[1])].update(title={"text": "cumulative fraction"}, range=[0, 1.02])
         if not has_data:
-            add_no_data(fig, row, col)
-    fig.update_layout(title=title, height=ROW_HEIGHT_PX * num_rows + 120, hovermode="closest")
-    return fig
+            empty.append(_no_data(cell))
+    if empty:
+        layout["annotations"] = [*layout.get("annotations", []), *empty]
+    layout.update(title={"text": title}, height=ROW_HEIGHT_PX * num_rows + 120, hovermode="closest")
+    return go.Figure(data=traces, layout=layout)
 
 
 def timeseries_figure(panels: Mapping[str, Sequence[Series]], title: str, x_title: str = "time (s)",
@@ -105,28 +151,31 @@ def timeseries_figure(panels: Mapping[str, Sequence[Series]], title: str, x_titl
     if mode not in ("lines", "markers"):
         raise ValueError(f"mode must be 'lines' or 'markers', not {mode!r}")
     titles = list(panels) or [""]
-    fig = make_subplots(rows=len(titles), cols=1, shared_xaxes=True, vertical_spacing=0.06)
+    layout, cells = _grid(len(titles), 1, 0.0, 0.06, shared_x=True)
     colors = _colors()
     shown: set[str] = set()
-    for row, y_title in enumerate(titles, start=1):
+    traces = []
+    empty = []
+    for cell, y_title in zip(cells, titles):
+        on_cell = {"xaxis": cell[0], "yaxis": cell[1]}
         series_list = panels.get(y_title, []) if panels else []
         budget = max(200, MAX_SCATTER_POINTS_PER_PANEL // max(1, len(series_list)))
         for series in series_list:
             x, y = np.asarray(series.x, dtype=np.float64), np.asarray(series.y, dtype=np.float64)
             first = series.name not in shown
-            common = {"name": series.name, "legendgroup": series.name, "mode": mode}
+            common = {"name": series.name, "legendgroup": series.name, "mode": mode, **on_cell}
             hover = f"{series.name}<br>{x_title}: %{{x:.3f}}<br>{y_title}: %{{y:.4~g}}"
             if mode == "markers":
                 keep = tail_preserving_sample(y, budget)
-                fig.add_trace(go.Scattergl(
+                traces.append(go.Scattergl(
                     x=x[keep], y=y[keep], showlegend=first, hovertemplate=hover + "<extra></extra>",
                     marker={"size": 4, "opacity": 0.6, "color": colors(series.name)}, **common,
-                ), row=row, col=1)
+                ))
             elif len(x) <= NUM_TIME_BUCKETS:
-                fig.add_trace(go.Scatter(
+                traces.append(go.Scatter(
                     x=x, y=y, showlegend=first, hovertemplate=hover + "<extra></extra>",
                     line={"shape": "hv", "color": colors(series.name)}, **common,
-                ), row=row, col=1)
+                ))
             else:
                 centres, means, maxes = bucket_mean_max(x, y, NUM_TIME_BUCKETS)
                 width = (float(x.max()) - float(x.min())) / NUM_TIME_BUCKETS
@@ -134,17 +183,19 @@ def timeseries_figure(panels: Mapping[str, Sequence[Series]], title: str, x_titl
                     (means, "mean", {"color": colors(series.name)}),
                     (maxes, "max", {"color": colors(series.name), "dash": "dot", "width": 1}),
                 ):
-                    fig.add_trace(go.Scatter(
+                    traces.append(go.Scatter(
                         x=centres, y=values, line=line, showlegend=first and what == "mean",
                         hovertemplate=f"{hover} ({what} of {width:.3g} s)<extra></extra>", **common,
-                    ), row=row, col=1)
+                    ))
             shown.add(series.name)
-        fig.update_yaxes(title_text=y_title, row=row, col=1)
+        layout[_axis_name(cell[1])]["title"] = {"text": y_title}
         if not series_list:
-            add_no_data(fig, row, 1)
-    fig.update_xaxes(title_text=x_title, row=len(titles), col=1)
-    fig.update_layout(title=title, height=ROW_HEIGHT_PX * len(titles) + 120, hovermode="closest")
-    return fig
+            empty.append(_no_data(cell))
+    layout[_axis_name(cells[-1][0])]["title"] = {"text": x_title}
+    if empty:
+        layout["annotations"] = empty
+    layout.update(title={"text": title}, height=ROW_HEIGHT_PX * len(titles) + 120, hovermode="closest")
+    return go.Figure(data=traces, layout=layout)
 
 
 def histogram_figure(panels: Mapping[str, object], title: str, y_title: str = "count",
@@ -154,32 +205,37 @@ def histogram_figure(panels: Mapping[str, object], title: str, y_title: str = "c
     Binned here with numpy so the page carries bin counts, not every sample.
     """
     titles = list(panels) or [""]
-    fig = make_subplots(rows=1, cols=len(titles), horizontal_spacing=0.08)
+    layout, cells = _grid(1, len(titles), 0.08, 0.0)
     colors = _colors()
     shown: set[str] = set()
-    for col, x_title in enumerate(titles, start=1):
+    traces = []
+    empty = []
+    for cell, x_title in zip(cells, titles):
         named = _as_named(panels[x_title], default_series) if panels else {}
         arrays = {name: finite_values(values) for name, values in named.items()}
         pooled = [array for array in arrays.values() if array.size]
+        x_axis = layout[_axis_name(cell[0])]
         if not pooled:
-            add_no_data(fig, 1, col)
+            empty.append(_no_data(cell))
         else:
             edges, log_x = histogram_edges(np.concatenate(pooled), MAX_BINS)
             for series_name, array in arrays.items():
                 counts, _ = np.histogram(array, bins=edges)
-                fig.add_trace(go.Bar(
+                traces.append(go.Bar(
                     x=np.sqrt(edges[:-1] * edges[1:]) if log_x else (edges[:-1] + edges[1:]) / 2, y=counts,
-                    width=np.diff(edges), name=series_name,
+                    width=np.diff(edges), name=series_name, xaxis=cell[0], yaxis=cell[1],
                     legendgroup=series_name, showlegend=series_name not in shown,
                     marker={"color": colors(series_name)}, opacity=0.7 if len(arrays) > 1 else 1.0,
                     customdata=np.stack([edges[:-1], edges[1:]], axis=1),
                     hovertemplate=f"{series_name}<br>{x_title}: %{{customdata[0]:.4~g}}–%{{customdata[1]:.4~g}}"
                     f"<br>{y_title}: %{{y}}<extra></extra>",
-                ), row=1, col=col)
+                ))
                 shown.add(series_name)
             if log_x:
-                fig.update_xaxes(type="log", row=1, col=col)
-        fig.update_xaxes(title_text=x_title, row=1, col=col)
-        fig.update_yaxes(title_text=y_title, row=1, col=col)
-    fig.update_layout(title=title, height=ROW_HEIGHT_PX + 160, barmode="overlay", hovermode="closest")
-    return fig
+                x_axis["type"] = "log"
+        x_axis["title"] = {"text": x_title}
+        layout[_axis_name(cell[1])]["title"] = {"text": y_title}
+    if empty:
+        layout["annotations"] = empty
+    layout.update(title={"text": title}, height=ROW_HEIGHT_PX + 160, barmode="overlay", hovermode="closest")
+    return go.Figure(data=traces, layout=layout)

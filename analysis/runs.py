@@ -23,6 +23,12 @@ from analysis.metrics import add_latency_columns, summarize
 from analysis.slo import SLO
 from sim.files import write_text_atomic
 
+# Step-log columns with few distinct values: parquet's dictionary encoding shrinks them. On every column
+# (pyarrow's default) it also runs over the times and context sums, where it fails and falls back: the
+# Azure trace's 1.56M-step log took 0.58 CPU s to write instead of 0.36 (30 MB instead of 37).
+DICTIONARY_STEP_COLUMNS = ("replica", "num_seqs", "num_prefill_seqs", "num_decode_seqs", "num_running", "num_waiting",
+                           "num_preempted", "num_finished", "continues_batch")
+
 # What summary.json says about the run besides its metrics.
 META_KEYS = ("cost_model", "trace", "config", "recorded_duration_s", "request_ids", "warnings", "bands")
 
@@ -50,7 +56,8 @@ def write_run(
     request_frame = with_latency_columns(pl.from_arrow(requests))
     step_frame = pl.from_arrow(steps)
     request_frame.write_parquet(out_dir / "requests.parquet")
-    pq.write_table(steps, out_dir / "steps.parquet")
+    pq.write_table(steps, out_dir / "steps.parquet",
+                   use_dictionary=[name for name in DICTIONARY_STEP_COLUMNS if name in steps.column_names])
     return write_summary(out_dir, request_frame, step_frame, meta, report_title=report_title,
                          report_subtitle=report_subtitle, slos=slos)
 

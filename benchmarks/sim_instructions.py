@@ -31,7 +31,7 @@ trace = load_trace(sys.argv[1])
 if sys.argv[2] == '1':
     from sim.config import SimConfig
     from sim.simulator import simulate
-    result = simulate(trace, SimConfig())
+    result = simulate(trace, SimConfig(), fast_forward=sys.argv[3] == '1')
     print('steps', result.steps_table().num_rows)
 else:
     from sim.config import SimConfig  # the same imports as the simulating run
@@ -39,10 +39,11 @@ else:
 """
 
 
-def count_instructions(tree: Path, trace: Path, simulate: bool) -> tuple[int, str]:
+def count_instructions(tree: Path, trace: Path, simulate: bool, fast_forward: bool = True) -> tuple[int, str]:
     """valgrind's instruction count of the child in ``tree``, and what the child printed."""
     proc = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-                           sys.executable, "-c", _CHILD, str(trace), "1" if simulate else "0"],
+                           sys.executable, "-c", _CHILD, str(trace), "1" if simulate else "0",
+                           "1" if fast_forward else "0"],
                           cwd=tree, capture_output=True, text=True, check=False)
     found = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
     if proc.returncode != 0 or not found:
@@ -59,10 +60,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="what each --tree is, in the same order (e.g. its commit), for the JSON")
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     parser.add_argument("--limit", type=int, default=5000, help="the trace's first N requests")
+    parser.add_argument("--qps", type=float, default=None,
+                        help="rescale the slice's arrivals to this rate (traces/sharegpt.parquet at 40: ~145 a batch)")
+    parser.add_argument("--no-fast-forward", action="store_true",
+                        help="simulate step by step (no quiet windows): what every step of the shared core costs")
     parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args(argv)
     if args.limit < 1:
         parser.exit(2, f"error: --limit must be >= 1, got {args.limit}\n")
+    if args.qps is not None and not (args.qps > 0 and args.qps < float("inf")):
+        parser.exit(2, f"error: --qps must be a finite number > 0, got {args.qps}\n")
     trees = [Path(t).resolve() for t in (args.tree or ["."])]
     labels = args.label or [str(tree) for tree in trees]
     if len(labels) != len(trees):
@@ -78,12 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.sim_speed import load
     from traces.schema import save_trace
 
-    results: dict = {"trace": str(args.trace), "limit": args.limit, "python": sys.version.split()[0], "trees": []}
+    results: dict = {"trace": str(args.trace), "limit": args.limit, "qps": args.qps,
+                     "fast_forward": not args.no_fast_forward, "python": sys.version.split()[0], "trees": []}
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.parquet"
-        save_trace(load(args.trace, args.limit), trace)  # one converted slice, read the same way by every tree
+        sliced = load(args.trace, args.limit)
+        if args.qps is not None:
+            sliced = sliced.with_qps(args.qps)
+        save_trace(sliced, trace)  # one converted slice, read the same way by every tree
         for tree, label in zip(trees, labels, strict=True):
-            total, printed = count_instructions(tree, trace, True)
+            total, printed = count_instructions(tree, trace, True, not args.no_fast_forward)
             base, _ = count_instructions(tree, trace, False)
             row = {"tree": label, "simulate_instructions": total - base, "process_instructions": total,
                    "num_steps": int(printed.split()[-1])}

@@ -241,6 +241,7 @@ SCRIPT_CASES = [  # (script and arguments, what the one error line says); each w
     (["validation/make_traces.py", "--azure-count", "-1", "--out", "{tmp}/t"], "--azure-count -1: expected"),
     (["benchmarks/sim_instructions.py", "--limit", "0"], "--limit must be >= 1, got 0"),
     (["benchmarks/sim_instructions.py", "--tree", "{tmp}"], "--tree: {tmp} holds no sim/simulator.py"),
+    (["benchmarks/sim_instructions.py", "--qps", "nan"], "--qps must be a finite number > 0, got nan"),
     (["benchmarks/serving.py", "--before-range", "80,20"], "--before-range: expected 0 < LOW < HIGH, got '80,20'"),
     (["benchmarks/serving.py", "--json", "{tmp}/no/r.json"], "--json: the folder of {tmp}/no/r.json does not exist"),
     (["benchmarks/serving.py", "--before-tree", "{tmp}"], "--before-tree: {tmp} holds no engine/replay.py"),

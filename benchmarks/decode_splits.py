@@ -72,21 +72,18 @@ def main(argv: list[str] | None = None) -> int:
         rows_long = long_decode_rows(lengths, plan)
         longs = torch.tensor(rows_long, dtype=torch.int32, device=dev) if rows_long else None
         order = torch.tensor(decode_row_order(lengths), dtype=torch.int32, device=dev)
-        variants = {
-            "old": dict(num_splits=plan.fill_splits, fill_splits=plan.fill_splits, long_seqs=None, row_order=None),
-            "long_split": dict(num_splits=plan.num_splits, fill_splits=plan.fill_splits, long_seqs=longs,
-                               row_order=None),
-            "ordered": dict(num_splits=plan.num_splits, fill_splits=plan.fill_splits, long_seqs=longs,
-                            row_order=order),
+        long_split = dict(num_splits=plan.num_splits, fill_splits=plan.fill_splits, long_seqs=longs)
+        variants = {  # paged_decode's keyword arguments
+            "old": dict(num_splits=plan.fill_splits, fill_splits=plan.fill_splits),
+            "long_split": long_split,
+            "ordered": {**long_split, "row_order": order},
         }
         row = {"batch": bs, "contexts": label, "mean_context": round(sum(lengths) / bs), "longest": max(lengths),
                "splits": plan.num_splits, "fill_splits": plan.fill_splits,
                "kv_mbytes": round(2 * sum(lengths) * kv_heads * dim * 2 / 1e6, 1)}
         for name, kw in variants.items():
             # Bound now (B023): this variant's tensors and options, launched and captured in this iteration only.
-            launch = functools.partial(paged_decode, q, k, v, tables, context, dim**-0.5, kw["num_splits"], out=out,
-                                       fill_splits=kw["fill_splits"], long_seqs=kw["long_seqs"],
-                                       row_order=kw["row_order"])
+            launch = functools.partial(paged_decode, q, k, v, tables, context, dim**-0.5, out=out, **kw)
             for _ in range(3):
                 launch()
             torch.cuda.synchronize()

@@ -16,6 +16,11 @@ from sim.host_speed import ConstantHostSpeed, HostSpeed
 _MIN_ARRAY_STEPS = 12
 
 
+def _joined(chunks: list[np.ndarray]) -> np.ndarray:
+    """The step ends of a run's array passes, one array (most runs take one pass: no copy then)."""
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+
 class CostModelRunner:
     """Samples a fixed token for every sequence: output lengths come from the trace (as with ignore_eos),
     and since block hashes chain over the prompt, equal generated tokens never fake a prefix-cache hit.
@@ -84,7 +89,7 @@ class CostModelRunner:
                 batch.max_decode_context_tokens = first_longest + num_done
                 chunks.append(np.array(self._step_ends_one_by_one(batch, t_s, max_steps - num_done, horizon_s,
                                                                   cross_horizon), dtype=np.float64))
-                return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+                return _joined(chunks)
             sums_s = np.empty(num_steps + 1)
             sums_s[0] = t_s
             sums_s[1:] = durations_s
@@ -93,11 +98,11 @@ class CostModelRunner:
             reached = int(sums_s[1:].searchsorted(horizon_s))
             if reached < num_steps and cross_horizon:
                 chunks.append(sums_s[1:reached + 2])  # and the step that ends at or after the horizon
-                return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+                return _joined(chunks)
             chunks.append(sums_s[1:reached + 1])
             num_done += reached
             if reached < num_steps or num_done == max_steps:
-                return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+                return _joined(chunks)
             t_s = float(sums_s[-1])
             batch.continues_batch = 1
             fit = (horizon_s - t_s) / float(durations_s[0])

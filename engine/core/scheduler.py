@@ -62,6 +62,13 @@ class ScheduledBatch:
     def is_empty(self) -> bool:
         return not self.seqs
 
+    def count_decode_rows(self, num: int, context_tokens: int, longest: int) -> None:
+        """Count ``num`` decode rows already appended to ``seqs`` (and ``num_new_tokens``, 1 each): their summed
+        contexts, the new token included, and the longest context in the batch now; as ``add`` counts one."""
+        self.num_decode_seqs += num
+        self.decode_context_tokens += context_tokens
+        self.max_decode_context_tokens = longest
+
     def add(self, seq: Sequence, num_new_tokens: int) -> None:
         self.seqs.append(seq)
         self.num_new_tokens.append(num_new_tokens)
@@ -254,7 +261,7 @@ class Scheduler:
                 index += 1
                 continue
             if num_plain:
-                self._count_plain_decodes(batch, num_plain, plain_context, longest)
+                batch.count_decode_rows(num_plain, plain_context, longest)
                 num_plain = plain_context = 0
             num_new = min(len(seq.token_ids) - computed, budget)
             if not self._reserve_or_preempt(seq, num_new, batch):
@@ -264,15 +271,8 @@ class Scheduler:
             budget -= num_new
             index += 1
         if num_plain:
-            self._count_plain_decodes(batch, num_plain, plain_context, longest)
+            batch.count_decode_rows(num_plain, plain_context, longest)
         return budget
-
-    @staticmethod
-    def _count_plain_decodes(batch: ScheduledBatch, num: int, context_tokens: int, longest: int) -> None:
-        """What ``batch.add(seq, 1)`` would have counted for ``num`` decode rows already appended to ``batch``."""
-        batch.num_decode_seqs += num
-        batch.decode_context_tokens += context_tokens
-        batch.max_decode_context_tokens = longest
 
     def _admit_waiting(self, batch: ScheduledBatch, budget: int, chunked: bool) -> None:
         """Start waiting requests in arrival order while they fit (FCFS: the first that does not fit stops it)."""

@@ -14,6 +14,13 @@ Two things differ between two GPU runs of the same trace and options (validation
   averaged the fit's error away: on the piecewise-graph engine the bands were about 1 % wide while the
   simulator was 2-5 % off.)
 
+A third thing differs between GPU runs made on different machine starts (another host behind the same GPU model,
+another day): the host's average speed, by 5-17 % between two sessions' runs. A profile calibrated on several such
+sessions (``sim.calibrate --add``) records the range of their host factors: each band replay then draws its
+machine's mean slowdown uniformly from that range (decode steps follow along the sessions' slope,
+``serving.host_share``) instead of using the mean. With one session, or an explicit ``--host-slowdown``, the mean
+stays fixed.
+
 ``--host-slowdown episodes:...`` keeps the given process and draws new episodes per replay; a measured timeline
 (CSV) is kept as it is, and only the residuals vary. A profile's ``serving.host_episodes``
 (``{"slow_over_normal", "slow_share_range", "mean_episode_s"}``), when present, replaces the defaults below.
@@ -58,13 +65,18 @@ class BandModel:
     max_graph_bs: int
     decode_offsets: np.ndarray | None = None  # the model's error per grid point: median / predicted - 1
     eager_offsets: np.ndarray | None = None
+    # (low, high) of the calibrated machine sessions' host factors: each replay draws its mean slowdown from it
+    mean_slowdown_range: tuple[float, float] | None = None
 
     def describe(self) -> dict:
         """What summary.json's ``bands.varied`` says was varied."""
         if self.host_mode == "episodes":
             lo, hi = self.slow_share_range
+            mean = (f"a mean slowdown drawn per replay from {self.mean_slowdown_range[0]:g}-"
+                    f"{self.mean_slowdown_range[1]:g} (the calibrated machine sessions)"
+                    if self.mean_slowdown_range else f"a mean slowdown of {self.mean_slowdown:g}")
             host = (f"seeded slow episodes ({self.slow_over_normal:g}x, {lo:.0%}-{hi:.0%} of the time drawn per "
-                    f"replay, {self.mean_episode_s:g} s mean) around a mean slowdown of {self.mean_slowdown:g}")
+                    f"replay, {self.mean_episode_s:g} s mean) around {mean}")
         elif self.host_mode == "reseed":
             host = "the --host-slowdown episodes, drawn anew per replay"
         else:
@@ -106,8 +118,12 @@ def band_model(config: SimConfig, model: ModelShape) -> BandModel:
     serving = profile.get("serving") or {}
     episodes = serving.get("host_episodes") or {}
     spec = config.host_slowdown.strip()
+    machines = None
     if spec == "calibrated":
         mode, mean = "episodes", float(serving.get("host_factor", 1.0))
+        span = serving.get("host_factor_range")
+        if span and float(span[0]) < float(span[1]):
+            machines = (float(span[0]), float(span[1]))
     elif spec.startswith("episodes:"):
         mode, mean = "reseed", 1.0
     else:
@@ -123,7 +139,7 @@ def band_model(config: SimConfig, model: ModelShape) -> BandModel:
         mean_episode_s=float(episodes.get("mean_episode_s", MEAN_EPISODE_S)),
         decode_residuals=pools[0] if pools else None, eager_residuals=pools[1] if pools else None,
         decode_offsets=pools[2] if pools else None, eager_offsets=pools[3] if pools else None,
-        max_graph_bs=pools[4] if pools else 0,
+        max_graph_bs=pools[4] if pools else 0, mean_slowdown_range=machines,
     )
 
 
@@ -169,7 +185,9 @@ def replay_setup(config: SimConfig, base: CostModel, bands: BandModel, index: in
         share = float(rng.uniform(lo, hi))
         # normal is set so that the middle of the share range gives the mean slowdown: a replay with more slow
         # time than usual is slower on average, as a GPU run with more episodes is.
-        normal = bands.mean_slowdown / (1.0 + (lo + hi) / 2 * (bands.slow_over_normal - 1.0))
+        machines = bands.mean_slowdown_range
+        mean = bands.mean_slowdown if machines is None else float(rng.uniform(*machines))
+        normal = mean / (1.0 + (lo + hi) / 2 * (bands.slow_over_normal - 1.0))
         host = (f"episodes:{normal:.6g},{normal * bands.slow_over_normal:.6g},{share:.6g},{bands.mean_episode_s:g},"
                 f"{(index + 1) * SEED_STRIDE}")
     elif bands.host_mode == "reseed":  # the user's process, with the replay's seed added to its own

@@ -11,6 +11,12 @@ traces the validation does not replay. One run suffices. How the
 host's speed varied over each run (``sim.host_episodes``: slow windows, their share and length, read off
 the steps whose host part outweighs their device part) is recorded too, as ``serving.host_episodes``:
 ``sim.replay --bands`` draws its replays' slow episodes from it.
+
+Machines differ too: the same GPU model behind another host, on another day, serves the same trace 5-17 %
+slower or faster (validation/README.md). ``--add`` keeps the factors already in the profile as earlier machine
+sessions and adds these runs as one more (``serving.sessions``): the profile then prices with the mean of the
+sessions' factors, and ``sim.replay --bands`` draws each replay's machine from the range they span
+(``serving.host_factor_range``). Give each session's runs to one call: they should come from one machine start.
 """
 
 from __future__ import annotations
@@ -98,6 +104,42 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     return serving
 
 
+def with_sessions(previous: dict | None, session: dict) -> dict:
+    """The ``serving`` block of a profile calibrated on several machine sessions: ``previous`` (the profile's block,
+    itself one session or several) and one more. Factors are the sessions' means (each session counts once,
+    however many steps it had: the spread between machines is what the mean is taken over); ``host_share``, how
+    much of a host slowdown decode steps feel, is the slope of decode over host factor across the sessions when
+    they differ by more than 0.02 in host factor; the host episodes' ranges are the union of the sessions'."""
+    sessions = list(previous.get("sessions") or [previous]) if previous else []
+    sessions = [{k: v for k, v in old.items() if k != "sessions"} for old in sessions] + [session]
+    hosts = np.array([s["host_factor"] for s in sessions], dtype=float)
+    decodes = np.array([s["decode_factor"] for s in sessions], dtype=float)
+    merged = {
+        "host_factor": round(float(hosts.mean()), 4),
+        "decode_factor": round(float(decodes.mean()), 4),
+        "host_factor_range": [round(float(hosts.min()), 4), round(float(hosts.max()), 4)],
+        "decode_factor_range": [round(float(decodes.min()), 4), round(float(decodes.max()), 4)],
+        "runs": [run for s in sessions for run in s.get("runs", [])],
+        "num_eager_steps": int(sum(s.get("num_eager_steps", 0) for s in sessions)),
+        "same_host_as_profile": session.get("same_host_as_profile"),
+        "sessions": sessions,
+    }
+    if hosts.max() - hosts.min() > 0.02:
+        slope = float(np.polyfit(hosts, decodes, 1)[0])
+        merged["host_share"] = round(min(1.0, max(0.0, slope)), 4)
+    episodes = [s["host_episodes"] for s in sessions if s.get("host_episodes")]
+    if episodes:
+        merged["host_episodes"] = {
+            "slow_over_normal": round(float(np.mean([e["slow_over_normal"] for e in episodes])), 4),
+            "slow_share_range": [min(e["slow_share_range"][0] for e in episodes),
+                                 max(e["slow_share_range"][1] for e in episodes)],
+            "mean_episode_s": round(float(np.mean([e["mean_episode_s"] for e in episodes])), 3),
+            **{k: episodes[-1][k] for k in ("window_s", "slow_window") if k in episodes[-1]},
+            "num_windows": int(sum(e.get("num_windows", 0) for e in episodes)),
+        }
+    return merged
+
+
 def _summary(run_dir: Path) -> dict:
     """A run folder's summary.json as an object; {} when it is missing, unreadable or not an object."""
     try:
@@ -126,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("profile", help="profile JSON written by python -m sim.profile (updated in place)")
     parser.add_argument("runs", nargs="+", help="engine.replay output folders (their steps.parquet) on the same GPU")
+    parser.add_argument("--add", action="store_true",
+                        help="keep the profile's calibration as earlier machine sessions and add these runs as another "
+                             "(the profile prices with the sessions' mean; --bands draws machines from their range)")
     args = parser.parse_args(argv)
     path = Path(args.profile)
     runs = [Path(r) for r in args.runs]
@@ -147,16 +192,23 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.exit(2, f"error: {path}: {exc}\n")
     try:
-        profile["serving"] = calibrate(profile, runs, grid_fit)
+        session = calibrate(profile, runs, grid_fit)
+        profile["serving"] = with_sessions(profile.get("serving"), session) if args.add else session
         profile["fit"] = {**grid_fit, "serving": profile["serving"]}
         write_profile(path, profile)
     except (OSError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
-    s = profile["serving"]
+    s = session
     print(f"{path}: host factor {s['host_factor']} from {s['num_eager_steps']} eager steps, decode factor "
           f"{s['decode_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
           f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their "
           f"decode time)")
+    if args.add:
+        merged = profile["serving"]
+        lo, hi = merged["host_factor_range"]
+        print(f"{len(merged['sessions'])} machine sessions: the profile prices with host factor "
+              f"{merged['host_factor']} and decode factor {merged['decode_factor']} (their means); host factors "
+              f"span {lo}-{hi}")
     if s["same_host_as_profile"] is False:
         print(f"note: the runs were recorded on another host than the profile ({profile['host'].get('node')}); the "
               "factors carry that difference too")

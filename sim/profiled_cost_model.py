@@ -304,6 +304,14 @@ def check_fit(profile: dict) -> None:
         value = serving.get(name, 1.0)
         if not _is_seconds(value) or value == 0:
             raise ValueError(f"field 'serving.{name}' is {value!r}; expected a finite number > 0")
+    share = serving.get("host_share", 0.5)
+    if not _is_seconds(share) or share > 1:
+        raise ValueError(f"field 'serving.host_share' is {share!r}; expected a number from 0 to 1")
+    for name in ("host_factor_range", "decode_factor_range"):
+        span = serving.get(name, [1.0, 1.0])
+        if (not isinstance(span, list) or len(span) != 2 or not all(_is_seconds(v) and v > 0 for v in span)
+                or span[0] > span[1]):
+            raise ValueError(f"field 'serving.{name}' is {str(span)[:80]}; expected [low, high], 0 < low <= high")
 
 
 def read_profile(path: Path) -> dict:
@@ -419,8 +427,10 @@ class ProfiledCostModel:
         serving = fit.get("serving") or {}
         self.host_factor = float(serving.get("host_factor", 1.0))
         self.decode_factor = float(serving.get("decode_factor", 1.0))
-        share = (self.decode_factor - 1.0) / (self.host_factor - 1.0) if abs(self.host_factor - 1.0) > 0.01 else 0.5
-        self.host_share = min(1.0, max(0.0, share))
+        share = serving.get("host_share")  # measured across machine sessions (sim.calibrate --add), if it was
+        if share is None:
+            share = (self.decode_factor - 1.0) / (self.host_factor - 1.0) if abs(self.host_factor - 1.0) > 0.01 else 0.5
+        self.host_share = min(1.0, max(0.0, float(share)))
         eager = fit["eager"]
         self.eager_form = eager.get("form", "max")
         self._piecewise_sizes = list(eager.get("piecewise_graph_sizes") or [])
@@ -455,7 +465,10 @@ class ProfiledCostModel:
                                  f"deployment (python -m sim.profile) or use --cost-model roofline")
         name = f"profile:{profile['gpu']}/{Path(path).stem} (measured {profile.get('measured_at', '?')})"
         if profile.get("serving"):
-            name += f", serving-calibrated (host x{profile['serving']['host_factor']:.2f})"
+            serving = profile["serving"]
+            sessions = len(serving.get("sessions") or ())
+            machines = f", {sessions} machine sessions" if sessions > 1 else ""
+            name += f", serving-calibrated (host x{serving['host_factor']:.2f}{machines})"
         return cls(fit, name)
 
     def eager_parts(self, f: dict) -> tuple[float, float]:

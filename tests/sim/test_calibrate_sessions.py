@@ -1,0 +1,100 @@
+"""sim.calibrate --add: several machine sessions, priced at their mean, and band replays drawn across them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from sim.bands import band_model, replay_setup
+from sim.calibrate import main as calibrate_main
+from sim.config import SimConfig
+from sim.profiled_cost_model import ProfiledCostModel
+from tests.sim.test_calibrate import PROFILE, _fake_run
+
+
+def _calibrated(tmp_path, sessions: list[tuple[float, float]]):
+    """A copy of the profile calibrated on one fake run per (host, decode) session, the first without --add."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    profile = tmp_path / "p.json"
+    shutil.copy(PROFILE, profile)
+    for i, (host, decode) in enumerate(sessions):
+        run = _fake_run(tmp_path / f"run{i}", host=host, decode=decode)
+        assert calibrate_main([str(profile), str(run), *(["--add"] if i else [])]) == 0
+    return profile
+
+
+def test_sessions_are_kept_and_priced_at_their_mean(tmp_path, capsys):
+    profile = _calibrated(tmp_path, [(0.8, 0.97), (1.0, 1.02)])
+    serving = json.loads(profile.read_text())["serving"]
+    assert [s["host_factor"] for s in serving["sessions"]] == pytest.approx([0.8, 1.0], abs=1e-3)
+    assert [s["decode_factor"] for s in serving["sessions"]] == pytest.approx([0.97, 1.02], abs=1e-3)
+    assert serving["host_factor"] == pytest.approx(0.9, abs=1e-3)
+    assert serving["decode_factor"] == pytest.approx(0.995, abs=1e-3)
+    assert serving["host_factor_range"] == pytest.approx([0.8, 1.0], abs=1e-3)
+    assert serving["host_share"] == pytest.approx(0.25, abs=0.01)  # decode rose 0.05 while the host rose 0.2
+    assert [r["run"] for r in serving["runs"]] == ["run0", "run1"] and serving["num_eager_steps"] == 60
+    assert "sessions" not in serving["sessions"][0]  # the first session, as a plain calibration wrote it
+    assert "2 machine sessions" in capsys.readouterr().out
+    model = ProfiledCostModel.load(profile)
+    assert model.host_factor == serving["host_factor"] and model.decode_factor == serving["decode_factor"]
+    assert model.host_share == serving["host_share"]
+    assert "2 machine sessions" in model.name
+    # A third session is added to the two, not to their merge.
+    profile = _calibrated(tmp_path / "three", [(0.8, 0.97), (1.0, 1.02), (1.2, 1.07)])
+    serving = json.loads(profile.read_text())["serving"]
+    assert len(serving["sessions"]) == 3 and serving["host_factor"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_plain_calibration_replaces_the_sessions(tmp_path):
+    profile = _calibrated(tmp_path, [(0.8, 0.97), (1.0, 1.02)])
+    run = _fake_run(tmp_path / "again", host=1.3, decode=1.1)
+    assert calibrate_main([str(profile), str(run)]) == 0
+    serving = json.loads(profile.read_text())["serving"]
+    assert "sessions" not in serving and serving["host_factor"] == pytest.approx(1.3, abs=1e-3)
+
+
+def test_band_replays_draw_their_machine_from_the_sessions_range(tmp_path):
+    profile = _calibrated(tmp_path, [(0.8, 0.97), (1.0, 1.02)])
+    config = SimConfig(cost_model=str(profile))
+    bands = band_model(config, config.model_shape)
+    assert bands.mean_slowdown_range == pytest.approx((0.8, 1.0), abs=1e-3)
+    assert "drawn per replay from 0.8" in bands.describe()["host_speed"]
+    # Each replay's episodes have a normal speed scaled from its own mean: spread over the range, not all at 0.9.
+    share_mid = sum(bands.slow_share_range) / 2
+    base = ProfiledCostModel.load(profile)
+    means = []
+    for index in range(40):
+        replay_config, _ = replay_setup(config, base, bands, index)
+        normal = float(replay_config.host_slowdown.split(":")[1].split(",")[0])
+        means.append(normal * (1 + share_mid * (bands.slow_over_normal - 1)))
+    assert min(means) >= 0.8 - 1e-3 and max(means) <= 1.0 + 1e-3
+    assert np.ptp(means) > 0.15  # they cover most of the range
+    # The same replay index draws the same machine (a band is a function of --seed and the index only).
+    first, second = (replay_setup(config, base, bands, 7)[0].host_slowdown for _ in range(2))
+    assert first == second
+
+
+def test_one_session_or_an_explicit_slowdown_keeps_the_mean_fixed(tmp_path):
+    profile = _calibrated(tmp_path, [(0.8, 0.97)])
+    config = SimConfig(cost_model=str(profile))
+    assert band_model(config, config.model_shape).mean_slowdown_range is None
+    profile = _calibrated(tmp_path / "two", [(0.8, 0.97), (1.0, 1.0)])
+    config = SimConfig(cost_model=str(profile), host_slowdown="1.1")
+    bands = band_model(config, config.model_shape)
+    assert bands.mean_slowdown_range is None and bands.mean_slowdown == 1.1
+
+
+@pytest.mark.parametrize("field, value", [("host_share", 1.5), ("host_share", -0.1),
+                                          ("host_factor_range", [1.0, 0.8]), ("host_factor_range", [0.8]),
+                                          ("decode_factor_range", "wide")])
+def test_a_bad_session_field_is_an_error_naming_it(tmp_path, field, value):
+    profile = _calibrated(tmp_path, [(0.8, 0.97), (1.0, 1.02)])
+    data = json.loads(profile.read_text())
+    data["serving"][field] = value
+    data["fit"]["serving"] = data["serving"]
+    profile.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=f"serving.{field}"):
+        ProfiledCostModel.load(profile)

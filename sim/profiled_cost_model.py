@@ -233,6 +233,23 @@ def check_profile(profile: object) -> None:
                                  "from 0 to 2**53")
 
 
+def _check_deployment(profile: object) -> None:
+    """Raise ValueError unless ``profile`` is an object naming the deployment it was measured on, which the
+    simulator compares with the run's: a '{}' or '[]' must not surface as a KeyError or TypeError."""
+    if not isinstance(profile, dict):
+        raise ValueError(f"the top level is a JSON {type(profile).__name__}; expected an object written by sim.profile")
+    for field in ("model", "gpu"):
+        value = profile.get(field)
+        if not isinstance(value, str) or not value:
+            shown = "missing" if field not in profile else f"{str(value)[:80]!r}"
+            raise ValueError(f"field '{field}' is {shown}; expected the {field} it was measured on, a non-empty "
+                             "string")
+    size = profile.get("tensor_parallel_size")
+    if not (_is_count(size) and size >= 1):  # a string "1" was read as 1 by int()
+        shown = "missing" if "tensor_parallel_size" not in profile else f"{size!r}"
+        raise ValueError(f"field 'tensor_parallel_size' is {shown}; expected an integer >= 1")
+
+
 def _check_engine_options(profile: dict) -> None:
     options = profile.get("engine_options")
     if not isinstance(options, dict):
@@ -252,15 +269,21 @@ def _check_engine_options(profile: dict) -> None:
 _MAX_GRAPH_BATCH_SIZE = 2**16
 
 
+# No step of any engine takes a thousand seconds, nor a thousand seconds per token or sequence: a coefficient or
+# serving factor beyond this is a corrupt profile, and would overflow the run's times to inf or 1e300 at the end.
+_MAX_COEFFICIENT = 1e3
+
+
 def _is_seconds(value: object) -> bool:
-    """A finite, non-negative number (a coefficient in seconds per unit): NaN, infinities, negatives and text
-    would price steps at NaN or below zero, which the event loop cannot schedule."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < float("inf")
+    """A finite, non-negative number (a coefficient in seconds per unit) up to _MAX_COEFFICIENT: NaN, infinities,
+    negatives and text would price steps at NaN or below zero, which the event loop cannot schedule."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= _MAX_COEFFICIENT
 
 
 def _check_coefficients(values: object, where: str, length: int) -> None:
     if not isinstance(values, list) or len(values) != length or not all(_is_seconds(v) for v in values):
-        raise ValueError(f"field '{where}' is {str(values)[:80]}; expected a list of {length} finite numbers >= 0")
+        raise ValueError(f"field '{where}' is {str(values)[:80]}; expected a list of {length} finite numbers >= 0, "
+                         f"at most {_MAX_COEFFICIENT:g} s")
 
 
 def check_fit(profile: dict) -> None:
@@ -285,9 +308,14 @@ def check_fit(profile: dict) -> None:
                          "of batch sizes >= 1")
     for name in ("intercept_s", "per_kv_token_s"):
         _check_coefficients(decode.get(name), f"fit.graph_decode.{name}", len(sizes))
-    for name in ("per_excess_context_token_s", "skew_min_batch_size"):
-        if name in decode and not _is_seconds(decode[name]):
-            raise ValueError(f"field 'fit.graph_decode.{name}' is {decode[name]!r}; expected a finite number >= 0")
+    if "per_excess_context_token_s" in decode and not _is_seconds(decode["per_excess_context_token_s"]):
+        raise ValueError(f"field 'fit.graph_decode.per_excess_context_token_s' is "
+                         f"{decode['per_excess_context_token_s']!r}; expected a finite number >= 0, at most "
+                         f"{_MAX_COEFFICIENT:g} s")
+    skew = decode.get("skew_min_batch_size", 0)  # a batch size, not seconds
+    if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 <= skew <= _MAX_GRAPH_BATCH_SIZE:
+        raise ValueError(f"field 'fit.graph_decode.skew_min_batch_size' is {skew!r}; expected a batch size from 0 "
+                         f"to {_MAX_GRAPH_BATCH_SIZE}")
     if "unprepared_s" in decode:
         _check_coefficients(decode["unprepared_s"], "fit.graph_decode.unprepared_s", 2)
     graph_sizes = fit.get("graph_sizes")
@@ -297,21 +325,32 @@ def check_fit(profile: dict) -> None:
         raise ValueError(f"field 'fit.eager.form' is {eager.get('form')!r}; expected 'sum' or 'max'")
     _check_coefficients(eager.get("floor_coef"), "fit.eager.floor_coef", len(FLOOR_BASIS))
     _check_coefficients(eager.get("gpu_coef"), "fit.eager.gpu_coef", len(GPU_BASIS))
-    serving = profile.get("serving") or {}
+    # The cost model prices steps with the copy under 'fit' (ProfiledCostModel reads fit.serving); the top-level
+    # one is what sim.calibrate wrote and names the profile. Both must hold usable factors.
+    _check_serving(profile.get("serving"), "serving")
+    _check_serving(fit.get("serving"), "fit.serving")
+
+
+def _check_serving(serving: object, where: str) -> None:
+    """Raise ValueError naming the first serving factor (sim.calibrate's) at ``where`` that would price steps at
+    NaN, below zero or beyond any real step."""
+    serving = serving or {}
     if not isinstance(serving, dict):
-        raise ValueError(f"field 'serving' is {str(serving)[:80]}; expected an object written by sim.calibrate")
+        raise ValueError(f"field '{where}' is {str(serving)[:80]}; expected an object written by sim.calibrate")
     for name in ("host_factor", "decode_factor"):
         value = serving.get(name, 1.0)
         if not _is_seconds(value) or value == 0:
-            raise ValueError(f"field 'serving.{name}' is {value!r}; expected a finite number > 0")
+            raise ValueError(f"field '{where}.{name}' is {value!r}; expected a finite number > 0, at most "
+                             f"{_MAX_COEFFICIENT:g}")
     share = serving.get("host_share", 0.5)
     if not _is_seconds(share) or share > 1:
-        raise ValueError(f"field 'serving.host_share' is {share!r}; expected a number from 0 to 1")
+        raise ValueError(f"field '{where}.host_share' is {share!r}; expected a number from 0 to 1")
     for name in ("host_factor_range", "decode_factor_range"):
         span = serving.get(name, [1.0, 1.0])
         if (not isinstance(span, list) or len(span) != 2 or not all(_is_seconds(v) and v > 0 for v in span)
                 or span[0] > span[1]):
-            raise ValueError(f"field 'serving.{name}' is {str(span)[:80]}; expected [low, high], 0 < low <= high")
+            raise ValueError(f"field '{where}.{name}' is {str(span)[:80]}; expected [low, high], "
+                             f"0 < low <= high <= {_MAX_COEFFICIENT:g}")
 
 
 def read_profile(path: Path) -> dict:
@@ -448,7 +487,8 @@ class ProfiledCostModel:
         exactly that deployment (another model's or GPU's step times would be silently wrong)."""
         try:
             profile = json.loads(read_json_input(path))
-            measured = (Path(str(profile["model"])).name, str(profile["gpu"]), int(profile["tensor_parallel_size"]))
+            _check_deployment(profile)
+            measured = (Path(profile["model"]).name, profile["gpu"], profile["tensor_parallel_size"])
             if "points" in profile:  # sim.limits reads the grid's range from them after the run
                 check_profile(profile)  # the engine options too
             else:

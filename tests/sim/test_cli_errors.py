@@ -155,6 +155,21 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
         None, ["--cost-model", "{tmp}/p_host.json"], ["p_host.json", "'serving.host_factor' is -1"]
     ),
     "profile fit not an object": (None, ["--cost-model", "{tmp}/p_fit.json"], ["p_fit.json", "'fit' is missing"]),
+    # The factors the model prices with sit under 'fit': NaN there was a traceback at the end, -3 wrong figures.
+    "profile NaN fitted host factor": (
+        None, ["--cost-model", "{tmp}/p_fhost.json"], ["p_fhost.json", "'fit.serving.host_factor' is nan"]
+    ),
+    "profile negative fitted decode factor": (
+        None, ["--cost-model", "{tmp}/p_fdecode.json"], ["p_fdecode.json", "'fit.serving.decode_factor' is -3"]
+    ),
+    "profile absurd intercept": (  # finite, so it passed, and overflowed the run's times
+        None, ["--cost-model", "{tmp}/p_huge.json"], ["p_huge.json", "'fit.graph_decode.intercept_s'", "at most 1000 s"]
+    ),
+    "profile empty object": (None, ["--cost-model", "{tmp}/p_empty.json"], ["p_empty.json", "'model' is missing"]),
+    "profile a list": (None, ["--cost-model", "{tmp}/p_list.json"], ["p_list.json", "top level is a JSON list"]),
+    "profile text tensor-parallel size": (
+        None, ["--cost-model", "{tmp}/p_tp.json"], ["p_tp.json", "'tensor_parallel_size' is '1'", "integer >= 1"]
+    ),
     "profile engine option text": (
         None, ["--cost-model", "{tmp}/p_block.json"], ["p_block.json", "'engine_options.block_size' is 'x'"]
     ),
@@ -186,6 +201,12 @@ def _hostile_configs(tmp_path: Path) -> None:
     _write_profile(tmp_path, "p_host.json", lambda p: p["serving"].update(host_factor=-1))
     _write_profile(tmp_path, "p_unprepared.json", lambda p: p["fit"]["graph_decode"].update(unprepared_s=[-0.001, 0]))
     _write_profile(tmp_path, "p_fit.json", lambda p: p.update(fit="x"))
+    _write_profile(tmp_path, "p_fhost.json", lambda p: p["fit"]["serving"].update(host_factor=math.nan))
+    _write_profile(tmp_path, "p_fdecode.json", lambda p: p["fit"]["serving"].update(decode_factor=-3))
+    _write_profile(tmp_path, "p_huge.json", lambda p: p["fit"]["graph_decode"]["intercept_s"].__setitem__(0, 1e308))
+    _write_profile(tmp_path, "p_tp.json", lambda p: p.update(tensor_parallel_size="1"))
+    (tmp_path / "p_empty.json").write_text("{}")
+    (tmp_path / "p_list.json").write_text("[]")
     _write_profile(tmp_path, "p_block.json", lambda p: p["engine_options"].update(block_size="x"))
 
 def _args(tmp_path: Path, trace_key: str | None, extra: list[str]) -> list[str]:

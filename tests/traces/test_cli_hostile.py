@@ -102,7 +102,43 @@ def test_convert_malformed_csv_is_one_line(tmp_path, capsys):
     """polars' parse errors span many lines; the message must stay one line naming the file."""
     source = _write(tmp_path / "q.csv", AZURE_HEADER + '"2023-11-16 18:15:46.6805900,3,5\n')
     line = cli_error(convert_main, ["azure", str(source), "-o", str(tmp_path / "o.parquet")], capsys)
-    assert str(source) in line and "not a readable CSV file" in line
+    assert str(source) in line and "line 2: a quoted field is never closed" in line
+
+
+AZURE_ROWS = ["2023-11-16 18:15:46.6805900,374,44", "2023-11-16 18:15:50.9951690,396,109"]
+BURSTGPT_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+@pytest.mark.parametrize(("ending", "bom"), [("\r\n", ""), ("\r\r\n", ""), ("\n", "\ufeff"), ("\r\n", "\ufeff")])
+def test_convert_azure_accepts_windows_line_ends_and_a_byte_order_mark(tmp_path, ending, bom):
+    """CR CR LF left a carriage return on 'GeneratedTokens', which then was a missing column."""
+    source = tmp_path / "az.csv"
+    source.write_bytes((bom + ending.join([AZURE_HEADER.strip(), *AZURE_ROWS]) + ending).encode())
+    assert convert_main(["azure", str(source), "-o", str(tmp_path / "o.parquet")]) == 0
+    assert load_trace(tmp_path / "o.parquet").requests["output_tokens"].to_list() == [44, 109]
+
+
+def test_convert_mooncake_accepts_a_byte_order_mark(tmp_path):
+    """Azure's reader skipped a BOM but Mooncake's line parser called it invalid JSON."""
+    source = tmp_path / "mc.jsonl"
+    source.write_bytes('\ufeff{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'.encode())
+    assert convert_main(["mooncake", str(source), "-o", str(tmp_path / "o.parquet")]) == 0
+
+
+@pytest.mark.parametrize(("fmt", "text", "pattern"), [
+    ("azure", AZURE_HEADER + AZURE_ROWS[0] + "\n" + AZURE_ROWS[1] + ",7\n", "line 3: 4 fields; expected 3"),
+    ("azure", AZURE_HEADER + AZURE_ROWS[0] + "\n2023-11-16 18:15:47.0,\"10,10\n",
+     "line 3: a quoted field is never closed"),
+    ("burstgpt", BURSTGPT_HEADER + "5,ChatGPT,100,20,120,Conversation log\n6,ChatGPT,100,20,120\n",
+     "line 3: 5 fields; expected 6"),  # was accepted with no log type
+])
+def test_convert_ragged_csv_names_the_line(tmp_path, capsys, fmt, text, pattern):
+    """polars named no line for these, and gave advice on its own reader options (truncate_ragged_lines)."""
+    source = _write(tmp_path / "t.csv", text)
+    line = cli_error(convert_main, [fmt, str(source), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert str(source) in line and pattern in line, line
+    assert "truncate_ragged_lines" not in line and "might want" not in line
+    assert not (tmp_path / "o.parquet").exists()
 
 
 def test_convert_refuses_a_repeated_header_column(tmp_path, capsys):

@@ -67,7 +67,7 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     columns: dict[str, list] = {"arrival_s": [], "prompt_tokens": [], "output_tokens": [], "hash_ids": []}
     check_source_file(path, "a Mooncake JSONL file")
     try:
-        with path.open(encoding="utf-8") as lines:
+        with path.open(encoding="utf-8-sig") as lines:  # a byte order mark (Windows editors) is no JSON
             for line_no, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue

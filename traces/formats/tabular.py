@@ -7,6 +7,7 @@ error without a location. Line numbers assume one record per line (header is lin
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import polars as pl
@@ -34,14 +35,19 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
     try:
         frame = pl.read_csv(path, infer_schema=False, has_header=True)
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
-        reason = " ".join(str(exc).split())  # polars' messages span lines: the error stays one line
-        if len(reason) > 200:
-            reason = reason[:200] + "..."
-        raise TraceError(f"{path}: not a readable CSV file ({reason})") from exc
+        where = _first_malformed_line(path)  # polars names no line for a ragged row or an open quote
+        if where:
+            raise TraceError(f"{path}: {where}") from None
+        raise TraceError(f"{path}: not a readable CSV file ({_polars_reason(exc)})") from None
     repeated = [name for name in frame.columns if "_duplicated_" in name]
     if repeated:  # polars renames a repeated header name; which of the columns holds the data is unknown
         first = repeated[0].split("_duplicated_")[0]
         raise TraceError(f"{path}: the header names column {first!r} more than once; expected each column once")
+    frame = _strip_header(path, frame)
+    if frame.height and frame[frame.columns[-1]].null_count():  # an empty last field, or a row cut short?
+        where = _first_malformed_line(path)
+        if where:
+            raise TraceError(f"{path}: {where}")
     missing = [name for name in required if name not in frame.columns]
     if missing:
         raise TraceError(
@@ -51,6 +57,45 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
     if frame.height == 0:
         raise TraceError(f"{path}: no data rows after the header; expected at least one request")
     return frame.with_columns(pl.col(name).str.strip_chars() for name in frame.columns)
+
+
+def _polars_reason(exc: Exception) -> str:
+    """polars' message on one line, without its advice on reader options (which are ours to set, not the user's)."""
+    reason = " ".join(str(exc).split())
+    for advice in (" Consider setting", " You might want to try"):
+        reason = reason.split(advice)[0]
+    return reason[:200] + "..." if len(reason) > 200 else reason
+
+
+def _first_malformed_line(path: Path) -> str | None:
+    """'line N: ...' for the first record whose field count differs from the header's or whose quote never closes;
+    None if there is none. The csv module is slow, so this runs only once polars has seen a problem."""
+    start, width = 1, None
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            reader = csv.reader(handle, strict=True)
+            for row in reader:
+                if width is None:
+                    width = len(row)
+                elif row and len(row) != width:
+                    return f"line {start}: {len(row)} fields; expected {width}, as in the header"
+                start = reader.line_num + 1
+    except csv.Error as exc:
+        problem = "a quoted field is never closed" if "end of data" in str(exc) else str(exc)
+        return f"line {start}: {problem}; expected a CSV record of {width} fields"
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def _strip_header(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
+    """Column names without surrounding blanks: a file with CR CR LF line ends (CRLF written again on Windows)
+    leaves a carriage return on the last name, which then matched no column."""
+    names = [name.strip() for name in frame.columns]
+    repeated = [name for i, name in enumerate(names) if name in names[:i]]
+    if repeated:
+        raise TraceError(f"{path}: the header names column {repeated[0]!r} more than once; expected each column once")
+    return frame.rename(dict(zip(frame.columns, names)))
 
 
 def _first_bad(path: Path, text: pl.Series, parsed: pl.Series, field: str, expected: str) -> None:

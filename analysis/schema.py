@@ -19,6 +19,7 @@ REJECTED = FinishReason.REJECTED.value
 ABORTED = FinishReason.ABORTED.value
 FAILED = FinishReason.ERROR.value
 CUT_REASONS: tuple[str, ...] = tuple(r.value for r in FinishReason if r.is_cut)
+FINISH_REASONS: tuple[str, ...] = tuple(r.value for r in FinishReason)
 
 _POLARS_TYPES: dict[str, pl.DataType] = {
     "int64": pl.Int64(),
@@ -89,3 +90,62 @@ def conform_requests(requests: pl.DataFrame | None, columns: Iterable[str] | Non
 def conform_steps(steps: pl.DataFrame | None, columns: Iterable[str] | None = None) -> pl.DataFrame:
     """`conform` for the per-step table."""
     return conform(steps, STEPS_SCHEMA, "steps", columns)
+
+
+# Counts no request can have below zero; a negative one came from a hand-edited or corrupt table.
+_COUNT_COLUMNS = ("prompt_tokens", "output_tokens", "cached_tokens", "num_preemptions")
+# (earlier, later, what the pair means): event times that no run records in the other order.
+_ORDERED_TIMES = (("arrival_s", "finish_s", "a request finishes after it arrives"),
+                  ("first_token_s", "finish_s", "a request's first token comes no later than its finish"))
+
+
+def _first(mask: pl.Series) -> int | None:
+    """The first row where ``mask`` is true, or None."""
+    rows = mask.fill_null(False).arg_true()
+    return int(rows[0]) if len(rows) else None
+
+
+def _fail(name: str, column: str, row: int, value: object, expected: str) -> None:
+    shown = "null" if value is None else f"{value:g}" if isinstance(value, float) else f"{value!r}"
+    raise ValueError(f"{name} table: column {column!r} is {shown} at row {row}; expected {expected}")
+
+
+def check_requests(frame: pl.DataFrame) -> None:
+    """Raise ValueError naming the column and first row of a conformed request table that no run can record:
+    a missing or repeated request id, a negative count, an unknown finish reason, a finish before the arrival or
+    a first token after the finish. Metrics computed from such rows would be silently wrong."""
+    columns = set(frame.columns)
+    if "request_id" in columns:
+        ids = frame["request_id"]
+        row = _first(ids.is_null())
+        if row is not None:
+            _fail("requests", "request_id", row, None, "an id on every request")
+        first = _first(ids.is_duplicated())
+        if first is not None:
+            again = int((ids == ids[first]).arg_true()[1])
+            _fail("requests", "request_id", again, ids[first], f"one row per request (it is also at row {first})")
+    for column in _COUNT_COLUMNS:
+        if column in columns:
+            row = _first(frame[column] < 0)
+            if row is not None:
+                _fail("requests", column, row, frame[column][row], "an integer >= 0")
+    if "finish_reason" in columns:
+        row = _first(~frame["finish_reason"].is_in(FINISH_REASONS) | frame["finish_reason"].is_null())
+        if row is not None:
+            _fail("requests", "finish_reason", row, frame["finish_reason"][row], f"one of {', '.join(FINISH_REASONS)}")
+    for earlier, later, meaning in _ORDERED_TIMES:
+        if earlier in columns and later in columns:
+            row = _first(frame[later] < frame[earlier])
+            if row is not None:
+                _fail("requests", later, row, frame[later][row], f"a time >= {earlier} ({frame[earlier][row]:g}): "
+                      f"{meaning}")
+
+
+def check_steps(frame: pl.DataFrame) -> None:
+    """Raise ValueError naming the column and first row of a conformed step table with a step that took less
+    than no time (``conform`` refuses NaN and unbounded times)."""
+    if "duration_s" in frame.columns:
+        row = _first(frame["duration_s"] < 0)
+        if row is not None:
+            _fail("steps", "duration_s", row, frame["duration_s"][row], "a duration >= 0 seconds")
+

@@ -15,6 +15,7 @@ import polars as pl
 
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import read_meta, read_slos, with_latency_columns, write_summary
+from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt
 
 
@@ -26,9 +27,10 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
             raise FileNotFoundError(f"{run_dir / name} {what}")
     meta = read_meta(run_dir)
     config = meta.get("config") or {}
+    requests = _read_checked(run_dir / "requests.parquet", conform_requests, check_requests)
+    steps = _read_checked(run_dir / "steps.parquet", conform_steps, check_steps)
     try:
-        requests = with_latency_columns(pl.read_parquet(run_dir / "requests.parquet"))
-        steps = pl.read_parquet(run_dir / "steps.parquet")
+        requests = with_latency_columns(requests)
         return write_summary(
             run_dir, requests, steps, meta,
             report_title=f"Replay of {Path(str(meta.get('trace', run_dir.name))).name}" if report else None,
@@ -38,6 +40,17 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
         )
     except (ValueError, pl.exceptions.PolarsError) as exc:  # polars' messages span lines: the first says what
         raise ValueError(f"{run_dir}: {str(exc).strip().splitlines()[0]}") from None
+
+
+def _read_checked(path: Path, conform, check) -> pl.DataFrame:
+    """The table at ``path``, refused with its file, column and row if no run could have written it: metrics of
+    a negative token count or a finish before the arrival would be written as if they were measured."""
+    try:
+        frame = pl.read_parquet(path)
+        check(conform(frame))
+    except (ValueError, pl.exceptions.PolarsError) as exc:  # polars' messages span lines: the first says what
+        raise ValueError(f"{path}: {str(exc).strip().splitlines()[0]}") from None
+    return frame
 
 
 @exit_130_on_interrupt(EACH_FILE_WHOLE)

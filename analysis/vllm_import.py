@@ -27,7 +27,15 @@ from pathlib import Path
 import polars as pl
 
 from analysis.outdir import out_folder
-from analysis.schema import FAILED, REQUESTS_SCHEMA, STEPS_SCHEMA, empty_frame
+from analysis.schema import (
+    FAILED,
+    MAX_TIME_S,
+    REQUESTS_SCHEMA,
+    STEPS_SCHEMA,
+    check_requests,
+    conform_requests,
+    empty_frame,
+)
 from engine.core.interrupt import exit_130_on_interrupt
 from sim.files import read_json_input
 
@@ -50,11 +58,13 @@ class VllmResultError(ValueError):
 
 
 def _number(path: Path, key: str, index: int | None, value, *, integer: bool = False) -> float:
+    """A count (below 2**53) or a number of seconds (within MAX_TIME_S, what a run's tables hold: a 1e308 s
+    TTFT passed here and ended as a traceback in analysis.compare)."""
     where = f"{path}: {key!r}" + ("" if index is None else f" item {index}")
-    kind = "an integer" if integer else "a finite number"
+    kind, limit = ("an integer", 2**53) if integer else ("a finite number", MAX_TIME_S)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or (
-            integer and not float(value).is_integer()):
-        raise VllmResultError(f"{where}: expected {kind} >= 0, got {value!r:.60}")
+            integer and not float(value).is_integer()) or value > limit:
+        raise VllmResultError(f"{where}: expected {kind} from 0 to {limit:g}, got {value!r:.60}")
     return int(value) if integer else float(value)
 
 
@@ -144,6 +154,10 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
         rows.append(row)
     schema = {**REQUESTS_SCHEMA, "error": pl.Utf8()}
     requests = pl.DataFrame(rows, schema=schema)
+    try:  # what the items above cannot show alone: gaps that sum past the bound, a first token after the last
+        check_requests(conform_requests(requests))
+    except ValueError as exc:
+        raise VllmResultError(f"{path}: the requests it records are impossible ({exc})") from None
     config = {key: data.get(key) for key in ("backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
                                               "burstiness", "max_concurrency", "date", "label") if key in data}
     config["arrival_times_recorded"] = starts is not None

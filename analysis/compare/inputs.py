@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.schema import conform_requests, conform_steps
+from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from sim.files import read_json_input
 
 REQUESTS_FILE = "requests.parquet"
@@ -110,10 +110,12 @@ def load_run(path: str | Path, label: str) -> RunData:
     steps = _read_parquet(steps_path)
     try:
         requests = conform_requests(requests)
+        check_requests(requests)
     except (ValueError, pl.exceptions.PolarsError) as exc:
         raise CompareInputError(f"{requests_path}: {exc}") from exc
     try:
         steps = conform_steps(steps)
+        check_steps(steps)
     except (ValueError, pl.exceptions.PolarsError) as exc:
         raise CompareInputError(f"{steps_path}: {exc}") from exc
     return RunData(label=label, path=path, requests=requests, steps=steps, metadata=_read_summary(path / SUMMARY_FILE))

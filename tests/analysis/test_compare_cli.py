@@ -201,3 +201,42 @@ def test_a_time_no_run_can_hold_is_one_line(tmp_path: Path, capsys: pytest.Captu
     assert code == 2 and stderr == (f"error: {sim_dir / 'requests.parquet'}: requests table: column 'arrival_s' is "
                                     "-1e+300 at row 1; times must be within 1e+12 seconds of the run's start\n")
     assert not (tmp_path / "out").exists()
+
+
+def _set(frame: pl.DataFrame, column: str, row: int, value) -> pl.DataFrame:
+    values = frame[column].to_list()
+    values[row] = value
+    return frame.with_columns(pl.Series(column, values, dtype=frame.schema[column]))
+
+
+IMPOSSIBLE_REQUESTS = {  # each ran to exit 0, and its metrics were written as if measured
+    "negative output": (lambda r: _set(r, "output_tokens", 1, -1), "'output_tokens' is -1 at row 1"),
+    "finish before arrival": (lambda r: _set(r, "finish_s", 2, 1.5), "'finish_s' is 1.5 at row 2; expected a time "
+                                                                      ">= arrival_s (2)"),
+    "first token after finish": (lambda r: _set(r, "first_token_s", 0, 5.0), "'finish_s' is 0.3 at row 0; expected "
+                                                                             "a time >= first_token_s (5)"),
+    "unknown finish reason": (lambda r: _set(r, "finish_reason", 1, "zzz"), "'finish_reason' is 'zzz' at row 1"),
+    "null finish reason": (lambda r: _set(r, "finish_reason", 0, None), "'finish_reason' is null at row 0"),
+    "repeated id": (lambda r: _set(r, "request_id", 2, "r0"), "'request_id' is 'r0' at row 2; expected one row per "
+                                                              "request (it is also at row 0)"),
+    "null id": (lambda r: _set(r, "request_id", 1, None), "'request_id' is null at row 1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IMPOSSIBLE_REQUESTS))
+def test_an_impossible_request_table_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], case) -> None:
+    mutate, message = IMPOSSIBLE_REQUESTS[case]
+    real_dir, sim_dir = write_pair(tmp_path)
+    write_run(sim_dir, mutate(real_requests()), real_steps())
+    code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith(f"error: {sim_dir / 'requests.parquet'}: requests table: column ") and message in stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_step_of_negative_duration_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real_dir, sim_dir = write_pair(tmp_path)
+    write_run(sim_dir, real_requests(), _set(real_steps(), "duration_s", 1, -0.5))
+    code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and stderr == (f"error: {sim_dir / 'steps.parquet'}: steps table: column 'duration_s' is -0.5 "
+                                    "at row 1; expected a duration >= 0 seconds\n")

@@ -48,13 +48,34 @@ def test_a_hand_edited_summary_is_one_line_and_left_alone(tmp_path, capsys, summ
     assert (out / "summary.json").read_text() == summary
 
 
-def test_a_column_of_the_wrong_type_is_one_line_naming_the_folder(tmp_path, capsys):
+def test_a_column_of_the_wrong_type_is_one_line_naming_the_file(tmp_path, capsys):
     """polars' cast error spans four lines."""
     out = _run(tmp_path)
     steps = pl.read_parquet(out / "steps.parquet").with_columns(pl.lit("x").alias("num_seqs"))
     steps.write_parquet(out / "steps.parquet")
     line = cli_error(summarize_main, [str(out), "--report", "--quiet"], capsys)
-    assert line == f"error: {out}: steps table: column 'num_seqs' holds String values that do not convert to Int64"
+    assert line == (f"error: {out / 'steps.parquet'}: steps table: column 'num_seqs' holds String values that do not "
+                    "convert to Int64")
+
+
+@pytest.mark.parametrize(("table", "column", "value", "pattern"), [
+    ("requests", "output_tokens", -1, "'output_tokens' is -1 at row 3; expected an integer >= 0"),
+    ("requests", "finish_reason", "zzz", "'finish_reason' is 'zzz' at row 3; expected one of stop, length"),
+    ("requests", "finish_s", -5.0, "'finish_s' is -5 at row 3; expected a time >= arrival_s"),
+    ("steps", "duration_s", -1.0, "'duration_s' is -1 at row 3; expected a duration >= 0"),
+])
+def test_an_impossible_table_is_refused_and_left_alone(tmp_path, capsys, table, column, value, pattern):
+    """Each was summarized with exit 0 as if measured."""
+    out = _run(tmp_path)
+    path = out / f"{table}.parquet"
+    frame = pl.read_parquet(path)
+    values = frame[column].to_list()
+    values[3] = value
+    frame.with_columns(pl.Series(column, values, dtype=frame.schema[column])).write_parquet(path)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    line = cli_error(summarize_main, [str(out), "--quiet"], capsys)
+    assert line.startswith(f"error: {path}: {table} table: column ") and pattern in line, line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_a_table_that_is_not_a_file_is_named_so(tmp_path, capsys):

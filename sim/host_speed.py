@@ -14,7 +14,7 @@ the cost models scale their host-bound parts by it.
   about FRACTION of the time, in episodes of MEAN_S seconds on average, and by NORMAL otherwise (drawn from
   --seed plus SEED plus the replica's index);
 - a CSV path with columns ``start_s,slowdown``: a measured timeline (``python -m sim.host_speed``
-  extracts one from a GPU replay), each value holding until the next row.
+  extracts one from a GPU replay), from start_s 0, each value holding until the next row.
 """
 
 from __future__ import annotations
@@ -95,18 +95,14 @@ class HostSpeedTimeline:
 
     @classmethod
     def load_csv(cls, path: Path) -> HostSpeedTimeline:
-        starts, values = [], []
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames is None or not {"start_s", "slowdown"} <= set(reader.fieldnames):
-                raise ValueError(f"{path}: expected the columns start_s,slowdown, got {reader.fieldnames}")
-            for row_number, row in enumerate(reader, start=2):
-                try:
-                    starts.append(finite_float(row["start_s"]))
-                    values.append(finite_float(row["slowdown"]))
-                except (TypeError, ValueError):
-                    raise ValueError(f"{path}, line {row_number}: start_s and slowdown must be finite numbers, "
-                                     f"got {row}") from None
+        try:
+            starts, values = _read_timeline_rows(path)
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: not UTF-8 text; expected a CSV file with the columns start_s,slowdown") \
+                from None
+        except csv.Error as exc:
+            raise ValueError(f"{path}: not a readable CSV file ({exc}); expected the columns start_s,slowdown") \
+                from None
         try:
             return cls(starts, values, name=f"timeline:{Path(path).name}")
         except ValueError as exc:
@@ -125,6 +121,33 @@ class HostSpeedTimeline:
         write_text_atomic(Path(path), text.getvalue())
 
 
+def _read_timeline_rows(path: Path) -> tuple[list[float], list[float]]:
+    """The (start_s, slowdown) rows of a timeline CSV, each checked with its line: a timeline starts at the run's
+    start (0 s), like those sim.host_speed writes; a row with more or fewer fields is a damaged file."""
+    starts, values = [], []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or not {"start_s", "slowdown"} <= set(reader.fieldnames):
+            raise ValueError(f"{path}: expected the columns start_s,slowdown, got {reader.fieldnames}")
+        for row in reader:
+            line = reader.line_num
+            if None in row or None in row.values():
+                fields = len(reader.fieldnames) + len(row.get(None) or ()) - sum(v is None for v in row.values())
+                raise ValueError(f"{path}, line {line}: {fields} fields; expected {len(reader.fieldnames)}, as in "
+                                 "the header")
+            try:
+                start, value = finite_float(row["start_s"]), finite_float(row["slowdown"])
+            except ValueError:
+                raise ValueError(f"{path}, line {line}: start_s and slowdown must be finite numbers, got "
+                                 f"{row}") from None
+            if not starts and start != 0:
+                raise ValueError(f"{path}, line {line}: the first start_s is {start:g}; expected 0 (the timeline "
+                                 "starts with the run)")
+            starts.append(start)
+            values.append(value)
+    return starts, values
+
+
 class HostSpeedEpisodes:
     """Alternating normal and slow periods with exponential lengths (means chosen so the slow share is
     ``fraction``), drawn from ``seed`` as simulated time advances."""
@@ -136,6 +159,9 @@ class HostSpeedEpisodes:
                 f"episodes need NORMAL and SLOW from {MIN_SLOWDOWN:g} to {MAX_SLOWDOWN:g}, 0 <= FRACTION < 1 and "
                 f"a finite MEAN_S >= {MIN_EPISODE_S:g} s; got {normal}, {slow}, {fraction}, {mean_episode_s}"
             )
+        if slow < normal:  # the slow periods would be the fast ones: the arguments are swapped
+            raise ValueError(f"episodes need SLOW >= NORMAL (SLOW is the slowdown of the slow periods); got NORMAL "
+                             f"{normal:g}, SLOW {slow:g}")
         self.normal, self.slow, self.fraction, self.mean_episode_s = normal, slow, fraction, mean_episode_s
         self.name = f"episodes:{normal:g},{slow:g},{fraction:g},{mean_episode_s:g}"
         self._rng = random.Random(seed)
@@ -198,6 +224,10 @@ def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
         value = None
     if value is None:
         path = Path(spec)
+        if spec.lower().endswith(".csv") and not path.is_file():
+            what = "is a directory" if path.is_dir() else "is not a regular file" if path.exists() else \
+                "does not exist"
+            raise ValueError(f"--host-slowdown {spec!r}: the file {what}; expected a CSV file (start_s,slowdown)")
         if not path.is_file():
             raise ValueError(
                 f"--host-slowdown {spec!r}: expected 'calibrated', a number, episodes:NORMAL,SLOW,FRACTION,MEAN_S "
@@ -236,13 +266,18 @@ def timeline_from_run(
     by_window = run_windows(host_bound, window_s, min_steps_per_window)
     if not by_window:
         raise ValueError(f"{run_dir}: no {window_s:g}-s window has {min_steps_per_window} host-bound eager steps")
+    steps = Path(run_dir) / "steps.parquet"
     last = max(by_window)
     if last >= MAX_WINDOWS:  # one row per window up to the last: bound them, or a tiny window never finishes
-        raise ValueError(f"{run_dir}: --window-s {window_s:g} cuts the run into {last + 1:,} windows; expected at "
-                         f"most {MAX_WINDOWS:,} (use a longer window)")
+        raise ValueError(f"{steps}: column 'start_s' reaches {max(h[-1] for h in host_bound):.4g} s, which --window-s "
+                         f"{window_s:g} cuts into {last + 1:.3g} windows; expected at most {MAX_WINDOWS:,} (use a "
+                         "longer window)")
     times, values, value = [], [], by_window[min(by_window)]
     for w in range(last + 1):
         value = by_window.get(w, value)  # a window without enough steps keeps the last value
+        if not _is_slowdown(value):  # step times no host gives: a damaged table, named, not a bare timeline error
+            raise ValueError(f"{steps}: column 'duration_s': the host-bound steps from {w * window_s:g} s ran "
+                             f"{value:.4g}x their grid time; expected {MIN_SLOWDOWN:g} to {MAX_SLOWDOWN:g}")
         times.append(w * window_s)
         values.append(value)
     return HostSpeedTimeline(times, values, name=f"timeline:{Path(run_dir).name}")
@@ -261,8 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.window_s < math.inf:
         parser.exit(2, f"error: --window-s must be a finite number of seconds > 0, got {args.window_s}\n")
+    from sim.calibrate import _simulated_by
     from sim.files import check_output_path
 
+    simulated = _simulated_by(Path(args.run))
+    if simulated:  # its step times are a cost model's: the timeline would be the model's, not the host's
+        parser.exit(2, f"error: run folder {args.run} is a simulation (cost model {simulated}); extract a timeline "
+                       "from an engine.replay run\n")
     problem = check_output_path(Path(args.out), "--out", [Path(args.profile), Path(args.run) / "steps.parquet"])
     if problem:  # found before the run is read, and never an input overwritten
         parser.exit(2, f"error: {problem}\n")

@@ -110,6 +110,23 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "host slowdown inf": (None, ["--host-slowdown", "inf"], ["--host-slowdown", "finite", "inf"]),
     "host slowdown episodes nan": (None, ["--host-slowdown", "episodes:1,nan,0.5,1"], ["four finite numbers"]),
     "host slowdown csv nan": (None, ["--host-slowdown", "{tmp}/host_nan.csv"], ["host_nan.csv", "line 3", "finite"]),
+    # Each was accepted, or an error naming no file.
+    "host slowdown csv not utf-8": (None, ["--host-slowdown", "{tmp}/host_bin.csv"], ["host_bin.csv", "not UTF-8"]),
+    "host slowdown csv extra field": (
+        None, ["--host-slowdown", "{tmp}/host_extra.csv"], ["host_extra.csv, line 3: 3 fields; expected 2"]
+    ),
+    "host slowdown csv starts late": (
+        None, ["--host-slowdown", "{tmp}/host_late.csv"], ["host_late.csv, line 2: the first start_s is 3; expected 0"]
+    ),
+    "host slowdown csv starts early": (
+        None, ["--host-slowdown", "{tmp}/host_early.csv"], ["host_early.csv", "first start_s is -5"]
+    ),
+    "host slowdown csv missing": (
+        None, ["--host-slowdown", "{tmp}/no_host.csv"], ["no_host.csv", "the file does not exist"]
+    ),
+    "host slowdown episodes swapped": (
+        None, ["--host-slowdown", "episodes:2,1,0.5,1"], ["--host-slowdown", "SLOW >= NORMAL", "NORMAL 2, SLOW 1"]
+    ),
     "gpu memory utilization nan": (None, ["--gpu-memory-utilization", "nan"], ["gpu_memory_utilization", "nan"]),
     # A profile measured for another deployment would give silently wrong step times.
     "another model's profile": (
@@ -213,6 +230,10 @@ def _args(tmp_path: Path, trace_key: str | None, extra: list[str]) -> list[str]:
     trace = TRACE if trace_key is None else str(_bad_files(tmp_path)[trace_key])
     (tmp_path / "host.csv").write_text("time,factor\n0,1.5\n")
     (tmp_path / "host_nan.csv").write_text("start_s,slowdown\n0,1.5\n5,nan\n")
+    (tmp_path / "host_bin.csv").write_bytes(b"start_s,slowdown\n0,\xff\xfe\n")
+    (tmp_path / "host_extra.csv").write_text("start_s,slowdown\n0,1.2\n5,1.3,7\n")
+    (tmp_path / "host_late.csv").write_text("start_s,slowdown\n3,1.5\n")
+    (tmp_path / "host_early.csv").write_text("start_s,slowdown\n-5,1.2\n0,1.3\n")
     _hostile_configs(tmp_path)
     args = [trace, "--quiet", "--no-report"]
     if "--limit" not in extra:

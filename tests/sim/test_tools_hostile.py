@@ -150,6 +150,27 @@ def test_host_speed_bounds_the_number_of_windows(tmp_path, capsys):
     assert "windows" in line and "--window-s" in line
 
 
+def test_host_speed_names_the_column_of_impossible_step_times(tmp_path, capsys):
+    """Durations 1e300 times the grid's gave a bare 'host-speed timeline: every slowdown ...' naming no file."""
+    def huge(rows):
+        _repeated(rows)
+        for r in rows:
+            r["duration_s"] *= 1e300
+    run = _run_with(tmp_path, "run", huge)
+    line = cli_error(host_speed_main, [str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "h.csv")], capsys)
+    assert f"{run / 'steps.parquet'}: column 'duration_s'" in line and "expected 0.001 to 1000" in line
+    assert not (tmp_path / "h.csv").exists()
+
+
+def test_host_speed_refuses_a_simulated_run(tmp_path, capsys):
+    """A sim.replay folder's step times are the cost model's: its 'host speed' would be the model's own."""
+    run = _run_with(tmp_path, "run", _repeated)
+    (run / "summary.json").write_text(json.dumps({"cost_model": "profile:h200/qwen3-0.6b"}))
+    line = cli_error(host_speed_main, [str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "h.csv")], capsys)
+    assert f"run folder {run} is a simulation" in line
+    assert not (tmp_path / "h.csv").exists()
+
+
 @pytest.mark.parametrize(("args", "pattern"), [
     (["--repeats", "0"], "--repeats"),  # IndexError after measuring the whole grid
     (["--repeats", str(2**70)], "--repeats must be an integer from 1 to 10,000"),  # measured one point forever

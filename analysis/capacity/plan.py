@@ -9,6 +9,8 @@ import dataclasses
 import sys
 import time
 
+import numpy as np
+
 from analysis.capacity.bisection import START_SIGNIFICANT_DIGITS, SearchParams
 from analysis.capacity.cost import ConfigEconomics, assess, load_gpu_costs
 from analysis.capacity.executors import default_num_jobs, make_executor
@@ -23,7 +25,7 @@ from analysis.capacity.sweep import (
     varying_axes,
 )
 from analysis.capacity.workload import SessionLibrary, WorkloadParams
-from analysis.slo import SLO
+from analysis.slo import SLO, statistic_of
 from analysis.stats import round_sig
 from engine.core.config_args import build_config
 from sim.config import SimConfig
@@ -76,6 +78,36 @@ class SweepPlan:
     cost_models: list[str]
     params: SearchParams
     gpu_costs: dict[str, float]
+
+
+# The steady streams draw the trace's requests at random: one may hold this much less of the rejected share than
+# the trace does. A share that fails an SLO even so fails it at every QPS.
+REJECTED_SHARE_MARGIN = 0.1
+
+
+def _never_fits(config: SimConfig, shape, prompt_tokens, slos) -> str | None:
+    """Why the SLOs cannot be met at any QPS because the scheduler rejects (as never fitting) too many of the
+    trace's prompts, or None. A rejected request counts as infinitely slow (slo_check), so the sweep would
+    simulate every load, fail each, and advise raising --max-iterations, which changes nothing."""
+    from engine.core.scheduler import Scheduler
+
+    scheduler = Scheduler(config.resolved_for(shape))
+    lengths, counts = np.unique(prompt_tokens.to_numpy(), return_counts=True)
+    reasons = [scheduler.rejection_reason_for(int(n)) for n in lengths]
+    rejected = sum(int(c) for c, reason in zip(counts, reasons) if reason)
+    if not rejected:
+        return None
+    share, total = rejected / len(prompt_tokens), len(prompt_tokens)
+    first = next(reason for reason in reasons if reason)  # the shortest rejected prompt's
+    if rejected < total:
+        fitting = round(1000 * min(1.0, 1 - share + REJECTED_SHARE_MARGIN))
+        samples = np.concatenate([np.zeros(fitting), np.full(1000 - fitting, np.inf)])
+        failed = [slo for slo in slos if statistic_of(samples, slo.statistic) == np.inf]
+        if not failed:
+            return None
+        return (f"{rejected} of {total} requests of the trace can never fit (the shortest of them: {first}), and "
+                f"a rejected request counts as infinitely slow, so {failed[0]} fails at every QPS")
+    return f"no request of the trace can ever fit (the shortest: {first}), so no QPS can meet the SLOs"
 
 
 def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> SweepPlan:
@@ -133,7 +165,10 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
         try:
             shape = config.model_shape
             trace.check_vocabulary(shape.vocab_size)  # a stored prompt id beyond the model's failed mid-sweep
-            config.resolved_for(shape)
+            never = _never_fits(config, shape, trace.requests["prompt_tokens"], args.slo)
+            if never:
+                _fail(parser, f"configuration {label!r}: {never}; expected a configuration that serves the trace's "
+                              "prompts")
             cost_models.append(make_cost_model(config, shape).name)
         except (ValueError, FileNotFoundError) as exc:
             _fail(parser, f"configuration {label!r}: {exc}")
@@ -148,8 +183,8 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
         _fail(parser, str(exc))
     try:
         gpu_costs = load_gpu_costs(args.gpu_cost)
-    except (ValueError, OSError) as exc:
-        _fail(parser, f"--gpu-cost: {exc}")
+    except (ValueError, OSError) as exc:  # a price given inline names the option already
+        _fail(parser, str(exc) if str(exc).startswith("--gpu-cost") else f"--gpu-cost: {exc}")
     missing = sorted({c.gpu for c in configs if c.gpu not in gpu_costs})
     if missing:
         _fail(parser, f"--gpu-cost: no price for {', '.join(missing)}")

@@ -136,7 +136,7 @@ BAD_INPUTS = [
     (["--slo", "ttft_p90=2s", "--router", "random"], "argument --router: unknown router 'random'; supported: rr, lor"),
     (["--slo", "ttft_p90=2s", "--router", "rr,rr"], "argument --router: rr given twice"),
     ([], "the following arguments are required: --slo"),
-    (["--slo", "ttft_p90=2s", "--gpu-cost", "h200=abc"], "--gpu-cost: --gpu-cost: price of 'h200'"),
+    (["--slo", "ttft_p90=2s", "--gpu-cost", "h200=abc"], "error: --gpu-cost: price of 'h200'"),  # was said twice
     (["--slo", "ttft_p90=2s", "--gpu", "l40s", "--gpu-cost", "/no/such/prices.json"], "--gpu-cost: "),
     (["--slo", "ttft_p90=2s", "--tolerance", "0"], "--tolerance must be in"),
     (["--slo", "ttft_p90=2s", "--qps-min", "5", "--qps-max", "2"], r"--qps-min (5.0) must be below --qps-max (2.0)"),
@@ -159,6 +159,10 @@ BAD_INPUTS = [
     (["--slo", "ttft_p90=2s", "--min-requests", str(2**62)], "--min-requests must be from 0 to 10,000,000"),
     (["--slo", "ttft_p90=2s", "--bands", "1"], "--bands must be an integer from 2 to 1000"),
     (["--slo", "ttft_p90=2s", "--bands", "3", "--seeds", "2"], "--bands 3 and --seeds 2: --bands N already runs"),
+    # Every request rejected (or too many for the SLO): exit 0, max_qps null and "raise --max-iterations".
+    (["--slo", "ttft_p90=2s", "--max-model-len", "1"], "no request of the trace can ever fit (the shortest: prompt"),
+    (["--slo", "ttft_p90=2s", "--num-gpu-blocks", "1"], "the cache has 1), and a rejected request counts as "
+                                                         "infinitely slow, so ttft_p90=2s fails at every QPS"),
 ]
 
 

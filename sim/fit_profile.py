@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.exit(2, f"error: {path}: {exc}\n")
         try:
             write_profile(path, profile)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # both name the file
             parser.exit(2, f"error: {exc}\n")
         held = profile["fit"]["held_out"]
         print(f"{path}: {len(profile['points'])} points; held-out |error| mean {held['mean_abs_rel_error']:.1%}, "

@@ -225,8 +225,9 @@ def check_profile(profile: object) -> None:
         if not isinstance(p, dict) or not isinstance(p.get("family"), str) or not isinstance(p.get("features"), dict):
             raise ValueError(f"{where}: expected an object with 'family' (a string), 'features' and 'median_s'")
         median = p.get("median_s")
-        if isinstance(median, bool) or not isinstance(median, (int, float)) or not 0 < median < float("inf"):
-            raise ValueError(f"{where}: 'median_s' is {median!r}; expected a finite number of seconds > 0")
+        if isinstance(median, bool) or not isinstance(median, (int, float)) or not 0 < median <= _MAX_COEFFICIENT:
+            raise ValueError(f"{where}: 'median_s' is {median!r}; expected a finite number of seconds > 0, at most "
+                             f"{_MAX_COEFFICIENT:g}")
         for name in _FIT_FEATURES:
             if not _is_count(p["features"].get(name)):
                 raise ValueError(f"{where}: feature {name!r} is {p['features'].get(name)!r}; expected an integer "
@@ -370,9 +371,14 @@ def read_profile(path: Path) -> dict:
 
 
 def write_profile(path: Path, profile: dict) -> None:
-    """Written whole (through a rename) and without NaN, which JSON readers elsewhere refuse."""
+    """Written whole (through a rename) and without NaN, which JSON readers elsewhere refuse (ValueError naming the
+    file: the one on disk is left as it was)."""
     try:
-        write_text_atomic(Path(path), json.dumps(profile, indent=1, allow_nan=False) + "\n")
+        text = json.dumps(profile, indent=1, allow_nan=False) + "\n"
+    except ValueError as exc:  # "Out of range float values are not JSON compliant: inf", from a value not checked
+        raise ValueError(f"{path}: not written: the profile would hold a NaN or infinite value ({exc})") from None
+    try:
+        write_text_atomic(Path(path), text)
     except OSError as exc:
         raise OSError(f"{path}: cannot write the profile ({exc.strerror or exc})") from None
 
@@ -389,6 +395,7 @@ def _with_continues_batch(point: dict) -> dict:
 def fit_profile(profile: dict) -> dict:
     """Fit on three of every four grid points per family; report the error on the fourth."""
     check_profile(profile)
+    _check_serving(profile.get("serving"), "serving")  # copied into the fit below, which prices steps with it
     points = [_with_continues_batch(p) for p in profile["points"]]
     features = profile.get("engine_features")  # absent from profiles of engines that did not plan ahead
     ahead = isinstance(features, dict) and features.get("prepares_decode_ahead") is True

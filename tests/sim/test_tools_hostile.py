@@ -17,7 +17,7 @@ from sim.calibrate import main as calibrate_main
 from sim.fit_profile import main as fit_main
 from sim.host_speed import main as host_speed_main
 from sim.profile import main as profile_main
-from sim.profiled_cost_model import find_profile
+from sim.profiled_cost_model import find_profile, write_profile
 from tests.sim.test_calibrate import _fake_run
 from tests.traces.helpers import cli_error
 
@@ -54,6 +54,11 @@ BAD_PROFILES = {
     "median 0": (lambda d: _set("median_s", 0)(d["points"][0]) and d, "'median_s' is 0"),
     "median text": (lambda d: _set("median_s", "x")(d["points"][0]) and d, "'median_s' is 'x'"),
     "feature 2**70": (lambda d: _set("num_seqs", 2**70)(d["points"][0]["features"]) and d, "'num_seqs'"),
+    # Each was a traceback at the end ("Out of range float values are not JSON compliant"), or a -1 copied on.
+    "median 1e308": (lambda d: _set("median_s", 1e308)(d["points"][5]) and d, "points\\[5\\]: 'median_s' is 1e\\+308"),
+    "host factor NaN": (_set("serving.host_factor", math.nan), "'serving.host_factor' is nan"),
+    "decode factor inf": (_set("serving.decode_factor", math.inf), "'serving.decode_factor' is inf"),
+    "host factor negative": (_set("serving.host_factor", -1), "'serving.host_factor' is -1"),
 }
 
 
@@ -65,6 +70,14 @@ def test_fit_profile_refuses_a_bad_profile_and_leaves_it_alone(tmp_path, capsys,
     line = cli_error(fit_main, [str(path)], capsys)
     assert str(path) in line
     assert re.search(pattern, line), line
+    assert path.read_bytes() == before
+
+
+def test_write_profile_refuses_a_non_finite_value_and_leaves_the_file(tmp_path):
+    path = _profile(tmp_path)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))}: not written: .*NaN or infinite"):
+        write_profile(path, {"fit": {"x": math.inf}})
     assert path.read_bytes() == before
 
 

@@ -34,6 +34,28 @@ from sim.files import read_json_input
 from sim.host_episodes import fit_host_episodes
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, fit_profile, read_profile, write_profile
 
+# A run this short says nothing about a host's speed; one step could hold a factor of 4 (the clamp) by itself.
+MIN_RUN_STEPS = 10
+# No step lasts beyond this (analysis.schema's bound on a run's times); 1e300 s was written into the profile.
+MAX_STEP_S = 1e12
+
+
+def check_step_durations(run_dir: Path, num_steps: int) -> None:
+    """Raise ValueError naming the run folder's steps.parquet unless it has MIN_RUN_STEPS steps, each measured
+    above 0 s and within MAX_STEP_S (read_steps refuses NaN, infinite and negative ones): a GPU step takes time,
+    and all-zero or absurd durations would calibrate the profile to nonsense that sim.replay then prices with."""
+    import pyarrow.parquet as pq
+
+    path = Path(run_dir) / "steps.parquet"
+    if num_steps < MIN_RUN_STEPS:
+        raise ValueError(f"{path}: {num_steps} steps; expected at least {MIN_RUN_STEPS} to calibrate on")
+    durations = pq.read_table(path, columns=["duration_s"]).column("duration_s").to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(~((durations > 0) & (durations <= MAX_STEP_S)))
+    if len(bad):
+        row = int(bad[0])
+        raise ValueError(f"{path}: row {row}: column 'duration_s' is {float(durations[row])!r}; expected a measured "
+                         f"step time > 0 and at most {MAX_STEP_S:g} s")
+
 
 def fit_host_factor(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray, combine=np.maximum) -> float:
     """The k for which sum(combine(k * floor, gpu)) equals sum(real) (combine: the cost model's, the larger of
@@ -61,6 +83,7 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     runs, host_bound = [], []
     for run_dir in run_dirs:
         steps = read_steps(run_dir, periods=True)  # the simulator runs steps back to back: match their periods
+        check_step_durations(run_dir, len(steps))
         runs.append({"run": Path(run_dir).name, "num_steps": len(steps), "host": _run_host(Path(run_dir))})
         host_bound.append([])
         for f, real, start in steps:

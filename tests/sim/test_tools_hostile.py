@@ -107,6 +107,22 @@ def test_calibrate_refuses_bad_step_durations(tmp_path, capsys, value, shown):
     assert profile.read_bytes() == before
 
 
+@pytest.mark.parametrize(("mutate", "shown"), [
+    (lambda rows: rows[3].update(duration_s=1e300), "row 3: column 'duration_s' is 1e+300; expected a measured step "
+                                                    "time > 0 and at most 1e+12 s"),
+    (lambda rows: [r.update(duration_s=0.0) for r in rows], "row 0: column 'duration_s' is 0.0"),
+    (lambda rows: rows.__delitem__(slice(9, None)), "9 steps; expected at least 10 to calibrate on"),
+])
+def test_calibrate_refuses_absurd_or_too_few_steps(tmp_path, capsys, mutate, shown):
+    """Each was accepted and written into the profile (a host factor at the 0.25 or 4 clamp)."""
+    profile = _profile(tmp_path)
+    before = profile.read_bytes()
+    run = _run_with(tmp_path, "run", mutate)
+    line = cli_error(calibrate_main, [str(profile), str(run)], capsys)
+    assert f"{run / 'steps.parquet'}: {shown}" in line
+    assert profile.read_bytes() == before
+
+
 def test_calibrate_refuses_the_same_run_twice_and_a_bad_profile(tmp_path, capsys):
     run = _fake_run(tmp_path / "run", host=1.5, decode=1.0)
     profile = _profile(tmp_path)

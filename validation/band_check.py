@@ -5,7 +5,8 @@
 Each run of ``validation/compare_all.py``'s plan whose GPU summary is committed
 (``validation/results/<run>/real_summary.json``) is simulated with the same options, the GPU's KV block count and
 ``--bands N``; the table gives, per headline figure, the GPU's value, the unperturbed simulation's, the band
-(p5 / median / p95 over the N seeded replays) and whether the GPU's value lies inside it.
+(p5 / median / p95 over the N seeded replays) and whether the GPU's value lies inside it, for the run and for
+each of its repeats (``<run>-b/real_summary.json``, ...) against the same band.
 """
 
 from __future__ import annotations
@@ -28,6 +29,16 @@ def _value(summary: dict, key: str) -> float | None:
     return value.get(stat) if stat and isinstance(value, dict) else value
 
 
+def _gpu_runs(results: Path, name: str) -> list[str]:
+    """The folders of ``results`` holding a GPU summary of planned run ``name``: the run, then its repeats
+    (``<name>-b``, ...; not the ``-vs-`` folders that compare two of them)."""
+    runs = [name] if (results / name / "real_summary.json").is_file() else []
+    repeats = sorted(p.name for p in results.glob(f"{name}-*")
+                     if "-vs-" not in p.name and (p / "real_summary.json").is_file()
+                     and p.name[len(name) + 1:].isalpha())  # a tag, not another planned run (b-azure-p70 vs -p95)
+    return runs + repeats
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bands", default="20", help="seeded replays per run (default: %(default)s)")
@@ -38,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.band_stats import flat_bands, inside
     from cli.sim_replay import main as sim_replay
 
-    if not any((Path(args.results) / name / "real_summary.json").is_file() for name in PLAN):
+    if not any(_gpu_runs(Path(args.results), name) for name in PLAN):
         # Nothing to check: going on replaced the committed bands.md with an empty table at exit 0.
         parser.exit(2, f"error: --results {args.results}: no <run>/real_summary.json of the plan; nothing written\n")
     lines = ["| run | figure | GPU | sim | band p5 | band median | band p95 | GPU inside |",
@@ -46,25 +57,29 @@ def main(argv: list[str] | None = None) -> int:
     totals = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, (description, trace, options) in PLAN.items():
-            real_path = Path(args.results) / name / "real_summary.json"
-            if not real_path.is_file():
+            runs = _gpu_runs(Path(args.results), name)
+            if not runs:
                 continue
-            real = json.loads(real_path.read_text())
+            first = json.loads((Path(args.results) / runs[0] / "real_summary.json").read_text())
             out = Path(tmp) / name
-            sim_replay([str(TRACES / trace), *options, "--num-gpu-blocks", str(real["config"]["num_gpu_blocks"]),
+            # One band per configuration: every GPU run of it (the repeats too) is checked against the same band.
+            sim_replay([str(TRACES / trace), *options, "--num-gpu-blocks", str(first["config"]["num_gpu_blocks"]),
                         "--bands", args.bands, "--out", str(out), "--quiet", "--no-report"])
             sim = json.loads((out / "summary.json").read_text())
             bands = flat_bands(sim)
-            num_inside = 0
-            for key in HEADLINE:
-                band, gpu = bands[key], _value(real, key)
-                ok = inside(band, gpu)
-                num_inside += bool(ok)
-                lines.append(f"| {description} | {key} | {gpu:.4g} | {_value(sim, key):.4g} | {band['p5']:.4g} | "
-                             f"{band['median']:.4g} | {band['p95']:.4g} | {'yes' if ok else 'no'} |")
             codes = ", ".join(w["code"] for w in sim["warnings"]) or "none"
-            totals.append(f"- {description}: {num_inside} of {len(HEADLINE)} GPU figures inside; warnings: {codes}")
-            print(totals[-1], flush=True)
+            for run in runs:
+                real = json.loads((Path(args.results) / run / "real_summary.json").read_text())
+                label = description + (f", repeat {run[len(name) + 1:]}" if run != name else "")
+                num_inside = 0
+                for key in HEADLINE:
+                    band, gpu = bands[key], _value(real, key)
+                    ok = inside(band, gpu)
+                    num_inside += bool(ok)
+                    lines.append(f"| {label} | {key} | {gpu:.4g} | {_value(sim, key):.4g} | {band['p5']:.4g} | "
+                                 f"{band['median']:.4g} | {band['p95']:.4g} | {'yes' if ok else 'no'} |")
+                totals.append(f"- {label}: {num_inside} of {len(HEADLINE)} GPU figures inside; warnings: {codes}")
+                print(totals[-1], flush=True)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     text = (f"GPU figures against the simulator's p5-p95 bands ({args.bands} seeded replays each; "

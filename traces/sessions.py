@@ -50,6 +50,10 @@ class SessionStreams:
         return cls(*(np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(5)))
 
 
+# build_sessions' column of first turns cut to fit max_context_tokens: counted for the summary line, then dropped
+# (it is no part of a trace).
+CUT_COLUMN = "_cut_to_fit"
+
 # Sessions are drawn in blocks (the first this many, then twice as many each time): every stream is drawn
 # value after value, so the draws, and the trace, do not depend on the block sizes.
 _FIRST_BLOCK = 256
@@ -67,6 +71,7 @@ class _Block:
     output: np.ndarray
     first_block: np.ndarray  # the hash id of the turn's first block
     num_blocks: np.ndarray  # the hash blocks its prompt covers
+    cut: np.ndarray  # bool: a first turn cut to fit max_context_tokens
 
 
 def _draw_block(config: SessionConfig, streams: SessionStreams, first_session: int, starts_s: np.ndarray,
@@ -115,7 +120,10 @@ def _draw_block(config: SessionConfig, streams: SessionStreams, first_session: i
     base[0] = first_block_id
     np.cumsum(last_kept[:-1], out=base[1:])
     base[1:] += first_block_id
-    block = _Block(session + first_session, turn, arrival_s[rows], prompt, answer[rows], base[session], num_blocks)
+    cut = np.zeros(total, dtype=bool)
+    cut[firsts] = over
+    block = _Block(session + first_session, turn, arrival_s[rows], prompt, answer[rows], base[session], num_blocks,
+                   cut[rows])
     return block, first_block_id + int(last_kept.sum())
 
 
@@ -174,7 +182,7 @@ def build_sessions(
         low = mid + 1
     stop = first_in_block + low
     columns = {name: np.concatenate([getattr(b, name) for b in blocks])
-               for name in ("session", "turn", "arrival_s", "prompt", "output", "first_block", "num_blocks")}
+               for name in ("session", "turn", "arrival_s", "prompt", "output", "first_block", "num_blocks", "cut")}
     rows = np.flatnonzero((columns["session"] < stop) & (columns["arrival_s"] >= 0))
     # By arrival, then session, then turn (no two turns tie on all three), the first num_requests.
     order = np.lexsort((columns["turn"][rows], columns["session"][rows], columns["arrival_s"][rows]))
@@ -192,4 +200,5 @@ def build_sessions(
         "hash_ids": pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(hash_ids, pa.int64()))),
         "session_id": columns["session"][rows],
         "turn": columns["turn"][rows],
+        CUT_COLUMN: columns["cut"][rows],
     })

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from dataclasses import dataclass
 
@@ -20,9 +21,9 @@ from engine.core.interrupt import exit_130_on_interrupt
 from traces.arrivals import arrival_times_s
 from traces.lengths import LengthDist, parse_length_dist
 from traces.schema import Trace, save_trace
-from traces.sessions import SessionConfig, build_sessions
+from traces.sessions import CUT_COLUMN, SessionConfig, build_sessions
 from traces.summary import describe
-from traces.validation import MAX_HASH_BLOCK_SIZE
+from traces.validation import MAX_ARRIVAL_S, MAX_HASH_BLOCK_SIZE
 
 MAX_WARMUP_SESSIONS = 2_000_000
 MAX_REQUESTS = 2**32
@@ -62,6 +63,12 @@ class SynthConfig:
                              f"got {self.hash_block_size} and {self.max_context_tokens}")
         if self.warmup_s is not None and not 0 <= self.warmup_s < math.inf:
             raise ValueError(f"warmup_s must be a finite number >= 0, got {self.warmup_s}")
+        if not (self.num_requests - 1) / self.qps <= MAX_ARRIVAL_S:  # 1e-308 gave an infinite arrival at row 1
+            raise ValueError(f"qps {self.qps:g} spreads {self.num_requests:,} requests over "
+                             f"{(self.num_requests - 1) / self.qps:.3g} s; expected at most {MAX_ARRIVAL_S:g} s "
+                             "(raise qps)")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:  # numpy's seeds are >= 0
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
 
 
 def _single_turn(config: SynthConfig, prompt: LengthDist, output: LengthDist) -> pl.DataFrame:
@@ -79,11 +86,16 @@ def _single_turn(config: SynthConfig, prompt: LengthDist, output: LengthDist) ->
 
 def synthesize(config: SynthConfig) -> Trace:
     """Build the trace described by `config` (validated, ready to save or replay)."""
+    return synthesize_counting_cuts(config)[0]
+
+
+def synthesize_counting_cuts(config: SynthConfig) -> tuple[Trace, int]:
+    """The trace and how many of its prompts (first turns of sessions) were cut to fit max_context_tokens."""
     prompt = parse_length_dist(config.prompt_dist, "prompt")
     output = parse_length_dist(config.output_dist, "output")
     source = f"synthetic trace (seed {config.seed})"
     if not config.multi_turn:
-        return Trace.from_frame(_single_turn(config, prompt, output), source)
+        return Trace.from_frame(_single_turn(config, prompt, output), source), 0
     sessions = SessionConfig(
         turns=parse_length_dist(config.turns_dist, "turns"),
         user_tokens=prompt,
@@ -104,7 +116,8 @@ def synthesize(config: SynthConfig) -> Trace:
             f"trace starts; expected at most {MAX_WARMUP_SESSIONS:,} (lower warmup_s or think_time_s)"
         )
     frame = build_sessions(config.num_requests, config.qps, config.arrival_cv, sessions, config.seed, warmup_s)
-    return Trace.from_frame(frame, source, config.hash_block_size)
+    num_cut = int(frame[CUT_COLUMN].sum()) if CUT_COLUMN in frame.columns else 0
+    return Trace.from_frame(frame.drop(CUT_COLUMN, strict=False), source, config.hash_block_size), num_cut
 
 
 DIST_HELP = (
@@ -148,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--hash-block-size", type=int, default=16, help="tokens per hash block with --multi-turn")
     parser.add_argument(
         "--max-context-tokens", type=int, default=16384,
-        help="a session ends before a turn whose prompt + output would exceed this",
+        help="with --multi-turn: a session ends before a turn whose prompt + output would exceed this, and a first "
+        "turn that would is cut to fit (prompt to at most half of it, output to the rest; the summary line counts "
+        "them)",
     )
     parser.add_argument(
         "--warmup-s", type=float, default=None,
@@ -186,17 +201,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        trace = synthesize(config_from_args(args))
+        trace, num_cut = synthesize_counting_cuts(config_from_args(args))
     except ValueError as exc:
-        parser.error(str(exc))
+        parser.error(_with_option_names(str(exc)))
     except MemoryError:
         parser.exit(2, f"error: --num-requests {args.num_requests}: not enough memory to draw that many requests\n")
     try:
         save_trace(trace, args.output)
     except OSError as exc:
         parser.exit(2, f"error: -o {args.output}: {exc.strerror or exc}\n")
-    print(describe(trace, args.output))
+    cut = f"{num_cut} prompts cut to fit --max-context-tokens {args.max_context_tokens}" if num_cut else ""
+    print(describe(trace, args.output, cut))
     return 0
+
+
+# SynthConfig's fields as the command line spells them: an error names the option to change.
+_OPTIONS = {"num_requests": "--num-requests", "qps": "--qps", "arrival_cv": "--cv", "think_time_s": "--think-time-s",
+            "think_time_cv": "--think-time-cv", "hash_block_size": "--hash-block-size",
+            "max_context_tokens": "--max-context-tokens", "warmup_s": "--warmup-s", "seed": "--seed"}
+
+
+def _with_option_names(message: str) -> str:
+    return re.sub(r"\b(" + "|".join(_OPTIONS) + r")\b", lambda m: _OPTIONS[m.group(1)], message)
 
 
 if __name__ == "__main__":

@@ -180,27 +180,41 @@ def test_convert_mooncake_integers_beyond_int64(tmp_path, capsys, record, patter
 # --- traces.synth -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("args", "pattern"), [
-    (["--qps", "inf"], "qps"),
-    (["--qps", "1e-320"], "qps"),
-    (["--num-requests", "100000000000"], "num_requests"),  # was a MemoryError traceback
-    (["--arrival", "gamma", "--cv", "inf"], "arrival_cv"),  # were ZeroDivisionError tracebacks
+    (["--qps", "inf"], "--qps"),
+    (["--qps", "1e-320"], "--qps"),
+    (["--num-requests", "100000000000"], "--num-requests"),  # was a MemoryError traceback
+    (["--arrival", "gamma", "--cv", "inf"], "--cv (a coefficient of variation)"),  # were ZeroDivisionError tracebacks
     (["--arrival", "gamma", "--cv", "1e308"], "coefficient of variation"),
-    (["--multi-turn", "--think-time-cv", "inf"], "think_time_cv"),
-    (["--multi-turn", "--warmup-s", "nan"], "warmup_s"),  # these four hung
-    (["--multi-turn", "--warmup-s", "inf"], "warmup_s"),
-    (["--multi-turn", "--warmup-s", "1e308"], "warmup_s"),
-    (["--multi-turn", "--think-time-s", "1e308"], "warmup_s"),
-    (["--multi-turn", "--think-time-s", "inf"], "think_time_s"),
+    (["--multi-turn", "--think-time-cv", "inf"], "--think-time-cv"),
+    (["--multi-turn", "--warmup-s", "nan"], "--warmup-s"),  # these four hung
+    (["--multi-turn", "--warmup-s", "inf"], "--warmup-s"),
+    (["--multi-turn", "--warmup-s", "1e308"], "--warmup-s"),
+    (["--multi-turn", "--think-time-s", "1e308"], "--warmup-s"),
+    (["--multi-turn", "--think-time-s", "inf"], "--think-time-s"),
     # OverflowError tracebacks; the geometric cap built a 10^12-element array to take its mean
     (["--prompt-dist", "lognormal:mean=1e308,sigma=1e308"], "mean must be a finite number up to 2**40"),
     (["--prompt-dist", "lognormal:mean=100,sigma=50"], "sigma must be a finite number up to 10"),
-    (["--multi-turn", "--hash-block-size", str(2**70)], "hash_block_size must be from 1 to 2147483648"),
+    (["--multi-turn", "--hash-block-size", str(2**70)], "--hash-block-size must be from 1 to 2147483648"),
     (["--multi-turn", "--turns", "geometric:mean=3,max=1e13"], "max must be a finite number up to 2**40"),
+    # The errors named SynthConfig's fields, or a row of the trace, or only numpy's "expected non-negative integer".
+    (["--qps", "1e-308"], "--qps 1e-308 spreads 5 requests over inf s; expected at most 1e+12 s (raise --qps)"),
+    (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),
 ])
 def test_synth_refuses_bad_numbers(tmp_path, capsys, args, pattern):
     argv = ["-o", str(tmp_path / "s.parquet"), "--num-requests", "5", "--qps", "1", *args]
     assert pattern in cli_error(synth_main, argv, capsys)
     assert not (tmp_path / "s.parquet").exists()
+
+
+def test_synth_counts_the_prompts_it_cuts_to_the_context(tmp_path, capsys):
+    """--multi-turn cut every 20000-token first turn to 8192 tokens and said nothing."""
+    out = tmp_path / "s.parquet"
+    argv = ["-o", str(out), "--num-requests", "20", "--qps", "1", "--multi-turn", "--prompt-dist", "fixed:20000"]
+    assert synth_main(argv) == 0
+    assert capsys.readouterr().out.rstrip().endswith("20 prompts cut to fit --max-context-tokens 16384")
+    assert load_trace(out).requests["prompt_tokens"].max() == 8192 and "_cut_to_fit" not in load_trace(out).requests
+    assert synth_main(["-o", str(out), "--num-requests", "20", "--qps", "1", "--multi-turn"]) == 0
+    assert "cut" not in capsys.readouterr().out  # the default prompts fit
 
 
 def test_synth_geometric_turns_with_a_huge_cap(tmp_path):

@@ -315,7 +315,8 @@ class QuietRun:
         for seq, computed, last in zip(self._running, self._starting, self._lasts):
             seq.num_computed_tokens = computed + last
         # The window's last step ran every sequence that takes part in it: the next step continues that batch or not.
-        self.engine.scheduler.ran_decode_batch([seq for seq, last in zip(self._running, self._lasts) if last == steps])
+        self.engine.scheduler.ran_decode_batch([seq for seq, last in zip(self._running, self._lasts) if last == steps],
+                                               steps)
         step_log = self.engine.step_log
         bounds, lefts, starts, ends = window.bounds, window.lefts, self.starts, self.ends
         last_segment = len(window.batches) - 1

@@ -20,10 +20,19 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
 from engine.core.sequence import FinishReason, Sequence, SequenceStatus
+from engine.core.steady_decodes import SteadyDecodes
+
+# The large-batch path (Scheduler._advance_steady) pays a fixed cost per step and saves a per-row one: below this
+# many running sequences the per-row loop is as cheap. At most this many rows a step take the per-row path
+# beside it (each is looked up in the running list); more, and the step is all per-row.
+_MIN_STEADY_ROWS = 32
+_MAX_SPECIAL_ROWS = 16
+_COMPUTED = attrgetter("num_computed_tokens")
 
 
 @dataclass(slots=True)
@@ -49,6 +58,10 @@ class ScheduledBatch:
     # token on): a runner can plan it while the previous step runs (the GPU runner's NextDecode does, and the
     # cost model prices the others higher). Set by Scheduler.schedule.
     continues_batch: int = 0
+    # Set by the scheduler's large-batch path (postprocess reads them; a runner may ignore them): rows
+    # [0, steady_rows) are the running list, each a plain decode but the rows listed in special_rows (ascending).
+    special_rows: list[int] | None = None
+    steady_rows: int = 0
 
     @property
     def num_seqs(self) -> int:
@@ -72,7 +85,10 @@ class ScheduledBatch:
     def add(self, seq: Sequence, num_new_tokens: int) -> None:
         self.seqs.append(seq)
         self.num_new_tokens.append(num_new_tokens)
-        context = seq.num_computed_tokens
+        self.count_row(seq.num_computed_tokens, num_new_tokens)
+
+    def count_row(self, context: int, num_new_tokens: int) -> None:
+        """Count a row already in ``seqs``: ``num_new_tokens`` computed after ``context`` cached ones."""
         if num_new_tokens == 1:
             self.num_decode_seqs += 1
             self.decode_context_tokens += context + 1
@@ -89,6 +105,9 @@ class Scheduler:
     # Plain decode tokens skip append_slots when it would do nothing (see _advance_running); False sends every
     # sequence through it, the general path the inlined case must match (tests compare the two).
     inline_plain_decodes = True
+    # A large batch's plain decode rows are not checked one by one at all while engine.core.steady_decodes knows them
+    # to be plain (see _advance_steady); False checks every row every step (tests compare the two).
+    steady_plain_decodes = True
 
     def __init__(self, config: EngineConfig, eos_token_ids: Iterable[int] = ()) -> None:
         if not config.is_resolved:
@@ -104,6 +123,8 @@ class Scheduler:
         self._cut_reason = FinishReason(cut_by)  # what a sequence asking for more than max_seq_len is cut by
         self._now_s = 0.0
         self._last_decode_seqs: list[Sequence] | None = None  # the last step's sequences, if it was decode-only
+        self._steady = SteadyDecodes()
+        self._filing = False  # whether postprocess files its rows in _steady (large batches only)
 
     # ---- requests -------------------------------------------------------------------------------
     def rejection_reason_for(self, n: int) -> str | None:
@@ -160,7 +181,13 @@ class Scheduler:
             seq.error = message
             seq.finish_s = now_s
             self._withdraw(seq, FinishReason.ERROR)
+        self.forget_plain_decodes()  # the others did not get this step's tokens
         return failed
+
+    def forget_plain_decodes(self) -> None:
+        """Sequences moved other than one token per step (a step that was not applied, or many applied at once):
+        the next step checks every row (engine.core.steady_decodes)."""
+        self._steady.forget(self.running)
 
     @property
     def num_unfinished(self) -> int:
@@ -186,11 +213,14 @@ class Scheduler:
         Sequences compare by identity, element by element."""
         return int(seqs == self._last_decode_seqs)
 
-    def ran_decode_batch(self, seqs: list[Sequence]) -> None:
-        """The last step was decode-only over ``seqs`` (a run of steps applied at once, engine.core.quiet_window)."""
+    def ran_decode_batch(self, seqs: list[Sequence], num_steps: int) -> None:
+        """The last ``num_steps`` steps were decode-only, the last of them over ``seqs`` (a run of steps applied at
+        once, engine.core.quiet_window)."""
         self._last_decode_seqs = seqs
+        self._steady.skipped(num_steps, self.block_manager.block_size, self.block_manager.enable_prefix_caching)
 
     def _preempt(self, seq: Sequence) -> None:
+        self._steady.left(seq)
         self.block_manager.free(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_computed_tokens = 0
@@ -215,6 +245,7 @@ class Scheduler:
             seq.first_scheduled_s = self._now_s
             seq.num_cached_tokens = num_cached
         self.running.append(seq)
+        self._steady.admitted(seq)
         return num_new
 
     def _reserve_or_preempt(self, seq: Sequence, num_new: int, batch: ScheduledBatch) -> bool:
@@ -231,6 +262,17 @@ class Scheduler:
     def _advance_running(self, batch: ScheduledBatch, budget: int) -> int:
         """Give running sequences their next tokens (a decode token, or the next prompt chunk), oldest
         first, preempting the newest under KV pressure; returns the budget left."""
+        if self.steady_plain_decodes and len(self.running) >= _MIN_STEADY_ROWS:
+            left = self._advance_steady(batch, budget)
+            if left is not None:
+                return left
+            # Row by row, this step may stop short of some sequences or preempt others: whatever was known of which
+            # rows are plain is re-learnt from the rows as postprocess sees them.
+            self._steady.forget(self.running)
+            self._filing = True
+        elif self._filing:  # a small batch: not worth knowing, and what was known goes stale
+            self._steady.forget(self.running)
+            self._filing = False
         running = self.running
         block_manager = self.block_manager
         block_size = block_manager.block_size
@@ -274,6 +316,56 @@ class Scheduler:
             batch.count_decode_rows(num_plain, plain_context, longest)
         return budget
 
+    def _advance_steady(self, batch: ScheduledBatch, budget: int) -> int | None:
+        """``_advance_running`` for a large batch whose rows are known plain (engine.core.steady_decodes) but for a
+        few: the batch is the running list copied, and only those few rows are looked at, in order, as the per-row
+        loop would. None (nothing changed) unless every row gets all its tokens and every block it needs is free:
+        then the per-row loop would neither stop short nor preempt, and the two give the same batch and blocks."""
+        running = self.running
+        steady = self._steady
+        if not steady.consistent_with(running):
+            return None
+        specials = steady.due()
+        specials.extend(steady.unsteady)
+        if len(specials) > _MAX_SPECIAL_ROWS:
+            return None
+        block_manager = self.block_manager
+        block_size = block_manager.block_size
+        num_rows = len(running)
+        num_tokens = num_rows - len(specials)
+        num_blocks = 0
+        for seq in specials:
+            num_new = len(seq.token_ids) - seq.num_computed_tokens
+            if num_new < 1:
+                return None
+            num_tokens += num_new
+            num_blocks += max(0, -(-(seq.num_computed_tokens + num_new) // block_size) - len(seq.block_table))
+        if num_tokens > budget or num_blocks > block_manager.num_free_blocks:
+            return None
+        steady.take_due()
+        positions = sorted(map(running.index, specials))  # by identity: Sequence defines no equality
+        computed = list(map(_COMPUTED, running))
+        new_tokens = [1] * num_rows
+        num_decode = num_rows
+        for position in positions:  # in running order, as the per-row loop allocates
+            seq = running[position]
+            num_new = len(seq.token_ids) - computed[position]
+            if not block_manager.append_slots(seq, num_new):
+                raise RuntimeError("a large-batch step ran out of blocks it had counted as free")
+            new_tokens[position] = num_new
+            if num_new != 1:
+                batch.count_row(computed[position], num_new)  # a prompt chunk
+                num_decode -= 1
+                computed[position] = -1  # out of the decode rows' sums below
+        batch.seqs = running[:]
+        batch.num_new_tokens = new_tokens
+        if num_decode:
+            num_prefill = num_rows - num_decode
+            batch.count_decode_rows(num_decode, sum(computed) + num_prefill + num_decode, max(computed) + 1)
+        batch.special_rows = positions
+        batch.steady_rows = num_rows
+        return budget - num_tokens
+
     def _admit_waiting(self, batch: ScheduledBatch, budget: int, chunked: bool) -> None:
         """Start waiting requests in arrival order while they fit (FCFS: the first that does not fit stops it)."""
         waiting = self.waiting
@@ -302,34 +394,71 @@ class Scheduler:
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
+        self._steady.left(seq)
         self.block_manager.free(seq)
 
     def postprocess(self, batch: ScheduledBatch, token_ids: list[int], now_s: float) -> list[Sequence]:
         """Record the step's results: ``token_ids[i]`` is the token sampled for ``batch.seqs[i]``
         (ignored for prompt chunks that do not reach the end). Returns the sequences that finished."""
         finished: list[Sequence] = []
-        eos = self.eos_token_ids
-        for seq, num_new, token_id in zip(batch.seqs, batch.num_new_tokens, token_ids):
-            computed = seq.num_computed_tokens = seq.num_computed_tokens + num_new
-            tokens = seq.token_ids
-            if computed < len(tokens):
-                continue  # a prompt chunk: nothing sampled yet
-            tokens.append(token_id)
-            seq.token_times_s.append(now_s)
-            if seq.first_token_s is None:
-                seq.first_token_s = now_s
-            params = seq.sampling_params
-            if (not params.ignore_eos and token_id in eos) or token_id in params.stop_token_ids:
-                self._finish(seq, FinishReason.STOP)
-                finished.append(seq)
-            elif len(tokens) >= seq.max_num_tokens:
-                self._finish(seq, seq.length_reason)
-                finished.append(seq)
+        if batch.special_rows is None:
+            for seq, num_new, token_id in zip(batch.seqs, batch.num_new_tokens, token_ids):
+                self._postprocess_row(seq, num_new, token_id, now_s, finished)
+        else:
+            self._postprocess_steady(batch, token_ids, now_s, finished)
         if finished:
             self.drop_finished()
         for seq in finished:
             seq.finish_s = now_s
         return finished
+
+    def _postprocess_row(self, seq: Sequence, num_new: int, token_id: int, now_s: float,
+                         finished: list[Sequence]) -> None:
+        """One row's results; a sequence it finishes is appended to ``finished``, one it does not is filed as a
+        plain decode or not (engine.core.steady_decodes)."""
+        computed = seq.num_computed_tokens = seq.num_computed_tokens + num_new
+        tokens = seq.token_ids
+        if computed < len(tokens):  # a prompt chunk: nothing sampled yet
+            if self._filing:
+                self._steady.file(seq, self.block_manager.block_size, self.block_manager.enable_prefix_caching)
+            return
+        tokens.append(token_id)
+        seq.token_times_s.append(now_s)
+        if seq.first_token_s is None:
+            seq.first_token_s = now_s
+        params = seq.sampling_params
+        if (not params.ignore_eos and token_id in self.eos_token_ids) or token_id in params.stop_token_ids:
+            self._finish(seq, FinishReason.STOP)
+            finished.append(seq)
+        elif len(tokens) >= seq.max_num_tokens:
+            self._finish(seq, seq.length_reason)
+            finished.append(seq)
+        elif self._filing:
+            self._steady.file(seq, self.block_manager.block_size, self.block_manager.enable_prefix_caching)
+
+    def _postprocess_steady(self, batch: ScheduledBatch, token_ids: list[int], now_s: float,
+                            finished: list[Sequence]) -> None:
+        """Postprocess of a batch from ``_advance_steady``: its plain rows (neither due, nor sampling an eos token)
+        only get their token, as ``_postprocess_row`` would give it them (no finish, no block, first token long
+        since); the special rows, the rows admitted after them and the eos rows go through ``_postprocess_row``."""
+        seqs, new_tokens = batch.seqs, batch.num_new_tokens
+        num_rows = len(seqs)
+        self._steady.advance += 1  # every steady sequence gets its token now
+        rows = batch.special_rows
+        if batch.steady_rows < num_rows:
+            rows = rows + list(range(batch.steady_rows, num_rows))
+        eos = self.eos_token_ids.intersection(token_ids)
+        if eos:  # which rows stop is _postprocess_row's to say (ignore_eos)
+            rows = sorted({*rows, *(i for i, token_id in enumerate(token_ids) if token_id in eos)})
+        start = 0
+        for row in (*rows, num_rows):
+            for seq, token_id in zip(seqs[start:row], token_ids[start:row]):
+                seq.num_computed_tokens += 1
+                seq.token_ids.append(token_id)
+                seq.token_times_s.append(now_s)
+            if row < num_rows:
+                self._postprocess_row(seqs[row], new_tokens[row], token_ids[row], now_s, finished)
+            start = row + 1
 
     def finish_at_length(self, seq: Sequence, now_s: float) -> None:
         """``seq`` sampled its last allowed token in the step that ended at ``now_s``: finished as postprocess

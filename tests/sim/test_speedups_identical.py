@@ -89,8 +89,12 @@ def test_large_batches_schedule_as_the_general_path_does(options, monkeypatch):
     trace = load_trace(SHAREGPT).head(600).with_qps(40.0)  # near capacity: batches of a hundred and more
     config = SimConfig(**options)
     fast = simulate(trace, config)
+    monkeypatch.setattr(Scheduler, "steady_plain_decodes", False)  # every row looked at, every step
+    inlined = simulate(trace, config)
     monkeypatch.setattr(Scheduler, "inline_plain_decodes", False)  # the real loop, every sequence via append_slots
     general = simulate(trace, config)
+    assert fast.requests_table().equals(inlined.requests_table())
+    assert fast.steps_table().equals(inlined.steps_table())
     assert fast.requests_table().equals(general.requests_table())
     assert fast.steps_table().equals(general.steps_table())
     if "num_gpu_blocks" in options:  # a small cache: the general path's preemptions were met

@@ -1,0 +1,157 @@
+"""The scheduler's large-batch path (engine.core.steady_decodes) schedules exactly what the per-row loop does.
+
+Two schedulers, one with the path and one checking every row, run the same requests in lockstep: each step
+their batches, blocks and finishes must be equal. Tokens are drawn per (request, position), so both sample the
+same ones; some are eos, some requests have stop tokens or ignore eos, arrivals come mid-run, the cache may be
+small enough to preempt, and runs of quiet steps may be applied at once (as the simulator does)."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.core.config import EngineConfig
+from engine.core.quiet_window import QuietRun, plan_quiet_window
+from engine.core.sampling_params import SamplingParams
+from engine.core.scheduler import Scheduler
+from engine.core.sequence import Sequence
+from engine.core.steady_decodes import SteadyDecodes
+
+EOS = 7
+BATCH_FIELDS = ("num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
+                "decode_context_tokens", "max_decode_context_tokens", "prefill_attention_pairs", "continues_batch")
+
+
+class Lockstep:
+    def __init__(self, config: EngineConfig, steady: bool) -> None:
+        self.scheduler = Scheduler(config, eos_token_ids=[EOS])
+        self.scheduler.steady_plain_decodes = steady
+        self.now_s = 0.0
+
+
+def _request(i: int, rng: random.Random) -> tuple[list[int], SamplingParams]:
+    prompt = [rng.randrange(8, 50) for _ in range(rng.randrange(1, 90))]
+    if rng.random() < 0.3:  # a shared prefix, for prefix-cache hits
+        prompt = list(range(100, 140)) + prompt
+    stop = (rng.randrange(8, 50),) if rng.random() < 0.1 else ()
+    params = SamplingParams(max_tokens=rng.randrange(1, 120), ignore_eos=rng.random() < 0.2, stop_token_ids=stop)
+    return prompt, params
+
+
+def _token(seq: Sequence, eos_rate: float) -> int:
+    """The token a request samples at its current length: the same in both schedulers."""
+    rng = random.Random(seq.seq_id * 1_000_003 + len(seq.token_ids))
+    return EOS if rng.random() < eos_rate else rng.randrange(8, 50)
+
+
+def _same_batch(a, b) -> None:
+    assert [s.seq_id for s in a.seqs] == [s.seq_id for s in b.seqs]
+    assert a.num_new_tokens == b.num_new_tokens
+    assert [s.seq_id for s in a.preempted] == [s.seq_id for s in b.preempted]
+    for name in BATCH_FIELDS:
+        assert getattr(a, name) == getattr(b, name), name
+
+
+def _same_state(a: Scheduler, b: Scheduler) -> None:
+    assert [s.seq_id for s in a.running] == [s.seq_id for s in b.running]
+    assert [s.seq_id for s in a.waiting] == [s.seq_id for s in b.waiting]
+    for x, y in zip(a.running, b.running):
+        assert (x.block_table, x.num_computed_tokens, list(x.token_ids), x.num_registered_blocks) == \
+               (y.block_table, y.num_computed_tokens, list(y.token_ids), y.num_registered_blocks)
+    assert a.block_manager.num_free_blocks == b.block_manager.num_free_blocks
+    assert a.block_manager._cached == b.block_manager._cached
+
+
+class _Engine:
+    """What plan_quiet_window and QuietRun need of an engine."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.runner = self
+        self.step_log = self
+
+    def release(self, seqs) -> None:
+        pass
+
+    def extend_quiet(self, *args) -> None:
+        pass
+
+
+def _quiet_run(scheduler: Scheduler, token: int, num_steps: int):
+    """Apply up to ``num_steps`` quiet decode steps at once, as the simulator's fast-forward does (or None)."""
+    engine = _Engine(scheduler)
+
+    def step_ends(batch, start_s, max_steps, horizon_s, cross):
+        import numpy as np
+        return np.arange(1, min(max_steps, num_steps) + 1, dtype=np.float64) + start_s
+
+    planned = plan_quiet_window(engine, token, step_ends, 0.0, float("inf"), max_steps=num_steps)
+    if planned is None:
+        return None
+    window, starts, ends = planned
+    run = QuietRun(engine, token, window, starts, ends)
+    return [s.seq_id for s in run.finish()]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), block_size=st.sampled_from([16, 32]), num_blocks=st.sampled_from([60, 200, 500]),
+       caching=st.booleans(), policy=st.sampled_from(["mixed", "nano"]), eos_rate=st.sampled_from([0.0, 0.02]),
+       budget=st.sampled_from([64, 512]), windows=st.booleans())
+def test_the_large_batch_path_schedules_as_the_per_row_loop(seed, block_size, num_blocks, caching, policy, eos_rate,
+                                                            budget, windows):
+    config = EngineConfig(block_size=block_size, enable_prefix_caching=caching, policy=policy, max_num_seqs=96,
+                          max_num_batched_tokens=budget).resolved(num_gpu_blocks=num_blocks, max_model_len=512)
+    fast, slow = Lockstep(config, True), Lockstep(config, False)
+    rng = random.Random(seed)
+    requests = [_request(i, rng) for i in range(140)]
+    arrivals = sorted(rng.randrange(0, 120) for _ in requests)  # ~70 running at once
+    next_request = 0
+    steady_steps = 0
+    for step in range(700):
+        while next_request < len(requests) and arrivals[next_request] <= step:
+            prompt, params = requests[next_request]
+            for side in (fast, slow):
+                side.scheduler.add(Sequence(next_request, prompt, params))
+            next_request += 1
+        if windows and step % 23 == 22:
+            # Both apply the same quiet window (or neither can): the fast side must then know its rows afresh.
+            assert _quiet_run(fast.scheduler, 9, 25) == _quiet_run(slow.scheduler, 9, 25)
+            _same_state(fast.scheduler, slow.scheduler)
+        a, b = fast.scheduler.schedule(float(step)), slow.scheduler.schedule(float(step))
+        _same_batch(a, b)
+        steady_steps += a.special_rows is not None
+        if not a.seqs:
+            if next_request == len(requests) and not fast.scheduler.has_unfinished():
+                break
+            continue
+        tokens = [_token(seq, eos_rate) for seq in a.seqs]
+        assert tokens == [_token(seq, eos_rate) for seq in b.seqs]
+        done_a = fast.scheduler.postprocess(a, tokens, float(step) + 0.5)
+        done_b = slow.scheduler.postprocess(b, tokens, float(step) + 0.5)
+        assert [s.seq_id for s in done_a] == [s.seq_id for s in done_b]
+        assert [(s.finish_reason, list(s.token_ids), list(s.token_times_s)) for s in done_a] == \
+               [(s.finish_reason, list(s.token_ids), list(s.token_times_s)) for s in done_b]
+        _same_state(fast.scheduler, slow.scheduler)
+    if num_blocks == 500 and budget == 512 and policy == "mixed":
+        assert steady_steps > 0  # the path was taken
+
+
+def test_a_plain_decode_is_filed_under_its_next_block_boundary():
+    config = EngineConfig(block_size=16).resolved(num_gpu_blocks=100, max_model_len=512)
+    scheduler = Scheduler(config, eos_token_ids=[EOS])
+    seq = Sequence(1, list(range(8, 28)), SamplingParams(max_tokens=100))  # 20 prompt tokens
+    scheduler.add(seq)
+    batch = scheduler.schedule()
+    scheduler.postprocess(batch, [9], 0.0)  # 20 computed, 21 tokens: blocks for 20 (2), 1 registered
+    steady = SteadyDecodes()
+    steady.file(seq, 16, True)
+    # Computing token 21..31 needs nothing; the step computing token index 31 fills block 2 (registers it): 11 on.
+    assert steady.steady[seq] == 11
+    steady = SteadyDecodes()
+    steady.file(seq, 16, False)  # no registrations: the step whose token opens block 3 (index 32): 12 on
+    assert steady.steady[seq] == 12
+    seq.max_num_tokens = 25  # it samples its last token when it holds 24: 3 steps on
+    steady.file(seq, 16, False)
+    assert steady.steady[seq] == 3

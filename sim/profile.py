@@ -25,7 +25,7 @@ from pathlib import Path
 
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.sampling_params import SamplingParams
-from engine.core.sequence import Sequence, SequenceStatus
+from engine.core.sequence import Sequence
 from sim.batch_features import batch_features
 from sim.hardware import host_info
 
@@ -89,9 +89,8 @@ class StateInjector:
         if not scheduler.block_manager.allocate(seq, [], num_cached + num_new):
             raise RuntimeError(f"grid point does not fit the KV cache ({num_cached + num_new} tokens)")
         seq.num_computed_tokens = num_cached
-        seq.status = SequenceStatus.RUNNING
         seq.first_scheduled_s = 0.0
-        scheduler.running.append(seq)
+        scheduler.add_running(seq)
         return seq
 
     def clear(self) -> None:

@@ -160,6 +160,13 @@ class Scheduler:
         self.waiting.append(seq)
         return True
 
+    def add_running(self, seq: Sequence) -> None:
+        """Put ``seq``, whose blocks the caller allocated, straight into the running batch (sim.profile builds its
+        grid's batches so); the running list is otherwise the scheduler's own."""
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        self._steady.admitted(seq)
+
     def reject(self, seq: Sequence, reason: str) -> None:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = FinishReason.REJECTED
@@ -342,8 +349,11 @@ class Scheduler:
             num_blocks += max(0, -(-(seq.num_computed_tokens + num_new) // block_size) - len(seq.block_table))
         if num_tokens > budget or num_blocks > block_manager.num_free_blocks:
             return None
+        try:
+            positions = sorted(map(running.index, specials))  # by identity: Sequence defines no equality
+        except ValueError:  # one is not running: the bookkeeping is off (running edited directly); row by row
+            return None
         steady.take_due()
-        positions = sorted(map(running.index, specials))  # by identity: Sequence defines no equality
         computed = list(map(_COMPUTED, running))
         new_tokens = [1] * num_rows
         num_decode = num_rows

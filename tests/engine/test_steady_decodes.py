@@ -155,3 +155,32 @@ def test_a_plain_decode_is_filed_under_its_next_block_boundary():
     seq.max_num_tokens = 25  # it samples its last token when it holds 24: 3 steps on
     steady.file(seq, 16, False)
     assert steady.steady[seq] == 3
+
+
+def test_sequences_put_straight_into_the_running_batch_are_scheduled_as_row_by_row():
+    """sim.profile builds its grid's batches with Scheduler.add_running: mid-run, beside filed sequences."""
+    config = EngineConfig(block_size=16).resolved(num_gpu_blocks=2000, max_model_len=512)
+    sides = [Scheduler(config, eos_token_ids=[EOS]) for _ in range(2)]
+    sides[1].steady_plain_decodes = False
+
+    def put(scheduler: Scheduler, seq_id: int, num_cached: int) -> None:
+        seq = Sequence(seq_id, [8 + (seq_id + i) % 40 for i in range(num_cached + 5)], SamplingParams(max_tokens=300))
+        assert scheduler.block_manager.allocate(seq, [], num_cached + 5)
+        seq.num_computed_tokens = num_cached
+        scheduler.add_running(seq)
+
+    for scheduler in sides:
+        for i in range(40):
+            put(scheduler, i, 20 + i)
+    for step in range(60):
+        if step == 30:  # more, straight in, while the first forty are filed
+            for scheduler in sides:
+                for i in range(40, 45):
+                    put(scheduler, i, 3 * i)
+        a, b = (s.schedule(float(step)) for s in sides)
+        _same_batch(a, b)
+        tokens = [_token(seq, 0.0) for seq in a.seqs]
+        for scheduler, batch in zip(sides, (a, b)):
+            scheduler.postprocess(batch, tokens, float(step))
+        _same_state(*sides)
+    assert a.special_rows is not None  # the large-batch path ran

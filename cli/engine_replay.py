@@ -82,6 +82,8 @@ def replay(llm, trace, args) -> tuple[list, object]:
                 rows.append(request_row(seq))
             next_index += 1
         if not engine.has_unfinished_requests():
+            if next_index == num_requests:  # the last requests were rejected: nothing left to run or wait for
+                break
             clock.sleep_until(arrivals[next_index])
             continue
         _, finished = engine.step()

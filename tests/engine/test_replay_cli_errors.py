@@ -65,3 +65,18 @@ def test_engine_replay_options_beyond_memory_are_one_line(trace, tmp_path, capsy
     assert line.startswith("error: qwen3-0.6b does not fit in memory with these options ([enforce fail")
     assert line.endswith("lower --num-gpu-blocks, --max-num-batched-tokens or --gpu-memory-utilization")
     assert not out.exists() and list(tmp_path.iterdir()) == [trace]
+
+
+def test_engine_replay_ends_when_the_last_requests_are_rejected(tiny_qwen3, tmp_path):
+    """Every request longer than --max-model-len: the loop slept until arrivals[len], an IndexError traceback."""
+    pytest.importorskip("torch")
+    model_dir, _ = tiny_qwen3
+    trace = tmp_path / "long.parquet"
+    pl.DataFrame({"request_id": [0, 1, 2], "arrival_s": [0.0, 0.01, 0.02], "prompt_tokens": [3, 40, 50],
+                  "output_tokens": [1, 1, 1]}).write_parquet(trace)
+    out = tmp_path / "out"
+    argv = [str(trace), "--model", model_dir, "--device", "cpu", "--max-model-len", "32", "--block-size", "16",
+            "--warmup-requests", "0", "--no-report", "--quiet", "--out", str(out)]
+    assert replay_main(argv) == 0
+    reasons = pl.read_parquet(out / "requests.parquet").sort("request_id")["finish_reason"].to_list()
+    assert reasons == ["length", "rejected", "rejected"]

@@ -65,6 +65,10 @@ def _check_args(args: argparse.Namespace) -> None:
     url = urlparse(args.url)
     if url.scheme not in ("http", "https") or not url.netloc:
         raise ValueError(f"URL {args.url!r}: expected http://HOST:PORT or https://HOST:PORT")
+    try:
+        url.port  # noqa: B018  urlparse checks the port only when asked: 99999 reached aiohttp as an invalid URL
+    except ValueError:
+        raise ValueError(f"URL {args.url!r}: the port must be a number from 0 to 65535") from None
     if args.max_concurrency is not None and args.max_concurrency < 1:
         raise ValueError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
     if not (math.isfinite(args.request_timeout_s) and args.request_timeout_s > 0):

@@ -232,7 +232,9 @@ async def first_model(base_url: str, timeout_s: float = 30.0) -> str:
                 if response.status != 200:
                     raise ValueError(f"{url}: {_error_message(response.status, await response.read())}")
                 listing = await response.json(content_type=None)
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+    except asyncio.TimeoutError:  # its message is empty: say what timed out
+        raise ValueError(f"{url}: cannot reach the server (no answer within {timeout_s:g} s)") from None
+    except (aiohttp.ClientError, OSError) as exc:
         raise ValueError(f"{url}: cannot reach the server ({type(exc).__name__}: {exc})") from None
     except json.JSONDecodeError:
         raise ValueError(f"{url}: the answer is not JSON") from None

@@ -182,6 +182,7 @@ def _free_port() -> int:
     (["{url}", "{trace}", "--qps", "0"], "--qps must be > 0"),
     (["{url}", "{trace}", "--model", "no-such-model"], "cannot tell the vocabulary of model 'no-such-model'"),
     (["{dead}", "{trace}"], "/v1/models: cannot reach the server"),
+    (["http://127.0.0.1:99999", "{trace}"], "the port must be a number from 0 to 65535"),  # was aiohttp's InvalidUrl
     (["{url}", "{trace}", "--out", "{trace}"], "is or holds the input"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected) -> None:
@@ -197,6 +198,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected) -> None:
     assert proc.returncode == 2, proc.stderr
     assert expected in _error_line(proc.stderr)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_server_that_never_answers_is_named_with_the_timeout() -> None:
+    """A port that accepts but never answers ended in 'cannot reach the server (TimeoutError: )'."""
+    import asyncio
+
+    from traces.http_bench import first_model
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        with pytest.raises(ValueError, match=r"/v1/models: cannot reach the server \(no answer within 0.3 s\)"):
+            asyncio.run(first_model(url, timeout_s=0.3))
 
 
 def test_ctrl_c_stops_promptly_and_writes_nothing(tmp_path) -> None:

@@ -33,9 +33,9 @@ def _gpu_runs(results: Path, name: str) -> list[str]:
     """The folders of ``results`` holding a GPU summary of planned run ``name``: the run, then its repeats
     (``<name>-b``, ...; not the ``-vs-`` folders that compare two of them)."""
     runs = [name] if (results / name / "real_summary.json").is_file() else []
+    # Any RUN_TAG, as compare_all reads them (no planned name extends another with a "-").
     repeats = sorted(p.name for p in results.glob(f"{name}-*")
-                     if "-vs-" not in p.name and (p / "real_summary.json").is_file()
-                     and p.name[len(name) + 1:].isalpha())  # a tag, not another planned run (b-azure-p70 vs -p95)
+                     if "-vs-" not in p.name and (p / "real_summary.json").is_file())
     return runs + repeats
 
 

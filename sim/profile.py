@@ -71,6 +71,18 @@ def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens
     return points
 
 
+def blocks_needed(point: GridPoint, block_size: int) -> int:
+    """The KV blocks a grid point's sequences hold at once, each a whole number of blocks (what StateInjector.add
+    allocates, with room for the tokens the timed steps add)."""
+    def blocks(tokens: int) -> int:
+        return -(-tokens // block_size)
+
+    bs, ctx = point.decode
+    num_long, long_ctx = point.long_decode
+    return (bs * blocks(ctx + 16) + num_long * blocks(long_ctx + 16)
+            + sum(blocks(c + q + 2) for c, q in point.prefill))
+
+
 class StateInjector:
     """Puts sequences straight into the scheduler's running list with their KV blocks allocated."""
 
@@ -152,11 +164,14 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     from engine.core.model_config import ModelShape, resolve_model_dir
     from engine.options import EngineOptions
     from sim.files import check_output_path
+    from sim.hardware import GPUS
 
     if not 1 <= args.repeats <= MAX_REPEATS:
         parser.exit(2, f"error: --repeats must be an integer from 1 to {MAX_REPEATS:,}, got {args.repeats}\n")
     if not args.gpu.strip():
         parser.exit(2, "error: --gpu is empty; expected the GPU's name (e.g. h200), matched by sim.replay --gpu\n")
+    if args.gpu.lower() not in GPUS:  # sim.replay --gpu accepts only these: a profile under another name is never used
+        parser.exit(2, f"error: --gpu {args.gpu}: unknown GPU; sim.replay --gpu knows {', '.join(GPUS)}\n")
     problem = check_output_path(Path(args.out), "--out", [])
     if problem:
         parser.exit(2, f"error: {problem}\n")
@@ -172,6 +187,11 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         field = getattr(exc, "field", None)
         flag = f"--{field.replace('_', '-')}: " if field in names else ""
         parser.exit(2, f"error: {flag}{exc}\n")
+    import torch
+
+    if args.device != "cpu" and not torch.cuda.is_available():  # auto would measure the CPU for minutes, then fail
+        parser.exit(2, f"error: --device {args.device}: sim.profile measures GPU step times and torch sees no CUDA "
+                       "device; run it on the GPU (--device cpu measures the CPU, for tests only)\n")
 
 
 @exit_130_on_interrupt()
@@ -206,6 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     max_kv_tokens = engine.config.kv_capacity_tokens // 2
     grid = build_grid(args.max_num_seqs, args.max_num_batched_tokens, engine.config.max_model_len, max_kv_tokens,
                       args.quick)
+    block_size, num_blocks = engine.config.block_size, engine.config.num_gpu_blocks
+    fitting = [point for point in grid if blocks_needed(point, block_size) <= num_blocks]
+    if len(fitting) < len(grid):  # each sequence holds whole blocks: a small cache holds fewer than its tokens
+        print(f"  {len(grid) - len(fitting)} of {len(grid)} grid points need more than the KV cache's {num_blocks} "
+              f"blocks of {block_size} tokens; measuring the other {len(fitting)}", file=sys.stderr)
+    if not fitting:
+        llm.close()
+        parser.exit(2, f"error: no grid point fits the KV cache ({num_blocks} blocks of {block_size} tokens); "
+                       "lower --block-size or --max-num-seqs, or measure on a GPU with more memory\n")
+    grid = fitting
     injector = StateInjector(engine, llm.shape.vocab_size)
     points = []
     for i, point in enumerate(grid):

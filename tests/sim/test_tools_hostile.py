@@ -207,6 +207,7 @@ def test_host_speed_refuses_a_simulated_run(tmp_path, capsys):
     (["--block-size", "3"], "--block-size"),
     (["--model", "no-such-model"], "--model no-such-model"),
     (["--gpu", ""], "--gpu"),
+    (["--gpu", "h300"], "--gpu h300: unknown GPU; sim.replay --gpu knows h200, h100, a100-80g, l40s"),  # never matched
 ])
 def test_profile_refuses_bad_options_before_loading(tmp_path, capsys, args, pattern):
     line = cli_error(profile_main, ["--device", "cpu", "--out", str(tmp_path / "p.json"), *args], capsys)
@@ -318,3 +319,37 @@ def test_benchmark_and_validation_scripts_refuse_bad_arguments(tmp_path, argv, m
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert lines and lines[-1].startswith("error: ") and message.replace("{tmp}", str(tmp_path)) in lines[-1], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
+
+
+def test_profile_without_cuda_is_one_line_unless_asked_for_the_cpu(tmp_path, capsys):
+    """--device auto on a machine without CUDA measured the CPU for minutes, then ended in a traceback."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    for device in ("auto", "cuda"):
+        line = cli_error(profile_main, ["--device", device, "--out", str(tmp_path / "p.json")], capsys)
+        assert line.startswith(f"error: --device {device}: sim.profile measures GPU step times")
+        assert "--device cpu" in line
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_profile_measures_only_the_grid_points_its_kv_blocks_hold(tmp_path, capsys, monkeypatch):
+    """Each sequence holds whole blocks: a cache of few large blocks held fewer sequences than its token count said,
+    and the first such grid point ended the run in 'RuntimeError: grid point does not fit the KV cache'."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from engine.gpu.model_runner import ModelRunner
+
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=20000, tie_word_embeddings=True,
+    )
+    transformers.Qwen3ForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    monkeypatch.setattr(ModelRunner, "_size_kv_cache", lambda self: 40)  # 40 blocks of 256 tokens, as a small CPU cache
+    out = tmp_path / "profile.json"
+    assert profile_main(["--model", str(tmp_path / "model"), "--device", "cpu", "--quick", "--repeats", "1",
+                         "--max-model-len", "20000", "--max-num-seqs", "64", "--max-num-batched-tokens", "2048",
+                         "--out", str(out)]) == 0
+    assert "grid points need more than the KV cache's 40 blocks of 256 tokens" in capsys.readouterr().err
+    assert json.loads(out.read_text())["points"]

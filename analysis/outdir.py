@@ -9,6 +9,7 @@ unwritable --out fails at once rather than after a long simulation.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import time
@@ -98,9 +99,20 @@ def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out",
     try:
         yield stage
         old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        if target.exists():
+        if overwrite and target.exists():
             target.rename(old)
-        stage.rename(target)
+        try:
+            # One rename, which fails on a non-empty folder: a run that wrote the target meanwhile (two commands
+            # given one --out) is never replaced without --overwrite, nor mixed with this one.
+            stage.rename(target)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise
+            if old.exists() and not target.exists():  # the earlier run --overwrite was to replace: back in place
+                old.rename(target)
+            shutil.rmtree(old, ignore_errors=True)
+            raise OutDirError(f"{option} {target} was written by another command while this one ran; nothing of "
+                              f"this run was kept (give each run its own {option})") from None
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

@@ -1,0 +1,41 @@
+"""Two commands given one --out: the folder is one whole run, and the one that finds it written refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.outdir import OutDirError, staged_out_dir
+
+
+def test_a_run_written_meanwhile_is_neither_replaced_nor_mixed(tmp_path):
+    """Both passed the check at start; the second to finish silently replaced the first without --overwrite."""
+    target = tmp_path / "run"
+    with pytest.raises(OutDirError, match=r"was written by another command while this one ran; nothing of this run"):
+        with staged_out_dir(target, overwrite=False) as stage:
+            (stage / "summary.json").write_text("mine")
+            target.mkdir()  # the other command finishes first
+            (target / "summary.json").write_text("theirs")
+    assert (target / "summary.json").read_text() == "theirs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging folder left
+
+
+def test_a_file_put_there_meanwhile_is_kept(tmp_path):
+    target = tmp_path / "run"
+    with pytest.raises(OutDirError, match="another command"):
+        with staged_out_dir(target, overwrite=False) as stage:
+            (stage / "summary.json").write_text("mine")
+            target.write_text("a file")
+    assert target.read_text() == "a file"
+
+
+@pytest.mark.parametrize("existing", ["absent", "empty", "earlier run"])
+def test_the_usual_cases_still_move_the_run_into_place(tmp_path, existing):
+    target = tmp_path / "run"
+    if existing != "absent":
+        target.mkdir()
+    if existing == "earlier run":
+        (target / "summary.json").write_text("old")
+    with staged_out_dir(target, overwrite=existing == "earlier run") as stage:
+        (stage / "summary.json").write_text("new")
+    assert (target / "summary.json").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         inputs = [Path(args.real_dir), Path(args.sim_dir)]
         check_out_dir(out_dir, overwrite=args.overwrite, inputs=inputs)  # before any work: a bad --out costs nothing
+        if inputs[0].resolve() == inputs[1].resolve():  # every error 0 %: a comparison that says nothing
+            raise CompareInputError(f"REAL_DIR and SIM_DIR are the same run ({args.real_dir}); compare two runs")
         real = load_run(args.real_dir, "real")
         sim = load_run(args.sim_dir, "sim")
         real, sim = name_positional_requests(real, sim)

@@ -240,3 +240,13 @@ def test_a_step_of_negative_duration_is_one_line(tmp_path: Path, capsys: pytest.
     code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and stderr == (f"error: {sim_dir / 'steps.parquet'}: steps table: column 'duration_s' is -0.5 "
                                     "at row 1; expected a duration >= 0 seconds\n")
+
+
+def test_a_run_compared_with_itself_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same folder twice printed a table of 0 % errors, as if the simulator were exact."""
+    real_dir, _ = write_pair(tmp_path)
+    code, _, stderr = run_cli([str(real_dir), str(real_dir / ".." / real_dir.name), "--out", str(tmp_path / "o")],
+                              capsys)
+    assert code == 2
+    assert stderr.strip() == f"error: REAL_DIR and SIM_DIR are the same run ({real_dir}); compare two runs"
+    assert not (tmp_path / "o").exists()

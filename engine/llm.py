@@ -38,6 +38,37 @@ def load_tokenizer(model_dir: Path):
     return AutoTokenizer.from_pretrained(str(model_dir))
 
 
+def host_memory_available() -> int | None:
+    """Bytes of host memory the kernel can still give (MemAvailable), or None where /proc/meminfo is not there."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_host_memory(opts: EngineOptions, shape: ModelShape) -> None:
+    """On the CPU the weights live in host memory: a model larger than what is free was killed by the kernel's
+    out-of-memory killer halfway through the load (exit 137, no message, a staging folder left behind)."""
+    import torch
+
+    from engine.gpu.model_runner import resolve_device, resolve_dtype
+
+    device = resolve_device(opts)
+    if device.type != "cpu":
+        return
+    available = host_memory_available()
+    dtype = resolve_dtype(opts, device)
+    needed = shape.weight_bytes(torch.empty((), dtype=dtype).element_size())
+    if available is not None and needed > available:
+        raise ValueError(f"{opts.model}: its {str(dtype).removeprefix('torch.')} weights need {needed / 2**30:.1f} "
+                         f"GiB of host memory on the CPU and {available / 2**30:.1f} GiB is available; use --dtype "
+                         "bfloat16, a smaller model or a GPU")
+
+
 class LLM:
     """``LLM(model, **options)``; ``model`` is an HF model directory or a shipped config name
     (with load_format="dummy")."""
@@ -57,6 +88,7 @@ class LLM:
                 )
         self.tokenizer = load_tokenizer(model_dir)
         self.max_model_len = opts.max_model_len or self.shape.max_position_embeddings
+        check_host_memory(opts, self.shape)
         if opts.tensor_parallel_size > 1:
             from engine.gpu.distributed import TensorParallelRunner
 

@@ -80,3 +80,16 @@ def test_engine_replay_ends_when_the_last_requests_are_rejected(tiny_qwen3, tmp_
     assert replay_main(argv) == 0
     reasons = pl.read_parquet(out / "requests.parquet").sort("request_id")["finish_reason"].to_list()
     assert reasons == ["length", "rejected", "rejected"]
+
+
+def test_engine_replay_refuses_weights_beyond_host_memory_before_loading(trace, tmp_path, capsys, monkeypatch):
+    """qwen3-8b on a 23 GiB CPU host: the kernel killed the load (exit 137, no message, a .partial folder left)."""
+    pytest.importorskip("torch")
+    import engine.llm
+
+    monkeypatch.setattr(engine.llm, "host_memory_available", lambda: 1 << 30)
+    out = tmp_path / "out"
+    argv = [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--out", str(out)]
+    line = cli_error(replay_main, argv, capsys)
+    assert line.startswith("error: qwen3-0.6b: its float32 weights need ") and "1.0 GiB is available" in line
+    assert not out.exists() and list(tmp_path.iterdir()) == [trace]

@@ -63,6 +63,8 @@ def _bind(host: str, port: int) -> socket.socket:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not args.host.strip():  # bind("") listens on every interface: not what an empty value asks for
+        parser.exit(2, "error: --host is empty; expected an address (127.0.0.1, or 0.0.0.0 for every interface)\n")
     if not 0 <= args.port <= 65535:
         parser.exit(2, f"error: --port must be from 0 to 65535, got {args.port}\n")
     if not 0 <= args.warmup_requests <= MAX_WARMUP_REQUESTS:

@@ -209,7 +209,8 @@ def test_bad_starts_exit_2_with_one_line(model_dir) -> None:
                            capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "cannot listen there" in r.stderr and "Traceback" not in r.stderr
     for args, fragment in ((["--max-num-seqs", "0"], "--max-num-seqs"), (["--port", "70000"], "--port"),
-                           (["--model", "/nonexistent/model"], "/nonexistent/model")):
+                           (["--model", "/nonexistent/model"], "/nonexistent/model"),
+                           (["--host", ""], "--host is empty")):  # bind("") listened on every interface
         r = subprocess.run([sys.executable, "-m", "engine.serve", "--port", "0", *args], capture_output=True,
                            text=True, timeout=120)
         assert r.returncode == 2 and fragment in r.stderr and "Traceback" not in r.stderr, r.stderr

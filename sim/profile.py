@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core.config import cdiv
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
@@ -74,13 +75,10 @@ def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens
 def blocks_needed(point: GridPoint, block_size: int) -> int:
     """The KV blocks a grid point's sequences hold at once, each a whole number of blocks (what StateInjector.add
     allocates, with room for the tokens the timed steps add)."""
-    def blocks(tokens: int) -> int:
-        return -(-tokens // block_size)
-
     bs, ctx = point.decode
     num_long, long_ctx = point.long_decode
-    return (bs * blocks(ctx + 16) + num_long * blocks(long_ctx + 16)
-            + sum(blocks(c + q + 2) for c, q in point.prefill))
+    return (bs * cdiv(ctx + 16, block_size) + num_long * cdiv(long_ctx + 16, block_size)
+            + sum(cdiv(c + q + 2, block_size) for c, q in point.prefill))
 
 
 class StateInjector:

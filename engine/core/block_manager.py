@@ -44,6 +44,18 @@ def prefix_block_hashes(token_ids: list[int] | array, block_size: int) -> list[i
     return hashes
 
 
+def decode_steps_to_new_block(seq: Sequence, block_size: int) -> int:
+    """For a decoding ``seq``: the step (0 = the next one) whose token opens a block, one it must be given; it
+    computes token ``len(block_table) * block_size + 1`` then, and every ``block_size`` steps after."""
+    return max(len(seq.block_table) * block_size - seq.num_computed_tokens, 0)
+
+
+def decode_steps_to_full_block(num_computed_tokens: int, num_registered_blocks: int, block_size: int) -> int:
+    """For a decoding sequence with these counts: the step (0 = the next one) whose token fills the block after its
+    registered ones, which is then offered to the prefix cache; every ``block_size`` steps after."""
+    return (num_registered_blocks + 1) * block_size - 1 - num_computed_tokens
+
+
 class BlockManager:
     """Owns block ids ``0 .. num_blocks-1``. "Can't allocate" is a ``False`` return, never an exception."""
 
@@ -177,11 +189,15 @@ class BlockManager:
             self._register_full_blocks(seq, num_tokens_after // self.block_size)
         return True
 
+    def num_new_blocks(self, seq: Sequence, num_new_tokens: int) -> int:
+        """The blocks ``append_slots(seq, num_new_tokens)`` takes (0 if its table has room)."""
+        return max(-(-(seq.num_computed_tokens + num_new_tokens) // self.block_size) - len(seq.block_table), 0)
+
     def append_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Make room for ``num_new_tokens`` more tokens of a running sequence."""
         num_tokens_after = seq.num_computed_tokens + num_new_tokens
         table = seq.block_table
-        # cdiv, inlined: runs per sequence per step
+        # num_new_blocks, inlined: this runs for every block event of every step
         num_new_blocks = -(-num_tokens_after // self.block_size) - len(table)
         if num_new_blocks > 0:
             if num_new_blocks > self.num_free_blocks:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.core.block_manager import decode_steps_to_full_block, decode_steps_to_new_block
 from engine.core.scheduler import ScheduledBatch
 from engine.core.sequence import Sequence
 
@@ -133,12 +134,6 @@ def _cut_segments(bounds: list[int], batches: list, num_steps: int) -> list[int]
     return bounds
 
 
-def _next_block_step(seq, block_size: int) -> int:
-    """The window step at which a decoding ``seq`` takes its next block: when it computes token table * B + 1
-    (then every block_size steps)."""
-    return max(len(seq.block_table) * block_size - seq.num_computed_tokens, 0)
-
-
 def _steps_with_free_blocks(block_manager, running, lefts: list[int], steps: int) -> int:
     """How many of the next ``steps`` decode steps find a free block at every block boundary they cross (a
     sequence takes blocks up to the step it finishes in; the blocks finishes free are not counted on, so
@@ -146,7 +141,7 @@ def _steps_with_free_blocks(block_manager, running, lefts: list[int], steps: int
     if steps <= 0:
         return 0
     block_size = block_manager.block_size
-    spans = [(_next_block_step(seq, block_size), min(left, steps)) for seq, left in zip(running, lefts)]
+    spans = [(decode_steps_to_new_block(seq, block_size), min(left, steps)) for seq, left in zip(running, lefts)]
     free = block_manager.num_free_blocks
     if sum((last - 1 - first) // block_size + 1 for first, last in spans if first < last) <= free:
         return steps
@@ -194,7 +189,7 @@ class QuietRun:
             last = left if left < steps else steps
             lasts.append(last)
             # (Most windows are shorter than a block: the ranges below are mostly empty, and checked first.)
-            first_block = _next_block_step(seq, block_size)
+            first_block = decode_steps_to_new_block(seq, block_size)
             if first_block < last:
                 events.extend((k, 0, index) for k in range(first_block, last, block_size))
             if caching:
@@ -204,7 +199,7 @@ class QuietRun:
                 if (computed + 1) // block_size > registered:
                     events.append((0, 0, index))
                     registered = (computed + 1) // block_size
-                first_fill = (registered + 1) * block_size - computed - 1
+                first_fill = decode_steps_to_full_block(computed, registered, block_size)
                 if first_fill < last:
                     events.extend((k, 0, index) for k in range(first_fill, last, block_size))
             if left <= steps:

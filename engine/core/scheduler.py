@@ -123,7 +123,7 @@ class Scheduler:
         self._cut_reason = FinishReason(cut_by)  # what a sequence asking for more than max_seq_len is cut by
         self._now_s = 0.0
         self._last_decode_seqs: list[Sequence] | None = None  # the last step's sequences, if it was decode-only
-        self._steady = SteadyDecodes()
+        self._steady = SteadyDecodes(config.block_size, config.enable_prefix_caching)
         self._filing = False  # whether postprocess files its rows in _steady (large batches only)
 
     # ---- requests -------------------------------------------------------------------------------
@@ -224,7 +224,7 @@ class Scheduler:
         """The last ``num_steps`` steps were decode-only, the last of them over ``seqs`` (a run of steps applied at
         once, engine.core.quiet_window)."""
         self._last_decode_seqs = seqs
-        self._steady.skipped(num_steps, self.block_manager.block_size, self.block_manager.enable_prefix_caching)
+        self._steady.skipped(num_steps)
 
     def _preempt(self, seq: Sequence) -> None:
         self._steady.left(seq)
@@ -332,12 +332,11 @@ class Scheduler:
         steady = self._steady
         if not steady.consistent_with(running):
             return None
-        specials = steady.due()
-        specials.extend(steady.unsteady)
+        due = steady.due()
+        specials = [*due, *steady.unsteady]
         if len(specials) > _MAX_SPECIAL_ROWS:
             return None
         block_manager = self.block_manager
-        block_size = block_manager.block_size
         num_rows = len(running)
         num_tokens = num_rows - len(specials)
         num_blocks = 0
@@ -346,14 +345,14 @@ class Scheduler:
             if num_new < 1:
                 return None
             num_tokens += num_new
-            num_blocks += max(0, -(-(seq.num_computed_tokens + num_new) // block_size) - len(seq.block_table))
+            num_blocks += block_manager.num_new_blocks(seq, num_new)
         if num_tokens > budget or num_blocks > block_manager.num_free_blocks:
             return None
         try:
             positions = sorted(map(running.index, specials))  # by identity: Sequence defines no equality
         except ValueError:  # one is not running: the bookkeeping is off (running edited directly); row by row
             return None
-        steady.take_due()
+        steady.take_due(due)
         computed = list(map(_COMPUTED, running))
         new_tokens = [1] * num_rows
         num_decode = num_rows
@@ -430,7 +429,7 @@ class Scheduler:
         tokens = seq.token_ids
         if computed < len(tokens):  # a prompt chunk: nothing sampled yet
             if self._filing:
-                self._steady.file(seq, self.block_manager.block_size, self.block_manager.enable_prefix_caching)
+                self._steady.file(seq)
             return
         tokens.append(token_id)
         seq.token_times_s.append(now_s)
@@ -444,7 +443,7 @@ class Scheduler:
             self._finish(seq, seq.length_reason)
             finished.append(seq)
         elif self._filing:
-            self._steady.file(seq, self.block_manager.block_size, self.block_manager.enable_prefix_caching)
+            self._steady.file(seq)
 
     def _postprocess_steady(self, batch: ScheduledBatch, token_ids: list[int], now_s: float,
                             finished: list[Sequence]) -> None:

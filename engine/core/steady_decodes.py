@@ -20,13 +20,16 @@ takes the general path for every row and files them again.
 
 from __future__ import annotations
 
+from engine.core.block_manager import decode_steps_to_full_block, decode_steps_to_new_block
 from engine.core.sequence import Sequence, SequenceStatus
 
 
 class SteadyDecodes:
-    __slots__ = ("advance", "steady", "unsteady", "_calendar")
+    __slots__ = ("advance", "steady", "unsteady", "_calendar", "_block_size", "_caching")
 
-    def __init__(self) -> None:
+    def __init__(self, block_size: int, caching: bool) -> None:
+        self._block_size = block_size
+        self._caching = caching  # full blocks are offered to the prefix cache: filling one needs the block manager
         self.advance = 0  # the number of the next advance
         self.steady: dict[Sequence, int] = {}  # sequence -> the advance at which it next needs its own row handled
         self.unsteady: set[Sequence] = set()  # running sequences not filed
@@ -47,14 +50,15 @@ class SteadyDecodes:
         advance, steady = self.advance, self.steady
         return [seq for seq in self._calendar.get(advance, ()) if steady.get(seq) == advance]
 
-    def take_due(self) -> None:
-        """The coming advance handles its due rows: their entries go (each is filed again after its row)."""
-        for seq in self._calendar.pop(self.advance, ()):
-            if self.steady.get(seq) == self.advance:
-                del self.steady[seq]
-                self.unsteady.add(seq)
+    def take_due(self, due: list[Sequence]) -> None:
+        """The coming advance handles the rows of ``due`` (what ``due()`` gave): they go unsteady until their row is
+        postprocessed and files them again."""
+        self._calendar.pop(self.advance, None)
+        for seq in due:
+            del self.steady[seq]
+        self.unsteady.update(due)
 
-    def skipped(self, num_steps: int, block_size: int, caching: bool) -> None:
+    def skipped(self, num_steps: int) -> None:
         """``num_steps`` decode steps of every running sequence were applied at once (engine.core.quiet_window),
         with their block events and finishes: each sequence filed under one of those steps is filed afresh."""
         start = self.advance
@@ -64,7 +68,7 @@ class SteadyDecodes:
         for advance in passed:
             for seq in calendar.pop(advance, ()):
                 if steady.get(seq) == advance:
-                    self.file(seq, block_size, caching)
+                    self.file(seq)
 
     def admitted(self, seq: Sequence) -> None:
         self.unsteady.add(seq)
@@ -74,7 +78,7 @@ class SteadyDecodes:
         self.steady.pop(seq, None)
         self.unsteady.discard(seq)
 
-    def file(self, seq: Sequence, block_size: int, caching: bool) -> None:
+    def file(self, seq: Sequence) -> None:
         """After ``seq``'s row was postprocessed: file it under the advance at which it next needs its own row, if
         it is a plain decode until then; otherwise it stays unsteady."""
         if seq.status is not SequenceStatus.RUNNING:  # withdrawn while its step ran: not in the running list
@@ -85,12 +89,16 @@ class SteadyDecodes:
             self.steady.pop(seq, None)
             self.unsteady.add(seq)
             return
-        steps = len(seq.block_table) * block_size - computed  # its token opens a block
-        if caching:
-            steps = min(steps, (seq.num_registered_blocks + 1) * block_size - 1 - computed)  # it fills one
+        block_size = self._block_size
+        steps = decode_steps_to_new_block(seq, block_size)
+        if self._caching:
+            steps = min(steps, decode_steps_to_full_block(computed, seq.num_registered_blocks, block_size))
         steps = min(steps, seq.max_num_tokens - computed - 2)  # it samples its last token
         advance = self.advance + max(steps, 0)
-        if self.steady.get(seq) == advance:  # filed there already (a row handled twice between advances)
+        # Filed there already (its row handled between advances, e.g. an ignored eos): listed once, or the advance
+        # would handle its row twice. A sequence's advances only grow: they mark token positions, which move only
+        # at the advance that handles them.
+        if self.steady.get(seq) == advance:
             return
         self.steady[seq] = advance
         self.unsteady.discard(seq)

@@ -145,15 +145,15 @@ def test_a_plain_decode_is_filed_under_its_next_block_boundary():
     scheduler.add(seq)
     batch = scheduler.schedule()
     scheduler.postprocess(batch, [9], 0.0)  # 20 computed, 21 tokens: blocks for 20 (2), 1 registered
-    steady = SteadyDecodes()
-    steady.file(seq, 16, True)
+    steady = SteadyDecodes(16, True)
+    steady.file(seq)
     # Computing token 21..31 needs nothing; the step computing token index 31 fills block 2 (registers it): 11 on.
     assert steady.steady[seq] == 11
-    steady = SteadyDecodes()
-    steady.file(seq, 16, False)  # no registrations: the step whose token opens block 3 (index 32): 12 on
+    steady = SteadyDecodes(16, False)
+    steady.file(seq)  # no registrations: the step whose token opens block 3 (index 32): 12 on
     assert steady.steady[seq] == 12
     seq.max_num_tokens = 25  # it samples its last token when it holds 24: 3 steps on
-    steady.file(seq, 16, False)
+    steady.file(seq)
     assert steady.steady[seq] == 3
 
 

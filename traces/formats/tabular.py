@@ -39,10 +39,6 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
         if where:
             raise TraceError(f"{path}: {where}") from None
         raise TraceError(f"{path}: not a readable CSV file ({_polars_reason(exc)})") from None
-    repeated = [name for name in frame.columns if "_duplicated_" in name]
-    if repeated:  # polars renames a repeated header name; which of the columns holds the data is unknown
-        first = repeated[0].split("_duplicated_")[0]
-        raise TraceError(f"{path}: the header names column {first!r} more than once; expected each column once")
     frame = _strip_header(path, frame)
     if frame.height and frame[frame.columns[-1]].null_count():  # an empty last field, or a row cut short?
         where = _first_malformed_line(path)
@@ -90,8 +86,10 @@ def _first_malformed_line(path: Path) -> str | None:
 
 def _strip_header(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
     """Column names without surrounding blanks: a file with CR CR LF line ends (CRLF written again on Windows)
-    leaves a carriage return on the last name, which then matched no column."""
-    names = [name.strip() for name in frame.columns]
+    leaves a carriage return on the last name, which then matched no column. A name given twice, as it is or
+    once blanks are stripped, is refused: which of the columns holds the data is unknown (polars renames an exact
+    repeat NAME_duplicated_0)."""
+    names = [name.split("_duplicated_")[0].strip() for name in frame.columns]
     repeated = [name for i, name in enumerate(names) if name in names[:i]]
     if repeated:
         raise TraceError(f"{path}: the header names column {repeated[0]!r} more than once; expected each column once")

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from traces.errors import TraceError, row_error
 from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
-from traces.validation import MAX_HASH_BLOCK_SIZE, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, validate
+from traces.validation import MAX_ARRIVAL_S, MAX_HASH_BLOCK_SIZE, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, validate
 
 __all__ = [
     "HASH_BLOCK_SIZE_KEY",
@@ -72,9 +72,11 @@ class Trace:
         first = arrival.first()
         scaled = self.requests.with_columns(first + (arrival - first) * scale)
         last_s = float(scaled["arrival_s"][-1])
-        if not np.isfinite(last_s):
-            raise ValueError(f"{self.source}: time scale {scale:g} stretches the last arrival beyond any finite "
-                             "time; expected a smaller scale (or a larger qps)")
+        # The bound a loaded trace is held to, not only finiteness: a finite but huge arrival (--qps 1e-300)
+        # replayed the whole trace and then failed writing its run with a traceback (run tables refuse it too).
+        if not last_s <= MAX_ARRIVAL_S:
+            raise ValueError(f"{self.source}: time scale {scale:g} stretches the last arrival to {last_s:g} s; "
+                             f"expected at most {MAX_ARRIVAL_S:g} s (a smaller scale or a larger qps)")
         return self._replace_requests(scaled)
 
     def offline(self) -> Trace:

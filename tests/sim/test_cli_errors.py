@@ -77,6 +77,9 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "qps with time-scale": (None, ["--qps", "2", "--time-scale", "2"], ["--qps", "--time-scale", "not allowed"]),
     "qps on simultaneous arrivals": (None, ["--limit", "1", "--qps", "1"], ["qps", "at once"]),
     "time-scale 0": (None, ["--time-scale", "0"], ["--time-scale", "> 0"]),
+    # Finite but past the trace bound: replayed the whole trace, then a traceback writing requests.parquet.
+    "time-scale 1e300": (None, ["--time-scale", "1e300"], ["sharegpt.parquet", "expected at most 1e\\+12 s"]),
+    "qps 1e-300": (None, ["--qps", "1e-300"], ["sharegpt.parquet", "expected at most 1e\\+12 s", "larger qps"]),
     "limit 0": (None, ["--limit", "0"], ["--limit", ">= 1"]),
     "replicas 0": (None, ["--replicas", "0"], ["--replicas", ">= 1"]),
     "replicas 2**70": (None, ["--replicas", str(2**70)], ["--replicas", "at most 10,000"]),  # hung building them

@@ -272,6 +272,8 @@ class _Response:
         if update.index < 0 or update.error is not None or update.finish_reason == "rejected":
             raise _Failed(update.error or "the request failed")
         choice = self.choices[update.index]
+        if choice.finished:  # ended by a stop string: the steps the engine ran before its abort landed add nothing
+            return ""
         choice.token_ids.extend(update.new_token_ids)
         text = choice.detokenizer.add(update.new_token_ids)
         if choice.detokenizer.stopped and not update.finished:  # a stop string ends this choice here
@@ -382,7 +384,7 @@ class _Response:
             async for update in stream.updates(lambda: engine.is_alive):
                 choice = self.choices[update.index] if update.index >= 0 else None
                 if choice is not None and choice.finished:
-                    continue  # ended by a stop string; the abort's own update adds nothing
+                    continue  # ended by a stop string: no chunk for what the engine ran before the abort landed
                 try:
                     text = self._apply(stream, update)
                 except _Failed as exc:

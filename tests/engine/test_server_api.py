@@ -212,6 +212,19 @@ def test_a_stop_string_ends_the_choice_and_frees_its_blocks(served) -> None:
     assert m["vllm:request_success_total{finished_reason=abort}"] == 1  # not run to the end
 
 
+def test_tokens_after_a_stop_string_are_not_counted(served) -> None:
+    """The engine runs a step or two more before the stop's abort reaches it; the tokens of those steps are not part
+    of the choice (they once appeared in its token_ids and in usage)."""
+    client = served(tokenizer=CharTokenizer(), runner_kwargs={"step_s": 0.02})
+    body = {"prompt": ["a", "m"], "max_tokens": 15, "stop": ["fg"], "return_token_ids": True}
+    r = client.post("/v1/completions", json=body)
+    choices = r.json()["choices"]
+    assert [c["text"] for c in choices] == ["bcde", "nopqrstuvwxyzab"]
+    assert [c["finish_reason"] for c in choices] == ["stop", "length"]
+    assert choices[0]["token_ids"] == [1, 2, 3, 4, 5, 6]  # up to the 'g' that completed the stop string
+    assert r.json()["usage"]["completion_tokens"] == 6 + 15
+
+
 @pytest.mark.parametrize(("body", "param", "fragment"), [
     ({}, None, "prompt"),
     ({"prompt": [1, 2.5]}, "prompt", "a list of token ids"),

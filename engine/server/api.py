@@ -235,6 +235,11 @@ async def _serve(state: ServerState, request: Request, body: _Sampling, prompts:
     if n * len(prompts) > limit:  # could never be queued: a 400, not an overload
         raise bad_request(f"the request asks for {n * len(prompts)} sequences ({len(prompts)} prompts x n={n}); "
                           f"the server queues at most {limit} (--max-waiting-requests)", "n")
+    if max_tokens is None:  # max_tokens becomes the room the prompt leaves: a prompt that fills the context leaves none
+        full = next((i for i, ids in enumerate(prompts) if len(ids) >= state.max_model_len), None)
+        if full is not None:
+            raise bad_request(f"prompt {full} has {len(prompts[full])} tokens, which leaves no room to generate "
+                              f"within max_model_len={state.max_model_len}", "prompt")
     choice_prompts = [ids for ids in prompts for _ in range(n)]
     params = [_sampling_params(state, body, len(ids), max_tokens, i % n) for i, ids in enumerate(choice_prompts)]
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"

@@ -251,6 +251,9 @@ def test_tokens_after_a_stop_string_are_not_counted(served) -> None:
     ({"prompt": [1], "n": 5000}, "n", "queues at most 1000"),
     ({"prompt": [1], "stop_token_ids": [10**20]}, "stop_token_ids", "outside the vocabulary"),
     ({"prompt": list(range(1, 90)) * 3}, "prompt", "more than max_model_len=256"),
+    # max_model_len tokens and no max_tokens: nothing can be generated (the message once spoke of max_tokens 0)
+    ({"prompt": list(range(1, 65)) * 4, "max_tokens": None}, "prompt",
+     "prompt 0 has 256 tokens, which leaves no room to generate within max_model_len=256"),
 ])
 def test_bad_requests_get_400_with_a_message(served, body, param, fragment) -> None:
     client = served()

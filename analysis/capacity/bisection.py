@@ -44,6 +44,9 @@ class SearchParams:
     tolerance: float = 0.05
     max_iterations: int = 20
     candidates_per_round: int = 1
+    # The lowest QPS halving downwards may try (WorkloadParams.min_qps): an unreachable SLO halved on until the
+    # stream's arrivals passed a trace's bound and the sweep ended in a traceback.
+    qps_floor: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("start_qps", "qps_min", "qps_max"):
@@ -186,8 +189,9 @@ class CapacitySearch:
         lo, hi = self._lo, self._hi
         if hi is None:  # everything passed so far: go up
             return [round_sig(lo * 2.0, CANDIDATE_SIGNIFICANT_DIGITS)]
-        if lo is None:  # everything failed so far: go down
-            return [round_sig(hi / 2.0, CANDIDATE_SIGNIFICANT_DIGITS)]
+        if lo is None:  # everything failed so far: go down, not below the floor (then the search ends)
+            lower = round_sig(hi / 2.0, CANDIDATE_SIGNIFICANT_DIGITS)
+            return [lower] if lower >= p.qps_floor else []
         k = min(p.candidates_per_round, budget)
         return [round_sig(lo + (hi - lo) * i / (k + 1), CANDIDATE_SIGNIFICANT_DIGITS) for i in range(1, k + 1)]
 
@@ -212,7 +216,13 @@ class CapacitySearch:
                 self._notes.append(f"no QPS below the first failure ({self._hi:.4g} req/s) met the SLOs")
             elif self._order:
                 lowest = min(self._order)
-                advice = "lower --qps-min" if p.qps_min is not None else "raise --max-iterations or set --qps-min"
+                if p.qps_min is not None:
+                    advice = "lower --qps-min"
+                elif round_sig(lowest / 2.0, CANDIDATE_SIGNIFICANT_DIGITS) < p.qps_floor:
+                    advice = (f"a QPS below {p.qps_floor:.3g} req/s would spread --min-requests over longer than "
+                              "a trace may last")
+                else:
+                    advice = "raise --max-iterations or set --qps-min"
                 self._notes.append(f"no QPS tried met the SLOs (lowest tried: {lowest:.4g} req/s); {advice}")
         elif self._hi is None and self._lo in self._bursts:
             self._notes.append(

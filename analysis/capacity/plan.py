@@ -175,7 +175,8 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
     try:
         params = SearchParams(start_qps=round_sig(trace_qps, START_SIGNIFICANT_DIGITS), qps_min=args.qps_min,
                               qps_max=args.qps_max, tolerance=args.tolerance, max_iterations=args.max_iterations,
-                              candidates_per_round=args.candidates_per_round)
+                              candidates_per_round=args.candidates_per_round,
+                              qps_floor=workload.min_qps(1.0 if args.no_duration_check else 2.0))
         # The bracket's ends as given (or the start, the trace's own rate): a stream there must be simulable.
         for qps in {params.qps_max or params.start_qps, params.qps_min or params.start_qps}:
             workload.check_stream_size(qps, 1.0 if args.no_duration_check else 2.0)

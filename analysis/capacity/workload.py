@@ -33,6 +33,7 @@ import polars as pl
 
 from analysis.capacity.stability import DEFAULT_STABILITY_TOLERANCE
 from traces.schema import Trace
+from traces.validation import MAX_ARRIVAL_S
 
 THINK_TIME_MODES = ("keep", "scale")
 # Requests in one simulated stream: ten times the fleet benchmark's largest single run per replica, and what
@@ -197,12 +198,23 @@ class WorkloadParams:
         return scale * max(self.min_duration_s, self.min_requests / qps)
 
     def check_stream_size(self, qps: float, scale: float = 1.0) -> None:
-        """ValueError naming the options when the stream at `qps` would hold more than MAX_STREAM_REQUESTS."""
+        """ValueError naming the options when the stream at `qps` would hold more than MAX_STREAM_REQUESTS, or last
+        longer than a trace may (MAX_ARRIVAL_S)."""
         expected = qps * self.duration_s(qps, scale)
         if not expected <= MAX_STREAM_REQUESTS:
             raise ValueError(f"a stream of {self.duration_s(qps, scale):.6g} s at {qps:.6g} requests/s holds about "
                              f"{expected:.3g} requests, more than the {MAX_STREAM_REQUESTS:,} one simulation takes; "
                              "lower --min-duration-s or the QPS bracket (--qps-max)")
+        # --qps-min 1e-300 stretched --min-requests arrivals past the trace bound: a TraceError traceback.
+        if not self.duration_s(qps, scale) <= MAX_ARRIVAL_S:
+            raise ValueError(f"a stream of {self.duration_s(qps, scale):.6g} s at {qps:.6g} requests/s lasts longer "
+                             f"than a trace may ({MAX_ARRIVAL_S:g} s); raise --qps-min (at least "
+                             f"{self.min_qps(scale):.3g}) or lower --min-requests or --min-duration-s")
+
+    def min_qps(self, scale: float = 1.0) -> float:
+        """The lowest QPS whose stream (times `scale`) still ends within a trace's MAX_ARRIVAL_S: below it
+        --min-requests arrivals take longer than a trace may last, so a search halving downwards stops there."""
+        return scale * self.min_requests / MAX_ARRIVAL_S
 
 
 def steady_trace(library: SessionLibrary, qps: float, duration_s: float, warmup_s: float,

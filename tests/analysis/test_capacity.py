@@ -157,6 +157,9 @@ BAD_INPUTS = [
     (["--slo", "ttft_p90=2s", "--qps-max", "1e6"], "requests, more than the 10,000,000 one simulation takes"),
     (["--slo", "ttft_p90=2s", "--min-duration-s", "1e308"], "lower --min-duration-s"),
     (["--slo", "ttft_p90=2s", "--min-requests", str(2**62)], "--min-requests must be from 0 to 10,000,000"),
+    # A stream past the trace bound: a TraceError traceback once the first simulation built it.
+    (["--slo", "ttft_p90=2s", "--qps-min", "1e-300"], "a stream of 6e+303 s at 1e-300 requests/s lasts longer than "
+                                                       "a trace may (1e+12 s); raise --qps-min (at least 6e-09)"),
     (["--slo", "ttft_p90=2s", "--bands", "1"], "--bands must be an integer from 2 to 1000"),
     (["--slo", "ttft_p90=2s", "--bands", "3", "--seeds", "2"], "--bands 3 and --seeds 2: --bands N already runs"),
     # Every request rejected (or too many for the SLO): exit 0, max_qps null and "raise --max-iterations".
@@ -174,6 +177,19 @@ def test_bad_inputs_exit_2_naming_the_option(argv: list[str], message: str, caps
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_unreachable_slo(tmp_path: Path) -> None:
+    """Valid input that ended in a traceback: an SLO no load meets halved the QPS until the stream overflowed a
+    trace's 1e12 s. Now the halving stops at WorkloadParams.min_qps."""
+    common = [TRACE, "--limit", "200", "--jobs", "1", "--quiet", "--no-duration-check", "--min-duration-s", "0"]
+    out = tmp_path / "never"
+    assert main([*common, "--slo", "ttft_p90=0.001ms", "--min-requests", "100", "--max-iterations", "60",
+                 "--out", str(out)]) == 0
+    (record,) = json.loads((out / "capacity.json").read_text())
+    assert record["max_qps"] is None and record["num_simulations"] == 36
+    assert record["notes"] == ["no QPS tried met the SLOs (lowest tried: 1.834e-10 req/s); a QPS below 1e-10 req/s "
+                               "would spread --min-requests over longer than a trace may last"]
 
 
 def test_missing_trace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -44,6 +44,19 @@ def test_halves_when_the_start_fails() -> None:
     assert outcome.converged
 
 
+def test_halving_stops_at_the_floor() -> None:
+    """An SLO no QPS meets halved on until the stream's arrivals overflowed a trace's bound (a traceback): the floor
+    (WorkloadParams.min_qps) ends the search, saying why."""
+    outcome = run_search(SearchParams(start_qps=40.0, max_iterations=60, qps_floor=4.0), lambda qps: False)
+    assert [q for q, _ in outcome.points] == [40.0, 20.0, 10.0, 5.0]  # 2.5 is below the floor
+    assert outcome.max_qps is None and not outcome.converged
+    assert outcome.notes == ("no QPS tried met the SLOs (lowest tried: 5 req/s); a QPS below 4 req/s would spread "
+                             "--min-requests over longer than a trace may last",)
+    # the floor only stops the downward search: with a pass above it bisection goes on as before
+    outcome = run_search(SearchParams(start_qps=40.0, tolerance=0.1, qps_floor=4.0), below(7.3))
+    assert [q for q, _ in outcome.points] == [40.0, 20.0, 10.0, 5.0, 7.5, 6.25, 6.875]
+
+
 def test_explicit_bracket() -> None:
     outcome = run_search(SearchParams(qps_min=2.0, qps_max=10.0, tolerance=0.2), below(7.3))
     assert outcome.points == ((2.0, True), (10.0, False), (6.0, True), (8.0, False), (7.0, True))

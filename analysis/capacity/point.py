@@ -15,11 +15,12 @@ import polars as pl
 
 from analysis.capacity.slo_check import check_slos
 from analysis.capacity.stability import measure_stability
-from analysis.capacity.workload import SessionLibrary, WorkloadParams, steady_trace
+from analysis.capacity.workload import EmptyStream, SessionLibrary, WorkloadParams, steady_trace
 from analysis.formatting import LATENCY_LABELS
 from analysis.metrics import goodput_rps, summarize
 from analysis.slo import SLO
 from analysis.stats import round_sig
+from engine.core.records import requests_to_arrow
 from sim.bands import band_replay
 from sim.config import SimConfig
 from sim.simulator import simulate
@@ -101,7 +102,15 @@ def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequ
     """Simulate `job` on its seed's stream and judge it against `slos` and stability."""
     duration_s = workload.duration_s(job.qps, job.duration_scale)
     warmup_s = workload.warmup_fraction * duration_s
-    trace, window = steady_trace(library, job.qps, duration_s, warmup_s, workload.think_times, job.seed)
+    try:
+        trace, window = steady_trace(library, job.qps, duration_s, warmup_s, workload.think_times, job.seed)
+    except EmptyStream:
+        # Nothing arrived, so nothing missed an SLO or queued up: judged as the empty window it is (it passes),
+        # instead of the empty trace's traceback that ended the sweep.
+        empty = pl.from_arrow(requests_to_arrow([]))
+        stability = measure_stability(empty, warmup_s, duration_s, workload.stability_tolerance)
+        return _point(job, empty, stability, check_slos(empty, slos), slos, duration_s - warmup_s, 0, duration_s,
+                      warmup_s, stopped_early=False)
     stopped_early = False
     if workload.early_stop:
         probe_end_s = PROBE_FRACTION * duration_s

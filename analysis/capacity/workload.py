@@ -43,6 +43,11 @@ MAX_STREAM_REQUESTS = 10_000_000
 
 class StreamTooLong(ValueError):
     """A stream past MAX_STREAM_REQUESTS, met mid-search (the bracket grew there): the CLI ends with its message."""
+
+
+class EmptyStream(ValueError):
+    """No request of the stream arrives within its duration (a low QPS with a small --min-requests): there is
+    nothing to simulate, and a trace holds at least one request."""
 # Block size for hash ids derived from prompt token ids (the simulator's default KV block size).
 DERIVED_HASH_BLOCK_SIZE = 16
 
@@ -273,6 +278,8 @@ def steady_trace(library: SessionLibrary, qps: float, duration_s: float, warmup_
             hash_lists.append(np.where(shared[ids], ids, ids + (copy + 1) * stride).tolist())
         columns["hash_ids"] = hash_lists
         schema["hash_ids"] = pl.List(pl.Int64)
+    if not len(rows):  # a low QPS with a small --min-requests: TraceError's traceback ("the trace is empty")
+        raise EmptyStream(f"no request arrives in a stream of {duration_s:g} s at {qps:g} requests/s")
     frame = pl.DataFrame(columns, schema_overrides=schema)
     source = f"{library.source} resampled to {qps:g} req/s for {duration_s:g} s (seed {seed})"
     trace = Trace.from_frame(frame, source, library.hash_block_size)

@@ -192,6 +192,19 @@ def test_an_unreachable_slo(tmp_path: Path) -> None:
                                "would spread --min-requests over longer than a trace may last"]
 
 
+def test_a_stream_that_holds_no_request(tmp_path: Path) -> None:
+    """--min-requests 1 with --min-duration-s 0 drew streams in which no request arrives: the empty trace's
+    TraceError was a traceback. An empty stream is now judged as the empty window it is."""
+    common = [TRACE, "--limit", "200", "--jobs", "1", "--quiet", "--no-duration-check", "--min-duration-s", "0"]
+    out = tmp_path / "empty"
+    assert main([*common, "--slo", "ttft_p90=2s", "--min-requests", "1", "--max-iterations", "10",
+                 "--out", str(out)]) == 0
+    (record,) = json.loads((out / "capacity.json").read_text())
+    points = [p for search in record["searches"] for p in search["points"]]
+    empty = [p for p in points if p["stream_requests"] == 0]
+    assert empty and all(p["feasible"] and p["num_requests"] == 0 and p["num_finished"] == 0 for p in empty)
+
+
 def test_missing_trace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main([str(tmp_path / "missing.parquet"), "--slo", "ttft_p90=2s", "--quiet"])

@@ -141,6 +141,49 @@ def test_convert_ragged_csv_names_the_line(tmp_path, capsys, fmt, text, pattern)
     assert not (tmp_path / "o.parquet").exists()
 
 
+@pytest.mark.parametrize("fmt", ["azure", "burstgpt", "vidur"])
+@pytest.mark.parametrize("ending", ["\n", "\r\n"])
+def test_convert_skips_blank_lines_in_a_csv(tmp_path, fmt, ending):
+    """A blank line (an editor's or a concatenation's, most often at the end) was read as a row of empty fields:
+    'line 4: field ... is empty'. Blank lines are no records, as for Python's csv module; request ids count the
+    data rows only."""
+    header, rows = {
+        "azure": (AZURE_HEADER.strip(), AZURE_ROWS),
+        "burstgpt": (BURSTGPT_HEADER.strip(), ["5,ChatGPT,374,44,418,Conversation log", "6,GPT-4,396,109,505,API log"]),
+        "vidur": ("arrived_at,num_prefill_tokens,num_decode_tokens", ["0.5,374,44", "1.5,396,109"]),
+    }[fmt]
+    source = tmp_path / "blank.csv"
+    source.write_bytes(ending.join([header, "", rows[0], "", "", rows[1], "", ""]).encode())
+    assert convert_main([fmt, str(source), "-o", str(tmp_path / "o.parquet")]) == 0
+    requests = load_trace(tmp_path / "o.parquet").requests
+    assert requests["request_id"].to_list() == [0, 1]
+    assert requests["prompt_tokens"].to_list() == [374, 396]
+    assert requests["output_tokens"].to_list() == [44, 109]
+
+
+@pytest.mark.parametrize(("text", "pattern"), [
+    # a quoted field over two lines: the bad row starts on line 4, not 3
+    (BURSTGPT_HEADER + '5,"Chat\nGPT",100,20,120,Conversation log\n6,ChatGPT,abc,20,120,API log\n',
+     "line 4: field 'Request tokens' is 'abc'"),
+    # blank lines before the bad row are lines too
+    (BURSTGPT_HEADER + "5,ChatGPT,100,20,120,Conversation log\n\n\n6,ChatGPT,-3,20,120,API log\n",
+     "line 5: field 'Request tokens' is -3"),
+    # a row of empty fields is not a blank line: it is refused, naming its line
+    (BURSTGPT_HEADER + "5,ChatGPT,100,20,120,Conversation log\n,,,,,\n", "line 3: field 'Timestamp' is empty"),
+])
+def test_convert_csv_errors_name_the_line_a_record_starts_on(tmp_path, capsys, text, pattern):
+    source = _write(tmp_path / "t.csv", text)
+    line = cli_error(convert_main, ["burstgpt", str(source), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert pattern in line, line
+
+
+def test_convert_azure_timestamp_error_names_the_line_after_a_multiline_record(tmp_path, capsys):
+    source = _write(tmp_path / "t.csv", 'TIMESTAMP,ContextTokens,GeneratedTokens,Note\n'
+                                        '2023-11-16 18:15:46.6805900,3,5,"a\nb\nc"\nyesterday,3,5,x\n')
+    line = cli_error(convert_main, ["azure", str(source), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert "line 5: field 'TIMESTAMP' is 'yesterday'" in line, line
+
+
 def test_convert_refuses_a_repeated_header_column(tmp_path, capsys):
     source = _write(tmp_path / "dup.csv", "TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n"
                                           "2023-11-16 18:15:46.6805900,3,5,4\n")

@@ -36,7 +36,7 @@ def parse_timestamps(path: Path, text: pl.Series) -> pl.Series:
         row = int(bad[0])
         shown = "empty" if text[row] is None or text[row] == "" else repr(text[row])
         raise TraceError(
-            f"{path}: line {line_of_row(row)}: field 'TIMESTAMP' is {shown}; expected a time like {example!r}"
+            f"{path}: line {line_of_row(path, row)}: field 'TIMESTAMP' is {shown}; expected a time like {example!r}"
         )
     # Nanoseconds in int64 span the years 1677 to 2262; polars wraps a time outside them around silently.
     coarse = normalised.str.to_datetime(fmt, strict=False, time_unit="us")
@@ -45,8 +45,8 @@ def parse_timestamps(path: Path, text: pl.Series) -> pl.Series:
     if len(outside):
         row = int(outside[0])
         raise TraceError(
-            f"{path}: line {line_of_row(row)}: field 'TIMESTAMP' is {text[row]!r}, outside the years 1678 to 2261; "
-            f"expected a time like {example!r}"
+            f"{path}: line {line_of_row(path, row)}: field 'TIMESTAMP' is {text[row]!r}, outside the years 1678 to "
+            f"2261; expected a time like {example!r}"
         )
     return parsed
 

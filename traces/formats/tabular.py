@@ -2,12 +2,16 @@
 
 Columns are read as text and cast here, so a bad value is reported as
 `FILE: line 7: field 'ContextTokens' is 'abc'; expected an integer` instead of a parser
-error without a location. Line numbers assume one record per line (header is line 1).
+error without a location. Blank lines are no records (as for Python's csv module); a
+record's line is where it starts (a quoted field may hold line breaks; the header is line 1).
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
+import io
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -15,9 +19,50 @@ import polars as pl
 from traces.errors import TraceError
 
 
-def line_of_row(row: int) -> int:
-    """1-based file line of 0-based data row `row` (the header is line 1)."""
+def _open_text(path: Path) -> io.TextIOBase:
+    """The file as text for the csv module, through gzip when it is gzip'd (polars reads those too)."""
+    with path.open("rb") as handle:
+        compressed = handle.read(2) == b"\x1f\x8b"
+    if compressed:
+        return io.TextIOWrapper(gzip.open(path), encoding="utf-8-sig", newline="")
+    return path.open(encoding="utf-8-sig", newline="")
+
+
+def _records(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(1-based line the record starts on, fields) for every record, the header and blank lines ([]) included."""
+    with _open_text(path) as handle:
+        reader = csv.reader(handle)
+        start = 1
+        for fields in reader:
+            yield start, fields
+            start = reader.line_num + 1
+
+
+def line_of_row(path: Path, row: int) -> int:
+    """1-based file line that 0-based data row `row` (blank lines skipped, as read_csv_text does) starts on; only
+    errors ask, so the csv module's slow scan costs nothing on a good file. One record per line if unreadable."""
+    try:
+        data = (start for number, (start, fields) in enumerate(_records(path)) if number and fields)
+        for index, start in enumerate(data):
+            if index == row:
+                return start
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error):
+        pass
     return row + 2
+
+
+def _drop_blank_lines(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
+    """The frame without the rows polars makes of blank lines (every field null). A row of empty fields (',,')
+    reads the same, so the csv module tells which rows are blank lines; it runs only when there are such rows."""
+    if not frame.height or not frame.select(pl.all_horizontal(pl.all().is_null()).any()).item():
+        return frame
+    try:
+        blank = [not fields for number, (_, fields) in enumerate(_records(path)) if number]
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error):
+        return frame
+    if len(blank) != frame.height:  # the two readers disagree on the records: keep every row, errors name it
+        return frame
+    return frame.filter(~pl.Series(blank))
 
 
 def check_source_file(path: Path, expected: str) -> None:
@@ -39,7 +84,7 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
         if where:
             raise TraceError(f"{path}: {where}") from None
         raise TraceError(f"{path}: not a readable CSV file ({_polars_reason(exc)})") from None
-    frame = _strip_header(path, frame)
+    frame = _drop_blank_lines(path, _strip_header(path, frame))
     if frame.height and frame[frame.columns[-1]].null_count():  # an empty last field, or a row cut short?
         where = _first_malformed_line(path)
         if where:
@@ -68,7 +113,7 @@ def _first_malformed_line(path: Path) -> str | None:
     None if there is none. The csv module is slow, so this runs only once polars has seen a problem."""
     start, width = 1, None
     try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
+        with _open_text(path) as handle:
             reader = csv.reader(handle, strict=True)
             for row in reader:
                 if width is None:
@@ -79,7 +124,7 @@ def _first_malformed_line(path: Path) -> str | None:
     except csv.Error as exc:
         problem = "a quoted field is never closed" if "end of data" in str(exc) else str(exc)
         return f"line {start}: {problem}; expected a CSV record of {width} fields"
-    except (OSError, UnicodeDecodeError):
+    except (OSError, EOFError, UnicodeDecodeError):
         return None
     return None
 
@@ -103,7 +148,7 @@ def _first_bad(path: Path, text: pl.Series, parsed: pl.Series, field: str, expec
         row = int(bad[0])
         value = text[row]
         shown = "empty" if value is None or value == "" else f"{value!r}"
-        raise TraceError(f"{path}: line {line_of_row(row)}: field {field!r} is {shown}; expected {expected}")
+        raise TraceError(f"{path}: line {line_of_row(path, row)}: field {field!r} is {shown}; expected {expected}")
 
 
 def int_column(path: Path, frame: pl.DataFrame, field: str, minimum: int = 0) -> pl.Series:
@@ -117,14 +162,14 @@ def int_column(path: Path, frame: pl.DataFrame, field: str, minimum: int = 0) ->
     huge = (exact.is_null() & (parsed.abs() >= 2.0**63)).arg_true()  # beyond int64: no token count is that large
     if len(huge):
         row = int(huge[0])
-        raise TraceError(f"{path}: line {line_of_row(row)}: field {field!r} is {text[row]}; expected an integer "
+        raise TraceError(f"{path}: line {line_of_row(path, row)}: field {field!r} is {text[row]}; expected an integer "
                          "below 2**63")
     values = exact.fill_null(parsed.cast(pl.Int64)).alias(field)
     low = (values < minimum).arg_true()
     if len(low):
         row = int(low[0])
         raise TraceError(
-            f"{path}: line {line_of_row(row)}: field {field!r} is {values[row]}; expected an integer >= {minimum}"
+            f"{path}: line {line_of_row(path, row)}: field {field!r} is {values[row]}; expected an integer >= {minimum}"
         )
     return values
 
@@ -140,6 +185,7 @@ def float_column(path: Path, frame: pl.DataFrame, field: str, minimum: float | N
         if len(low):
             row = int(low[0])
             raise TraceError(
-                f"{path}: line {line_of_row(row)}: field {field!r} is {parsed[row]}; expected a number >= {minimum}"
+                f"{path}: line {line_of_row(path, row)}: field {field!r} is {parsed[row]}; "
+                f"expected a number >= {minimum}"
             )
     return parsed

@@ -148,3 +148,12 @@ def test_needs_tokenizer_and_qps(tmp_path: Path, tiny_tokenizer_dir: Path) -> No
         convert("sharegpt", path, ConvertOptions(tokenizer=str(tiny_tokenizer_dir)))
     with pytest.raises(TraceError, match=r"--tokenizer .*missing_tok: cannot load a local tokenizer"):
         convert("sharegpt", path, ConvertOptions(tokenizer=str(tmp_path / "missing_tok"), qps=1.0))
+
+
+def test_a_byte_order_mark_is_no_json_error(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
+    """A file saved with a BOM (Windows editors) failed with 'Unexpected UTF-8 BOM'; Mooncake and the CSVs take it."""
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(CONVERSATIONS).encode())
+    trace, _ = convert("sharegpt", path, _options(tiny_tokenizer_dir))
+    plain, _ = convert("sharegpt", _write(tmp_path, CONVERSATIONS), _options(tiny_tokenizer_dir))
+    assert trace.requests.equals(plain.requests)

@@ -50,7 +50,7 @@ def load_tokenizer(name_or_path: str | None) -> Any:
 def _load_conversations(path: Path) -> list:
     check_source_file(path, "a ShareGPT JSON file")
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open(encoding="utf-8-sig") as handle:  # a byte order mark (Windows editors) is no JSON
             data = json.load(handle)
     except RecursionError:  # arrays nested thousands deep: no conversation list looks like that
         raise TraceError(f"{path}: JSON nested too deeply to read; expected a list of conversations") from None

@@ -179,6 +179,25 @@ def _simulated_by(run_dir: Path) -> str | None:
     return cost_model if cost_model.startswith("profile:") or cost_model == "roofline-estimate" else None
 
 
+def _other_deployment(run_dir: Path, profile: dict) -> str | None:
+    """What of the deployment a run folder's summary.json records (config's model, tensor-parallel size and
+    device) differs from the profile's, as ``what run, not profile``; None when all agree or are not recorded.
+    Another model's or GPU's step times fitted the profile's factors to that deployment without a word."""
+    config = _summary(run_dir).get("config")
+    if not isinstance(config, dict):
+        return None
+    pairs = (("model", config.get("model"), Path(str(profile.get("model"))).name),
+             ("tensor-parallel size", config.get("tensor_parallel_size"), profile.get("tensor_parallel_size")),
+             ("device", config.get("device"), profile.get("device")))
+    for what, run_value, profile_value in pairs:
+        if run_value is None or profile_value is None:
+            continue
+        run_text = Path(str(run_value)).name if what == "model" else str(run_value)  # a model directory: its name
+        if run_text.lower() != str(profile_value).lower():
+            return f"{what} {run_text}, not the profile's {profile_value}"
+    return None
+
+
 def _run_host(run_dir: Path) -> dict | None:
     """The host an engine.replay folder was recorded on (its summary.json's config.host), None if not recorded."""
     config = _summary(run_dir).get("config")
@@ -210,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         profile = read_profile(path)  # named here, before the runs are read
     except ValueError as exc:
         parser.exit(2, f"error: {exc}\n")
+    for run in runs:
+        other = _other_deployment(run, profile)
+        if other:
+            parser.exit(2, f"error: run folder {run} was recorded with {other} ({path}); calibrate a profile on runs "
+                           "of its own deployment\n")
     try:
         grid_fit = fit_profile({**profile, "serving": None})  # fitted once: calibrate prices the runs with it
     except ValueError as exc:

@@ -90,6 +90,30 @@ def test_cli_errors_name_the_run(tmp_path, capsys):
     assert "missing columns" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("config", "message"), [
+    ({"model": "qwen3-8b", "tensor_parallel_size": 1}, "model qwen3-8b, not the profile's qwen3-0.6b"),
+    ({"model": "/models/qwen3-0.6b", "tensor_parallel_size": 2}, "tensor-parallel size 2, not the profile's 1"),
+    ({"model": "qwen3-0.6b", "device": "NVIDIA A100-SXM4-80GB"}, "device NVIDIA A100-SXM4-80GB, not the profile's"),
+])
+def test_cli_refuses_runs_of_another_deployment(tmp_path, capsys, config, message):
+    """A GPU run of another model, tensor-parallel size or device calibrated the profile to it without a word (the
+    factors are clamped to 0.25-4, so nothing looked wrong); the profile is left as it was."""
+    profile = tmp_path / "p.json"
+    shutil.copy(PROFILE, profile)
+    run = _fake_run(tmp_path / "run", host=1.0, decode=1.0)
+    (run / "summary.json").write_text(json.dumps({"cost_model": "measured", "config": config}))
+    with pytest.raises(SystemExit) as exited:
+        calibrate_main([str(profile), str(run)])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"error: run folder {run} was recorded with {message}" in err
+    assert profile.read_bytes() == PROFILE.read_bytes()
+    # the same run recorded for the profile's own deployment (a model directory of that name) calibrates it
+    device = json.loads(PROFILE.read_text())["device"]
+    (run / "summary.json").write_text(json.dumps({"cost_model": "measured", "config": {
+        "model": "/models/Qwen3-0.6B", "tensor_parallel_size": 1, "device": device}}))
+    assert calibrate_main([str(profile), str(run)]) == 0
+
+
 def test_a_steps_real_time_is_its_period_where_the_engine_went_straight_on(tmp_path):
     """The loop's work between two steps (postprocess after the recorded end, taking in arrivals) belongs to the
     step before, as the simulator runs steps back to back; not so where the engine then waited idle, nor across

@@ -157,3 +157,15 @@ def test_a_byte_order_mark_is_no_json_error(tmp_path: Path, tiny_tokenizer_dir: 
     trace, _ = convert("sharegpt", path, _options(tiny_tokenizer_dir))
     plain, _ = convert("sharegpt", _write(tmp_path, CONVERSATIONS), _options(tiny_tokenizer_dir))
     assert trace.requests.equals(plain.requests)
+
+
+def test_every_conversation_is_a_session_of_its_own(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
+    """Two conversations with one id (or none, or a missing one beside an id that is its index) became one session:
+    the capacity planner's sessions and any session-aware router then saw two first turns in one conversation."""
+    def talk(**id_field: object) -> dict:
+        return {**id_field, "conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "fine"}]}
+
+    data = [talk(id="a"), talk(id="a"), talk(), talk(id="2"), talk(id=None), talk(id=None), talk(id=7)]
+    trace, _ = convert("sharegpt", _write(tmp_path, data), _options(tiny_tokenizer_dir))
+    sessions = trace.requests.sort("request_id")["session_id"].to_list()
+    assert sessions == ["a", "a#1", "2", "2#3", "4", "5", "7"]

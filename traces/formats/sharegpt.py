@@ -10,7 +10,8 @@ are dropped and counted (their messages stay in the history).
 Arrivals: conversations start as a seeded Poisson process at rate qps / (mean requests
 per conversation), so the long-run request rate is --qps; each later turn arrives a think
 time (gamma, mean --think-time-s, CV --think-time-cv) after the previous turn's arrival.
-request_id numbers requests in file order; session_id is the conversation's "id".
+request_id numbers requests in file order; session_id is the conversation's "id" (its index in the
+list when it has none; an id already taken by an earlier conversation gets "#index" appended).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def _messages(path: Path, index: int, item: object) -> tuple[str, list[tuple[str
     """(session id, [(role, text), ...]) for one conversation, checking its shape."""
     if not isinstance(item, dict):
         raise TraceError(f"{path}: conversation {index}: expected an object, got {type(item).__name__}")
-    session = str(item.get("id", index))
+    session = str(index) if item.get("id") is None else str(item["id"])  # null is no id either
     where = f"{path}: conversation {index} (id {session!r})"
     turns = item.get("conversations")
     if not isinstance(turns, list):
@@ -113,12 +114,18 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     data = _load_conversations(path)
     columns: dict[str, list] = {"prompt_token_ids": [], "output_tokens": [], "session_id": [], "turn": []}
     num_dropped = 0
+    sessions: set[str] = set()
     for start in range(0, len(data), _CHUNK_CONVERSATIONS):
         chunk = [_messages(path, start + i, item) for i, item in enumerate(data[start : start + _CHUNK_CONVERSATIONS])]
         texts = [text for _, messages in chunk for _, text in messages]
         encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
         offset = 0
-        for session, messages in chunk:
+        for index, (session, messages) in enumerate(chunk, start=start):
+            # One session per conversation: an id seen before gets the conversation's index, or two conversations
+            # would read as one (two first turns) to session-aware consumers such as analysis.capacity.
+            while session in sessions:
+                session = f"{session}#{index}"
+            sessions.add(session)
             ids = encoded[offset : offset + len(messages)]
             offset += len(messages)
             found, dropped = _requests_of(messages, ids)

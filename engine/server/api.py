@@ -151,10 +151,21 @@ def _prompt_ids(state: ServerState, index: int, prompt: str | list[int]) -> list
     if isinstance(prompt, str):
         if state.tokenizer is None:
             raise bad_request(f"prompt {index} is text but the model has no tokenizer; send token ids", "prompt")
+        _check_unicode(prompt, f"prompt {index}", "prompt")
         ids = state.tokenizer.encode(prompt)
     else:
         ids = prompt
     return _checked_ids(state, index, ids)
+
+
+def _check_unicode(text: str, what: str, param: str) -> None:
+    """JSON may escape half of a surrogate pair ("\\ud800") into a string no encoder takes; the tokenizer's
+    TypeError was a 500."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise bad_request(f"{what} holds an unpaired surrogate (U+{ord(text[exc.start]):04X}); expected Unicode text",
+                          param) from None
 
 
 def _checked_ids(state: ServerState, index: int, ids: list[int]) -> list[int]:
@@ -181,6 +192,7 @@ def _chat_prompt_ids(state: ServerState, body: ChatCompletionRequest) -> list[in
                                              **(body.chat_template_kwargs or {}))
     except Exception as exc:  # a template that refuses these messages (roles out of order, ...)
         raise bad_request(f"the chat template cannot render these messages: {exc}", "messages") from exc
+    _check_unicode(text, "messages", "messages")
     return _checked_ids(state, 0, tokenizer.encode(text, add_special_tokens=False))
 
 

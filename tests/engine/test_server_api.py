@@ -225,6 +225,35 @@ def test_tokens_after_a_stop_string_are_not_counted(served) -> None:
     assert r.json()["usage"]["completion_tokens"] == 6 + 15
 
 
+def hf_tokenizer():
+    """A real Hugging Face fast tokenizer (word level, built here offline) with a chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel(vocab={"[UNK]": 0, "hello": 1, "world": 2}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return tokenizer
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/v1/completions", {"prompt": "hello \ud800 world"}, "prompt"),
+    ("/v1/completions", {"prompt": ["hello", "\udfff"]}, "prompt"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello \ud800"}]}, "messages"),
+])
+def test_an_unpaired_surrogate_is_a_400(served, path, body, param) -> None:
+    """JSON can escape half a surrogate pair; the tokenizer raised a TypeError, answered as a 500."""
+    pytest.importorskip("transformers")
+    client = served(tokenizer=hf_tokenizer())
+    raw = json.dumps({**body, "max_tokens": 2})  # ASCII, the surrogate escaped as a client sends it: "\\ud800"
+    r = client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "unpaired surrogate" in r.json()["error"]["message"] and r.json()["error"]["param"] == param
+    ok = client.post("/v1/completions", json={"prompt": "hello world", "max_tokens": 2})
+    assert ok.status_code == 200, ok.text
+
+
 @pytest.mark.parametrize(("body", "param", "fragment"), [
     ({}, None, "prompt"),
     ({"prompt": [1, 2.5]}, "prompt", "a list of token ids"),

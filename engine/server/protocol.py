@@ -20,8 +20,8 @@ class APIError(Exception):
         self.status = status
         self.message = message
         self.param = param
-        self.kind = kind or {400: "invalid_request_error", 404: "not_found_error", 503: "service_unavailable"}.get(
-            status, "internal_error")
+        self.kind = kind or {404: "not_found_error", 503: "service_unavailable"}.get(
+            status, "invalid_request_error" if 400 <= status < 500 else "internal_error")  # 405, 413, ...: the client's
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}

@@ -303,6 +303,8 @@ def test_malformed_json_unknown_model_and_routes(served) -> None:
     r = client.post("/v1/completions", json={"model": "other", "prompt": [1]})
     assert r.status_code == 404 and "'other' does not exist" in r.json()["error"]["message"]
     assert client.get("/v1/nothing").status_code == 404
+    r = client.get("/v1/completions")  # a client's mistake, not the server's: it was typed 'internal_error'
+    assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error"
     r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 400 and "chat template" in r.json()["error"]["message"]
 

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Below this temperature sampling is greedy, as in vLLM: logits / 1e-40 overflow float32 to inf, and the draw
+# among several infinite logits is not the largest logit.
+GREEDY_BELOW_TEMPERATURE = 1e-5
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Names follow vLLM. ``temperature == 0`` means greedy; ``top_k <= 0`` and ``top_p == 1`` disable those filters."""
+    """Names follow vLLM. ``temperature == 0`` (or below 1e-5) means greedy; ``top_k <= 0`` and ``top_p == 1`` disable
+    those filters."""
 
     temperature: float = 1.0
     top_k: int = -1
@@ -20,6 +25,8 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not self.temperature >= 0.0:
             raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if self.temperature < GREEDY_BELOW_TEMPERATURE:
+            object.__setattr__(self, "temperature", 0.0)
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
         if not isinstance(self.top_k, int):

@@ -89,3 +89,30 @@ def test_a_rows_draw_depends_on_its_words_alone() -> None:
     spread = sample(same, SamplingTensors([1.0] * 64, [-1] * 64, [1.0] * 64,
                                           [(42, 0, n) for n in range(64)], torch.device("cpu")))
     assert len(set(spread.tolist())) > 20
+
+
+def test_a_tiny_top_p_keeps_the_top_token() -> None:
+    """top_p 1e-50 is 0 in float32: every token was masked; the noisy argmax of -inf was token 0, whatever the
+    logits."""
+    logits = torch.tensor([0.0, -1.0, 3.0, 1.0])
+    tokens = sample(logits.expand(50, -1).contiguous(), _tensors(50, temperature=1.0, top_p=1e-50))
+    assert tokens.tolist() == [2] * 50
+
+
+def test_a_tiny_temperature_is_greedy() -> None:
+    """logits / 1e-40 overflow float32 to inf: the draw was the first positive logit, not the largest (and a served
+    request ended at once when that was an end-of-sequence token). Below 1e-5, as in vLLM, sampling is greedy."""
+    from types import SimpleNamespace
+
+    from engine.core.sampling_params import SamplingParams
+    from engine.gpu.layers.sampler import SamplingRows
+
+    for temperature in (1e-40, 1e-45, 1e-6):
+        params = SamplingParams(temperature=temperature, seed=1)
+        assert params.is_greedy and params.temperature == 0.0
+    assert SamplingParams(temperature=1e-5).temperature == 1e-5
+    logits = torch.tensor([[1.0, 2.0, 5.0, 3.0], [4.0, 0.5, 1.0, 2.0]])
+    seqs = [SimpleNamespace(sampling_params=SamplingParams(temperature=t, top_k=2, seed=3), num_tokens=5,
+                            num_prompt_tokens=4) for t in (1e-40, 1e-38)]
+    rows = SamplingRows(seqs, vocab_size=4)
+    assert sample(logits, rows.tensors(7, torch.device("cpu"))).tolist() == [2, 0]

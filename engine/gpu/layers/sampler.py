@@ -154,7 +154,9 @@ def _apply_top_k_top_p(logits: torch.Tensor, top_ks: torch.Tensor, top_ps: torch
     probs = sorted_logits.softmax(dim=-1)
     # Drop a token when the tokens ranked above it already reach top_p (the top token always stays).
     mass_before = probs.cumsum(dim=-1) - probs
-    sorted_logits = sorted_logits.masked_fill(mass_before >= top_ps.unsqueeze(1), float("-inf"))
+    drop = mass_before >= top_ps.unsqueeze(1)
+    drop[:, 0] = False  # a top_p that is 0 in float32 (1e-50) would drop the top token too, leaving only -inf
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)
 
 

@@ -126,6 +126,12 @@ def test_limit_counts_requests(tmp_path: Path, tiny_tokenizer_dir: Path) -> None
             r"conversation 0 \(id 'z'\), message 0: field 'value' is int; expected a string",
         ),
         ([CONVERSATIONS[2]], r"no human message with a model answer"),
+        # answered turns that all tokenize to nothing: it said 'no human message with a model answer'
+        (
+            [{"id": "e", "conversations": [{"from": "human", "value": ""}, {"from": "gpt", "value": "fine"},
+                                           {"from": "human", "value": "hello"}, {"from": "gpt", "value": " "}]}],
+            r"sharegpt\.json: all 2 answered human messages have a prompt or an answer of 0 tokens; nothing to convert",
+        ),
     ],
 )
 def test_bad_sharegpt(tmp_path: Path, tiny_tokenizer_dir: Path, data: object, message: str) -> None:

@@ -135,6 +135,9 @@ def read(path: Path, options: ConvertOptions) -> Converted:
                     columns[name].append(value)
         if options.limit is not None and len(columns["turn"]) >= options.limit:
             break
+    if not columns["turn"] and num_dropped:
+        raise TraceError(f"{path}: all {num_dropped} answered human messages have a prompt or an answer of 0 tokens; "
+                         "nothing to convert")
     if not columns["turn"]:
         raise TraceError(f"{path}: no human message with a model answer; nothing to convert")
     if options.limit is not None:

@@ -61,6 +61,19 @@ def test_episodes_are_seeded_and_spend_about_the_asked_share_slow():
     assert HostSpeedEpisodes(1.0, 2.0, 0.0, 1.0).slowdown_at(123.0) == 1.0
 
 
+def test_episodes_are_slow_the_asked_share_of_a_short_run_too():
+    """The process started in a normal period, whose mean is 4 s here (12 s at the bands' default 25 %): a 2-s run at
+    episodes:1,3,0.5,4 averaged 1.39x over seeds instead of 2x, so short replays and their --bands ran fast. It now
+    starts slow with probability FRACTION, as a host found mid-run is."""
+    seeds = range(1000)
+    slow_at_start = sum(HostSpeedEpisodes(1.0, 3.0, 0.5, 4.0, seed).slowdown_at(0.0) == 3.0 for seed in seeds)
+    assert 450 < slow_at_start < 550  # was 0
+    means = [np.mean([h.slowdown_at(t) for t in np.linspace(0.0, 2.0, 21)])
+             for h in (HostSpeedEpisodes(1.0, 3.0, 0.5, 4.0, seed) for seed in seeds)]
+    assert abs(np.mean(means) - 2.0) < 0.1  # was 1.39
+    assert all(HostSpeedEpisodes(1.0, 3.0, 0.0, 4.0, seed).slowdown_at(0.0) == 1.0 for seed in range(50))
+
+
 def test_episodes_end_in_bounded_time():
     """Episodes of 1e-300 s, or a query at 1e300 s (a trace's last arrival), drew periods forever."""
     with pytest.raises(ValueError, match="MEAN_S >= 0.001 s; got 1.0, 2.0, 0.5, 1e-300"):

@@ -192,9 +192,12 @@ def _describe_table(diff: TableDiff, noun: str, columns: tuple[str, ...]) -> lis
     else:
         head = f"  first: {where}, differing in {', '.join(first.columns)}"
     counts = ", ".join(f"{column} ({count})" for column, count in diff.differing_columns.items())
+    # Out of every key on either side (keys are unique per side): the larger side alone undercounts when each side
+    # has keys the other lacks (other replica counts: "9206 of 8842").
+    num_keys = diff.num_real + diff.num_sim - diff.num_compared
     lines = [
-        f"{noun} differ: {diff.num_differing} of {max(diff.num_real, diff.num_sim)} "
-        f"(real {diff.num_real}, sim {diff.num_sim})",
+        f"{noun} differ: {diff.num_differing} of {num_keys} (real {diff.num_real}, sim {diff.num_sim}, "
+        f"{diff.num_compared} in both)",
         head,
     ]
     if counts:

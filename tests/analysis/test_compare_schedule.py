@@ -108,7 +108,17 @@ def test_request_cached_tokens_and_preemptions_must_match() -> None:
     assert (first.real_row["cached_tokens"], first.sim_row["cached_tokens"]) == (32, 0)
     text = diff.describe()
     assert "steps identical: 5 steps" in text
-    assert "requests differ: 2 of 4" in text
+    assert "requests differ: 2 of 4 (real 4, sim 4, 4 in both)" in text
+
+
+def test_difference_counts_are_out_of_every_step_on_either_side() -> None:
+    """Runs of other replica counts each hold steps the other lacks: the count was out of the larger side alone,
+    "steps differ: 9206 of 8842" in analysis.compare --schedule of a 1- and a 2-replica run."""
+    real = schedule(num_steps=5, replicas=(0,))
+    sim = schedule(num_steps=3, replicas=(0, 1))
+    diff = compare_schedules(real, sim)
+    assert (diff.steps.num_real, diff.steps.num_sim, diff.steps.num_compared, diff.steps.num_differing) == (5, 6, 3, 5)
+    assert "steps differ: 5 of 8 (real 5, sim 6, 3 in both)" in diff.describe()
 
 
 def test_missing_request_differs() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
+import json
 import math
 import random
 import sys
@@ -302,13 +303,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.window_s < math.inf:
         parser.exit(2, f"error: --window-s must be a finite number of seconds > 0, got {args.window_s}\n")
-    from sim.calibrate import _simulated_by
-    from sim.files import check_output_path
+    from sim.calibrate import _other_deployment, _simulated_by
+    from sim.files import check_output_path, read_json_input
 
     simulated = _simulated_by(Path(args.run))
     if simulated:  # its step times are a cost model's: the timeline would be the model's, not the host's
         parser.exit(2, f"error: run folder {args.run} is a simulation (cost model {simulated}); extract a timeline "
                        "from an engine.replay run\n")
+    try:
+        profile = json.loads(read_json_input(Path(args.profile)))
+    except (OSError, ValueError):
+        profile = None  # timeline_from_run names what is wrong with it
+    other = _other_deployment(Path(args.run), profile) if isinstance(profile, dict) else None
+    if other:  # another model's steps over this profile's grid: a timeline of the model gap, not the host's speed
+        parser.exit(2, f"error: run folder {args.run} was recorded with {other} ({args.profile}); give the profile "
+                       "of the run's deployment\n")
     problem = check_output_path(Path(args.out), "--out", [Path(args.profile), Path(args.run) / "steps.parquet"])
     if problem:  # found before the run is read, and never an input overwritten
         parser.exit(2, f"error: {problem}\n")

@@ -353,3 +353,16 @@ def test_profile_measures_only_the_grid_points_its_kv_blocks_hold(tmp_path, caps
                          "--out", str(out)]) == 0
     assert "grid points need more than the KV cache's 40 blocks of 256 tokens" in capsys.readouterr().err
     assert json.loads(out.read_text())["points"]
+
+
+def test_host_speed_refuses_a_run_of_another_deployment(tmp_path, capsys):
+    """A qwen3-8b run read against the qwen3-0.6b profile gave a timeline of the gap between the two models, written
+    as if it were the host's speed; sim.calibrate refuses the same pair."""
+    run = _run_with(tmp_path, "run", _repeated)
+    (run / "summary.json").write_text(json.dumps({"cost_model": "measured", "config": {"model": "qwen3-8b"}}))
+    profile = _profile(tmp_path)
+    out = tmp_path / "timeline.csv"
+    line = cli_error(host_speed_main, [str(run), "--profile", str(profile), "--out", str(out)], capsys)
+    assert line == (f"error: run folder {run} was recorded with model qwen3-8b, not the profile's qwen3-0.6b "
+                    f"({profile}); give the profile of the run's deployment")
+    assert not out.exists()

@@ -382,3 +382,37 @@ def test_ctrl_c_in_the_trace_tools_is_one_line(tmp_path, capsys, monkeypatch, vi
         main(argv)
     assert exited.value.code == 130 and capsys.readouterr().err == "interrupted: nothing written\n"
     assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "sharegpt"])
+def test_convert_reads_gzipd_json_as_the_csv_formats_do(tmp_path, tiny_tokenizer_dir, fmt):
+    """polars reads a gzip'd CSV; the JSON formats failed on one with "'utf-8' codec can't decode byte 0x8b"."""
+    import gzip
+
+    text = {"mooncake": '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'
+                        '{"timestamp": 7, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}\n',
+            "sharegpt": '[{"id": "c", "conversations": [{"from": "human", "value": "hello world"}, '
+                        '{"from": "gpt", "value": "fine thanks"}]}]'}[fmt]
+    extra = ["--tokenizer", str(tiny_tokenizer_dir), "--qps", "1"] if fmt == "sharegpt" else []
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    plain.write_text(text)
+    packed.write_bytes(gzip.compress(("\ufeff" + text).encode()))
+    assert convert_main([fmt, str(plain), "-o", str(tmp_path / "a.parquet"), *extra]) == 0
+    assert convert_main([fmt, str(packed), "-o", str(tmp_path / "b.parquet"), *extra]) == 0
+    assert load_trace(tmp_path / "a.parquet").requests.equals(load_trace(tmp_path / "b.parquet").requests)
+
+
+@pytest.mark.parametrize(("fmt", "text"), [
+    ("mooncake", '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n' * 200),
+    ("burstgpt", BURSTGPT_HEADER + "5,ChatGPT,100,20,120,Conversation log\n" * 200 + "6,ChatGPT,100\n"),
+], ids=["mooncake", "burstgpt"])
+def test_convert_corrupt_gzip_is_one_line(tmp_path, capsys, fmt, text):
+    """A corrupt deflate stream raises zlib.error, which is no OSError: it escaped as a traceback."""
+    import gzip
+
+    data = bytearray(gzip.compress(text.encode()))
+    data[20:30] = b"\xff" * 10
+    source = tmp_path / "t.gz"
+    source.write_bytes(bytes(data))
+    line = cli_error(convert_main, [fmt, str(source), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert str(source) in line

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,19 +19,23 @@ import polars as pl
 
 from traces.errors import TraceError
 
+# What reading a file through open_text may raise: EOFError is a gzip'd file cut short, zlib.error a corrupt one.
+READ_ERRORS = (OSError, EOFError, UnicodeDecodeError, zlib.error)
 
-def _open_text(path: Path) -> io.TextIOBase:
-    """The file as text for the csv module, through gzip when it is gzip'd (polars reads those too)."""
+
+def open_text(path: Path, newline: str | None = None) -> io.TextIOBase:
+    """The file as UTF-8 text without a byte order mark, through gzip when it is gzip'd (polars reads gzip'd CSVs
+    itself; the JSON formats and the csv module's checks read them here)."""
     with path.open("rb") as handle:
         compressed = handle.read(2) == b"\x1f\x8b"
     if compressed:
-        return io.TextIOWrapper(gzip.open(path), encoding="utf-8-sig", newline="")
-    return path.open(encoding="utf-8-sig", newline="")
+        return io.TextIOWrapper(gzip.open(path), encoding="utf-8-sig", newline=newline)
+    return path.open(encoding="utf-8-sig", newline=newline)
 
 
 def _records(path: Path) -> Iterator[tuple[int, list[str]]]:
     """(1-based line the record starts on, fields) for every record, the header and blank lines ([]) included."""
-    with _open_text(path) as handle:
+    with open_text(path, newline="") as handle:
         reader = csv.reader(handle)
         start = 1
         for fields in reader:
@@ -46,7 +51,7 @@ def line_of_row(path: Path, row: int) -> int:
         for index, start in enumerate(data):
             if index == row:
                 return start
-    except (OSError, EOFError, UnicodeDecodeError, csv.Error):
+    except (*READ_ERRORS, csv.Error):
         pass
     return row + 2
 
@@ -58,7 +63,7 @@ def _drop_blank_lines(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
         return frame
     try:
         blank = [not fields for number, (_, fields) in enumerate(_records(path)) if number]
-    except (OSError, EOFError, UnicodeDecodeError, csv.Error):
+    except (*READ_ERRORS, csv.Error):
         return frame
     if len(blank) != frame.height:  # the two readers disagree on the records: keep every row, errors name it
         return frame
@@ -113,7 +118,7 @@ def _first_malformed_line(path: Path) -> str | None:
     None if there is none. The csv module is slow, so this runs only once polars has seen a problem."""
     start, width = 1, None
     try:
-        with _open_text(path) as handle:
+        with open_text(path, newline="") as handle:
             reader = csv.reader(handle, strict=True)
             for row in reader:
                 if width is None:
@@ -124,7 +129,7 @@ def _first_malformed_line(path: Path) -> str | None:
     except csv.Error as exc:
         problem = "a quoted field is never closed" if "end of data" in str(exc) else str(exc)
         return f"line {start}: {problem}; expected a CSV record of {width} fields"
-    except (OSError, EOFError, UnicodeDecodeError):
+    except READ_ERRORS:
         return None
     return None
 

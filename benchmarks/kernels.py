@@ -30,12 +30,12 @@ PREFILL_CASES = [  # (chunk lengths, cached prefix per chunk)
     ([2048] * 4, 2048),
 ]
 # (BLOCK_M tokens, BLOCK_N keys, num_warps, num_stages, query heads per program[, TMA loads]); the first is the
-# default.
-TRITON_CONFIGS = [(64, 64, 4, 3, 2), (128, 128, 8, 3, 1), (128, 64, 4, 3, 1), (64, 128, 8, 3, 2), (64, 64, 8, 3, 2),
-                  (128, 64, 8, 2, 2),
-                  (64, 64, 4, 3, 2, True), (64, 64, 4, 4, 2, True), (64, 128, 8, 3, 2, True), (128, 64, 8, 3, 2, True),
-                  (128, 128, 8, 3, 1, True), (128, 64, 8, 3, 1, True), (64, 64, 4, 2, 2, True),
-                  (128, 128, 8, 2, 2, True), (64, 128, 4, 3, 2, True)]
+# engine's default for long chunks (PREFILL_CONFIG_LONG).
+TRITON_CONFIGS = [(64, 64, 4, 3, 2, True), (64, 64, 4, 3, 2), (128, 128, 8, 3, 1), (128, 64, 4, 3, 1),
+                  (64, 128, 8, 3, 2), (64, 64, 8, 3, 2), (128, 64, 8, 2, 2), (64, 64, 4, 4, 2, True),
+                  (64, 128, 8, 3, 2, True), (128, 64, 8, 3, 2, True), (128, 128, 8, 3, 1, True),
+                  (128, 64, 8, 3, 1, True), (64, 64, 4, 2, 2, True), (128, 128, 8, 2, 2, True),
+                  (64, 128, 4, 3, 2, True)]
 ROPE_CONFIGS = [(16, 4), (32, 4), (64, 4), (64, 8)]  # (rows per program, num_warps); the first is ours
 
 
@@ -107,15 +107,15 @@ def causal_flops(q_lens, prefix) -> float:
     return sum(4 * HQ * D * (n * prefix + n * (n + 1) / 2) for n in q_lens)
 
 
-def bench_prefill(torch, kernels, baseline, gen) -> list[dict]:
+def bench_prefill(torch, kernels, baseline, gen, num_configs=None) -> list[dict]:
     rows = []
     for q_lens, prefix in PREFILL_CASES:
-        rows += bench_prefill_case(torch, kernels, baseline, gen, q_lens, prefix)
+        rows += bench_prefill_case(torch, kernels, baseline, gen, q_lens, prefix, num_configs)
         torch.cuda.empty_cache()
     return rows
 
 
-def bench_prefill_case(torch, kernels, baseline, gen, q_lens, prefix) -> list[dict]:
+def bench_prefill_case(torch, kernels, baseline, gen, q_lens, prefix, num_configs=None) -> list[dict]:
     rows = []
     scale = D**-0.5
     q, k, v, k_cache, v_cache, tables, cu, ctx = prefill_inputs(torch, q_lens, prefix, gen)
@@ -148,7 +148,7 @@ def bench_prefill_case(torch, kernels, baseline, gen, q_lens, prefix) -> list[di
         kwargs = {"config": config} if config else {}
         return lambda: module.paged_prefill(q, k_cache, v_cache, tables, cu, ctx, max_q, scale, out=out, **kwargs)
 
-    for config in TRITON_CONFIGS:
+    for config in TRITON_CONFIGS[:num_configs]:
         fn = paged(kernels, config)
         try:
             out = fn()
@@ -164,7 +164,55 @@ def bench_prefill_case(torch, kernels, baseline, gen, q_lens, prefix) -> list[di
         qc, kc, vc = q.contiguous(), k.contiguous(), v.contiguous()
         record("torch flash varlen, contiguous", lambda: varlen_causal(torch, qc, kc, vc, cu, max_q, scale),
                varlen_causal(torch, qc, kc, vc, cu, max_q, scale))
+        # cuDNN's fused attention (Hopper kernels of its own): ragged over the chunks in one call, and through
+        # SDPA one chunk at a time; with the KV heads as they are (GQA) and repeated to the query heads.
+        bounds = [(int(cu[i]), int(cu[i + 1])) for i in range(len(q_lens))]
+        for expand in (False, True):
+            tag = ", KV heads repeated" if expand else ""
+
+            def ragged(expand=expand):
+                kk, vv = (x.repeat_interleave(HQ // HKV, 1) for x in (kc, vc)) if expand else (kc, vc)
+                return cudnn_ragged_causal(torch, qc, kk, vv, cu, max_q, scale)
+
+            if not expand:  # (one variant is enough: it takes some 70 ms a call on the H200, torch 2.11)
+                try:
+                    first = ragged()
+                except Exception:
+                    first = None
+                record("cudnn ragged", ragged, first)
+            for backend in ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"):
+                def per_chunk(backend=backend, expand=expand):
+                    return sdpa_per_chunk(torch, q, k, v, bounds, scale, backend, expand)
+
+                try:
+                    first = per_chunk()
+                except Exception as exc:
+                    print(f"prefill {case:18s} sdpa {backend.lower()}: {type(exc).__name__}: {str(exc)[:300]}")
+                    first = None
+                record(f"sdpa {backend.lower()} per chunk{tag}", per_chunk, first)
     return rows
+
+
+def cudnn_ragged_causal(torch, q, k, v, cu_seqlens, max_len: int, scale: float):
+    """cuDNN's attention over chunks packed back to back ([tokens, heads, head dim], cumulative lengths)."""
+    return torch.ops.aten._cudnn_attention_forward(q, k, v, None, cu_seqlens, cu_seqlens, max_len, max_len, False,
+                                                   0.0, True, False, scale=scale)[0]
+
+
+def sdpa_per_chunk(torch, q, k, v, bounds, scale: float, backend: str, expand: bool):
+    """torch's scaled_dot_product_attention on one chunk at a time, through ``backend`` only."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out = torch.empty_like(q)
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        for start, end in bounds:
+            qi, ki, vi = (x[start:end].transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+            if expand:
+                ki, vi = ki.repeat_interleave(HQ // HKV, 1), vi.repeat_interleave(HQ // HKV, 1)
+            o = torch.nn.functional.scaled_dot_product_attention(qi, ki, vi, is_causal=True, scale=scale,
+                                                                 enable_gqa=not expand)
+            out[start:end] = o.squeeze(0).transpose(0, 1)
+    return out
 
 
 SPLIT_CASES = [([64], 16384), ([256], 16384), ([1024], 16384), ([256] * 4, 8192), ([2048], 4096)]
@@ -196,6 +244,16 @@ def bench_prefill_splits(torch, kernels, gen) -> list[dict]:
                   f"err {row['rel_err_vs_unsplit']:.1e}", flush=True)
         torch.cuda.empty_cache()
     return rows
+
+
+def flash_impls(torch) -> str:
+    """Which FlashAttention implementations this torch can switch SDPA to (FA3 and later come as add-ons)."""
+    try:
+        from torch.nn.attention import current_flash_attention_impl, list_flash_attention_impls
+
+        return f"{list_flash_attention_impls()} (current {current_flash_attention_impl()})"
+    except Exception as exc:  # an older torch
+        return f"unknown ({type(exc).__name__})"
 
 
 def probe_flash_block_table(torch) -> str:
@@ -323,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="another checkout whose kernels are timed beside ours (e.g. one of HEAD~n)")
     parser.add_argument("--sections", default="launch,fused,prefill,split",
                         help="comma-separated subset of launch, fused, prefill, split (default: all)")
+    parser.add_argument("--triton-configs", type=int, default=None, metavar="N",
+                        help="time only the first N Triton tile configs of the prefill sweep (default: all)")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
     sections = set(args.sections.split(","))
@@ -351,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     if "prefill" in sections:
         results["flash_block_table"] = probe_flash_block_table(torch)
         print(f"torch flash forward with a block table: {results['flash_block_table']}")
-        results["prefill"] = bench_prefill(torch, kernels, baseline, gen)
+        results["flash_attention_impls"] = flash_impls(torch)
+        print(f"torch flash attention implementations: {results['flash_attention_impls']}")
+        results["prefill"] = bench_prefill(torch, kernels, baseline, gen, args.triton_configs)
     if "split" in sections:
         results["prefill_splits"] = bench_prefill_splits(torch, kernels, gen)
     if args.json:

@@ -125,8 +125,11 @@ def num_kv_blocks_for(
     free = budget - weights - activations
     per_block = model.kv_bytes_per_token(dtype_bytes, tp) * block_size
     if free < per_block:
+        # The activations too: a huge --max-num-batched-tokens alone exhausted the memory, and a message naming
+        # only the weights (1.1 GiB of 126 usable) did not say why.
         raise ValueError(
             f"{model.name} does not fit on {gpu.name} at gpu_memory_utilization={gpu_memory_utilization} "
-            f"(weights {weights / 2**30:.1f} GiB, {budget / 2**30:.1f} GiB usable)"
+            f"(weights {weights / 2**30:.1f} GiB, activations at max_num_batched_tokens={max_num_batched_tokens} "
+            f"{activations / 2**30:.1f} GiB, {budget / 2**30:.1f} GiB usable)"
         )
     return int(free // per_block)

@@ -102,6 +102,11 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "model does not fit": (
         None, ["--model", "qwen3-8b", "--gpu-memory-utilization", "0.05"], ["qwen3-8b", "does not fit"]
     ),
+    # The activations alone filled the memory, and the message named only the weights (1.1 of 126.4 GiB usable).
+    "token budget does not fit": (
+        None, ["--max-num-batched-tokens", str(10**10)],
+        ["does not fit", "activations at max_num_batched_tokens=10000000000 267030.3 GiB"]
+    ),
     "cost model file missing": (None, ["--cost-model", "{tmp}/no_profile.json"], ["cost model", "no_profile.json"]),
     "host slowdown 0": (None, ["--host-slowdown", "0"], ["--host-slowdown", "> 0"]),
     "host slowdown word": (None, ["--host-slowdown", "fast"], ["--host-slowdown", "fast", "calibrated", "episodes"]),

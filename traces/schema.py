@@ -166,6 +166,9 @@ def _read_table(path: Path, source: str) -> pa.Table:
         raise TraceError(f"{source}: cannot read the trace: no such file")
     if path.is_dir():
         raise TraceError(f"{source}: cannot read the trace: it is a directory, expected a parquet file")
+    if not path.is_file():  # a FIFO or a device: its size (0) says nothing of what it holds
+        raise TraceError(f"{source}: cannot read the trace: not a regular file (a device, FIFO or socket); "
+                         "expected a parquet file")
     try:
         size_bytes = path.stat().st_size
     except OSError as exc:

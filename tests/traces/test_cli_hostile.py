@@ -313,6 +313,15 @@ def test_info_bad_file_exits_2(tmp_path, capsys):
     assert "no such file" in cli_error(info_main, [str(tmp_path / "missing.parquet")], capsys)
 
 
+def test_info_names_a_fifo_or_device_as_such(tmp_path, capsys):
+    """A FIFO or /dev/zero was 'the file is empty (0 bytes)': their size says nothing of what they hold."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        line = cli_error(info_main, [str(path)], capsys)
+        assert f"{path}: cannot read the trace: not a regular file (a device, FIFO or socket)" in line, line
+
+
 def test_trace_head_and_time_scale_at_the_limits():
     from traces.schema import Trace
 

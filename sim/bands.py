@@ -48,6 +48,10 @@ SLOW_OVER_NORMAL = 1.75
 SLOW_SHARE_RANGE = (0.15, 0.35)
 MEAN_EPISODE_S = 4.0
 SEED_STRIDE = 1 << 20  # a replay's episodes seed offset: replicas add their index below it
+# --host-slowdown takes an episodes seed below 2**62: a replay's is taken modulo it, so any replay number (capacity
+# --bands numbers them from --seed-offset) and any seed of the user's own episodes make a valid one; both were a
+# ValueError traceback past it (--seed-offset 2**63 - 1, episodes:...,2**62 - 1 with --bands).
+EPISODES_SEED_LIMIT = 1 << 62
 MAX_REPLAYS = 1000
 
 
@@ -189,11 +193,11 @@ def replay_setup(config: SimConfig, base: CostModel, bands: BandModel, index: in
         mean = bands.mean_slowdown if machines is None else float(rng.uniform(*machines))
         normal = mean / (1.0 + (lo + hi) / 2 * (bands.slow_over_normal - 1.0))
         host = (f"episodes:{normal:.6g},{normal * bands.slow_over_normal:.6g},{share:.6g},{bands.mean_episode_s:g},"
-                f"{(index + 1) * SEED_STRIDE}")
+                f"{(index + 1) * SEED_STRIDE % EPISODES_SEED_LIMIT}")
     elif bands.host_mode == "reseed":  # the user's process, with the replay's seed added to its own
         parts = host.strip().split(",")
         own = int(parts.pop()) if len(parts) == 5 else 0
-        host = ",".join([*parts, str(own + (index + 1) * SEED_STRIDE)])
+        host = ",".join([*parts, str((own + (index + 1) * SEED_STRIDE) % EPISODES_SEED_LIMIT)])
     replay_config = dataclasses.replace(config, host_slowdown=host)
     if bands.decode_residuals is None:
         return replay_config, base

@@ -90,6 +90,21 @@ def test_each_replay_varies_the_host_and_the_step_times() -> None:
     assert replay_setup(roofline, base, roofline_bands, 0)[1] is base
 
 
+def test_every_replay_number_and_episodes_seed_make_a_valid_host_slowdown() -> None:
+    """A replay's episodes seed, (index + 1) * 2**20 (plus the user's own), passed the 2**62 --host-slowdown takes:
+    analysis.capacity --bands --seed-offset 2**63-1 and sim.replay --bands --host-slowdown episodes:...,2**62-1 ended
+    in a ValueError traceback. The seed is now taken modulo 2**62."""
+    config = SimConfig(cost_model="roofline")
+    shape = config.model_shape
+    base = make_cost_model(config, shape)
+    index = 2**63 - 1
+    spec = replay_setup(config, base, band_model(config, shape), index)[0].host_slowdown
+    assert spec.endswith(f",{2**63 * 2**20 % 2**62}") and isinstance(parse_host_slowdown(spec), HostSpeedEpisodes)
+    user = SimConfig(host_slowdown=f"episodes:1,2,0.3,3,{2**62 - 1}", cost_model="roofline")
+    spec = replay_setup(user, base, band_model(user, shape), 0)[0].host_slowdown
+    assert spec == f"episodes:1,2,0.3,3,{2**20 - 1}" and isinstance(parse_host_slowdown(spec), HostSpeedEpisodes)
+
+
 def test_a_perturbed_step_is_the_model_times_its_replay_offset_and_a_repeat_noise() -> None:
     config = SimConfig()
     bands = band_model(config, config.model_shape)

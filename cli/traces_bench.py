@@ -62,8 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    url = urlparse(args.url)
-    if url.scheme not in ("http", "https") or not url.netloc:
+    try:
+        url = urlparse(args.url)
+    except ValueError:  # an unclosed '[' (IPv6): urlparse's message named no URL
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.netloc:
         raise ValueError(f"URL {args.url!r}: expected http://HOST:PORT or https://HOST:PORT")
     try:
         url.port  # noqa: B018  urlparse checks the port only when asked: 99999 reached aiohttp as an invalid URL

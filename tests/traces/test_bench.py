@@ -174,6 +174,7 @@ def _free_port() -> int:
 
 @pytest.mark.parametrize(("args", "expected"), [
     (["ftp://127.0.0.1:1", "{trace}"], "URL 'ftp://127.0.0.1:1': expected http://HOST:PORT"),
+    (["http://[::1", "{trace}"], "URL 'http://[::1': expected http://HOST:PORT"),  # was 'Invalid IPv6 URL'
     (["{url}", "{trace}", "--max-concurrency", "0"], "--max-concurrency must be >= 1, got 0"),
     (["{url}", "{trace}", "--request-timeout-s", "nan"], "--request-timeout-s must be a finite number > 0"),
     (["{url}", "{trace}", "--prompt-format", "text"], "--prompt-format text needs --tokenizer PATH"),

@@ -131,11 +131,16 @@ def read_slos(run_dir: Path) -> tuple[SLO, ...] | None:
         limits = json.loads(path.read_text()).get("slos_ms")
     except (json.JSONDecodeError, AttributeError):
         return None  # read_meta names an unreadable file
-    if not isinstance(limits, dict) or not limits:
+    if limits is None or limits == {}:
         return None
+    if not isinstance(limits, dict):  # was taken for "no SLOs": the re-summary dropped the run's goodput silently
+        raise ValueError(f"{path}: slos_ms is {json.dumps(limits)[:60]}; expected an object of "
+                         "metric_statistic: limit in ms, such as {\"ttft_p90\": 2000}")
     slos = []
     for key, limit_ms in limits.items():
         metric, _, statistic = str(key).partition("_")
+        if isinstance(limit_ms, bool) or not isinstance(limit_ms, (int, float)):  # null, "5", true: not a limit
+            raise ValueError(f"{path}: slos_ms entry {key!r} is {json.dumps(limit_ms)[:60]}; expected a number of ms")
         try:
             slos.append(SLO(metric, statistic, float(limit_ms) / 1e3))
         except (TypeError, ValueError) as exc:

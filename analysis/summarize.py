@@ -26,6 +26,7 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
             what = "is not a regular file" if (run_dir / name).exists() else "does not exist"
             raise FileNotFoundError(f"{run_dir / name} {what}")
     meta = read_meta(run_dir)
+    slos = read_slos(run_dir)  # its errors name summary.json already
     config = meta.get("config") or {}
     requests = _read_checked(run_dir / "requests.parquet", conform_requests, check_requests)
     steps = _read_checked(run_dir / "steps.parquet", conform_steps, check_steps)
@@ -36,7 +37,7 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
             report_title=f"Replay of {Path(str(meta.get('trace', run_dir.name))).name}" if report else None,
             report_subtitle=f"{config.get('model', '')} on {config.get('device', config.get('gpu', ''))}; "
             f"cost model: {meta.get('cost_model', '')}",
-            slos=read_slos(run_dir),
+            slos=slos,
         )
     except (ValueError, pl.exceptions.PolarsError) as exc:  # polars' messages span lines: the first says what
         raise ValueError(f"{run_dir}: {str(exc).strip().splitlines()[0]}") from None

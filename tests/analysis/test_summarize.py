@@ -39,6 +39,11 @@ def _run(tmp_path):
     ('{"config": NaN}', "'config' is nan; expected dict"),  # these two were AttributeError tracebacks
     ('{"config": [1, 2]}', "'config' is \\[1, 2\\]; expected dict"),
     ('{"warnings": [5]}', "warnings\\[0\\] is 5; expected an object with a 'code'"),
+    # Taken for "no SLOs", so the re-summary dropped the run's goodput without a word; the null a float() error.
+    ('{"slos_ms": "ttft_p90=2s"}', 'slos_ms is "ttft_p90=2s"; expected an object of metric_statistic: limit in ms'),
+    ('{"slos_ms": {"ttft_p90": null}}', "slos_ms entry 'ttft_p90' is null; expected a number of ms"),
+    ('{"slos_ms": {"ttft_p90": "2000"}}', "slos_ms entry 'ttft_p90' is \"2000\"; expected a number of ms"),
+    ('{"slos_ms": {"ttft_p90": -5}}', "slos_ms entry 'ttft_p90': SLO limit must be a finite number > 0 seconds"),
 ])
 def test_a_hand_edited_summary_is_one_line_and_left_alone(tmp_path, capsys, summary, pattern):
     out = _run(tmp_path)

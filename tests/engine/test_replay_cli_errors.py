@@ -22,7 +22,8 @@ def trace(tmp_path):
     (["--temperature", "-1"], "--temperature"),
     (["--warmup-requests", "-1"], "--warmup-requests"),  # silently no warm-up
     (["--warmup-requests", str(2**70)], "--warmup-requests"),  # hung building the warm-up prompts
-    (["--time-scale", "1e308"], "real-time replay is limited"),  # OverflowError in time.sleep
+    (["--time-scale", "1e308"], "stretches the last arrival to 1e+308 s"),  # OverflowError in time.sleep
+    (["--time-scale", "1e9"], "real-time replay is limited"),  # a trace bound allows it; real time does not
     (["--qps", "1e-320"], "too small"),
     (["--slo", "ttft_p90=fast"], "--slo: cannot parse SLO 'ttft_p90=fast'"),
     (["--num-gpu-blocks", str(2**70)], "below 2**31 (block ids are int32"),  # a torch TypeError traceback

@@ -186,10 +186,10 @@ def _chat_prompt_ids(state: ServerState, body: ChatCompletionRequest) -> list[in
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise bad_request("the model has no chat template; use /v1/completions", "messages")
     messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    # chat_template_kwargs override add_generation_prompt, as in vLLM (a keyword given twice was a TypeError)
+    kwargs = {"add_generation_prompt": body.add_generation_prompt, **(body.chat_template_kwargs or {})}
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False,
-                                             add_generation_prompt=body.add_generation_prompt,
-                                             **(body.chat_template_kwargs or {}))
+        text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
     except Exception as exc:  # a template that refuses these messages (roles out of order, ...)
         raise bad_request(f"the chat template cannot render these messages: {exc}", "messages") from exc
     _check_unicode(text, "messages", "messages")

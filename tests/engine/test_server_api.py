@@ -233,8 +233,27 @@ def hf_tokenizer():
     backend = Tokenizer(models.WordLevel(vocab={"[UNK]": 0, "hello": 1, "world": 2}, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
-    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    tokenizer.chat_template = ("{% for m in messages %}{{ m['content'] }} {% endfor %}"
+                               "{% if add_generation_prompt %}world{% endif %}{% if shout %} hello{% endif %}")
     return tokenizer
+
+
+def test_chat_template_kwargs_reach_the_template_and_may_set_add_generation_prompt(served) -> None:
+    """As in vLLM, chat_template_kwargs are the template's variables and override add_generation_prompt; that one
+    was a 400 ('apply_chat_template() got multiple values for keyword argument')."""
+    pytest.importorskip("transformers")
+    client = served(tokenizer=hf_tokenizer())
+
+    def prompt_tokens(**fields) -> int:
+        r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hello"}],
+                                                      "max_tokens": 1, **fields})
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["prompt_tokens"]
+
+    assert prompt_tokens() == 2  # hello world
+    assert prompt_tokens(add_generation_prompt=False) == 1
+    assert prompt_tokens(chat_template_kwargs={"add_generation_prompt": False}) == 1
+    assert prompt_tokens(chat_template_kwargs={"shout": True}) == 3
 
 
 @pytest.mark.parametrize(("path", "body", "param"), [

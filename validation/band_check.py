@@ -42,7 +42,8 @@ def _gpu_runs(results: Path, name: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bands", default="20", help="seeded replays per run (default: %(default)s)")
-    parser.add_argument("--out", default=str(ROOT / "validation" / "results" / "bands"), help="where bands.md goes")
+    parser.add_argument("--out", default=str(ROOT / "validation" / "results" / "bands"),
+                        help="where bands.md and bands.json go")
     parser.add_argument("--results", default=str(ROOT / "validation" / "results"),
                         help="folder of the runs' committed GPU summaries (<run>/real_summary.json)")
     args = parser.parse_args(argv)
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["| run | figure | GPU | sim | band p5 | band median | band p95 | GPU inside |",
              "|:---|:---|---:|---:|---:|---:|---:|:---:|"]
     totals = []
+    rows = []  # the table's figures, for bands.json (validation/fidelity_summary.py reads them)
     with tempfile.TemporaryDirectory() as tmp:
         for name, (description, trace, options) in PLAN.items():
             runs = _gpu_runs(Path(args.results), name)
@@ -78,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                     num_inside += bool(ok)
                     lines.append(f"| {label} | {key} | {gpu:.4g} | {_value(sim, key):.4g} | {band['p5']:.4g} | "
                                  f"{band['median']:.4g} | {band['p95']:.4g} | {'yes' if ok else 'no'} |")
+                    rows.append({"config": name, "run": run, "figure": key, "gpu": gpu, "sim": _value(sim, key),
+                                 "p5": band["p5"], "median": band["median"], "p95": band["p95"], "inside": ok})
                 totals.append(f"- {label}: {num_inside} of {len(HEADLINE)} GPU figures inside; warnings: {codes}")
                 print(totals[-1], flush=True)
     out_dir = Path(args.out)
@@ -88,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             + "`).\n\n" + "\n".join(totals) + "\n\n"
             + "\n".join(lines) + "\n")
     (out_dir / "bands.md").write_text(text)
+    (out_dir / "bands.json").write_text(json.dumps({"bands": args.bands, "results": str(args.results),
+                                                    "rows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -20,3 +20,43 @@ def test_a_runs_repeats_are_found_and_the_comparisons_between_them_are_not(tmp_p
     assert _gpu_runs(tmp_path, "b-azure-p95") == ["b-azure-p95"]
     assert _gpu_runs(tmp_path, "e-prefill-p70") == ["e-prefill-p70-b"]  # a repeat whose first run is not here
     assert _gpu_runs(tmp_path, "c-mooncake") == []
+
+
+def test_fidelity_summary_groups_runs_by_load_and_figure(tmp_path, capsys):
+    import json
+
+    from validation.fidelity_summary import load_class, main
+
+    assert [load_class(c) for c in ("b-azure-light", "e-prefill-p70", "c-mooncake", "b-azure-p95", "d-azure-kv",
+                                    "a-bench-nano")] == ["light", "~70 %", "~70 %", "~95 %", "KV pressure", "offline"]
+
+    def row(config, run, gpu, sim, inside):
+        return {"config": config, "run": run, "figure": "ttft_ms.p50", "gpu": gpu, "sim": sim, "p5": 0, "median": 0,
+                "p95": 0, "inside": inside}
+
+    rows = [row("b-azure-light", "b-azure-light", 100.0, 102.0, True),
+            row("b-azure-light", "b-azure-light-b", 90.0, 102.0, False),  # +13.3 %
+            row("e-prefill-light", "e-prefill-light", 50.0, 48.0, True),  # -4 %
+            row("b-azure-p95", "b-azure-p95", 10.0, 9.0, True)]
+    path = tmp_path / "bands.json"
+    path.write_text(json.dumps({"bands": "20", "results": "x", "rows": rows}))
+    out = tmp_path / "fidelity.md"
+    assert main([str(path), "--out", str(out)]) == 0
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert [(s["load"], s["num_runs"], s["within_3pct"], s["within_10pct"], s["inside_band"]) for s in summary] == [
+        ("light", 3, 1, 2, 2), ("~95 %", 1, 0, 1, 1)]
+    light = summary[0]
+    assert light["median_error"] == 0.02 and round(light["largest_error"], 4) == 0.1333
+    assert "| light | ttft_ms.p50 | 3 | +2.0% | +13.3% | 1 of 3 | 2 of 3 | 2 of 3 |" in out.read_text()
+
+
+def test_fidelity_summary_refuses_a_file_that_is_not_a_bands_json(tmp_path, capsys):
+    import pytest
+
+    from validation.fidelity_summary import main
+
+    bad = tmp_path / "x.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(SystemExit) as exc:
+        main([str(bad)])
+    assert exc.value.code == 2 and "not a bands.json" in capsys.readouterr().err

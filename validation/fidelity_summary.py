@@ -1,0 +1,85 @@
+"""How far the shipped profile's predictions are from the GPU, over every committed GPU run:
+``python validation/fidelity_summary.py RESULTS_DIR/bands/bands.json [...] [--out FILE.md]``.
+
+Reads the ``bands.json`` that ``validation/band_check.py`` writes beside ``bands.md`` (one per folder of GPU runs,
+each folder a machine session), and sums up, per load class (light, ~70 %, ~95 %, KV pressure) and headline figure,
+the signed error of the simulation against each GPU run, (sim - GPU) / GPU: its median, its largest size, how many
+runs are within 3 % and within 10 %, and how many GPU figures fall inside the simulator's p5-p95 band. A serving
+engineer reads it as: on a machine of this kind, a prediction of this figure at this load is usually this close.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+CLASSES = (("light", ("-light",)), ("~70 %", ("-p70", "c-mooncake")), ("~95 %", ("-p95",)),
+           ("KV pressure", ("-kv",)), ("offline", ("a-bench",)))
+
+
+def load_class(config: str) -> str:
+    for name, marks in CLASSES:
+        if any(mark in config for mark in marks):
+            return name
+    return "other"
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """One entry per (load class, figure): the errors of every GPU run of that class."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    order = [name for name, _ in CLASSES] + ["other"]
+    for row in rows:
+        if row["gpu"] is None or row["sim"] is None or not row["gpu"]:
+            continue
+        groups.setdefault((load_class(row["config"]), row["figure"]), []).append(row)
+    out = []
+    for (cls, figure), members in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
+        errors = [(r["sim"] - r["gpu"]) / r["gpu"] for r in members]
+        out.append({"load": cls, "figure": figure, "num_runs": len(errors),
+                    "median_error": statistics.median(errors), "largest_error": max(errors, key=abs),
+                    "within_3pct": sum(abs(e) <= 0.03 for e in errors),
+                    "within_10pct": sum(abs(e) <= 0.10 for e in errors),
+                    "inside_band": sum(bool(r["inside"]) for r in members)})
+    return out
+
+
+def to_markdown(summary: list[dict], sources: list[str]) -> str:
+    lines = ["Signed error of the simulation (shipped profile) against each GPU run, (sim - GPU) / GPU, per load and "
+             "figure, over " + ", ".join(f"`{s}`" for s in sources) + " (`python validation/fidelity_summary.py`).",
+             "",
+             "| load | figure | GPU runs | median error | largest error | within 3 % | within 10 % | inside p5-p95 |",
+             "|:---|:---|---:|---:|---:|---:|---:|---:|"]
+    for s in summary:
+        n = s["num_runs"]
+        lines.append(f"| {s['load']} | {s['figure']} | {n} | {100 * s['median_error']:+.1f}% | "
+                     f"{100 * s['largest_error']:+.1f}% | {s['within_3pct']} of {n} | {s['within_10pct']} of {n} | "
+                     f"{s['inside_band']} of {n} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bands", nargs="+", help="bands.json files written by validation/band_check.py")
+    parser.add_argument("--out", default=None, help="also write the table here (and the figures as JSON beside it)")
+    args = parser.parse_args(argv)
+    rows = []
+    for path in args.bands:
+        try:
+            rows += json.loads(Path(path).read_text())["rows"]
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            parser.exit(2, f"error: {path}: not a bands.json of validation/band_check.py ({exc})\n")
+    summary = summarize(rows)
+    text = to_markdown(summary, args.bands)
+    print(text, end="")
+    if args.out:
+        out = Path(args.out)
+        out.write_text(text)
+        out.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

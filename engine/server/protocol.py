@@ -170,6 +170,11 @@ class ChatCompletionRequest(_Sampling):
             raise bad_request("tools are not supported by this engine", "tools")
         if self.response_format and self.response_format.get("type") not in (None, "text"):
             raise bad_request("response_format other than text is not supported by this engine", "response_format")
+        # A client's Jinja template would render in the server's event loop, where a slow one stalls every request.
+        for param, fields in (("chat_template", self.model_extra or {}), ("chat_template_kwargs",
+                                                                         self.chat_template_kwargs or {})):
+            if fields.get("chat_template") is not None:
+                raise bad_request("chat templates from the request are not accepted; the model's own is used", param)
 
     @property
     def requested_max_tokens(self) -> int | None:

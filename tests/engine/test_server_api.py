@@ -256,6 +256,21 @@ def test_chat_template_kwargs_reach_the_template_and_may_set_add_generation_prom
     assert prompt_tokens(chat_template_kwargs={"shout": True}) == 3
 
 
+@pytest.mark.parametrize("fields", [{"chat_template_kwargs": {"chat_template": "{{ messages[0]['content'] }}"}},
+                                    {"chat_template": "{{ messages[0]['content'] }}"}])
+def test_a_client_chat_template_is_refused(served, fields) -> None:
+    """A template of the client's ran in the server's event loop: two nested loops of 99,999 held every other request
+    (and /health) for hours; at the top level it was ignored, rendering with the model's template instead. vLLM also
+    refuses one unless started with --trust-request-chat-template."""
+    pytest.importorskip("transformers")
+    client = served(tokenizer=hf_tokenizer())
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hello"}], **fields})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert "chat templates from the request are not accepted" in error["message"]
+    assert error["param"] == next(iter(fields))
+
+
 @pytest.mark.parametrize(("path", "body", "param"), [
     ("/v1/completions", {"prompt": "hello \ud800 world"}, "prompt"),
     ("/v1/completions", {"prompt": ["hello", "\udfff"]}, "prompt"),

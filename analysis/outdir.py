@@ -10,12 +10,13 @@ unwritable --out fails at once rather than after a long simulation.
 from __future__ import annotations
 
 import errno
-import os
 import shutil
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from sim.files import staging_path
 
 
 class OutDirError(ValueError):
@@ -89,7 +90,7 @@ def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out",
     """Yield a fresh staging folder beside ``target``; on success it becomes ``target``."""
     check_out_dir(Path(target), overwrite=overwrite, option=option, inputs=inputs)
     target = Path(target).resolve()  # "." has no name to put a staging folder beside
-    stage = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    stage = staging_path(target, "partial")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(stage, ignore_errors=True)
@@ -98,7 +99,7 @@ def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out",
         raise OutDirError(f"{option} {target}: cannot write there ({exc.strerror or exc})") from None
     try:
         yield stage
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        old = staging_path(target, "old")
         if overwrite and target.exists():
             target.rename(old)
         try:

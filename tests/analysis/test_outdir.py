@@ -39,3 +39,26 @@ def test_the_usual_cases_still_move_the_run_into_place(tmp_path, existing):
         (stage / "summary.json").write_text("new")
     assert (target / "summary.json").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_name_near_the_file_systems_limit_is_written(tmp_path, overwrite):
+    """A 250-character --out is a valid name, but its staging folder '.NAME.partial-PID' was not: the run was refused
+    as 'cannot write there (File name too long)'. The staging and replaced folders' names are now shortened."""
+    target = tmp_path / ("r" * 250)
+    if overwrite:
+        target.mkdir()
+        (target / "summary.json").write_text("old")
+    with staged_out_dir(target, overwrite=overwrite) as stage:
+        assert len(stage.name.encode()) <= 255 and stage.name.startswith(".rrr") and ".partial-" in stage.name
+        (stage / "summary.json").write_text("new")
+    assert (target / "summary.json").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # nothing left beside it
+
+
+def test_a_file_near_the_name_limit_is_written_whole(tmp_path):
+    from sim.files import write_text_atomic
+
+    path = tmp_path / ("t" * 251 + ".csv")
+    write_text_atomic(path, "start_s,slowdown\n0,1\n")
+    assert path.read_text() == "start_s,slowdown\n0,1\n" and [p.name for p in tmp_path.iterdir()] == [path.name]

@@ -34,7 +34,10 @@ def out_folder(text: str) -> str:
 
 
 def default_out_dir(prefix: str, name: str) -> Path:
-    """``runs/<prefix>-<name>-<timestamp>``, with ``-2``, ``-3``, ... when that folder already exists."""
+    """``runs/<prefix>-<name>-<timestamp>``, with ``-2``, ``-3``, ... when that folder already exists. ``name`` (a
+    trace's file name) is cut to 100 characters: a valid 240-character trace name made a folder name past the file
+    system's 255 bytes, and ``exists()`` on it raised OSError (a traceback)."""
+    name = name.encode()[:100].decode(errors="ignore")
     base = Path("runs") / f"{prefix}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out = base
     n = 1

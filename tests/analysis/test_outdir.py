@@ -62,3 +62,16 @@ def test_a_file_near_the_name_limit_is_written_whole(tmp_path):
     path = tmp_path / ("t" * 251 + ".csv")
     write_text_atomic(path, "start_s,slowdown\n0,1\n")
     assert path.read_text() == "start_s,slowdown\n0,1\n" and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_the_default_folder_of_a_trace_with_a_long_name(tmp_path, monkeypatch):
+    """sim.replay of a trace named with 240 characters (a valid name) and no --out: 'runs/sim-NAME-TIMESTAMP' passed
+    255 bytes and exists() raised OSError, a traceback. The trace's name is cut to 100 characters in it."""
+    from analysis.outdir import default_out_dir
+
+    monkeypatch.chdir(tmp_path)
+    out = default_out_dir("sim", "t" * 240)
+    assert out.parent.name == "runs" and out.name.startswith("sim-" + "t" * 100 + "-") and len(out.name) < 130
+    with staged_out_dir(out, overwrite=False) as stage:
+        (stage / "summary.json").write_text("{}")
+    assert (out / "summary.json").is_file()

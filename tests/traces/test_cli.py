@@ -99,3 +99,21 @@ def test_info_cli(tmp_path: Path) -> None:
     assert result.returncode == 2  # the project's exit status for bad input
     assert "sharegpt.parquet: 2000 requests over" in result.stdout
     assert "missing.parquet: cannot read the trace: no such file" in result.stderr
+
+
+def test_a_slow_rate_is_not_printed_as_zero() -> None:
+    """Two requests an hour apart printed '(0.000 req/s)', a rate of nothing; small rates keep 3 significant digits."""
+    import polars as pl
+
+    from traces.schema import Trace
+    from traces.summary import describe
+
+    def line(arrivals: list[float]) -> str:
+        n = len(arrivals)
+        frame = pl.DataFrame({"request_id": list(range(n)), "arrival_s": arrivals, "prompt_tokens": [5] * n,
+                              "output_tokens": [7] * n})
+        return describe(Trace.from_frame(frame, "t"), "out.parquet")
+
+    assert "span 3600.000 s (0.000278 req/s)" in line([0.0, 3600.0])
+    assert "span 4.000 s (0.500 req/s)" in line([0.0, 2.0, 4.0])
+    assert "span 0.000 s (all at once)" in line([1.0, 1.0])

@@ -183,7 +183,11 @@ class HostSpeedEpisodes:
             if len(self._ends_s) % 2:  # the next period would be slow: close it empty, so a normal one follows
                 self._ends_s.append(self._horizon_s)
             self._horizon_s = t_s  # normal over the whole gap, drawn afresh from t_s
-            self._ends_s.append(t_s)
+            self._ends_s.append(t_s)  # the next period drawn is slow...
+            # ...with probability `fraction` only, as at the start: the restart was always slow, so a trace of Unix
+            # timestamps (first arrival ~1.7e9 s, one such gap) always began in a slow episode.
+            if self._rng.random() >= self.fraction:
+                self._ends_s.append(t_s)  # an empty slow period: a normal one is drawn from t_s
         while self._horizon_s <= t_s:
             mean = self._mean_normal_s if len(self._ends_s) % 2 == 0 else self.mean_episode_s
             # At least one float step: far out in time (1e300 s) an episode is shorter than the clock's resolution.

@@ -74,6 +74,16 @@ def test_episodes_are_slow_the_asked_share_of_a_short_run_too():
     assert all(HostSpeedEpisodes(1.0, 3.0, 0.0, 4.0, seed).slowdown_at(0.0) == 1.0 for seed in range(50))
 
 
+def test_after_a_gap_too_long_to_draw_the_process_restarts_slow_only_as_often_as_it_is_slow():
+    """A gap of over a million episode cycles is not drawn: the process restarts at its end. The restart was always
+    in a slow period, so a trace of Unix timestamps (first arrival ~1.7e9 s) always began slow."""
+    at_restart = [HostSpeedEpisodes(1.0, 3.0, 0.25, 4.0, seed).slowdown_at(1.7e9) for seed in range(1000)]
+    assert 200 < at_restart.count(3.0) < 300  # was all 1000
+    process = HostSpeedEpisodes(1.0, 3.0, 0.25, 4.0, seed=1)
+    values = [process.slowdown_at(t) for t in np.arange(1.7e9, 1.7e9 + 20000.0, 0.5)]
+    assert abs(np.mean(np.array(values) == 3.0) - 0.25) < 0.03  # and the share holds after it
+
+
 def test_episodes_end_in_bounded_time():
     """Episodes of 1e-300 s, or a query at 1e300 s (a trace's last arrival), drew periods forever."""
     with pytest.raises(ValueError, match="MEAN_S >= 0.001 s; got 1.0, 2.0, 0.5, 1e-300"):

@@ -168,6 +168,13 @@ def test_convert_skips_blank_lines_in_a_csv(tmp_path, fmt, ending):
     # blank lines before the bad row are lines too
     (BURSTGPT_HEADER + "5,ChatGPT,100,20,120,Conversation log\n\n\n6,ChatGPT,-3,20,120,API log\n",
      "line 5: field 'Request tokens' is -3"),
+    # blank lines before the header (polars skips them) are lines too, not the header
+    ("\n\n" + BURSTGPT_HEADER + "5,ChatGPT,100,20,120,Conversation log\n6,ChatGPT,-3,20,120,API log\n",
+     "line 5: field 'Request tokens' is -3"),
+    ("\n" + BURSTGPT_HEADER + "5,ChatGPT,100,20,120,Conversation log\n\n6,ChatGPT,-3,20,120,API log\n",
+     "line 5: field 'Request tokens' is -3"),
+    ("\n" + BURSTGPT_HEADER + "5,ChatGPT,100,20,120,Conversation log\n6,ChatGPT,100,20,120\n",
+     "line 4: 5 fields; expected 6"),
     # a row of empty fields is not a blank line: it is refused, naming its line
     (BURSTGPT_HEADER + "5,ChatGPT,100,20,120,Conversation log\n,,,,,\n", "line 3: field 'Timestamp' is empty"),
 ])

@@ -33,13 +33,16 @@ def open_text(path: Path, newline: str | None = None) -> io.TextIOBase:
     return path.open(encoding="utf-8-sig", newline=newline)
 
 
-def _records(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """(1-based line the record starts on, fields) for every record, the header and blank lines ([]) included."""
+def _data_records(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(1-based line the record starts on, fields) for every record after the header, blank lines ([]) included;
+    the header is the first record that is not blank (polars skips blank lines before it too)."""
     with open_text(path, newline="") as handle:
         reader = csv.reader(handle)
-        start = 1
+        start, header = 1, False
         for fields in reader:
-            yield start, fields
+            if header:
+                yield start, fields
+            header = header or bool(fields)
             start = reader.line_num + 1
 
 
@@ -47,7 +50,7 @@ def line_of_row(path: Path, row: int) -> int:
     """1-based file line that 0-based data row `row` (blank lines skipped, as read_csv_text does) starts on; only
     errors ask, so the csv module's slow scan costs nothing on a good file. One record per line if unreadable."""
     try:
-        data = (start for number, (start, fields) in enumerate(_records(path)) if number and fields)
+        data = (start for start, fields in _data_records(path) if fields)
         for index, start in enumerate(data):
             if index == row:
                 return start
@@ -62,7 +65,7 @@ def _drop_blank_lines(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
     if not frame.height or not frame.select(pl.all_horizontal(pl.all().is_null()).any()).item():
         return frame
     try:
-        blank = [not fields for number, (_, fields) in enumerate(_records(path)) if number]
+        blank = [not fields for _, fields in _data_records(path)]
     except (*READ_ERRORS, csv.Error):
         return frame
     if len(blank) != frame.height:  # the two readers disagree on the records: keep every row, errors name it
@@ -122,7 +125,7 @@ def _first_malformed_line(path: Path) -> str | None:
             reader = csv.reader(handle, strict=True)
             for row in reader:
                 if width is None:
-                    width = len(row)
+                    width = len(row) or None  # blank lines before the header are no header
                 elif row and len(row) != width:
                     return f"line {start}: {len(row)} fields; expected {width}, as in the header"
                 start = reader.line_num + 1

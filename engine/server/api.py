@@ -42,6 +42,10 @@ _log = logging.getLogger(__name__)
 # choice says which limit it was in "cut_by" (a cut output says it was cut).
 _CUT_REASONS = ("max_model_len", "kv_capacity", "token_budget")
 DISCONNECT_POLL_S = 0.5  # how often a non-streamed request checks that its client is still there
+# Texts longer than this are tokenized on a worker thread (Hugging Face's Rust tokenizers release the GIL): in the
+# event loop, one client's 4 MB prompt held /health and every stream for seconds. Shorter ones stay inline, where
+# they cost no thread hop on the time to first token.
+THREAD_TOKENIZE_CHARS = 20_000
 
 
 @dataclass
@@ -127,14 +131,14 @@ def build_app(engine: EngineClient, tokenizer=None) -> FastAPI:
     async def completions(body: CompletionRequest, request: Request):
         body.check_supported()
         _check_model(state, body.model)
-        prompts = [_prompt_ids(state, i, p) for i, p in enumerate(body.prompts())]
+        prompts = [await _prompt_ids(state, i, p) for i, p in enumerate(body.prompts())]
         return await _serve(state, request, body, prompts, body.max_tokens, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         body.check_supported()
         _check_model(state, body.model)
-        prompt = _chat_prompt_ids(state, body)
+        prompt = await _chat_prompt_ids(state, body)
         return await _serve(state, request, body, [prompt], body.requested_max_tokens, chat=True)
 
     return app
@@ -147,12 +151,18 @@ def _check_model(state: ServerState, model: str | None) -> None:
                        param="model")
 
 
-def _prompt_ids(state: ServerState, index: int, prompt: str | list[int]) -> list[int]:
+async def _encode(tokenizer, text: str, **kwargs) -> list[int]:
+    if len(text) <= THREAD_TOKENIZE_CHARS:
+        return tokenizer.encode(text, **kwargs)
+    return await asyncio.to_thread(tokenizer.encode, text, **kwargs)
+
+
+async def _prompt_ids(state: ServerState, index: int, prompt: str | list[int]) -> list[int]:
     if isinstance(prompt, str):
         if state.tokenizer is None:
             raise bad_request(f"prompt {index} is text but the model has no tokenizer; send token ids", "prompt")
         _check_unicode(prompt, f"prompt {index}", "prompt")
-        ids = state.tokenizer.encode(prompt)
+        ids = await _encode(state.tokenizer, prompt)
     else:
         ids = prompt
     return _checked_ids(state, index, ids)
@@ -181,7 +191,7 @@ def _checked_ids(state: ServerState, index: int, ids: list[int]) -> list[int]:
     return ids
 
 
-def _chat_prompt_ids(state: ServerState, body: ChatCompletionRequest) -> list[int]:
+async def _chat_prompt_ids(state: ServerState, body: ChatCompletionRequest) -> list[int]:
     tokenizer = state.tokenizer
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise bad_request("the model has no chat template; use /v1/completions", "messages")
@@ -193,7 +203,7 @@ def _chat_prompt_ids(state: ServerState, body: ChatCompletionRequest) -> list[in
     except Exception as exc:  # a template that refuses these messages (roles out of order, ...)
         raise bad_request(f"the chat template cannot render these messages: {exc}", "messages") from exc
     _check_unicode(text, "messages", "messages")
-    return _checked_ids(state, 0, tokenizer.encode(text, add_special_tokens=False))
+    return _checked_ids(state, 0, await _encode(tokenizer, text, add_special_tokens=False))
 
 
 def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int, max_tokens: int | None,

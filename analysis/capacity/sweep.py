@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 
+import numpy as np
+
 from analysis.capacity.bisection import CapacitySearch, SearchOutcome, SearchParams
 from analysis.capacity.point import PointJob, PointResult
 from engine.core.config import ConfigError
@@ -183,12 +185,15 @@ class ConfigResult:
 
     @property
     def band(self) -> dict[str, float] | None:
-        """With band replays: the p5, median and p95 of their max QPS (None unless every replay found one)."""
+        """With band replays: the p5, median and p95 of their max QPS (None unless every replay found one), each a
+        replay's own value as max_qps is: the median the lower middle one (max_qps itself), p5 and p95 taken
+        outwards. Interpolated, as sim.replay's bands are, --bands 2 put max_qps (the lower replay) below its own
+        p5 and beside a different median."""
         if not self.band_replays or self.spread is None:
             return None
-        from analysis.band_stats import band_of
-
-        return band_of([s.max_qps for s in self.searches])
+        values = np.array([s.max_qps for s in self.searches], dtype=float)
+        p5, p95 = np.percentile(values, 5, method="lower"), np.percentile(values, 95, method="higher")
+        return {"median": self.max_qps, "p5": float(p5), "p95": float(p95)}
 
     @property
     def is_answer(self) -> bool:

@@ -205,6 +205,19 @@ def test_a_stream_that_holds_no_request(tmp_path: Path) -> None:
     assert empty and all(p["feasible"] and p["num_requests"] == 0 and p["num_finished"] == 0 for p in empty)
 
 
+def test_bands_of_two_searches_hold_the_answer(tmp_path: Path) -> None:
+    """--bands 2: max_qps is the lower search's (an even count takes the lower middle, a simulated QPS), but the
+    band was interpolated: max_qps 9.45 beside a band median of 11.025 and p5 9.6075, outside its own band."""
+    argv = [TRACE, "--limit", "200", "--slo", "ttft_p90=2s", "--cost-model", "roofline", "--min-requests", "100",
+            "--min-duration-s", "5", "--max-iterations", "3", "--no-duration-check", "--bands", "2", "--jobs", "1",
+            "--quiet", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    (record,) = json.loads((tmp_path / "out" / "capacity.json").read_text())
+    low, high = sorted(record["max_qps_by_seed"].values())
+    assert low < high and record["max_qps"] == low
+    assert record["max_qps_band"] == {"median": low, "p5": low, "p95": high}
+
+
 def test_missing_trace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main([str(tmp_path / "missing.parquet"), "--slo", "ttft_p90=2s", "--quiet"])

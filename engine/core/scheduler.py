@@ -153,8 +153,11 @@ class Scheduler:
         if reason is not None:
             self.reject(seq, reason)
             return False
-        if seq.max_num_tokens > self._max_seq_len:
-            seq.max_num_tokens = self._max_seq_len
+        # A prefill always samples one token, so a prompt as long as the limit still gets that one: asking for just
+        # it is no cut (it was labelled one, counted in num_cut, though every token asked for came).
+        limit = max(self._max_seq_len, seq.num_prompt_tokens + 1)
+        if seq.max_num_tokens > limit:
+            seq.max_num_tokens = limit
             seq.length_reason = self._cut_reason
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)

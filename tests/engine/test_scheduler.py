@@ -89,6 +89,13 @@ def test_cut_outputs_say_which_limit_cut_them():
     assert (cut.finish_reason, cut.num_tokens) == (FinishReason.MAX_MODEL_LEN, 10)
     assert (whole.finish_reason, whole.num_completion_tokens) == (FinishReason.LENGTH, 4)
     assert cut.finish_reason.is_cut and cut.finish_reason.served and not whole.finish_reason.is_cut
+    # A prompt of max_model_len tokens gets the one token its prefill samples: asking for just that is no cut.
+    full, _ = make_engine(num_gpu_blocks=64, max_model_len=10, max_num_batched_tokens=64)
+    one = full.add_request(prompt(10), params(1))
+    two = full.add_request(prompt(10, 300), params(2))
+    run_to_completion(full)
+    assert (one.finish_reason, one.num_completion_tokens) == (FinishReason.LENGTH, 1)
+    assert (two.finish_reason, two.num_completion_tokens) == (FinishReason.MAX_MODEL_LEN, 1)
     nano, _ = make_engine(policy="nano", num_gpu_blocks=64, max_model_len=100, max_num_batched_tokens=12)
     budget_cut = nano.add_request(prompt(6), params(50))
     run_to_completion(nano)

@@ -137,8 +137,9 @@ def test_invariants_hold_every_step_and_everything_finishes(
             assert seq.reject_reason
             continue
         asked = seq.num_prompt_tokens + seq.sampling_params.max_tokens
-        assert seq.finish_reason is (FinishReason.LENGTH if asked <= cfg.max_seq_len else seq.length_reason)
-        assert seq.finish_reason.served and (seq.finish_reason.is_cut == (asked > cfg.max_seq_len))
+        limit = max(cfg.max_seq_len, seq.num_prompt_tokens + 1)  # a prefill's one token is never cut
+        assert seq.finish_reason is (FinishReason.LENGTH if asked <= limit else seq.length_reason)
+        assert seq.finish_reason.served and (seq.finish_reason.is_cut == (asked > limit))
         expected = min(asked, cfg.max_seq_len)
         assert seq.num_tokens == max(expected, seq.num_prompt_tokens + 1)
         assert len(seq.token_times_s) == seq.num_completion_tokens

@@ -163,6 +163,17 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
     return merged
 
 
+def _already_added(previous: dict | None, session: dict) -> list[str]:
+    """The runs of ``session`` that the profile's calibration (``previous``, one session or several) already holds:
+    the same folder name, step count and host. Added again they would count as one more machine session."""
+    if not previous:
+        return []
+    held = {(r.get("run"), r.get("num_steps"), json.dumps(r.get("host"), sort_keys=True))
+            for old in (previous.get("sessions") or [previous]) for r in old.get("runs", [])}
+    return [r["run"] for r in session["runs"]
+            if (r["run"], r["num_steps"], json.dumps(r.get("host"), sort_keys=True)) in held]
+
+
 def _summary(run_dir: Path) -> dict:
     """A run folder's summary.json as an object; {} when it is missing, unreadable or not an object."""
     try:
@@ -240,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {path}: {exc}\n")
     try:
         session = calibrate(profile, runs, grid_fit)
+        repeated = _already_added(profile.get("serving"), session) if args.add else []
+        if repeated:
+            parser.exit(2, f"error: {path} already holds run {repeated[0]} (the same folder name, step count and "
+                           "host): --add takes the runs of another machine session, once\n")
         profile["serving"] = with_sessions(profile.get("serving"), session) if args.add else session
         profile["fit"] = {**grid_fit, "serving": profile["serving"]}
         write_profile(path, profile)

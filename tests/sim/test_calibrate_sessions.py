@@ -98,3 +98,18 @@ def test_a_bad_session_field_is_an_error_naming_it(tmp_path, field, value):
     profile.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=f"serving.{field}"):
         ProfiledCostModel.load(profile)
+
+
+def test_the_same_run_cannot_be_added_as_another_session(tmp_path, capsys):
+    profile = _calibrated(tmp_path, [(0.8, 0.97)])
+    before = profile.read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        calibrate_main([str(profile), str(tmp_path / "run0"), "--add"])  # its steps counted as a second machine
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "already holds run run0" in err and err.count("\n") == 1
+    assert profile.read_bytes() == before
+    (tmp_path / "elsewhere").mkdir()
+    again = _fake_run(tmp_path / "elsewhere" / "run0", host=1.0, decode=1.0)  # another machine's run of that name
+    (again / "summary.json").write_text(json.dumps({"config": {"host": {"cpu": "x", "num_cpus": 16, "node": "vm"}}}))
+    assert calibrate_main([str(profile), str(again), "--add"]) == 0

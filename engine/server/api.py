@@ -399,11 +399,12 @@ class _Response:
         chunk = {"id": self.request_id, "object": f"{self.object}.chunk" if self.chat else self.object,
                  "created": self.created, "model": self.state.model_name, "choices": [choice]}
         if self.body.include_usage:
-            chunk["usage"] = None
+            chunk["usage"] = self._usage() if self.body.continuous_usage else None
         return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
 
     async def events(self, stream: RequestStream) -> AsyncIterator[str]:
         engine = self.state.engine
+        continuous_usage = self.body.continuous_usage
         try:
             if self.chat:  # the role first, as OpenAI's stream does
                 for i in range(len(self.choices)):
@@ -421,7 +422,7 @@ class _Response:
                 extras = self._choice_extras(choice, update.new_token_ids)
                 # One chunk per step that produced tokens, text or not, so a client timing chunks sees every
                 # token arrive (its text may wait for the rest of a character).
-                if not extras and not choice.finished:
+                if not extras and not choice.finished and not continuous_usage:  # the template has no usage
                     yield self._token_chunk(update.index, text)
                 else:
                     yield self._chunk(update.index, text, choice.finish_reason if choice.finished else None,

@@ -87,6 +87,11 @@ class _Sampling(BaseModel):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
+    @property
+    def continuous_usage(self) -> bool:
+        """vLLM's extension: every chunk carries the usage so far (with include_usage, as there)."""
+        return self.include_usage and self.stream_options.continuous_usage_stats
+
 
 _PROMPT_TYPES = "prompt must be a string, a list of strings, a list of token ids or a list of token-id lists"
 

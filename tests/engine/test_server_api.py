@@ -188,6 +188,20 @@ def test_stream_sends_one_chunk_per_token_then_usage_then_done(served) -> None:
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 4
 
 
+def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(served) -> None:
+    """stream_options.continuous_usage_stats was accepted and ignored: every chunk said usage null."""
+    client = served(tokenizer=CharTokenizer())
+    with client.stream("POST", "/v1/completions", json={
+            "prompt": "abc", "max_tokens": 3, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}) as r:
+        events = sse_events(r)
+    chunks, usage = events[:-2], events[-2]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == "def"
+    assert [c["usage"] for c in chunks] == [{"prompt_tokens": 3, "completion_tokens": k, "total_tokens": 3 + k,
+                                             "prompt_tokens_details": {"cached_tokens": 0}} for k in (1, 2, 3)]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 3
+
+
 def test_chat_stream_starts_with_the_role(served) -> None:
     client = served(tokenizer=CharTokenizer())
     r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "ab"}], "max_tokens": 3})

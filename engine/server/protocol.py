@@ -36,6 +36,16 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool = False
 
 
+# vLLM's extensions this engine does not implement, with the values that ask for nothing: any other value is refused
+# (unknown fields are ignored, but a client setting one of these would silently get other output than it asked for).
+_UNSUPPORTED_EXTENSIONS: dict[str, tuple] = {
+    "min_p": (None, 0, 0.0), "include_stop_str_in_output": (None, False), "skip_special_tokens": (None, True),
+    "truncate_prompt_tokens": (None,), "prompt_logprobs": (None,), "use_beam_search": (None, False),
+    "bad_words": (None, []), "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
+    "guided_grammar": (None,), "structured_outputs": (None,),
+}
+
+
 class _Sampling(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -73,6 +83,10 @@ class _Sampling(BaseModel):
             raise bad_request("min_tokens is not supported by this engine", "min_tokens")
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
+        extra = self.model_extra or {}
+        for name, inert in _UNSUPPORTED_EXTENSIONS.items():
+            if name in extra and extra[name] not in inert:
+                raise bad_request(f"{name} is not supported by this engine (got {str(extra[name])[:80]})", name)
 
     @property
     def stop_strings(self) -> list[str]:

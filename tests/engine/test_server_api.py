@@ -155,6 +155,13 @@ def test_completion_tokens_usage_and_models(served) -> None:
     assert body["usage"]["total_tokens"] == 8
 
 
+def test_vllm_extensions_at_their_inert_values_are_accepted(served) -> None:
+    client = served()
+    r = client.post("/v1/completions", json={"prompt": [5], "max_tokens": 2, "min_p": 0, "skip_special_tokens": True,
+                                             "include_stop_str_in_output": False, "guided_json": None})
+    assert r.status_code == 200, r.text
+
+
 def test_a_huge_top_k_keeps_every_token(served) -> None:
     client = served()
     r = client.post("/v1/completions", json={"prompt": [5], "max_tokens": 2, "top_k": 2**70, "temperature": 0,
@@ -352,6 +359,11 @@ def test_a_huge_prompt_does_not_stall_other_requests(served, path) -> None:
     ({"prompt": [1], "logprobs": 2}, "logprobs", "not supported"),
     ({"prompt": [1], "presence_penalty": 0.5}, "presence_penalty", "not supported"),
     ({"prompt": [1], "stream_options": {"include_usage": True}}, "stream_options", "stream=true"),
+    # vLLM extensions this engine lacks were ignored: other output than the client asked for, without a word
+    ({"prompt": [1], "min_p": 0.2}, "min_p", "min_p is not supported"),
+    ({"prompt": [1], "include_stop_str_in_output": True}, "include_stop_str_in_output", "not supported"),
+    ({"prompt": [1], "guided_json": {"type": "object"}}, "guided_json", "not supported"),
+    ({"prompt": [1], "skip_special_tokens": False}, "skip_special_tokens", "not supported"),
     ({"prompt": "text"}, "prompt", "no tokenizer"),
     ({"prompt": [1], "stop": "x"}, "stop", "tokenizer"),
     ({"prompt": [1], "seed": -3}, "seed", "seed"),

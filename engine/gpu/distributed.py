@@ -1,17 +1,29 @@
 """Tensor parallelism: rank 0 schedules and samples; worker processes follow its plans.
 
-Rank 0 (this process) runs the engine. Every step it packs the batch into a host-side StepPlan,
-broadcasts it to the workers over a gloo control group, and all ranks run the same forward: the
-column/row-parallel layers all-reduce over the default group (NCCL on GPUs, gloo on CPU), and the
-LM head gathers logits to rank 0, which samples. Workers are started with spawn and told to stop
-with a ``None`` plan; a dead worker is reported instead of hanging the driver.
+Rank 0 (this process) runs the engine. Every step it packs the batch into a host-side StepPlan and sends it
+to each worker over a pipe, and all ranks run the same forward: the column/row-parallel layers all-reduce
+over the process group (NCCL on GPUs, gloo on CPU), and the LM head gathers logits to rank 0, which samples.
+Workers are started with spawn and told to stop with a ``None`` plan; a dead worker is reported instead of
+hanging the driver.
+
+Plans travel over pipes, not a collective: a worker waits for its next plan for as long as the engine is idle
+(a server between requests), and a collective there timed out after COLLECTIVE_TIMEOUT and killed every worker
+after two idle minutes. A pipe waits without a deadline and ends (EOF) when rank 0's process is gone.
+
+Teardown: on NCCL, destroying the process group is itself collective (each rank waits for the others, and for
+the CUDA graphs that captured its collectives to be freed), so a clean close sends ``None``, frees rank 0's
+graphs and weights, then destroys alongside the workers. A close after a failure, with a worker dead or out of
+step, kills the workers first and gives the destroy a deadline (in a daemon thread): it would otherwise wait
+for a peer that never comes, and the failure that caused the close would never be printed.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import pickle
 import socket
+import threading
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -22,12 +34,18 @@ import torch.multiprocessing as mp
 
 from engine.core.interrupt import exit_with_parent
 from engine.core.model_config import ModelShape
+from engine.core.runner import RunnerOutput
+from engine.core.scheduler import ScheduledBatch
 from engine.gpu.model_runner import ModelRunner, StepPlan, resolve_device
 from engine.gpu.parallel import ParallelContext
 from engine.options import EngineOptions
 
-# A collective that waits this long means a rank is gone: fail with an error rather than hang.
+# A collective that waits this long means a rank is gone: fail with an error rather than hang. (Plans do not
+# wait on it: they travel over pipes.)
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)
+# How long a teardown may take: a clean one (every rank destroys together), and one after a failure.
+CLEAN_TEARDOWN_S = 60.0
+FAILED_TEARDOWN_S = 5.0
 
 
 def _free_port() -> int:
@@ -42,15 +60,24 @@ def _backend(options: EngineOptions, device_type: str) -> str:
     return "nccl" if device_type == "cuda" else "gloo"
 
 
-def _init(rank: int, world_size: int, port: int, backend: str, device: torch.device):
+def _init(rank: int, world_size: int, port: int, backend: str, device: torch.device, timeout: timedelta) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     kwargs = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(
-        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-        timeout=COLLECTIVE_TIMEOUT, **kwargs,
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=timeout, **kwargs,
     )
-    return dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)  # control messages travel on the CPU
+
+
+def _destroy_within(deadline_s: float) -> bool:
+    """Destroy the process group, waiting at most ``deadline_s``; False if it is still waiting for a peer (the
+    daemon thread is left to it: the process can exit, but it cannot start another tensor-parallel engine)."""
+    if not dist.is_initialized():
+        return True
+    thread = threading.Thread(target=dist.destroy_process_group, name="destroy-process-group", daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    return not thread.is_alive()
 
 
 def _device_for(options: EngineOptions, rank: int) -> torch.device:
@@ -58,26 +85,27 @@ def _device_for(options: EngineOptions, rank: int) -> torch.device:
     return torch.device("cuda", rank) if device.type == "cuda" else device
 
 
-def _worker_main(rank: int, world_size: int, port: int, options: EngineOptions, shape: ModelShape, model_dir) -> None:
+def _worker_main(rank: int, world_size: int, port: int, options: EngineOptions, shape: ModelShape, model_dir,
+                 plans, timeout: timedelta) -> None:
     exit_with_parent()  # a driver killed with SIGKILL cannot stop its daemon workers
-    device = _device_for(options, rank)
-    control = _init(rank, world_size, port, _backend(options, device.type), device)
     try:
+        device = _device_for(options, rank)
+        _init(rank, world_size, port, _backend(options, device.type), device, timeout)
         runner = ModelRunner(options, shape, model_dir, ParallelContext(rank, world_size), device=device)
         while True:
-            message = [None]
-            dist.broadcast_object_list(message, src=0, group=control)
-            plan = message[0]
+            try:
+                plan = pickle.loads(plans.recv_bytes())
+            except EOFError:  # rank 0's process is gone: nobody will send the next plan
+                os._exit(1)
             if plan is None:
                 break
             runner.execute(runner.materialize(plan), None)
-        runner.close()
-    except Exception:
-        traceback.print_exc()
-        os._exit(1)  # the driver notices the dead worker
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        runner.close()  # its graphs first: NCCL's teardown waits for the graphs that captured collectives
+    except BaseException as exc:  # SystemExit too: the parent died (exit_with_parent)
+        if not isinstance(exc, SystemExit):
+            traceback.print_exc()
+        os._exit(1)  # no collective teardown: a peer that is gone or out of step would hold it forever
+    os._exit(0 if _destroy_within(CLEAN_TEARDOWN_S) else 1)
 
 
 class TensorParallelRunner(ModelRunner):
@@ -94,19 +122,28 @@ class TensorParallelRunner(ModelRunner):
             )
         port = _free_port()
         context = mp.get_context("spawn")
+        pipes = [context.Pipe(duplex=False) for _ in range(1, world_size)]  # (worker's end, rank 0's end)
         self._workers = [
-            context.Process(target=_worker_main, args=(rank, world_size, port, options, shape, model_dir), daemon=True)
+            context.Process(target=_worker_main, daemon=True,
+                            args=(rank, world_size, port, options, shape, model_dir, pipes[rank - 1][0],
+                                  COLLECTIVE_TIMEOUT))
             for rank in range(1, world_size)
         ]
         for worker in self._workers:
             worker.start()
+        for receiving, _ in pipes:
+            receiving.close()  # the worker holds its own copy: its recv ends (EOF) once rank 0's end closes
+        self._plans = [sending for _, sending in pipes]
         self._serving = False
         self._closed = False
+        self._broken: str | None = None  # why the ranks are out of step, once they are
+        self._plan_sent = False
         atexit.register(self.close)
         try:
-            self._control = _init(0, world_size, port, _backend(options, device.type), device)
+            _init(0, world_size, port, _backend(options, device.type), device, COLLECTIVE_TIMEOUT)
             super().__init__(options, shape, model_dir, ParallelContext(0, world_size), device=device)
         except BaseException:
+            self._broken = "start-up failed"
             self.close()
             raise
         self._serving = True
@@ -116,25 +153,54 @@ class TensorParallelRunner(ModelRunner):
             return  # during start-up every rank runs the same warm-up and capture on its own
         dead = [w.pid for w in self._workers if not w.is_alive()]
         if dead:
-            raise RuntimeError(f"tensor-parallel worker process(es) {dead} died; see their output above")
-        dist.broadcast_object_list([plan], src=0, group=self._control)
+            self._broken = f"tensor-parallel worker process(es) {dead} died"
+            raise RuntimeError(f"{self._broken}; see their output above")
+        message = pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)  # once, whatever the number of workers
+        for worker, plans in zip(self._workers, self._plans):
+            try:
+                plans.send_bytes(message)
+            except OSError as exc:  # BrokenPipeError: it exited since the check above
+                self._broken = f"tensor-parallel worker process {worker.pid} is gone ({exc})"
+                raise RuntimeError(self._broken) from None
+            self._plan_sent = True  # from the first worker on, a failure leaves the ranks out of step
+
+    def run(self, batch: ScheduledBatch) -> RunnerOutput:
+        if self._broken:
+            raise RuntimeError(f"the tensor-parallel engine cannot run more steps: {self._broken}; restart it")
+        self._plan_sent = False
+        try:
+            return super().run(batch)
+        except BaseException as exc:
+            # A failure before the plan went out leaves every rank where it was (a request that cannot be sampled
+            # fails so); after it, the workers ran collectives rank 0 did not, and the next step's would pair with
+            # theirs: stop here rather than hang or sum the wrong tensors.
+            if self._plan_sent and not self._broken:
+                self._broken = f"a step failed on rank 0 after its plan went to the workers ({type(exc).__name__})"
+            raise
 
     def close(self) -> None:
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        try:
-            if self._serving and all(w.is_alive() for w in self._workers):
-                dist.broadcast_object_list([None], src=0, group=self._control)
-        except Exception:
-            pass
-        for worker in self._workers:
-            worker.join(timeout=30)
-            if worker.is_alive():
-                worker.terminate()
-                worker.join(timeout=5)
+        clean = self._serving and not self._broken and all(w.is_alive() for w in self._workers)
+        if clean:
+            stop = pickle.dumps(None)
+            for plans in self._plans:
+                try:
+                    plans.send_bytes(stop)
+                except OSError:
+                    clean = False
+        for plans in self._plans:
+            plans.close()  # a worker still waiting for a plan sees EOF and exits
+        if not clean:  # nobody will meet rank 0 in a collective teardown: do not wait for them
+            for worker in self._workers:
+                worker.kill()
         if getattr(self, "model", None) is not None:
-            super().close()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+            super().close()  # graphs and weights before the teardown (NCCL's waits on graphs that captured it)
+        _destroy_within(CLEAN_TEARDOWN_S if clean else FAILED_TEARDOWN_S)
+        for worker in self._workers:
+            worker.join(timeout=10 if clean else 2)
+            if worker.is_alive():
+                worker.kill()
+                worker.join(timeout=5)
         atexit.unregister(self.close)

@@ -132,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     if span_s > MAX_REPLAY_SPAN_S:  # replayed in real time: it would sleep for that long (or overflow the sleep)
         parser.exit(2, f"error: {args.trace}: the arrivals span {span_s:.6g} s after --qps/--time-scale; a real-time "
                        f"replay is limited to {MAX_REPLAY_SPAN_S:,} s (30 days): use --qps or --time-scale\n")
+    first_s = float(trace.requests["arrival_s"][0])
+    if first_s + span_s > MAX_REPLAY_SPAN_S:  # the replay's clock starts at 0 s: it would idle until the first one
+        parser.exit(2, f"error: {args.trace}: the first request arrives at {first_s:.6g} s (arrival times count from 0 "
+                       f"s, the replay's start); a real-time replay waits at most {MAX_REPLAY_SPAN_S:,} s (30 days) "
+                       "for its last: shift arrival_s to start near 0 (e.g. Unix timestamps minus the first)\n")
     from analysis.report.summary_table import format_summary_table
 
     out_dir = Path(args.out)

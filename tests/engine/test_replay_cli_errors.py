@@ -35,6 +35,17 @@ def test_engine_replay_refuses_before_loading(trace, tmp_path, capsys, args, pat
     assert not out.exists()
 
 
+def test_engine_replay_refuses_a_trace_that_starts_in_the_far_future(tmp_path, capsys):
+    """Unix timestamps as arrival_s: the replay's clock starts at 0 s and idled 54 years before the first request."""
+    path = tmp_path / "unix.parquet"
+    pl.DataFrame({"request_id": [0, 1], "arrival_s": [1.7e9, 1.7e9 + 1.0], "prompt_tokens": [3, 4],
+                  "output_tokens": [1, 1]}).write_parquet(path)
+    out = tmp_path / "out"
+    argv = [str(path), "--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--out", str(out)]
+    assert "the first request arrives at 1.7e+09 s" in cli_error(replay_main, argv, capsys)
+    assert not out.exists()
+
+
 def test_engine_replay_checks_prompt_ids_against_the_vocabulary_before_loading(tmp_path, capsys, monkeypatch):
     """A stored id beyond the model's vocabulary failed only when its row arrived, after the model had loaded."""
     import engine.llm

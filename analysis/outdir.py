@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sim.files import staging_path
+from traces.files import staging_path
 
 
 class OutDirError(ValueError):

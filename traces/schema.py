@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traces.errors import TraceError, row_error
+from traces.files import staging_path
 from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
 from traces.validation import MAX_ARRIVAL_S, MAX_HASH_BLOCK_SIZE, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, validate
 
@@ -247,7 +248,7 @@ def save_trace(trace_or_df: Trace | pl.DataFrame, path: str | Path, hash_block_s
     _check_writable_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Written beside the target and renamed over it: an interrupted write never leaves half a trace.
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    partial = staging_path(path, "partial")  # shortened where .NAME.partial-PID would exceed a file name's limit
     try:
         pq.write_table(table, partial, compression="zstd", compression_level=9)
         os.replace(partial, path)

@@ -305,3 +305,13 @@ def test_arrow_large_and_small_list_types_both_load(tmp_path: Path) -> None:
     trace = load_trace(tmp_path / "small_types.parquet")
     assert trace.requests.schema["prompt_token_ids"] == pl.List(pl.Int64)
     assert trace.prompt_token_ids(1, vocab_size=8) == [4, 5, 6, 7]
+
+
+def test_a_trace_named_near_the_file_systems_limit_is_saved(tmp_path: Path) -> None:
+    # The hidden staging name (.NAME.partial-PID) of a valid 250-character name was longer than a name may be:
+    # save_trace (traces.synth -o, traces.convert -o) failed with "File name too long".
+    path = tmp_path / ("t" * 242 + ".parquet")
+    frame = pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "prompt_tokens": [3, 4],
+                          "output_tokens": [1, 2]})
+    save_trace(frame, path)
+    assert len(load_trace(path)) == 2 and sorted(p.name for p in tmp_path.iterdir()) == [path.name]

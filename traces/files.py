@@ -1,0 +1,22 @@
+"""Where a file is staged before it is renamed into place (traces, sim and analysis all write outputs whole)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+NAME_MAX_BYTES = 255  # the longest file name ext4, XFS, btrfs and tmpfs hold
+
+
+def staging_path(path: Path, tag: str) -> Path:
+    """The hidden sibling ``.NAME.TAG-PID`` that ``path`` is written as before it is renamed into place. A name
+    near the file system's limit is shortened to its head and a hash of the whole: an --out of 250 characters, a
+    valid name, was refused as "File name too long" because its staging name was not."""
+    path = Path(path)
+    suffix = f".{tag}-{os.getpid()}"
+    name = f".{path.name}{suffix}"
+    if len(name.encode()) > NAME_MAX_BYTES:
+        head = path.name.encode()[:150].decode(errors="ignore")
+        name = f".{head}-{hashlib.sha1(path.name.encode()).hexdigest()[:16]}{suffix}"
+    return path.with_name(name)

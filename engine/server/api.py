@@ -79,6 +79,11 @@ def build_app(engine: EngineClient, tokenizer=None) -> FastAPI:
     if info is None:
         raise RuntimeError("start the engine (EngineClient.start) before building the app")
     config = info.config
+    if tokenizer is not None:
+        # A Hugging Face tokenizer shipped with truncation or padding set rewrites that setting on its first encode;
+        # two first encodes at once on worker threads (long texts, _encode) would race ("Already borrowed"). Later
+        # encodes only read it.
+        tokenizer.encode("x")
     state = ServerState(engine, tokenizer, engine.model_name, config.max_model_len, info.vocab_size, info.model_dir,
                         Scheduler(config).rejection_reason_for)
     model_name = engine.model_name

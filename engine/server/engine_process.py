@@ -173,7 +173,8 @@ class _Loop:
                                  seq.num_prompt_tokens))
             else:
                 self.choices[seq.seq_id] = [key, index, 0]
-        self.seqs[key] = seqs
+        if not all(seq.is_finished for seq in seqs):  # one whose every choice was rejected has nothing to abort or
+            self.seqs[key] = seqs                        # forget later: kept, it stayed here for the server's life
         self.num_drained += len(prompts)
         if rejected:
             self.send_state(rejected)

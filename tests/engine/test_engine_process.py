@@ -53,3 +53,26 @@ def test_an_engine_still_loading_exits_when_its_server_is_killed() -> None:
     finally:
         server.kill()
         server.wait(timeout=10)
+
+
+def test_a_request_the_engine_rejects_whole_is_not_kept() -> None:
+    """The loop kept every request's sequences until their choices were forgotten; a request rejected at once by the
+    engine (a limit the server's own checks missed) had no choice to forget, and stayed for the server's life."""
+    from multiprocessing import Pipe
+
+    from engine.core.sampling_params import SamplingParams
+    from engine.server.engine_process import _Loop
+    from tests.engine.test_server_api import ScriptedRunner, scripted_llm
+
+    llm = scripted_llm(ScriptedRunner, {}, {})
+    commands, _ = Pipe()
+    messages, received = Pipe()
+    loop = _Loop(llm.engine, commands, messages)
+    params = SamplingParams(max_tokens=2)
+    loop.add(1, [[1] * 300], [params], time.time())  # over max_model_len=256
+    assert 1 not in loop.seqs and received.recv()[3][0][4] == "rejected"
+    loop.add(2, [[1] * 300, [1, 2, 3]], [params, params], time.time())  # one choice runs: kept until it finishes
+    assert 2 in loop.seqs
+    while llm.engine.has_unfinished_requests():
+        loop.after_step(*llm.engine.step())
+    assert loop.seqs == {} and loop.choices == {}

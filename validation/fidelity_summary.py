@@ -16,6 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
+FIGURES = ("ttft_ms.p50", "ttft_ms.p90", "tpot_ms.p50", "tpot_ms.p90", "e2e_ms.p50", "e2e_ms.p90", "output_throughput")
 CLASSES = (("light", ("-light",)), ("~70 %", ("-p70", "c-mooncake")), ("~95 %", ("-p95",)),
            ("KV pressure", ("-kv",)), ("offline", ("a-bench",)))
 
@@ -36,7 +37,11 @@ def summarize(rows: list[dict]) -> list[dict]:
             continue
         groups.setdefault((load_class(row["config"]), row["figure"]), []).append(row)
     out = []
-    for (cls, figure), members in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
+    def rank(item):
+        (cls, figure), _ = item
+        return order.index(cls), FIGURES.index(figure) if figure in FIGURES else len(FIGURES), figure
+
+    for (cls, figure), members in sorted(groups.items(), key=rank):
         errors = [(r["sim"] - r["gpu"]) / r["gpu"] for r in members]
         out.append({"load": cls, "figure": figure, "num_runs": len(errors),
                     "median_error": statistics.median(errors), "largest_error": max(errors, key=abs),
@@ -57,6 +62,8 @@ def to_markdown(summary: list[dict], sources: list[str]) -> str:
         lines.append(f"| {s['load']} | {s['figure']} | {n} | {100 * s['median_error']:+.1f}% | "
                      f"{100 * s['largest_error']:+.1f}% | {s['within_3pct']} of {n} | {s['within_10pct']} of {n} | "
                      f"{s['inside_band']} of {n} |")
+    inside, total = sum(s["inside_band"] for s in summary), sum(s["num_runs"] for s in summary)
+    lines += ["", f"In all, {inside} of {total} GPU figures lie inside the simulator's p5-p95 band."]
     return "\n".join(lines) + "\n"
 
 

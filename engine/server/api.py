@@ -309,7 +309,7 @@ class _Response:
         choice.token_ids.extend(update.new_token_ids)
         text = choice.detokenizer.add(update.new_token_ids)
         if choice.detokenizer.stopped and not update.finished:  # a stop string ends this choice here
-            self.state.engine.abort(stream, update.index)
+            self.state.engine.abort(stream, update.index, reason="stop")
             choice.finished, choice.finish_reason = True, "stop"
             return text
         if update.finished:

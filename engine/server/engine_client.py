@@ -76,6 +76,10 @@ class EngineClient:
         self._messages = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._streams: dict[int, RequestStream] = {}
+        # Choices counted when aborted, until the engine says it took the abort in: an update of theirs already on its
+        # way (finished in the step the abort missed) must not be counted a second time. request key -> its aborted
+        # choice indices (None: all of them).
+        self._aborted: dict[int, set[int] | None] = {}
         self._keys = itertools.count()
         self.metrics = ServerMetrics(model_name)
         self._num_submitted = 0  # choices sent to the engine ...
@@ -154,17 +158,25 @@ class EngineClient:
         self._send(("add", stream.key, prompts, params, time.time()))
         return stream
 
-    def abort(self, stream: RequestStream, index: int | None = None) -> None:
+    def abort(self, stream: RequestStream, index: int | None = None, reason: str = "abort") -> None:
         """Finish the request's open choices (or only ``index``) and free their blocks at the engine's next step
-        boundary; no update follows for them."""
+        boundary; no update follows for them. ``reason`` is what the metrics count them under: "abort" for a client
+        that left, "stop" for a choice a stop string ended."""
         if index is None:
             self._streams.pop(stream.key, None)
+            self._aborted[stream.key] = None
+        else:
+            aborted = self._aborted.setdefault(stream.key, set())
+            if aborted is not None:
+                aborted.add(index)
         num_aborted = stream.num_unfinished if index is None else 1
         stream.num_unfinished -= num_aborted
         if num_aborted > 0:
-            self.metrics.on_aborted(num_aborted)
+            self.metrics.on_aborted(num_aborted, reason)
         if self.is_alive:
             self._send(("abort", stream.key, index))
+        else:
+            self._aborted.pop(stream.key, None)  # nothing more will come from a dead engine
 
     def release(self, stream: RequestStream) -> None:
         """The request is done: stop routing updates to it."""
@@ -203,13 +215,21 @@ class EngineClient:
                 num_generated += len(fields[2])
                 update = Update(*fields)
                 stream = streams.get(update.key)
-                if update.finished:
+                aborted = self._aborted.get(update.key, ())
+                if update.finished and not (aborted is None or update.index in aborted):  # else counted at abort
                     self.metrics.on_finished(update)
                     if stream is not None:
                         stream.num_unfinished -= 1
                 if stream is not None:
                     stream.queue.put_nowait(update)
             self.metrics.on_step(stats, num_generated)
+        elif kind == "aborted":  # the engine took the abort in: no update of those choices follows
+            _, key, index = message
+            aborted = self._aborted.get(key, ())
+            if index is None or aborted is None or aborted == {index}:
+                self._aborted.pop(key, None)
+            else:
+                aborted.discard(index)
         elif kind == "error":
             self.error = self.error or message[1]
             if not self._stopping:

@@ -186,6 +186,7 @@ class _Loop:
                 self.engine.abort_request(seq)
             self.forget(seq)
         self.send_state([])  # the gauges must see the freed blocks even if no step follows
+        self.messages.send(("aborted", key, index))  # after it no update of these choices comes (metrics)
 
     def send_state(self, updates: list[tuple], num_preempted: int = 0, num_batched_tokens: int = 0) -> None:
         """The queues and cache as they are now, with a step's updates (or outside a step: no preemptions, no

@@ -81,9 +81,10 @@ class ServerMetrics:
             self.prefix_hits.inc(stats.num_hit_tokens - self._seen_hits)
             self._seen_queries, self._seen_hits = stats.num_queried_tokens, stats.num_hit_tokens
 
-    def on_aborted(self, num_choices: int) -> None:
-        """Choices whose client went away (vLLM counts them under finished_reason="abort")."""
-        self._success.labels(model_name=self._model, finished_reason="abort").inc(num_choices)
+    def on_aborted(self, num_choices: int, reason: str = "abort") -> None:
+        """Choices the server ended: their client went away (vLLM counts them under finished_reason="abort"), or a
+        stop string ended them ("stop", as vLLM, whose engine checks stop strings itself)."""
+        self._success.labels(model_name=self._model, finished_reason=reason).inc(num_choices)
 
     def on_finished(self, update) -> None:
         """A finished choice's update (with its ``timing``)."""

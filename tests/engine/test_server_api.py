@@ -230,7 +230,8 @@ def test_a_stop_string_ends_the_choice_and_frees_its_blocks(served) -> None:
     assert r.json()["usage"]["prompt_tokens"] == 1
     m = wait_until_idle(client)
     assert m["vllm:kv_cache_usage_perc"] == 0
-    assert m["vllm:request_success_total{finished_reason=abort}"] == 1  # not run to the end
+    assert m["vllm:request_success_total{finished_reason=stop}"] == 1  # as vLLM counts a stop string's end
+    assert "vllm:request_success_total{finished_reason=abort}" not in m
 
 
 def test_tokens_after_a_stop_string_are_not_counted(served) -> None:
@@ -511,3 +512,33 @@ def test_the_tokenizer_settles_before_the_first_request(served) -> None:
     client = served(tokenizer=tokenizer)
     assert tokenizer.settled  # build_app encoded once: requests only ever meet a settled tokenizer
     assert client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 2}).status_code == 200
+
+
+def test_an_aborted_choices_final_update_in_flight_is_not_counted_twice() -> None:
+    """The server counts a choice it aborts at once; the engine may have finished it in the step the abort missed, and
+    that update was counted again (and the stream's unfinished count went one too low)."""
+    import dataclasses
+
+    from engine.server.engine_client import EngineClient
+    from engine.server.engine_process import Update
+
+    client = EngineClient(lambda: None, model_name="m", max_waiting_requests=10)
+    client._process = SimpleNamespace(is_alive=lambda: True)
+    sent = []
+    client._commands = SimpleNamespace(send=sent.append)
+    stream = client.submit([[1, 2], [3, 4]], [None, None])
+    client.abort(stream, 0, reason="stop")  # a stop string ended choice 0
+
+    def step(*updates):
+        client._on_message(("step", 2, SimpleNamespace(num_waiting=0, num_running=0, kv_usage=0.0,
+                                                      num_queried_tokens=0, num_hit_tokens=0, num_preempted=0,
+                                                      num_batched_tokens=0), [dataclasses.astuple(u) for u in updates]))
+
+    step(Update(stream.key, 0, [9], True, "length", num_prompt_tokens=2))  # in flight when the abort was sent
+    client._on_message(("aborted", stream.key, 0))
+    step(Update(stream.key, 1, [9], True, "length", num_prompt_tokens=2))
+    success = {s.labels["finished_reason"]: s.value for s in client.metrics._success.collect()[0].samples
+               if s.name.endswith("_total")}
+    assert success == {"stop": 1.0, "length": 1.0}
+    assert stream.num_unfinished == 0 and client._aborted == {}
+    assert sent[-1] == ("abort", stream.key, 0)

@@ -93,7 +93,8 @@ class Trace:
         if span_s <= 0:
             raise ValueError(
                 f"{self.source}: qps cannot be set on a trace whose requests all arrive at once "
-                f"({len(self)} request(s) at {arrivals[0]} s); use with_time_scale or assign arrivals first"
+                f"({len(self)} request(s) at {arrivals[0]} s): there is no rate to rescale; replay it as it is "
+                "(without --qps), offline (--offline), or give its requests arrival times first"
             )
         current_qps = (len(self) - 1) / span_s
         scale = current_qps / qps

@@ -225,11 +225,13 @@ class EngineClient:
             self.metrics.on_step(stats, num_generated)
         elif kind == "aborted":  # the engine took the abort in: no update of those choices follows
             _, key, index = message
-            aborted = self._aborted.get(key, ())
-            if index is None or aborted is None or aborted == {index}:
+            aborted = self._aborted.get(key)
+            if index is None:
                 self._aborted.pop(key, None)
-            else:
+            elif aborted:  # (None: the whole request was aborted since; its own acknowledgement ends it)
                 aborted.discard(index)
+                if not aborted:
+                    del self._aborted[key]
         elif kind == "error":
             self.error = self.error or message[1]
             if not self._stopping:

@@ -542,3 +542,27 @@ def test_an_aborted_choices_final_update_in_flight_is_not_counted_twice() -> Non
     assert success == {"stop": 1.0, "length": 1.0}
     assert stream.num_unfinished == 0 and client._aborted == {}
     assert sent[-1] == ("abort", stream.key, 0)
+
+
+def test_a_choices_abort_acknowledged_after_the_whole_request_was_aborted_keeps_the_rest_uncounted() -> None:
+    """A stop string aborted choice 0, then the client left (the whole request): the first acknowledgement must not
+    end the bookkeeping of the second, whose choice 1 may still have a final update on its way."""
+    import dataclasses
+
+    from engine.server.engine_client import EngineClient
+    from engine.server.engine_process import StepStats, Update
+
+    client = EngineClient(lambda: None, model_name="m", max_waiting_requests=10)
+    client._process = SimpleNamespace(is_alive=lambda: True)
+    client._commands = SimpleNamespace(send=lambda command: None)
+    stream = client.submit([[1, 2], [3, 4]], [None, None])
+    client.abort(stream, 0, reason="stop")
+    client.abort(stream)
+    client._on_message(("aborted", stream.key, 0))
+    assert client._aborted == {stream.key: None}
+    stats = StepStats(0, 0, 0.0, 0, 0, 0, 0)
+    client._on_message(("step", 2, stats, [dataclasses.astuple(Update(stream.key, 1, [9], True, "length"))]))
+    client._on_message(("aborted", stream.key, None))
+    success = {s.labels["finished_reason"]: s.value for s in client.metrics._success.collect()[0].samples
+               if s.name.endswith("_total")}
+    assert success == {"stop": 1.0, "abort": 1.0} and client._aborted == {}

@@ -16,7 +16,10 @@ import statistics
 import sys
 from pathlib import Path
 
-FIGURES = ("ttft_ms.p50", "ttft_ms.p90", "tpot_ms.p50", "tpot_ms.p90", "e2e_ms.p50", "e2e_ms.p90", "output_throughput")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from validation.compare_all import HEADLINE  # noqa: E402  the figures, in the order every validation table has them
+
 CLASSES = (("light", ("-light",)), ("~70 %", ("-p70", "c-mooncake")), ("~95 %", ("-p95",)),
            ("KV pressure", ("-kv",)), ("offline", ("a-bench",)))
 
@@ -28,6 +31,11 @@ def load_class(config: str) -> str:
     return "other"
 
 
+def _rank(load: str, figure: str, order: list[str]) -> tuple:
+    """Loads as CLASSES lists them, figures as compare_all's HEADLINE does (any other after them)."""
+    return order.index(load), HEADLINE.index(figure) if figure in HEADLINE else len(HEADLINE), figure
+
+
 def summarize(rows: list[dict]) -> list[dict]:
     """One entry per (load class, figure): the errors of every GPU run of that class."""
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -37,11 +45,7 @@ def summarize(rows: list[dict]) -> list[dict]:
             continue
         groups.setdefault((load_class(row["config"]), row["figure"]), []).append(row)
     out = []
-    def rank(item):
-        (cls, figure), _ = item
-        return order.index(cls), FIGURES.index(figure) if figure in FIGURES else len(FIGURES), figure
-
-    for (cls, figure), members in sorted(groups.items(), key=rank):
+    for (cls, figure), members in sorted(groups.items(), key=lambda group: _rank(*group[0], order)):
         errors = [(r["sim"] - r["gpu"]) / r["gpu"] for r in members]
         out.append({"load": cls, "figure": figure, "num_runs": len(errors),
                     "median_error": statistics.median(errors), "largest_error": max(errors, key=abs),

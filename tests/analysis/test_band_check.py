@@ -60,3 +60,17 @@ def test_fidelity_summary_refuses_a_file_that_is_not_a_bands_json(tmp_path, caps
     with pytest.raises(SystemExit) as exc:
         main([str(bad)])
     assert exc.value.code == 2 and "not a bands.json" in capsys.readouterr().err
+
+
+def test_decode_fits_recover_a_runs_decode_factor(tmp_path, capsys):
+    import polars as pl
+
+    from tests.sim.test_calibrate import _fake_run
+    from validation.decode_fits import main
+
+    run = _fake_run(tmp_path / "cal", host=1.0, decode=1.1)
+    pl.DataFrame({"arrival_s": [0.0, 0.5]}).write_parquet(run / "requests.parquet")
+    assert main([str(run), "--calibration", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "k 1.1000" in out and "slope 0.000 %" in out  # every decode step is 1.1 x the grid, whatever its batch
+    assert out.count("  k        all 1.000") == 2  # the run priced with it, as calibration and as validation

@@ -1,0 +1,100 @@
+"""Alternatives to the decode calibration, fitted on calibration runs and judged on validation runs:
+``python validation/decode_fits.py RUN [RUN ...] --calibration CAL_RUN [CAL_RUN ...] [--profile P]``.
+
+The shipped calibration scales every CUDA-graph decode step by one factor (``sim.calibrate``). This fits, on the
+calibration runs' decode steps (their periods, as ``sim.calibrate`` reads them) priced by the profile's grid:
+- ``k``: that one factor;
+- ``k, slope``: the factor times 1 + slope * (batch - mean batch), the mean weighted by predicted time, so that the
+  calibration runs' total stays k's;
+- ``3 terms``: separate factors on the grid's per-batch intercept, its context term and its skew term;
+and prints each run's predicted over real decode time under each, overall and per band of 16 sequences. It also
+fits the loop's work between steps: the decode residual (real - k * grid) against the requests that arrive during a
+step's period and the sequences that finish in it. Needs the GPU runs' folders (engine.replay outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim.batch_features import read_steps  # noqa: E402
+from sim.profiled_cost_model import (  # noqa: E402
+    ProfiledCostModel,
+    _excess_context,
+    _is_graph_step,
+    find_profile,
+    fit_profile,
+    read_profile,
+)
+
+BATCH_BAND = 16
+
+
+def decode_steps(run: Path, grid: ProfiledCostModel) -> np.ndarray:
+    """One row per decode step: intercept, context and skew parts of its grid time, batch size, real period,
+    arrivals during the period, finishes in the step."""
+    import polars as pl
+
+    arrivals = np.sort(pl.read_parquet(run / "requests.parquet", columns=["arrival_s"])["arrival_s"].to_numpy())
+    steps = pl.read_parquet(run / "steps.parquet", columns=["start_s", "num_finished"])
+    finished = dict(zip(steps["start_s"].to_list(), steps["num_finished"].to_list()))
+    rows = []
+    for f, real_s, start_s in read_steps(run, periods=True):
+        if not _is_graph_step(f, grid.max_graph_bs):
+            continue
+        bs, kv, longest = f["num_decode_seqs"], f["decode_context_tokens"], f.get("max_decode_context_tokens", 0)
+        intercept = grid._decode_a[bs] + (0.0 if f.get("continues_batch", 1) else grid._unprepared_s[bs])
+        skew = grid._per_excess_s[bs] * _excess_context(bs, kv, longest) if grid._per_excess_s[bs] else 0.0
+        num_arrived = np.searchsorted(arrivals, start_s + real_s) - np.searchsorted(arrivals, start_s)
+        rows.append((intercept, grid._decode_b[bs] * kv, skew, bs, real_s, num_arrived, finished.get(start_s, 0)))
+    return np.array(rows, dtype=float).reshape(-1, 7)
+
+
+def ratios(name: str, predicted: np.ndarray, rows: np.ndarray) -> str:
+    bs, real = rows[:, 3], rows[:, 4]
+    bands = []
+    for lo in range(0, int(bs.max()) + 1, BATCH_BAND):
+        sel = (bs >= lo) & (bs < lo + BATCH_BAND)
+        if sel.sum() > 50:  # fewer steps say little
+            bands.append(f"{lo}-{lo + BATCH_BAND - 1}: {predicted[sel].sum() / real[sel].sum():.3f}")
+    return f"  {name:8s} all {predicted.sum() / real.sum():.3f}   " + ", ".join(bands)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="validation GPU runs (engine.replay folders)")
+    parser.add_argument("--calibration", nargs="+", type=Path, required=True, help="calibration GPU runs")
+    parser.add_argument("--profile", type=Path, default=None, help="profile JSON (default: the shipped qwen3-0.6b)")
+    args = parser.parse_args(argv)
+    profile = read_profile(args.profile or find_profile("qwen3-0.6b", "h200"))
+    grid = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
+    cal = np.vstack([decode_steps(run, grid) for run in args.calibration])
+    parts, bs, real = cal[:, :3], cal[:, 3], cal[:, 4]
+    pred = parts.sum(axis=1)
+    k = real.sum() / pred.sum()
+    ref = (pred * bs).sum() / pred.sum()
+    x, y = k * pred * (bs - ref), real - k * pred
+    slope = (x * y).sum() / (x * x).sum()
+    terms = np.linalg.lstsq(parts, real, rcond=None)[0]
+    loop = np.linalg.lstsq(np.column_stack([cal[:, 5], cal[:, 6]]), real - k * pred, rcond=None)[0]
+    print(f"fitted on {', '.join(r.name for r in args.calibration)} ({len(cal)} decode steps): k {k:.4f}; slope "
+          f"{100 * slope:.3f} % a sequence about a mean batch of {ref:.1f}; 3 terms {np.round(terms, 3).tolist()}; "
+          f"loop work {1e6 * loop[0]:.0f} us per arrival, {1e6 * loop[1]:.0f} us per finish")
+    for run in [*args.calibration, *args.runs]:
+        rows = decode_steps(run, grid)
+        p, b = rows[:, :3].sum(axis=1), rows[:, 3]
+        print(f"{run.name}: {len(rows)} decode steps, predicted / real")
+        print(ratios("k", k * p, rows))
+        print(ratios("k, slope", k * p * (1 + slope * (b - ref)), rows))
+        print(ratios("3 terms", rows[:, :3] @ terms, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

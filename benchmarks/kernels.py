@@ -166,20 +166,17 @@ def bench_prefill_case(torch, kernels, baseline, gen, q_lens, prefix, num_config
                varlen_causal(torch, qc, kc, vc, cu, max_q, scale))
         # cuDNN's fused attention (Hopper kernels of its own): ragged over the chunks in one call, and through
         # SDPA one chunk at a time; with the KV heads as they are (GQA) and repeated to the query heads.
+        def ragged():  # (GQA heads only: it takes some 70 ms a call on the H200 with torch 2.11)
+            return cudnn_ragged_causal(torch, qc, kc, vc, cu, max_q, scale)
+
+        try:
+            first = ragged()
+        except Exception:
+            first = None
+        record("cudnn ragged", ragged, first)
         bounds = [(int(cu[i]), int(cu[i + 1])) for i in range(len(q_lens))]
         for expand in (False, True):
             tag = ", KV heads repeated" if expand else ""
-
-            def ragged(expand=expand):
-                kk, vv = (x.repeat_interleave(HQ // HKV, 1) for x in (kc, vc)) if expand else (kc, vc)
-                return cudnn_ragged_causal(torch, qc, kk, vv, cu, max_q, scale)
-
-            if not expand:  # (one variant is enough: it takes some 70 ms a call on the H200, torch 2.11)
-                try:
-                    first = ragged()
-                except Exception:
-                    first = None
-                record("cudnn ragged", ragged, first)
             for backend in ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"):
                 def per_chunk(backend=backend, expand=expand):
                     return sdpa_per_chunk(torch, q, k, v, bounds, scale, backend, expand)

@@ -73,7 +73,9 @@ def write_html(figures: Sequence[go.Figure], path: str | Path, title: str, heade
         f"<header>\n<h1>{html.escape(title)}</h1>\n{header_html}\n</header>\n"
         f"<main>\n{divs}\n</main>\n</body>\n</html>\n"
     )
-    path.write_text(page, encoding="utf-8")
+    # A path given on the command line may hold bytes that are not UTF-8 (a surrogate in Python's str): shown
+    # as \udcff, as error messages show them, instead of failing the whole report at its last write.
+    path.write_bytes(page.encode("utf-8", "backslashreplace"))
     return path
 
 

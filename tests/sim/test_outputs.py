@@ -90,3 +90,15 @@ def test_the_current_folder_is_never_an_output(tmp_path, capsys, monkeypatch):
         "error: --out . is the current folder or one above it; name a folder for the run")
     assert _run("..", "--overwrite") == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_profile_path_that_is_not_utf8_still_gets_a_report(tmp_path, capsys):
+    """A profile path with a byte that is not UTF-8 is named in the report's subtitle: writing report.html failed
+    with a UnicodeEncodeError traceback after the whole replay had run."""
+    import os
+
+    profile = tmp_path / os.fsdecode(b"p\xff.json")
+    profile.write_bytes((SHAREGPT.parents[1] / "sim" / "profiles" / "h200" / "qwen3-0.6b.json").read_bytes())
+    out = tmp_path / "run"
+    assert _run(out, "--cost-model", str(profile)) == 0
+    assert "profile:h200/p\\udcff (measured" in (out / "report.html").read_text(encoding="utf-8")

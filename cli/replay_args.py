@@ -4,6 +4,7 @@ config's fields (``engine.core.config_args``). Free of torch and simpy so both C
 from __future__ import annotations
 
 import argparse
+import math
 
 from analysis.outdir import out_folder
 from engine.core.config import EngineConfig
@@ -55,6 +56,14 @@ def slos_from_args(args: argparse.Namespace):
         raise ValueError(f"--slo: {exc}") from None
 
 
+def _finite_positive(option: str, value: float) -> float:
+    """``value`` when a finite number > 0; else ValueError naming ``option`` (NaN passed a plain ``<= 0`` check
+    and was refused later by a message that named no option)."""
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{option} must be > 0 and finite, got {value}")
+    return value
+
+
 def load_trace_for_replay(args: argparse.Namespace):
     """The trace with --limit, then --qps or --time-scale, applied."""
     from traces.schema import load_trace
@@ -65,13 +74,9 @@ def load_trace_for_replay(args: argparse.Namespace):
             raise ValueError(f"--limit must be >= 1, got {args.limit}")
         trace = trace.head(args.limit)
     if args.qps is not None:
-        if args.qps <= 0:
-            raise ValueError(f"--qps must be > 0, got {args.qps}")
-        trace = trace.with_qps(args.qps)
+        trace = trace.with_qps(_finite_positive("--qps", args.qps))
     elif args.time_scale is not None:
-        if args.time_scale <= 0:
-            raise ValueError(f"--time-scale must be > 0, got {args.time_scale}")
-        trace = trace.with_time_scale(args.time_scale)
+        trace = trace.with_time_scale(_finite_positive("--time-scale", args.time_scale))
     elif args.offline:
         trace = trace.offline()
     return trace

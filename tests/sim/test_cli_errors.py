@@ -77,6 +77,10 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "qps with time-scale": (None, ["--qps", "2", "--time-scale", "2"], ["--qps", "--time-scale", "not allowed"]),
     "qps on simultaneous arrivals": (None, ["--limit", "1", "--qps", "1"], ["qps", "at once"]),
     "time-scale 0": (None, ["--time-scale", "0"], ["--time-scale", "> 0"]),
+    # NaN passed the CLI's '<= 0' check, and the trace's own refusal named no option.
+    "qps nan": (None, ["--qps", "nan"], ["^error: --qps must be > 0 and finite, got nan$"]),
+    "time-scale nan": (None, ["--time-scale", "nan"], ["^error: --time-scale must be > 0 and finite, got nan$"]),
+    "time-scale inf": (None, ["--time-scale", "inf"], ["^error: --time-scale must be > 0 and finite, got inf$"]),
     # Finite but past the trace bound: replayed the whole trace, then a traceback writing requests.parquet.
     "time-scale 1e300": (None, ["--time-scale", "1e300"], ["sharegpt.parquet", "expected at most 1e\\+12 s"]),
     "qps 1e-300": (None, ["--qps", "1e-300"], ["sharegpt.parquet", "expected at most 1e\\+12 s", "larger qps"]),

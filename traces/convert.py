@@ -14,6 +14,7 @@ from pathlib import Path
 
 from engine.core.interrupt import exit_130_on_interrupt
 from traces.errors import TraceError
+from traces.files import refuse_to_replace
 from traces.formats import FORMATS, ConvertOptions
 from traces.schema import Trace, save_trace
 from traces.summary import describe
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("format", choices=sorted(FORMATS), metavar="FORMAT", help="source format (listed below)")
     parser.add_argument("source", metavar="SRC", help="source trace file")
     parser.add_argument("-o", "--output", required=True, help="parquet file to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace -o if it exists")
     parser.add_argument("--limit", type=int, default=None, help="keep only the first N requests by arrival")
     parser.add_argument(
         "--tokenizer", default=None, help="sharegpt: local Hugging Face tokenizer directory (no downloads)"
@@ -91,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     source, output = Path(args.source), Path(args.output)
     if output.exists() and source.exists() and output.resolve() == source.resolve():
         parser.exit(2, f"error: -o {args.output} is the source trace; write the parquet elsewhere\n")
+    if args.tokenizer and Path(args.tokenizer).resolve() in output.resolve().parents:  # --overwrite took its files
+        parser.exit(2, f"error: -o {args.output} is inside --tokenizer {args.tokenizer}; write the parquet elsewhere\n")
     try:
+        refuse_to_replace(output, args.overwrite)
         trace, dropped = convert(args.format, args.source, options)
         save_trace(trace, args.output)
     except (TraceError, ValueError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -20,3 +21,11 @@ def staging_path(path: Path, tag: str) -> Path:
         head = path.name.encode()[:150].decode(errors="ignore")
         name = f".{head}-{hashlib.sha1(path.name.encode()).hexdigest()[:16]}{suffix}"
     return path.with_name(name)
+
+
+def refuse_to_replace(path: Path, overwrite: bool) -> None:
+    """FileExistsError for an existing file at ``path`` unless ``overwrite``: traces.convert and traces.synth
+    renamed their parquet over whatever file -o named (another trace, a day's conversion) without a word. Called
+    before any work, so a refused command costs nothing; what is not a regular file is refused by the writer."""
+    if not overwrite and Path(path).is_file():
+        raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it", str(path))

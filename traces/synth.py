@@ -13,12 +13,14 @@ import math
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from engine.core.interrupt import exit_130_on_interrupt
 from traces.arrivals import arrival_times_s
+from traces.files import refuse_to_replace
 from traces.lengths import LengthDist, parse_length_dist
 from traces.schema import Trace, save_trace
 from traces.sessions import CUT_COLUMN, SessionConfig, build_sessions
@@ -133,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write a synthetic request trace (parquet). Deterministic for a given --seed.",
     )
     parser.add_argument("-o", "--output", required=True, help="parquet file to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace -o if it exists")
     parser.add_argument("--num-requests", type=int, required=True, help="number of requests in the trace")
     parser.add_argument("--qps", type=float, required=True, help="mean request rate, requests per second")
     parser.add_argument(
@@ -200,6 +203,10 @@ def config_from_args(args: argparse.Namespace) -> SynthConfig:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        refuse_to_replace(Path(args.output), args.overwrite)  # before drawing: a refused command costs nothing
+    except OSError as exc:
+        parser.exit(2, f"error: -o {args.output}: {exc.strerror}\n")
     try:
         trace, num_cut = synthesize_counting_cuts(config_from_args(args))
     except ValueError as exc:

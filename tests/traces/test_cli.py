@@ -69,7 +69,8 @@ def test_synth_cli(tmp_path: Path) -> None:
     trace = load_trace(out)
     assert len(trace) == 200 and trace.hash_block_size == 16
     first = out.read_bytes()
-    assert _run(*args).returncode == 0
+    assert _run(*args).returncode == 2  # an existing -o is replaced only with --overwrite
+    assert _run(*args, "--overwrite").returncode == 0
     assert out.read_bytes() == first  # deterministic with --seed
 
 

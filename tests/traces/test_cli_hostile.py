@@ -263,7 +263,7 @@ def test_synth_counts_the_prompts_it_cuts_to_the_context(tmp_path, capsys):
     assert synth_main(argv) == 0
     assert capsys.readouterr().out.rstrip().endswith("20 prompts cut to fit --max-context-tokens 16384")
     assert load_trace(out).requests["prompt_tokens"].max() == 8192 and "_cut_to_fit" not in load_trace(out).requests
-    assert synth_main(["-o", str(out), "--num-requests", "20", "--qps", "1", "--multi-turn"]) == 0
+    assert synth_main(["-o", str(out), "--num-requests", "20", "--qps", "1", "--multi-turn", "--overwrite"]) == 0
     assert "cut" not in capsys.readouterr().out  # the default prompts fit
 
 
@@ -432,3 +432,28 @@ def test_convert_corrupt_gzip_is_one_line(tmp_path, capsys, fmt, text):
     source.write_bytes(bytes(data))
     line = cli_error(convert_main, [fmt, str(source), "-o", str(tmp_path / "o.parquet")], capsys)
     assert str(source) in line
+
+
+# --- an existing -o -----------------------------------------------------------------------------------------
+
+def test_convert_and_synth_refuse_to_replace_a_file_without_overwrite(vidur, tmp_path, capsys):
+    """Both renamed their parquet over whatever file -o named, another trace included, without a word."""
+    out = _write(tmp_path / "earlier.parquet", "an earlier trace")
+    line = cli_error(convert_main, ["vidur", str(vidur), "-o", str(out)], capsys)
+    assert line == f"error: -o {out}: exists; pass --overwrite to replace it"
+    line = cli_error(synth_main, ["-o", str(out), "--num-requests", "3", "--qps", "1"], capsys)
+    assert line == f"error: -o {out}: exists; pass --overwrite to replace it"
+    assert out.read_text() == "an earlier trace"
+    assert convert_main(["vidur", str(vidur), "-o", str(out), "--overwrite"]) == 0
+    assert len(load_trace(out)) == 2
+    assert synth_main(["-o", str(out), "--num-requests", "3", "--qps", "1", "--overwrite"]) == 0
+    assert len(load_trace(out)) == 3
+
+
+def test_convert_never_writes_into_its_tokenizer(sharegpt, tiny_tokenizer_dir, tmp_path, capsys):
+    target = tiny_tokenizer_dir / "tokenizer.json"
+    before = target.read_bytes()
+    line = cli_error(convert_main, ["sharegpt", str(sharegpt), "-o", str(target), "--tokenizer",
+                                    str(tiny_tokenizer_dir), "--qps", "1", "--overwrite"], capsys)
+    assert line == f"error: -o {target} is inside --tokenizer {tiny_tokenizer_dir}; write the parquet elsewhere"
+    assert target.read_bytes() == before

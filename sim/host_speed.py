@@ -41,6 +41,9 @@ class HostSpeed(Protocol):
 
     def slowdown_at(self, t_s: float) -> float: ...
 
+    def forget_before(self, now_s: float) -> None:
+        """The simulation's clock is at ``now_s``: no step starts before it again (so no query comes before it)."""
+
 
 # A host this many times faster or slower than the profiling grid is no serving host; beyond it step times
 # overflow or underflow the run's sums (1e308 gave infinite latencies and numpy overflow warnings).
@@ -48,8 +51,13 @@ MIN_SLOWDOWN, MAX_SLOWDOWN = 1e-3, 1e3
 # Steps last milliseconds: shorter episodes change nothing measurable, and 1e-300 s ones never ended drawing.
 MIN_EPISODE_S = 1e-3
 # A gap between queries of this many mean episode cycles is drawn no further (it could take forever, e.g. up
-# to an arrival at 1e300 s): the state after it is independent of the one before, so the process restarts.
-MAX_CYCLES_DRAWN = 1e6
+# to an arrival at 1e300 s): the state after it is independent of the one before (their correlation is below
+# exp(-4 * cycles)), so the process restarts. A million cycles drew 2e6 periods per idle gap: 20 requests 2,000 s
+# apart at MEAN_S 0.001 took 10 s and 640 MB, the 2,000 of sharegpt.parquet would have taken hours.
+MAX_CYCLES_DRAWN = 100
+# Periods that ended before the simulation's clock are dropped once this many have: a long run of short episodes
+# kept every period it drew, one float per millisecond of simulated time at MEAN_S 0.001.
+FORGET_PERIODS = 4096
 
 
 def _is_slowdown(value: float) -> bool:
@@ -75,6 +83,9 @@ class ConstantHostSpeed:
     def slowdown_at(self, t_s: float) -> float:
         return self.slowdown
 
+    def forget_before(self, now_s: float) -> None:
+        """Nothing drawn, nothing to forget."""
+
 
 class HostSpeedTimeline:
     """Piecewise constant: ``slowdowns[i]`` from ``starts_s[i]`` until the next start."""
@@ -93,6 +104,9 @@ class HostSpeedTimeline:
 
     def slowdown_at(self, t_s: float) -> float:
         return self.slowdowns[max(0, bisect.bisect_right(self.starts_s, t_s) - 1)]
+
+    def forget_before(self, now_s: float) -> None:
+        """The timeline is the user's file, bounded by it: kept whole."""
 
     @classmethod
     def load_csv(cls, path: Path) -> HostSpeedTimeline:
@@ -196,6 +210,13 @@ class HostSpeedEpisodes:
             self._ends_s.append(self._horizon_s)
         period = bisect.bisect_right(self._ends_s, t_s)
         return self.slow if period % 2 else self.normal
+
+    def forget_before(self, now_s: float) -> None:
+        """Drop the periods that ended by ``now_s``, in an even number: a period's parity (normal or slow) is its
+        index's, and every later query's index moves by the number dropped."""
+        ended = bisect.bisect_right(self._ends_s, now_s) & ~1
+        if ended >= FORGET_PERIODS:
+            del self._ends_s[:ended]
 
 
 def finite_float(text: str) -> float:

@@ -37,6 +37,8 @@ class CostModelRunner:
 
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
         start_s = self.clock.now() if self.host_speed is not None else 0.0  # the only reader of the time
+        if self.host_speed is not None:
+            self.host_speed.forget_before(start_s)
         return RunnerOutput([self.token_id] * len(batch.seqs), self.duration_at(batch, start_s))
 
     def duration_at(self, batch: ScheduledBatch, start_s: float) -> float:
@@ -55,6 +57,8 @@ class CostModelRunner:
         ones repeat the first."""
         run_s = getattr(self.cost_model, "decode_run_s", None)
         host = self.host_speed
+        if host is not None:  # the clock, not start_s: a window is planned in segments, and planned again from now
+            host.forget_before(self.clock.now())
         # The first step's length sizes the run to the horizon (durations hardly change within a run: contexts
         # only grow; a short guess only costs another array pass). Short runs are summed one by one: many plans
         # end within a few steps (the next arrival is that close), and an array pass costs some fifteen numpy calls.

@@ -12,6 +12,8 @@ import pytest
 
 from engine.core.records import STEP_COLUMNS
 from sim.host_speed import (
+    FORGET_PERIODS,
+    MAX_CYCLES_DRAWN,
     ConstantHostSpeed,
     HostSpeedEpisodes,
     HostSpeedTimeline,
@@ -75,8 +77,8 @@ def test_episodes_are_slow_the_asked_share_of_a_short_run_too():
 
 
 def test_after_a_gap_too_long_to_draw_the_process_restarts_slow_only_as_often_as_it_is_slow():
-    """A gap of over a million episode cycles is not drawn: the process restarts at its end. The restart was always
-    in a slow period, so a trace of Unix timestamps (first arrival ~1.7e9 s) always began slow."""
+    """A gap of over MAX_CYCLES_DRAWN episode cycles is not drawn: the process restarts at its end. The restart was
+    always in a slow period, so a trace of Unix timestamps (first arrival ~1.7e9 s) always began slow."""
     at_restart = [HostSpeedEpisodes(1.0, 3.0, 0.25, 4.0, seed).slowdown_at(1.7e9) for seed in range(1000)]
     assert 200 < at_restart.count(3.0) < 300  # was all 1000
     process = HostSpeedEpisodes(1.0, 3.0, 0.25, 4.0, seed=1)
@@ -92,6 +94,33 @@ def test_episodes_end_in_bounded_time():
     assert episodes.slowdown_at(10.0) in (1.0, 2.0)
     assert episodes.slowdown_at(1e300) in (1.0, 2.0) and episodes.slowdown_at(1e300 * 1.5) in (1.0, 2.0)
     assert len(episodes._ends_s) < 1000
+
+
+def test_short_episodes_over_long_gaps_take_bounded_time_and_memory():
+    """At MEAN_S 0.001 each idle gap of 2,000 s drew two million periods, and every period drawn was kept: 20 requests
+    that far apart took 10 s and 640 MB, sharegpt's 2,000 hours. A gap of 100 cycles now restarts the process, and
+    the periods the clock has passed are forgotten; the slow share holds."""
+    process = HostSpeedEpisodes(1.0, 2.0, 0.5, 0.001, seed=1)
+    for t_s in np.arange(0.0, 2000.0 * 2000, 2000.0):  # idle gaps: at most 2 * MAX_CYCLES_DRAWN periods each
+        process.slowdown_at(t_s)
+        process.forget_before(t_s)
+    assert len(process._ends_s) < FORGET_PERIODS + 2 * MAX_CYCLES_DRAWN + 4
+    values = []
+    for t_s in np.arange(4e6, 4e6 + 100.0, 0.005):  # busy: a step every 5 ms, some 100,000 periods drawn
+        process.forget_before(t_s)
+        values.append(process.slowdown_at(t_s))
+    assert len(process._ends_s) < FORGET_PERIODS + 20
+    assert abs(np.mean(np.array(values) == 2.0) - 0.5) < 0.02
+
+
+def test_forgetting_never_changes_a_later_slowdown():
+    """Periods are dropped in pairs: the slowdown at any time from the clock on is the one drawn without forgetting."""
+    kept, forgetting = HostSpeedEpisodes(1.0, 3.0, 0.3, 0.001, seed=7), HostSpeedEpisodes(1.0, 3.0, 0.3, 0.001, seed=7)
+    times = np.arange(0.0, 60.0, 0.0037)
+    for t_s in times:
+        forgetting.forget_before(t_s)
+        assert forgetting.slowdown_at(t_s) == kept.slowdown_at(t_s)
+        assert forgetting.slowdown_at(t_s + 0.01) == kept.slowdown_at(t_s + 0.01)  # a window planned ahead
 
 
 @pytest.mark.parametrize("spec", ["1e308", "1e-9"])

@@ -17,7 +17,7 @@ import polars as pl
 from engine.core.config import cdiv
 from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths
-from traces.formats.tabular import READ_ERRORS, check_source_file, open_text
+from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 
 MOONCAKE_BLOCK_TOKENS = 512
 
@@ -67,14 +67,14 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     columns: dict[str, list] = {"arrival_s": [], "prompt_tokens": [], "output_tokens": [], "hash_ids": []}
     check_source_file(path, "a Mooncake JSONL file")
     try:
-        with open_text(path) as lines:  # gzip'd or not; a byte order mark (Windows editors) is no JSON
+        with open_text(path) as lines:  # compressed or not; a byte order mark (Windows editors) is no JSON
             for line_no, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
                 for name, value in zip(columns, _parse_record(path, line_no, line)):
                     columns[name].append(value)
     except READ_ERRORS as exc:
-        raise TraceError(f"{path}: cannot read: {exc}") from exc
+        raise TraceError(read_error(path, exc)) from None
     if not columns["arrival_s"]:
         raise TraceError(f"{path}: no records; expected JSON lines with timestamp, input_length, output_length, "
                          "hash_ids")

@@ -26,7 +26,7 @@ import polars as pl
 from traces.arrivals import arrival_times_s, gamma_gaps_s
 from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions
-from traces.formats.tabular import READ_ERRORS, check_source_file, open_text
+from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 
 USER_ROLES = frozenset({"human", "user"})
 MODEL_ROLES = frozenset({"gpt", "chatgpt", "bing", "bard", "assistant", "model"})
@@ -51,14 +51,14 @@ def load_tokenizer(name_or_path: str | None) -> Any:
 def _load_conversations(path: Path) -> list:
     check_source_file(path, "a ShareGPT JSON file")
     try:
-        with open_text(path) as handle:  # gzip'd or not; a byte order mark (Windows editors) is no JSON
+        with open_text(path) as handle:  # compressed or not; a byte order mark (Windows editors) is no JSON
             data = json.load(handle)
     except RecursionError:  # arrays nested thousands deep: no conversation list looks like that
         raise TraceError(f"{path}: JSON nested too deeply to read; expected a list of conversations") from None
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
     except READ_ERRORS as exc:
-        raise TraceError(f"{path}: cannot read: {exc}") from exc
+        raise TraceError(read_error(path, exc)) from None
     if not isinstance(data, list):
         raise TraceError(f"{path}: top level is a JSON {type(data).__name__}; expected a list of conversations")
     return data

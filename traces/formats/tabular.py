@@ -8,29 +8,67 @@ record's line is where it starts (a quoted field may hold line breaks; the heade
 
 from __future__ import annotations
 
+import bz2
 import csv
 import gzip
 import io
+import lzma
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import polars as pl
+import pyarrow as pa
 
 from traces.errors import TraceError
 
-# What reading a file through open_text may raise: EOFError is a gzip'd file cut short, zlib.error a corrupt one.
-READ_ERRORS = (OSError, EOFError, UnicodeDecodeError, zlib.error)
+# What reading a file through open_text may raise: EOFError is a compressed file cut short, zlib.error a corrupt
+# gzip'd one, LZMAError a corrupt xz one, ArrowException a corrupt zstd one (bz2 raises OSError).
+READ_ERRORS = (OSError, EOFError, UnicodeDecodeError, zlib.error, lzma.LZMAError, pa.ArrowException)
+
+# A compressed source is recognised by its first bytes, whatever its name.
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"\xfd7zXZ\x00": "xz",
+          **{b"BZh" + str(level).encode(): "bz2" for level in range(1, 10)}}  # 'BZh' alone may start a header
+_POLARS_READS = ("gzip", "zstd")  # compressions polars' CSV reader undoes itself; the others are undone here
+
+
+def compression_of(path: Path) -> str | None:
+    """'gzip', 'zstd', 'bz2' or 'xz' when the file starts with that format's magic bytes, else None."""
+    with path.open("rb") as handle:
+        head = handle.read(6)
+    return next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """The file's bytes, decompressed when it is compressed (zstd through pyarrow: the standard library has no
+    zstd before Python 3.14)."""
+    compression = compression_of(path)
+    if compression == "gzip":
+        return gzip.open(path)
+    if compression == "bz2":
+        return bz2.open(path)
+    if compression == "xz":
+        return lzma.open(path)
+    if compression == "zstd":
+        return io.BufferedReader(pa.input_stream(path, compression="zstd"))
+    return path.open("rb")
 
 
 def open_text(path: Path, newline: str | None = None) -> io.TextIOBase:
-    """The file as UTF-8 text without a byte order mark, through gzip when it is gzip'd (polars reads gzip'd CSVs
-    itself; the JSON formats and the csv module's checks read them here)."""
-    with path.open("rb") as handle:
-        compressed = handle.read(2) == b"\x1f\x8b"
-    if compressed:
-        return io.TextIOWrapper(gzip.open(path), encoding="utf-8-sig", newline=newline)
-    return path.open(encoding="utf-8-sig", newline=newline)
+    """The file as UTF-8 text without a byte order mark, decompressed when it is gzip'd, zstd'd, bz2'd or xz'd
+    (a zstd'd Mooncake file failed as 'can't decode byte 0xb5', and the CSV line checks read a zstd'd CSV, which
+    polars reads, as no records: blank lines were kept as empty rows and errors named the wrong line)."""
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", newline=newline)
+
+
+def read_error(path: Path, exc: Exception) -> str:
+    """Why a source could not be read, for a one-line message: bytes that are no UTF-8 are most often a
+    compressed or binary file, which the codec's position says nothing about."""
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"{path}: cannot read: not UTF-8 text (byte {exc.object[exc.start:exc.start + 1].hex()} at "
+                f"{exc.start}); expected UTF-8 text, plain or compressed with gzip, zstd, bz2 or xz")
+    return f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}"
 
 
 def _data_records(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -86,7 +124,11 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
     """All columns as strings; raises TraceError for an unreadable file or missing columns."""
     check_source_file(path, "a CSV file")
     try:
-        frame = pl.read_csv(path, infer_schema=False, has_header=True)
+        source = _polars_source(path)
+    except READ_ERRORS as exc:  # a corrupt bz2'd or xz'd file, decompressed here
+        raise TraceError(read_error(path, exc)) from None
+    try:
+        frame = pl.read_csv(source, infer_schema=False, has_header=True)
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
         where = _first_malformed_line(path)  # polars names no line for a ragged row or an open quote
         if where:
@@ -106,6 +148,15 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
     if frame.height == 0:
         raise TraceError(f"{path}: no data rows after the header; expected at least one request")
     return frame.with_columns(pl.col(name).str.strip_chars() for name in frame.columns)
+
+
+def _polars_source(path: Path) -> Path | bytes:
+    """What polars' CSV reader is given: the file, or its bytes decompressed where polars cannot undo the
+    compression itself (bz2 and xz were 'invalid utf-8 sequence')."""
+    if compression_of(path) in (None, *_POLARS_READS):
+        return path
+    with open_binary(path) as handle:
+        return handle.read()
 
 
 def _polars_reason(exc: Exception) -> str:

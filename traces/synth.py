@@ -21,7 +21,7 @@ import polars as pl
 from engine.core.interrupt import exit_130_on_interrupt
 from traces.arrivals import arrival_times_s
 from traces.files import refuse_to_replace
-from traces.lengths import LengthDist, parse_length_dist
+from traces.lengths import MAX_LENGTH, LengthDist, parse_length_dist
 from traces.schema import Trace, save_trace
 from traces.sessions import CUT_COLUMN, SessionConfig, build_sessions
 from traces.summary import describe
@@ -60,9 +60,10 @@ class SynthConfig:
                                  f"got {getattr(self, name)}")
         if not 0 < self.think_time_s < math.inf:
             raise ValueError(f"think_time_s must be a finite number > 0, got {self.think_time_s}")
-        if not 1 <= self.hash_block_size <= MAX_HASH_BLOCK_SIZE or self.max_context_tokens < 2:  # 2**70: OverflowError
-            raise ValueError(f"hash_block_size must be from 1 to {MAX_HASH_BLOCK_SIZE} and max_context_tokens >= 2, "
-                             f"got {self.hash_block_size} and {self.max_context_tokens}")
+        if not 1 <= self.hash_block_size <= MAX_HASH_BLOCK_SIZE:  # 2**70: OverflowError
+            raise ValueError(f"hash_block_size must be from 1 to {MAX_HASH_BLOCK_SIZE}, got {self.hash_block_size}")
+        if not 2 <= self.max_context_tokens <= MAX_LENGTH:  # 10**20 was an OverflowError in the int64 cut arithmetic
+            raise ValueError(f"max_context_tokens must be from 2 to 2**40, got {self.max_context_tokens}")
         if self.warmup_s is not None and not 0 <= self.warmup_s < math.inf:
             raise ValueError(f"warmup_s must be a finite number >= 0, got {self.warmup_s}")
         if not (self.num_requests - 1) / self.qps <= MAX_ARRIVAL_S:  # 1e-308 gave an infinite arrival at row 1

@@ -246,6 +246,9 @@ def test_convert_mooncake_integers_beyond_int64(tmp_path, capsys, record, patter
     (["--prompt-dist", "lognormal:mean=100,sigma=50"], "sigma must be a finite number up to 10"),
     (["--multi-turn", "--hash-block-size", str(2**70)], "--hash-block-size must be from 1 to 2147483648"),
     (["--multi-turn", "--turns", "geometric:mean=3,max=1e13"], "max must be a finite number up to 2**40"),
+    (["--multi-turn", "--max-context-tokens", str(10**20)], "--max-context-tokens must be from 2 to 2**40, got "
+     "100000000000000000000"),
+    (["--multi-turn", "--max-context-tokens", "1"], "--max-context-tokens must be from 2 to 2**40, got 1"),
     # The errors named SynthConfig's fields, or a row of the trace, or only numpy's "expected non-negative integer".
     (["--qps", "1e-308"], "--qps 1e-308 spreads 5 requests over inf s; expected at most 1e+12 s (raise --qps)"),
     (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),

@@ -39,6 +39,7 @@ from engine.core.model_config import ModelShape
 from engine.core.scheduler import ScheduledBatch
 from sim.config import SimConfig
 from sim.cost_model import CostModel
+from sim.host_speed import MAX_SLOWDOWN, MIN_SLOWDOWN
 from sim.limits import chosen_profile
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step
 
@@ -192,7 +193,11 @@ def replay_setup(config: SimConfig, base: CostModel, bands: BandModel, index: in
         machines = bands.mean_slowdown_range
         mean = bands.mean_slowdown if machines is None else float(rng.uniform(*machines))
         normal = mean / (1.0 + (lo + hi) / 2 * (bands.slow_over_normal - 1.0))
-        host = (f"episodes:{normal:.6g},{normal * bands.slow_over_normal:.6g},{share:.6g},{bands.mean_episode_s:g},"
+        # Held within the host speeds a replay takes: around a mean at their edge (--host-slowdown 0.001 or 1000)
+        # the normal or slow periods fell outside, and every band replay failed with a traceback.
+        slow = min(max(normal * bands.slow_over_normal, MIN_SLOWDOWN), MAX_SLOWDOWN)
+        normal = min(max(normal, MIN_SLOWDOWN), slow)
+        host = (f"episodes:{normal:.6g},{slow:.6g},{share:.6g},{bands.mean_episode_s:g},"
                 f"{(index + 1) * SEED_STRIDE % EPISODES_SEED_LIMIT}")
     elif bands.host_mode == "reseed":  # the user's process, with the replay's seed added to its own
         parts = host.strip().split(",")

@@ -105,6 +105,22 @@ def test_every_replay_number_and_episodes_seed_make_a_valid_host_slowdown() -> N
     assert spec == f"episodes:1,2,0.3,3,{2**20 - 1}" and isinstance(parse_host_slowdown(spec), HostSpeedEpisodes)
 
 
+@pytest.mark.parametrize(("slowdown", "normal", "slow"), [("0.001", 0.001, None), ("1000", None, 1000.0)])
+def test_bands_around_a_host_slowdown_at_the_edge_stay_within_the_host_speeds(slowdown, normal, slow) -> None:
+    """--host-slowdown 0.001 or 1000 with --bands: the band replays' normal periods fell below 0.001 or their slow
+    ones above 1000, and every replay failed with a ValueError traceback. They are now held within."""
+    config = SimConfig(cost_model="roofline", host_slowdown=slowdown)
+    shape = config.model_shape
+    base, bands = make_cost_model(config, shape), band_model(config, shape)
+    for index in range(20):
+        spec = replay_setup(config, base, bands, index)[0].host_slowdown
+        process = parse_host_slowdown(spec)
+        assert isinstance(process, HostSpeedEpisodes)
+        assert 0.001 <= process.normal <= process.slow <= 1000
+        assert normal is None or process.normal == normal
+        assert slow is None or process.slow == slow
+
+
 def test_a_perturbed_step_is_the_model_times_its_replay_offset_and_a_repeat_noise() -> None:
     config = SimConfig()
     bands = band_model(config, config.model_shape)

@@ -33,7 +33,7 @@ from engine.server.protocol import (
     CompletionRequest,
     _Sampling,
     bad_request,
-    validation_message,
+    validation_error,
 )
 
 _log = logging.getLogger(__name__)
@@ -46,6 +46,9 @@ DISCONNECT_POLL_S = 0.5  # how often a non-streamed request checks that its clie
 # event loop, one client's 4 MB prompt held /health and every stream for seconds. Shorter ones stay inline, where
 # they cost no thread hop on the time to first token.
 THREAD_TOKENIZE_CHARS = 20_000
+# What FastAPI answers for a body its JSON parser gave up on with an error other than a syntax error (a
+# RecursionError from arrays nested thousands deep).
+_FASTAPI_PARSE_ERROR = "There was an error parsing the body"
 
 
 @dataclass
@@ -104,12 +107,15 @@ def build_app(engine: EngineClient, tokenizer=None) -> FastAPI:
         return JSONResponse(exc.body(), status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError):
-        return JSONResponse(bad_request(validation_message(exc.errors())).body(), status_code=400)
+    async def invalid_body(request: Request, exc: RequestValidationError):
+        return JSONResponse(validation_error(exc.errors()).body(), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        return JSONResponse(APIError(exc.status_code, str(exc.detail)).body(), status_code=exc.status_code)
+        detail = str(exc.detail)
+        if exc.status_code == 400 and detail == _FASTAPI_PARSE_ERROR:  # says neither what nor why
+            detail = "the request body could not be parsed as JSON (arrays or objects nested too deeply?)"
+        return JSONResponse(APIError(exc.status_code, detail).body(), status_code=exc.status_code)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):  # logged here; the client gets one line

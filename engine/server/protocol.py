@@ -31,7 +31,15 @@ def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param=param)
 
 
+# Strict types, as OpenAI's API checks them: in pydantic's lax mode max_tokens "5" or 5.0 became 5, true became 1
+# token, and stream "no" (any non-empty string) became a stream the client did not ask for. An int still passes
+# where a float is expected (temperature 1).
+_STRICT = ConfigDict(strict=True)
+
+
 class StreamOptions(BaseModel):
+    model_config = _STRICT
+
     include_usage: bool = False
     continuous_usage_stats: bool = False
 
@@ -47,7 +55,7 @@ _UNSUPPORTED_EXTENSIONS: dict[str, tuple] = {
 
 
 class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
     temperature: float | None = None
@@ -150,7 +158,7 @@ class CompletionRequest(_Sampling):
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     role: str
     content: str | list[dict[str, Any]] | None = None
@@ -200,14 +208,28 @@ class ChatCompletionRequest(_Sampling):
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
-def validation_message(errors: list[dict]) -> str:
-    """One line from pydantic's errors: where each is and what was expected."""
+def validation_error(errors: list[dict]) -> APIError:
+    """A 400 from pydantic's errors: one line that says where each is and what was expected, and ``param`` the
+    top-level field of the first (clients and SDKs read it to point at the bad field; it was always null)."""
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        reason = (first.get("ctx") or {}).get("error", "")
+        return bad_request(f"the request body is not valid JSON{': ' + str(reason) if reason else ''}")
+    if tuple(first.get("loc", ())) == ("body",):  # the body as a whole: absent, or not a JSON object
+        if first.get("type") == "missing":
+            return bad_request("the request body is empty; expected a JSON object")
+        if isinstance(first.get("input"), (bytes, str)):  # FastAPI reads a body as JSON only when it is declared so
+            return bad_request("the request body is not read as JSON: send it with Content-Type: application/json")
+        return bad_request(f"the request body must be a JSON object, got {_json_type(first.get('input'))}")
     parts = []
-    if errors and errors[0].get("type") == "json_invalid":
-        reason = (errors[0].get("ctx") or {}).get("error", "")
-        return f"the request body is not valid JSON{': ' + str(reason) if reason else ''}"
     for error in errors[:3]:
         loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
         parts.append(f"{loc}: {error.get('msg', 'invalid')}" if loc else error.get("msg", "invalid"))
     more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
-    return "invalid request: " + "; ".join(parts) + more
+    field = next((p for p in first.get("loc", ()) if p != "body"), None)
+    return bad_request("invalid request: " + "; ".join(parts) + more, field if isinstance(field, str) else None)
+
+
+def _json_type(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+            type(None): "null"}.get(type(value), type(value).__name__)

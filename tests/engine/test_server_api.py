@@ -566,3 +566,42 @@ def test_a_choices_abort_acknowledged_after_the_whole_request_was_aborted_keeps_
     success = {s.labels["finished_reason"]: s.value for s in client.metrics._success.collect()[0].samples
                if s.name.endswith("_total")}
     assert success == {"stop": 1.0, "abort": 1.0} and client._aborted == {}
+
+
+@pytest.mark.parametrize(("body", "param", "message"), [
+    # pydantic's lax mode took these: "5" and 5.0 as 5, true as 1 token, any non-empty string as stream=true
+    ({"prompt": [1], "max_tokens": "5"}, "max_tokens", "invalid request: max_tokens: Input should be a valid integer"),
+    ({"prompt": [1], "max_tokens": 5.0}, "max_tokens", "invalid request: max_tokens: Input should be a valid integer"),
+    ({"prompt": [1], "max_tokens": True}, "max_tokens", "invalid request: max_tokens: Input should be a valid integer"),
+    ({"prompt": [1], "stream": "no"}, "stream", "invalid request: stream: Input should be a valid boolean"),
+    ({"prompt": [1], "temperature": "0.5"}, "temperature", "invalid request: temperature: Input should be a valid "
+                                                           "number"),
+    ({"prompt": [1], "stream": True, "stream_options": {"include_usage": 1}}, "stream_options",
+     "invalid request: stream_options.include_usage: Input should be a valid boolean"),
+])
+def test_values_of_the_wrong_json_type_are_refused_and_named(served, body, param, message) -> None:
+    client = served()
+    r = client.post("/v1/completions", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"] == message and r.json()["error"]["param"] == param
+
+
+def test_an_int_still_passes_where_a_float_is_expected(served) -> None:
+    client = served()
+    r = client.post("/v1/completions", json={"prompt": [1], "max_tokens": 2, "temperature": 0, "top_p": 1})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(("content", "headers", "message"), [
+    (b"", {"content-type": "application/json"}, "the request body is empty; expected a JSON object"),
+    (b"[1, 2]", {"content-type": "application/json"}, "the request body must be a JSON object, got an array"),
+    (b'{"prompt": [1]}', {"content-type": "application/x-www-form-urlencoded"},  # curl -d without -H
+     "the request body is not read as JSON: send it with Content-Type: application/json"),
+    (b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}", {"content-type": "application/json"},
+     "the request body could not be parsed as JSON (arrays or objects nested too deeply?)"),
+])
+def test_a_body_that_is_not_a_json_object_says_what_is_wrong(served, content, headers, message) -> None:
+    client = served()
+    r = client.post("/v1/completions", content=content, headers=headers)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == {"message": message, "type": "invalid_request_error", "param": None, "code": 400}

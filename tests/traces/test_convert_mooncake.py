@@ -46,6 +46,9 @@ def test_sample(tmp_path: Path) -> None:
         ('{"timestamp": 0, "input_length": 10, "hash_ids": [1]}', r"line 2: field 'output_length' is missing"),
         ('{"timestamp": -5, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
          r"line 2: field 'timestamp' is -5"),
+        # an arrival past the trace bound was named by its converted row, not its line
+        ('{"timestamp": 1e300, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
+         r"line 2: field 'timestamp' is 1e\+300; expected milliseconds from 0 to 1e\+15$"),
         ('{"timestamp": 1, "input_length": 10.5, "output_length": 1, "hash_ids": [1]}',
          r"line 2: field 'input_length' is 10\.5; expected an integer"),
         ('{"timestamp": 1, "input_length": 10, "output_length": true, "hash_ids": [1]}',

@@ -18,8 +18,10 @@ from engine.core.config import cdiv
 from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
+from traces.validation import MAX_ARRIVAL_S
 
 MOONCAKE_BLOCK_TOKENS = 512
+MAX_TIMESTAMP_MS = MAX_ARRIVAL_S * 1000
 
 
 def _is_int(value: object) -> bool:
@@ -43,8 +45,9 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
         if field not in record:
             raise fail(f"field {field!r} is missing; expected timestamp, input_length, output_length, hash_ids")
     timestamp = record["timestamp"]
-    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or not 0 <= timestamp < float("inf"):
-        raise fail(f"field 'timestamp' is {timestamp!r}; expected milliseconds >= 0")
+    # The trace's bound on arrivals, in ms: past it the error named the converted row, not this line.
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or not 0 <= timestamp <= MAX_TIMESTAMP_MS:
+        raise fail(f"field 'timestamp' is {timestamp!r}; expected milliseconds from 0 to {MAX_TIMESTAMP_MS:g}")
     lengths = []
     for field in ("input_length", "output_length"):
         value = record[field]

@@ -54,6 +54,10 @@ def test_burstgpt_rescaled_to_qps(tmp_path: Path) -> None:
             "Timestamp,Request tokens,Response tokens\n-5,3,4\n",
             r"burst\.csv: line 2: field 'Timestamp' is -5\.0; expected a number >= 0",
         ),
+        (  # past the trace bound: the error named the converted row instead of the line
+            "Timestamp,Request tokens,Response tokens\n5,3,4\n1e300,3,4\n",
+            r"burst\.csv: line 3: field 'Timestamp' is 1e\+300; expected a number <= 1e\+12$",
+        ),
         (
             "Timestamp,Request tokens,Response tokens\n5,3,4\n6,3,x\n",
             r"burst\.csv: line 3: field 'Response tokens' is 'x'; expected an integer",
@@ -116,6 +120,9 @@ def test_bad_vidur(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"v\.csv: line 3: field 'arrived_at' is 'later'"):
         convert("vidur", _write(tmp_path, "v.csv",
                                 "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,1\nlater,1,1\n"))
+    past_bound = r"v\.csv: line 2: field 'arrived_at' is 10000000000000\.0; expected a number <= 1e\+12$"
+    with pytest.raises(TraceError, match=past_bound):
+        convert("vidur", _write(tmp_path, "v.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n1e13,1,1\n"))
 
 
 def test_unknown_format(tmp_path: Path) -> None:

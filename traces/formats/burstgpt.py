@@ -16,6 +16,7 @@ import polars as pl
 
 from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids
 from traces.formats.tabular import float_column, int_column, read_csv_text
+from traces.validation import MAX_ARRIVAL_S
 
 _EXTRAS = {"Model": "model", "Log Type": "log_type"}
 
@@ -27,7 +28,7 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     requests = pl.DataFrame(
         {
             "request_id": row_ids(frame.height),
-            "arrival_s": float_column(path, frame, "Timestamp", minimum=0.0),
+            "arrival_s": float_column(path, frame, "Timestamp", minimum=0.0, maximum=MAX_ARRIVAL_S),
             "prompt_tokens": int_column(path, frame, "Request tokens"),
             "output_tokens": int_column(path, frame, "Response tokens"),
         }

@@ -233,18 +233,21 @@ def int_column(path: Path, frame: pl.DataFrame, field: str, minimum: int = 0) ->
     return values
 
 
-def float_column(path: Path, frame: pl.DataFrame, field: str, minimum: float | None = None) -> pl.Series:
-    """Field as finite Float64, optionally >= minimum."""
+def float_column(path: Path, frame: pl.DataFrame, field: str, minimum: float | None = None,
+                 maximum: float | None = None) -> pl.Series:
+    """Field as finite Float64, optionally from minimum to maximum (a bound checked here names the line; the
+    trace's own check after the conversion could name only the converted row)."""
     text = frame[field]
     parsed = text.cast(pl.Float64, strict=False)
     parsed = parsed.set(~parsed.is_finite().fill_null(False), None)
     _first_bad(path, text, parsed, field, "a finite number")
-    if minimum is not None:
-        low = (parsed < minimum).arg_true()
-        if len(low):
-            row = int(low[0])
+    checks = [(parsed < minimum, f">= {minimum}")] if minimum is not None else []
+    checks += [(parsed > maximum, f"<= {maximum:g}")] if maximum is not None else []
+    for outside, bound in checks:
+        rows = outside.arg_true()
+        if len(rows):
+            row = int(rows[0])
             raise TraceError(
-                f"{path}: line {line_of_row(path, row)}: field {field!r} is {parsed[row]}; "
-                f"expected a number >= {minimum}"
+                f"{path}: line {line_of_row(path, row)}: field {field!r} is {parsed[row]}; expected a number {bound}"
             )
     return parsed

@@ -17,13 +17,14 @@ from traces.arrivals import arrival_times_s
 from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids
 from traces.formats.tabular import float_column, int_column, read_csv_text
+from traces.validation import MAX_ARRIVAL_S
 
 
 def read(path: Path, options: ConvertOptions) -> Converted:
     frame = read_csv_text(path, ("num_prefill_tokens", "num_decode_tokens"), ("arrived_at",))
     recorded = "arrived_at" in frame.columns
     if recorded:
-        arrivals = float_column(path, frame, "arrived_at", minimum=0.0)
+        arrivals = float_column(path, frame, "arrived_at", minimum=0.0, maximum=MAX_ARRIVAL_S)
     else:
         arrivals = pl.Series("arrival_s", np.zeros(frame.height))
     requests = pl.DataFrame(

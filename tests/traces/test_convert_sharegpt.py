@@ -152,8 +152,24 @@ def test_needs_tokenizer_and_qps(tmp_path: Path, tiny_tokenizer_dir: Path) -> No
         convert("sharegpt", path, ConvertOptions(qps=1.0))
     with pytest.raises(TraceError, match="sharegpt needs --qps"):
         convert("sharegpt", path, ConvertOptions(tokenizer=str(tiny_tokenizer_dir)))
-    with pytest.raises(TraceError, match=r"--tokenizer .*missing_tok: cannot load a local tokenizer"):
-        convert("sharegpt", path, ConvertOptions(tokenizer=str(tmp_path / "missing_tok"), qps=1.0))
+    missing = tmp_path / "missing_tok"
+    with pytest.raises(TraceError) as info:
+        convert("sharegpt", path, ConvertOptions(tokenizer=str(missing), qps=1.0))
+    assert str(info.value) == (f"--tokenizer {missing}: no such directory (nor a tokenizer of that name in the local "
+                               "Hugging Face cache); expected a tokenizer directory")
+
+
+def test_a_tokenizer_that_is_a_file_or_broken_is_one_line(tmp_path: Path) -> None:
+    """transformers' messages spoke of config mappings or spanned five lines."""
+    path = _write(tmp_path, CONVERSATIONS)
+    with pytest.raises(TraceError) as info:
+        convert("sharegpt", path, ConvertOptions(tokenizer=str(path), qps=1.0))
+    assert str(info.value) == f"--tokenizer {path}: is a file; expected a Hugging Face tokenizer directory"
+    empty = tmp_path / "empty_tok"
+    empty.mkdir()
+    with pytest.raises(TraceError, match=rf"^--tokenizer {empty}: cannot load a local tokenizer \(") as info:
+        convert("sharegpt", path, ConvertOptions(tokenizer=str(empty), qps=1.0))
+    assert "\n" not in str(info.value)
 
 
 def test_a_byte_order_mark_is_no_json_error(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:

@@ -42,10 +42,18 @@ def load_tokenizer(name_or_path: str | None) -> Any:
         from transformers import AutoTokenizer
     except ImportError as exc:  # pragma: no cover - transformers is a dev dependency
         raise TraceError(f"sharegpt needs the transformers package ({exc})") from exc
+    path = Path(name_or_path)
+    if path.exists() and not path.is_dir():  # transformers' message was about a config "mapping, not list"
+        raise TraceError(f"--tokenizer {name_or_path}: is a file; expected a Hugging Face tokenizer directory")
     try:
         return AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
     except Exception as exc:  # transformers raises many types for a missing or broken tokenizer
-        raise TraceError(f"--tokenizer {name_or_path}: cannot load a local tokenizer ({exc})") from exc
+        if not path.exists():  # its message spoke of repo ids and internet connections, over several lines
+            raise TraceError(f"--tokenizer {name_or_path}: no such directory (nor a tokenizer of that name in the "
+                             "local Hugging Face cache); expected a tokenizer directory") from None
+        reason = " ".join(str(exc).split())  # transformers' messages span lines; an error is one line
+        reason = reason if len(reason) <= 300 else reason[:300] + "..."
+        raise TraceError(f"--tokenizer {name_or_path}: cannot load a local tokenizer ({reason})") from None
 
 
 def _load_conversations(path: Path) -> list:

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 # Below this temperature sampling is greedy, as in vLLM: logits / 1e-40 overflow float32 to inf, and the draw
 # among several infinite logits is not the largest logit.
 GREEDY_BELOW_TEMPERATURE = 1e-5
+# The sampler divides float32 logits by the temperature: a larger one is inf there, and logits / inf are 0 (or NaN),
+# a uniform draw that ignores top_k and top_p.
+MAX_TEMPERATURE = 3.4e38
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,24 +31,42 @@ class SamplingParams:
     top_p: float = 1.0
     max_tokens: int = 16
     ignore_eos: bool = False
-    stop_token_ids: tuple[int, ...] = ()
+    stop_token_ids: frozenset[int] | tuple[int, ...] = ()  # any ints; kept as a frozenset
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0.0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        # A wrong type is a ValueError naming the field, as a wrong value is: compared with a float, "0.5" raised a
+        # TypeError, and True passed as max_tokens 1 or seed 1.
+        if not (_is_real(self.temperature) and 0.0 <= self.temperature <= MAX_TEMPERATURE):
+            raise ValueError(f"SamplingParams.temperature must be a finite number >= 0, got {self.temperature!r}")
         if self.temperature < GREEDY_BELOW_TEMPERATURE:
             object.__setattr__(self, "temperature", 0.0)
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
-        if not isinstance(self.top_k, int):
+        if not (_is_real(self.top_p) and 0.0 < self.top_p <= 1.0):
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
+        if not _is_int(self.top_k):
             raise ValueError(f"SamplingParams.top_k must be an int (<= 0 disables it), got {self.top_k!r}")
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"SamplingParams.max_tokens must be an int >= 1, got {self.max_tokens!r}")
-        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**64):
+        if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed < 2**64):
             raise ValueError(f"SamplingParams.seed must be an integer in [0, 2**64), got {self.seed!r}")
-        if not isinstance(self.stop_token_ids, tuple):
-            object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"SamplingParams.ignore_eos must be True or False, got {self.ignore_eos!r}")
+        self._set_stop_token_ids()
+
+    def _set_stop_token_ids(self) -> None:
+        """Kept as a frozenset: each generated token is looked up in it, and a request's 100,000 ids in a tuple cost
+        that many comparisons per token in the engine's loop. A string or a lone int (iterated as characters, or a
+        TypeError) is refused: ids that can never match would stop nothing without a word."""
+        ids = self.stop_token_ids
+        if isinstance(ids, frozenset):
+            return
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise ValueError(f"SamplingParams.stop_token_ids must be a sequence of ints, got {ids!r}")
+        ids = tuple(ids)
+        bad = next((t for t in ids if not _is_int(t)), None)
+        if bad is not None:
+            raise ValueError(f"SamplingParams.stop_token_ids must be a sequence of ints, got {bad!r} in it")
+        object.__setattr__(self, "stop_token_ids", frozenset(int(t) for t in ids))
 
     @property
     def is_greedy(self) -> bool:

@@ -605,3 +605,14 @@ def test_a_body_that_is_not_a_json_object_says_what_is_wrong(served, content, he
     r = client.post("/v1/completions", content=content, headers=headers)
     assert r.status_code == 400, r.text
     assert r.json()["error"] == {"message": message, "type": "invalid_request_error", "param": None, "code": 400}
+
+
+@pytest.mark.parametrize("value", ["1e400", "Infinity", "NaN"])
+def test_a_temperature_that_is_not_finite_is_a_400(served, value) -> None:
+    """JSON's 1e400 (and Python's Infinity) parse as inf, which the sampler took: logits / inf are a uniform draw."""
+    client = served()
+    r = client.post("/v1/completions", content=f'{{"prompt": [1], "temperature": {value}}}',
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "temperature"
+    assert r.json()["error"]["message"] == f"temperature must be a finite number >= 0, got {float(value)}"

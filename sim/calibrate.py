@@ -29,10 +29,18 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.interrupt import exit_130_on_interrupt
+from sim.bands import MEAN_EPISODE_S, SLOW_OVER_NORMAL, SLOW_SHARE_RANGE
 from sim.batch_features import read_steps
 from sim.files import read_json_input
 from sim.host_episodes import fit_host_episodes
-from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, fit_profile, read_profile, write_profile
+from sim.profiled_cost_model import (
+    ProfiledCostModel,
+    _check_serving,
+    _is_graph_step,
+    fit_profile,
+    read_profile,
+    write_profile,
+)
 
 # A run this short says nothing about a host's speed; one step could hold a factor of 4 (the clamp) by itself.
 MIN_RUN_STEPS = 10
@@ -152,11 +160,13 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
         merged["host_share"] = round(min(1.0, max(0.0, slope)), 4)
     episodes = [s["host_episodes"] for s in sessions if s.get("host_episodes")]
     if episodes:
+        # A hand-written session may lack a value: sim.bands' default stands in for it, as when it replays.
+        ratios = [e.get("slow_over_normal", SLOW_OVER_NORMAL) for e in episodes]
+        spans = [e.get("slow_share_range", SLOW_SHARE_RANGE) for e in episodes]
         merged["host_episodes"] = {
-            "slow_over_normal": round(float(np.mean([e["slow_over_normal"] for e in episodes])), 4),
-            "slow_share_range": [min(e["slow_share_range"][0] for e in episodes),
-                                 max(e["slow_share_range"][1] for e in episodes)],
-            "mean_episode_s": round(float(np.mean([e["mean_episode_s"] for e in episodes])), 3),
+            "slow_over_normal": round(float(np.mean(ratios)), 4),
+            "slow_share_range": [min(span[0] for span in spans), max(span[1] for span in spans)],
+            "mean_episode_s": round(float(np.mean([e.get("mean_episode_s", MEAN_EPISODE_S) for e in episodes])), 3),
             **{k: episodes[-1][k] for k in ("window_s", "slow_window") if k in episodes[-1]},
             "num_windows": int(sum(e.get("num_windows", 0) for e in episodes)),
         }
@@ -238,8 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                            "engine.replay runs\n")
     try:
         profile = read_profile(path)  # named here, before the runs are read
+        if args.add:  # its calibration is kept and averaged over: a malformed one was a traceback at the end
+            _check_serving(profile.get("serving"), "serving")
     except ValueError as exc:
-        parser.exit(2, f"error: {exc}\n")
+        parser.exit(2, f"error: {exc}\n" if str(exc).startswith(str(path)) else f"error: {path}: {exc}\n")
     for run in runs:
         other = _other_deployment(run, profile)
         if other:

@@ -232,6 +232,11 @@ def check_profile(profile: object) -> None:
             if not _is_count(p["features"].get(name)):
                 raise ValueError(f"{where}: feature {name!r} is {p['features'].get(name)!r}; expected an integer "
                                  "from 0 to 2**53")
+        times = p.get("times_s")  # the timed repeats: sim.bands draws each step's noise from them
+        if times is not None and (not isinstance(times, list)
+                                  or not all(_is_seconds(t) and t > 0 for t in times)):
+            raise ValueError(f"{where}: 'times_s' is {str(times)[:80]}; expected a list of the repeats' times, "
+                             f"finite numbers of seconds > 0, at most {_MAX_COEFFICIENT:g}")
 
 
 def _check_deployment(profile: object) -> None:
@@ -352,6 +357,48 @@ def _check_serving(serving: object, where: str) -> None:
                 or span[0] > span[1]):
             raise ValueError(f"field '{where}.{name}' is {str(span)[:80]}; expected [low, high], "
                              f"0 < low <= high <= {_MAX_COEFFICIENT:g}")
+    _check_host_episodes(serving.get("host_episodes"), f"{where}.host_episodes")
+    runs = serving.get("runs", [])
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise ValueError(f"field '{where}.runs' is {str(runs)[:80]}; expected a list of objects (the runs it was "
+                         "calibrated on)")
+    if "num_eager_steps" in serving and not _is_count(serving["num_eager_steps"]):
+        raise ValueError(f"field '{where}.num_eager_steps' is {serving['num_eager_steps']!r}; expected an integer "
+                         ">= 0")
+    sessions = serving.get("sessions")  # sim.calibrate --add averages over them and appends one
+    if sessions is not None:
+        if not isinstance(sessions, list) or not all(isinstance(x, dict) for x in sessions):
+            raise ValueError(f"field '{where}.sessions' is {str(sessions)[:80]}; expected a list of objects written "
+                             "by sim.calibrate --add")
+        for i, session in enumerate(sessions):
+            for name in ("host_factor", "decode_factor"):
+                if name not in session:
+                    raise ValueError(f"field '{where}.sessions[{i}].{name}' is missing; expected a finite number > 0")
+            _check_serving(session, f"{where}.sessions[{i}]")
+
+
+def _check_host_episodes(episodes: object, where: str) -> None:
+    """Raise ValueError naming the first value of ``serving.host_episodes`` (sim.calibrate's record of the host's
+    slow episodes, from which sim.bands draws its replays') that no episodes process takes; each may be absent."""
+    from sim.host_speed import MAX_SLOWDOWN, MIN_EPISODE_S  # it imports this module
+
+    if episodes is None:
+        return
+    if not isinstance(episodes, dict):
+        raise ValueError(f"field '{where}' is {str(episodes)[:80]}; expected an object written by sim.calibrate")
+    ratio = episodes.get("slow_over_normal", 1.0)
+    if not _is_seconds(ratio) or not 1 <= ratio <= MAX_SLOWDOWN:
+        raise ValueError(f"field '{where}.slow_over_normal' is {ratio!r}; expected a number from 1 to "
+                         f"{MAX_SLOWDOWN:g}")
+    span = episodes.get("slow_share_range", [0.0, 0.0])
+    if not isinstance(span, list) or len(span) != 2 or not all(_is_seconds(v) for v in span) \
+            or not span[0] <= span[1] < 1:
+        raise ValueError(f"field '{where}.slow_share_range' is {str(span)[:80]}; expected [low, high], "
+                         "0 <= low <= high < 1")
+    mean_s = episodes.get("mean_episode_s", 1.0)
+    if not _is_seconds(mean_s) or mean_s < MIN_EPISODE_S:
+        raise ValueError(f"field '{where}.mean_episode_s' is {mean_s!r}; expected a number of seconds from "
+                         f"{MIN_EPISODE_S:g} to {_MAX_COEFFICIENT:g}")
 
 
 def read_profile(path: Path) -> dict:

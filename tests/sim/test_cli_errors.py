@@ -199,6 +199,14 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "profile text tensor-parallel size": (
         None, ["--cost-model", "{tmp}/p_tp.json"], ["p_tp.json", "'tensor_parallel_size' is '1'", "integer >= 1"]
     ),
+    # Read only by the band replays: each was a traceback from every one of them (--bands).
+    "profile repeat time text": (
+        None, ["--cost-model", "{tmp}/p_times.json", "--bands", "2"], ["p_times.json", "points\\[0\\]: 'times_s' is"]
+    ),
+    "profile episodes share beyond 1": (
+        None, ["--cost-model", "{tmp}/p_share.json", "--bands", "2"],
+        ["p_share.json", "'serving.host_episodes.slow_share_range' is \\[0.9, 2.0\\]"]
+    ),
     "profile engine option text": (
         None, ["--cost-model", "{tmp}/p_block.json"], ["p_block.json", "'engine_options.block_size' is 'x'"]
     ),
@@ -237,6 +245,9 @@ def _hostile_configs(tmp_path: Path) -> None:
     (tmp_path / "p_empty.json").write_text("{}")
     (tmp_path / "p_list.json").write_text("[]")
     _write_profile(tmp_path, "p_block.json", lambda p: p["engine_options"].update(block_size="x"))
+    _write_profile(tmp_path, "p_times.json", lambda p: p["points"][0].update(times_s=["x"]))
+    _write_profile(tmp_path, "p_share.json",
+                   lambda p: p["serving"]["host_episodes"].update(slow_share_range=[0.9, 2.0]))
 
 def _args(tmp_path: Path, trace_key: str | None, extra: list[str]) -> list[str]:
     trace = TRACE if trace_key is None else str(_bad_files(tmp_path)[trace_key])

@@ -59,6 +59,15 @@ BAD_PROFILES = {
     "host factor NaN": (_set("serving.host_factor", math.nan), "'serving.host_factor' is nan"),
     "decode factor inf": (_set("serving.decode_factor", math.inf), "'serving.decode_factor' is inf"),
     "host factor negative": (_set("serving.host_factor", -1), "'serving.host_factor' is -1"),
+    # Read by sim.bands only: each was a traceback in every band replay (sim.replay --bands) or NaN bands.
+    "repeat time text": (lambda d: _set("times_s", ["x"])(d["points"][2]) and d,
+                         "points\\[2\\]: 'times_s' is \\['x'\\]"),
+    "repeat time NaN": (lambda d: _set("times_s", [math.nan])(d["points"][2]) and d, "'times_s' is \\[nan\\]"),
+    "episodes share beyond 1": (_set("serving.host_episodes.slow_share_range", [0.9, 2.0]),
+                                "'serving.host_episodes.slow_share_range' is \\[0.9, 2.0\\]; expected \\[low, high\\], "
+                                "0 <= low <= high < 1"),
+    "episodes mean 0 s": (_set("serving.host_episodes.mean_episode_s", 0),
+                          "'serving.host_episodes.mean_episode_s' is 0"),
 }
 
 
@@ -129,6 +138,25 @@ def test_calibrate_refuses_the_same_run_twice_and_a_bad_profile(tmp_path, capsys
     assert "given twice" in cli_error(calibrate_main, [str(profile), str(run), str(run) + "/"], capsys)
     bad = _profile(tmp_path, lambda d: [])
     assert str(bad) in cli_error(calibrate_main, [str(bad), str(run)], capsys)
+
+
+@pytest.mark.parametrize(("serving", "shown"), [
+    ("x", "field 'serving' is x; expected an object written by sim.calibrate"),
+    ({"sessions": [1, 2]}, "field 'serving.sessions' is [1, 2]; expected a list of objects written by "
+                           "sim.calibrate --add"),
+    ({"sessions": [{"decode_factor": 1.0}]}, "field 'serving.sessions[0].host_factor' is missing"),
+    ({"runs": "abc"}, "field 'serving.runs' is abc; expected a list of objects"),
+    ({"host_episodes": {"slow_share_range": [0.5]}}, "field 'serving.host_episodes.slow_share_range' is [0.5]"),
+])
+def test_calibrate_add_refuses_a_malformed_calibration_and_leaves_the_profile(tmp_path, capsys, serving, shown):
+    """--add keeps the profile's calibration and averages over it: each was a traceback (AttributeError, KeyError)
+    after the runs were read."""
+    run = _fake_run(tmp_path / "run", host=1.5, decode=1.0)
+    profile = _profile(tmp_path, _set("serving", serving))
+    before = profile.read_bytes()
+    assert cli_error(calibrate_main, [str(profile), str(run), "--add"], capsys).startswith(f"error: {profile}: {shown}")
+    assert profile.read_bytes() == before
+    assert calibrate_main([str(profile), str(run)]) == 0  # without --add it is replaced, so it need not be read
 
 
 def _repeated(rows, times: int = 5) -> None:

@@ -142,7 +142,9 @@ def build_app(engine: EngineClient, tokenizer=None) -> FastAPI:
     async def completions(body: CompletionRequest, request: Request):
         body.check_supported()
         _check_model(state, body.model)
-        prompts = [await _prompt_ids(state, i, p) for i, p in enumerate(body.prompts())]
+        texts_or_ids = body.prompts()
+        _check_num_choices(state, body.n, len(texts_or_ids))  # before tokenizing: 100,000 prompts took seconds
+        prompts = [await _prompt_ids(state, i, p) for i, p in enumerate(texts_or_ids)]
         return await _serve(state, request, body, prompts, body.max_tokens, chat=False)
 
     @app.post("/v1/chat/completions")
@@ -156,6 +158,13 @@ def build_app(engine: EngineClient, tokenizer=None) -> FastAPI:
 
 
 # ---- inputs ----------------------------------------------------------------------------------------
+def _check_num_choices(state: ServerState, n: int, num_prompts: int) -> None:
+    limit = state.engine.max_waiting_requests
+    if n * num_prompts > limit:  # could never be queued: a 400, not an overload
+        raise bad_request(f"the request asks for {n * num_prompts} sequences ({num_prompts} prompts x n={n}); "
+                          f"the server queues at most {limit} (--max-waiting-requests)", "n")
+
+
 def _check_model(state: ServerState, model: str | None) -> None:
     if model is not None and model != state.model_name:
         raise APIError(404, f"the model '{model}' does not exist; this server serves '{state.model_name}'",
@@ -264,10 +273,7 @@ async def _serve(state: ServerState, request: Request, body: _Sampling, prompts:
     if stop and state.tokenizer is None:
         raise bad_request("stop strings need a tokenizer; this model has none (use stop_token_ids)", "stop")
     n = body.n
-    limit = state.engine.max_waiting_requests
-    if n * len(prompts) > limit:  # could never be queued: a 400, not an overload
-        raise bad_request(f"the request asks for {n * len(prompts)} sequences ({len(prompts)} prompts x n={n}); "
-                          f"the server queues at most {limit} (--max-waiting-requests)", "n")
+    _check_num_choices(state, n, len(prompts))
     if max_tokens is None:  # max_tokens becomes the room the prompt leaves: a prompt that fills the context leaves none
         full = next((i for i, ids in enumerate(prompts) if len(ids) >= state.max_model_len), None)
         if full is not None:

@@ -616,3 +616,25 @@ def test_a_temperature_that_is_not_finite_is_a_400(served, value) -> None:
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "temperature"
     assert r.json()["error"]["message"] == f"temperature must be a finite number >= 0, got {float(value)}"
+
+
+class CountingTokenizer(CharTokenizer):
+    def __init__(self) -> None:
+        self.num_encodes = 0
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        self.num_encodes += 1
+        return super().encode(text, add_special_tokens)
+
+
+def test_too_many_prompts_are_refused_before_any_is_tokenized(served) -> None:
+    """Every prompt was tokenized, in the event loop, before the count was checked: 100,000 of them held the server
+    (and /health) for seconds, then got the 400 anyway."""
+    tokenizer = CountingTokenizer()
+    client = served(tokenizer=tokenizer)
+    settled = tokenizer.num_encodes  # build_app's one encode
+    r = client.post("/v1/completions", json={"prompt": ["ab"] * 600, "n": 2, "max_tokens": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+    assert r.json()["error"]["message"] == ("the request asks for 1200 sequences (600 prompts x n=2); the server "
+                                            "queues at most 1000 (--max-waiting-requests)")
+    assert tokenizer.num_encodes == settled

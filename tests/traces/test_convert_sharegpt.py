@@ -126,6 +126,13 @@ def test_limit_counts_requests(tmp_path: Path, tiny_tokenizer_dir: Path) -> None
             r"conversation 0 \(id 'z'\), message 0: field 'value' is int; expected a string",
         ),
         ([CONVERSATIONS[2]], r"no human message with a model answer"),
+        # JSON allows a lone surrogate, UTF-8 cannot hold one: the tokenizer's TypeError was a traceback
+        (
+            [CONVERSATIONS[0], {"id": "s", "conversations": [{"from": "human", "value": "hello"},
+                                                             {"from": "gpt", "value": "fine \ud800 x"}]}],
+            r"sharegpt\.json: conversation 1 \(id 's'\), message 1: field 'value' holds '\\ud800' at character 5, "
+            r"which is no Unicode text \(an unpaired surrogate\); expected text$",
+        ),
         # answered turns that all tokenize to nothing: it said 'no human message with a model answer'
         (
             [{"id": "e", "conversations": [{"from": "human", "value": ""}, {"from": "gpt", "value": "fine"},

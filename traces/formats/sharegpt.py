@@ -97,6 +97,28 @@ def _messages(path: Path, index: int, item: object) -> tuple[str, list[tuple[str
     return session, messages
 
 
+def _tokenize(path: Path, tokenizer: Any, texts: list[str], start: int, chunk: list) -> list[list[int]]:
+    """Token ids of every message of a chunk of conversations. A text the tokenizer refuses (a lone surrogate such
+    as "\\ud800", which JSON allows and UTF-8 cannot hold, was a TypeError traceback) is named by its
+    conversation and message; the search runs only after a failure."""
+    if not texts:
+        return []
+    try:
+        return tokenizer(texts, add_special_tokens=False)["input_ids"]
+    except Exception as exc:  # tokenizers raise TypeError, ValueError, their own exceptions
+        for index, (session, messages) in enumerate(chunk, start=start):
+            for position, (_, text) in enumerate(messages):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as bad:
+                    raise TraceError(
+                        f"{path}: conversation {index} (id {session!r}), message {position}: field 'value' holds "
+                        f"{text[bad.start:bad.end]!r} at character {bad.start}, which is no Unicode text (an unpaired "
+                        "surrogate); expected text") from None
+        raise TraceError(f"{path}: conversations {start} to {start + len(chunk) - 1}: the tokenizer failed "
+                         f"({' '.join(str(exc).split())[:200]})") from None
+
+
 def _requests_of(messages: list[tuple[str, str]], ids: list[list[int]]) -> tuple[list[tuple[list[int], int]], int]:
     """[(prompt ids, output tokens)] for each answered human turn, and how many were dropped."""
     history: list[int] = []
@@ -126,7 +148,7 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     for start in range(0, len(data), _CHUNK_CONVERSATIONS):
         chunk = [_messages(path, start + i, item) for i, item in enumerate(data[start : start + _CHUNK_CONVERSATIONS])]
         texts = [text for _, messages in chunk for _, text in messages]
-        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        encoded = _tokenize(path, tokenizer, texts, start, chunk)
         offset = 0
         for index, (session, messages) in enumerate(chunk, start=start):
             # One session per conversation: an id seen before gets the conversation's index, or two conversations

@@ -44,6 +44,10 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool = False
 
 
+# Every new token of every choice searches the text for each stop string, in the server's event loop: 100,000 of them
+# held /health for seconds per request. OpenAI accepts 4; vLLM sets no limit.
+MAX_STOP_STRINGS = 64
+
 # vLLM's extensions this engine does not implement, with the values that ask for nothing: any other value is refused
 # (unknown fields are ignored, but a client setting one of these would silently get other output than it asked for).
 _UNSUPPORTED_EXTENSIONS: dict[str, tuple] = {
@@ -101,6 +105,8 @@ class _Sampling(BaseModel):
         if self.stop is None:
             return []
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop)
+        if len(stops) > MAX_STOP_STRINGS:
+            raise bad_request(f"stop has {len(stops)} strings; at most {MAX_STOP_STRINGS} are accepted", "stop")
         if any(not s for s in stops):
             raise bad_request("stop strings must not be empty", "stop")
         return stops

@@ -367,6 +367,8 @@ def test_a_huge_prompt_does_not_stall_other_requests(served, path) -> None:
     ({"prompt": [1], "skip_special_tokens": False}, "skip_special_tokens", "not supported"),
     ({"prompt": "text"}, "prompt", "no tokenizer"),
     ({"prompt": [1], "stop": "x"}, "stop", "tokenizer"),
+    # each token searched the text for every stop string, in the event loop: 100,000 held /health for seconds
+    ({"prompt": [1], "stop": [f"s{i}" for i in range(65)]}, "stop", "stop has 65 strings; at most 64 are accepted"),
     ({"prompt": [1], "seed": -3}, "seed", "seed"),
     ({"prompt": [1], "seed": 2**64}, "seed", "seed"),
     ({"prompt": [1], "top_k": -2}, "top_k", "top_k"),

@@ -328,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.window_s < math.inf:
         parser.exit(2, f"error: --window-s must be a finite number of seconds > 0, got {args.window_s}\n")
+    from analysis.outdir import RUN_FILES
     from sim.calibrate import _other_deployment, _simulated_by
     from sim.files import check_output_path, read_json_input
 
@@ -343,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     if other:  # another model's steps over this profile's grid: a timeline of the model gap, not the host's speed
         parser.exit(2, f"error: run folder {args.run} was recorded with {other} ({args.profile}); give the profile "
                        "of the run's deployment\n")
-    problem = check_output_path(Path(args.out), "--out", [Path(args.profile), Path(args.run) / "steps.parquet"])
+    # The run folder's files count as inputs: its summary.json is read too, and was replaced by the CSV.
+    run_files = [Path(args.run) / name for name in sorted(RUN_FILES)]
+    problem = check_output_path(Path(args.out), "--out", [Path(args.profile), *run_files])
     if problem:  # found before the run is read, and never an input overwritten
         parser.exit(2, f"error: {problem}\n")
     try:

@@ -166,11 +166,13 @@ def _repeated(rows, times: int = 5) -> None:
 
 
 def test_host_speed_never_writes_over_its_inputs(tmp_path, capsys):
-    """--out equal to --profile replaced the profile with the CSV."""
+    """--out equal to --profile replaced the profile with the CSV, and --out RUN/summary.json (read to tell a GPU run
+    from a simulated one) the run's summary."""
     run = _run_with(tmp_path, "run", _repeated)  # a run a timeline can be read from: the write would happen
+    (run / "summary.json").write_text('{"cost_model": "measured"}\n')
     profile = _profile(tmp_path)
     assert host_speed_main([str(run), "--profile", str(profile), "--out", str(tmp_path / "ok.csv")]) == 0
-    before = {path: path.read_bytes() for path in (profile, run / "steps.parquet")}
+    before = {path: path.read_bytes() for path in (profile, run / "steps.parquet", run / "summary.json")}
     for out in before:
         line = cli_error(host_speed_main, [str(run), "--profile", str(profile), "--out", str(out)], capsys)
         assert "one of the inputs" in line

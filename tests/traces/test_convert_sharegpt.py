@@ -133,6 +133,11 @@ def test_limit_counts_requests(tmp_path: Path, tiny_tokenizer_dir: Path) -> None
             r"sharegpt\.json: conversation 1 \(id 's'\), message 1: field 'value' holds '\\ud800' at character 5, "
             r"which is no Unicode text \(an unpaired surrogate\); expected text$",
         ),
+        (  # the same in an id failed writing the parquet, naming no file
+            [{"id": "\udc00", "conversations": CONVERSATIONS[0]["conversations"]}],
+            r"sharegpt\.json: conversation 0 \(id '\\udc00'\): field 'id' holds an unpaired surrogate, which is no "
+            r"Unicode text; expected text$",
+        ),
         # answered turns that all tokenize to nothing: it said 'no human message with a model answer'
         (
             [{"id": "e", "conversations": [{"from": "human", "value": ""}, {"from": "gpt", "value": "fine"},

@@ -78,6 +78,12 @@ def _messages(path: Path, index: int, item: object) -> tuple[str, list[tuple[str
         raise TraceError(f"{path}: conversation {index}: expected an object, got {type(item).__name__}")
     session = str(index) if item.get("id") is None else str(item["id"])  # null is no id either
     where = f"{path}: conversation {index} (id {session!r})"
+    if not session.isascii():  # the parquet's session_id is UTF-8: a lone surrogate failed its write, unnamed
+        try:
+            session.encode("utf-8")
+        except UnicodeEncodeError:
+            raise TraceError(f"{where}: field 'id' holds an unpaired surrogate, which is no Unicode text; "
+                             "expected text") from None
     turns = item.get("conversations")
     if not isinstance(turns, list):
         raise TraceError(f"{where}: field 'conversations' is missing or not a list")

@@ -177,9 +177,12 @@ class ChatMessage(BaseModel):
             return self.content
         parts = []
         for part in self.content:
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+            if part.get("type") != "text":
                 raise bad_request(f"message content parts must be of type 'text', got {part.get('type')!r}",
                                   "messages")
+            if not isinstance(part.get("text"), str):  # (said "must be of type 'text', got 'text'")
+                raise bad_request(f"a message content part of type 'text' needs a string 'text', got "
+                                  f"{str(part.get('text'))[:80]}", "messages")
             parts.append(part["text"])
         return "".join(parts)
 
@@ -201,6 +204,15 @@ class ChatCompletionRequest(_Sampling):
             raise bad_request("logprobs is not supported by this engine", "logprobs")
         if self.tools:
             raise bad_request("tools are not supported by this engine", "tools")
+        # Asking for a tool call (or the deprecated function calling) without tools was ignored: the client got text
+        # where it required a call.
+        extra = self.model_extra or {}
+        for name in ("tool_choice", "function_call"):
+            if extra.get(name) not in (None, "none", "auto"):
+                raise bad_request(f"{name} {str(extra[name])[:80]} is not supported by this engine (no tool calls); "
+                                  "leave it out, or 'none' or 'auto'", name)
+        if extra.get("functions"):
+            raise bad_request("functions are not supported by this engine", "functions")
         if self.response_format and self.response_format.get("type") not in (None, "text"):
             raise bad_request("response_format other than text is not supported by this engine", "response_format")
         # A client's Jinja template would render in the server's event loop, where a slow one stalls every request.

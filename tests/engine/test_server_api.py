@@ -640,3 +640,33 @@ def test_too_many_prompts_are_refused_before_any_is_tokenized(served) -> None:
     assert r.json()["error"]["message"] == ("the request asks for 1200 sequences (600 prompts x n=2); the server "
                                             "queues at most 1000 (--max-waiting-requests)")
     assert tokenizer.num_encodes == settled
+
+
+@pytest.mark.parametrize(("fields", "param", "message"), [
+    ({"tool_choice": "required"}, "tool_choice",
+     "tool_choice required is not supported by this engine (no tool calls); leave it out, or 'none' or 'auto'"),
+    ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice",
+     "tool_choice {'type': 'function', 'function': {'name': 'f'}} is not supported by this engine (no tool calls); "
+     "leave it out, or 'none' or 'auto'"),
+    ({"functions": [{"name": "f"}]}, "functions", "functions are not supported by this engine"),
+    ({"function_call": {"name": "f"}}, "function_call",
+     "function_call {'name': 'f'} is not supported by this engine (no tool calls); leave it out, or 'none' or 'auto'"),
+    ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages",
+     "a message content part of type 'text' needs a string 'text', got None"),
+])
+def test_chat_asks_the_engine_cannot_answer_are_refused(served, fields, param, message) -> None:
+    """A required tool call or function was ignored (the client got text instead), and a text part without its text
+    said "must be of type 'text', got 'text'"."""
+    client = served(tokenizer=CharTokenizer())
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "ab"}], "max_tokens": 1,
+                                                  **fields})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"] == message and r.json()["error"]["param"] == param
+
+
+def test_chat_tool_choice_none_or_auto_without_tools_is_served(served) -> None:
+    client = served(tokenizer=CharTokenizer())
+    for choice in ("none", "auto"):
+        r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "ab"}],
+                                                      "max_tokens": 1, "tool_choice": choice, "tools": []})
+        assert r.status_code == 200, r.text

@@ -208,7 +208,16 @@ def load_trace(path: str | Path) -> Trace:
     source = str(path)
     table = _read_table(path, source)
     block_size = _block_size_from_metadata(table, source)
-    frame = pl.from_arrow(table)
+    names = table.column_names
+    repeated = [name for i, name in enumerate(names) if name in names[:i]]
+    if repeated:  # parquet allows it, polars does not (a DuplicateError traceback); which column holds the data?
+        raise TraceError(f"{source}: column {repeated[0]!r} appears more than once; expected each column once")
+    try:
+        frame = pl.from_arrow(table)
+    except (pl.exceptions.PolarsError, pa.ArrowException) as exc:  # a column type polars cannot hold
+        reason = " ".join(str(exc).split())[:200]
+        raise TraceError(f"{source}: cannot read its columns ({reason}); expected a trace written by save_trace") \
+            from None
     assert isinstance(frame, pl.DataFrame)
     return Trace.from_frame(frame, source, block_size)
 

@@ -319,6 +319,16 @@ def test_info_huge_hash_block_size_metadata(tmp_path, capsys):
     assert "schema metadata 'hash_block_size'" in cli_error(info_main, [str(path)], capsys)
 
 
+def test_info_a_column_given_twice(tmp_path, capsys):
+    """parquet holds two columns of one name, polars refuses them: a DuplicateError traceback."""
+    table = pa.table([[0], [0.0], [3], [1], [4]],
+                     names=["request_id", "arrival_s", "prompt_tokens", "output_tokens", "prompt_tokens"])
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    line = cli_error(info_main, [str(path)], capsys)
+    assert line == f"error: {path}: column 'prompt_tokens' appears more than once; expected each column once"
+
+
 def test_info_bad_file_exits_2(tmp_path, capsys):
     assert "no such file" in cli_error(info_main, [str(tmp_path / "missing.parquet")], capsys)
 

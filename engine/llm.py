@@ -69,6 +69,37 @@ def check_host_memory(opts: EngineOptions, shape: ModelShape) -> None:
                          "bfloat16, a smaller model or a GPU")
 
 
+_PROMPT_TYPES = "expected a string or a list of token ids"
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _prompt_list(prompts) -> list:
+    """``prompts`` as a list of prompts: a string or a sequence of ints is one prompt. Bytes were taken as token ids
+    (b"hi" as [104, 105]), a generator failed on its first index, and None or an int raised a TypeError."""
+    if isinstance(prompts, str):
+        return [prompts]
+    if isinstance(prompts, (bytes, bytearray)) or not hasattr(prompts, "__iter__"):
+        raise ValueError(f"prompts is {_short(prompts)}; {_PROMPT_TYPES}, or a list of those")
+    prompts = list(prompts)  # a generator, a tuple, a numpy array
+    if prompts and isinstance(prompts[0], numbers.Integral) and not isinstance(prompts[0], bool):
+        return [prompts]  # a single prompt of token ids
+    return prompts
+
+
+def _check_unicode(index: int, text: str) -> None:
+    """Half a surrogate pair (from JSON's "\\ud800", or a bad decode) is a string no tokenizer takes: its TypeError
+    named neither the prompt nor the character."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"prompt {index} holds an unpaired surrogate (U+{ord(text[exc.start]):04X}); expected "
+                         "Unicode text") from None
+
+
 class LLM:
     """``LLM(model, **options)``; ``model`` is an HF model directory or a shipped config name
     (with load_format="dummy")."""
@@ -112,7 +143,10 @@ class LLM:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError(f"prompt {index} is text but {self.model_dir} has no tokenizer; pass token ids")
+            _check_unicode(index, prompt)
             ids = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, (bytes, bytearray)) or not hasattr(prompt, "__iter__"):
+            raise ValueError(f"prompt {index} is {_short(prompt)}; {_PROMPT_TYPES}")
         else:
             bad = next((t for t in prompt if not isinstance(t, numbers.Integral) or isinstance(t, bool)), None)
             if bad is not None:  # int() would truncate 1.5 to 1 without a word
@@ -129,14 +163,22 @@ class LLM:
         return ids
 
     def _add_all(self, prompts: Seq[Prompt], sampling_params) -> list[Sequence]:
-        if isinstance(prompts, (str,)) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]  # a single prompt
+        prompts = _prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
         if isinstance(sampling_params, SamplingParams):
             sampling_params = [sampling_params] * len(prompts)
-        elif len(sampling_params) != len(prompts):
-            raise ValueError(f"got {len(sampling_params)} sampling params for {len(prompts)} prompts")
+        else:
+            # A dict of options (iterated as its keys) or a None in the list failed later, in the engine, as an
+            # AttributeError that named neither.
+            if not isinstance(sampling_params, Seq):
+                raise ValueError(f"sampling_params must be a SamplingParams or a list of them, got "
+                                 f"{_short(sampling_params)}")
+            bad = next((i for i, sp in enumerate(sampling_params) if not isinstance(sp, SamplingParams)), None)
+            if bad is not None:
+                raise ValueError(f"sampling_params[{bad}] must be a SamplingParams, got {_short(sampling_params[bad])}")
+            if len(sampling_params) != len(prompts):
+                raise ValueError(f"got {len(sampling_params)} sampling params for {len(prompts)} prompts")
         token_ids = [self._token_ids(i, p) for i, p in enumerate(prompts)]
         seqs = [self.engine.add_request(ids, sp, request_id=i)
                 for i, (ids, sp) in enumerate(zip(token_ids, sampling_params))]

@@ -148,3 +148,34 @@ def test_dummy_weights_from_a_shipped_config_name():
               max_num_seqs=2)
     out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True), use_tqdm=False)
     assert len(out[0]["token_ids"]) == 2 and out[0]["text"] is None
+
+
+@pytest.mark.parametrize(("prompts", "sampling_params", "message"), [
+    # bytes were taken as token ids: b"hi" ran as [104, 105]
+    (b"w1 w2", None, "prompts is b'w1 w2'; expected a string or a list of token ids, or a list of those"),
+    (None, None, "prompts is None; expected a string or a list of token ids, or a list of those"),  # a TypeError
+    ([[1, 2], None], None, "prompt 1 is None; expected a string or a list of token ids"),
+    # a dict of options was iterated as its keys, and failed in the engine as an AttributeError
+    ([[1, 2]], {"max_tokens": 2}, "sampling_params must be a SamplingParams or a list of them, got {'max_tokens': 2}"),
+    ([[1, 2]], [None], "sampling_params[0] must be a SamplingParams, got None"),
+    # a tokenizer's TypeError that named neither the prompt nor the character
+    (["w1 \ud800"], None, "prompt 0 holds an unpaired surrogate (U+D800); expected Unicode text"),
+])
+def test_odd_inputs_are_value_errors_that_say_what_was_expected(model_with_tokenizer, prompts, sampling_params,
+                                                                message):
+    llm = LLM(model_with_tokenizer[0], **OPTIONS)
+    with pytest.raises(ValueError) as info:
+        llm.generate(prompts, sampling_params, use_tqdm=False)
+    assert str(info.value) == message
+    assert not llm.engine.has_unfinished_requests()
+
+
+def test_a_generator_or_an_array_of_prompts_is_taken(tiny_qwen3):
+    """A generator failed on its first index ('not subscriptable'), a numpy array of ids on its truth value."""
+    import numpy as np
+
+    llm = LLM(tiny_qwen3[0], **OPTIONS)
+    params = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    expected = llm.generate([[1, 2, 3]], params, use_tqdm=False)[0]["token_ids"]
+    assert llm.generate((p for p in [[1, 2, 3]]), params, use_tqdm=False)[0]["token_ids"] == expected
+    assert llm.generate(np.array([1, 2, 3]), params, use_tqdm=False)[0]["token_ids"] == expected

@@ -84,6 +84,9 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--seed must be from 0 to 2**63 - 1, got {args.seed}")
     if args.prompt_format == "text" and not args.tokenizer:
         raise ValueError("--prompt-format text needs --tokenizer PATH (the served model's tokenizer)")
+    if not args.endpoint.startswith("/"):  # it is appended to the URL: "v1/completions" made every request fail
+        raise ValueError(f"--endpoint {args.endpoint!r}: expected a path that starts with '/', such as "
+                         "/v1/completions")
     if args.tokenizer and args.prompt_format != "text":
         raise ValueError("--tokenizer is for --prompt-format text; token-id prompts need no tokenizer")
 
@@ -99,10 +102,14 @@ def _load_tokenizer(path: str):
         from transformers import AutoTokenizer
     except ImportError:
         raise ValueError("--prompt-format text needs transformers (pip install transformers)") from None
+    if Path(path).is_file():  # transformers' message spoke of a config "mapping, not list" (a TypeError traceback)
+        raise ValueError(f"--tokenizer {path}: is a file; expected a Hugging Face tokenizer directory or name")
     try:
         return AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--tokenizer {path}: cannot load it ({str(exc).splitlines()[0]})") from None
+    except Exception as exc:  # transformers raises many types for a missing or broken tokenizer
+        reason = " ".join(str(exc).split())  # its messages span lines (the first alone ended in "one of: ")
+        reason = reason if len(reason) <= 300 else reason[:300] + "..."
+        raise ValueError(f"--tokenizer {path}: cannot load it ({reason})") from None
 
 
 def _vocab_size(args: argparse.Namespace, model: str, tokenizer) -> int:

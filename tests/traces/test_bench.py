@@ -185,6 +185,12 @@ def _free_port() -> int:
     (["{dead}", "{trace}"], "/v1/models: cannot reach the server"),
     (["http://127.0.0.1:99999", "{trace}"], "the port must be a number from 0 to 65535"),  # was aiohttp's InvalidUrl
     (["{url}", "{trace}", "--out", "{trace}"], "is or holds the input"),
+    # every request failed on 'http://127.0.0.1:PORTv1/completions', and the run was written
+    (["{url}", "{trace}", "--endpoint", "v1/completions"],
+     "--endpoint 'v1/completions': expected a path that starts with '/', such as /v1/completions"),
+    # a TypeError traceback from transformers
+    (["{url}", "{trace}", "--prompt-format", "text", "--tokenizer", "{trace}"],
+     "--tokenizer {trace}: is a file; expected a Hugging Face tokenizer directory or name"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected) -> None:
     trace_path = _trace(tmp_path, [0.0, 1.0], [2, 2])
@@ -197,7 +203,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected) -> None:
         proc = subprocess.run([sys.executable, "-m", "traces.bench", *argv, "--quiet"], cwd=REPO,
                               capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
-    assert expected in _error_line(proc.stderr)
+    assert expected.format(**values) in _error_line(proc.stderr)
     assert not (tmp_path / "out").exists()
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cli.replay_args import add_config_groups
 from engine.core.config_args import build_config
+from engine.core.model_config import ModelShape
 from engine.options import EngineOptions
 
 DEFAULT_MAX_WAITING_REQUESTS = 4096
@@ -80,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: the server needs {exc.name}: pip install -e '.[serve]'\n")
     try:
         options = build_config(EngineOptions, args)
+        # The model's config is read here too (no torch, milliseconds): a bad --model or --max-model-len was named
+        # only after the engine process had started, as "--model M: ValueError: max_model_len=...".
+        options.check_model(ModelShape.load(options.model))
         sock = _bind(args.host, args.port)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")

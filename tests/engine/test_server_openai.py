@@ -5,6 +5,7 @@ tokens equal offline ``LLM.generate``, a client that leaves frees its blocks, /m
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -215,6 +216,21 @@ def test_bad_starts_exit_2_with_one_line(model_dir) -> None:
                            text=True, timeout=120)
         assert r.returncode == 2 and fragment in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) <= 2  # argparse's usage line, then the error
+
+
+def test_a_model_that_cannot_run_with_the_options_is_refused_before_the_engine_starts(model_dir) -> None:
+    """It was found by the engine process after its start, and named --model with the exception's type:
+    "error: --model M: ValueError: max_model_len=100000 is more than ..."."""
+    name = os.path.basename(model_dir)
+    for args, line in (
+            (["--max-model-len", "100000"], f"error: max_model_len=100000 is more than {name}'s "
+                                            "max_position_embeddings=512 (--allow-long-max-model-len accepts it for "
+                                            "timing studies)"),
+            (["--tensor-parallel-size", "8"], f"error: {name}: attention heads (4) is not divisible by "
+                                              "tensor_parallel_size (8)")):
+        r = subprocess.run([sys.executable, "-m", "engine.serve", "--port", "0", "--model", model_dir, *args],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+        assert r.returncode == 2 and r.stderr.strip() == line, r.stderr
 
 
 @pytest.mark.slow

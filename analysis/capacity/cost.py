@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from sim.files import read_json_input
 from sim.hardware import GPUS
 
 # Illustrative on-demand list prices in USD per GPU-hour, for comparing configurations only: not a
@@ -26,11 +27,15 @@ DEFAULT_GPU_COST_PER_HOUR_USD: dict[str, float] = {
     "l40s": 1.00,
 }
 SECONDS_PER_HOUR = 3600.0
+# A price list is a few lines; a larger "file" is not one (and /dev/zero has no end).
+MAX_PRICE_FILE_BYTES = 2**20
 TOKENS_PER_MILLION = 1e6
 
 
 def _parse_price(name: str, text: object, source: str) -> tuple[str, float]:
     try:
+        if isinstance(text, bool):  # JSON true is no price (float() read it as 1.0)
+            raise TypeError
         price = float(text)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ValueError(f"{source}: price of {name!r} is {text!r}, expected a number of USD per GPU-hour") from None
@@ -52,7 +57,25 @@ def _parse_pairs(text: str, source: str, separators: str) -> dict[str, float]:
             raise ValueError(f"{source}: cannot parse {item!r}; expected GPU=USD_PER_HOUR, e.g. h200=3.5")
         name, value = item.split("=", 1)
         key, price = _parse_price(name, value.strip(), source)
-        prices[key] = price
+        _add_price(prices, key, price, source)
+    return prices
+
+
+def _add_price(prices: dict[str, float], key: str, price: float, source: str) -> None:
+    """A GPU priced twice is a mistake (which price was meant?), refused as --replicas 1,1 is: the last one won."""
+    if key in prices:
+        raise ValueError(f"{source}: {key} is priced twice ({prices[key]:g} and {price:g}); give one price per GPU")
+    prices[key] = price
+
+
+def _json_prices(text: str, source: str) -> dict[str, float]:
+    try:  # each object as its (name, value) pairs: json.loads kept only the last of a name given twice
+        pairs = json.loads(text, object_pairs_hook=list)  # the top level starts with '{': an object
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{source}: not valid JSON ({exc})") from None
+    prices: dict[str, float] = {}
+    for name, value in pairs:
+        _add_price(prices, *_parse_price(str(name), value, source), source)
     return prices
 
 
@@ -60,21 +83,23 @@ def load_gpu_costs(spec: str | None, defaults: Mapping[str, float] = DEFAULT_GPU
     """`defaults` overridden by `spec`: ``h200=3.5,h100=2.5``, or a file with a JSON object or
     ``gpu=price`` lines (``#`` comments). Errors name the GPU or the file."""
     prices = {name: float(price) for name, price in defaults.items()}
-    if spec is None or not spec.strip():
+    if spec is None:
         return prices
+    if not spec.strip():  # an unset shell variable, most likely: the illustrative prices were used without a word
+        raise ValueError("--gpu-cost is empty; expected GPU=USD_PER_HOUR pairs such as h200=3.5,h100=2.5 or a file")
     path = Path(spec)
     if path.is_file():
         source = str(path)
-        text = path.read_text(encoding="utf-8")
-        if text.lstrip().startswith("{"):
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{source}: not valid JSON ({exc})") from None
-            prices.update(dict(_parse_price(str(name), value, source) for name, value in data.items()))
-        else:
-            prices.update(_parse_pairs(text, source, "\n"))
-        return prices
+        try:
+            text = read_json_input(path, MAX_PRICE_FILE_BYTES)
+        except UnicodeDecodeError:
+            raise ValueError(f"{source}: not UTF-8 text; expected a JSON object or gpu=price lines") from None
+        except OSError as exc:
+            raise ValueError(f"{source}: cannot read it ({exc.strerror or exc})") from None
+        given = _json_prices(text, source) if text.lstrip().startswith("{") else _parse_pairs(text, source, "\n")
+        if not given:
+            raise ValueError(f"{source}: no price in it; expected a JSON object or gpu=price lines, e.g. h200=3.5")
+        return {**prices, **given}
     if "=" not in spec:
         raise ValueError(f"{spec!r} is neither a file nor GPU=USD_PER_HOUR pairs such as h200=3.5,h100=2.5")
     prices.update(_parse_pairs(spec, "--gpu-cost", ","))

@@ -74,11 +74,32 @@ def test_load_gpu_costs(tmp_path: Path) -> None:
         ("h200=-1", "must be a finite number >= 0"),
         ("h200", "neither a file nor GPU=USD_PER_HOUR pairs"),
         ("h200=1,l40s", "cannot parse 'l40s'"),
+        # Each was accepted: the last price won, or the illustrative list prices were used without a word.
+        ("h200=1,H200=2", "^--gpu-cost: h200 is priced twice \\(1 and 2\\); give one price per GPU$"),
+        ("", "^--gpu-cost is empty; expected GPU=USD_PER_HOUR pairs"),
+        ("  ", "^--gpu-cost is empty"),
     ],
 )
 def test_bad_gpu_costs(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         load_gpu_costs(spec)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"h200": 1, "h200": 2}', "h200 is priced twice \\(1 and 2\\)"),  # json.loads kept the last
+        (b"h200=1\nh200=2\n", "h200 is priced twice \\(1 and 2\\)"),
+        (b'{"h200": true}', "price of 'h200' is True, expected a number of USD per GPU-hour"),  # was 1.0
+        (b"# nothing yet\n", "no price in it; expected a JSON object or gpu=price lines"),  # was the defaults
+        (b"h200=\xff\n", "not UTF-8 text"),  # named no file
+    ],
+)
+def test_bad_gpu_cost_files_name_the_file(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "prices.txt"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=f"^{path}: {message}"):
+        load_gpu_costs(str(path))
 
 
 def test_assess_combines_cost_pareto_and_replicas() -> None:

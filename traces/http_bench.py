@@ -95,13 +95,19 @@ def _error_message(status: int, body: bytes) -> str:
     return f"HTTP {status}: {_short(text) or 'no body'}"
 
 
+def _count(value: object) -> int | None:
+    """A token count a server reported, or None for what is none (true, -1, 10**30 failed the run's write after
+    every request had been sent)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else None
+
+
 def _read_usage(usage: dict, result: BenchResult) -> None:
-    if isinstance(usage.get("prompt_tokens"), int):
+    if _count(usage.get("prompt_tokens")) is not None:
         result.prompt_tokens = usage["prompt_tokens"]
-    if isinstance(usage.get("completion_tokens"), int):
+    if _count(usage.get("completion_tokens")) is not None:
         result.output_tokens = usage["completion_tokens"]
     details = usage.get("prompt_tokens_details")
-    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+    if isinstance(details, dict) and _count(details.get("cached_tokens")) is not None:
         result.cached_tokens = details["cached_tokens"]
 
 
@@ -120,6 +126,8 @@ def _on_event(data: str, result: BenchResult, now_s: float) -> bool:
         message = error.get("message", error) if isinstance(error, dict) else error
         raise ValueError(f"error event: {_short(str(message))}")
     choices = event.get("choices")
+    if choices is not None and not isinstance(choices, list):  # a dict's choices[0] was a KeyError traceback
+        raise ValueError(f"'choices' is not a list: {_short(data)}")
     if choices:
         result.chunk_times_s.append(now_s)
         reason = choices[0].get("finish_reason") if isinstance(choices[0], dict) else None
@@ -239,6 +247,6 @@ async def first_model(base_url: str, timeout_s: float = 30.0) -> str:
     except json.JSONDecodeError:
         raise ValueError(f"{url}: the answer is not JSON") from None
     models = listing.get("data") if isinstance(listing, dict) else None
-    if not models or not isinstance(models[0], dict) or "id" not in models[0]:
+    if not isinstance(models, list) or not models or not isinstance(models[0], dict) or "id" not in models[0]:
         raise ValueError(f"{url}: the server lists no model; pass --model")
     return str(models[0]["id"])

@@ -221,6 +221,38 @@ def test_a_server_that_never_answers_is_named_with_the_timeout() -> None:
             asyncio.run(first_model(url, timeout_s=0.3))
 
 
+def test_a_malformed_event_fails_its_request_not_the_run() -> None:
+    """'choices' as an object was a KeyError traceback out of the whole replay; a usage count that is no count
+    (true, -1) was kept and failed the run's write after every request had been sent."""
+    from traces.http_bench import BenchResult, _on_event
+
+    result = BenchResult(request_id="r", scheduled_s=0.0)
+    with pytest.raises(ValueError, match=r"^'choices' is not a list: "):
+        _on_event('{"choices": {"0": {"finish_reason": "length"}}}', result, 1.0)
+    _on_event('{"choices": [{"finish_reason": null}], "usage": {"prompt_tokens": true, "completion_tokens": -1, '
+              '"prompt_tokens_details": {"cached_tokens": 100000000000000000000}}}', result, 2.0)
+    assert (result.prompt_tokens, result.output_tokens, result.cached_tokens) == (None, None, None)
+    _on_event('{"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}', result, 3.0)
+    assert (result.prompt_tokens, result.output_tokens, result.chunk_times_s) == (7, 3, [2.0])
+
+
+def test_a_model_listing_whose_data_is_no_list_is_one_line() -> None:
+    """{"data": {...}} was a KeyError traceback (models[0] on a dict)."""
+    import asyncio
+
+    from traces.http_bench import first_model
+
+    class OddListing(FakeOpenAI):
+        async def _models(self, request):
+            from aiohttp import web
+
+            return web.json_response({"data": {"id": "m"}})
+
+    with OddListing() as server, pytest.raises(ValueError, match=r"/v1/models: the server lists no model; pass "
+                                                                   r"--model$"):
+        asyncio.run(first_model(server.url))
+
+
 def test_ctrl_c_stops_promptly_and_writes_nothing(tmp_path) -> None:
     trace_path = _trace(tmp_path, [0.0, 0.1, 30.0], [200, 200, 200])
     out = tmp_path / "out"

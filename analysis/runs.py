@@ -81,7 +81,8 @@ def write_summary(
             from analysis.report.replay_report import write_report
         except ModuleNotFoundError as exc:  # plotly is optional where runs are recorded (a bare GPU host)
             missing = (exc.name or "plotly").split(".")[0]
-            print(f"note: no report.html in {out_dir}: {missing} is not installed (pip install plotly, or pass "
+            # Not named by ``out_dir``: that is the staging folder (``.NAME.partial-PID``), renamed once written.
+            print(f"note: no report.html: {missing} is not installed (pip install plotly, or pass "
                   "--no-report); the run's data is written", file=sys.stderr)
             return summary
         write_report(requests, steps, summary, out_dir / "report.html", title=report_title, subtitle=report_subtitle)

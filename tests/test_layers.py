@@ -144,4 +144,5 @@ def test_run_without_plotly_is_written_without_its_report(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "no report.html" in proc.stderr and "plotly is not installed" in proc.stderr, proc.stderr
+    assert str(tmp_path) not in proc.stderr  # the folder written is a staging one, renamed afterwards: not named
     assert proc.stdout.strip() == "['summary.json']"

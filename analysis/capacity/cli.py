@@ -145,6 +145,13 @@ def choice_of(names: Sequence[str], what: str) -> Callable[[str], str]:
     return parse
 
 
+def ray_address(text: str) -> str:
+    """--ray: an empty address (an unset shell variable) ran every simulation locally without a word."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; expected auto, HOST:PORT or ray://HOST:10001")
+    return text
+
+
 def slo_list(text: str) -> tuple[SLO, ...]:
     try:
         return parse_slos(text)
@@ -244,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = parser.add_argument_group("execution")
     run.add_argument("--jobs", type=positive_int, default=None,
                      help="local processes (default: the cores available); results do not depend on it")
-    run.add_argument("--ray", default=None, metavar="ADDRESS",
+    run.add_argument("--ray", type=ray_address, default=None, metavar="ADDRESS",
                      help="run the simulations on this Ray cluster: auto (the one this machine belongs to), "
                      "HOST:PORT (its head, from a node of the cluster) or ray://HOST:10001 (Ray Client, from "
                      "anywhere); files named by options travel with the job (pip install -e '.[ray]')")

@@ -143,6 +143,8 @@ BAD_INPUTS = [
     (["--slo", "ttft_p90=2s", "--limit", "1"], "--limit must be >= 2"),
     (["--slo", "ttft_p90=2s", "--jobs", "0"], "argument --jobs: 0 must be >= 1"),
     (["--slo", "ttft_p90=2s", "--out", ""], "argument --out: is empty"),  # swept, then wrote under runs/
+    (["--slo", "ttft_p90=2s", "--ray", ""], "argument --ray: is empty; expected auto"),  # ran locally instead
+    (["--slo", "ttft_p90=2s", "--gpu-cost", ""], "error: --gpu-cost is empty"),  # priced at the illustrative list
     (["--slo", "ttft_p90=2s", "--block-size", "100"], "power of two"),  # an engine option of sim.replay
     (["--slo", "ttft_p90=2s", "--think-times", "fast"], "argument --think-times: invalid choice: 'fast'"),
     (["--slo", "ttft_p90=2s", "--warmup-fraction", "1"], "--warmup-fraction must be in [0, 1), got 1.0"),

@@ -158,12 +158,23 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
         check_requests(conform_requests(requests))
     except ValueError as exc:
         raise VllmResultError(f"{path}: the requests it records are impossible ({exc})") from None
+    _check_duration(path, duration_s, requests)
     config = {key: data.get(key) for key in ("backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
                                               "burstiness", "max_concurrency", "date", "label") if key in data}
     config["arrival_times_recorded"] = starts is not None
     meta = {"cost_model": COST_MODEL, "trace": str(path), "config": config, "recorded_duration_s": duration_s,
             "request_ids": "trace" if request_ids is not None else POSITIONAL_IDS}
     return ImportedRun(requests=requests, steps=empty_frame(STEPS_SCHEMA), meta=meta)
+
+
+def _check_duration(path: Path, duration_s: float, requests: pl.DataFrame) -> None:
+    """The recorded duration runs from before the first send to after the last answer: one shorter than the
+    requests' own span is no duration of theirs (0 gave throughputs of '-' beside the latencies, without a word;
+    a short one, throughputs too high). A millionth is left for rounding."""
+    span_s = float(requests["finish_s"].max() - requests["arrival_s"].min())
+    if duration_s < span_s * (1 - 1e-6):
+        raise VllmResultError(f"{path}: 'duration' is {duration_s:g} s, but its requests span {span_s:g} s from the "
+                              "first send to the last answer; expected the benchmark's whole duration")
 
 
 def trace_request_ids(trace_path: str, limit: int | None = None) -> tuple[list[str], list[int]]:
@@ -208,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit must be >= 1, got {args.limit}")
+        if args.limit is not None and args.trace is None:  # it was ignored without a word
+            raise ValueError("--limit applies to --trace (the trace's first N rows were replayed); pass --trace")
         ids = lengths = None
         if args.trace is not None:
             ids, lengths = trace_request_ids(args.trace, args.limit)

@@ -172,6 +172,9 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "text input length": (good | {"input_lens": [5, "8", 11, 14]}, "'input_lens' item 1: expected an integer"),
         "itls not lists": (good | {"itls": [0.1, 0.1, 0.1, 0.1]}, "'itls' item 0: expected a list"),
         "no duration": ({k: v for k, v in good.items() if k != "duration"}, "no 'duration'"),
+        # throughputs of '-' (0) or too high (0.1 s) beside latencies the duration cannot hold, without a word
+        "zero duration": (good | {"duration": 0}, "'duration' is 0 s, but its requests span "),
+        "short duration": (good | {"duration": 0.1}, "'duration' is 0.1 s, but its requests span "),
         "empty": (good | {k: [] for k in ("input_lens", "output_lens", "ttfts", "itls", "errors", "start_times",
                                           "latencies")}, "'input_lens' is empty"),
     }
@@ -218,6 +221,16 @@ def test_a_trace_of_other_requests_is_refused(tmp_path, result_path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"error: {result_path}: request 1 has 8 prompt tokens, row 1 of {trace} 9; "
                                    "expected the trace the benchmark replayed, in its order")
+
+
+def test_limit_without_a_trace_is_refused(tmp_path, result_path, capsys) -> None:
+    """--limit was ignored without --trace, without a word."""
+    with pytest.raises(SystemExit) as exit_info:
+        import_main([str(result_path), "--out", str(tmp_path / "out"), "--limit", "2"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("error: --limit applies to --trace (the trace's first N rows were replayed); "
+                                       "pass --trace\n")
+    assert not (tmp_path / "out").exists()
 
 
 def test_resummarizing_keeps_the_recorded_duration(tmp_path, result_path) -> None:

@@ -36,6 +36,10 @@ def convert(fmt: str, source: str | Path, options: ConvertOptions = _DEFAULT_OPT
         requests = requests.head(min(options.limit, requests.height))  # polars refuses n beyond 2**64
     trace = Trace.from_frame(requests, f"{source} (converted from {fmt})", converted.hash_block_size)
     if options.qps is not None and not converted.arrivals_assigned:
+        arrivals = trace.requests["arrival_s"]
+        if arrivals[-1] == arrivals[0]:  # Trace.with_qps' advice names replay options (--offline) convert lacks
+            raise TraceError(f"{source}: --qps {options.qps:g}: all {len(trace)} request(s) arrive at "
+                             f"{arrivals[0]:g} s, so there is no rate to rescale; convert without --qps")
         trace = trace.with_qps(options.qps)
     return trace, converted.drop_reason
 

@@ -97,6 +97,11 @@ def test_vidur_without_arrivals_all_at_zero(tmp_path: Path) -> None:
     assert trace.requests["output_tokens"].to_list() == [54, 156, 133]
     with pytest.raises(ValueError, match="all arrive at once"):
         trace.with_qps(1.0)
+    path = _write(tmp_path, "t.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n2,5,5\n2,6,6\n")
+    with pytest.raises(TraceError) as info:  # it advised --offline, a replay option convert lacks
+        convert("vidur", path, ConvertOptions(qps=1.0))
+    assert str(info.value) == (f"{path}: --qps 1: all 2 request(s) arrive at 2 s, so there is no rate to rescale; "
+                               "convert without --qps")
 
 
 def test_vidur_without_arrivals_poisson_at_qps(tmp_path: Path) -> None:

@@ -115,14 +115,18 @@ def build_app(engine: EngineClient, tokenizer=None) -> FastAPI:
         detail = str(exc.detail)
         if exc.status_code == 400 and detail == _FASTAPI_PARSE_ERROR:  # says neither what nor why
             detail = "the request body could not be parsed as JSON (arrays or objects nested too deeply?)"
-        return JSONResponse(APIError(exc.status_code, detail).body(), status_code=exc.status_code)
+        allowed = (exc.headers or {}).get("Allow") if exc.status_code == 405 else None
+        if allowed:  # "Method Not Allowed" alone did not say which one is
+            detail = f"{request.method} is not allowed on {request.url.path}; use {allowed}"
+        return JSONResponse(APIError(exc.status_code, detail).body(), status_code=exc.status_code,
+                            headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):  # logged here; the client gets one line
         _log.exception("internal error on %s", request.url.path)
         return JSONResponse(APIError(500, f"internal error: {type(exc).__name__}: {exc}").body(), status_code=500)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # load balancers' checks often send HEAD: it was a 405
     async def health():
         if not engine.is_alive:
             raise APIError(503, f"the engine has stopped: {engine.error or 'its process exited'}")

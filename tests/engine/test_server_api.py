@@ -400,6 +400,9 @@ def test_malformed_json_unknown_model_and_routes(served) -> None:
     assert client.get("/v1/nothing").status_code == 404
     r = client.get("/v1/completions")  # a client's mistake, not the server's: it was typed 'internal_error'
     assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error"
+    assert r.json()["error"]["message"] == "GET is not allowed on /v1/completions; use POST"  # was "Method Not Allowed"
+    assert r.headers["allow"] == "POST"
+    assert client.head("/health").status_code == 200  # a load balancer's check: it was a 405
     r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 400 and "chat template" in r.json()["error"]["message"]
 

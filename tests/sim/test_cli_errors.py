@@ -171,6 +171,12 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "config heads not grouped": (
         None, ["--model", "{tmp}/m_heads"], ["num_attention_heads \\(16\\) is not a multiple of num_key_value_heads"]
     ),
+    # Fits with --num-gpu-blocks, but its steps take ~1e9 s: the run ended in a traceback writing requests.parquet.
+    "config whose steps no GPU runs": (
+        None, ["--model", "{tmp}/m_deep", "--num-gpu-blocks", "100"],
+        ["the simulated run cannot be written: requests table: column 'first_scheduled_s'",
+         "times must be within 1e\\+12 seconds", "check --model, --num-gpu-blocks and --cost-model"]
+    ),
     "config not utf-8": (None, ["--model", "{tmp}/m_binary"], ["m_binary/config.json", "not valid JSON"]),
     # A profile whose fitted cost model is unusable: NaN coefficients ran to exit 0 with NaN latencies.
     "profile NaN coefficient": (
@@ -234,6 +240,8 @@ def _hostile_configs(tmp_path: Path) -> None:
     _write_model(tmp_path, "m_vocab", lambda c: {**c, "vocab_size": 0})
     _write_model(tmp_path, "m_heads", lambda c: {**c, "num_key_value_heads": 3})
     _write_model(tmp_path, "m_binary", lambda c: b"\xff\xfe{")
+    _write_model(tmp_path, "m_deep", lambda c: {**c, "num_hidden_layers": 2**39, "hidden_size": 2**20,
+                                                "intermediate_size": 2**39})
     _write_profile(tmp_path, "p_nan.json", lambda p: p["fit"]["eager"]["gpu_coef"].__setitem__(0, math.nan))
     _write_profile(tmp_path, "p_host.json", lambda p: p["serving"].update(host_factor=-1))
     _write_profile(tmp_path, "p_unprepared.json", lambda p: p["fit"]["graph_decode"].update(unprepared_s=[-0.001, 0]))

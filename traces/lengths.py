@@ -144,7 +144,8 @@ def _check_values(kind: str, p: dict[str, float], text: str) -> None:
         need(math.isfinite(value) and abs(value) <= limit, f"{key} must be a finite number up to {shown}")
     if kind == "fixed":
         need(p["value"] >= 1 and p["value"] == int(p["value"]), "value must be an integer >= 1")
-    elif kind == "uniform":
+    elif kind == "uniform":  # low=1.5 drew 1s, below it, and the mean the session rate is set by was not the draws'
+        need(p["low"] == int(p["low"]) and p["high"] == int(p["high"]), "low and high must be integers")
         need(1 <= p["low"] <= p["high"], "need 1 <= low <= high")
     elif kind == "lognormal":
         need(("mean" in p) != ("median" in p), "give exactly one of mean= or median=")
@@ -152,5 +153,5 @@ def _check_values(kind: str, p: dict[str, float], text: str) -> None:
         need(p["sigma"] >= 0, "sigma must be >= 0")
     elif kind == "geometric":
         need(p["mean"] >= 1, "mean must be >= 1 (every session has at least one turn)")
-    if "max" in p:
-        need(p["max"] >= 1, "max must be >= 1")
+    if "max" in p:  # draws are cut to a whole number: a cap of 40.5 drew at most 40 and took the mean at 40.5
+        need(p["max"] >= 1 and p["max"] == int(p["max"]), "max must be an integer >= 1")

@@ -61,6 +61,10 @@ def test_length_distributions() -> None:
         ("fixed:0", "integer >= 1"),
         ("uniform:low=5", r"missing \['high'\]"),
         ("uniform:low=9,high=5", "low <= high"),
+        # low=1.5 drew 1s, and the mean that sets the session rate (2 for low=1.5,high=2.5) was not the draws' (1.5)
+        ("uniform:low=1.5,high=2.5", "low and high must be integers"),
+        ("geometric:mean=3,max=40.5", "max must be an integer >= 1"),
+        ("lognormal:mean=100,sigma=1,max=0.5", "max must be an integer >= 1"),
         ("lognormal:sigma=1", "exactly one of mean= or median="),
         ("lognormal:mean=10,median=5,sigma=1", "exactly one of"),
         ("lognormal:mean=abc,sigma=1", "'mean' is 'abc', not a number"),

@@ -51,10 +51,17 @@ def format_field(summary: Mapping, key: str) -> str:
     return format_number(summary.get(key), spec, suffix)
 
 
+def _latency_cell(value: object) -> str:
+    """A latency in ms to two decimals, or to four significant digits when that would not leave a column's
+    separating space (latencies of days ran together: 12540400000.0013878300000.00)."""
+    text = format_number(value)
+    return text if len(text) < COLUMN_WIDTH else format_number(value, ".4g")
+
+
 def _latency_rows(summary: Mapping) -> list[list[str]]:
     """[label, p50, p90, p99, mean] (ms) per latency metric."""
     return [
-        [label, *(format_number((summary.get(f"{metric}_ms") or {}).get(stat)) for stat in STATISTIC_NAMES)]
+        [label, *(_latency_cell((summary.get(f"{metric}_ms") or {}).get(stat)) for stat in STATISTIC_NAMES)]
         for metric, label in LATENCY_LABELS.items()
     ]
 

@@ -291,3 +291,10 @@ def test_summarize_handles_a_large_replay() -> None:
     assert summary["num_finished"] == 20_000
     assert summary["total_output_tokens"] == requests["output_tokens"].sum()
     assert 10.0 <= summary["itl_ms"]["mean"] <= 50.0
+
+
+def test_summary_table_columns_stay_apart_for_huge_latencies() -> None:
+    """Latencies of days filled the 10-character columns: '12540400000.0013878300000.00' read as one number."""
+    summary = {"e2e_ms": {"p50": 12540400000.0, "p90": 999999.99, "p99": 1234567.891, "mean": 5.0}}
+    row = next(line for line in format_summary_table(summary).splitlines() if line.strip().startswith("E2E"))
+    assert row.split() == ["E2E", "1.254e+10", "999999.99", "1.235e+06", "5.00"]

@@ -140,7 +140,7 @@ def _read_timeline_rows(path: Path) -> tuple[list[float], list[float]]:
     """The (start_s, slowdown) rows of a timeline CSV, each checked with its line: a timeline starts at the run's
     start (0 s), like those sim.host_speed writes; a row with more or fewer fields is a damaged file."""
     starts, values = [], []
-    with open(path, newline="", encoding="utf-8") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a spreadsheet's export starts with a BOM
         reader = csv.DictReader(f)
         if reader.fieldnames is None or not {"start_s", "slowdown"} <= set(reader.fieldnames):
             raise ValueError(f"{path}: expected the columns start_s,slowdown, got {reader.fieldnames}")
@@ -158,6 +158,9 @@ def _read_timeline_rows(path: Path) -> tuple[list[float], list[float]]:
             if not starts and start != 0:
                 raise ValueError(f"{path}, line {line}: the first start_s is {start:g}; expected 0 (the timeline "
                                  "starts with the run)")
+            if starts and start <= starts[-1]:
+                raise ValueError(f"{path}, line {line}: start_s {start:g} after {starts[-1]:g}; expected start_s to "
+                                 "increase from row to row")
             starts.append(start)
             values.append(value)
     return starts, values

@@ -133,6 +133,10 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "host slowdown csv starts early": (
         None, ["--host-slowdown", "{tmp}/host_early.csv"], ["host_early.csv", "first start_s is -5"]
     ),
+    "host slowdown csv start repeated": (  # named no line
+        None, ["--host-slowdown", "{tmp}/host_repeat.csv"],
+        ["host_repeat.csv, line 4: start_s 5 after 5; expected start_s to increase from row to row"]
+    ),
     "host slowdown csv missing": (
         None, ["--host-slowdown", "{tmp}/no_host.csv"], ["no_host.csv", "the file does not exist"]
     ),
@@ -265,6 +269,7 @@ def _args(tmp_path: Path, trace_key: str | None, extra: list[str]) -> list[str]:
     (tmp_path / "host_extra.csv").write_text("start_s,slowdown\n0,1.2\n5,1.3,7\n")
     (tmp_path / "host_late.csv").write_text("start_s,slowdown\n3,1.5\n")
     (tmp_path / "host_early.csv").write_text("start_s,slowdown\n-5,1.2\n0,1.3\n")
+    (tmp_path / "host_repeat.csv").write_text("start_s,slowdown\n0,1.2\n5,1.4\n5,1.5\n")
     _hostile_configs(tmp_path)
     args = [trace, "--quiet", "--no-report"]
     if "--limit" not in extra:

@@ -34,6 +34,14 @@ def test_timeline_holds_each_value_until_the_next_start(tmp_path):
     assert again.starts_s == [0.0, 2.0, 5.0] and again.slowdowns == [1.0, 1.8, 1.2]
 
 
+def test_a_timeline_exported_with_a_byte_order_mark_is_read(tmp_path):
+    """A spreadsheet's CSV export starts with a BOM: its header read '\\ufeffstart_s' and the file was refused."""
+    path = tmp_path / "exported.csv"
+    path.write_bytes(b"\xef\xbb\xbfstart_s,slowdown\r\n0,1.2\r\n5,1.4\r\n")
+    timeline = HostSpeedTimeline.load_csv(path)
+    assert (timeline.starts_s, timeline.slowdowns) == ([0.0, 5.0], [1.2, 1.4])
+
+
 @pytest.mark.parametrize("text,message", [
     ("start_s,slowdown\n0,1\n0,2\n", "increase"),
     ("start_s,slowdown\n0,-1\n", "from 0.001 to 1000, got -1"),

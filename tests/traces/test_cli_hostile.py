@@ -535,7 +535,17 @@ def test_convert_truncated_compressed_source_is_one_line(tmp_path, capsys, fmt, 
 
 def test_convert_binary_json_source_says_it_is_no_utf8(tmp_path, capsys):
     source = tmp_path / "t.jsonl"
-    source.write_bytes(b"\xff\xfe{}\n")
+    source.write_bytes(b"\x80\x81{}\n")
     line = cli_error(convert_main, ["mooncake", str(source), "-o", str(tmp_path / "o.parquet")], capsys)
-    assert line == (f"error: {source}: cannot read: not UTF-8 text (byte ff at 0); expected UTF-8 text, plain or "
+    assert line == (f"error: {source}: cannot read: not UTF-8 text (byte 80 at 0); expected UTF-8 text, plain or "
                     "compressed with gzip, zstd, bz2 or xz")
+
+
+@pytest.mark.parametrize(("fmt", "expected"), [("azure", "a CSV file"), ("mooncake", "a Mooncake JSONL file")])
+def test_convert_utf16_source_says_so(tmp_path, capsys, fmt, expected):
+    """Excel's 'Unicode text' is UTF-16: polars read its header as names full of NUL bytes that matched nothing."""
+    source = tmp_path / "t.txt"
+    source.write_text(AZURE_HEADER + "2023-11-16 18:15:46,1,2\n", encoding="utf-16")
+    line = cli_error(convert_main, [fmt, str(source), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert line == (f"error: {source}: cannot read: UTF-16 text (its byte order mark says so); expected {expected} in "
+                    "UTF-8 (iconv -f UTF-16 -t UTF-8 converts it)")

@@ -118,6 +118,14 @@ def check_source_file(path: Path, expected: str) -> None:
     if not path.is_file():
         what = "not a regular file" if path.exists() else "no such file"
         raise TraceError(f"{path}: cannot read: {what}; expected {expected}")
+    with path.open("rb") as handle:
+        head = handle.read(4)
+    # Excel's "Unicode text" is UTF-16: polars read it as a header of names full of NUL bytes that matched nothing.
+    for mark, encoding in ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+                           (b"\xfe\xff", "UTF-16")):
+        if head.startswith(mark):
+            raise TraceError(f"{path}: cannot read: {encoding} text (its byte order mark says so); expected {expected} "
+                             f"in UTF-8 (iconv -f {encoding} -t UTF-8 converts it)")
 
 
 def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> pl.DataFrame:

@@ -50,9 +50,16 @@ def host_memory_available() -> int | None:
     return None
 
 
+def rope_table_bytes(shape: ModelShape, max_model_len: int) -> int:
+    """Each layer's rotary table holds cos and sin (float32) for every position up to max_model_len; building one
+    takes about two more for a moment (engine.gpu.layers.rotary_embedding)."""
+    return (shape.num_layers + 2) * max_model_len * shape.head_dim * 4
+
+
 def check_host_memory(opts: EngineOptions, shape: ModelShape) -> None:
     """On the CPU the weights live in host memory: a model larger than what is free was killed by the kernel's
-    out-of-memory killer halfway through the load (exit 137, no message, a staging folder left behind)."""
+    out-of-memory killer halfway through the load (exit 137, no message, a staging folder left behind). So was a
+    --max-model-len of 3e9 with --allow-long-max-model-len, whose rotary tables alone needed hundreds of GiB."""
     import torch
 
     from engine.gpu.model_runner import resolve_device, resolve_dtype
@@ -61,12 +68,20 @@ def check_host_memory(opts: EngineOptions, shape: ModelShape) -> None:
     if device.type != "cpu":
         return
     available = host_memory_available()
+    if available is None:
+        return
     dtype = resolve_dtype(opts, device)
-    needed = shape.weight_bytes(torch.empty((), dtype=dtype).element_size())
-    if available is not None and needed > available:
-        raise ValueError(f"{opts.model}: its {str(dtype).removeprefix('torch.')} weights need {needed / 2**30:.1f} "
+    weights = shape.weight_bytes(torch.empty((), dtype=dtype).element_size())
+    if weights > available:
+        raise ValueError(f"{opts.model}: its {str(dtype).removeprefix('torch.')} weights need {weights / 2**30:.1f} "
                          f"GiB of host memory on the CPU and {available / 2**30:.1f} GiB is available; use --dtype "
                          "bfloat16, a smaller model or a GPU")
+    max_model_len = opts.max_model_len or shape.max_position_embeddings
+    tables = rope_table_bytes(shape, max_model_len)
+    if weights + tables > available:
+        raise ValueError(f"max_model_len={max_model_len}: {opts.model}'s rotary tables for that many positions need "
+                         f"{tables / 2**30:.1f} GiB of host memory besides {weights / 2**30:.1f} GiB of weights, and "
+                         f"{available / 2**30:.1f} GiB is available; lower --max-model-len")
 
 
 _PROMPT_TYPES = "expected a string or a list of token ids"

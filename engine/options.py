@@ -13,6 +13,7 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
 ATTENTION_BACKENDS = ("auto", "triton", "flash_attn", "torch")
 DISTRIBUTED_BACKENDS = ("auto", "nccl", "gloo")
+INT32_LIMIT = 2**31
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,3 +49,9 @@ class EngineOptions(EngineConfig):
         check_choice("distributed_backend", self.distributed_backend, DISTRIBUTED_BACKENDS)
         check_int("max_cuda_graph_batch_size", self.max_cuda_graph_batch_size)
         check_int("max_cuda_graph_tokens", self.max_cuda_graph_tokens, minimum=0)
+        # The runner hands token offsets, sequence lengths and rows to its kernels as int32 (the simulator, which has
+        # none, takes larger values): --max-model-len 10**20 was an OverflowError traceback while building the model.
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+            value = getattr(self, name)
+            check(value is None or value < INT32_LIMIT,
+                  f"{name} must be below 2**31 (token offsets and lengths are int32 in the engine), got {value}", name)

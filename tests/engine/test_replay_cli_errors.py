@@ -27,6 +27,11 @@ def trace(tmp_path):
     (["--qps", "1e-320"], "too small"),
     (["--slo", "ttft_p90=fast"], "--slo: cannot parse SLO 'ttft_p90=fast'"),
     (["--num-gpu-blocks", str(2**70)], "below 2**31 (block ids are int32"),  # a torch TypeError traceback
+    # an OverflowError traceback from the rotary table's torch.arange, after the weights had been made
+    (["--max-model-len", str(10**20), "--allow-long-max-model-len"],
+     "error: --max-model-len: max_model_len must be below 2**31 (token offsets and lengths are int32 in the engine), "
+     "got 100000000000000000000"),
+    (["--max-num-seqs", str(2**31)], "error: --max-num-seqs: max_num_seqs must be below 2**31"),
 ])
 def test_engine_replay_refuses_before_loading(trace, tmp_path, capsys, args, pattern):
     out = tmp_path / "out"
@@ -104,4 +109,20 @@ def test_engine_replay_refuses_weights_beyond_host_memory_before_loading(trace, 
     argv = [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--out", str(out)]
     line = cli_error(replay_main, argv, capsys)
     assert line.startswith("error: qwen3-0.6b: its float32 weights need ") and "1.0 GiB is available" in line
+    assert not out.exists() and list(tmp_path.iterdir()) == [trace]
+
+
+def test_engine_replay_refuses_rotary_tables_beyond_host_memory_before_loading(trace, tmp_path, capsys, monkeypatch):
+    """--max-model-len 3e9 with --allow-long-max-model-len: each layer's rotary table for every position took hundreds
+    of GiB, and the kernel killed the process (exit 137, no message)."""
+    pytest.importorskip("torch")
+    import engine.llm
+
+    monkeypatch.setattr(engine.llm, "host_memory_available", lambda: 8 << 30)
+    out = tmp_path / "out"
+    argv = [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--out", str(out),
+            "--max-model-len", str(10**8), "--allow-long-max-model-len"]
+    line = cli_error(replay_main, argv, capsys)
+    assert line == ("error: max_model_len=100000000: qwen3-0.6b's rotary tables for that many positions need 1430.5 "
+                    "GiB of host memory besides 2.2 GiB of weights, and 8.0 GiB is available; lower --max-model-len")
     assert not out.exists() and list(tmp_path.iterdir()) == [trace]

@@ -187,6 +187,11 @@ class ChatMessage(BaseModel):
         return "".join(parts)
 
 
+_CHAT_TEMPLATE_ARGUMENTS = frozenset({
+    "conversation", "messages", "tokenize", "tools", "documents", "padding", "truncation", "max_length",
+    "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"})
+
+
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
@@ -215,6 +220,12 @@ class ChatCompletionRequest(_Sampling):
             raise bad_request("functions are not supported by this engine", "functions")
         if self.response_format and self.response_format.get("type") not in (None, "text"):
             raise bad_request("response_format other than text is not supported by this engine", "response_format")
+        # apply_chat_template's own arguments, not template variables: they were a 400 that quoted Python ("got multiple
+        # values for keyword argument 'tokenize'"), or, as tools and documents, fed the template what is refused above.
+        reserved = sorted(_CHAT_TEMPLATE_ARGUMENTS & set(self.chat_template_kwargs or {}))
+        if reserved:
+            raise bad_request(f"chat_template_kwargs may not set {', '.join(reserved)}: they are not template "
+                              "variables", "chat_template_kwargs")
         # A client's Jinja template would render in the server's event loop, where a slow one stalls every request.
         for param, fields in (("chat_template", self.model_extra or {}), ("chat_template_kwargs",
                                                                          self.chat_template_kwargs or {})):

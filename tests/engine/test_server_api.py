@@ -673,3 +673,16 @@ def test_chat_tool_choice_none_or_auto_without_tools_is_served(served) -> None:
         r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "ab"}],
                                                       "max_tokens": 1, "tool_choice": choice, "tools": []})
         assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("kwargs", [{"tokenize": True}, {"conversation": []}, {"tools": [{"type": "function"}]}])
+def test_chat_template_kwargs_may_not_set_apply_chat_templates_own_arguments(served, kwargs) -> None:
+    """They were a 400 quoting Python ("apply_chat_template() got multiple values for keyword argument 'tokenize'"),
+    or reached the template (tools) when tools are refused."""
+    client = served(tokenizer=CharTokenizer())
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "ab"}], "max_tokens": 1,
+                                                  "chat_template_kwargs": kwargs})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == {"message": f"chat_template_kwargs may not set {next(iter(kwargs))}: they are not "
+                                            "template variables", "type": "invalid_request_error",
+                                 "param": "chat_template_kwargs", "code": 400}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
@@ -36,6 +37,12 @@ class SweepError(Exception):
     """A sweep that cannot start (bad options, missing Ray); the message names the option."""
 
 
+# Each configuration is a whole search (up to --max-iterations simulations of thousands of requests, seconds each):
+# --replicas 1,...,300 --max-num-seqs 1,...,300 (90,000 of them) spent minutes planning and would have swept for
+# weeks. A thousand is already hours on a large machine.
+MAX_CONFIGS = 1000
+
+
 def expand_configs(base: SimConfig, axes: Mapping[str, Sequence]) -> list[SimConfig]:
     """Every combination of `axes` (SimConfig field -> values) applied to `base`, in SWEEP_AXES order.
 
@@ -48,6 +55,11 @@ def expand_configs(base: SimConfig, axes: Mapping[str, Sequence]) -> list[SimCon
     for name in names:
         if len(axes[name]) == 0:
             raise SweepError(f"{SWEEP_AXES[name]}: empty list; give at least one value")
+    num_configs = math.prod(len(axes[n]) for n in names)
+    if num_configs > MAX_CONFIGS:
+        lists = " x ".join(f"{SWEEP_AXES[n]} ({len(axes[n])})" for n in names if len(axes[n]) > 1)
+        raise SweepError(f"{lists} make {num_configs:,} configurations; expected at most {MAX_CONFIGS:,} in one sweep "
+                         "(each is a search of up to --max-iterations simulations): sweep fewer values")
     try:
         return [dataclasses.replace(base, **dict(zip(names, values)))
                 for values in itertools.product(*(axes[n] for n in names))]

@@ -57,6 +57,17 @@ def test_cross_product_errors_name_the_option() -> None:
         expand_configs(SimConfig(), {"block_size": [16]})
 
 
+def test_a_cross_product_beyond_a_thousand_configurations_is_refused_before_building_them() -> None:
+    """--replicas 1,...,300 --max-num-seqs 1,...,300: 90,000 configurations spent minutes planning, then swept for
+    weeks."""
+    axes = {"num_replicas": list(range(1, 301)), "max_num_seqs": list(range(1, 301)), "policy": ["mixed"]}
+    with pytest.raises(SweepError, match=r"^--replicas \(300\) x --max-num-seqs \(300\) make 90,000 configurations; "
+                                         r"expected at most 1,000 in one sweep"):
+        expand_configs(SimConfig(), axes)
+    at_limit = {"num_replicas": list(range(1, 11)), "max_num_seqs": list(range(1, 101))}
+    assert len(expand_configs(SimConfig(), at_limit)) == 1000
+
+
 def test_labels_name_what_varies() -> None:
     configs = expand_configs(SimConfig(), {"num_replicas": [1, 2], "router": ["rr", "prefix"]})
     varying = varying_axes(configs)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sim.files import RUN_FILES
 from traces.files import staging_path
 
 
@@ -47,12 +48,6 @@ def default_out_dir(prefix: str, name: str) -> Path:
     return out
 
 
-# What the commands write into a run folder: --overwrite replaces a folder holding only these, never
-# one that holds anything else (a mistyped --out . or --out ~ must not take a home directory with it).
-RUN_FILES = frozenset({
-    "requests.parquet", "steps.parquet", "summary.json", "report.html", "run.json",
-    "capacity.json", "capacity.parquet", "compare.json", "compare.md", "compare.parquet",
-})
 
 
 def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", inputs: Iterable[Path] = ()) -> None:

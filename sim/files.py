@@ -7,6 +7,14 @@ from pathlib import Path
 
 from traces.files import staging_path
 
+# What the commands write into a run folder: --overwrite replaces a folder holding only these, never
+# one that holds anything else (a mistyped --out . or --out ~ must not take a home directory with it).
+# Here, not in analysis.outdir, so that sim.host_speed can protect a run's files without importing analysis.
+RUN_FILES = frozenset({
+    "requests.parquet", "steps.parquet", "summary.json", "report.html", "run.json",
+    "capacity.json", "capacity.parquet", "compare.json", "compare.md", "compare.parquet",
+})
+
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` beside ``path`` and rename it into place: an interrupted write leaves the old file."""

@@ -331,9 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.window_s < math.inf:
         parser.exit(2, f"error: --window-s must be a finite number of seconds > 0, got {args.window_s}\n")
-    from analysis.outdir import RUN_FILES
     from sim.calibrate import _other_deployment, _simulated_by
-    from sim.files import check_output_path, read_json_input
+    from sim.files import RUN_FILES, check_output_path, read_json_input
 
     simulated = _simulated_by(Path(args.run))
     if simulated:  # its step times are a cost model's: the timeline would be the model's, not the host's

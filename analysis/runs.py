@@ -55,9 +55,13 @@ def write_run(
     out_dir.mkdir(parents=True, exist_ok=True)
     request_frame = with_latency_columns(pl.from_arrow(requests))
     step_frame = pl.from_arrow(steps)
-    request_frame.write_parquet(out_dir / "requests.parquet")
-    pq.write_table(steps, out_dir / "steps.parquet",
-                   use_dictionary=[name for name in DICTIONARY_STEP_COLUMNS if name in steps.column_names])
+    # Through handles opened here: polars and pyarrow take a path as UTF-8 text, and a folder name holding an
+    # undecodable byte (an --out of b'\xff') failed after the whole run as "Object does not have a .write() method".
+    with open(out_dir / "requests.parquet", "wb") as handle:
+        request_frame.write_parquet(handle)
+    with open(out_dir / "steps.parquet", "wb") as handle:
+        pq.write_table(steps, handle,
+                       use_dictionary=[name for name in DICTIONARY_STEP_COLUMNS if name in steps.column_names])
     return write_summary(out_dir, request_frame, step_frame, meta, report_title=report_title,
                          report_subtitle=report_subtitle, slos=slos)
 

@@ -47,7 +47,8 @@ def _read_checked(path: Path, conform, check) -> pl.DataFrame:
     """The table at ``path``, refused with its file, column and row if no run could have written it: metrics of
     a negative token count or a finish before the arrival would be written as if they were measured."""
     try:
-        frame = pl.read_parquet(path)
+        with open(path, "rb") as handle:  # polars takes a path as UTF-8: a name with another byte failed
+            frame = pl.read_parquet(handle)
         check(conform(frame))
     except (ValueError, pl.exceptions.PolarsError) as exc:  # polars' messages span lines: the first says what
         raise ValueError(f"{path}: {str(exc).strip().splitlines()[0]}") from None

@@ -46,7 +46,8 @@ def read_steps(run_dir: Path, periods: bool = False) -> list[tuple[dict, float, 
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no steps.parquet (expected an engine.replay output folder)")
     try:
-        table = pq.read_table(path)
+        with open(path, "rb") as handle:  # pyarrow parses a path as a UTF-8 URI: a name with another byte failed
+            table = pq.read_table(handle)
     except (OSError, pa.ArrowException) as exc:
         raise ValueError(f"{path}: not a readable parquet file ({exc}); expected an engine.replay steps.parquet") \
             from None

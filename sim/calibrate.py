@@ -57,7 +57,9 @@ def check_step_durations(run_dir: Path, num_steps: int) -> None:
     path = Path(run_dir) / "steps.parquet"
     if num_steps < MIN_RUN_STEPS:
         raise ValueError(f"{path}: {num_steps} steps; expected at least {MIN_RUN_STEPS} to calibrate on")
-    durations = pq.read_table(path, columns=["duration_s"]).column("duration_s").to_numpy(zero_copy_only=False)
+    with open(path, "rb") as handle:  # pyarrow parses a path as a UTF-8 URI (see sim.batch_features)
+        table = pq.read_table(handle, columns=["duration_s"])
+    durations = table.column("duration_s").to_numpy(zero_copy_only=False)
     bad = np.flatnonzero(~((durations > 0) & (durations <= MAX_STEP_S)))
     if len(bad):
         row = int(bad[0])

@@ -17,9 +17,11 @@ def staging_path(path: Path, tag: str) -> Path:
     path = Path(path)
     suffix = f".{tag}-{os.getpid()}"
     name = f".{path.name}{suffix}"
-    if len(name.encode()) > NAME_MAX_BYTES:
-        head = path.name.encode()[:150].decode(errors="ignore")
-        name = f".{head}-{hashlib.sha1(path.name.encode()).hexdigest()[:16]}{suffix}"
+    # os.fsencode: a name holding an undecodable byte (an --out of b'\xff', read as '\udcff') has bytes on disk,
+    # where str.encode raised UnicodeEncodeError.
+    if len(os.fsencode(name)) > NAME_MAX_BYTES:
+        head = os.fsdecode(os.fsencode(path.name)[:150])
+        name = f".{head}-{hashlib.sha1(os.fsencode(path.name)).hexdigest()[:16]}{suffix}"
     return path.with_name(name)
 
 

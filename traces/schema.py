@@ -178,7 +178,8 @@ def _read_table(path: Path, source: str) -> pa.Table:
     if size_bytes == 0:
         raise TraceError(f"{source}: the file is empty (0 bytes); expected a parquet trace")
     try:
-        return pq.ParquetFile(path).read()
+        with open(path, "rb") as handle:  # a handle, not a path: pyarrow parses a path as a URI, in UTF-8
+            return pq.ParquetFile(handle).read()
     except PermissionError as exc:
         raise TraceError(f"{source}: cannot read the trace: permission denied") from exc
     except (OSError, pa.ArrowException) as exc:
@@ -260,7 +261,8 @@ def save_trace(trace_or_df: Trace | pl.DataFrame, path: str | Path, hash_block_s
     # Written beside the target and renamed over it: an interrupted write never leaves half a trace.
     partial = staging_path(path, "partial")  # shortened where .NAME.partial-PID would exceed a file name's limit
     try:
-        pq.write_table(table, partial, compression="zstd", compression_level=9)
+        with open(partial, "wb") as handle:  # pyarrow parses a path as a UTF-8 URI: a name with another byte failed
+            pq.write_table(table, handle, compression="zstd", compression_level=9)
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

@@ -86,7 +86,8 @@ def write_outputs(run: CapacityRun, out_dir: Path) -> None:
     frame = pl.DataFrame(point_rows(run), infer_schema_length=None)
     frame = frame.with_columns(pl.col(name).cast(pl.Float64)
                                for name, dtype in frame.schema.items() if dtype == pl.Null)
-    frame.write_parquet(out_dir / "capacity.parquet")
+    with open(out_dir / "capacity.parquet", "wb") as handle:  # polars takes a path as UTF-8 (see analysis.runs)
+        frame.write_parquet(handle)
     slo_text = ", ".join(str(s) for s in run.slos)
     estimate = " (an analytic estimate, not measured)" if set(run.cost_models) == {"roofline-estimate"} else ""
     write_capacity_report(

@@ -142,8 +142,10 @@ def write_outputs(comparison: Comparison, out_dir: Path, report: bool = True) ->
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "compare.json", out_dir / "compare.md", out_dir / "compare.parquet"]
     written[0].write_text(json.dumps(comparison.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
-    written[1].write_text(markdown_document(comparison), encoding="utf-8")
-    comparison.join.frame.write_parquet(written[2])
+    # A run folder named with a byte that is not UTF-8 is quoted as its \udcff escape, as report.html does.
+    written[1].write_text(markdown_document(comparison), encoding="utf-8", errors="backslashreplace")
+    with open(written[2], "wb") as handle:  # polars takes a path as UTF-8: a name with another byte failed
+        comparison.join.frame.write_parquet(handle)
     if report:
         written.append(write_compare_report(comparison, out_dir / "report.html"))
     return written

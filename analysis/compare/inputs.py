@@ -75,7 +75,8 @@ def _read_parquet(path: Path) -> pl.DataFrame:
     if not path.is_file():
         raise CompareInputError(f"{path}: no such file")
     try:
-        return pl.read_parquet(path)
+        with open(path, "rb") as handle:  # pyarrow/polars take a path as UTF-8: a name with another byte failed
+            return pl.read_parquet(handle)
     except Exception as exc:  # polars and pyarrow raise many kinds; all mean "cannot read this file"
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CompareInputError(f"{path}: not a readable parquet file ({detail})") from exc

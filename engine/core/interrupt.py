@@ -35,6 +35,15 @@ def _on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt  # unwinds like Ctrl-C: staging folders are removed, pools are stopped
 
 
+def _print_any_path() -> None:
+    """A file name may hold bytes that are not UTF-8 (Python gives them as \\udcff escapes); a command prints the
+    paths it reads and writes, and under a UTF-8 locale (strict) that print raised UnicodeEncodeError after the
+    work was done. Such characters are printed as their escapes instead (a C locale's surrogateescape is kept)."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
     """Decorate a ``main(argv)``: on KeyboardInterrupt print ``message`` and exit with status 130 (143 for SIGTERM,
     which is turned into a KeyboardInterrupt while ``main`` runs). A main that handles the interrupt itself and
@@ -44,6 +53,7 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
         @functools.wraps(main)
         def wrapped(*args, **kwargs):
             _Terminated.received = False
+            _print_any_path()
             try:
                 previous = signal.signal(signal.SIGTERM, _on_sigterm)
             except ValueError:  # not the main thread: leave signals alone

@@ -91,6 +91,14 @@ def test_vidur_with_arrivals(tmp_path: Path) -> None:
     assert "dropped 1 requests" in dropped
 
 
+def test_vidur_arrivals_start_at_zero(tmp_path: Path) -> None:
+    """Wall-clock arrived_at (epoch seconds) kept its offset; arrivals count from the earliest one, wherever it is."""
+    text = "arrived_at,num_prefill_tokens,num_decode_tokens\n1700000004.75,5,5\n1700000000.5,6,6\n1700000001,7,7\n"
+    trace, _ = convert("vidur", _write(tmp_path, "v.csv", text))
+    assert trace.requests["request_id"].to_list() == [1, 2, 0]
+    assert trace.requests["arrival_s"].to_list() == [0.0, 0.5, 4.25]
+
+
 def test_vidur_without_arrivals_all_at_zero(tmp_path: Path) -> None:
     trace, _ = convert("vidur", _write(tmp_path, "v.csv", VIDUR_LENGTHS_ONLY))
     assert trace.requests["arrival_s"].to_list() == [0.0, 0.0, 0.0]
@@ -100,7 +108,7 @@ def test_vidur_without_arrivals_all_at_zero(tmp_path: Path) -> None:
     path = _write(tmp_path, "t.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n2,5,5\n2,6,6\n")
     with pytest.raises(TraceError) as info:  # it advised --offline, a replay option convert lacks
         convert("vidur", path, ConvertOptions(qps=1.0))
-    assert str(info.value) == (f"{path}: --qps 1: all 2 request(s) arrive at 2 s, so there is no rate to rescale; "
+    assert str(info.value) == (f"{path}: --qps 1: all 2 request(s) arrive at 0 s, so there is no rate to rescale; "
                                "convert without --qps")
 
 

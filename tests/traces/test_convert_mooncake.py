@@ -38,6 +38,18 @@ def test_sample(tmp_path: Path) -> None:
     assert a == b[:600]  # shared blocks 0 and 1 (block 1 partial in the first request)
 
 
+def test_epoch_timestamps_start_at_zero(tmp_path: Path) -> None:
+    """A file of epoch milliseconds kept its offset (the first arrival 54 years in); arrivals count from the
+    earliest timestamp, as azure and burstgpt do and as Mooncake's replay does, even when it is not first."""
+    text = "".join(f'{{"timestamp": {ms}, "input_length": 10, "output_length": {out}, "hash_ids": [{i}]}}\n'
+                   for i, (ms, out) in enumerate([(1_700_000_001_500, 1), (1_700_000_000_250, 0),
+                                                  (1_700_000_000_000, 2), (1_700_000_002_999, 3)]))
+    trace, dropped = convert("mooncake", _write(tmp_path, text))
+    assert trace.requests["request_id"].to_list() == [2, 0, 3]  # the earliest (0 output tokens) is dropped
+    assert trace.requests["arrival_s"].to_list() == [0.0, 1.5, 2.999]
+    assert dropped == "dropped 1 requests with 0 prompt or 0 output tokens"
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [

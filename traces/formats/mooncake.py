@@ -1,7 +1,8 @@
 """Mooncake traces (Qin et al., FAST 2025; kvcache-ai/Mooncake, FAST25-release/traces).
 
-JSON lines with `timestamp` (ms from the trace start), `input_length`, `output_length`
-and `hash_ids`, each naming one 512-token block of the prompt (the last may be partial).
+JSON lines with `timestamp` (ms), `input_length`, `output_length` and `hash_ids`, each
+naming one 512-token block of the prompt (the last may be partial). Arrival = timestamp -
+earliest timestamp, as for the other formats: a file of epoch milliseconds starts at 0 too.
 hash_ids are kept with hash_block_size 512, so replays can synthesize prompts that
 share the prefixes the trace records. Requests with 0 input or 0 output tokens are
 dropped and counted. request_id is the 0-based record index in the file.
@@ -30,6 +31,7 @@ def _is_int(value: object) -> bool:
 
 
 def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int, list[int]]:
+    """(timestamp ms, input_length, output_length, hash_ids) of one line."""
     def fail(problem: str) -> TraceError:
         return TraceError(f"{path}: line {line_no}: {problem}")
 
@@ -63,11 +65,11 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
             f"field 'hash_ids' has {len(hash_ids)} ids but input_length {lengths[0]} needs "
             f"ceil({lengths[0]}/{MOONCAKE_BLOCK_TOKENS}) = {expected}"
         )
-    return timestamp / 1000.0, lengths[0], lengths[1], hash_ids
+    return timestamp, lengths[0], lengths[1], hash_ids
 
 
 def read(path: Path, options: ConvertOptions) -> Converted:
-    columns: dict[str, list] = {"arrival_s": [], "prompt_tokens": [], "output_tokens": [], "hash_ids": []}
+    columns: dict[str, list] = {"timestamp_ms": [], "prompt_tokens": [], "output_tokens": [], "hash_ids": []}
     check_source_file(path, "a Mooncake JSONL file")
     try:
         with open_text(path) as lines:  # compressed or not; a byte order mark (Windows editors) is no JSON
@@ -78,14 +80,20 @@ def read(path: Path, options: ConvertOptions) -> Converted:
                     columns[name].append(value)
     except READ_ERRORS as exc:
         raise TraceError(read_error(path, exc)) from None
-    if not columns["arrival_s"]:
+    if not columns["timestamp_ms"]:
         raise TraceError(f"{path}: no records; expected JSON lines with timestamp, input_length, output_length, "
                          "hash_ids")
     requests = pl.DataFrame(
         columns,
-        schema={"arrival_s": pl.Float64, "prompt_tokens": pl.Int64, "output_tokens": pl.Int64,
+        schema={"timestamp_ms": pl.Float64, "prompt_tokens": pl.Int64, "output_tokens": pl.Int64,
                 "hash_ids": pl.List(pl.Int64)},
     ).with_row_index("request_id")
-    requests = requests.with_columns(pl.col("request_id").cast(pl.Int64))
+    # Subtracted in ms, then scaled: epoch milliseconds (~1.7e12) keep their exact differences this way. numpy
+    # divides correctly rounded; polars multiplies by 1/1000, which gave 5.9990000000000006 for 5999 ms.
+    timestamps_ms = requests["timestamp_ms"].to_numpy()
+    requests = requests.with_columns(
+        pl.col("request_id").cast(pl.Int64),
+        arrival_s=pl.Series((timestamps_ms - timestamps_ms.min()) / 1000.0),
+    ).select("request_id", "arrival_s", "prompt_tokens", "output_tokens", "hash_ids")
     requests, num_dropped, reason = drop_zero_lengths(requests, "requests")
     return Converted(requests, hash_block_size=MOONCAKE_BLOCK_TOKENS, num_dropped=num_dropped, drop_reason=reason)

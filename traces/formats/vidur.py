@@ -1,8 +1,9 @@
 """Vidur simulator traces (Agrawal et al., MLSys 2024; microsoft/vidur data/processed_traces).
 
 Columns `num_prefill_tokens`, `num_decode_tokens` and, in replay traces, `arrived_at`
-(seconds). Without `arrived_at` every request arrives at 0, unless `--qps` is given, in
-which case arrivals are a seeded Poisson process at that rate. Requests with 0 prefill
+(seconds); arrival = arrived_at - earliest arrived_at, as for the other formats. Without
+`arrived_at` every request arrives at 0, unless `--qps` is given, in which case arrivals
+are a seeded Poisson process at that rate. Requests with 0 prefill
 or 0 decode tokens are dropped and counted. request_id is the 0-based data row.
 """
 
@@ -25,6 +26,7 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     recorded = "arrived_at" in frame.columns
     if recorded:
         arrivals = float_column(path, frame, "arrived_at", minimum=0.0, maximum=MAX_ARRIVAL_S)
+        arrivals = arrivals - arrivals.min()  # a file of wall-clock seconds starts at 0, as vidur replays it
     else:
         arrivals = pl.Series("arrival_s", np.zeros(frame.height))
     requests = pl.DataFrame(

@@ -23,14 +23,15 @@ _DEFAULT_OPTIONS = ConvertOptions()  # frozen: one shared default instance, as t
 
 
 def convert(fmt: str, source: str | Path, options: ConvertOptions = _DEFAULT_OPTIONS) -> tuple[Trace, str]:
-    """Read `source` in format `fmt`; returns the validated trace and a note on dropped rows."""
+    """Read `source` in format `fmt`; returns the validated trace and a note on the dropped rows (with a limit,
+    those before the last kept request: the rows past it were never candidates)."""
     if fmt not in FORMATS:
         raise TraceError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     source = Path(source)
     converted = FORMATS[fmt].read(source, options)
     requests = converted.requests
     if requests.height == 0:
-        raise TraceError(f"{source}: no requests left after dropping empty ones ({converted.drop_reason})")
+        raise TraceError(f"{source}: no requests left after dropping empty ones ({converted.drop_reason()})")
     requests = requests.sort("arrival_s", maintain_order=True)
     if options.limit is not None:
         requests = requests.head(min(options.limit, requests.height))  # polars refuses n beyond 2**64
@@ -41,7 +42,7 @@ def convert(fmt: str, source: str | Path, options: ConvertOptions = _DEFAULT_OPT
             raise TraceError(f"{source}: --qps {options.qps:g}: all {len(trace)} request(s) arrive at "
                              f"{arrivals[0]:g} s, so there is no rate to rescale; convert without --qps")
         trace = trace.with_qps(options.qps)
-    return trace, converted.drop_reason
+    return trace, converted.drop_reason(options.limit)  # with --limit, the drops among the rows it went through
 
 
 def build_parser() -> argparse.ArgumentParser:

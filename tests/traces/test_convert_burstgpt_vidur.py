@@ -37,6 +37,22 @@ def test_burstgpt_sample_drops_failures_and_keeps_model(tmp_path: Path) -> None:
     assert dropped == "dropped 2 requests (0 response tokens are failures) with 0 prompt or 0 output tokens"
 
 
+@pytest.mark.parametrize(("limit", "kept", "dropped"), [
+    (1, [0], ""),
+    (2, [0, 3], ""),  # the failure at 45 s comes after the second kept request (32 s): --limit never reached it
+    (3, [0, 3, 2], "dropped 1 requests (0 response tokens are failures) with 0 prompt or 0 output tokens"),
+    (4, [0, 3, 2], "dropped 2 requests (0 response tokens are failures) with 0 prompt or 0 output tokens"),
+])
+def test_burstgpt_limit_counts_the_drops_it_went_through(tmp_path: Path, limit: int, kept: list[int],
+                                                         dropped: str) -> None:
+    """--limit N counted the whole file's drops; it counts those before the N-th kept request (the request at
+    118 s with 0 request tokens follows, in file order, the kept one at 118 s, so only a limit past it counts it)."""
+    path = _write(tmp_path, "burst.csv", BURSTGPT_SAMPLE)
+    trace, note = convert("burstgpt", path, ConvertOptions(limit=limit))
+    assert trace.requests["request_id"].to_list() == kept
+    assert note == dropped
+
+
 def test_burstgpt_rescaled_to_qps(tmp_path: Path) -> None:
     trace, _ = convert("burstgpt", _write(tmp_path, "burst.csv", BURSTGPT_SAMPLE), ConvertOptions(qps=0.1))
     assert trace.requests["arrival_s"].to_list() == pytest.approx([0.0, 27.0 * 20 / 113, 20.0])

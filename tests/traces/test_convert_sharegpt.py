@@ -107,9 +107,21 @@ def test_long_run_rate_is_qps(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
 
 
 def test_limit_counts_requests(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
-    trace, _ = convert("sharegpt", _write(tmp_path, CONVERSATIONS), _options(tiny_tokenizer_dir, limit=2))
+    trace, dropped = convert("sharegpt", _write(tmp_path, CONVERSATIONS), _options(tiny_tokenizer_dir, limit=2))
     assert len(trace) == 2
     assert set(trace.requests["session_id"]) == {"c0"}
+    assert dropped == ""  # c1's empty answer (tokenized in the same chunk) was counted although c1 was left out
+
+
+@pytest.mark.parametrize(("limit", "dropped"), [
+    (3, ""),  # c0's three requests: c1's dropped turn comes after them
+    (4, "dropped 1 turns whose prompt or answer has 0 tokens"),
+])
+def test_limit_counts_the_dropped_turns_before_the_last_kept_request(tmp_path: Path, tiny_tokenizer_dir: Path,
+                                                                     limit: int, dropped: str) -> None:
+    trace, note = convert("sharegpt", _write(tmp_path, CONVERSATIONS), _options(tiny_tokenizer_dir, limit=limit))
+    assert len(trace) == limit
+    assert note == dropped
 
 
 @pytest.mark.parametrize(

@@ -65,5 +65,5 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     requests = requests.with_columns(  # stays in polars: a Python datetime would drop the 100 ns digit
         arrival_s=(pl.col("time") - pl.col("time").first()).dt.total_nanoseconds().cast(pl.Float64) / 1e9
     ).select("request_id", "arrival_s", "prompt_tokens", "output_tokens")
-    requests, num_dropped, reason = drop_zero_lengths(requests, "requests")
-    return Converted(requests, num_dropped=num_dropped, drop_reason=reason)
+    requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "requests")
+    return Converted(requests, kept_before_drops=kept_before_drops, drop_note=drop_note)

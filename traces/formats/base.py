@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -20,26 +20,40 @@ class ConvertOptions:
     think_time_cv: float = 1.0  # 1 = exponential think times, 0 = fixed
 
 
+def _no_drops() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class Converted:
     """A reader's result: trace columns (not yet sorted or validated) and what was left out."""
 
     requests: pl.DataFrame
     hash_block_size: int | None = None
-    num_dropped: int = 0
-    drop_reason: str = ""
+    # One entry per dropped source row: how many kept requests come before it in the order --limit takes them
+    # (arrival order; file order for sharegpt). --limit N then counts only the drops among the rows it went
+    # through, those before the N-th kept request, not the whole file's.
+    kept_before_drops: np.ndarray = field(default_factory=_no_drops)
+    drop_note: str = "dropped {} requests with 0 prompt or 0 output tokens"  # {} is the count
     arrivals_assigned: bool = False  # True when arrivals were drawn at --qps, not recorded
 
+    def drop_reason(self, limit: int | None = None) -> str:
+        """The summary line's phrase for the drops among the first `limit` requests ('' when there are none)."""
+        drops = self.kept_before_drops
+        num_dropped = len(drops) if limit is None else int((drops < limit).sum())
+        return self.drop_note.format(num_dropped) if num_dropped else ""
 
-def drop_zero_lengths(frame: pl.DataFrame, what: str) -> tuple[pl.DataFrame, int, str]:
+
+def drop_zero_lengths(frame: pl.DataFrame, what: str) -> tuple[pl.DataFrame, np.ndarray, str]:
     """Remove requests with no prompt or no output tokens, which no engine can serve.
 
-    Returns the kept rows, how many were dropped and a phrase for the summary line.
+    `frame` must be in the order convert keeps (stable by arrival). Returns the kept rows, for each dropped row
+    how many kept rows precede it (Converted.kept_before_drops) and the summary line's phrase for a count.
     """
-    empty = (pl.col("prompt_tokens") == 0) | (pl.col("output_tokens") == 0)
-    num_dropped = frame.select(empty.sum()).item()
-    reason = f"dropped {num_dropped} {what} with 0 prompt or 0 output tokens" if num_dropped else ""
-    return frame.filter(~empty), int(num_dropped), reason
+    empty = ((frame["prompt_tokens"] == 0) | (frame["output_tokens"] == 0)).to_numpy()
+    kept_before = np.cumsum(~empty) - ~empty
+    note = f"dropped {{}} {what} with 0 prompt or 0 output tokens"
+    return frame.filter(pl.Series(~empty)), kept_before[empty].astype(np.int64), note
 
 
 def row_ids(num: int) -> np.ndarray:

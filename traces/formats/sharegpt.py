@@ -125,10 +125,13 @@ def _tokenize(path: Path, tokenizer: Any, texts: list[str], start: int, chunk: l
                          f"({' '.join(str(exc).split())[:200]})") from None
 
 
-def _requests_of(messages: list[tuple[str, str]], ids: list[list[int]]) -> tuple[list[tuple[list[int], int]], int]:
-    """[(prompt ids, output tokens)] for each answered human turn, and how many were dropped."""
+def _requests_of(messages: list[tuple[str, str]],
+                 ids: list[list[int]]) -> tuple[list[tuple[list[int], int]], list[int]]:
+    """[(prompt ids, output tokens)] for each answered human turn, and for each dropped one how many found
+    requests precede it."""
     history: list[int] = []
-    found, dropped = [], 0
+    found: list[tuple[list[int], int]] = []
+    dropped: list[int] = []
     for position, ((role, _), message_ids) in enumerate(zip(messages, ids)):
         answered = (
             role in USER_ROLES and position + 1 < len(messages) and messages[position + 1][0] in MODEL_ROLES
@@ -139,7 +142,7 @@ def _requests_of(messages: list[tuple[str, str]], ids: list[list[int]]) -> tuple
             if history and output_tokens:
                 found.append((history, output_tokens))
             else:
-                dropped += 1
+                dropped.append(len(found))
     return found, dropped
 
 
@@ -149,7 +152,7 @@ def read(path: Path, options: ConvertOptions) -> Converted:
         raise TraceError("sharegpt needs --qps Q (> 0): the data has no arrival times")
     data = _load_conversations(path)
     columns: dict[str, list] = {"prompt_token_ids": [], "output_tokens": [], "session_id": [], "turn": []}
-    num_dropped = 0
+    kept_before_drops: list[int] = []  # in file order, the order --limit takes requests in
     sessions: set[str] = set()
     for start in range(0, len(data), _CHUNK_CONVERSATIONS):
         chunk = [_messages(path, start + i, item) for i, item in enumerate(data[start : start + _CHUNK_CONVERSATIONS])]
@@ -165,15 +168,15 @@ def read(path: Path, options: ConvertOptions) -> Converted:
             ids = encoded[offset : offset + len(messages)]
             offset += len(messages)
             found, dropped = _requests_of(messages, ids)
-            num_dropped += dropped
+            kept_before_drops.extend(len(columns["turn"]) + k for k in dropped)
             for turn, (prompt_ids, output_tokens) in enumerate(found):
                 for name, value in zip(columns, (prompt_ids, output_tokens, session, turn)):
                     columns[name].append(value)
         if options.limit is not None and len(columns["turn"]) >= options.limit:
             break
-    if not columns["turn"] and num_dropped:
-        raise TraceError(f"{path}: all {num_dropped} answered human messages have a prompt or an answer of 0 tokens; "
-                         "nothing to convert")
+    if not columns["turn"] and kept_before_drops:
+        raise TraceError(f"{path}: all {len(kept_before_drops)} answered human messages have a prompt or an answer "
+                         "of 0 tokens; nothing to convert")
     if not columns["turn"]:
         raise TraceError(f"{path}: no human message with a model answer; nothing to convert")
     if options.limit is not None:
@@ -188,8 +191,8 @@ def read(path: Path, options: ConvertOptions) -> Converted:
         prompt_tokens=pl.col("prompt_token_ids").list.len().cast(pl.Int64),
         arrival_s=pl.Series(_arrivals_s(requests["turn"].to_numpy(), options)),
     )
-    reason = f"dropped {num_dropped} turns whose prompt or answer has 0 tokens" if num_dropped else ""
-    return Converted(requests, num_dropped=num_dropped, drop_reason=reason, arrivals_assigned=True)
+    return Converted(requests, kept_before_drops=np.array(kept_before_drops, dtype=np.int64),
+                     drop_note="dropped {} turns whose prompt or answer has 0 tokens", arrivals_assigned=True)
 
 
 def _arrivals_s(turns: np.ndarray, options: ConvertOptions) -> np.ndarray:

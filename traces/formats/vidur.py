@@ -37,7 +37,9 @@ def read(path: Path, options: ConvertOptions) -> Converted:
             "output_tokens": int_column(path, frame, "num_decode_tokens"),
         }
     )
-    requests, num_dropped, reason = drop_zero_lengths(requests, "requests")
+    # Recorded arrivals in the order convert keeps them, so drops are counted in order; drawn ones follow the file.
+    requests = requests.sort("arrival_s", maintain_order=True)
+    requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "requests")
     assigned = not recorded and options.qps is not None
     if assigned:
         if requests.height == 0:
@@ -46,4 +48,4 @@ def read(path: Path, options: ConvertOptions) -> Converted:
         requests = requests.with_columns(
             arrival_s=pl.Series(arrival_times_s(requests.height, options.qps, 1.0, rng))
         )
-    return Converted(requests, num_dropped=num_dropped, drop_reason=reason, arrivals_assigned=assigned)
+    return Converted(requests, kept_before_drops=kept_before_drops, drop_note=drop_note, arrivals_assigned=assigned)

@@ -56,14 +56,14 @@ class LengthDist:
         return np.clip(values, 1, upper).astype(np.int64)
 
     def mean(self) -> float:
-        """The mean of `sample` (exact for fixed/uniform/geometric, ignoring caps for lognormal)."""
+        """The mean of `sample`, cap included (exact, or for lognormal to double precision)."""
         p = dict(self.params)
         if self.kind == "fixed":
             return float(p["value"])
         if self.kind == "uniform":
             return (p["low"] + p["high"]) / 2
         if self.kind == "lognormal":
-            return math.exp(_lognormal_mu(p) + p["sigma"] ** 2 / 2)
+            return _lognormal_sample_mean(_lognormal_mu(p), p["sigma"], p.get("max", math.inf))
         prob = 1.0 / p["mean"]
         cap = p.get("max")
         if cap is None:
@@ -81,12 +81,49 @@ def _lognormal_mu(p: dict[str, float]) -> float:
     return math.log(p["mean"]) - p["sigma"] ** 2 / 2
 
 
+def _lognormal_sample_mean(mu: float, sigma: float, cap: float) -> float:
+    """E[clip(rint(X), 1, cap)] for X lognormal(mu, sigma), what `sample` draws. exp(mu + sigma**2 / 2) ignored the
+    cap: `--turns lognormal:...,max=N` started sessions at qps / that mean and gave a request rate below --qps.
+
+    clip(rint(X), 1, cap) > k exactly when X > k + 1/2 (for 1 <= k < cap), so the mean is
+    1 + sum over k = 1 .. cap - 1 of P(X > k + 1/2): the first terms are summed one by one, the rest, where
+    P(X > x) is smooth on the scale of one token, integrated in closed form (the midpoint rule)."""
+    if sigma == 0:
+        return float(np.clip(np.rint(math.exp(mu)), 1, cap))
+
+    def survival(x: float) -> float:
+        return 0.5 * math.erfc((math.log(x) - mu) / (sigma * math.sqrt(2)))
+
+    summed_to = min(cap, _SUMMED_TERMS)
+    total = 1.0 + math.fsum(survival(k + 0.5) for k in range(1, int(summed_to)))
+    if cap > summed_to:
+        total += _lognormal_survival_integral(mu, sigma, summed_to, cap)
+    return total
+
+
+def _lognormal_survival_integral(mu: float, sigma: float, low: float, high: float) -> float:
+    """The integral of P(X > x) from low to high (high may be inf): [x P(X > x)] plus the partial mean of X."""
+    def upper_tail(z: float) -> float:  # P(Z > z) for a standard normal Z
+        return 0.5 * math.erfc(z / math.sqrt(2))
+
+    def z_of(x: float, shift: float) -> float:
+        return (math.log(x) - mu - shift) / sigma
+
+    at_high = 0.0 if high == math.inf else high * upper_tail(z_of(high, 0.0))
+    at_low = low * upper_tail(z_of(low, 0.0))
+    partial_mean = math.exp(mu + sigma**2 / 2) * (
+        upper_tail(z_of(low, sigma**2)) - (0.0 if high == math.inf else upper_tail(z_of(high, sigma**2)))
+    )
+    return at_high - at_low + partial_mean
+
+
 # Lengths in tokens (or turns) beyond any model's context; a sigma past 10 spreads one draw over 10^8 and more,
 # and past ~37 exp(sigma**2 / 2) overflows.
 MAX_LENGTH = float(2**40)
 MAX_SIGMA = 10.0
 
 _SUMMED_CAP = 1_000_000  # a geometric mean's cap up to which the capped mean is summed term by term
+_SUMMED_TERMS = 10_000  # terms of a lognormal mean summed one by one before its tail is integrated
 
 _ALLOWED = {
     "fixed": ({"value"}, set()),

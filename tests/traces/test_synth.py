@@ -245,3 +245,14 @@ def test_multi_turn_sessions_are_those_drawn_one_at_a_time(options, monkeypatch)
     vectorised = synthesize(config).requests
     monkeypatch.setattr(synth, "build_sessions", _sessions_one_at_a_time)
     assert vectorised.equals(synthesize(config).requests)
+
+
+def test_multi_turn_span_follows_qps_at_a_very_low_rate() -> None:
+    """At --qps 1e-9 sessions (3.51 turns 30 s apart) are ~3.5e9 s apart, so a short trace is mostly turns of one
+    session: 2 requests read 0.035 req/s (seed 0), as in 71% of seeds. That is the within-session rate, not a biased
+    start (seed 0's two turns are session 1's; the session at -warmup_s reaches the window in 2% of seeds): over
+    seeds the span of N requests averages (N - 1) / qps."""
+    qps, num_requests = 1e-9, 20
+    spans_s = [synthesize(SynthConfig(num_requests=num_requests, qps=qps, multi_turn=True, seed=seed))
+               .requests["arrival_s"][-1] for seed in range(200)]
+    assert np.mean(spans_s) * qps / (num_requests - 1) == pytest.approx(1.0, abs=0.1)

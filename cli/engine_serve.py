@@ -19,6 +19,7 @@ from cli.replay_args import add_config_groups
 from engine.core.config_args import build_config
 from engine.core.model_config import ModelShape
 from engine.options import EngineOptions
+from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
 
 DEFAULT_MAX_WAITING_REQUESTS = 4096
 MAX_WARMUP_REQUESTS = 1000
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max-waiting-requests", type=int, default=DEFAULT_MAX_WAITING_REQUESTS,
                         help="requests queued beyond this are answered 503 (server overloaded) instead of waiting "
                              f"without bound (default {DEFAULT_MAX_WAITING_REQUESTS})")
+    server.add_argument("--max-request-body-bytes", type=int, default=DEFAULT_MAX_REQUEST_BODY_BYTES,
+                        help="a request body larger than this is answered 413 before it is read whole (default "
+                             f"{DEFAULT_MAX_REQUEST_BODY_BYTES}, {DEFAULT_MAX_REQUEST_BODY_BYTES // 2**20} MiB)")
     server.add_argument("--warmup-requests", type=int, default=8,
                         help="short requests run before serving, so kernels are compiled before the first client "
                              "(default 8)")
@@ -73,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                        f"got {args.warmup_requests}\n")
     if args.max_waiting_requests < 1:
         parser.exit(2, f"error: --max-waiting-requests must be >= 1, got {args.max_waiting_requests}\n")
+    if args.max_request_body_bytes < 1:
+        parser.exit(2, f"error: --max-request-body-bytes must be >= 1, got {args.max_request_body_bytes}\n")
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401
@@ -118,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             print("interrupted while loading the model", file=sys.stderr)
             return 130
         host, port = sock.getsockname()[:2]
-        app = build_app(engine, tokenizer)
+        app = build_app(engine, tokenizer, max_request_body_bytes=args.max_request_body_bytes)
         # On shutdown, streams still open get this long to finish before they are cut (uvicorn would wait forever).
         config = uvicorn.Config(app, log_level=args.log_level, timeout_keep_alive=30, access_log=False,
                                 timeout_graceful_shutdown=SHUTDOWN_GRACE_S)

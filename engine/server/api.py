@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import Scheduler
+from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, RequestBodyLimit
 from engine.server.detokenizer import IncrementalDetokenizer
 from engine.server.engine_client import EngineClient, EngineDead, RequestStream, ServerOverloaded
 from engine.server.engine_process import Update
@@ -76,8 +77,10 @@ class _Choice:
     finished: bool = False
 
 
-def build_app(engine: EngineClient, tokenizer=None) -> FastAPI:
-    """The app over a started ``EngineClient``; the engine process stops with the app."""
+def build_app(engine: EngineClient, tokenizer=None, *,
+              max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES) -> FastAPI:
+    """The app over a started ``EngineClient``; the engine process stops with the app. A request body over
+    ``max_request_body_bytes`` is answered 413 before it is read whole (engine.server.body_limit says why)."""
     info = engine.info
     if info is None:
         raise RuntimeError("start the engine (EngineClient.start) before building the app")
@@ -101,6 +104,7 @@ def build_app(engine: EngineClient, tokenizer=None) -> FastAPI:
 
     app = FastAPI(title="nanoserve", lifespan=lifespan)
     app.state.server = state
+    app.add_middleware(RequestBodyLimit, max_body_bytes=max_request_body_bytes)
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError):

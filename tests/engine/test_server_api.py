@@ -4,6 +4,7 @@ strings end a choice, metrics parse with Prometheus' own parser, a dead engine f
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -22,6 +23,7 @@ from engine.core.llm_engine import LLMEngine  # noqa: E402
 from engine.core.runner import RequestError, RunnerOutput  # noqa: E402
 from engine.core.sampling_params import SamplingParams  # noqa: E402
 from engine.server.api import build_app  # noqa: E402
+from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES  # noqa: E402
 from engine.server.engine_client import EngineClient  # noqa: E402
 
 VOCAB = 100
@@ -89,11 +91,11 @@ def served():
     clients = []
 
     def start(runner_cls=ScriptedRunner, tokenizer=None, max_waiting_requests=1000, runner_kwargs=None,
-              **config):
+              max_request_body_bytes=DEFAULT_MAX_REQUEST_BODY_BYTES, **config):
         engine = EngineClient(functools.partial(scripted_llm, runner_cls, runner_kwargs or {}, config),
                               model_name="m", max_waiting_requests=max_waiting_requests)
         engine.start(timeout_s=60)
-        client = TestClient(build_app(engine, tokenizer))
+        client = TestClient(build_app(engine, tokenizer, max_request_body_bytes=max_request_body_bytes))
         client.engine_client = engine
         client.__enter__()
         clients.append(client)
@@ -686,3 +688,95 @@ def test_chat_template_kwargs_may_not_set_apply_chat_templates_own_arguments(ser
     assert r.json()["error"] == {"message": f"chat_template_kwargs may not set {next(iter(kwargs))}: they are not "
                                             "template variables", "type": "invalid_request_error",
                                  "param": "chat_template_kwargs", "code": 400}
+
+
+BODY_LIMIT_BYTES = 1000
+
+
+def body_limit_error(size: str) -> dict:
+    return {"error": {"message": f"the request body has {size} bytes; this server accepts at most {BODY_LIMIT_BYTES} "
+                                 "(--max-request-body-bytes)",
+                      "type": "invalid_request_error", "param": None, "code": 413}}
+
+
+def test_a_body_over_the_limit_is_a_413_whether_its_length_is_declared_or_streamed(served) -> None:
+    """FastAPI read and parsed any body whole, in the event loop: 200,000 chat messages held /health for 1.8 s,
+    and a multi-GB body went into memory."""
+    client = served(max_request_body_bytes=BODY_LIMIT_BYTES)
+    within = json.dumps({"prompt": [1] * 200, "max_tokens": 1}).encode()
+    assert len(within) < BODY_LIMIT_BYTES
+    r = client.post("/v1/completions", content=within, headers={"content-type": "application/json"})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 200
+    over = json.dumps({"prompt": [1] * 400, "max_tokens": 1}).encode()
+    r = client.post("/v1/completions", content=over, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json() == body_limit_error(str(len(over)))
+    assert r.headers["connection"] == "close"
+    # chunked: no length declared, so it is counted as it arrives
+    r = client.post("/v1/chat/completions", content=iter([over[:600], over[600:]]),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json() == body_limit_error(f"more than {BODY_LIMIT_BYTES}")
+    assert client.get("/health").status_code == 200
+
+
+@contextlib.contextmanager
+def _loopback_server(app):
+    """``app`` under uvicorn on a free loopback port, in a thread; yields the port."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.started
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def _answer(conn) -> tuple[bytes, dict]:
+    """The status line and JSON body of the response on ``conn`` (read until the server closes it)."""
+    data = b""
+    while chunk := conn.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0], json.loads(body)
+
+
+def test_the_limit_is_enforced_over_http_before_the_body_is_read() -> None:
+    """Over a real connection: a 10 GB Content-Length is answered at once, with no byte of its body sent, and a
+    chunked body once it passes the limit, before its last chunk; the server closes those connections."""
+    import socket
+
+    engine = EngineClient(functools.partial(scripted_llm, ScriptedRunner, {}, {}), model_name="m",
+                          max_waiting_requests=10)
+    engine.start(timeout_s=60)
+    try:
+        with _loopback_server(build_app(engine, max_request_body_bytes=BODY_LIMIT_BYTES)) as port:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 10000000000\r\n\r\n")
+                status, body = _answer(conn)
+            assert status == b"HTTP/1.1 413 Request Entity Too Large" and body == body_limit_error("10000000000")
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n")
+                for _ in range(3):  # 1,200 bytes, and no terminating chunk
+                    conn.sendall(b"190\r\n" + b" " * 400 + b"\r\n")
+                status, body = _answer(conn)
+            assert status == b"HTTP/1.1 413 Request Entity Too Large"
+            assert body == body_limit_error(f"more than {BODY_LIMIT_BYTES}")
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:  # the server goes on serving
+                conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert conn.recv(65536).startswith(b"HTTP/1.1 200 OK")
+    finally:
+        engine.stop()  # the app's shutdown stopped it already, unless the server never started

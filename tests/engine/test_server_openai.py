@@ -211,6 +211,7 @@ def test_bad_starts_exit_2_with_one_line(model_dir) -> None:
     assert r.returncode == 2 and "cannot listen there" in r.stderr and "Traceback" not in r.stderr
     for args, fragment in ((["--max-num-seqs", "0"], "--max-num-seqs"), (["--port", "70000"], "--port"),
                            (["--model", "/nonexistent/model"], "/nonexistent/model"),
+                           (["--max-request-body-bytes", "0"], "--max-request-body-bytes must be >= 1, got 0"),
                            (["--host", ""], "--host is empty")):  # bind("") listened on every interface
         r = subprocess.run([sys.executable, "-m", "engine.serve", "--port", "0", *args], capture_output=True,
                            text=True, timeout=120)

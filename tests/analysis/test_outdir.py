@@ -75,3 +75,62 @@ def test_the_default_folder_of_a_trace_with_a_long_name(tmp_path, monkeypatch):
     with staged_out_dir(out, overwrite=False) as stage:
         (stage / "summary.json").write_text("{}")
     assert (out / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("below", [("run",), ("deeper", "run")])
+def test_a_file_above_the_target_is_named(tmp_path, below):
+    """mkdir under a file said "cannot write there (File exists)", or "(Not a directory)" one level deeper."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    target = blocker.joinpath(*below)
+    with pytest.raises(OutDirError) as error:
+        with staged_out_dir(target, overwrite=False):
+            pytest.fail("staged under a file")
+    assert str(error.value) == f"--out {target}: {blocker} is a file, not a folder"
+    assert blocker.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def _sim_replay(out, monkeypatch):
+    import cli.sim_replay as sim_replay
+    from tests.sim.helpers import SHAREGPT
+
+    monkeypatch.setattr(sim_replay, "simulate", lambda *a, **k: pytest.fail("simulated before checking --out"))
+    return sim_replay.main, [str(SHAREGPT), "--limit", "20", "--quiet", "--out", str(out)]
+
+
+def _engine_replay(out, monkeypatch):
+    import engine.llm
+    from cli.engine_replay import main
+    from tests.sim.helpers import SHAREGPT
+
+    monkeypatch.setattr(engine.llm, "LLM", lambda *a, **k: pytest.fail("the model loaded before checking --out"))
+    return main, [str(SHAREGPT), "--limit", "2", "--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu",
+                  "--quiet", "--out", str(out)]
+
+
+def _compare(out, monkeypatch):
+    from analysis.compare.cli import main
+    from tests.analysis.test_compare import write_pair
+
+    real_dir, sim_dir = write_pair(out.parents[1])
+    return main, [str(real_dir), str(sim_dir), "--out", str(out)]
+
+
+def _capacity(out, monkeypatch):
+    import analysis.capacity.cli as capacity
+    from tests.sim.helpers import SHAREGPT
+
+    monkeypatch.setattr(capacity, "run_capacity", lambda *a, **k: pytest.fail("swept before checking --out"))
+    return capacity.main, [str(SHAREGPT), "--slo", "ttft_p90=2s", "--quiet", "--out", str(out)]
+
+
+@pytest.mark.parametrize("command", [_sim_replay, _engine_replay, _compare, _capacity])
+def test_every_command_names_a_file_above_its_out(tmp_path, capsys, monkeypatch, command):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    out = blocker / "run"
+    main, argv = command(out, monkeypatch)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"error: --out {out}: {blocker} is a file, not a folder\n"

@@ -194,6 +194,14 @@ def _known_sum(column: pl.Series) -> int | None:
     return None if column.null_count() else int(column.sum())
 
 
+def _hit_rate(cached_tokens: int | None, prompt_tokens: int) -> float | None:
+    """The admitted prompt tokens' share found in the prefix cache; None when unknown, or when no prompt token was
+    admitted (every request rejected): 0.0 there read as a cache that missed, not as one never asked."""
+    if cached_tokens is None or prompt_tokens == 0:
+        return None
+    return round_sig(cached_tokens / prompt_tokens)
+
+
 def summarize(
     requests: pl.DataFrame,
     steps: pl.DataFrame | None,
@@ -250,14 +258,10 @@ def summarize(
     for metric in LATENCY_LABELS:
         samples = itl_s if metric == "itl" else latency_samples_s(finished, metric)
         summary[f"{metric}_ms"] = scaled_stats(latency_stats(samples), MS_PER_S)
-    if total_cached_tokens is None:
-        hit_rate = None
-    else:
-        hit_rate = round_sig(total_cached_tokens / total_prompt_tokens) if total_prompt_tokens > 0 else 0.0
     summary.update(
         {
             "num_preemptions": _known_sum(frame["num_preemptions"]),
-            "prefix_cache_hit_rate": hit_rate,
+            "prefix_cache_hit_rate": _hit_rate(total_cached_tokens, total_prompt_tokens),
             "peak_kv_usage": round_sig(peak_kv),
             "mean_kv_usage": round_sig(mean_kv),
             "num_steps": step_frame.height if has_step_log(frame, step_frame) else None,

@@ -164,6 +164,31 @@ def test_simulated_replays_compare_identical_and_different(tmp_path: Path, capsy
     assert (tmp_path / "diff" / "report.html").exists()
 
 
+def test_a_run_that_admitted_no_prompt_has_no_hit_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--max-model-len below every prompt rejects every request: the hit rate printed 0.0 % (0.0 in summary.json),
+    a cache that missed every prompt, though none ever reached it. It is null, and compares as n/a."""
+    from cli.sim_replay import main as replay_main
+
+    trace = str(REPO_ROOT / "traces" / "sharegpt.parquet")
+    rejected, served = tmp_path / "rejected", tmp_path / "served"
+    assert replay_main([trace, "--limit", "20", "--max-model-len", "1", "--out", str(rejected)]) == 0
+    assert "prefix cache hit rate   -" in capsys.readouterr().out.splitlines()
+    summary = json.loads((rejected / "summary.json").read_text())
+    assert summary["num_rejected"] == 20 and summary["total_prompt_tokens"] == 0
+    assert summary["prefix_cache_hit_rate"] is None
+    assert (rejected / "report.html").is_file()
+    assert replay_main([trace, "--limit", "20", "--quiet", "--no-report", "--out", str(served)]) == 0
+    served_rate = json.loads((served / "summary.json").read_text())["prefix_cache_hit_rate"]
+    code, stdout, stderr = run_cli([str(served), str(rejected), "--out", str(tmp_path / "compared")], capsys)
+    assert code == 0, stderr
+    rows = {row["key"]: row for row in json.loads((tmp_path / "compared" / "compare.json").read_text())["metrics"]}
+    assert rows["prefix_cache_hit_rate"] == {**rows["prefix_cache_hit_rate"], "real": served_rate, "sim": None,
+                                             "diff": None, "rel_error": None}
+    assert (tmp_path / "compared" / "report.html").is_file()
+    line = next(line for line in stdout.splitlines() if line.startswith("prefix-cache hit rate"))
+    assert line.split()[-3:] == ["n/a", "n/a", "n/a"]  # sim, diff, relative error
+
+
 def test_empty_out_is_refused_before_reading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--out "" wrote a new folder under runs/ (elsewhere: the current folder), not what was typed."""
     real_dir, sim_dir = write_pair(tmp_path)

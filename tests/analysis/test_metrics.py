@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from analysis.metrics import add_latency_columns, goodput_rps, itl_values, requests_meeting_slos, summarize
-from analysis.report.summary_table import format_summary_table
+from analysis.report.summary_table import format_field, format_summary_table
 from analysis.schema import REQUESTS_SCHEMA, STEPS_SCHEMA, empty_frame
 from analysis.slo import parse_slos
 from analysis.stats import latency_stats
@@ -209,7 +209,7 @@ def test_empty_summary(requests: pl.DataFrame, steps: pl.DataFrame | None) -> No
     assert summary["output_throughput"] is None
     for key in LATENCY_KEYS:
         assert summary[key] == NULL_STATS
-    assert summary["prefix_cache_hit_rate"] == 0.0
+    assert summary["prefix_cache_hit_rate"] is None  # no prompt token asked the cache
     assert summary["peak_kv_usage"] is None
     assert summary["mean_kv_usage"] is None
     assert summary["num_steps"] == 0
@@ -232,7 +232,8 @@ def test_all_rejected_summary() -> None:
     assert summary["request_throughput"] == 0.0
     assert summary["output_throughput"] == 0.0
     assert summary["total_prompt_tokens"] == 0
-    assert summary["prefix_cache_hit_rate"] == 0.0
+    assert summary["prefix_cache_hit_rate"] is None  # was 0.0, read as a cache that missed every prompt
+    assert format_field(summary, "prefix_cache_hit_rate") == "-"
     assert summary["reject_reasons"] == {"kv_full": 2}
     for key in LATENCY_KEYS:
         assert summary[key] == NULL_STATS

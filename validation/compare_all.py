@@ -52,6 +52,12 @@ PLAN: dict[str, tuple[str, str, list[str]]] = {
     **{f"e-prefill-{name}": (f"(e) prefill-heavy, ~{share}% ({qps} req/s)", "prefill_heavy.parquet",
                              _online(qps, 3000))
        for name, share, qps in (("light", 30, 35), ("p70", 70, 80), ("p95", 95, 106))},
+    **{f"f-decode-{name}": (f"(f) decode-heavy, bursty, ~{share}% ({qps} req/s)", "decode_heavy.parquet",
+                            _online(qps, limit))
+       for name, share, qps, limit in (("light", 25, 15, 1000), ("p70", 70, 43, 2000), ("p95", 95, 58, 2500))},
+    **{f"g-azure-8b-{name}": (f"(g) qwen3-8b, Azure conv, ~{share}% ({qps} req/s)", "azure_conv_slice.parquet",
+                              [*_online(qps, limit), "--model", "qwen3-8b"])
+       for name, share, qps, limit in (("light", 20, 4, 400), ("p70", 70, 12.5, 1200))},
 }
 HEADLINE = ["ttft_ms.p50", "ttft_ms.p90", "tpot_ms.p50", "tpot_ms.p90", "e2e_ms.p50", "e2e_ms.p90", "output_throughput"]
 
@@ -67,7 +73,7 @@ def _runs(real_root: Path):
 
 
 # Runs at ~95 % of capacity, whose target is 10 % (the others': max(3 %, the real-vs-real spread)).
-NEAR_SATURATION = frozenset({"b-azure-p95", "e-prefill-p95"})
+NEAR_SATURATION = frozenset({"b-azure-p95", "e-prefill-p95", "f-decode-p95"})
 
 
 def _compare(compare_main, real: Path, other: Path, out: Path) -> tuple[dict, bool | None]:

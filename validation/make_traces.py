@@ -7,7 +7,10 @@
   from the validation slices, replayed on the GPU only to calibrate the cost model on serving steps;
 - prefill_heavy.parquet: synthesised, prompts ~2,048 tokens (lognormal, sigma 0.4) and outputs ~28
   (geometric), the shape where prefill and mixed steps dominate (benchmarks/serving.py's trace, 4,000
-  requests, seed 11: not the benchmark's seed 7).
+  requests, seed 11: not the benchmark's seed 7);
+- decode_heavy.parquet: synthesised, short prompts (~300 tokens, lognormal, sigma 0.6) and long outputs (~350,
+  lognormal, sigma 0.6) arriving in bursts (gamma gaps, CV 2): the shape where large decode batches dominate and
+  arrivals are not Poisson (4,000 requests, seed 13).
 """
 
 from __future__ import annotations
@@ -45,6 +48,15 @@ def prefill_heavy(out: Path) -> None:
     out.unlink(missing_ok=True)  # synth refuses to replace a file; this folder is regenerated whole
     synth(["-o", str(out), "--num-requests", "4000", "--qps", "50", "--prompt-dist",
            "lognormal:median=2048,sigma=0.4,max=8000", "--output-dist", "geometric:mean=28,max=512", "--seed", "11"])
+
+
+def decode_heavy(out: Path) -> None:
+    from traces.synth import main as synth
+
+    out.unlink(missing_ok=True)
+    synth(["-o", str(out), "--num-requests", "4000", "--qps", "20", "--arrival", "gamma", "--cv", "2",
+           "--prompt-dist", "lognormal:median=300,sigma=0.6,max=4000",
+           "--output-dist", "lognormal:median=350,sigma=0.6,max=2000", "--seed", "13"])
 
 
 def slice_of(fmt: str, src: Path, start: int, count: int, out: Path) -> None:
@@ -86,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     slice_of("mooncake", shared / "mooncake_conversation.jsonl", args.mooncake_calibration_start, args.mooncake_count,
              out / "mooncake_calibration.parquet")
     prefill_heavy(out / "prefill_heavy.parquet")
+    decode_heavy(out / "decode_heavy.parquet")
     for path in sorted(out.glob("*.parquet")):
         df = pl.read_parquet(path)
         print(f"{path.name}: {df.height} requests, span {df['arrival_s'].max():.1f} s, "

@@ -9,7 +9,8 @@
 # cache small enough that the scheduler preempts: KV_BLOCKS_AZURE, default 300 blocks, 76 preemptions in
 # simulation; KV_BLOCKS_MOONCAKE, default 600, 27 preemptions), prefill-heavy (the synthetic ~2k/~28 trace at
 # ~30, ~70 and ~95 % of the ~111 req/s the simulator puts its saturation at: QPS_PH_LIGHT 35, QPS_PH_70 80,
-# QPS_PH_95 106 by default). RUN_TAG (default empty) is appended to
+# QPS_PH_95 106 by default), decode-heavy (the synthetic ~300/~350 bursty trace, QPS_DH_*), model-8b (qwen3-8b on
+# the Azure slices, QPS_8B_*). RUN_TAG (default empty) is appended to
 # every run folder's name, so that a phase can be repeated into the same OUT_DIR (real-vs-real spread).
 # Needs validation/traces/ (python validation/make_traces.py) and, where polars is missing, its
 # wheels in .whl/ (see validation/README.md). Every step runs even if an earlier one failed.
@@ -22,8 +23,8 @@ export PYTHONUNBUFFERED=1
 if [ -d .whl ] && ! python3 -c 'import polars' 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
+else  # keep a caller's path: it may hold the wheels it installed (replacing it lost polars in every replay)
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 step() { echo "=== $* ($(date +%T))"; "$@" || echo "!!! failed: $*"; }
@@ -110,6 +111,34 @@ prefill-heavy)
     pack "e-prefill-$name$tag"
   done
   ;;
+decode-heavy)
+  # (f) The synthetic decode-heavy trace (~300-token prompts, ~350-token outputs, bursty gamma arrivals) at
+  # ~25, ~70 and ~95 % of the ~62 req/s where the simulator fills max_num_seqs: QPS_DH_LIGHT 15, QPS_DH_70 43,
+  # QPS_DH_95 58 by default.
+  for spec in "light:${QPS_DH_LIGHT:-15}:1000" "p70:${QPS_DH_70:-43}:2000" "p95:${QPS_DH_95:-58}:2500"; do
+    IFS=: read -r name qps limit <<< "$spec"
+    want "f-decode-$name" || continue
+    step timeout 170 python3 -m engine.replay validation/traces/decode_heavy.parquet --qps "$qps" --limit "$limit" \
+      --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/f-decode-$name$tag" --quiet
+    pack "f-decode-$name$tag"
+  done
+  ;;
+model-8b)
+  # (g) A second model: qwen3-8b on the Azure slice at ~20 and ~70 % of the ~18 req/s the simulator puts its
+  # saturation at (QPS_8B_LIGHT 4, QPS_8B_70 12.5), and its calibration slice (g-cal-azure-8b, QPS_8B_CAL 12.5).
+  for spec in "light:${QPS_8B_LIGHT:-4}:400" "p70:${QPS_8B_70:-12.5}:1200"; do
+    IFS=: read -r name qps limit <<< "$spec"
+    want "g-azure-8b-$name" || continue
+    step timeout 170 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --qps "$qps" --limit "$limit" \
+      --model qwen3-8b --load-format dummy --max-model-len 16384 --out "$out/g-azure-8b-$name$tag" --quiet
+    pack "g-azure-8b-$name$tag"
+  done
+  if want g-cal-azure-8b; then
+  step timeout 170 python3 -m engine.replay validation/traces/azure_conv_calibration.parquet --qps "${QPS_8B_CAL:-12.5}" \
+    --limit 1200 --model qwen3-8b --load-format dummy --max-model-len 16384 --out "$out/g-cal-azure-8b$tag" --quiet
+  pack "g-cal-azure-8b$tag"
+  fi
+  ;;
 kv-pressure)
   # (d) Preemptions and prefix hits under KV pressure: compare their counts, not only latencies.
   if want d-azure-kv; then
@@ -126,7 +155,7 @@ kv-pressure)
   fi
   ;;
 *)
-  echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online, kv-pressure, prefill-heavy)"
+  echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online, kv-pressure, prefill-heavy, decode-heavy, model-8b)"
   exit 2 ;;
 esac
 ls -la "$out"

@@ -42,7 +42,8 @@ class GridPoint:
 def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens: int, quick: bool) -> list[GridPoint]:
     graph_sizes = [b for b in (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
                    if b <= max_num_seqs]
-    contexts = [32, 256, 1024, 4096, 16384]
+    # 2048: a full batch of 2k contexts reads more KV than any other point of a large model's grid (serving reaches it)
+    contexts = [32, 256, 1024, 2048, 4096, 16384]
     chunks = [16, 64, 256, 1024, 2048, 4096, 8192]
     cached = [0, 512, 4096, 16384]
     if quick:
@@ -57,7 +58,10 @@ def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens
     for n, q in ((2, 1024), (4, 512), (8, 256), (16, 128), (4, 2048), (32, 64), (3, 1500)):
         if n * q <= budget:
             points.append(GridPoint("multi_prefill", prefill=tuple((0, q) for _ in range(n))))
-    for bs, ctx, q, c in itertools.product((8, 32, 96, 192), (512, 4096), (64, 1024, 4096), (0, 2048)):
+    # A full batch too (max_num_seqs - 1 decode rows beside the chunk): decode-heavy serving near saturation runs
+    # its mixed steps there, beyond 192 rows.
+    mixed_sizes = sorted({b for b in (8, 32, 96, 192, max_num_seqs - 1) if b >= 1})
+    for bs, ctx, q, c in itertools.product(mixed_sizes, (512, 4096), (64, 1024, 4096), (0, 2048)):
         fits_len = ctx + 16 <= max_model_len and c + q + 2 <= max_model_len
         if fits_len and bs + q <= budget and bs + 1 <= max_num_seqs and bs * (ctx + 16) + c + q <= max_kv_tokens:
             points.append(GridPoint("mixed", decode=(bs, ctx), prefill=((c, q),)))

@@ -194,3 +194,29 @@ def test_step_errors_splits_classes_by_batch_size(tmp_path):
     both = {r["steps"]: r["count"] for r in step_errors(tmp_path / "run", model, batch_bin=32, context_bin=1000)}
     assert both == {"decode, new batch, 0-31 seqs, mean context 0-999": 2,
                     "decode, new batch, 32-63 seqs, mean context 4000-4999": 2, "all": 4}
+
+
+def test_cli_warns_when_the_eager_steps_are_device_bound(tmp_path, capsys):
+    """qwen3-8b's long prefills are device-bound: a host factor fitted to them measures the device part's error."""
+    source = find_profile("qwen3-8b", "h200")
+    profile = tmp_path / "p8b.json"
+    shutil.copy(source, profile)
+    grid = ProfiledCostModel(fit_profile({**json.loads(source.read_text()), "serving": None}), "grid")
+    rows = []
+    for i, (bs, ctx, prefill) in enumerate([(8, 1024, 4096), (32, 2048, 2048)] * 15 + [(32, 700, 0)] * 20):
+        f = _features(bs, ctx, prefill)
+        floor, gpu = grid.eager_parts(f) if prefill else (0.0, 0.0)
+        duration = float(grid.combine(floor, 0.9 * gpu)) if prefill else grid.predict(f, host_slowdown=1.0)
+        rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "step": i, "start_s": 0.1 * i,
+                     "duration_s": duration})
+    (tmp_path / "run").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "run" / "steps.parquet")
+    assert calibrate_main([str(profile), str(tmp_path / "run")]) == 0
+    serving = json.loads(profile.read_text())["serving"]
+    assert serving["eager_host_share"] < 0.25 and serving["host_factor"] < 0.9  # the device's 10 % taken as host
+    assert "warning: the eager steps are device-bound" in capsys.readouterr().out
+    shared = tmp_path / "p06.json"  # the small prefills of the 0.6b fake run are host-bound: no warning
+    shutil.copy(PROFILE, shared)
+    assert calibrate_main([str(shared), str(_fake_run(tmp_path / "run06", host=1.2, decode=1.0))]) == 0
+    assert json.loads(shared.read_text())["serving"]["eager_host_share"] >= 0.25
+    assert "warning" not in capsys.readouterr().out

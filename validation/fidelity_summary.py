@@ -6,6 +6,7 @@ each folder a machine session), and sums up, per load class (light, ~70 %, ~95 %
 the signed error of the simulation against each GPU run, (sim - GPU) / GPU: its median, its largest size, how many
 runs are within 3 % and within 10 %, and how many GPU figures fall inside the simulator's p5-p95 band. A serving
 engineer reads it as: on a machine of this kind, a prediction of this figure at this load is usually this close.
+A second table gives the same per trace shape (and model) and load, over the latency figures together.
 """
 
 from __future__ import annotations
@@ -22,6 +23,38 @@ from validation.compare_all import HEADLINE  # noqa: E402  the figures, in the o
 
 CLASSES = (("light", ("-light",)), ("~70 %", ("-p70", "c-mooncake")), ("~95 %", ("-p95",)),
            ("KV pressure", ("-kv",)), ("offline", ("a-bench",)))
+
+
+# The trace (and model) of a planned run, by its name's prefix (validation/compare_all.py's PLAN): loads of one shape
+# are read together, since the error depends on the shape (decode-heavy is priced long where the others are not).
+SHAPES = (("qwen3-8b, Azure conversation", ("g-azure-8b",)), ("conversation (Azure)", ("b-azure", "d-azure")),
+          ("long context, prefix reuse (Mooncake)", ("c-mooncake", "d-mooncake")),
+          ("prefill-heavy", ("e-prefill",)), ("decode-heavy, bursty", ("f-decode",)), ("offline batch", ("a-bench",)))
+# The latency figures of HEADLINE (throughput is within 1-2 % on every run: it would only dilute the median).
+LATENCY_FIGURES = tuple(f for f in HEADLINE if f != "output_throughput")
+
+
+def shape_class(config: str) -> str:
+    for name, prefixes in SHAPES:
+        if config.startswith(prefixes):
+            return name
+    return "other"
+
+
+def summarize_shapes(rows: list[dict]) -> list[dict]:
+    """One entry per (trace shape, load class): over its GPU runs' latency figures, the median and largest signed
+    error and how many are within 3 % and 10 %."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        if row["figure"] in LATENCY_FIGURES and row["gpu"] and row["sim"] is not None:
+            key = (shape_class(row["config"]), load_class(row["config"]))
+            groups.setdefault(key, []).append((row["sim"] - row["gpu"]) / row["gpu"])
+    shapes, loads = [n for n, _ in SHAPES] + ["other"], [n for n, _ in CLASSES] + ["other"]
+    return [{"shape": shape, "load": load, "num_figures": len(errors), "median_error": statistics.median(errors),
+             "largest_error": max(errors, key=abs), "within_3pct": sum(abs(e) <= 0.03 for e in errors),
+             "within_10pct": sum(abs(e) <= 0.10 for e in errors)}
+            for (shape, load), errors in sorted(groups.items(),
+                                                key=lambda g: (shapes.index(g[0][0]), loads.index(g[0][1])))]
 
 
 def load_class(config: str) -> str:
@@ -55,6 +88,18 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+def shapes_markdown(shapes: list[dict]) -> str:
+    figures = ", ".join(LATENCY_FIGURES)
+    lines = ["", f"By trace shape and load, over the latency figures ({figures}) of its GPU runs:",
+             "", "| trace | load | figures | median error | largest error | within 3 % | within 10 % |",
+             "|:---|:---|---:|---:|---:|---:|---:|"]
+    for s in shapes:
+        n = s["num_figures"]
+        lines.append(f"| {s['shape']} | {s['load']} | {n} | {100 * s['median_error']:+.1f}% | "
+                     f"{100 * s['largest_error']:+.1f}% | {s['within_3pct']} of {n} | {s['within_10pct']} of {n} |")
+    return "\n".join(lines) + "\n"
+
+
 def to_markdown(summary: list[dict], sources: list[str]) -> str:
     lines = ["Signed error of the simulation (shipped profile) against each GPU run, (sim - GPU) / GPU, per load and "
              "figure, over " + ", ".join(f"`{s}`" for s in sources) + " (`python validation/fidelity_summary.py`).",
@@ -82,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
             rows += json.loads(Path(path).read_text())["rows"]
         except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
             parser.exit(2, f"error: {path}: not a bands.json of validation/band_check.py ({exc})\n")
-    summary = summarize(rows)
-    text = to_markdown(summary, args.bands)
+    summary, shapes = summarize(rows), summarize_shapes(rows)
+    text = to_markdown(summary, args.bands) + shapes_markdown(shapes)
     print(text, end="")
     if args.out:
         out = Path(args.out)
         out.write_text(text)
-        out.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
+        out.with_suffix(".json").write_text(json.dumps({"by_load": summary, "by_shape": shapes}, indent=1) + "\n")
     return 0
 
 

@@ -42,7 +42,14 @@ def test_fidelity_summary_groups_runs_by_load_and_figure(tmp_path, capsys):
     path.write_text(json.dumps({"bands": "20", "results": "x", "rows": rows}))
     out = tmp_path / "fidelity.md"
     assert main([str(path), "--out", str(out)]) == 0
-    summary = json.loads(out.with_suffix(".json").read_text())
+    written = json.loads(out.with_suffix(".json").read_text())
+    summary = written["by_load"]
+    # per trace shape and load: Azure light's two runs (+2 %, +13.3 %), prefill-heavy light, Azure ~95 %
+    assert [(s["shape"], s["load"], s["num_figures"], s["within_3pct"], s["within_10pct"])
+            for s in written["by_shape"]] == [("conversation (Azure)", "light", 2, 1, 1),
+                                              ("conversation (Azure)", "~95 %", 1, 0, 1),
+                                              ("prefill-heavy", "light", 1, 0, 1)]
+    assert "| conversation (Azure) | light | 2 | +7.7% | +13.3% | 1 of 2 | 1 of 2 |" in out.read_text()
     assert [(s["load"], s["num_runs"], s["within_3pct"], s["within_10pct"], s["inside_band"]) for s in summary] == [
         ("light", 3, 1, 2, 2), ("~95 %", 1, 0, 1, 1)]
     light = summary[0]

@@ -11,14 +11,18 @@ GREEDY_BELOW_TEMPERATURE = 1e-5
 # The sampler divides float32 logits by the temperature: a larger one is inf there, and logits / inf are 0 (or NaN),
 # a uniform draw that ignores top_k and top_p.
 MAX_TEMPERATURE = 3.4e38
+_NO_STOP_IDS: frozenset[int] = frozenset()
 
 
+# Exact float/int first: the ABC checks behind them (numpy scalars) cost ~30k instructions per request in the
+# simulator, 7 % of simulate() on the Azure trace, where every request builds its params.
 def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return type(value) is float or type(value) is int or (isinstance(value, numbers.Real)
+                                                          and not isinstance(value, bool))
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,9 @@ class SamplingParams:
         TypeError) is refused: ids that can never match would stop nothing without a word."""
         ids = self.stop_token_ids
         if isinstance(ids, frozenset):
+            return
+        if ids == ():  # the default, on every request without stop ids
+            object.__setattr__(self, "stop_token_ids", _NO_STOP_IDS)
             return
         if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
             raise ValueError(f"SamplingParams.stop_token_ids must be a sequence of ints, got {ids!r}")

@@ -115,6 +115,17 @@ def _target_table(by_run: dict[str, dict]) -> str:
             + "\n".join(lines) + "\n")
 
 
+def timeline_profile(real_config: dict, cost_model: str = "auto") -> Path | None:
+    """The profile a GPU run's host-slowdown timeline is read against: ``--cost-model`` when it names a file, else
+    the shipped H200 profile of the run's own model and TP size (the qwen3-8b runs read against qwen3-0.6b's came
+    out 3-5x slow)."""
+    if cost_model not in ("auto", "roofline"):
+        return Path(cost_model)
+    from sim.profiled_cost_model import find_profile
+
+    return find_profile(real_config.get("model", "qwen3-0.6b"), "h200", real_config.get("tensor_parallel_size", 1))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--real", default=str(ROOT / "validation" / "runs" / "real"), help="GPU run folders")
@@ -136,7 +147,6 @@ def main(argv: list[str] | None = None) -> int:
                        "...); nothing written\n")
     if args.host_timelines:
         from sim.host_speed import timeline_from_run
-        from sim.profiled_cost_model import find_profile
 
         sim_root, results = sim_root / "diagnosis", results / "diagnosis"
         sim_root.mkdir(parents=True, exist_ok=True)
@@ -157,10 +167,11 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(sim)
         extra = []
         if args.host_timelines:
-            profile = (Path(args.cost_model) if args.cost_model not in ("auto", "roofline")
-                       else find_profile("qwen3-0.6b", "h200"))
+            profile = timeline_profile(real_config, args.cost_model)
             timeline = sim_root / f"{name}-host.csv"
             try:
+                if profile is None:
+                    raise ValueError(f"no measured h200 profile of {real_config.get('model')} to read its host speed")
                 timeline_from_run(real, profile).write_csv(timeline)
                 extra = ["--host-slowdown", str(timeline)]
             except ValueError as exc:  # no host-bound eager step to read the speed from: the calibrated average

@@ -81,3 +81,13 @@ def test_decode_fits_recover_a_runs_decode_factor(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "k 1.1000" in out and "slope 0.000 %" in out  # every decode step is 1.1 x the grid, whatever its batch
     assert out.count("  k        all 1.000") == 2  # the run priced with it, as calibration and as validation
+
+
+def test_host_timelines_read_each_run_against_its_own_models_profile(tmp_path):
+    from validation.compare_all import timeline_profile
+
+    # compare_all --host-timelines read the qwen3-8b runs against qwen3-0.6b's profile: slowdowns of 3-5x
+    assert timeline_profile({"model": "qwen3-8b", "tensor_parallel_size": 1}).name == "qwen3-8b.json"
+    assert timeline_profile({"model": "qwen3-0.6b"}).name == "qwen3-0.6b.json"
+    assert timeline_profile({"model": "qwen3-8b", "tensor_parallel_size": 2}) is None  # no TP=2 profile
+    assert timeline_profile({"model": "qwen3-8b"}, str(tmp_path / "p.json")) == tmp_path / "p.json"

@@ -106,6 +106,11 @@ def run_engine(factory: Callable[[], object], commands: Connection, messages: Co
         return
     try:
         _Loop(engine, commands, messages).run()
+    except SystemExit as exc:  # SIGTERM (exit_with_parent): `timeout` or `kill -- -PGID` stops the server with it
+        try:
+            messages.send(("error", f"the engine process was stopped by a signal (exit {exc.code})"))
+        except OSError:
+            pass
     except BaseException as exc:  # noqa: BLE001 - the server must learn why the loop stopped
         _log.error("the engine loop stopped:\n%s", traceback.format_exc())
         try:

@@ -76,3 +76,30 @@ def test_a_request_the_engine_rejects_whole_is_not_kept() -> None:
     while llm.engine.has_unfinished_requests():
         loop.after_step(*llm.engine.step())
     assert loop.seqs == {} and loop.choices == {}
+
+
+STOPPED_BY_SIGTERM = """
+import functools, multiprocessing, os, signal
+from engine.server.engine_process import run_engine
+from tests.engine.test_server_api import ScriptedRunner, scripted_llm
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    commands, _ = ctx.Pipe()
+    received, messages = ctx.Pipe()
+    engine = ctx.Process(target=run_engine, name="engine",
+                         args=(functools.partial(scripted_llm, ScriptedRunner, {}, {}), commands, messages))
+    engine.start()
+    assert received.recv()[0] == "ready"
+    os.kill(engine.pid, signal.SIGTERM)  # what `timeout` sends the server's whole process group
+    engine.join(30)
+    print(received.recv(), flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_an_idle_engine_sent_sigterm_stops_without_a_traceback() -> None:
+    """`timeout 60 python -m engine.serve ...` signals the engine process too: it logged the loop's traceback."""
+    done = subprocess.run([sys.executable, "-c", STOPPED_BY_SIGTERM], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "stopped by a signal (exit 143)" in done.stdout

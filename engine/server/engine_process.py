@@ -85,6 +85,14 @@ class Update:
     timing: Timing | None = None
 
 
+def _signalled(exc: BaseException) -> str | None:
+    """The one line for a SIGTERM (exit_with_parent raises SystemExit), wherever it lands: while the engine loads,
+    just after it said ready, or in the loop."""
+    if isinstance(exc, SystemExit):
+        return f"the engine process was stopped by a signal (exit {exc.code})"
+    return None
+
+
 def run_engine(factory: Callable[[], object], commands: Connection, messages: Connection) -> None:
     """The engine process's main: build the engine with ``factory`` (an ``engine.LLM`` or anything with its
     ``engine``, ``shape``, ``model_dir`` and ``close``), say ready, then serve commands until told to stop."""
@@ -100,7 +108,7 @@ def run_engine(factory: Callable[[], object], commands: Connection, messages: Co
         messages.send(("ready", EngineInfo(engine.config, llm.shape.vocab_size, str(llm.model_dir))))
     except BaseException as exc:  # noqa: BLE001 - whatever stopped the load is the server's one-line error
         try:
-            messages.send(("error", f"{type(exc).__name__}: {exc}"))
+            messages.send(("error", _signalled(exc) or f"{type(exc).__name__}: {exc}"))
         except OSError:  # the server is gone (exit_with_parent): nobody to tell
             pass
         return
@@ -108,7 +116,7 @@ def run_engine(factory: Callable[[], object], commands: Connection, messages: Co
         _Loop(engine, commands, messages).run()
     except SystemExit as exc:  # SIGTERM (exit_with_parent): `timeout` or `kill -- -PGID` stops the server with it
         try:
-            messages.send(("error", f"the engine process was stopped by a signal (exit {exc.code})"))
+            messages.send(("error", _signalled(exc)))
         except OSError:
             pass
     except BaseException as exc:  # noqa: BLE001 - the server must learn why the loop stopped

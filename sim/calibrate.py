@@ -130,7 +130,7 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
         "eager_time_ratio_uncalibrated": round(float(model.combine(floor_s, gpu_s).sum() / real_s.sum()), 4),
         # The host part's share of the eager steps' predicted time: where it is small, the host factor absorbs the
         # device part's error rather than measuring the host (main warns below MIN_HOST_SHARE).
-        "eager_host_share": round(float(floor_s.sum() / model.combine(floor_s, gpu_s).sum()), 4),
+        "eager_host_share": round(float(floor_s.sum() / max(float(model.combine(floor_s, gpu_s).sum()), 1e-300)), 4),
         "decode_time_ratio_uncalibrated": round(decode_pred / decode_real, 4) if decode_real else None,
     }
     # Whether the factors carry a difference of machines as well as of conditions (None: not recorded).

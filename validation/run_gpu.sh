@@ -32,6 +32,19 @@ step() { echo "=== $* ($(date +%T))"; "$@" || echo "!!! failed: $*"; }
 # so that the runs of several phases fit into one 10-minute device command.
 want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 pack() { tar -czf "$out/$1.tgz" -C "$out" "$1" && rm -r "${out:?}/$1"; }
+# replay_loads PREFIX TRACE MODEL NAME:QPS:LIMIT...: one online replay of validation/traces/TRACE per load, into
+# PREFIX-NAME (plus RUN_TAG), packed; the loads ONLY leaves out are skipped.
+replay_loads() {
+  local prefix=$1 trace=$2 model=$3 spec name qps limit
+  shift 3
+  for spec in "$@"; do
+    IFS=: read -r name qps limit <<< "$spec"
+    want "$prefix-$name" || continue
+    step timeout 170 python3 -m engine.replay "validation/traces/$trace" --qps "$qps" --limit "$limit" \
+      --model "$model" --load-format dummy --max-model-len 16384 --out "$out/$prefix-$name$tag" --quiet
+    pack "$prefix-$name$tag"
+  done
+}
 
 case "$phase" in
 check)
@@ -89,13 +102,7 @@ capacity)
   ;;
 online)
   # (b) Azure at three loads (QPS_LIGHT, QPS_70, QPS_95 given in the environment), (c) Mooncake at one.
-  for spec in "light:$QPS_LIGHT:600" "p70:$QPS_70:2200" "p95:$QPS_95:2700"; do
-    IFS=: read -r name qps limit <<< "$spec"
-    want "b-azure-$name" || continue
-    step timeout 170 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --qps "$qps" --limit "$limit" \
-      --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/b-azure-$name$tag" --quiet
-    pack "b-azure-$name$tag"
-  done
+  replay_loads b-azure azure_conv_slice.parquet qwen3-0.6b "light:$QPS_LIGHT:600" "p70:$QPS_70:2200" "p95:$QPS_95:2700"
   if want c-mooncake; then
   step timeout 200 python3 -m engine.replay validation/traces/mooncake_slice.parquet --qps "$QPS_MOONCAKE" --limit 200 \
     --model qwen3-0.6b --load-format dummy --max-model-len 65536 --allow-long-max-model-len --out "$out/c-mooncake$tag" --quiet
@@ -103,41 +110,21 @@ online)
   fi
   ;;
 prefill-heavy)
-  for spec in "light:${QPS_PH_LIGHT:-35}" "p70:${QPS_PH_70:-80}" "p95:${QPS_PH_95:-106}"; do
-    IFS=: read -r name qps <<< "$spec"
-    want "e-prefill-$name" || continue
-    step timeout 170 python3 -m engine.replay validation/traces/prefill_heavy.parquet --qps "$qps" --limit 3000 \
-      --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/e-prefill-$name$tag" --quiet
-    pack "e-prefill-$name$tag"
-  done
+  replay_loads e-prefill prefill_heavy.parquet qwen3-0.6b \
+    "light:${QPS_PH_LIGHT:-35}:3000" "p70:${QPS_PH_70:-80}:3000" "p95:${QPS_PH_95:-106}:3000"
   ;;
 decode-heavy)
   # (f) The synthetic decode-heavy trace (~300-token prompts, ~350-token outputs, bursty gamma arrivals) at
   # ~25, ~70 and ~95 % of the ~62 req/s where the simulator fills max_num_seqs: QPS_DH_LIGHT 15, QPS_DH_70 43,
   # QPS_DH_95 58 by default.
-  for spec in "light:${QPS_DH_LIGHT:-15}:1000" "p70:${QPS_DH_70:-43}:2000" "p95:${QPS_DH_95:-58}:2500"; do
-    IFS=: read -r name qps limit <<< "$spec"
-    want "f-decode-$name" || continue
-    step timeout 170 python3 -m engine.replay validation/traces/decode_heavy.parquet --qps "$qps" --limit "$limit" \
-      --model qwen3-0.6b --load-format dummy --max-model-len 16384 --out "$out/f-decode-$name$tag" --quiet
-    pack "f-decode-$name$tag"
-  done
+  replay_loads f-decode decode_heavy.parquet qwen3-0.6b \
+    "light:${QPS_DH_LIGHT:-15}:1000" "p70:${QPS_DH_70:-43}:2000" "p95:${QPS_DH_95:-58}:2500"
   ;;
 model-8b)
   # (g) A second model: qwen3-8b on the Azure slice at ~20 and ~70 % of the ~18 req/s the simulator puts its
   # saturation at (QPS_8B_LIGHT 4, QPS_8B_70 12.5), and its calibration slice (g-cal-azure-8b, QPS_8B_CAL 12.5).
-  for spec in "light:${QPS_8B_LIGHT:-4}:400" "p70:${QPS_8B_70:-12.5}:1200"; do
-    IFS=: read -r name qps limit <<< "$spec"
-    want "g-azure-8b-$name" || continue
-    step timeout 170 python3 -m engine.replay validation/traces/azure_conv_slice.parquet --qps "$qps" --limit "$limit" \
-      --model qwen3-8b --load-format dummy --max-model-len 16384 --out "$out/g-azure-8b-$name$tag" --quiet
-    pack "g-azure-8b-$name$tag"
-  done
-  if want g-cal-azure-8b; then
-  step timeout 170 python3 -m engine.replay validation/traces/azure_conv_calibration.parquet --qps "${QPS_8B_CAL:-12.5}" \
-    --limit 1200 --model qwen3-8b --load-format dummy --max-model-len 16384 --out "$out/g-cal-azure-8b$tag" --quiet
-  pack "g-cal-azure-8b$tag"
-  fi
+  replay_loads g-azure-8b azure_conv_slice.parquet qwen3-8b "light:${QPS_8B_LIGHT:-4}:400" "p70:${QPS_8B_70:-12.5}:1200"
+  replay_loads g-cal azure_conv_calibration.parquet qwen3-8b "azure-8b:${QPS_8B_CAL:-12.5}:1200"
   ;;
 kv-pressure)
   # (d) Preemptions and prefix hits under KV pressure: compare their counts, not only latencies.

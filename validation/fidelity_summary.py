@@ -41,18 +41,25 @@ def shape_class(config: str) -> str:
     return "other"
 
 
+def _error(row: dict) -> float | None:
+    """(sim - GPU) / GPU of one bands.json row; None where either side is missing or the GPU figure is 0."""
+    return None if not row["gpu"] or row["sim"] is None else (row["sim"] - row["gpu"]) / row["gpu"]
+
+
+def _error_stats(errors: list[float]) -> dict:
+    return {"median_error": statistics.median(errors), "largest_error": max(errors, key=abs),
+            "within_3pct": sum(abs(e) <= 0.03 for e in errors), "within_10pct": sum(abs(e) <= 0.10 for e in errors)}
+
+
 def summarize_shapes(rows: list[dict]) -> list[dict]:
     """One entry per (trace shape, load class): over its GPU runs' latency figures, the median and largest signed
     error and how many are within 3 % and 10 %."""
     groups: dict[tuple[str, str], list[float]] = {}
     for row in rows:
-        if row["figure"] in LATENCY_FIGURES and row["gpu"] and row["sim"] is not None:
-            key = (shape_class(row["config"]), load_class(row["config"]))
-            groups.setdefault(key, []).append((row["sim"] - row["gpu"]) / row["gpu"])
+        if row["figure"] in LATENCY_FIGURES and (error := _error(row)) is not None:
+            groups.setdefault((shape_class(row["config"]), load_class(row["config"])), []).append(error)
     shapes, loads = [n for n, _ in SHAPES] + ["other"], [n for n, _ in CLASSES] + ["other"]
-    return [{"shape": shape, "load": load, "num_figures": len(errors), "median_error": statistics.median(errors),
-             "largest_error": max(errors, key=abs), "within_3pct": sum(abs(e) <= 0.03 for e in errors),
-             "within_10pct": sum(abs(e) <= 0.10 for e in errors)}
+    return [{"shape": shape, "load": load, "num_figures": len(errors), **_error_stats(errors)}
             for (shape, load), errors in sorted(groups.items(),
                                                 key=lambda g: (shapes.index(g[0][0]), loads.index(g[0][1])))]
 
@@ -74,18 +81,11 @@ def summarize(rows: list[dict]) -> list[dict]:
     groups: dict[tuple[str, str], list[dict]] = {}
     order = [name for name, _ in CLASSES] + ["other"]
     for row in rows:
-        if row["gpu"] is None or row["sim"] is None or not row["gpu"]:
-            continue
-        groups.setdefault((load_class(row["config"]), row["figure"]), []).append(row)
-    out = []
-    for (cls, figure), members in sorted(groups.items(), key=lambda group: _rank(*group[0], order)):
-        errors = [(r["sim"] - r["gpu"]) / r["gpu"] for r in members]
-        out.append({"load": cls, "figure": figure, "num_runs": len(errors),
-                    "median_error": statistics.median(errors), "largest_error": max(errors, key=abs),
-                    "within_3pct": sum(abs(e) <= 0.03 for e in errors),
-                    "within_10pct": sum(abs(e) <= 0.10 for e in errors),
-                    "inside_band": sum(bool(r["inside"]) for r in members)})
-    return out
+        if _error(row) is not None:
+            groups.setdefault((load_class(row["config"]), row["figure"]), []).append(row)
+    return [{"load": cls, "figure": figure, "num_runs": len(members), **_error_stats([_error(r) for r in members]),
+             "inside_band": sum(bool(r["inside"]) for r in members)}
+            for (cls, figure), members in sorted(groups.items(), key=lambda group: _rank(*group[0], order))]
 
 
 def shapes_markdown(shapes: list[dict]) -> str:

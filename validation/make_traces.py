@@ -42,21 +42,20 @@ def bench_workload(out: Path) -> None:
     save_trace(df, out)
 
 
-def prefill_heavy(out: Path) -> None:
+def synthesised(out: Path, options: list[str]) -> None:
+    """A traces.synth trace at ``out`` (4,000 requests), made anew."""
     from traces.synth import main as synth
 
     out.unlink(missing_ok=True)  # synth refuses to replace a file; this folder is regenerated whole
-    synth(["-o", str(out), "--num-requests", "4000", "--qps", "50", "--prompt-dist",
-           "lognormal:median=2048,sigma=0.4,max=8000", "--output-dist", "geometric:mean=28,max=512", "--seed", "11"])
+    synth(["-o", str(out), "--num-requests", "4000", *options])
 
 
-def decode_heavy(out: Path) -> None:
-    from traces.synth import main as synth
-
-    out.unlink(missing_ok=True)
-    synth(["-o", str(out), "--num-requests", "4000", "--qps", "20", "--arrival", "gamma", "--cv", "2",
-           "--prompt-dist", "lognormal:median=300,sigma=0.6,max=4000",
-           "--output-dist", "lognormal:median=350,sigma=0.6,max=2000", "--seed", "13"])
+# benchmarks/serving.py's shape, with another seed (11, not the benchmark's 7)
+PREFILL_HEAVY = ["--qps", "50", "--prompt-dist", "lognormal:median=2048,sigma=0.4,max=8000",
+                 "--output-dist", "geometric:mean=28,max=512", "--seed", "11"]
+DECODE_HEAVY = ["--qps", "20", "--arrival", "gamma", "--cv", "2",
+                "--prompt-dist", "lognormal:median=300,sigma=0.6,max=4000",
+                "--output-dist", "lognormal:median=350,sigma=0.6,max=2000", "--seed", "13"]
 
 
 def slice_of(fmt: str, src: Path, start: int, count: int, out: Path) -> None:
@@ -97,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
              out / "azure_conv_calibration.parquet")
     slice_of("mooncake", shared / "mooncake_conversation.jsonl", args.mooncake_calibration_start, args.mooncake_count,
              out / "mooncake_calibration.parquet")
-    prefill_heavy(out / "prefill_heavy.parquet")
-    decode_heavy(out / "decode_heavy.parquet")
+    synthesised(out / "prefill_heavy.parquet", PREFILL_HEAVY)
+    synthesised(out / "decode_heavy.parquet", DECODE_HEAVY)
     for path in sorted(out.glob("*.parquet")):
         df = pl.read_parquet(path)
         print(f"{path.name}: {df.height} requests, span {df['arrival_s'].max():.1f} s, "

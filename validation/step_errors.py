@@ -9,6 +9,11 @@ repeat the batch before them (after a prefill, a finish or a preemption: the eng
 and the remaining decode steps (planned during the step before). For each class it prints the real and
 predicted mean durations and their ratio, so a latency error can be traced to a kind of step.
 The profile's serving calibration applies (its averages), as in ``sim.replay``.
+
+``--bucket-fit`` instead fits the runs' decode steps that repeat their batch, by their durations (the engine's own
+time, without the loop's work between steps), per CUDA-graph bucket as a + b x (KV tokens read), and prints a and b
+beside the profile grid's (before serving factors): a per-step cost that differs while b agrees is a constant per
+step, not a factor.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
+
 from sim.batch_features import read_steps  # noqa: E402
-from sim.profiled_cost_model import ProfiledCostModel, find_profile  # noqa: E402
+from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, find_profile, fit_profile, read_profile  # noqa: E402,E501
 
 CLASSES = ("eager", "decode, new batch", "decode, same batch")
 
@@ -68,6 +75,30 @@ def step_errors(run_dir: Path, model: ProfiledCostModel, batch_bin: int = 0, con
             for key, (count, real, pred) in sorted(sums.items())]  # classes in order, bins ascending, the run last
 
 
+MIN_BUCKET_STEPS = 50  # fewer steps in a bucket give no usable line
+
+
+def bucket_fits(run_dirs: list[Path], grid: ProfiledCostModel) -> list[dict]:
+    """Per CUDA-graph bucket of the runs' same-batch decode steps: count, real a (ms) and b (ns per KV token) by
+    least squares on their durations, the grid's a and b, and the mean real and grid step time (ms)."""
+    steps = np.array([(f["num_decode_seqs"], f["decode_context_tokens"], real_s)
+                      for run in run_dirs for f, real_s, _ in read_steps(run, periods=False)
+                      if _is_graph_step(f, grid.max_graph_bs) and f["continues_batch"]], dtype=float).reshape(-1, 3)
+    sizes = sorted(grid.fit.get("graph_sizes") or grid.fit["graph_decode"]["batch_sizes"])
+    out, below = [], 0
+    for size in sizes:
+        rows = steps[(steps[:, 0] > below) & (steps[:, 0] <= size)]
+        below = size
+        if len(rows) < MIN_BUCKET_STEPS or np.ptp(rows[:, 1]) == 0:
+            continue
+        b, a = np.polyfit(rows[:, 1], rows[:, 2], 1)
+        grid_s = grid._decode_a[size] + grid._decode_b[size] * rows[:, 1]
+        out.append({"bucket": size, "count": len(rows), "real_a_ms": 1e3 * a, "real_b_ns": 1e9 * b,
+                    "grid_a_ms": 1e3 * grid._decode_a[size], "grid_b_ns": 1e9 * grid._decode_b[size],
+                    "real_ms": 1e3 * rows[:, 2].mean(), "grid_ms": 1e3 * grid_s.mean()})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="GPU replay folders")
@@ -76,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also split each class by batch size, in bins of this many sequences")
     parser.add_argument("--context-bin", type=int, default=0, metavar="TOKENS",
                         help="also split each class by the mean decode context, in bins of this many tokens")
+    parser.add_argument("--bucket-fit", action="store_true",
+                        help="instead fit the same-batch decode steps per CUDA-graph bucket as a + b x KV tokens")
     args = parser.parse_args(argv)
     if args.batch_bin < 0:
         parser.exit(2, f"error: --batch-bin: expected a number of sequences >= 1, got {args.batch_bin}\n")
@@ -84,7 +117,20 @@ def main(argv: list[str] | None = None) -> int:
     missing = [run for run in args.runs if not (Path(run) / "steps.parquet").is_file()]
     if missing:
         parser.exit(2, f"error: {missing[0]}: no steps.parquet; expected an engine.replay run folder\n")
-    model = ProfiledCostModel.load(Path(args.profile) if args.profile else find_profile("qwen3-0.6b", "h200"))
+    profile_path = Path(args.profile) if args.profile else find_profile("qwen3-0.6b", "h200")
+    if args.bucket_fit:
+        grid = ProfiledCostModel(fit_profile({**read_profile(profile_path), "serving": None}), "grid")
+        try:
+            fits = bucket_fits([Path(run) for run in args.runs], grid)
+        except ValueError as exc:
+            parser.exit(2, f"error: {exc}\n")
+        print(f"{'bucket':>6}{'steps':>8}{'real a ms':>11}{'grid a ms':>11}{'real b ns':>11}{'grid b ns':>11}"
+              f"{'real ms':>9}{'grid ms':>9}")
+        for r in fits:
+            print(f"{r['bucket']:>6}{r['count']:>8}{r['real_a_ms']:>11.3f}{r['grid_a_ms']:>11.3f}{r['real_b_ns']:>11.1f}"
+                  f"{r['grid_b_ns']:>11.1f}{r['real_ms']:>9.3f}{r['grid_ms']:>9.3f}")
+        return 0
+    model = ProfiledCostModel.load(profile_path)
     try:
         rows = [r for run in args.runs for r in step_errors(Path(run), model, args.batch_bin, args.context_bin)]
     except ValueError as exc:  # read_steps names the file and what it expected

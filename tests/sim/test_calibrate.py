@@ -196,6 +196,34 @@ def test_step_errors_splits_classes_by_batch_size(tmp_path):
                     "decode, new batch, 32-63 seqs, mean context 4000-4999": 2, "all": 4}
 
 
+def test_step_errors_bucket_fit_recovers_a_constant_per_step(tmp_path, capsys):
+    """validation/step_errors.py --bucket-fit: steps of 9-16 sequences taking the grid's bucket-16 line less 0.2 ms
+    fit back to that intercept less 0.2 ms and the grid's slope; steps that change their batch are left out."""
+    from sim.profiled_cost_model import ProfiledCostModel, find_profile, fit_profile
+    from validation.step_errors import main as step_errors_main
+
+    profile = json.loads(find_profile("qwen3-0.6b", "h200").read_text())
+    grid = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
+    a_s, b_s = grid._decode_a[16], grid._decode_b[16]
+    rows, t = [], 0.0
+    for step in range(120):
+        seqs, context = 9 + step % 8, 200 + 37 * step
+        f = {**_features(seqs, context), "continues_batch": int(step % 10 != 0)}
+        real_s = a_s + b_s * seqs * context - 2e-4 + (0.01 if step % 10 == 0 else 0.0)  # new batches: off the line
+        rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "replica": 0, "step": step, "num_running": seqs,
+                     "start_s": t, "duration_s": real_s})
+        t += real_s
+    (tmp_path / "run").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "run" / "steps.parquet")
+    assert step_errors_main([str(tmp_path / "run"), "--bucket-fit"]) == 0
+    header, line = capsys.readouterr().out.splitlines()
+    bucket, count, real_a, grid_a, real_b, grid_b = line.split()[:6]
+    assert (int(bucket), int(count)) == (16, 108)
+    assert float(real_a) == pytest.approx(1e3 * a_s - 0.2, abs=1e-3) and float(grid_a) == pytest.approx(1e3 * a_s,
+                                                                                                         abs=1e-3)
+    assert float(real_b) == pytest.approx(1e9 * b_s, abs=0.1) and float(grid_b) == pytest.approx(1e9 * b_s, abs=0.1)
+
+
 def test_cli_warns_when_the_eager_steps_are_device_bound(tmp_path, capsys):
     """qwen3-8b's long prefills are device-bound: a host factor fitted to them measures the device part's error."""
     source = find_profile("qwen3-8b", "h200")

@@ -216,7 +216,10 @@ class HostSpeedEpisodes:
 
     def forget_before(self, now_s: float) -> None:
         """Drop the periods that ended by ``now_s``, in an even number: a period's parity (normal or slow) is its
-        index's, and every later query's index moves by the number dropped."""
+        index's, and every later query's index moves by the number dropped. Called every step: fewer periods than
+        FORGET_PERIODS are kept as they are, without a search."""
+        if len(self._ends_s) < FORGET_PERIODS:
+            return
         ended = bisect.bisect_right(self._ends_s, now_s) & ~1
         if ended >= FORGET_PERIODS:
             del self._ends_s[:ended]

@@ -36,8 +36,9 @@ class CostModelRunner:
         self.clock = clock
 
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
-        start_s = self.clock.now() if self.host_speed is not None else 0.0  # the only reader of the time
+        start_s = 0.0
         if self.host_speed is not None:
+            start_s = self.clock.now()  # the only reader of the time
             self.host_speed.forget_before(start_s)
         return RunnerOutput([self.token_id] * len(batch.seqs), self.duration_at(batch, start_s))
 

@@ -159,6 +159,7 @@ def build_app(engine: EngineClient, tokenizer=None, *,
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         body.check_supported()
         _check_model(state, body.model)
+        _check_num_choices(state, body.n, 1)  # before the template renders
         prompt = await _chat_prompt_ids(state, body)
         return await _serve(state, request, body, [prompt], body.requested_max_tokens, chat=True)
 
@@ -266,7 +267,7 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
             top_k=top_k,
             max_tokens=max_tokens,
             ignore_eos=body.ignore_eos,
-            stop_token_ids=tuple(stop_token_ids),
+            stop_token_ids=stop_token_ids,
             seed=seed,
         )
     except ValueError as exc:
@@ -281,7 +282,6 @@ async def _serve(state: ServerState, request: Request, body: _Sampling, prompts:
     if stop and state.tokenizer is None:
         raise bad_request("stop strings need a tokenizer; this model has none (use stop_token_ids)", "stop")
     n = body.n
-    _check_num_choices(state, n, len(prompts))
     if max_tokens is None:  # max_tokens becomes the room the prompt leaves: a prompt that fills the context leaves none
         full = next((i for i, ids in enumerate(prompts) if len(ids) >= state.max_model_len), None)
         if full is not None:

@@ -204,6 +204,11 @@ class EngineClient:
             if message[0] == "error":
                 return
 
+    def _counted_at_abort(self, update: Update) -> bool:
+        """A finished choice's update that was on its way when the server aborted it (and counted it then)."""
+        aborted = self._aborted.get(update.key, ())
+        return aborted is None or update.index in aborted
+
     def _on_message(self, message: tuple) -> None:
         kind = message[0]
         if kind == "step":
@@ -215,8 +220,7 @@ class EngineClient:
                 num_generated += len(fields[2])
                 update = Update(*fields)
                 stream = streams.get(update.key)
-                aborted = self._aborted.get(update.key, ())
-                if update.finished and not (aborted is None or update.index in aborted):  # else counted at abort
+                if update.finished and not self._counted_at_abort(update):
                     self.metrics.on_finished(update)
                     if stream is not None:
                         stream.num_unfinished -= 1

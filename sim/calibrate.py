@@ -122,15 +122,16 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     k = fit_host_factor(floor_s, gpu_s, real_s, model.combine)
     # Decode steps (CUDA graph replays): one factor on the whole prediction, to match their total time.
     decode_k = decode_real / decode_pred if decode_pred else 1.0
+    predicted_s = float(model.combine(floor_s, gpu_s).sum())  # the eager steps' time, uncalibrated
     serving = {
         "host_factor": round(k, 4),
         "decode_factor": round(max(0.5, min(2.0, decode_k)), 4),
         "runs": runs,
         "num_eager_steps": len(reals),
-        "eager_time_ratio_uncalibrated": round(float(model.combine(floor_s, gpu_s).sum() / real_s.sum()), 4),
+        "eager_time_ratio_uncalibrated": round(predicted_s / float(real_s.sum()), 4),
         # The host part's share of the eager steps' predicted time: where it is small, the host factor absorbs the
         # device part's error rather than measuring the host (main warns below MIN_HOST_SHARE).
-        "eager_host_share": round(float(floor_s.sum() / max(float(model.combine(floor_s, gpu_s).sum()), 1e-300)), 4),
+        "eager_host_share": round(float(floor_s.sum()) / predicted_s, 4) if predicted_s > 0 else 0.0,
         "decode_time_ratio_uncalibrated": round(decode_pred / decode_real, 4) if decode_real else None,
     }
     # Whether the factors carry a difference of machines as well as of conditions (None: not recorded).

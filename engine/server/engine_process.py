@@ -85,12 +85,17 @@ class Update:
     timing: Timing | None = None
 
 
-def _signalled(exc: BaseException) -> str | None:
-    """The one line for a SIGTERM (exit_with_parent raises SystemExit), wherever it lands: while the engine loads,
-    just after it said ready, or in the loop."""
+def _report(messages: Connection, exc: BaseException) -> None:
+    """Tell the server in one line why the engine stopped; a SIGTERM (exit_with_parent raises SystemExit) says so,
+    wherever it lands: while the engine loads, just after it said ready, or in the loop."""
     if isinstance(exc, SystemExit):
-        return f"the engine process was stopped by a signal (exit {exc.code})"
-    return None
+        line = f"the engine process was stopped by a signal (exit {exc.code})"
+    else:
+        line = f"{type(exc).__name__}: {exc}"
+    try:
+        messages.send(("error", line))
+    except OSError:  # the server is gone (exit_with_parent): nobody to tell
+        pass
 
 
 def run_engine(factory: Callable[[], object], commands: Connection, messages: Connection) -> None:
@@ -107,24 +112,15 @@ def run_engine(factory: Callable[[], object], commands: Connection, messages: Co
         gc.freeze()  # the model and the warm-up's leftovers: out of the collector's sight, as engine.replay does
         messages.send(("ready", EngineInfo(engine.config, llm.shape.vocab_size, str(llm.model_dir))))
     except BaseException as exc:  # noqa: BLE001 - whatever stopped the load is the server's one-line error
-        try:
-            messages.send(("error", _signalled(exc) or f"{type(exc).__name__}: {exc}"))
-        except OSError:  # the server is gone (exit_with_parent): nobody to tell
-            pass
+        _report(messages, exc)
         return
     try:
         _Loop(engine, commands, messages).run()
-    except SystemExit as exc:  # SIGTERM (exit_with_parent): `timeout` or `kill -- -PGID` stops the server with it
-        try:
-            messages.send(("error", _signalled(exc)))
-        except OSError:
-            pass
     except BaseException as exc:  # noqa: BLE001 - the server must learn why the loop stopped
-        _log.error("the engine loop stopped:\n%s", traceback.format_exc())
-        try:
-            messages.send(("error", f"{type(exc).__name__}: {exc}"))
-        except OSError:
-            pass
+        # SIGTERM (exit_with_parent) is no failure to log: `timeout` or `kill -- -PGID` stops the server with it
+        if not isinstance(exc, SystemExit):
+            _log.error("the engine loop stopped:\n%s", traceback.format_exc())
+        _report(messages, exc)
     finally:
         close = getattr(llm, "close", None)
         if close is not None:

@@ -47,9 +47,11 @@ class Converted:
 def drop_zero_lengths(frame: pl.DataFrame, what: str) -> tuple[pl.DataFrame, np.ndarray, str]:
     """Remove requests with no prompt or no output tokens, which no engine can serve.
 
-    `frame` must be in the order convert keeps (stable by arrival). Returns the kept rows, for each dropped row
-    how many kept rows precede it (Converted.kept_before_drops) and the summary line's phrase for a count.
+    Returns the kept rows, stably sorted by arrival (the order convert keeps, in which --limit counts drops), for
+    each dropped row how many kept rows precede it (Converted.kept_before_drops) and the summary line's phrase for
+    a count.
     """
+    frame = frame.sort("arrival_s", maintain_order=True)
     empty = ((frame["prompt_tokens"] == 0) | (frame["output_tokens"] == 0)).to_numpy()
     kept_before = np.cumsum(~empty) - ~empty
     note = f"dropped {{}} {what} with 0 prompt or 0 output tokens"

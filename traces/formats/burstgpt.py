@@ -33,7 +33,6 @@ def read(path: Path, options: ConvertOptions) -> Converted:
             "output_tokens": int_column(path, frame, "Response tokens"),
         }
     ).hstack([frame[source].alias(name) for source, name in _EXTRAS.items() if source in frame.columns])
-    requests = requests.sort("arrival_s", maintain_order=True)
-    requests = requests.with_columns(pl.col("arrival_s") - pl.col("arrival_s").first())
+    requests = requests.with_columns(pl.col("arrival_s") - pl.col("arrival_s").min())
     requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "requests (0 response tokens are failures)")
     return Converted(requests, kept_before_drops=kept_before_drops, drop_note=drop_note)

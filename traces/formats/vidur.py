@@ -37,8 +37,6 @@ def read(path: Path, options: ConvertOptions) -> Converted:
             "output_tokens": int_column(path, frame, "num_decode_tokens"),
         }
     )
-    # Recorded arrivals in the order convert keeps them, so drops are counted in order; drawn ones follow the file.
-    requests = requests.sort("arrival_s", maintain_order=True)
     requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "requests")
     assigned = not recorded and options.qps is not None
     if assigned:

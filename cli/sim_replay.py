@@ -88,10 +88,6 @@ def run_bands_with_progress(trace, config: SimConfig, num_replays: int, slos, qu
             progress.close()
 
 
-class _Unwritable(Exception):
-    """A finished simulation whose outputs the tables refuse (raised inside the staged folder, which it removes)."""
-
-
 @exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
@@ -126,11 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 summary = write_outputs(result, stage, args.trace, report=not args.no_report, slos=slos, bands=bands)
             except ValueError as exc:  # the tables' own checks: times past 1e12 s, from steps priced beyond any GPU
-                raise _Unwritable(f"the simulated run cannot be written: {exc} (its steps are priced beyond any "
-                                  f"GPU: check --model, --num-gpu-blocks and --cost-model); nothing written to "
-                                  f"{out_dir}") from None
-    except _Unwritable as exc:
-        parser.exit(2, f"error: {exc}\n")
+                # SystemExit unwinds through the staged folder, which removes it
+                parser.exit(2, f"error: the simulated run cannot be written: {exc} (its steps are priced beyond any "
+                               f"GPU: check --model, --num-gpu-blocks and --cost-model); nothing written to "
+                               f"{out_dir}\n")
     except OSError as exc:  # a full disk or a vanished folder while writing: nothing was moved into place
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     except OutDirError as exc:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sim.files import RUN_FILES
+from sim.files import RUN_FILES, existing_parent
 from traces.files import staging_path
 
 
@@ -48,8 +48,6 @@ def default_out_dir(prefix: str, name: str) -> Path:
     return out
 
 
-
-
 def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", inputs: Iterable[Path] = ()) -> None:
     """Refuse a target that is a file, or a non-empty folder unless ``overwrite`` and it is an earlier run's,
     or one that is or holds one of the command's ``inputs`` (an input run folder is itself an earlier run's:
@@ -61,9 +59,9 @@ def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", input
             raise OutDirError(f"{option} {target} is or holds the input {source}; write the output elsewhere")
     if target.exists() and not target.is_dir():
         raise OutDirError(f"{option} {target} exists and is not a folder")
-    blocker = _file_above(Path(target))
-    if blocker is not None:  # mkdir said only "cannot write there (File exists)", naming neither path
-        raise OutDirError(f"{option} {target}: {blocker} is a file, not a folder")
+    parent = existing_parent(target)
+    if parent is not None and not parent.is_dir():  # mkdir said only "cannot write there (File exists)"
+        raise OutDirError(f"{option} {target}: {parent} is a file, not a folder")
     if not target.is_dir():
         return
     cwd = Path.cwd().resolve()
@@ -76,15 +74,6 @@ def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", input
     if foreign:
         raise OutDirError(f"{option} {target} holds files no run wrote ({', '.join(foreign[:3])}"
                           f"{', ...' if len(foreign) > 3 else ''}); --overwrite replaces only an earlier run's folder")
-
-
-def _file_above(target: Path) -> Path | None:
-    """The nearest path above ``target`` that exists, when it is a file rather than a folder (named as given);
-    else None, and the folders down to ``target`` can be made."""
-    for parent in target.parents:
-        if parent.exists():
-            return None if parent.is_dir() else parent
-    return None
 
 
 def input_files(args) -> list[Path]:

@@ -65,11 +65,16 @@ def check_output_path(path: Path, option: str, inputs: list[Path]) -> str | None
         return f"{option} {path} is a directory; expected a file path"
     if path.exists() and not path.is_file():
         return f"{option} {path} exists and is not a regular file"
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                return f"{option} {path}: {parent} is a file, not a folder"
-            if not os.access(parent, os.W_OK):
-                return f"{option} {path}: the folder {parent} is not writable"
-            break
+    parent = existing_parent(path)
+    if parent is not None:
+        if not parent.is_dir():
+            return f"{option} {path}: {parent} is a file, not a folder"
+        if not os.access(parent, os.W_OK):
+            return f"{option} {path}: the folder {parent} is not writable"
     return None
+
+
+def existing_parent(path: Path) -> Path | None:
+    """The nearest path above ``path`` that exists (named as given), or None: where the folders down to ``path``
+    would be made, or the file that stops them (an output file's folder and an --out folder both check it)."""
+    return next((parent for parent in Path(path).parents if parent.exists()), None)

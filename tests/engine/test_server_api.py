@@ -5,6 +5,7 @@ strings end a choice, metrics parse with Prometheus' own parser, a dead engine f
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -25,6 +26,7 @@ from engine.core.sampling_params import SamplingParams  # noqa: E402
 from engine.server.api import build_app  # noqa: E402
 from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES  # noqa: E402
 from engine.server.engine_client import EngineClient  # noqa: E402
+from engine.server.engine_process import StepStats, Update  # noqa: E402
 
 VOCAB = 100
 EOS = 99
@@ -521,32 +523,34 @@ def test_the_tokenizer_settles_before_the_first_request(served) -> None:
     assert client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 2}).status_code == 200
 
 
+def _client_without_a_process(sent: list) -> EngineClient:
+    """An EngineClient whose engine process is faked: commands land in ``sent``, messages are fed to _on_message."""
+    client = EngineClient(lambda: None, model_name="m", max_waiting_requests=10)
+    client._process = SimpleNamespace(is_alive=lambda: True)
+    client._commands = SimpleNamespace(send=sent.append)
+    return client
+
+
+def _step(client: EngineClient, *updates) -> None:
+    client._on_message(("step", 2, StepStats(0, 0, 0.0, 0, 0, 0, 0), [dataclasses.astuple(u) for u in updates]))
+
+
+def _success_counts(client: EngineClient) -> dict[str, float]:
+    return {s.labels["finished_reason"]: s.value for s in client.metrics._success.collect()[0].samples
+            if s.name.endswith("_total")}
+
+
 def test_an_aborted_choices_final_update_in_flight_is_not_counted_twice() -> None:
     """The server counts a choice it aborts at once; the engine may have finished it in the step the abort missed, and
     that update was counted again (and the stream's unfinished count went one too low)."""
-    import dataclasses
-
-    from engine.server.engine_client import EngineClient
-    from engine.server.engine_process import Update
-
-    client = EngineClient(lambda: None, model_name="m", max_waiting_requests=10)
-    client._process = SimpleNamespace(is_alive=lambda: True)
     sent = []
-    client._commands = SimpleNamespace(send=sent.append)
+    client = _client_without_a_process(sent)
     stream = client.submit([[1, 2], [3, 4]], [None, None])
     client.abort(stream, 0, reason="stop")  # a stop string ended choice 0
-
-    def step(*updates):
-        client._on_message(("step", 2, SimpleNamespace(num_waiting=0, num_running=0, kv_usage=0.0,
-                                                      num_queried_tokens=0, num_hit_tokens=0, num_preempted=0,
-                                                      num_batched_tokens=0), [dataclasses.astuple(u) for u in updates]))
-
-    step(Update(stream.key, 0, [9], True, "length", num_prompt_tokens=2))  # in flight when the abort was sent
+    _step(client, Update(stream.key, 0, [9], True, "length", num_prompt_tokens=2))  # in flight when the abort was sent
     client._on_message(("aborted", stream.key, 0))
-    step(Update(stream.key, 1, [9], True, "length", num_prompt_tokens=2))
-    success = {s.labels["finished_reason"]: s.value for s in client.metrics._success.collect()[0].samples
-               if s.name.endswith("_total")}
-    assert success == {"stop": 1.0, "length": 1.0}
+    _step(client, Update(stream.key, 1, [9], True, "length", num_prompt_tokens=2))
+    assert _success_counts(client) == {"stop": 1.0, "length": 1.0}
     assert stream.num_unfinished == 0 and client._aborted == {}
     assert sent[-1] == ("abort", stream.key, 0)
 
@@ -554,25 +558,15 @@ def test_an_aborted_choices_final_update_in_flight_is_not_counted_twice() -> Non
 def test_a_choices_abort_acknowledged_after_the_whole_request_was_aborted_keeps_the_rest_uncounted() -> None:
     """A stop string aborted choice 0, then the client left (the whole request): the first acknowledgement must not
     end the bookkeeping of the second, whose choice 1 may still have a final update on its way."""
-    import dataclasses
-
-    from engine.server.engine_client import EngineClient
-    from engine.server.engine_process import StepStats, Update
-
-    client = EngineClient(lambda: None, model_name="m", max_waiting_requests=10)
-    client._process = SimpleNamespace(is_alive=lambda: True)
-    client._commands = SimpleNamespace(send=lambda command: None)
+    client = _client_without_a_process([])
     stream = client.submit([[1, 2], [3, 4]], [None, None])
     client.abort(stream, 0, reason="stop")
     client.abort(stream)
     client._on_message(("aborted", stream.key, 0))
     assert client._aborted == {stream.key: None}
-    stats = StepStats(0, 0, 0.0, 0, 0, 0, 0)
-    client._on_message(("step", 2, stats, [dataclasses.astuple(Update(stream.key, 1, [9], True, "length"))]))
+    _step(client, Update(stream.key, 1, [9], True, "length"))
     client._on_message(("aborted", stream.key, None))
-    success = {s.labels["finished_reason"]: s.value for s in client.metrics._success.collect()[0].samples
-               if s.name.endswith("_total")}
-    assert success == {"stop": 1.0, "abort": 1.0} and client._aborted == {}
+    assert _success_counts(client) == {"stop": 1.0, "abort": 1.0} and client._aborted == {}
 
 
 @pytest.mark.parametrize(("body", "param", "message"), [

@@ -64,7 +64,7 @@ class SamplingParams:
         ids = self.stop_token_ids
         if isinstance(ids, frozenset):
             return
-        if ids == ():  # the default, on every request without stop ids
+        if type(ids) is tuple and not ids:  # the default, on every request (== () broadcast a numpy array)
             object.__setattr__(self, "stop_token_ids", _NO_STOP_IDS)
             return
         if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):

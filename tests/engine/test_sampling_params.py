@@ -41,6 +41,9 @@ def test_stop_token_ids_are_a_set_whatever_iterable_they_came_as() -> None:
     assert SamplingParams(stop_token_ids=(t for t in (1, 2))).stop_token_ids == frozenset({1, 2})
     assert SamplingParams().stop_token_ids == frozenset()
     assert 99_999 in SamplingParams(stop_token_ids=range(100_000)).stop_token_ids
+    import numpy as np
+
+    assert SamplingParams(stop_token_ids=np.array([1, 2])).stop_token_ids == frozenset({1, 2})  # was a broadcast error
 
 
 def test_the_largest_finite_float32_temperatures_are_accepted() -> None:

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from analysis.metrics import add_latency_columns, summarize
 from analysis.slo import SLO
-from sim.files import write_text_atomic
+from sim.files import write_parquet_frame, write_parquet_table, write_text_atomic
 
 # Step-log columns with few distinct values: parquet's dictionary encoding shrinks them. On every column
 # (pyarrow's default) it also runs over the times and context sums, where it fails and falls back: the
@@ -55,13 +54,9 @@ def write_run(
     out_dir.mkdir(parents=True, exist_ok=True)
     request_frame = with_latency_columns(pl.from_arrow(requests))
     step_frame = pl.from_arrow(steps)
-    # Through handles opened here: polars and pyarrow take a path as UTF-8 text, and a folder name holding an
-    # undecodable byte (an --out of b'\xff') failed after the whole run as "Object does not have a .write() method".
-    with open(out_dir / "requests.parquet", "wb") as handle:
-        request_frame.write_parquet(handle)
-    with open(out_dir / "steps.parquet", "wb") as handle:
-        pq.write_table(steps, handle,
-                       use_dictionary=[name for name in DICTIONARY_STEP_COLUMNS if name in steps.column_names])
+    write_parquet_frame(request_frame, out_dir / "requests.parquet")
+    write_parquet_table(steps, out_dir / "steps.parquet",
+                        use_dictionary=[name for name in DICTIONARY_STEP_COLUMNS if name in steps.column_names])
     return write_summary(out_dir, request_frame, step_frame, meta, report_title=report_title,
                          report_subtitle=report_subtitle, slos=slos)
 

@@ -17,6 +17,7 @@ from analysis.report.summary_table import format_summary_table
 from analysis.runs import read_meta, read_slos, with_latency_columns, write_summary
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt
+from sim.files import read_parquet_frame
 
 
 def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
@@ -47,8 +48,7 @@ def _read_checked(path: Path, conform, check) -> pl.DataFrame:
     """The table at ``path``, refused with its file, column and row if no run could have written it: metrics of
     a negative token count or a finish before the arrival would be written as if they were measured."""
     try:
-        with open(path, "rb") as handle:  # polars takes a path as UTF-8: a name with another byte failed
-            frame = pl.read_parquet(handle)
+        frame = read_parquet_frame(path)
         check(conform(frame))
     except (ValueError, pl.exceptions.PolarsError) as exc:  # polars' messages span lines: the first says what
         raise ValueError(f"{path}: {str(exc).strip().splitlines()[0]}") from None

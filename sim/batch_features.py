@@ -10,6 +10,7 @@ import numpy as np
 
 from engine.core.records import BATCH_COLUMNS
 from engine.core.scheduler import ScheduledBatch
+from sim.files import read_parquet_table
 
 FEATURE_NAMES = BATCH_COLUMNS  # every batch column of the step log, read off the batch by name
 
@@ -40,14 +41,12 @@ def read_steps(run_dir: Path, periods: bool = False) -> list[tuple[dict, float, 
     duration included it, postprocessed the step): 0.03-0.3 ms a step on the H200's host, which the simulator
     (its steps back to back) must count in the step."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     path = Path(run_dir) / "steps.parquet"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no steps.parquet (expected an engine.replay output folder)")
     try:
-        with open(path, "rb") as handle:  # pyarrow parses a path as a UTF-8 URI: a name with another byte failed
-            table = pq.read_table(handle)
+        table = read_parquet_table(path)
     except (OSError, pa.ArrowException) as exc:
         raise ValueError(f"{path}: not a readable parquet file ({exc}); expected an engine.replay steps.parquet") \
             from None

@@ -31,7 +31,7 @@ import numpy as np
 from engine.core.interrupt import exit_130_on_interrupt
 from sim.bands import MEAN_EPISODE_S, SLOW_OVER_NORMAL, SLOW_SHARE_RANGE
 from sim.batch_features import read_steps
-from sim.files import read_json_input
+from sim.files import read_json_input, read_parquet_table
 from sim.host_episodes import fit_host_episodes
 from sim.profiled_cost_model import (
     ProfiledCostModel,
@@ -56,14 +56,10 @@ def check_step_durations(run_dir: Path, num_steps: int) -> None:
     """Raise ValueError naming the run folder's steps.parquet unless it has MIN_RUN_STEPS steps, each measured
     above 0 s and within MAX_STEP_S (read_steps refuses NaN, infinite and negative ones): a GPU step takes time,
     and all-zero or absurd durations would calibrate the profile to nonsense that sim.replay then prices with."""
-    import pyarrow.parquet as pq
-
     path = Path(run_dir) / "steps.parquet"
     if num_steps < MIN_RUN_STEPS:
         raise ValueError(f"{path}: {num_steps} steps; expected at least {MIN_RUN_STEPS} to calibrate on")
-    with open(path, "rb") as handle:  # pyarrow parses a path as a UTF-8 URI (see sim.batch_features)
-        table = pq.read_table(handle, columns=["duration_s"])
-    durations = table.column("duration_s").to_numpy(zero_copy_only=False)
+    durations = read_parquet_table(path, columns=["duration_s"]).column("duration_s").to_numpy(zero_copy_only=False)
     bad = np.flatnonzero(~((durations > 0) & (durations <= MAX_STEP_S)))
     if len(bad):
         row = int(bad[0])

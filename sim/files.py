@@ -1,11 +1,17 @@
-"""Writing the sim tools' outputs whole or not at all, and refusing an output that is one of the inputs."""
+"""Reading the sim tools' inputs and writing their outputs whole or not at all, refusing an output that is one of
+the inputs."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traces.files import staging_path
+
+if TYPE_CHECKING:
+    import polars as pl
+    import pyarrow as pa
 
 # What the commands write into a run folder: --overwrite replaces a folder holding only these, never
 # one that holds anything else (a mistyped --out . or --out ~ must not take a home directory with it).
@@ -78,3 +84,34 @@ def existing_parent(path: Path) -> Path | None:
     """The nearest path above ``path`` that exists (named as given), or None: where the folders down to ``path``
     would be made, or the file that stops them (an output file's folder and an --out folder both check it)."""
     return next((parent for parent in Path(path).parents if parent.exists()), None)
+
+
+# Parquet through a handle Python opened: polars and pyarrow take a path as UTF-8 text (pyarrow parses it as a URI),
+# and a name holding another byte (an --out of b'\xff', given by Python as '\udcff') could not be read, nor written
+# after a whole run ("Object does not have a .write() method"). pyarrow and polars are imported when first used.
+
+
+def read_parquet_table(path: Path, columns: list[str] | None = None) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    with open(path, "rb") as handle:
+        return pq.read_table(handle, columns=columns)
+
+
+def write_parquet_table(table: pa.Table, path: Path, **options) -> None:
+    import pyarrow.parquet as pq
+
+    with open(path, "wb") as handle:
+        pq.write_table(table, handle, **options)
+
+
+def read_parquet_frame(path: Path) -> pl.DataFrame:
+    import polars as pl
+
+    with open(path, "rb") as handle:
+        return pl.read_parquet(handle)
+
+
+def write_parquet_frame(frame: pl.DataFrame, path: Path) -> None:
+    with open(path, "wb") as handle:
+        frame.write_parquet(handle)

@@ -11,6 +11,7 @@ import polars as pl
 from analysis.capacity.plan import CapacityRun
 from analysis.capacity.report import write_capacity_report
 from analysis.stats import round_sig
+from sim.files import write_parquet_frame
 
 
 def config_record(run: CapacityRun, index: int) -> dict:
@@ -86,8 +87,7 @@ def write_outputs(run: CapacityRun, out_dir: Path) -> None:
     frame = pl.DataFrame(point_rows(run), infer_schema_length=None)
     frame = frame.with_columns(pl.col(name).cast(pl.Float64)
                                for name, dtype in frame.schema.items() if dtype == pl.Null)
-    with open(out_dir / "capacity.parquet", "wb") as handle:  # polars takes a path as UTF-8 (see analysis.runs)
-        frame.write_parquet(handle)
+    write_parquet_frame(frame, out_dir / "capacity.parquet")
     slo_text = ", ".join(str(s) for s in run.slos)
     estimate = " (an analytic estimate, not measured)" if set(run.cost_models) == {"roofline-estimate"} else ""
     write_capacity_report(

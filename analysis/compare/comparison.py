@@ -21,6 +21,7 @@ from analysis.compare.request_join import RequestJoin, join_requests
 from analysis.compare.step_diff import ScheduleDiff, compare_schedules
 from analysis.compare.tables import error_table_markdown
 from analysis.metrics import has_step_log
+from sim.files import write_parquet_frame
 
 # Config keys that differ between any two runs and say nothing about the setup.
 _VOLATILE_CONFIG_KEYS = ("simulator_wall_s",)
@@ -144,8 +145,7 @@ def write_outputs(comparison: Comparison, out_dir: Path, report: bool = True) ->
     written[0].write_text(json.dumps(comparison.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
     # A run folder named with a byte that is not UTF-8 is quoted as its \udcff escape, as report.html does.
     written[1].write_text(markdown_document(comparison), encoding="utf-8", errors="backslashreplace")
-    with open(written[2], "wb") as handle:  # polars takes a path as UTF-8: a name with another byte failed
-        comparison.join.frame.write_parquet(handle)
+    write_parquet_frame(comparison.join.frame, written[2])
     if report:
         written.append(write_compare_report(comparison, out_dir / "report.html"))
     return written

@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
-from sim.files import read_json_input
+from sim.files import read_json_input, read_parquet_frame
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
@@ -75,8 +75,7 @@ def _read_parquet(path: Path) -> pl.DataFrame:
     if not path.is_file():
         raise CompareInputError(f"{path}: no such file")
     try:
-        with open(path, "rb") as handle:  # pyarrow/polars take a path as UTF-8: a name with another byte failed
-            return pl.read_parquet(handle)
+        return read_parquet_frame(path)
     except Exception as exc:  # polars and pyarrow raise many kinds; all mean "cannot read this file"
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CompareInputError(f"{path}: not a readable parquet file ({detail})") from exc

@@ -51,9 +51,9 @@ def host_memory_available() -> int | None:
 
 
 def rope_table_bytes(shape: ModelShape, max_model_len: int) -> int:
-    """Each layer's rotary table holds cos and sin (float32) for every position up to max_model_len; building one
-    takes about two more for a moment (engine.gpu.layers.rotary_embedding)."""
-    return (shape.num_layers + 2) * max_model_len * shape.head_dim * 4
+    """The model's rotary table (one, shared by its layers) holds cos and sin (float32) for every position up to
+    max_model_len; building it takes about two more for a moment (engine.gpu.layers.rotary_embedding)."""
+    return 3 * max_model_len * shape.head_dim * 4
 
 
 def check_host_memory(opts: EngineOptions, shape: ModelShape) -> None:

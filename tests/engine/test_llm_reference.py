@@ -79,6 +79,17 @@ def test_greedy_matches_under_preemption(tiny_qwen3, policy):
     assert llm.engine.scheduler.block_manager.num_used_blocks == 0
 
 
+def test_layers_share_one_rotary_table(tiny_qwen3):
+    """Every layer's cos/sin table is the model's one (one per layer took num_layers times the memory)."""
+    path, _ = tiny_qwen3
+    llm = LLM(path, block_size=16, max_model_len=128)
+    model = llm.engine.runner.model
+    tables = {id(layer.self_attn.rotary_emb.cos_sin_cache) for layer in model.model.layers}
+    assert len(model.model.layers) > 1 and len(tables) == 1
+    assert [name for name, _ in model.named_buffers() if name.endswith("cos_sin_cache")] == [
+        "model.layers.0.self_attn.rotary_emb.cos_sin_cache"]
+
+
 def test_prefix_cache_hits_reuse_blocks_and_keep_outputs(qwen3_reference):
     path, expected = qwen3_reference
     llm = LLM(path, block_size=16, max_model_len=256)

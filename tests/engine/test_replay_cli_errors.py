@@ -123,6 +123,6 @@ def test_engine_replay_refuses_rotary_tables_beyond_host_memory_before_loading(t
     argv = [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--out", str(out),
             "--max-model-len", str(10**8), "--allow-long-max-model-len"]
     line = cli_error(replay_main, argv, capsys)
-    assert line == ("error: max_model_len=100000000: qwen3-0.6b's rotary tables for that many positions need 1430.5 "
+    assert line == ("error: max_model_len=100000000: qwen3-0.6b's rotary tables for that many positions need 143.1 "
                     "GiB of host memory besides 2.2 GiB of weights, and 8.0 GiB is available; lower --max-model-len")
     assert not out.exists() and list(tmp_path.iterdir()) == [trace]

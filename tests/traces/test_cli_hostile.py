@@ -227,6 +227,25 @@ def test_convert_mooncake_integers_beyond_int64(tmp_path, capsys, record, patter
     assert f"{source}: line 1: field {pattern}" in line
 
 
+@pytest.mark.parametrize("fmt", ["mooncake", "sharegpt"])
+def test_convert_json_integer_of_5000_digits_names_the_file(tmp_path, capsys, tiny_tokenizer_dir, fmt):
+    """json.loads raises a plain ValueError for an integer past Python's 4300-digit limit: the line was its own
+    message ('Exceeds the limit ... use sys.set_int_max_str_digits()'), naming no file."""
+    huge = "9" * 5000
+    if fmt == "mooncake":
+        good = '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'
+        source = _write(tmp_path / "m.jsonl", good + good.replace('"input_length": 10', f'"input_length": {huge}'))
+        expected = (f"error: {source}: line 2: cannot read the JSON (a number of more than 4300 digits); expected "
+                    "one object per line")
+    else:
+        source = _write(tmp_path / "sg.json", f'[{{"id": {huge}, "conversations": []}}]')
+        expected = (f"error: {source}: cannot read the JSON (a number of more than 4300 digits); expected a list of "
+                    "conversations")
+    argv = [fmt, str(source), "-o", str(tmp_path / "o.parquet"), "--tokenizer", str(tiny_tokenizer_dir), "--qps", "1"]
+    assert cli_error(convert_main, argv, capsys) == expected
+    assert not (tmp_path / "o.parquet").exists()
+
+
 # --- traces.synth -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("args", "pattern"), [

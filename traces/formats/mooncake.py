@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from engine.core.config import cdiv
-from traces.errors import TraceError
+from traces.errors import TraceError, json_problem
 from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 from traces.validation import MAX_ARRIVAL_S
@@ -41,6 +41,8 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
         raise fail(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:  # arrays nested thousands deep: no record looks like that
         raise fail("JSON nested too deeply to read; expected one object per line") from None
+    except ValueError as exc:  # an integer of 5000 digits: the message named neither the file nor the line
+        raise fail(f"cannot read the JSON ({json_problem(exc)}); expected one object per line") from None
     if not isinstance(record, dict):
         raise fail(f"expected a JSON object, got {type(record).__name__}")
     for field in ("timestamp", "input_length", "output_length", "hash_ids"):

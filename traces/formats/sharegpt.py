@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from traces.arrivals import arrival_times_s, gamma_gaps_s
-from traces.errors import TraceError
+from traces.errors import TraceError, json_problem
 from traces.formats.base import Converted, ConvertOptions
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 
@@ -67,6 +67,9 @@ def _load_conversations(path: Path) -> list:
         raise TraceError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
     except READ_ERRORS as exc:
         raise TraceError(read_error(path, exc)) from None
+    except ValueError as exc:  # an integer of 5000 digits: the message named neither the file nor the problem
+        raise TraceError(f"{path}: cannot read the JSON ({json_problem(exc)}); expected a list of "
+                         "conversations") from None
     if not isinstance(data, list):
         raise TraceError(f"{path}: top level is a JSON {type(data).__name__}; expected a list of conversations")
     return data

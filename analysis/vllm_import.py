@@ -38,6 +38,7 @@ from analysis.schema import (
 )
 from engine.core.interrupt import exit_130_on_interrupt
 from sim.files import read_json_input
+from traces.errors import json_problem
 
 PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
 OPTIONAL_PER_REQUEST_KEYS = ("errors", "latencies", "start_times")
@@ -92,6 +93,8 @@ def load_json(path: Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         detail = getattr(exc, "strerror", None) or exc
         raise VllmResultError(f"{path}: not a readable JSON file ({detail})") from None
+    except ValueError as exc:  # an integer of 5000 digits: the message named no file
+        raise VllmResultError(f"{path}: not a readable JSON file ({json_problem(exc)})") from None
     if not isinstance(data, dict):
         raise VllmResultError(f"{path}: expected a JSON object (a vllm bench serve result), got "
                               f"{type(data).__name__}")

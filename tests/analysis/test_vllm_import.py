@@ -159,6 +159,9 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     cases = {
         "not json": ("{not json", "not a readable JSON file"),
         "nested deep": ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply to read"),  # RecursionError
+        # json.loads' plain ValueError: Python's message alone ('Exceeds the limit (4300 digits)'), no file named
+        "integer of 5000 digits": ('{"duration": ' + "9" * 5000 + "}",
+                                   "not a readable JSON file (a number of more than 4300 digits)"),
         "a list": ([1, 2], "expected a JSON object"),
         "summary only": ({k: v for k, v in good.items() if k not in ("ttfts", "itls", "input_lens", "output_lens")},
                          "rerun vllm bench serve with --save-detailed"),

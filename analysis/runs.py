@@ -21,6 +21,7 @@ import pyarrow as pa
 from analysis.metrics import add_latency_columns, summarize
 from analysis.slo import SLO
 from sim.files import write_parquet_frame, write_parquet_table, write_text_atomic
+from traces.errors import json_problem
 
 # Step-log columns with few distinct values: parquet's dictionary encoding shrinks them. On every column
 # (pyarrow's default) it also runs over the times and context sums, where it fails and falls back: the
@@ -97,6 +98,13 @@ def read_meta(run_dir: Path) -> dict:
                 recorded = json.loads(path.read_text())
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}: not valid JSON ({exc})") from None
+            except UnicodeDecodeError as exc:  # the codec's message named no file
+                raise ValueError(f"{path}: not UTF-8 text (byte {exc.object[exc.start:exc.start + 1].hex()} at "
+                                 f"{exc.start}); expected the JSON a run writes") from None
+            except RecursionError:  # arrays nested thousands deep were a traceback
+                raise ValueError(f"{path}: JSON nested too deeply to read; expected the JSON a run writes") from None
+            except ValueError as exc:  # an integer of 5000 digits: the message named no file
+                raise ValueError(f"{path}: not valid JSON ({json_problem(exc)})") from None
             if not isinstance(recorded, dict):
                 raise ValueError(f"{path}: the top level is a JSON {type(recorded).__name__}; expected an object")
             meta = {key: recorded[key] for key in META_KEYS if key in recorded}
@@ -129,7 +137,7 @@ def read_slos(run_dir: Path) -> tuple[SLO, ...] | None:
         return None
     try:
         limits = json.loads(path.read_text()).get("slos_ms")
-    except (json.JSONDecodeError, AttributeError):
+    except (ValueError, RecursionError, AttributeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None  # read_meta names an unreadable file
     if limits is None or limits == {}:
         return None

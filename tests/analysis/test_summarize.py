@@ -53,6 +53,20 @@ def test_a_hand_edited_summary_is_one_line_and_left_alone(tmp_path, capsys, summ
     assert (out / "summary.json").read_text() == summary
 
 
+@pytest.mark.parametrize(("summary", "expected"), [
+    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply to read; expected the JSON a run writes"),  # traceback
+    ('{"x": ' + "9" * 5000 + "}", "not valid JSON (a number of more than 4300 digits)"),  # Python's message alone
+    (b"\xff\xfe{}", "not UTF-8 text (byte ff at 0); expected the JSON a run writes"),  # the codec's, no file
+])
+def test_an_unreadable_summary_is_one_line_naming_it(tmp_path, capsys, summary, expected):
+    out = _run(tmp_path)
+    path = out / "summary.json"
+    path.write_bytes(summary if isinstance(summary, bytes) else summary.encode())
+    before = path.read_bytes()
+    assert cli_error(summarize_main, [str(out), "--quiet"], capsys) == f"error: {path}: {expected}"
+    assert path.read_bytes() == before
+
+
 def test_a_column_of_the_wrong_type_is_one_line_naming_the_file(tmp_path, capsys):
     """polars' cast error spans four lines."""
     out = _run(tmp_path)

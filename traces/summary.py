@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from traces.schema import Trace
 
 
@@ -12,10 +14,14 @@ def describe(trace: Trace, destination: str, dropped: str = "") -> str:
     span_s = float(arrivals[-1] - arrivals[0])
     rate = "all at once"
     if span_s > 0:  # three decimals, or three significant digits below 0.1 (two requests an hour apart are not 0.000)
+        # and from 1e6 up: --qps 1e308 printed a rate of 308 digits, and a span of 1e-320 s one of 'inf'
         rate_per_s = (len(trace) - 1) / span_s
-        rate = f"{rate_per_s:.3f} req/s" if rate_per_s >= 0.1 else f"{rate_per_s:.3g} req/s"
+        rate = f"{rate_per_s:.3f} req/s" if 0.1 <= rate_per_s < 1e6 else f"{rate_per_s:.3g} req/s"
+        if math.isinf(rate_per_s):
+            rate = "a rate beyond 1e308 req/s"
+    shown_span = f"{span_s:.3f}" if span_s == 0 or span_s >= 0.001 else f"{span_s:.3g}"  # not 0.000 for a span
     parts = [
-        f"wrote {len(trace)} requests to {destination}: span {span_s:.3f} s ({rate})",
+        f"wrote {len(trace)} requests to {destination}: span {shown_span} s ({rate})",
         f"mean prompt {requests['prompt_tokens'].mean():.1f} tokens",
         f"mean output {requests['output_tokens'].mean():.1f} tokens",
     ]

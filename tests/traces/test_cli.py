@@ -118,3 +118,7 @@ def test_a_slow_rate_is_not_printed_as_zero() -> None:
     assert "span 3600.000 s (0.000278 req/s)" in line([0.0, 3600.0])
     assert "span 4.000 s (0.500 req/s)" in line([0.0, 2.0, 4.0])
     assert "span 0.000 s (all at once)" in line([1.0, 1.0])
+    # --qps 1e308 printed '(7226771381565559584407661821646814851623050609755238100041658627995362...' (308 digits)
+    assert "span 1e-300 s (1e+300 req/s)" in line([0.0, 1e-300])
+    assert "span 0.0002 s (10000.000 req/s)" in line([0.0, 0.0001, 0.0002])
+    assert "span 4.94e-324 s (a rate beyond 1e308 req/s)" in line([0.0, 5e-324])  # was '(inf req/s)'

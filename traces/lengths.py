@@ -153,6 +153,8 @@ def parse_length_dist(text: str, role: str = "prompt") -> LengthDist:
                 key, value = "value", item
             else:
                 raise ValueError(f"distribution {text!r}: expected key=value, got {item!r}")
+        if key.strip() in params:  # uniform:low=10,high=20,low=3 drew from 3 to 20, the first low dropped unsaid
+            raise ValueError(f"distribution {text!r}: {key.strip()!r} is given twice; expected each key once")
         try:
             params[key.strip()] = float(value)
         except ValueError:

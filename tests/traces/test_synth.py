@@ -94,6 +94,8 @@ def test_capped_lognormal_turns_give_the_requested_rate() -> None:
         ("geometric:mean=0.5", "mean must be >= 1"),
         ("fixed:value=3,colour=2", r"unknown \['colour'\]"),
         ("sharegpt:x=1", "takes no parameters"),
+        ("uniform:low=10,high=20,low=3", "'low' is given twice; expected each key once"),  # drew from 3, unsaid
+        ("fixed:5,value=6", "'value' is given twice"),
     ],
 )
 def test_bad_distribution_specs(spec: str, message: str) -> None:

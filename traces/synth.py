@@ -178,11 +178,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The options of --multi-turn sessions: (option, argparse name, default).
+_SESSION_OPTIONS = (("--turns", "turns", "sharegpt"), ("--think-time-s", "think_time_s", SynthConfig.think_time_s),
+                    ("--think-time-cv", "think_time_cv", SynthConfig.think_time_cv),
+                    ("--hash-block-size", "hash_block_size", SynthConfig.hash_block_size),
+                    ("--max-context-tokens", "max_context_tokens", SynthConfig.max_context_tokens),
+                    ("--warmup-s", "warmup_s", SynthConfig.warmup_s))
+
+
 def config_from_args(args: argparse.Namespace) -> SynthConfig:
     if args.arrival == "poisson" and args.cv not in (None, 1.0):
         raise ValueError("--cv applies to --arrival gamma; a Poisson process has CV 1")
     if args.arrival == "gamma" and args.cv is None:
         raise ValueError("--arrival gamma needs --cv")
+    if not args.multi_turn:  # each was ignored without a word: --hash-block-size 7 wrote a trace without hash_ids
+        session_only = [option for option, value, default in _SESSION_OPTIONS
+                        if getattr(args, value) != default]
+        if session_only:
+            raise ValueError(f"{', '.join(session_only)} {'applies' if len(session_only) == 1 else 'apply'} to "
+                             "--multi-turn sessions; pass --multi-turn or leave "
+                             f"{'it' if len(session_only) == 1 else 'them'} out")
     return SynthConfig(
         num_requests=args.num_requests,
         qps=args.qps,

@@ -278,6 +278,21 @@ def test_synth_refuses_bad_numbers(tmp_path, capsys, args, pattern):
     assert not (tmp_path / "s.parquet").exists()
 
 
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--hash-block-size", "7"], "--hash-block-size applies to --multi-turn sessions; pass --multi-turn or leave it "
+     "out"),
+    (["--turns", "fixed:3", "--think-time-s", "5", "--think-time-cv", "0", "--max-context-tokens", "100",
+      "--warmup-s", "0"], "--turns, --think-time-s, --think-time-cv, --max-context-tokens, --warmup-s apply to "
+     "--multi-turn sessions; pass --multi-turn or leave them out"),
+])
+def test_synth_refuses_session_options_without_multi_turn(tmp_path, capsys, args, expected):
+    """Each was ignored without a word: --hash-block-size 7 wrote a single-turn trace without hash_ids."""
+    argv = ["-o", str(tmp_path / "s.parquet"), "--num-requests", "5", "--qps", "1", *args]
+    assert cli_error(synth_main, argv, capsys) == f"python -m traces.synth: error: {expected}"
+    assert not (tmp_path / "s.parquet").exists()
+    assert synth_main([*argv, "--multi-turn"]) == 0
+
+
 def test_synth_counts_the_prompts_it_cuts_to_the_context(tmp_path, capsys):
     """--multi-turn cut every 20000-token first turn to 8192 tokens and said nothing."""
     out = tmp_path / "s.parquet"

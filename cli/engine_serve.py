@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cli.replay_args import add_config_groups
 from engine.core.config_args import build_config
+from engine.core.interrupt import EXIT_INTERRUPTED, NOTHING_WRITTEN
 from engine.core.model_config import ModelShape
 from engine.options import EngineOptions
 from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
@@ -79,38 +80,45 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --max-waiting-requests must be >= 1, got {args.max_waiting_requests}\n")
     if args.max_request_body_bytes < 1:
         parser.exit(2, f"error: --max-request-body-bytes must be >= 1, got {args.max_request_body_bytes}\n")
-    try:
-        import fastapi  # noqa: F401
-        import prometheus_client  # noqa: F401
-        import uvicorn
-    except ImportError as exc:
-        parser.exit(2, f"error: the server needs {exc.name}: pip install -e '.[serve]'\n")
-    try:
-        options = build_config(EngineOptions, args)
-        # The model's config is read here too (no torch, milliseconds): a bad --model or --max-model-len was named
-        # only after the engine process had started, as "--model M: ValueError: max_model_len=...".
-        options.check_model(ModelShape.load(options.model))
-        sock = _bind(args.host, args.port)
-    except (ValueError, FileNotFoundError) as exc:
-        parser.exit(2, f"error: {exc}\n")
-    import asyncio
-    import functools
+    sock = None
+    try:  # Ctrl-C while the server's imports load (torch, fastapi: seconds) was a traceback
+        try:
+            import fastapi  # noqa: F401
+            import prometheus_client  # noqa: F401
+            import uvicorn
+        except ImportError as exc:
+            parser.exit(2, f"error: the server needs {exc.name}: pip install -e '.[serve]'\n")
+        try:
+            options = build_config(EngineOptions, args)
+            # The model's config is read here too (no torch, milliseconds): a bad --model or --max-model-len was named
+            # only after the engine process had started, as "--model M: ValueError: max_model_len=...".
+            options.check_model(ModelShape.load(options.model))
+            sock = _bind(args.host, args.port)
+        except (ValueError, FileNotFoundError) as exc:
+            parser.exit(2, f"error: {exc}\n")
+        import asyncio
+        import functools
 
-    import prometheus_client
+        import prometheus_client
 
-    from engine.llm import load_tokenizer
-    from engine.server.api import build_app
-    from engine.server.engine_client import EngineClient
-    from engine.server.engine_process import load_llm
-    from engine.server.launch import SERVING_PREFIX
+        from engine.llm import load_tokenizer
+        from engine.server.api import build_app
+        from engine.server.engine_client import EngineClient
+        from engine.server.engine_process import load_llm
+        from engine.server.launch import SERVING_PREFIX
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    prometheus_client.disable_created_metrics()  # vLLM's scrape has no *_created series either
-    model_name = args.served_model_name or options.model
-    engine = EngineClient(functools.partial(load_llm, options.model,
-                                            {k: v for k, v in vars(options).items() if k != "model"},
-                                            args.warmup_requests),
-                          model_name=model_name, max_waiting_requests=args.max_waiting_requests)
+        logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+        prometheus_client.disable_created_metrics()  # vLLM's scrape has no *_created series either
+        model_name = args.served_model_name or options.model
+        engine = EngineClient(functools.partial(load_llm, options.model,
+                                                {k: v for k, v in vars(options).items() if k != "model"},
+                                                args.warmup_requests),
+                              model_name=model_name, max_waiting_requests=args.max_waiting_requests)
+    except KeyboardInterrupt:
+        if sock is not None:
+            sock.close()
+        print(NOTHING_WRITTEN, file=sys.stderr)
+        return EXIT_INTERRUPTED
     stop_kwargs: dict = {}
     try:  # whatever happens once the engine process exists, it is stopped: it is not a daemon, exit would wait on it
         try:

@@ -1,8 +1,6 @@
 """``python -m engine.replay TRACE --model NAME``: the command lives in the application layer, ``cli.engine_replay``."""
 
 if __name__ == "__main__":
-    import sys
+    from engine.core.interrupt import run_command
 
-    from cli.engine_replay import main
-
-    sys.exit(main())
+    run_command("cli.engine_replay")  # a Ctrl-C while its imports load is one line, not a traceback

@@ -1,8 +1,6 @@
 """``python -m engine.serve --model NAME``: the command lives in the application layer, ``cli.engine_serve``."""
 
 if __name__ == "__main__":
-    import sys
+    from engine.core.interrupt import run_command
 
-    from cli.engine_serve import main
-
-    sys.exit(main())
+    run_command("cli.engine_serve")  # a Ctrl-C while its imports load is one line, not a traceback

@@ -7,6 +7,18 @@ See traces/README.md for the schema and the command lines.
 """
 
 from traces.errors import TraceError
-from traces.schema import Trace, load_trace, save_trace, validate
 
 __all__ = ["Trace", "TraceError", "load_trace", "save_trace", "validate"]
+
+_FROM_SCHEMA = ("Trace", "load_trace", "save_trace", "validate")
+
+
+def __getattr__(name: str):
+    """Trace, load_trace, save_trace and validate, from traces.schema when first asked for: importing it (polars,
+    numpy) here ran before any command of the package (python -m traces.bench imports the package first), so a
+    Ctrl-C in that half second was a traceback through importlib, not the command's one line."""
+    if name in _FROM_SCHEMA:
+        from traces import schema
+
+        return getattr(schema, name)
+    raise AttributeError(f"module 'traces' has no attribute {name!r}")

@@ -1,8 +1,6 @@
 """``python -m traces.bench URL TRACE``: the command lives in the application layer, ``cli.traces_bench``."""
 
 if __name__ == "__main__":
-    import sys
+    from engine.core.interrupt import run_command
 
-    from cli.traces_bench import main
-
-    sys.exit(main())
+    run_command("cli.traces_bench")  # a Ctrl-C while its imports load is one line, not a traceback

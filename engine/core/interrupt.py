@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import importlib
 import multiprocessing
 import os
 import signal
@@ -74,6 +75,23 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
         return wrapped
 
     return decorate
+
+
+def run_command(module: str) -> None:
+    """``sys.exit(main())`` of the command that lives in ``module`` (``python -m engine.serve`` runs
+    ``cli.engine_serve``): a Ctrl-C (or SIGTERM) while its imports load, before ``main`` runs (torch alone takes
+    seconds), was a KeyboardInterrupt traceback through importlib with status -2; it is now the one line and status
+    130 (143). Nothing is written before ``main`` runs."""
+    _Terminated.received = False
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        main = importlib.import_module(module).main
+    except KeyboardInterrupt:
+        print(f"\n{NOTHING_WRITTEN}" if sys.stderr.isatty() else NOTHING_WRITTEN, file=sys.stderr)
+        raise SystemExit(EXIT_TERMINATED if _Terminated.received else EXIT_INTERRUPTED) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    sys.exit(main())
 
 
 def exit_with_parent() -> None:

@@ -1,0 +1,42 @@
+"""Ctrl-C while a command's imports load (numpy, polars, torch: up to seconds), before its main runs: the command's
+one line and status 130, where it was a KeyboardInterrupt traceback through importlib (status -2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Runs the command as `python -m` does, with SIGINT sent to the process the moment numpy is first imported (every
+# command's imports reach it, torch's and polars' included).
+_INTERRUPT_AT_NUMPY = """
+import os, runpy, signal, sys
+
+class InterruptAtNumpy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, InterruptAtNumpy())
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(("module", "args"), [
+    ("engine.serve", ["--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--port", "0"]),
+    ("engine.replay", ["traces/sharegpt.parquet", "--out", "OUT"]),
+    ("traces.bench", ["http://127.0.0.1:9", "traces/sharegpt.parquet", "--out", "OUT"]),  # the package's own imports
+])
+def test_ctrl_c_while_importing_is_one_line(tmp_path, module, args):
+    args = [str(tmp_path / "out") if arg == "OUT" else arg for arg in args]
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPT_AT_NUMPY, module, *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (130, "interrupted: nothing written\n"), proc.stderr[-2000:]
+    assert proc.stdout == "" and list(tmp_path.iterdir()) == []

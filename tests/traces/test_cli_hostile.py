@@ -217,6 +217,17 @@ def test_convert_azure_bad_timestamps(tmp_path, capsys, stamp, pattern):
     assert "line 3: field 'TIMESTAMP'" in line and pattern in line
 
 
+def test_convert_azure_span_beyond_int64_nanoseconds_names_the_latest_line(tmp_path, capsys):
+    """Arrivals are int64 nanoseconds after the earliest time: 300 years wrapped around to a negative arrival, refused
+    as 'row 0 (request_id 1): column 'arrival_s' is negative', a row of the converted trace and the wrong reason."""
+    source = _write(tmp_path / "t.csv", AZURE_HEADER + "2023-11-16 18:15:46,3,5\n2200-01-01 00:00:00,3,5\n"
+                                                       "1900-01-01 00:00:00,3,5\n")
+    assert cli_error(convert_main, ["azure", str(source), "-o", str(tmp_path / "o.parquet")], capsys) == (
+        f"error: {source}: line 3: field 'TIMESTAMP' is 2200-01-01 00:00:00, 300 years after the earliest "
+        "(1900-01-01 00:00:00); expected a trace spanning at most 292 years")
+    assert not (tmp_path / "o.parquet").exists()
+
+
 @pytest.mark.parametrize(("record", "pattern"), [
     ('"input_length": 10, "output_length": 1180591620717411303424, "hash_ids": [1]', "'output_length'"),
     ('"input_length": 10, "output_length": 5, "hash_ids": [1180591620717411303424]', "'hash_ids'"),

@@ -51,6 +51,23 @@ def parse_timestamps(path: Path, text: pl.Series) -> pl.Series:
     return parsed
 
 
+# Arrivals are taken as nanoseconds after the earliest time, in int64: a span past 2**63 ns (292 years) wrapped
+# around to a negative arrival, refused as the converted row's "arrival_s is negative".
+MAX_SPAN_S = (2**63 - 1) // 10**9
+
+
+def _check_span(path: Path, requests: pl.DataFrame) -> None:
+    """TraceError, naming the line of the latest time, for a trace spanning more than MAX_SPAN_S."""
+    seconds = requests["time"].dt.epoch("s")  # whole seconds since 1970: no overflow within 1678-2261
+    if seconds[-1] - seconds[0] > MAX_SPAN_S:
+        first, last = requests["time"][0], requests["time"][-1]
+        raise TraceError(
+            f"{path}: line {line_of_row(path, int(requests['request_id'][-1]))}: field 'TIMESTAMP' is {last}, "
+            f"{(seconds[-1] - seconds[0]) / 31_557_600:.0f} years after the earliest ({first}); expected a trace "
+            f"spanning at most {MAX_SPAN_S / 31_557_600:.0f} years"
+        )
+
+
 def read(path: Path, options: ConvertOptions) -> Converted:
     frame = read_csv_text(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
     timestamps = parse_timestamps(path, frame["TIMESTAMP"])
@@ -62,6 +79,7 @@ def read(path: Path, options: ConvertOptions) -> Converted:
             "output_tokens": int_column(path, frame, "GeneratedTokens"),
         }
     ).sort("time", maintain_order=True)
+    _check_span(path, requests)
     requests = requests.with_columns(  # stays in polars: a Python datetime would drop the 100 ns digit
         arrival_s=(pl.col("time") - pl.col("time").first()).dt.total_nanoseconds().cast(pl.Float64) / 1e9
     ).select("request_id", "arrival_s", "prompt_tokens", "output_tokens")

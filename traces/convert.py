@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.tokenizer and Path(args.tokenizer).resolve() in output.resolve().parents:  # --overwrite took its files
         parser.exit(2, f"error: -o {args.output} is inside --tokenizer {args.tokenizer}; write the parquet elsewhere\n")
     try:
-        refuse_to_replace(output, args.overwrite)
+        refuse_to_replace(args.output, args.overwrite)  # as typed: Path drops a trailing '/'
         trace, dropped = convert(args.format, args.source, options)
         save_trace(trace, args.output)
     except (TraceError, ValueError) as exc:

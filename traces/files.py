@@ -25,9 +25,14 @@ def staging_path(path: Path, tag: str) -> Path:
     return path.with_name(name)
 
 
-def refuse_to_replace(path: Path, overwrite: bool) -> None:
+def refuse_to_replace(path: str | Path, overwrite: bool) -> None:
     """FileExistsError for an existing file at ``path`` unless ``overwrite``: traces.convert and traces.synth
     renamed their parquet over whatever file -o named (another trace, a day's conversion) without a word. Called
-    before any work, so a refused command costs nothing; what is not a regular file is refused by the writer."""
+    before any work, so a refused command costs nothing; what is not a regular file is refused by the writer.
+    IsADirectoryError for a path as typed that ends with a separator ('-o out/'): Path drops the slash, and a
+    file named 'out' was written where a folder was meant."""
+    if isinstance(path, str) and path.endswith(tuple({os.sep, os.altsep or os.sep})):
+        raise IsADirectoryError(errno.EISDIR, "ends with a path separator, naming a folder; expected a parquet file "
+                                "path", path)
     if not overwrite and Path(path).is_file():
         raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it", str(path))

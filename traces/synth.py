@@ -13,7 +13,6 @@ import math
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -220,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        refuse_to_replace(Path(args.output), args.overwrite)  # before drawing: a refused command costs nothing
+        refuse_to_replace(args.output, args.overwrite)  # before drawing: a refused command costs nothing
     except OSError as exc:
         parser.exit(2, f"error: -o {args.output}: {exc.strerror}\n")
     try:

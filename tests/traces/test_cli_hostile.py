@@ -80,6 +80,17 @@ def test_convert_output_under_a_file_or_empty(vidur, tmp_path, capsys):
     assert line.startswith("error: -o") and "directory" in line
 
 
+@pytest.mark.parametrize("tool", ["convert", "synth"])
+def test_output_path_ending_with_a_slash_is_refused(vidur, tmp_path, capsys, tool):
+    """Path('out/') is Path('out'): a file named 'out' was written where a folder was meant."""
+    out = f"{tmp_path / 'out'}/"
+    main, argv = {"convert": (convert_main, ["vidur", str(vidur), "-o", out]),
+                  "synth": (synth_main, ["-o", out, "--num-requests", "3", "--qps", "1"])}[tool]
+    assert cli_error(main, argv, capsys) == (f"error: -o {out}: ends with a path separator, naming a folder; expected "
+                                             "a parquet file path")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vidur.csv"]
+
+
 def test_convert_never_replaces_a_fifo_or_device(vidur, tmp_path, capsys):
     """-o /dev/null used to rename the parquet over the device node itself."""
     fifo = tmp_path / "fifo"

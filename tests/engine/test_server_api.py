@@ -599,7 +599,12 @@ def test_an_int_still_passes_where_a_float_is_expected(served) -> None:
     (b'{"prompt": [1]}', {"content-type": "application/x-www-form-urlencoded"},  # curl -d without -H
      "the request body is not read as JSON: send it with Content-Type: application/json"),
     (b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}", {"content-type": "application/json"},
-     "the request body could not be parsed as JSON (arrays or objects nested too deeply?)"),
+     "the request body could not be parsed as JSON: arrays or objects nested too deeply"),
+    # These two were said to be nested too deeply as well.
+    (b'{"prompt": [1], "max_tokens": ' + b"9" * 5000 + b"}", {"content-type": "application/json"},
+     "the request body could not be parsed as JSON: a number of more than 4300 digits"),
+    (b'{"prompt": "\xff"}', {"content-type": "application/json"},
+     "the request body could not be parsed as JSON: not UTF-8 text (byte ff at 12)"),
 ])
 def test_a_body_that_is_not_a_json_object_says_what_is_wrong(served, content, headers, message) -> None:
     client = served()

@@ -18,6 +18,7 @@ from traces.files import refuse_to_replace
 from traces.formats import FORMATS, ConvertOptions
 from traces.schema import Trace, save_trace
 from traces.summary import describe
+from traces.validation import MAX_ARRIVAL_S
 
 _DEFAULT_OPTIONS = ConvertOptions()  # frozen: one shared default instance, as the old default argument was
 
@@ -35,6 +36,8 @@ def convert(fmt: str, source: str | Path, options: ConvertOptions = _DEFAULT_OPT
     requests = requests.sort("arrival_s", maintain_order=True)
     if options.limit is not None:
         requests = requests.head(min(options.limit, requests.height))  # polars refuses n beyond 2**64
+    if converted.arrivals_assigned:
+        _check_drawn_arrivals(fmt, source, requests["arrival_s"].max(), options)
     trace = Trace.from_frame(requests, f"{source} (converted from {fmt})", converted.hash_block_size)
     if options.qps is not None and not converted.arrivals_assigned:
         arrivals = trace.requests["arrival_s"]
@@ -43,6 +46,17 @@ def convert(fmt: str, source: str | Path, options: ConvertOptions = _DEFAULT_OPT
                              f"{arrivals[0]:g} s, so there is no rate to rescale; convert without --qps")
         trace = trace.with_qps(options.qps)
     return trace, converted.drop_reason(options.limit)  # with --limit, the drops among the rows it went through
+
+
+def _check_drawn_arrivals(fmt: str, source: Path, last_s: float, options: ConvertOptions) -> None:
+    """The arrivals drawn at --qps (and --think-time-s) end within the trace's bound: past it the error named a row of
+    the converted trace and asked whether its arrival was 'a timestamp, not an offset?', not the options that drew
+    it."""
+    if last_s <= MAX_ARRIVAL_S:
+        return
+    think = f" with --think-time-s {options.think_time_s:g}" if fmt == "sharegpt" else ""
+    raise TraceError(f"{source}: the arrivals drawn at --qps {options.qps:g}{think} reach {last_s:.3g} s; expected at "
+                     f"most {MAX_ARRIVAL_S:g} s (raise --qps{' or lower --think-time-s' if think else ''})")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -64,6 +64,25 @@ def test_convert_sharegpt_extreme_think_time_cv_is_no_traceback(sharegpt, tiny_t
         assert "coefficient of variation" in cli_error(convert_main, argv, capsys)
 
 
+@pytest.mark.parametrize(("fmt", "args", "expected"), [
+    ("vidur", ["--qps", "1e-300"], "the arrivals drawn at --qps 1e-300 reach 6.8e+299 s; expected at most 1e+12 s "
+     "(raise --qps)"),
+    ("sharegpt", ["--qps", "1", "--think-time-s", "1e308"], "the arrivals drawn at --qps 1 with --think-time-s 1e+308 "
+     "reach 3.82e+307 s; expected at most 1e+12 s (raise --qps or lower --think-time-s)"),
+])
+def test_convert_drawn_arrivals_past_the_bound_name_the_options(tmp_path, capsys, tiny_tokenizer_dir, fmt, args,
+                                                                expected):
+    """The error named a row of the converted trace and asked 'a timestamp, not an offset?', not the options."""
+    source = {"vidur": _write(tmp_path / "v.csv", "num_prefill_tokens,num_decode_tokens\n10,5\n11,6\n"),
+              "sharegpt": _write(tmp_path / "sg.json", '[{"id": "c", "conversations": [{"from": "human", '
+                                 '"value": "hello"}, {"from": "gpt", "value": "fine"}, {"from": "human", "value": '
+                                 '"how are you"}, {"from": "gpt", "value": "fine"}]}]')}[fmt]
+    argv = [fmt, str(source), "-o", str(tmp_path / "o.parquet"), *args]
+    argv += ["--tokenizer", str(tiny_tokenizer_dir)] if fmt == "sharegpt" else []
+    assert cli_error(convert_main, argv, capsys) == f"error: {source}: {expected}"
+    assert not (tmp_path / "o.parquet").exists()
+
+
 def test_convert_limit_beyond_int64_keeps_every_request(vidur, tmp_path):
     out = tmp_path / "o.parquet"
     assert convert_main(["vidur", str(vidur), "-o", str(out), "--limit", str(2**70)]) == 0  # was OverflowError

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import math
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from cli.replay_args import (
 from engine.core.config_args import build_config
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.model_config import ModelShape
+from engine.core.sampling_params import MAX_TEMPERATURE
 from engine.options import EngineOptions
 from sim.hardware import host_info
 
@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # Checked before the model loads: a bad value must not cost a model load, nor hang the warm-up.
-    if not 0 <= args.temperature < math.inf:
-        parser.exit(2, f"error: --temperature must be a finite number >= 0, got {args.temperature}\n")
+    if not 0 <= args.temperature <= MAX_TEMPERATURE:  # 1e308 passed here and failed after the model had loaded
+        parser.exit(2, f"error: --temperature must be a number from 0 to {MAX_TEMPERATURE:g}, got {args.temperature}\n")
     if not 0 <= args.warmup_requests <= MAX_WARMUP_REQUESTS:
         parser.exit(2, f"error: --warmup-requests must be an integer from 0 to {MAX_WARMUP_REQUESTS}, "
                        f"got {args.warmup_requests}\n")

@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 from analysis.outdir import OutDirError, default_out_dir, input_files, staged_out_dir
 from cli.replay_args import add_output_arguments, add_trace_arguments, load_trace_for_replay, slos_from_args
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.sampling_params import MAX_TEMPERATURE
 
 if TYPE_CHECKING:
     from traces.http_bench import BenchResult
@@ -76,8 +77,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
     if not (math.isfinite(args.request_timeout_s) and args.request_timeout_s > 0):
         raise ValueError(f"--request-timeout-s must be a finite number > 0, got {args.request_timeout_s}")
-    if not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise ValueError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    if not 0 <= args.temperature <= MAX_TEMPERATURE:  # 1e308 is refused by a server (ours) for every request
+        raise ValueError(f"--temperature must be a number from 0 to {MAX_TEMPERATURE:g}, got {args.temperature}")
     if args.vocab_size is not None and not 1 <= args.vocab_size < 2**32:
         raise ValueError(f"--vocab-size must be from 1 to 2**32 - 1, got {args.vocab_size}")
     if not 0 <= args.seed < 2**63:

@@ -20,6 +20,8 @@ def trace(tmp_path):
 @pytest.mark.parametrize(("args", "pattern"), [
     (["--temperature", "nan"], "--temperature"),  # failed only after the model had loaded
     (["--temperature", "-1"], "--temperature"),
+    # SamplingParams' bound (float32 logits / 1e308 are 0): refused as 'SamplingParams.temperature' after the load
+    (["--temperature", "1e308"], "error: --temperature must be a number from 0 to 3.4e+38, got 1e+308"),
     (["--warmup-requests", "-1"], "--warmup-requests"),  # silently no warm-up
     (["--warmup-requests", str(2**70)], "--warmup-requests"),  # hung building the warm-up prompts
     (["--time-scale", "1e308"], "stretches the last arrival to 1e+308 s"),  # OverflowError in time.sleep

@@ -177,6 +177,8 @@ def _free_port() -> int:
     (["http://[::1", "{trace}"], "URL 'http://[::1': expected http://HOST:PORT"),  # was 'Invalid IPv6 URL'
     (["{url}", "{trace}", "--max-concurrency", "0"], "--max-concurrency must be >= 1, got 0"),
     (["{url}", "{trace}", "--request-timeout-s", "nan"], "--request-timeout-s must be a finite number > 0"),
+    # a server (ours) refuses it: every request failed (exit 1), after the run had been sent whole
+    (["{url}", "{trace}", "--temperature", "1e308"], "--temperature must be a number from 0 to 3.4e+38, got 1e+308"),
     (["{url}", "{trace}", "--prompt-format", "text"], "--prompt-format text needs --tokenizer PATH"),
     (["{url}", "{trace}", "--slo", "ttft=2s"], "--slo: cannot parse SLO 'ttft=2s'"),
     (["{url}", "{tmp}/missing.parquet"], "missing.parquet: cannot read the trace: no such file"),

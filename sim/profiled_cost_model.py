@@ -205,6 +205,9 @@ def _fit(points: list[dict], max_graph_bs: int, graph_sizes: list[int], piecewis
 
 _FIT_FEATURES = ("num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
                  "decode_context_tokens", "prefill_attention_pairs")
+# Features a profile may lack (measured before they were recorded); a text or null one was a TypeError traceback in
+# sim.limits' grid range, after the whole replay had run.
+_OPTIONAL_FEATURES = ("num_batched_tokens", "max_decode_context_tokens", "continues_batch")
 
 
 def _is_count(value: object) -> bool:
@@ -231,6 +234,10 @@ def check_profile(profile: object) -> None:
         for name in _FIT_FEATURES:
             if not _is_count(p["features"].get(name)):
                 raise ValueError(f"{where}: feature {name!r} is {p['features'].get(name)!r}; expected an integer "
+                                 "from 0 to 2**53")
+        for name in _OPTIONAL_FEATURES:  # absent from older profiles; sim.limits reads the grid's range from them
+            if name in p["features"] and not _is_count(p["features"][name]):
+                raise ValueError(f"{where}: feature {name!r} is {p['features'][name]!r}; expected an integer "
                                  "from 0 to 2**53")
         times = p.get("times_s")  # the timed repeats: sim.bands draws each step's noise from them
         if times is not None and (not isinstance(times, list)
@@ -327,6 +334,10 @@ def check_fit(profile: dict) -> None:
     graph_sizes = fit.get("graph_sizes")
     if graph_sizes is not None and (not isinstance(graph_sizes, list) or not all(_is_count(b) for b in graph_sizes)):
         raise ValueError(f"field 'fit.graph_sizes' is {str(graph_sizes)[:80]}; expected a list of sizes >= 0")
+    pieces = eager.get("piecewise_graph_sizes") or []  # a text or unsorted list was a traceback in the cost model
+    if not isinstance(pieces, list) or not all(_is_count(b) and b >= 1 for b in pieces) or pieces != sorted(pieces):
+        raise ValueError(f"field 'fit.eager.piecewise_graph_sizes' is {str(pieces)[:80]}; expected an increasing list "
+                         "of sizes >= 1")
     if eager.get("form", "max") not in ("sum", "max"):
         raise ValueError(f"field 'fit.eager.form' is {eager.get('form')!r}; expected 'sum' or 'max'")
     _check_coefficients(eager.get("floor_coef"), "fit.eager.floor_coef", len(FLOOR_BASIS))
@@ -337,9 +348,9 @@ def check_fit(profile: dict) -> None:
     _check_serving(fit.get("serving"), "fit.serving")
 
 
-def _check_serving(serving: object, where: str) -> None:
+def _check_serving(serving: object, where: str, session: bool = False) -> None:
     """Raise ValueError naming the first serving factor (sim.calibrate's) at ``where`` that would price steps at
-    NaN, below zero or beyond any real step."""
+    NaN, below zero or beyond any real step, or is missing (from a non-empty block, or any ``session``)."""
     serving = serving or {}
     if not isinstance(serving, dict):
         raise ValueError(f"field '{where}' is {str(serving)[:80]}; expected an object written by sim.calibrate")
@@ -371,10 +382,10 @@ def _check_serving(serving: object, where: str) -> None:
             raise ValueError(f"field '{where}.sessions' is {str(sessions)[:80]}; expected a list of objects written "
                              "by sim.calibrate --add")
         for i, session in enumerate(sessions):
-            for name in ("host_factor", "decode_factor"):
-                if name not in session:
-                    raise ValueError(f"field '{where}.sessions[{i}].{name}' is missing; expected a finite number > 0")
-            _check_serving(session, f"{where}.sessions[{i}]")
+            _check_serving(session, f"{where}.sessions[{i}]", session=True)
+    for name in ("host_factor", "decode_factor"):  # sim.calibrate writes both; the cost model's name quotes one
+        if (serving or session) and name not in serving:  # a block without them was a KeyError traceback
+            raise ValueError(f"field '{where}.{name}' is missing; expected a finite number > 0")
 
 
 def _check_host_episodes(episodes: object, where: str) -> None:

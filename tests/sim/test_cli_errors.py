@@ -220,6 +220,19 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "profile engine option text": (
         None, ["--cost-model", "{tmp}/p_block.json"], ["p_block.json", "'engine_options.block_size' is 'x'"]
     ),
+    # Each was a traceback: the piecewise sizes in the cost model, the rest after the whole replay had run.
+    "profile piecewise sizes text": (
+        None, ["--cost-model", "{tmp}/p_pieces.json"],
+        ["p_pieces.json", "'fit.eager.piecewise_graph_sizes' is x; expected an increasing list of sizes >= 1"]
+    ),
+    "profile longest decode context null": (
+        None, ["--cost-model", "{tmp}/p_longest.json"],
+        ["p_longest.json", "points\\[0\\]: feature 'max_decode_context_tokens' is None; expected an integer"]
+    ),
+    "profile calibration without host factor": (
+        None, ["--cost-model", "{tmp}/p_nohost.json"],
+        ["p_nohost.json", "field 'serving.host_factor' is missing; expected a finite number > 0\\)$"]
+    ),
 }
 
 
@@ -258,6 +271,10 @@ def _hostile_configs(tmp_path: Path) -> None:
     (tmp_path / "p_list.json").write_text("[]")
     _write_profile(tmp_path, "p_block.json", lambda p: p["engine_options"].update(block_size="x"))
     _write_profile(tmp_path, "p_times.json", lambda p: p["points"][0].update(times_s=["x"]))
+    _write_profile(tmp_path, "p_pieces.json", lambda p: p["fit"]["eager"].update(piecewise_graph_sizes="x"))
+    _write_profile(tmp_path, "p_longest.json",
+                   lambda p: p["points"][0]["features"].update(max_decode_context_tokens=None))
+    _write_profile(tmp_path, "p_nohost.json", lambda p: p["serving"].pop("host_factor"))
     _write_profile(tmp_path, "p_share.json",
                    lambda p: p["serving"]["host_episodes"].update(slow_share_range=[0.9, 2.0]))
 

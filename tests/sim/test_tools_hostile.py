@@ -68,6 +68,12 @@ BAD_PROFILES = {
                                 "0 <= low <= high < 1"),
     "episodes mean 0 s": (_set("serving.host_episodes.mean_episode_s", 0),
                           "'serving.host_episodes.mean_episode_s' is 0"),
+    # Not fitted on, so refitted and written; sim.replay then failed with a traceback after the whole replay.
+    "longest decode context text": (lambda d: _set("max_decode_context_tokens", "x")(d["points"][4]["features"]) and d,
+                                    "points\\[4\\]: feature 'max_decode_context_tokens' is 'x'; expected an integer "
+                                    "from 0 to 2\\*\\*53"),
+    "calibration without decode factor": (lambda d: d["serving"].pop("decode_factor") and d,
+                                          "field 'serving.decode_factor' is missing; expected a finite number > 0"),
 }
 
 
@@ -144,6 +150,8 @@ def test_calibrate_refuses_the_same_run_twice_and_a_bad_profile(tmp_path, capsys
     ("x", "field 'serving' is x; expected an object written by sim.calibrate"),
     ({"sessions": [1, 2]}, "field 'serving.sessions' is [1, 2]; expected a list of objects written by "
                            "sim.calibrate --add"),
+    ({"host_factor": 1.0, "decode_factor": 1.0, "sessions": [{}]},
+     "field 'serving.sessions[0].host_factor' is missing; expected a finite number > 0"),
     ({"sessions": [{"decode_factor": 1.0}]}, "field 'serving.sessions[0].host_factor' is missing"),
     ({"runs": "abc"}, "field 'serving.runs' is abc; expected a list of objects"),
     ({"host_episodes": {"slow_share_range": [0.5]}}, "field 'serving.host_episodes.slow_share_range' is [0.5]"),

@@ -42,7 +42,8 @@ class SamplingParams:
         # A wrong type is a ValueError naming the field, as a wrong value is: compared with a float, "0.5" raised a
         # TypeError, and True passed as max_tokens 1 or seed 1.
         if not (_is_real(self.temperature) and 0.0 <= self.temperature <= MAX_TEMPERATURE):
-            raise ValueError(f"SamplingParams.temperature must be a finite number >= 0, got {self.temperature!r}")
+            raise ValueError(f"SamplingParams.temperature must be a number from 0 to {MAX_TEMPERATURE:g}, got "
+                             f"{self.temperature!r}")  # 'a finite number >= 0' refused 1e308, which is one
         if self.temperature < GREEDY_BELOW_TEMPERATURE:
             object.__setattr__(self, "temperature", 0.0)
         if not (_is_real(self.top_p) and 0.0 < self.top_p <= 1.0):

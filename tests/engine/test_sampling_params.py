@@ -11,12 +11,13 @@ from engine.core.sampling_params import SamplingParams
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     # inf reached the sampler: float32 logits / inf are 0 or NaN, a uniform draw that ignored top_k
-    ({"temperature": math.inf}, "SamplingParams.temperature must be a finite number >= 0, got inf"),
-    ({"temperature": 1e39}, "SamplingParams.temperature must be a finite number >= 0, got 1e+39"),  # inf in float32
-    ({"temperature": math.nan}, "SamplingParams.temperature must be a finite number >= 0, got nan"),
-    ({"temperature": -0.5}, "SamplingParams.temperature must be a finite number >= 0, got -0.5"),
+    ({"temperature": math.inf}, "SamplingParams.temperature must be a number from 0 to 3.4e+38, got inf"),
+    # inf in float32; was refused as not 'a finite number >= 0', which 1e39 is
+    ({"temperature": 1e39}, "SamplingParams.temperature must be a number from 0 to 3.4e+38, got 1e+39"),
+    ({"temperature": math.nan}, "SamplingParams.temperature must be a number from 0 to 3.4e+38, got nan"),
+    ({"temperature": -0.5}, "SamplingParams.temperature must be a number from 0 to 3.4e+38, got -0.5"),
     # a string was a TypeError from the comparison, not a ValueError naming the field
-    ({"temperature": "0.5"}, "SamplingParams.temperature must be a finite number >= 0, got '0.5'"),
+    ({"temperature": "0.5"}, "SamplingParams.temperature must be a number from 0 to 3.4e+38, got '0.5'"),
     ({"top_p": "1"}, "SamplingParams.top_p must be in (0, 1], got '1'"),
     ({"top_p": math.nan}, "SamplingParams.top_p must be in (0, 1], got nan"),
     # True passed as 1

@@ -64,6 +64,19 @@ def _finite_positive(option: str, value: float) -> float:
     return value
 
 
+# A replay over HTTP or through the real engine runs in real time: it sleeps until each arrival.
+MAX_REPLAY_SPAN_S = 30 * 24 * 3600
+
+
+def check_real_time_span(trace, trace_path: str) -> None:
+    """ValueError for a trace whose arrivals span more than MAX_REPLAY_SPAN_S after --qps/--time-scale: a real-time
+    replay would sleep for that long (or overflow the sleep)."""
+    span_s = float(trace.requests["arrival_s"][-1] - trace.requests["arrival_s"][0])
+    if span_s > MAX_REPLAY_SPAN_S:
+        raise ValueError(f"{trace_path}: the arrivals span {span_s:.6g} s after --qps/--time-scale; a real-time "
+                         f"replay is limited to {MAX_REPLAY_SPAN_S:,} s (30 days): use --qps or --time-scale")
+
+
 def load_trace_for_replay(args: argparse.Namespace):
     """The trace with --limit, then --qps or --time-scale, applied."""
     from traces.schema import load_trace

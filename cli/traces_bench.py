@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from analysis.outdir import OutDirError, default_out_dir, input_files, staged_out_dir
-from cli.replay_args import add_output_arguments, add_trace_arguments, load_trace_for_replay, slos_from_args
+from cli.replay_args import (
+    add_output_arguments,
+    add_trace_arguments,
+    check_real_time_span,
+    load_trace_for_replay,
+    slos_from_args,
+)
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.sampling_params import MAX_TEMPERATURE
 
@@ -189,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_args(args)
         trace = load_trace_for_replay(args)
+        check_real_time_span(trace, args.trace)  # --time-scale 1e9 waited years, where engine.replay refused it
         slos = slos_from_args(args)
         tokenizer = _load_tokenizer(args.tokenizer) if args.prompt_format == "text" else None
     except (ValueError, FileNotFoundError) as exc:

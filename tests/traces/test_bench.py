@@ -183,6 +183,9 @@ def _free_port() -> int:
     (["{url}", "{trace}", "--slo", "ttft=2s"], "--slo: cannot parse SLO 'ttft=2s'"),
     (["{url}", "{tmp}/missing.parquet"], "missing.parquet: cannot read the trace: no such file"),
     (["{url}", "{trace}", "--qps", "0"], "--qps must be > 0"),
+    # waited 31 years for the second request (engine.replay refused it)
+    (["{url}", "{trace}", "--time-scale", "1e9"], "{trace}: the arrivals span 1e+09 s after --qps/--time-scale; a "
+     "real-time replay is limited to 2,592,000 s (30 days): use --qps or --time-scale"),
     (["{url}", "{trace}", "--model", "no-such-model"], "cannot tell the vocabulary of model 'no-such-model'"),
     (["{dead}", "{trace}"], "/v1/models: cannot reach the server"),
     (["http://127.0.0.1:99999", "{trace}"], "the port must be a number from 0 to 65535"),  # was aiohttp's InvalidUrl

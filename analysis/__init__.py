@@ -12,3 +12,10 @@ Tools:
 - `analysis.compare`: sim-vs-real error tables and the step-by-step schedule diff (``python -m analysis.compare``)
 - `analysis.capacity`: SLO-bounded capacity sweeps (``python -m analysis.capacity``)
 """
+
+import sys
+
+if sys.argv[:1] == ["-m"]:  # python -m analysis.COMMAND is importing the package (engine.core.interrupt says why)
+    from engine.core.interrupt import quiet_until_main
+
+    quiet_until_main()

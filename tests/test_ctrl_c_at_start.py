@@ -1,5 +1,6 @@
 """Ctrl-C while a command's imports load (numpy, polars, torch: up to seconds), before its main runs: the command's
-one line and status 130, where it was a KeyboardInterrupt traceback through importlib (status -2)."""
+one line and status 130, where it was a KeyboardInterrupt traceback through importlib (status -2). An ordinary import
+of the packages leaves the signals alone."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ class InterruptAtNumpy:
         return None
 
 sys.meta_path.insert(0, InterruptAtNumpy())
-sys.argv = [sys.argv[1], *sys.argv[2:]]
-runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+module, sys.argv = sys.argv[1], ["-m", *sys.argv[2:]]  # as python -m: '-m' while the packages on the way load
+runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
 
 
@@ -33,6 +34,12 @@ runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
     ("engine.serve", ["--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--port", "0"]),
     ("engine.replay", ["traces/sharegpt.parquet", "--out", "OUT"]),
     ("traces.bench", ["http://127.0.0.1:9", "traces/sharegpt.parquet", "--out", "OUT"]),  # the package's own imports
+    # commands whose main lives in their module: the traces and analysis packages quiet Ctrl-C until main starts
+    ("traces.convert", ["vidur", "traces/README.md", "-o", "OUT"]),
+    ("traces.synth", ["-o", "OUT", "--num-requests", "5", "--qps", "1"]),
+    ("traces.info", ["traces/sharegpt.parquet"]),
+    ("analysis.summarize", ["OUT"]),
+    ("analysis.vllm_import", ["README.md", "--out", "OUT"]),
 ])
 def test_ctrl_c_while_importing_is_one_line(tmp_path, module, args):
     args = [str(tmp_path / "out") if arg == "OUT" else arg for arg in args]
@@ -40,3 +47,11 @@ def test_ctrl_c_while_importing_is_one_line(tmp_path, module, args):
                           capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stderr) == (130, "interrupted: nothing written\n"), proc.stderr[-2000:]
     assert proc.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_importing_the_packages_leaves_ctrl_c_alone():
+    code = ("import signal, traces, analysis, traces.convert, analysis.summarize; "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+            "signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stdout == "True True\n", proc.stderr

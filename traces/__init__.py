@@ -6,7 +6,14 @@
 See traces/README.md for the schema and the command lines.
 """
 
+import sys
+
 from traces.errors import TraceError
+
+if sys.argv[:1] == ["-m"]:  # python -m traces.COMMAND is importing the package (engine.core.interrupt says why)
+    from engine.core.interrupt import quiet_until_main
+
+    quiet_until_main()
 
 __all__ = ["Trace", "TraceError", "load_trace", "save_trace", "validate"]
 

@@ -45,6 +45,26 @@ def _print_any_path() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+def _interrupted_before_main(signum, frame) -> None:
+    print(NOTHING_WRITTEN, file=sys.stderr)
+    raise SystemExit(128 + signum)  # unwinds the imports quietly: no traceback
+
+
+def quiet_until_main() -> None:
+    """Called by a package whose modules are commands (traces, analysis) as ``python -m PACKAGE.COMMAND`` imports it:
+    until the command's ``main`` (decorated below) starts, Ctrl-C or SIGTERM print the one line and exit 130 (143).
+    The package imports numpy and polars first (half a second), and a Ctrl-C then was a KeyboardInterrupt traceback
+    through importlib. runpy sets ``sys.argv[0]`` to '-m' while it imports the packages on the way to the command, so
+    an ordinary import of the package changes nothing."""
+    if sys.argv[:1] != ["-m"]:
+        return
+    try:
+        signal.signal(signal.SIGINT, _interrupted_before_main)
+        signal.signal(signal.SIGTERM, _interrupted_before_main)
+    except ValueError:  # not the main thread
+        pass
+
+
 def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
     """Decorate a ``main(argv)``: on KeyboardInterrupt print ``message`` and exit with status 130 (143 for SIGTERM,
     which is turned into a KeyboardInterrupt while ``main`` runs). A main that handles the interrupt itself and
@@ -55,6 +75,8 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
         def wrapped(*args, **kwargs):
             _Terminated.received = False
             _print_any_path()
+            if signal.getsignal(signal.SIGINT) is _interrupted_before_main:  # quiet_until_main's: main handles it now
+                signal.signal(signal.SIGINT, signal.default_int_handler)
             try:
                 previous = signal.signal(signal.SIGTERM, _on_sigterm)
             except ValueError:  # not the main thread: leave signals alone

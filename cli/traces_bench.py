@@ -192,10 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         import aiohttp  # noqa: F401  the client's one dependency beyond the simulator's: say so, not a traceback
     except ImportError:
         parser.exit(2, "error: traces.bench needs aiohttp; install it (pip install -e '.[bench]')\n")
+    from traces.bench_prompts import check_prompt_lengths
     try:
         _check_args(args)
         trace = load_trace_for_replay(args)
         check_real_time_span(trace, args.trace)  # --time-scale 1e9 waited years, where engine.replay refused it
+        check_prompt_lengths(trace)  # before any request: the ids of a 1e10-token prompt filled the memory
         slos = slos_from_args(args)
         tokenizer = _load_tokenizer(args.tokenizer) if args.prompt_format == "text" else None
     except (ValueError, FileNotFoundError) as exc:

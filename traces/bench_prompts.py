@@ -10,11 +10,26 @@ boundary by a token, so the reuse is close to, not exactly, the trace's.
 
 from __future__ import annotations
 
+from traces.errors import row_error
 from traces.http_bench import BenchRequest
 from traces.requests import TraceRequests
 
 MAX_TEXT_ROUNDS = 12
 FILLER = " the"  # one token in common BPE vocabularies, and stable when repeated
+# The longest prompt sent: no model's context holds more (the longest are some millions of tokens). A request is
+# built whole before it is sent, and the ids of one 1e10-token prompt asked numpy for 128 GiB (a MemoryError
+# traceback, or the OOM killer) where engine.replay rejects the request.
+MAX_PROMPT_TOKENS = 2**24
+
+
+def check_prompt_lengths(trace) -> None:
+    """TraceError naming the first row whose prompt is longer than MAX_PROMPT_TOKENS."""
+    longer = (trace.requests["prompt_tokens"] > MAX_PROMPT_TOKENS).arg_true()
+    if len(longer):
+        row = int(longer[0])
+        raise row_error(trace.source, row, trace.requests["request_id"][row], "prompt_tokens",
+                        f"is {trace.requests['prompt_tokens'][row]:,}; traces.bench sends prompts of at most "
+                        f"{MAX_PROMPT_TOKENS:,} tokens (no model's context holds more)")
 
 
 def bench_requests(trace, vocab_size: int, seed: int, tokenizer=None) -> list[BenchRequest]:

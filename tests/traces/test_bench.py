@@ -212,6 +212,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_a_prompt_longer_than_any_context_is_refused_before_any_request(tmp_path) -> None:
+    """The ids of a 1e10-token prompt asked numpy for 128 GiB: a MemoryError traceback after the server was asked
+    for its model (engine.replay rejects such a request)."""
+    trace_path = _trace(tmp_path, [0.0, 1.0], [2, 2], prompts=[5, 10**10])
+    with FakeOpenAI() as server:
+        proc = subprocess.run([sys.executable, "-m", "traces.bench", server.url, str(trace_path), "--out",
+                               str(tmp_path / "out"), "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert server.received == []
+    assert proc.returncode == 2 and proc.stderr == (
+        f"error: {trace_path}: row 1 (request_id 'r1'): column 'prompt_tokens' is 10,000,000,000; traces.bench sends "
+        "prompts of at most 16,777,216 tokens (no model's context holds more)\n")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_server_that_never_answers_is_named_with_the_timeout() -> None:
     """A port that accepts but never answers ended in 'cannot reach the server (TimeoutError: )'."""
     import asyncio

@@ -32,6 +32,19 @@ def flat_bands(summary: Mapping) -> dict[str, dict[str, float]]:
     return flat
 
 
+def check_bands(bands: object) -> None:
+    """Raise ValueError naming the first band of a summary's ``bands`` (as ``analysis.bands`` writes it) whose
+    median, p5 or p95 is not a finite number or out of order: a hand-edited one was a KeyError or TypeError
+    traceback where analysis.compare and the report read it."""
+    if not isinstance(bands, Mapping) or not isinstance(bands.get("metrics"), Mapping):
+        raise ValueError(f"'bands' is {str(bands)[:60]}; expected an object with 'metrics' (sim.replay --bands')")
+    for key, band in flat_bands({"bands": bands}).items():
+        values = [band.get(stat) for stat in ("p5", "median", "p95")]
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) for v in values) \
+                or not values[0] <= values[1] <= values[2]:
+            raise ValueError(f"the band of {key!r} is {str(band)[:80]}; expected finite numbers p5 <= median <= p95")
+
+
 def inside(band: Mapping[str, float], value: float | int | None) -> bool | None:
     """Whether ``value`` lies in the band's p5-p95 range (inclusive); None without a value."""
     if value is None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
+from analysis.band_stats import check_bands
 from analysis.metrics import add_latency_columns, summarize
 from analysis.slo import SLO
 from sim.files import write_parquet_frame, write_parquet_table, write_text_atomic
@@ -108,7 +109,7 @@ def read_meta(run_dir: Path) -> dict:
             if not isinstance(recorded, dict):
                 raise ValueError(f"{path}: the top level is a JSON {type(recorded).__name__}; expected an object")
             meta = {key: recorded[key] for key in META_KEYS if key in recorded}
-            _check_meta(meta, path)
+            check_meta(meta, path)
             return meta
     return {}
 
@@ -119,7 +120,9 @@ _META_TYPES = {"cost_model": (str,), "trace": (str,), "config": (dict,), "record
                "request_ids": (str,), "warnings": (list,), "bands": (dict,)}
 
 
-def _check_meta(meta: dict, path: Path) -> None:
+def check_meta(meta: dict, path: Path) -> None:
+    """Raise ValueError naming ``path`` and the first of summary.json's kept keys (META_KEYS) in ``meta`` that its
+    readers cannot use (analysis.compare reads the same keys)."""
     for key, value in meta.items():
         if isinstance(value, bool) or (value is not None and not isinstance(value, _META_TYPES[key])):
             expected = " or ".join(t.__name__ for t in _META_TYPES[key])
@@ -128,6 +131,11 @@ def _check_meta(meta: dict, path: Path) -> None:
         if not isinstance(warning, dict) or not all(isinstance(warning.get(k), str) for k in ("code", "message")):
             raise ValueError(f"{path}: warnings[{i}] is {str(warning)[:60]}; expected an object with a 'code' and "
                              "a 'message'")
+    if meta.get("bands") is not None:
+        try:
+            check_bands(meta["bands"])
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
 
 
 def read_slos(run_dir: Path) -> tuple[SLO, ...] | None:

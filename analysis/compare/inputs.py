@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analysis.runs import META_KEYS, check_meta
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from sim.files import read_json_input, read_parquet_frame
 
@@ -92,6 +93,10 @@ def _read_summary(path: Path) -> dict:
         raise CompareInputError(f"{path}: not a readable JSON file ({detail})") from exc
     if not isinstance(data, dict):
         raise CompareInputError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    try:  # the keys read here (warnings, bands, config, ...): a hand-edited one was a traceback mid-comparison
+        check_meta({key: data[key] for key in META_KEYS if key in data}, path)
+    except ValueError as exc:
+        raise CompareInputError(str(exc)) from None
     return data
 
 

@@ -275,3 +275,27 @@ def test_a_run_compared_with_itself_is_refused(tmp_path: Path, capsys: pytest.Ca
     assert code == 2
     assert stderr.strip() == f"error: REAL_DIR and SIM_DIR are the same run ({real_dir}); compare two runs"
     assert not (tmp_path / "o").exists()
+
+
+BAD_SUMMARIES = {  # each was a traceback (TypeError, AttributeError, KeyError, ValueError) after both runs were read
+    "warnings a string": ({"warnings": "x"}, "'warnings' is x; expected list"),
+    "warning a number": ({"warnings": [1]}, "warnings[0] is 1; expected an object with a 'code' and a 'message'"),
+    "band without p5": ({"bands": {"metrics": {"ttft_ms": {"p50": {"median": 1.0, "p95": 2.0}}}}},
+                        "the band of 'ttft_ms.p50' is {'median': 1.0, 'p95': 2.0}; expected finite numbers "
+                        "p5 <= median <= p95"),
+    "band of text": ({"bands": {"metrics": {"output_throughput": {"median": 1.0, "p5": "x", "p95": 2.0}}}},
+                     "the band of 'output_throughput' is {'median': 1.0, 'p5': 'x', 'p95': 2.0}; expected finite "
+                     "numbers p5 <= median <= p95"),
+    "bands without metrics": ({"bands": {"num_replays": 2}}, "'bands' is {'num_replays': 2}; expected an object "
+                                                             "with 'metrics'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SUMMARIES))
+def test_a_malformed_summary_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], case) -> None:
+    summary, shown = BAD_SUMMARIES[case]
+    real_dir, sim_dir = write_pair(tmp_path)
+    write_run(sim_dir, real_requests(), real_steps(), {"cost_model": "roofline-estimate", **summary})
+    code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and stderr.startswith(f"error: {sim_dir / 'summary.json'}: {shown}") and stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()

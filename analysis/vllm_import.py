@@ -134,6 +134,8 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
         ttft = _number(path, "ttfts", i, ttfts[i]) if ttfts[i] is not None else None
         if errors is None and not ttft:  # files without errors: a failure has no first token
             error = "failed (the file records no error message)"
+        elif error is None and ttft is None:  # counted as failed with a null error, the one failure without a why
+            error = "failed (the file records no first token and no error message)"
         gaps = itls[i] if itls[i] is not None else []
         if not isinstance(gaps, list):
             raise VllmResultError(f"{path}: 'itls' item {i}: expected a list of gaps in seconds")

@@ -101,6 +101,14 @@ def test_requests_as_the_file_records_them(result_path) -> None:
     assert run.meta["config"]["arrival_times_recorded"] is True
 
 
+def test_a_request_without_a_first_token_nor_an_error_is_a_failure_that_says_so(tmp_path) -> None:
+    """A null ttft beside an empty error was counted as failed with a null error: the one failure without a why."""
+    run = read_vllm_result(_write(tmp_path / "r.json", vllm_result() | {"ttfts": [0.05, None, 0.0, 0.04]}))
+    assert run.requests["finish_reason"].to_list() == ["length", "error", "error", "length"]
+    assert run.requests["error"].to_list() == [None, "failed (the file records no first token and no error message)",
+                                               "Bad Request", None]
+
+
 @pytest.mark.parametrize("detailed_keys", [("start_times", "latencies", "errors"), ("errors",), ()],
                          ids=["current", "no start_times or latencies", "no errors either"])
 def test_converted_summary_reproduces_vllms_numbers(tmp_path, detailed_keys) -> None:

@@ -9,7 +9,10 @@ mixed steps up to ``max_cuda_graph_tokens``, eager beyond), sampling and postpro
 replay pays them. KV contents do not change the timing, so states are injected rather than
 prefilled. The grid covers decode batches over context lengths (equal, and one long context among
 short ones), the decode step right after an eager one, prefill chunks with and without a cached
-prefix, multi-sequence prefills and mixed prefill+decode steps. Needs torch; not simpy.
+prefix, multi-sequence prefills and mixed prefill+decode steps. As in serving, a batch's decode rows have run a
+step before the timed one (so the scheduler knows a large batch's rows for plain decodes and checks only the rows
+that need it), and none of them opens or fills a KV block in a timed step (``row_context``). Needs torch; not
+simpy.
 """
 
 from __future__ import annotations
@@ -78,11 +81,31 @@ def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens
 
 def blocks_needed(point: GridPoint, block_size: int) -> int:
     """The KV blocks a grid point's sequences hold at once, each a whole number of blocks (what StateInjector.add
-    allocates, with room for the tokens the timed steps add)."""
+    allocates, with room for the tokens the timed steps add, and for ``row_context``'s shift of a decode row)."""
     bs, ctx = point.decode
     num_long, long_ctx = point.long_decode
-    return (bs * cdiv(ctx + 16, block_size) + num_long * cdiv(long_ctx + 16, block_size)
+    return (bs * cdiv(ctx + block_size + 16, block_size) + num_long * cdiv(long_ctx + block_size + 16, block_size)
             + sum(cdiv(c + q + 2, block_size) for c, q in point.prefill))
+
+
+def row_context(ctx: int, block_size: int, num_steps: int) -> int:
+    """The context to give a decode row of a grid point meant to hold ``ctx`` tokens, so that none of the
+    ``num_steps`` steps it then takes opens a KV block or fills one (``ctx`` itself where it already is so, or where a
+    block is too small to hold the steps; else shifted up, by 2 tokens for a context that is a multiple of the block
+    size). A serving batch's rows sit anywhere in their last block, and a step finds about one row in block_size at a
+    boundary; grid contexts are round numbers, mostly multiples of the block size, so every row of the batch would
+    reach a boundary in the same step and pay the block allocations (or prefix-cache registrations) of block_size
+    steps at once, and the scheduler would check each row of that step one by one (engine.core.steady_decodes): a
+    step no serving run takes, which the medians of the decode points hid in one repeat of five and the steps timed
+    right after a prefill (``decode_after_eager``) measured in full (2 ms at 192 rows; 0.2-0.4 ms in serving)."""
+    first = ctx - 1  # the position the row's first step computes (StateInjector.add leaves it one token to compute)
+    # Positions first .. first + num_steps - 1 must avoid offset 0 (opens a block) and block_size - 1 (fills one).
+    if num_steps + 2 > block_size:
+        return ctx
+    offset = first % block_size
+    if 1 <= offset and offset + num_steps - 1 <= block_size - 2:
+        return ctx
+    return ctx + (1 - offset) % block_size
 
 
 class StateInjector:
@@ -113,40 +136,53 @@ class StateInjector:
             scheduler.abort(seq)
 
 
-def time_step(engine) -> tuple[dict, float]:
-    """One whole engine step (the engine's own step body), timed, and the features of its batch."""
+def time_step(engine) -> tuple[dict, float, int]:
+    """One whole engine step (the engine's own step body), timed: the features of its batch, its time, and how many of
+    its rows the scheduler handled one by one (a large serving batch's plain decode rows it does not look at)."""
     t0 = time.perf_counter()
     batch, _ = engine.step()
     elapsed_s = time.perf_counter() - t0
-    return batch_features(batch), elapsed_s  # a batch's features are fixed when it is scheduled
+    if batch.special_rows is None:
+        checked = len(batch.seqs)
+    else:
+        checked = len(batch.special_rows) + len(batch.seqs) - batch.steady_rows
+    return batch_features(batch), elapsed_s, checked  # a batch's features are fixed when it is scheduled
 
 
 def measure(engine, injector: StateInjector, point: GridPoint, repeats: int) -> dict:
-    samples: list[tuple[dict, float]] = []
+    block_size = engine.scheduler.block_manager.block_size
+    samples: list[tuple[dict, float, int]] = []
     if point.family in ("decode", "decode_skewed"):
         bs, ctx = point.decode
+        num_long, long_ctx = point.long_decode
+        steps = repeats + 1  # the warm-up and the timed steps
         for _ in range(bs):
-            injector.add(ctx - 1, 1, max_tokens=repeats + 8)
-        for _ in range(point.long_decode[0]):
-            injector.add(point.long_decode[1] - 1, 1, max_tokens=repeats + 8)
-        time_step(engine)  # warm-up
+            injector.add(row_context(ctx, block_size, steps) - 1, 1, max_tokens=repeats + 8)
+        for _ in range(num_long):
+            injector.add(row_context(long_ctx, block_size, steps) - 1, 1, max_tokens=repeats + 8)
+        time_step(engine)  # warm-up; it also files the rows as plain decodes (engine.core.steady_decodes)
         samples = [time_step(engine) for _ in range(repeats)]
         injector.clear()
     else:  # each repeat from a fresh state: the step changes it (prefills complete)
+        after_eager = point.family == "decode_after_eager"
         for rep in range(repeats + 1):
             bs, ctx = point.decode
-            for _ in range(bs):
-                injector.add(ctx - 1, 1, max_tokens=8)
+            for _ in range(bs):  # a decode step, then the timed step (and the decode step after a prefill, timed)
+                injector.add(row_context(ctx, block_size, 3 if after_eager else 2) - 1, 1, max_tokens=8)
+            if bs:
+                # Untimed: the decode rows take one step, as a serving batch's rows have when a request joins it; the
+                # scheduler then knows them for plain decodes and, in a large batch, checks only the joining row.
+                time_step(engine)
             for c, q in point.prefill:
                 injector.add(c, q, max_tokens=8)
-            if point.family == "decode_after_eager":
+            if after_eager:
                 time_step(engine)  # the eager step, untimed; the decode step after it is the sample
             sample = time_step(engine)
             if rep:  # the first is a warm-up
                 samples.append(sample)
             injector.clear()
-    features = samples[len(samples) // 2][0]
-    times = [t for _, t in samples]
+    features, _, checked_rows = samples[len(samples) // 2]
+    times = [t for _, t, _ in samples]
     return {
         "family": point.family,
         "decode": list(point.decode),
@@ -155,6 +191,7 @@ def measure(engine, injector: StateInjector, point: GridPoint, repeats: int) -> 
         "features": features,
         "times_s": times,
         "median_s": statistics.median(times),
+        "checked_rows": checked_rows,
     }
 
 

@@ -12,6 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 def test_profile_cli_measures_every_family_and_fits(tmp_path):
     from sim.profile import main as profile_main
+    from sim.profile import row_context
     from sim.profiled_cost_model import ProfiledCostModel
 
     torch.manual_seed(0)
@@ -32,11 +33,37 @@ def test_profile_cli_measures_every_family_and_fits(tmp_path):
         f = p["features"]
         assert p["median_s"] > 0 and len(p["times_s"]) == 1
         if p["family"] == "decode_skewed":  # one long context among short ones (one token longer after the warm-up)
-            assert f["max_decode_context_tokens"] == p["long_decode"][1] + 1
+            assert f["max_decode_context_tokens"] == row_context(p["long_decode"][1], 256, 2) + 1
             assert f["num_decode_seqs"] == p["decode"][0] + 1
+        # A large batch's decode rows are plain decodes when timed, as in serving: the scheduler checks none of them
+        # one by one, only a joining prefill (engine.core.steady_decodes); a small batch's rows it checks all.
+        num_rows = p["decode"][0] + p["long_decode"][0]
+        if p["family"] in ("decode", "decode_skewed"):
+            assert p["checked_rows"] == (0 if num_rows >= 32 else num_rows)
+        if p["family"] == "mixed":
+            assert p["checked_rows"] == (1 if num_rows >= 32 else num_rows + 1)
         if p["family"] == "decode_after_eager":  # timed: the decode step after the prefill, with its sequence
             assert f["num_prefill_tokens"] == 0 and f["num_decode_seqs"] == p["decode"][0] + 1
     fit = profile["fit"]
     assert fit["held_out"]["num_points"] > 0 and "per_excess_context_token_s" in fit["graph_decode"]
     model = ProfiledCostModel.load(out)
     assert all(model.predict(p["features"]) > 0 for p in profile["points"])
+
+
+def test_row_context_keeps_the_timed_steps_off_block_boundaries():
+    from sim.profile import row_context
+
+    # A multiple of the block size would put the first step at a block's last slot and the next at a new block.
+    assert row_context(512, 256, 3) == 514
+    assert row_context(16384, 256, 6) == 16386
+    assert row_context(32, 256, 6) == 32  # positions 31..36 sit inside the first block already
+    assert row_context(250, 256, 6) == 250  # positions 249..254: the last (255) is not reached
+    assert row_context(252, 256, 6) == 258  # positions 251..256 would open a block: moved to 257..262
+    assert row_context(16, 16, 5) == 18
+    assert row_context(20, 16, 20) == 20  # a block too small to hold the steps: left as it is
+    for ctx in range(1, 600):
+        for steps in (1, 2, 3, 6):
+            shifted = row_context(ctx, 16, steps)
+            positions = range(shifted - 1, shifted - 1 + steps)
+            assert 0 <= shifted - ctx < 16
+            assert all(p % 16 not in (0, 15) for p in positions), (ctx, steps)

@@ -55,6 +55,12 @@ PLAN: dict[str, tuple[str, str, list[str]]] = {
     **{f"f-decode-{name}": (f"(f) decode-heavy, bursty, ~{share}% ({qps} req/s)", "decode_heavy.parquet",
                             _online(qps, limit))
        for name, share, qps, limit in (("light", 25, 15, 1000), ("p70", 70, 43, 2000), ("p95", 95, 58, 2500))},
+    # The calibration slices too: a profile calibrated on one machine start meets another start's calibration runs as
+    # validation runs (the slices are disjoint from the validation ones, not from a calibration).
+    "cal-azure": ("Azure conv calibration slice (45 req/s), another machine start's", "azure_conv_calibration.parquet",
+                  _online(45, 2400)),
+    "cal-mooncake": ("Mooncake conv calibration slice (3.0 req/s), another machine start's",
+                     "mooncake_calibration.parquet", _online(3.0, 200, 65536)),
     **{f"g-azure-8b-{name}": (f"(g) qwen3-8b, Azure conv, ~{share}% ({qps} req/s)", "azure_conv_slice.parquet",
                               [*_online(qps, limit), "--model", "qwen3-8b"])
        for name, share, qps, limit in (("light", 20, 4, 400), ("p70", 70, 12.5, 1200))},

@@ -40,6 +40,9 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
     ("traces.info", ["traces/sharegpt.parquet"]),
     ("analysis.summarize", ["OUT"]),
     ("analysis.vllm_import", ["README.md", "--out", "OUT"]),
+    # the main job, and the sim package's other commands (the package quiets Ctrl-C until main starts)
+    ("sim.replay", ["traces/sharegpt.parquet", "--out", "OUT"]),
+    ("sim.calibrate", ["OUT", "OUT"]),
 ])
 def test_ctrl_c_while_importing_is_one_line(tmp_path, module, args):
     args = [str(tmp_path / "out") if arg == "OUT" else arg for arg in args]
@@ -50,7 +53,7 @@ def test_ctrl_c_while_importing_is_one_line(tmp_path, module, args):
 
 
 def test_importing_the_packages_leaves_ctrl_c_alone():
-    code = ("import signal, traces, analysis, traces.convert, analysis.summarize; "
+    code = ("import signal, traces, analysis, sim, traces.convert, analysis.summarize, sim.calibrate; "
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
             "signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)

@@ -11,20 +11,22 @@ prefilled. The grid covers decode batches over context lengths (equal, and one l
 short ones), the decode step right after an eager one, prefill chunks with and without a cached
 prefix, multi-sequence prefills and mixed prefill+decode steps. As in serving, a batch's decode rows have run a
 step before the timed one (so the scheduler knows a large batch's rows for plain decodes and checks only the rows
-that need it), and none of them opens or fills a KV block in a timed step (``row_context``). Needs torch; not
-simpy.
+that need it), and none of them opens or fills a KV block in a timed step (``row_context``). Each point's repeats
+are taken one per pass over the whole grid (``measure_grid``), so that the host's slow spells spread over all points
+alike. Needs torch; not simpy.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import random
 import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from engine.core.config import cdiv
 from engine.core.interrupt import exit_130_on_interrupt
@@ -114,12 +116,12 @@ class StateInjector:
     def __init__(self, engine, vocab_size: int, seed: int = 0) -> None:
         self.engine = engine
         self.vocab_size = vocab_size
-        self.rng = random.Random(seed)
+        self.rng = np.random.default_rng(seed)
         self._next_id = 10**9
 
     def add(self, num_cached: int, num_new: int, max_tokens: int) -> Sequence:
         scheduler = self.engine.scheduler
-        tokens = [self.rng.randrange(self.vocab_size) for _ in range(num_cached + num_new)]
+        tokens = self.rng.integers(self.vocab_size, size=num_cached + num_new).tolist()  # 256 x 16k: 10x random's
         seq = Sequence(self._next_id, tokens, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True))
         self._next_id += 1
         seq.max_num_tokens = min(seq.max_num_tokens, scheduler.config.max_seq_len)
@@ -149,40 +151,55 @@ def time_step(engine) -> tuple[dict, float, int]:
     return batch_features(batch), elapsed_s, checked  # a batch's features are fixed when it is scheduled
 
 
-def measure(engine, injector: StateInjector, point: GridPoint, repeats: int) -> dict:
+def measure_once(engine, injector: StateInjector, point: GridPoint) -> tuple[dict, float, int]:
+    """One timed step of ``point``, from a state built afresh (``time_step``'s triple)."""
     block_size = engine.scheduler.block_manager.block_size
-    samples: list[tuple[dict, float, int]] = []
+    bs, ctx = point.decode
     if point.family in ("decode", "decode_skewed"):
-        bs, ctx = point.decode
         num_long, long_ctx = point.long_decode
-        steps = repeats + 1  # the warm-up and the timed steps
-        for _ in range(bs):
-            injector.add(row_context(ctx, block_size, steps) - 1, 1, max_tokens=repeats + 8)
+        for _ in range(bs):  # a warm-up step, then the timed one
+            injector.add(row_context(ctx, block_size, 2) - 1, 1, max_tokens=8)
         for _ in range(num_long):
-            injector.add(row_context(long_ctx, block_size, steps) - 1, 1, max_tokens=repeats + 8)
-        time_step(engine)  # warm-up; it also files the rows as plain decodes (engine.core.steady_decodes)
-        samples = [time_step(engine) for _ in range(repeats)]
-        injector.clear()
-    else:  # each repeat from a fresh state: the step changes it (prefills complete)
+            injector.add(row_context(long_ctx, block_size, 2) - 1, 1, max_tokens=8)
+        time_step(engine)  # untimed: it also files the rows as plain decodes (engine.core.steady_decodes)
+        sample = time_step(engine)  # repeats the batch before it, from the plan prepared during it
+    else:
         after_eager = point.family == "decode_after_eager"
-        for rep in range(repeats + 1):
-            bs, ctx = point.decode
-            for _ in range(bs):  # a decode step, then the timed step (and the decode step after a prefill, timed)
-                injector.add(row_context(ctx, block_size, 3 if after_eager else 2) - 1, 1, max_tokens=8)
-            if bs:
-                # Untimed: the decode rows take one step, as a serving batch's rows have when a request joins it; the
-                # scheduler then knows them for plain decodes and, in a large batch, checks only the joining row.
-                time_step(engine)
-            for c, q in point.prefill:
-                injector.add(c, q, max_tokens=8)
-            if after_eager:
-                time_step(engine)  # the eager step, untimed; the decode step after it is the sample
-            sample = time_step(engine)
-            if rep:  # the first is a warm-up
-                samples.append(sample)
-            injector.clear()
-    features, _, checked_rows = samples[len(samples) // 2]
+        for _ in range(bs):  # a decode step, then the timed step (and the decode step after a prefill, timed)
+            injector.add(row_context(ctx, block_size, 3 if after_eager else 2) - 1, 1, max_tokens=8)
+        if bs:
+            # Untimed: the decode rows take one step, as a serving batch's rows have when a request joins it; the
+            # scheduler then knows them for plain decodes and, in a large batch, checks only the joining row.
+            time_step(engine)
+        for c, q in point.prefill:
+            injector.add(c, q, max_tokens=8)
+        if after_eager:
+            time_step(engine)  # the eager step, untimed; the decode step after it is the sample
+        sample = time_step(engine)
+    injector.clear()
+    return sample
+
+
+def measure_grid(engine, injector: StateInjector, grid: list[GridPoint], repeats: int, progress=None) -> list[dict]:
+    """Every grid point's ``repeats`` timed steps, taken in passes over the whole grid (one step of each point a
+    pass) after one pass that warms every shape up (graphs, kernels, allocations) and is not kept. The host's speed
+    drifts and has slow episodes of seconds (sim.host_episodes): timed back to back, a point's repeats could all fall
+    in one (two profiles of one machine, minutes apart, differed by up to 70 % at single points, by a few % overall);
+    spread over the passes, each point's median sees the same mix of the host's states as every other point's."""
+    samples: list[list[tuple[dict, float, int]]] = [[] for _ in grid]
+    for rep in range(repeats + 1):
+        for kept, point in zip(samples, grid):
+            sample = measure_once(engine, injector, point)
+            if rep:
+                kept.append(sample)
+        if progress is not None:
+            progress(rep, repeats)
+    return [_point_record(point, kept) for point, kept in zip(grid, samples)]
+
+
+def _point_record(point: GridPoint, samples: list[tuple[dict, float, int]]) -> dict:
     times = [t for _, t, _ in samples]
+    features, _, checked_rows = samples[len(samples) // 2]  # a point's features are the same at every repeat
     return {
         "family": point.family,
         "decode": list(point.decode),
@@ -244,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
     parser.add_argument("--block-size", type=int, default=256)
     parser.add_argument("--max-model-len", type=int, default=32768)
-    parser.add_argument("--repeats", type=int, default=5, help="timed steps per grid point")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed steps per grid point, one in each pass over the grid")
     parser.add_argument("--quick", action="store_true", help="a coarse grid (for smoke tests)")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
@@ -276,11 +294,12 @@ def main(argv: list[str] | None = None) -> int:
                        "lower --block-size or --max-num-seqs, or measure on a GPU with more memory\n")
     grid = fitting
     injector = StateInjector(engine, llm.shape.vocab_size)
-    points = []
-    for i, point in enumerate(grid):
-        points.append(measure(engine, injector, point, args.repeats))
-        if (i + 1) % 20 == 0:
-            print(f"  {i + 1}/{len(grid)} grid points, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+    def progress(rep: int, repeats: int) -> None:
+        what = "warm-up pass" if rep == 0 else f"pass {rep}/{repeats}"
+        print(f"  {what} over {len(grid)} grid points, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+    points = measure_grid(engine, injector, grid, args.repeats, progress)
     # What the runner captured, read before close() releases it.
     graph_sizes = list(getattr(llm.runner, "_graph_sizes", []))
     piecewise_sizes = list(llm.runner.piecewise.sizes) if llm.runner.piecewise is not None else []

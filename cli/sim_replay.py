@@ -16,6 +16,7 @@ from analysis.capacity.executors import default_num_jobs
 from analysis.outdir import OutDirError, default_out_dir, input_files, staged_out_dir
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import write_run
+from analysis.schema import MAX_TIME_S
 from cli.replay_args import (
     add_config_groups,
     add_output_arguments,
@@ -121,10 +122,15 @@ def main(argv: list[str] | None = None) -> int:
                 bands = run_bands_with_progress(trace, config, num_replays, slos, args.quiet)
             try:
                 summary = write_outputs(result, stage, args.trace, report=not args.no_report, slos=slos, bands=bands)
-            except ValueError as exc:  # the tables' own checks: times past 1e12 s, from steps priced beyond any GPU
+            except ValueError as exc:  # the tables' own checks: times past 1e12 s
                 # SystemExit unwinds through the staged folder, which removes it
-                parser.exit(2, f"error: the simulated run cannot be written: {exc} (its steps are priced beyond any "
-                               f"GPU: check --model, --num-gpu-blocks and --cost-model); nothing written to "
+                last_arrival_s = float(trace.requests["arrival_s"].max() or 0.0)
+                if last_arrival_s > MAX_TIME_S / 10:  # the trace's own span, not the steps, reaches the bound
+                    why = (f"the trace's arrivals reach {last_arrival_s:.3g} s, and a run's times must stay within "
+                           f"{MAX_TIME_S:g} s of its start: shorten its span (--time-scale, --qps)")
+                else:  # from steps priced beyond any GPU
+                    why = "its steps are priced beyond any GPU: check --model, --num-gpu-blocks and --cost-model"
+                parser.exit(2, f"error: the simulated run cannot be written: {exc} ({why}); nothing written to "
                                f"{out_dir}\n")
     except OSError as exc:  # a full disk or a vanished folder while writing: nothing was moved into place
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")

@@ -347,6 +347,25 @@ def test_out_never_replaces_a_folder_holding_an_input(tmp_path, capsys) -> None:
     assert trace.read_bytes() == SHAREGPT.read_bytes()
 
 
+def test_a_trace_reaching_the_time_bound_is_blamed_on_its_span(tmp_path, capsys) -> None:
+    """A trace may hold arrivals up to 1e12 s, a run's tables times within 1e12 s of its start: the last request
+    of such a trace finishes past the bound, and the error blamed the cost model ('its steps are priced beyond any
+    GPU')."""
+    from traces.schema import load_trace, save_trace
+
+    trace = load_trace(SHAREGPT).head(2)
+    trace = trace._replace_requests(trace.requests.with_columns(
+        pl.Series("arrival_s", [0.0, 1e12], dtype=pl.Float64)))
+    path = tmp_path / "far.parquet"
+    save_trace(trace, path)
+    out = tmp_path / "out"
+    line = _error_line_of(replay_main, [str(path), "--quiet", "--no-report", "--out", str(out)], capsys)
+    assert line.startswith("error: the simulated run cannot be written: ")
+    assert line.endswith("(the trace's arrivals reach 1e+12 s, and a run's times must stay within 1e+12 s of its "
+                         f"start: shorten its span (--time-scale, --qps)); nothing written to {out}")
+    assert not out.exists()
+
+
 def _error_line_of(main, argv: list[str], capsys) -> str:
     with pytest.raises(SystemExit) as exited:
         main(argv)

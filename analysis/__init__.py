@@ -13,9 +13,6 @@ Tools:
 - `analysis.capacity`: SLO-bounded capacity sweeps (``python -m analysis.capacity``)
 """
 
-import sys
+from engine.core.interrupt import quiet_until_main
 
-if sys.argv[:1] == ["-m"]:  # python -m analysis.COMMAND is importing the package (engine.core.interrupt says why)
-    from engine.core.interrupt import quiet_until_main
-
-    quiet_until_main()
+quiet_until_main()  # under python -m analysis.COMMAND: a Ctrl-C while it imports is one line (engine.core.interrupt)

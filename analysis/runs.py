@@ -21,8 +21,8 @@ import pyarrow as pa
 from analysis.band_stats import check_bands
 from analysis.metrics import add_latency_columns, summarize
 from analysis.slo import SLO
+from engine.core.json_errors import json_problem
 from sim.files import write_parquet_frame, write_parquet_table, write_text_atomic
-from traces.errors import json_problem
 
 # Step-log columns with few distinct values: parquet's dictionary encoding shrinks them. On every column
 # (pyarrow's default) it also runs over the times and context sums, where it fails and falls back: the
@@ -100,8 +100,7 @@ def read_meta(run_dir: Path) -> dict:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}: not valid JSON ({exc})") from None
             except UnicodeDecodeError as exc:  # the codec's message named no file
-                raise ValueError(f"{path}: not UTF-8 text (byte {exc.object[exc.start:exc.start + 1].hex()} at "
-                                 f"{exc.start}); expected the JSON a run writes") from None
+                raise ValueError(f"{path}: {json_problem(exc)}; expected the JSON a run writes") from None
             except RecursionError:  # arrays nested thousands deep were a traceback
                 raise ValueError(f"{path}: JSON nested too deeply to read; expected the JSON a run writes") from None
             except ValueError as exc:  # an integer of 5000 digits: the message named no file

@@ -37,8 +37,8 @@ from analysis.schema import (
     empty_frame,
 )
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.json_errors import json_problem
 from sim.files import read_json_input
-from traces.errors import json_problem
 
 PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
 OPTIONAL_PER_REQUEST_KEYS = ("errors", "latencies", "start_times")

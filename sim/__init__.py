@@ -1,8 +1,5 @@
 """The discrete-event simulator: the engine's scheduling core and step loop over a measured cost model."""
 
-import sys
+from engine.core.interrupt import quiet_until_main
 
-if sys.argv[:1] == ["-m"]:  # python -m sim.COMMAND is importing the package (engine.core.interrupt says why)
-    from engine.core.interrupt import quiet_until_main
-
-    quiet_until_main()
+quiet_until_main()  # under python -m sim.COMMAND: a Ctrl-C while it imports is one line (engine.core.interrupt)

@@ -6,14 +6,10 @@
 See traces/README.md for the schema and the command lines.
 """
 
-import sys
-
+from engine.core.interrupt import quiet_until_main
 from traces.errors import TraceError
 
-if sys.argv[:1] == ["-m"]:  # python -m traces.COMMAND is importing the package (engine.core.interrupt says why)
-    from engine.core.interrupt import quiet_until_main
-
-    quiet_until_main()
+quiet_until_main()  # under python -m traces.COMMAND: a Ctrl-C while it imports is one line (engine.core.interrupt)
 
 __all__ = ["Trace", "TraceError", "load_trace", "save_trace", "validate"]
 

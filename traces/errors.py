@@ -8,9 +8,6 @@ without reading this code.
 
 from __future__ import annotations
 
-import json
-import sys
-
 
 class TraceError(ValueError):
     """A trace file or trace table that cannot be used, with a precise reason."""
@@ -28,13 +25,3 @@ def row_error(source: str, row: int | None, request_id: object | None, column: s
     where = f"{describe_row(row, request_id)}: " if row is not None else ""
     return TraceError(f"{source}: {where}column {column!r} {problem}")
 
-
-def json_problem(exc: ValueError) -> str:
-    """Why ``json.loads`` refused a text, in words. Besides its JSONDecodeError it raises a plain ValueError for an
-    integer longer than Python converts (``sys.get_int_max_str_digits()``, 4300 digits), whose message advised
-    ``sys.set_int_max_str_digits()`` and, passed on as it was, named no file."""
-    if isinstance(exc, json.JSONDecodeError):
-        return exc.msg
-    if "integer string conversion" in str(exc):
-        return f"a number of more than {sys.get_int_max_str_digits()} digits"
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

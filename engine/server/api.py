@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -23,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine.core.json_errors import json_problem
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import Scheduler
 from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, RequestBodyLimit
@@ -51,19 +51,6 @@ THREAD_TOKENIZE_CHARS = 20_000
 # What FastAPI answers for a body its JSON parser gave up on with an error other than a syntax error (a
 # RecursionError from arrays nested thousands deep).
 _FASTAPI_PARSE_ERROR = "There was an error parsing the body"
-
-
-def _parse_failure(cause: BaseException | None) -> str:
-    """Why FastAPI's JSON parse of a body failed with an error other than a syntax error (it raises its HTTP 400
-    from the parser's exception): every such body was said to be nested too deeply, also one that is not UTF-8 or
-    holds an integer of 5000 digits (json.loads' ValueError past Python's 4300-digit limit)."""
-    if isinstance(cause, RecursionError):
-        return "arrays or objects nested too deeply"
-    if isinstance(cause, UnicodeDecodeError):
-        return f"not UTF-8 text (byte {cause.object[cause.start:cause.start + 1].hex()} at {cause.start})"
-    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
-        return f"a number of more than {sys.get_int_max_str_digits()} digits"
-    return f"{type(cause).__name__}: {str(cause).splitlines()[0][:200]}" if cause and str(cause) else "unknown error"
 
 
 @dataclass
@@ -132,7 +119,10 @@ def build_app(engine: EngineClient, tokenizer=None, *,
     async def http_error(request: Request, exc: StarletteHTTPException):
         detail = str(exc.detail)
         if exc.status_code == 400 and detail == _FASTAPI_PARSE_ERROR:  # says neither what nor why
-            detail = f"the request body could not be parsed as JSON: {_parse_failure(exc.__cause__)}"
+            # FastAPI raises its 400 from the parser's exception: every such body was said to be nested too deeply,
+            # also one that is not UTF-8 or holds an integer of 5000 digits
+            why = json_problem(exc.__cause__) if exc.__cause__ is not None else "unknown error"
+            detail = f"the request body could not be parsed as JSON: {why}"
         allowed = (exc.headers or {}).get("Allow") if exc.status_code == 405 else None
         if allowed:  # "Method Not Allowed" alone did not say which one is
             detail = f"{request.method} is not allowed on {request.url.path}; use {allowed}"

@@ -16,7 +16,8 @@ from pathlib import Path
 import polars as pl
 
 from engine.core.config import cdiv
-from traces.errors import TraceError, json_problem
+from engine.core.json_errors import json_problem
+from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 from traces.validation import MAX_ARRIVAL_S

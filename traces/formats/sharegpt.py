@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from engine.core.json_errors import json_problem
 from traces.arrivals import arrival_times_s, gamma_gaps_s
-from traces.errors import TraceError, json_problem
+from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 

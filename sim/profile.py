@@ -99,7 +99,7 @@ def row_context(ctx: int, block_size: int, num_steps: int) -> int:
     reach a boundary in the same step and pay the block allocations (or prefix-cache registrations) of block_size
     steps at once, and the scheduler would check each row of that step one by one (engine.core.steady_decodes): a
     step no serving run takes, which the medians of the decode points hid in one repeat of five and the steps timed
-    right after a prefill (``decode_after_eager``) measured in full (2 ms at 192 rows; 0.2-0.4 ms in serving)."""
+    right after a prefill (``decode_after_eager``) measured in full (0.6-1.8 ms more at 192 rows on one H200)."""
     first = ctx - 1  # the position the row's first step computes (StateInjector.add leaves it one token to compute)
     # Positions first .. first + num_steps - 1 must avoid offset 0 (opens a block) and block_size - 1 (fills one).
     if num_steps + 2 > block_size:

@@ -18,8 +18,15 @@ import statistics
 import sys
 from pathlib import Path
 
-LATENCIES = ("ttft_ms.p50", "ttft_ms.p90", "tpot_ms.p50", "tpot_ms.p90", "e2e_ms.p50", "e2e_ms.p90")
-NEAR_SATURATION = ("-p95",)  # compare_all's ~95 % runs (and their repeats)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from validation.compare_all import NEAR_SATURATION  # noqa: E402  the ~95 % runs of the plan
+from validation.fidelity_summary import LATENCY_FIGURES as LATENCIES  # noqa: E402
+
+
+def near_saturation(run: str) -> bool:
+    """A planned ~95 % run or a repeat of one (its name plus a RUN_TAG suffix)."""
+    return any(run == name or run.startswith(f"{name}-") for name in NEAR_SATURATION)
 
 
 def run_errors(results: Path, excluded: set[str]) -> dict[str, list[float]]:
@@ -62,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"{results}: not a folder (expected a compare_all --results folder)")
             for run, errors in run_errors(results, excluded).items():
                 runs += 1
-                (near if run.endswith(NEAR_SATURATION) or "-p95-" in run else below).extend(errors)
+                (near if near_saturation(run) else below).extend(errors)
         print(f"{label}: {runs} runs; below saturation {stats(below)}; ~95 % {stats(near)}")
     return 0
 

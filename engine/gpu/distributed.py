@@ -10,6 +10,11 @@ Plans travel over pipes, not a collective: a worker waits for its next plan for 
 (a server between requests), and a collective there timed out after COLLECTIVE_TIMEOUT and killed every worker
 after two idle minutes. A pipe waits without a deadline and ends (EOF) when rank 0's process is gone.
 
+Start-up: rank 0 opens the rendezvous store and waits for every worker to join it, for as long as the workers
+are alive (spawning one and importing torch takes seconds, tens on a busy two-core machine), and only then do the
+ranks build the process group, whose own waits are COLLECTIVE_TIMEOUT's. A worker that dies before joining is
+reported at once; one that neither joins nor dies within START_TIMEOUT is reported with that limit.
+
 Teardown: on NCCL, destroying the process group is itself collective (each rank waits for the others, and for
 the CUDA graphs that captured its collectives to be freed), so a clean close sends ``None``, frees rank 0's
 graphs and weights, then destroys alongside the workers. A close after a failure, with a worker dead or out of
@@ -22,8 +27,8 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
-import socket
 import threading
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -43,15 +48,13 @@ from engine.options import EngineOptions
 # A collective that waits this long means a rank is gone: fail with an error rather than hang. (Plans do not
 # wait on it: they travel over pipes.)
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)
+# How long rank 0 waits for the spawned workers to join the rendezvous store (while they are alive).
+START_TIMEOUT = timedelta(seconds=600)
+# The store's own deadline for connecting and for its reads.
+_STORE_TIMEOUT = timedelta(seconds=600)
 # How long a teardown may take: a clean one (every rank destroys together), and one after a failure.
 CLEAN_TEARDOWN_S = 60.0
 FAILED_TEARDOWN_S = 5.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _backend(options: EngineOptions, device_type: str) -> str:
@@ -60,13 +63,52 @@ def _backend(options: EngineOptions, device_type: str) -> str:
     return "nccl" if device_type == "cuda" else "gloo"
 
 
-def _init(rank: int, world_size: int, port: int, backend: str, device: torch.device, timeout: timedelta) -> None:
+_JOINED = "nanoserve/workers-joined"  # the store's counter of workers that reached it
+
+
+def _open_store() -> dist.TCPStore:
+    """Rank 0's rendezvous store, on a port the system picks (nothing else can take it between pick and bind)."""
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=_STORE_TIMEOUT, wait_for_workers=False)
+
+
+def _join_store(port: int) -> dist.TCPStore:
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=_STORE_TIMEOUT)
+    store.add(_JOINED, 1)
+    return store
+
+
+def _wait_for_workers(store: dist.TCPStore, workers: list) -> None:
+    """Return once every worker joined the store; raise as soon as one died, or after START_TIMEOUT."""
+    deadline = time.monotonic() + START_TIMEOUT.total_seconds()
+    while (joined := store.add(_JOINED, 0)) < len(workers):
+        dead = [w.pid for w in workers if not w.is_alive()]
+        if dead:
+            raise RuntimeError(
+                f"tensor-parallel worker process(es) {dead} died during start-up; see their output above"
+            )
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{len(workers) - joined} of {len(workers)} tensor-parallel worker process(es) did not start within "
+                f"{START_TIMEOUT.total_seconds():g} s (START_TIMEOUT)"
+            )
+        time.sleep(0.02)
+
+
+def _init(rank: int, world_size: int, store: dist.TCPStore, backend: str, device: torch.device,
+          timeout: timedelta) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(
-        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=timeout, **kwargs,
-    )
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
+
+
+def _forget_failed_init() -> None:
+    """A failed init_process_group has already counted its group: the next one in this process would be named "1"
+    while fresh workers name theirs "0", and their rendezvous keys would never meet (a 120 s hang, then an error).
+    destroy_process_group resets the count, but only once a group exists."""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if not dist.is_initialized() and world is not None and hasattr(world, "group_count"):
+        world.group_count = 0
 
 
 def _destroy_within(deadline_s: float) -> bool:
@@ -90,7 +132,8 @@ def _worker_main(rank: int, world_size: int, port: int, options: EngineOptions, 
     exit_with_parent()  # a driver killed with SIGKILL cannot stop its daemon workers
     try:
         device = _device_for(options, rank)
-        _init(rank, world_size, port, _backend(options, device.type), device, timeout)
+        store = _join_store(port)
+        _init(rank, world_size, store, _backend(options, device.type), device, timeout)
         runner = ModelRunner(options, shape, model_dir, ParallelContext(rank, world_size), device=device)
         while True:
             try:
@@ -120,7 +163,8 @@ class TensorParallelRunner(ModelRunner):
             raise ValueError(
                 f"tensor_parallel_size={world_size} needs {world_size} GPUs; torch sees {torch.cuda.device_count()}"
             )
-        port = _free_port()
+        store = _open_store()
+        port = store.port
         context = mp.get_context("spawn")
         pipes = [context.Pipe(duplex=False) for _ in range(1, world_size)]  # (worker's end, rank 0's end)
         self._workers = [
@@ -140,11 +184,13 @@ class TensorParallelRunner(ModelRunner):
         self._plan_sent = False
         atexit.register(self.close)
         try:
-            _init(0, world_size, port, _backend(options, device.type), device, COLLECTIVE_TIMEOUT)
+            _wait_for_workers(store, self._workers)
+            _init(0, world_size, store, _backend(options, device.type), device, COLLECTIVE_TIMEOUT)
             super().__init__(options, shape, model_dir, ParallelContext(0, world_size), device=device)
         except BaseException:
             self._broken = "start-up failed"
             self.close()
+            _forget_failed_init()
             raise
         self._serving = True
 

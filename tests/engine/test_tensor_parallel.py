@@ -49,12 +49,14 @@ def test_an_idle_engine_outlives_the_collective_timeout(tiny_qwen3, monkeypatch)
 
     import engine.gpu.distributed as distributed
 
-    monkeypatch.setattr(distributed, "COLLECTIVE_TIMEOUT", timedelta(seconds=2))  # the workers get it too
+    # The workers get it too. Start-up does not: the ranks wait for each other there under START_TIMEOUT (a worker
+    # spawned on a busy two-core machine joined after more than 3 s, and a start under this timeout failed).
+    monkeypatch.setattr(distributed, "COLLECTIVE_TIMEOUT", timedelta(seconds=3))
     path, _ = tiny_qwen3
     params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
     with _tp2(path) as llm:
         first = llm.generate([[5, 6, 7, 8]], params, use_tqdm=False)[0]
-        time.sleep(4)  # twice the timeout, idle
+        time.sleep(5)  # longer than the timeout, idle
         assert all(w.is_alive() for w in llm.runner._workers)
         again = llm.generate([[5, 6, 7, 8]], params, use_tqdm=False)[0]
     assert again["error"] is None and again["token_ids"] == first["token_ids"]
@@ -98,3 +100,27 @@ def test_a_dead_worker_is_reported_and_the_engine_closes(tiny_qwen3):
     finally:
         llm.close()
     assert not multiprocessing.active_children() and not torch.distributed.is_initialized()
+
+
+
+def test_failed_starts_leave_the_process_able_to_start_an_engine(tiny_qwen3, monkeypatch):
+    # A failed init_process_group leaves this process's group count at 1: the next engine's rank 0 named its group
+    # "1", its fresh workers "0", the rendezvous hung for 120 s, and every later tensor-parallel test failed.
+    from datetime import timedelta
+
+    import engine.gpu.distributed as distributed
+
+    path, _ = tiny_qwen3
+    alone = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    with pytest.raises(torch.distributed.DistError):  # rank 0 of 2, and rank 1 never comes
+        torch.distributed.init_process_group("gloo", store=alone, rank=0, world_size=2, timeout=timedelta(seconds=1))
+    assert not torch.distributed.is_initialized()
+    monkeypatch.setattr(distributed, "START_TIMEOUT", timedelta(seconds=0))  # rank 0's wait: workers do not copy it
+    with pytest.raises(RuntimeError, match=r"1 of 1 tensor-parallel worker process\(es\) did not start within 0 s"):
+        _tp2(path)
+    assert not multiprocessing.active_children() and not torch.distributed.is_initialized()
+    monkeypatch.undo()
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    with _tp2(path) as llm:
+        out = llm.generate([[1, 2, 3]], params, use_tqdm=False)[0]
+    assert out["error"] is None and len(out["token_ids"]) == 4

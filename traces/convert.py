@@ -81,12 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
         "rate; formats with recorded times are rescaled to it (gaps keep their shape)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for drawn arrivals and think times")
+    defaults = ConvertOptions()
     parser.add_argument(
-        "--think-time-s", type=float, default=30.0, help="sharegpt: mean gap between turns of a conversation (s)"
+        "--think-time-s", type=float, default=None,
+        help=f"sharegpt: mean gap between turns of a conversation (s; default {defaults.think_time_s:g})",
     )
     parser.add_argument(
-        "--think-time-cv", type=float, default=1.0,
-        help="sharegpt: think-time coefficient of variation (1 = exponential, 0 = fixed)",
+        "--think-time-cv", type=float, default=None,
+        help="sharegpt: think-time coefficient of variation (1 = exponential, 0 = fixed; "
+        f"default {defaults.think_time_cv:g})",
     )
     return parser
 
@@ -99,12 +102,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--limit must be >= 1")
     if args.qps is not None and not (0 < args.qps < math.inf and 1.0 / args.qps < math.inf):
         parser.error(f"--qps must be a finite number > 0, got {args.qps}")
+    # Options only sharegpt reads: given with another format they would change nothing, and say nothing about it.
+    sharegpt_only = [flag for flag, value in (("--tokenizer", args.tokenizer), ("--think-time-s", args.think_time_s),
+                                              ("--think-time-cv", args.think_time_cv)) if value is not None]
+    defaults = ConvertOptions()
+    args.think_time_s = defaults.think_time_s if args.think_time_s is None else args.think_time_s
+    args.think_time_cv = defaults.think_time_cv if args.think_time_cv is None else args.think_time_cv
     if not 0 < args.think_time_s < math.inf:
         parser.error(f"--think-time-s must be a finite number > 0, got {args.think_time_s}")
     if not 0 <= args.think_time_cv < math.inf:
         parser.error(f"--think-time-cv must be a finite number >= 0, got {args.think_time_cv}")
     if args.seed < 0:
         parser.error(f"--seed must be an integer >= 0, got {args.seed}")
+    if args.format != "sharegpt" and sharegpt_only:
+        verb = "applies" if len(sharegpt_only) == 1 else "apply"
+        parser.error(f"{', '.join(sharegpt_only)} only {verb} to the sharegpt format (its text is tokenized and its "
+                     f"turns spaced); {args.format} traces give token counts, not text or conversations")
     options = ConvertOptions(
         limit=args.limit, tokenizer=args.tokenizer, qps=args.qps, seed=args.seed,
         think_time_s=args.think_time_s, think_time_cv=args.think_time_cv,

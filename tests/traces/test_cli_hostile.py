@@ -53,6 +53,18 @@ def test_convert_refuses_bad_numeric_options(vidur, tmp_path, capsys, args, patt
     assert not (tmp_path / "o.parquet").exists()
 
 
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--tokenizer", "/nowhere"], "--tokenizer only applies to the sharegpt format"),
+    (["--think-time-s", "5", "--think-time-cv", "0"], "--think-time-s, --think-time-cv only apply to the sharegpt "
+     "format (its text is tokenized and its turns spaced); vidur traces give token counts, not text or conversations"),
+])
+def test_convert_refuses_sharegpt_options_for_other_formats(vidur, tmp_path, capsys, args, expected):
+    # They were accepted and did nothing: a --think-time-s 5 run looked like one with 5 s between turns.
+    line = cli_error(convert_main, ["vidur", str(vidur), "-o", str(tmp_path / "o.parquet"), *args], capsys)
+    assert expected in line, line
+    assert not (tmp_path / "o.parquet").exists()
+
+
 @pytest.mark.parametrize("cv", ["1e-300", "1e300"])
 def test_convert_sharegpt_extreme_think_time_cv_is_no_traceback(sharegpt, tiny_tokenizer_dir, tmp_path, capsys, cv):
     """A CV whose square under- or overflows raised ZeroDivisionError: now fixed gaps, or a one-line error."""
@@ -282,7 +294,8 @@ def test_convert_json_integer_of_5000_digits_names_the_file(tmp_path, capsys, ti
         source = _write(tmp_path / "sg.json", f'[{{"id": {huge}, "conversations": []}}]')
         expected = (f"error: {source}: cannot read the JSON (a number of more than 4300 digits); expected a list of "
                     "conversations")
-    argv = [fmt, str(source), "-o", str(tmp_path / "o.parquet"), "--tokenizer", str(tiny_tokenizer_dir), "--qps", "1"]
+    tokenizer = ["--tokenizer", str(tiny_tokenizer_dir)] if fmt == "sharegpt" else []
+    argv = [fmt, str(source), "-o", str(tmp_path / "o.parquet"), *tokenizer, "--qps", "1"]
     assert cli_error(convert_main, argv, capsys) == expected
     assert not (tmp_path / "o.parquet").exists()
 
@@ -442,7 +455,8 @@ def test_convert_json_source_that_is_a_fifo_a_device_or_nested_deep(tmp_path, ca
         source = Path("/dev/zero")
     else:
         source.write_text("[" * 100_000 + "]" * 100_000)
-    argv = [fmt, str(source), "-o", str(tmp_path / "o.parquet"), "--tokenizer", str(tiny_tokenizer_dir), "--qps", "1"]
+    tokenizer = ["--tokenizer", str(tiny_tokenizer_dir)] if fmt == "sharegpt" else []
+    argv = [fmt, str(source), "-o", str(tmp_path / "o.parquet"), *tokenizer, "--qps", "1"]
     line = cli_error(convert_main, argv, capsys)
     expected = "JSON nested too deeply to read" if kind == "deep" else "cannot read: not a regular file"
     assert line.startswith(f"error: {source}: ") and expected in line, line

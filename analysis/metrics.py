@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from analysis.formatting import LATENCY_LABELS
 from analysis.schema import (
@@ -90,6 +91,25 @@ def add_latency_columns(requests: pl.DataFrame) -> pl.DataFrame:
 def itl_values(requests: pl.DataFrame) -> np.ndarray:
     """Inter-token latencies (s) of all rows, pooled: each gap between consecutive tokens."""
     token_times = conform_requests(requests, ["token_times_s"])["token_times_s"]
+    lists = token_times.to_arrow()
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    values = lists.flatten()  # every token time, list after list (null lists hold none)
+    if values.null_count or not pa.types.is_floating(values.type):
+        return _itl_values_per_list(token_times)
+    # One difference over all the times, less the ones that span two lists: the same subtractions as per list, at
+    # a tenth of the cost (an hour of the Azure trace pools 4.6M gaps, and a summary and its report each pool them).
+    times = values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    lengths = lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+    starts = np.cumsum(lengths) - lengths
+    gaps = np.diff(times)
+    keep = np.ones(gaps.size, dtype=bool)
+    keep[starts[(lengths > 0) & (starts > 0)] - 1] = False  # the gap from a list's last time to the next one's first
+    return gaps[keep]
+
+
+def _itl_values_per_list(token_times: pl.Series) -> np.ndarray:
+    """``itl_values`` list by list, for lists that hold nulls: a gap next to a null is none."""
     # `list.diff` leaves a null first element (and `explode` a null for empty lists).
     return token_times.list.diff().explode().drop_nulls().to_numpy().astype(np.float64, copy=False)
 

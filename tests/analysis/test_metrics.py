@@ -7,6 +7,8 @@ import json
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analysis.metrics import add_latency_columns, goodput_rps, itl_values, requests_meeting_slos, summarize
 from analysis.report.summary_table import format_field, format_summary_table
@@ -89,6 +91,29 @@ def test_rejected_request_has_null_latencies_even_with_timestamps() -> None:
 def test_itl_values_pool_gaps_over_requests(replay: pl.DataFrame) -> None:
     assert np.sort(itl_values(replay)) == pytest.approx([0.2, 0.2, 0.2, 0.4, 0.5, 0.5])
     assert itl_values(replay.head(0)).size == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.lists(st.one_of(st.floats(-1e6, 1e6), st.none()), max_size=5)), max_size=8),
+       st.integers(0, 3))
+def test_itl_values_pooled_in_one_pass_equal_the_per_list_gaps(token_times, num_chunks) -> None:
+    """The one-pass pooling drops exactly the gaps that span two lists, whatever lists are null, empty or hold
+    nulls, and however the column is chunked."""
+    from analysis.metrics import _itl_values_per_list
+
+    series = pl.Series("token_times_s", token_times, dtype=pl.List(pl.Float64))
+    if num_chunks and len(token_times) > 1:  # a column made of several chunks (a concatenation) reads the same
+        cut = len(token_times) // 2
+        series = series[:cut].append(series[cut:])
+    frame = pl.DataFrame({"token_times_s": series})
+    expected = _itl_values_per_list(series)
+    got = itl_values(frame)
+    assert got.dtype == np.float64 and got.tolist() == expected.tolist()
+
+
+def test_itl_values_of_a_sliced_frame_skip_the_rows_cut_off() -> None:
+    frame = pl.DataFrame({"token_times_s": [[0.0, 1.0], [5.0, 5.5, 7.0], [9.0, 9.25]]})
+    assert itl_values(frame.slice(1, 2)).tolist() == [0.5, 1.5, 0.25]
 
 
 def test_latency_stats_match_numpy_linear_interpolation() -> None:

@@ -13,6 +13,14 @@ from engine.core.scheduler import ScheduledBatch
 from sim.files import read_parquet_table
 
 FEATURE_NAMES = BATCH_COLUMNS  # every batch column of the step log, read off the batch by name
+# A recorded step's counts and times are checked against these: a profile's grid features are bounded by the same
+# 2**53 (sim.profiled_cost_model), and a run's times by analysis.schema's 1e12 s. A count of 2**62 or a start at
+# 1e300 s was read as it was, and calibrated the profile to a clamped factor (0.25, 2.0) without a word.
+MAX_COUNT = 2**53
+MAX_TIME_S = 1e12
+# The columns that order the steps and tell where the engine went straight on (periods, continues_batch): a text
+# 'step' sorted "10" before "2" and calibrated on wrong periods (host factor 4.0, the clamp), nulls passed unseen.
+STEP_ORDER_COLUMNS = ("replica", "step", "num_running", "num_waiting", "num_preempted", "num_finished")
 
 
 def batch_features(batch: ScheduledBatch) -> dict[str, int]:
@@ -48,10 +56,13 @@ def read_steps(run_dir: Path, periods: bool = False) -> list[tuple[dict, float, 
     try:
         table = read_parquet_table(path)
     except (OSError, pa.ArrowException) as exc:
-        raise ValueError(f"{path}: not a readable parquet file ({exc}); expected an engine.replay steps.parquet") \
+        # Only the first line: arrow's message for a repeated column goes on with the whole schema, a line a column.
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"{path}: not a readable parquet file ({reason}); expected an engine.replay steps.parquet") \
             from None
     needed = FEATURE_NAMES + ("duration_s", "start_s")
     derived_from = ("replica", "step", "num_seqs", "num_prefill_seqs", "num_preempted", "num_finished")
+    _check_step_order_columns(table, path)
     if "continues_batch" not in table.column_names and all(c in table.column_names for c in derived_from):
         table = table.sort_by([("replica", "ascending"), ("step", "ascending")])
         arrays = {c: table.column(c).to_numpy() for c in ("replica", "num_seqs", "num_prefill_seqs", "num_preempted",
@@ -64,11 +75,13 @@ def read_steps(run_dir: Path, periods: bool = False) -> list[tuple[dict, float, 
     for name, values in columns.items():  # a null, NaN or negative value would become a wrong fit, not an error
         for row, value in enumerate(values):
             if name in FEATURE_NAMES:
-                ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-                expected = "an integer >= 0"
-            else:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
-                expected = "a finite number of seconds >= 0"
+                ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
+                expected = "an integer from 0 to 2**53"
+            else:  # an absurd duration is named by the command, with what it expects of one (sim.calibrate's > 0)
+                ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
+                      and (name != "start_s" or value <= MAX_TIME_S))
+                expected = (f"a finite number of seconds from 0 to {MAX_TIME_S:g}" if name == "start_s"
+                            else "a finite number of seconds >= 0")
             if not ok:
                 raise ValueError(f"{path}: row {row}: column {name!r} is {value!r}; expected {expected}")
     times = columns["duration_s"]
@@ -78,6 +91,26 @@ def read_steps(run_dir: Path, periods: bool = False) -> list[tuple[dict, float, 
         ({c: columns[c][i] for c in FEATURE_NAMES}, times[i], columns["start_s"][i])
         for i in range(table.num_rows)
     ]
+
+
+def _check_step_order_columns(table, path: Path) -> None:
+    """ValueError naming the first of STEP_ORDER_COLUMNS present in ``table`` that is not integers from 0 to 2**53,
+    with the row of its first bad value (checked on the whole column at once: a run has up to millions of steps)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for name in STEP_ORDER_COLUMNS:
+        if name not in table.column_names:
+            continue  # a missing one is named where it is needed
+        column = table.column(name)
+        if not pa.types.is_integer(column.type):
+            raise ValueError(f"{path}: column {name!r} has type {column.type}; expected integers from 0 to 2**53")
+        bad = pc.or_kleene(pc.less(column, 0), pc.greater_equal(column, MAX_COUNT)).fill_null(True)
+        rows = np.flatnonzero(bad.to_numpy(zero_copy_only=False))
+        if len(rows):
+            row = int(rows[0])
+            raise ValueError(f"{path}: row {row}: column {name!r} is {column[row].as_py()!r}; expected an integer "
+                             "from 0 to 2**53")
 
 
 def went_straight_on(replica: np.ndarray, num_running: np.ndarray, num_waiting: np.ndarray) -> np.ndarray:

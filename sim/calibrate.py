@@ -213,7 +213,9 @@ def _other_deployment(run_dir: Path, profile: dict) -> str | None:
     config = _summary(run_dir).get("config")
     if not isinstance(config, dict):
         return None
-    pairs = (("model", config.get("model"), Path(str(profile.get("model"))).name),
+    # A profile without a model is named by what reads it (host_speed's was said to have model 'None').
+    model = profile.get("model")
+    pairs = (("model", config.get("model"), None if model is None else Path(str(model)).name),
              ("tensor-parallel size", config.get("tensor_parallel_size"), profile.get("tensor_parallel_size")),
              ("device", config.get("device"), profile.get("device")))
     for what, run_value, profile_value in pairs:

@@ -59,8 +59,12 @@ def read_json_input(path: Path, max_bytes: int = MAX_JSON_INPUT_BYTES) -> str:
     return data.decode("utf-8")
 
 
-def check_output_path(path: Path, option: str, inputs: list[Path]) -> str | None:
-    """Why ``path`` cannot take an output (it is an input, a folder, or under a file), or None when it can."""
+def check_output_path(path: str | Path, option: str, inputs: list[Path]) -> str | None:
+    """Why ``path`` cannot take an output (it is an input, a folder, or under a file), or None when it can. Given as
+    typed (a string), a path ending in '/' names a folder: Path() drops the slash, and the file was written under
+    the folder's name (--out timelines/ made a file 'timelines')."""
+    if isinstance(path, str) and path.endswith(("/", os.sep)):
+        return f"{option} {path} ends with '/', a folder; expected a file path"
     path = Path(path)
     if not path.name:
         return f"{option} is empty; expected a file path"
@@ -92,10 +96,24 @@ def existing_parent(path: Path) -> Path | None:
 
 
 def read_parquet_table(path: Path, columns: list[str] | None = None) -> pa.Table:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    # Copied into memory arrow owns: read through the Python handle, arrow's reader threads held Python buffers and
+    # released the last of them after read_table had returned; a command that failed at once on a small steps.parquet
+    # (too few steps) then exited while one did, and the thread, refused the GIL at shutdown, aborted the process
+    # (std::terminate, exit 134 after the error line, about every other run).
+    sink = pa.BufferOutputStream()
     with open(path, "rb") as handle:
-        return pq.read_table(handle, columns=columns)
+        sink.write(handle.read())
+    data = sink.getvalue()
+    # A column given twice: arrow's refusal quoted the whole schema over as many lines, and named no file.
+    names = pq.ParquetFile(pa.BufferReader(data)).schema_arrow.names
+    repeated = next((name for name in names if names.count(name) > 1), None)
+    if repeated is not None:
+        raise ValueError(f"{path}: column {repeated!r} appears {names.count(repeated)} times; expected each column "
+                         "once")
+    return pq.read_table(pa.BufferReader(data), columns=columns)
 
 
 def write_parquet_table(table: pa.Table, path: Path, **options) -> None:

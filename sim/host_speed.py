@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                        "of the run's deployment\n")
     # The run folder's files count as inputs: its summary.json is read too, and was replaced by the CSV.
     run_files = [Path(args.run) / name for name in sorted(RUN_FILES)]
-    problem = check_output_path(Path(args.out), "--out", [Path(args.profile), *run_files])
+    problem = check_output_path(args.out, "--out", [Path(args.profile), *run_files])  # as typed: keeps a trailing '/'
     if problem:  # found before the run is read, and never an input overwritten
         parser.exit(2, f"error: {problem}\n")
     try:

@@ -228,7 +228,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.exit(2, "error: --gpu is empty; expected the GPU's name (e.g. h200), matched by sim.replay --gpu\n")
     if args.gpu.lower() not in GPUS:  # sim.replay --gpu accepts only these: a profile under another name is never used
         parser.exit(2, f"error: --gpu {args.gpu}: unknown GPU; sim.replay --gpu knows {', '.join(GPUS)}\n")
-    problem = check_output_path(Path(args.out), "--out", [])
+    problem = check_output_path(args.out, "--out", [])  # as typed: a trailing '/' names a folder
     if problem:
         parser.exit(2, f"error: {problem}\n")
     names = ("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "device")

@@ -308,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     out_dir = Path(args.out) if args.out else default_out_dir("capacity", Path(args.trace).stem)
+    if args.ray_connect_timeout_s is not None and not args.ray:  # it ran every simulation locally, the option unread
+        parser.exit(2, f"error: --ray-connect-timeout-s {args.ray_connect_timeout_s:g} is how long to wait for a Ray "
+                       "cluster, and no --ray ADDRESS is given; give --ray or drop the timeout\n")
     if args.ray:  # first: a wrong address should not wait for the trace and the plan to say so
         from analysis.capacity.ray_executor import check_ray
 

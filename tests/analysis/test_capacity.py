@@ -144,6 +144,9 @@ BAD_INPUTS = [
     (["--slo", "ttft_p90=2s", "--jobs", "0"], "argument --jobs: 0 must be >= 1"),
     (["--slo", "ttft_p90=2s", "--out", ""], "argument --out: is empty"),  # swept, then wrote under runs/
     (["--slo", "ttft_p90=2s", "--ray", ""], "argument --ray: is empty; expected auto"),  # ran locally instead
+    # Without --ray the timeout was never read: the sweep ran locally at exit 0.
+    (["--slo", "ttft_p90=2s", "--ray-connect-timeout-s", "5"],
+     "error: --ray-connect-timeout-s 5 is how long to wait for a Ray cluster, and no --ray ADDRESS is given"),
     (["--slo", "ttft_p90=2s", "--gpu-cost", ""], "error: --gpu-cost is empty"),  # priced at the illustrative list
     (["--slo", "ttft_p90=2s", "--block-size", "100"], "power of two"),  # an engine option of sim.replay
     (["--slo", "ttft_p90=2s", "--think-times", "fast"], "argument --think-times: invalid choice: 'fast'"),

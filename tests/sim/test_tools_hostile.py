@@ -7,6 +7,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +20,7 @@ from sim.fit_profile import main as fit_main
 from sim.host_speed import main as host_speed_main
 from sim.profile import main as profile_main
 from sim.profiled_cost_model import find_profile, write_profile
+from tests.sim.helpers import REPO
 from tests.sim.test_calibrate import _fake_run
 from tests.traces.helpers import cli_error
 
@@ -138,6 +141,53 @@ def test_calibrate_refuses_absurd_or_too_few_steps(tmp_path, capsys, mutate, sho
     assert profile.read_bytes() == before
 
 
+@pytest.mark.parametrize(("mutate", "shown"), [
+    # A text 'step' sorted "10" before "2": wrong periods, and host factor 4.0 (the clamp) written at exit 0.
+    (lambda rows: [r.update(step=str(r["step"])) for r in rows],
+     "column 'step' has type string; expected integers from 0 to 2**53"),
+    (lambda rows: rows[4].update(num_running=None), "row 4: column 'num_running' is None; expected an integer from 0 "
+                                                    "to 2**53"),
+    (lambda rows: rows[2].update(num_seqs=2**62), "row 2: column 'num_seqs' is 4611686018427387904; expected an "
+                                                  "integer from 0 to 2**53"),
+    (lambda rows: rows[5].update(start_s=1e300), "row 5: column 'start_s' is 1e+300; expected a finite number of "
+                                                 "seconds from 0 to 1e+12"),
+])
+def test_calibrate_refuses_damaged_step_columns(tmp_path, capsys, mutate, shown):
+    """Each was read as it was and calibrated the profile (to a clamped factor, or with nulls unseen) at exit 0."""
+    profile = _profile(tmp_path)
+    before = profile.read_bytes()
+    run = _run_with(tmp_path, "run", mutate)
+    assert cli_error(calibrate_main, [str(profile), str(run)], capsys) == f"error: {run / 'steps.parquet'}: {shown}"
+    assert profile.read_bytes() == before
+
+
+def test_calibrate_and_host_speed_name_a_repeated_column(tmp_path, capsys):
+    """arrow's refusal quoted the whole schema over 25 lines, and named no file."""
+    run = _fake_run(tmp_path / "run", host=1.5, decode=1.0)
+    table = pq.read_table(run / "steps.parquet")
+    pq.write_table(table.append_column("duration_s", table.column("duration_s")), run / "steps.parquet")
+    profile = _profile(tmp_path)
+    expected = f"error: {run / 'steps.parquet'}: column 'duration_s' appears 2 times; expected each column once"
+    assert cli_error(calibrate_main, [str(profile), str(run)], capsys) == expected
+    out = tmp_path / "h.csv"
+    assert cli_error(host_speed_main, [str(run), "--profile", str(profile), "--out", str(out)], capsys) == expected
+    assert not out.exists()
+
+
+def test_calibrate_on_too_few_steps_exits_2_in_a_child_process(tmp_path):
+    """The error line came, then about every other run aborted at exit (status 134, 'terminate called without an
+    active exception'): arrow's reader threads still held Python buffers of the file handle, and one released the
+    last of them while the interpreter shut down. Three runs at once: each aborted with a chance of about a half."""
+    run = _run_with(tmp_path, "run", lambda rows: rows.__delitem__(slice(9, None)))
+    profile = _profile(tmp_path)
+    procs = [subprocess.Popen([sys.executable, "-m", "sim.calibrate", str(profile), str(run)], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for proc in procs:
+        _, stderr = proc.communicate(timeout=60)
+        assert (proc.returncode, stderr.splitlines()) == (
+            2, [f"error: {run / 'steps.parquet'}: 9 steps; expected at least 10 to calibrate on"])
+
+
 def test_calibrate_refuses_the_same_run_twice_and_a_bad_profile(tmp_path, capsys):
     run = _fake_run(tmp_path / "run", host=1.5, decode=1.0)
     profile = _profile(tmp_path)
@@ -205,6 +255,26 @@ def test_host_speed_bad_out_fails_before_reading(tmp_path, capsys):
         assert line.startswith(f"error: --out {out}") and pattern in line
 
 
+def test_host_speed_out_ending_in_a_slash_is_a_folder(tmp_path, capsys):
+    """Path() dropped the '/': --out timelines/ wrote a file named 'timelines' at exit 0."""
+    run = _run_with(tmp_path, "run", _repeated)  # a run a timeline can be read from: the write would happen
+    out = f"{tmp_path / 'timelines'}/"
+    line = cli_error(host_speed_main, [str(run), "--profile", str(PROFILE), "--out", out], capsys)
+    assert line == f"error: --out {out} ends with '/', a folder; expected a file path"
+    assert not (tmp_path / "timelines").exists()
+
+
+def test_host_speed_names_what_a_profile_without_a_model_lacks(tmp_path, capsys):
+    """A JSON object without 'model' (a run's summary.json given as --profile) was said to have model 'None'."""
+    run = _run_with(tmp_path, "run", _repeated)
+    (run / "summary.json").write_text(json.dumps({"cost_model": "measured", "config": {"model": "qwen3-0.6b"}}))
+    not_a_profile = tmp_path / "summary.json"
+    not_a_profile.write_text(json.dumps({"config": {}}))
+    argv = [str(run), "--profile", str(not_a_profile), "--out", str(tmp_path / "h.csv")]
+    line = cli_error(host_speed_main, argv, capsys)
+    assert "None" not in line and str(not_a_profile) in line and "field 'model' is missing" in line
+
+
 def test_host_speed_bounds_the_number_of_windows(tmp_path, capsys):
     """Three eager steps 10^12 s in: one CSV row per 2-s window up to there would never finish."""
     def far(rows):
@@ -257,6 +327,14 @@ def test_profile_refuses_an_unwritable_out_before_measuring(tmp_path, capsys):
     a_file.write_text("x")
     line = cli_error(profile_main, ["--device", "cpu", "--out", str(a_file / "p.json")], capsys)
     assert "--out" in line and "not a folder" in line
+
+
+def test_profile_out_ending_in_a_slash_fails_before_measuring(tmp_path, capsys):
+    """The measured grid was written to a file named as the folder the '/' asked for."""
+    out = f"{tmp_path / 'profiles'}/"
+    line = cli_error(profile_main, ["--device", "cpu", "--out", out], capsys)
+    assert line == f"error: --out {out} ends with '/', a folder; expected a file path"
+    assert not (tmp_path / "profiles").exists()
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device", "directory"])

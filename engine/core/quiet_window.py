@@ -141,8 +141,12 @@ def _steps_with_free_blocks(block_manager, running, lefts: list[int], steps: int
     if steps <= 0:
         return 0
     block_size = block_manager.block_size
-    spans = [(decode_steps_to_new_block(seq, block_size), min(left, steps)) for seq, left in zip(running, lefts)]
     free = block_manager.num_free_blocks
+    # A sequence opens at most one block every block_size of its steps: when that many blocks are free for every
+    # sequence, none of the allocations can fail (the common case, decided without reading a sequence).
+    if len(running) * ((steps + block_size - 1) // block_size) <= free:
+        return steps
+    spans = [(decode_steps_to_new_block(seq, block_size), min(left, steps)) for seq, left in zip(running, lefts)]
     if sum((last - 1 - first) // block_size + 1 for first, last in spans if first < last) <= free:
         return steps
     allocations = sorted(k for first, last in spans for k in range(first, last, block_size))

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.bands import format_bands, run_bands
-from analysis.capacity.executors import default_num_jobs
 from analysis.outdir import OutDirError, default_out_dir, input_files, staged_out_dir
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import write_run
@@ -26,7 +24,6 @@ from cli.replay_args import (
 )
 from engine.core.config_args import build_config
 from engine.core.interrupt import exit_130_on_interrupt
-from sim.bands import check_num_replays
 from sim.config import SimConfig
 from sim.limits import format_warnings, run_warnings
 from sim.simulator import SimResult, make_cost_model, simulate
@@ -76,6 +73,10 @@ def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: boo
 
 def run_bands_with_progress(trace, config: SimConfig, num_replays: int, slos, quiet: bool) -> dict:
     """The band replays in a local process pool, one per core at most (deterministic whatever the pool)."""
+    # Imported here: a replay without --bands would pay for the process pool and capacity machinery at start-up.
+    from analysis.bands import run_bands
+    from analysis.capacity.executors import default_num_jobs
+
     progress = None
     if not quiet:
         from tqdm import tqdm
@@ -97,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
         trace = load_trace_for_replay(args)
         slos = slos_from_args(args)
-        num_replays = None if args.bands is None else check_num_replays(args.bands)
+        num_replays = None
+        if args.bands is not None:
+            from sim.bands import check_num_replays
+
+            num_replays = check_num_replays(args.bands)
         shape = config.model_shape
         trace.check_vocabulary(shape.vocab_size)  # a stored prompt id beyond the model's failed mid-run
         config.resolved_for(shape)  # fail on bad options before simulating
@@ -141,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         print(format_summary_table(summary))
         if bands is not None:
+            from analysis.bands import format_bands
+
             print(format_bands(bands))
         if summary["warnings"]:
             print(format_warnings(summary["warnings"]))

@@ -66,6 +66,7 @@ def conform(
     for column in needed:
         if frame.schema[column] == schema[column]:
             continue
+        _check_cast_source(frame[column], schema[column], name)
         try:  # one column at a time, so the error names it in one line (polars' spans several)
             casts.append(frame[column].cast(schema[column]))
         except pl.exceptions.PolarsError:
@@ -82,6 +83,26 @@ def conform(
     return frame
 
 
+def _check_cast_source(series: pl.Series, target: pl.DataType, name: str) -> None:
+    """Refuse a column whose cast to ``target`` would invent numbers: polars casts true to 1, the text "12" to 12
+    and 2.7 tokens to 2 without a word, so a table with counts as booleans, times as text or fractional token
+    counts was summarized as if a run had written it."""
+    source, shown_source, shown_target = series.dtype, series.dtype, target  # named as conform's own cast error
+    if isinstance(target, pl.List) and isinstance(source, pl.List):  # token times: the same for their items
+        source, target = source.inner, target.inner
+    if not target.is_numeric():
+        return
+    if source == pl.Boolean or source in (pl.Utf8, pl.Categorical):
+        raise ValueError(f"{name} table: column {series.name!r} holds {shown_source} values that do not convert to "
+                         f"{shown_target}")
+    if target.is_integer() and source.is_float():
+        fractional = (series.is_not_nan() & (series != series.floor())).fill_null(False)
+        if fractional.any():
+            row = int(fractional.arg_true()[0])
+            raise ValueError(f"{name} table: column {series.name!r} is {series[row]:g} at row {row}; expected a "
+                             "whole number")
+
+
 def conform_requests(requests: pl.DataFrame | None, columns: Iterable[str] | None = None) -> pl.DataFrame:
     """`conform` for the per-request table."""
     return conform(requests, REQUESTS_SCHEMA, "requests", columns)
@@ -94,9 +115,17 @@ def conform_steps(steps: pl.DataFrame | None, columns: Iterable[str] | None = No
 
 # Counts no request can have below zero; a negative one came from a hand-edited or corrupt table.
 _COUNT_COLUMNS = ("prompt_tokens", "output_tokens", "cached_tokens", "num_preemptions")
+# The most tokens an admitted request can count (a rejected one records the prompt it was refused for, however
+# long): far above any model's context, and small enough that a run's totals stay within int64 (two output counts
+# of 2**62 summed to a negative total, written as the run's output throughput).
+MAX_TOKENS = 2**40
 # (earlier, later, what the pair means): event times that no run records in the other order.
 _ORDERED_TIMES = (("arrival_s", "finish_s", "a request finishes after it arrives"),
-                  ("first_token_s", "finish_s", "a request's first token comes no later than its finish"))
+                  ("first_token_s", "finish_s", "a request's first token comes no later than its finish"),
+                  ("arrival_s", "first_scheduled_s", "a request is scheduled no earlier than it arrives"),
+                  ("arrival_s", "first_token_s", "a request's first token comes no earlier than its arrival"),
+                  ("first_scheduled_s", "first_token_s", "a request's first token comes no earlier than its first "
+                   "step"))
 
 
 def _first(mask: pl.Series) -> int | None:
@@ -112,8 +141,9 @@ def _fail(name: str, column: str, row: int, value: object, expected: str) -> Non
 
 def check_requests(frame: pl.DataFrame) -> None:
     """Raise ValueError naming the column and first row of a conformed request table that no run can record:
-    a missing or repeated request id, a negative count, an unknown finish reason, a finish before the arrival or
-    a first token after the finish. Metrics computed from such rows would be silently wrong."""
+    a missing or repeated request id, a negative count (or one past MAX_TOKENS), an unknown finish reason, event
+    times out of order (arrival, first step, first token, finish) or token times that are not finite, in order and
+    after the arrival. Metrics computed from such rows would be silently wrong."""
     columns = set(frame.columns)
     if "request_id" in columns:
         ids = frame["request_id"]
@@ -124,11 +154,21 @@ def check_requests(frame: pl.DataFrame) -> None:
         if first is not None:
             again = int((ids == ids[first]).arg_true()[1])
             _fail("requests", "request_id", again, ids[first], f"one row per request (it is also at row {first})")
+    if "replica" in columns:  # the replica that served it, an index (a rejected request's is 0, not -1)
+        row = _first(frame["replica"] < 0)
+        if row is not None:
+            _fail("requests", "replica", row, frame["replica"][row], "an integer >= 0")
+    admitted = (frame["finish_reason"] != REJECTED if "finish_reason" in columns
+                else pl.Series([True] * frame.height, dtype=pl.Boolean))
     for column in _COUNT_COLUMNS:
         if column in columns:
             row = _first(frame[column] < 0)
             if row is not None:
                 _fail("requests", column, row, frame[column][row], "an integer >= 0")
+            row = _first((frame[column] > MAX_TOKENS) & admitted)
+            if row is not None:
+                _fail("requests", column, row, frame[column][row], f"at most 2**40 ({MAX_TOKENS:,}) for a request "
+                      "that was not rejected")
     if "finish_reason" in columns:
         row = _first(~frame["finish_reason"].is_in(FINISH_REASONS) | frame["finish_reason"].is_null())
         if row is not None:
@@ -139,13 +179,49 @@ def check_requests(frame: pl.DataFrame) -> None:
             if row is not None:
                 _fail("requests", later, row, frame[later][row], f"a time >= {earlier} ({frame[earlier][row]:g}): "
                       f"{meaning}")
+    if "token_times_s" in columns:
+        _check_token_times(frame)
+
+
+def _check_token_times(frame: pl.DataFrame) -> None:
+    """Each request's token times: finite, within MAX_TIME_S, in order and none before the arrival. ``conform``
+    bounds the scalar time columns only: a NaN, 1e300 or a time before the previous one passed into the ITLs
+    (a negative gap, a mean of 1e299 ms, an overflow warning) and the makespan."""
+    times = frame["token_times_s"]
+    item = pl.element()
+    bad = times.list.eval(item.is_null() | ~item.is_finite() | (item.abs() > MAX_TIME_S)).list.any()
+    row = _first(bad)
+    if row is not None:
+        value = next(v for v in times[row] if v is None or not abs(v) <= MAX_TIME_S)
+        _fail("requests", "token_times_s", row, value, f"finite times within {MAX_TIME_S:g} seconds of the run's "
+              "start")
+    row = _first(times.list.diff().list.min() < 0)
+    if row is not None:
+        values = times[row].to_list()
+        index = next(i for i in range(1, len(values)) if values[i] < values[i - 1])
+        _fail("requests", "token_times_s", row, values[index], f"times in order (item {index} is before item "
+              f"{index - 1}, {values[index - 1]:g})")
+    if "arrival_s" in frame.columns:
+        row = _first(times.list.first() < frame["arrival_s"])
+        if row is not None:
+            _fail("requests", "token_times_s", row, times[row][0], f"a first token time >= arrival_s "
+                  f"({frame['arrival_s'][row]:g}): a request's tokens come after it arrives")
 
 
 def check_steps(frame: pl.DataFrame) -> None:
     """Raise ValueError naming the column and first row of a conformed step table with a step that took less
-    than no time (``conform`` refuses NaN and unbounded times)."""
+    than no time (``conform`` refuses NaN and unbounded times), a negative id or count, or a KV usage outside 0-1."""
     if "duration_s" in frame.columns:
         row = _first(frame["duration_s"] < 0)
         if row is not None:
             _fail("steps", "duration_s", row, frame["duration_s"][row], "a duration >= 0 seconds")
+    for column, dtype in STEPS_SCHEMA.items():  # ids and counts: a negative step or batch is no step a run took
+        if dtype == pl.Int64 and column in frame.columns:
+            row = _first(frame[column] < 0)
+            if row is not None:
+                _fail("steps", column, row, frame[column][row], "an integer >= 0")
+    if "kv_usage" in frame.columns:  # used / total blocks; NaN (polars orders it above every number) is caught too
+        row = _first((frame["kv_usage"] < 0) | (frame["kv_usage"] > 1))
+        if row is not None:
+            _fail("steps", "kv_usage", row, frame["kv_usage"][row], "a share of the KV cache from 0 to 1")
 

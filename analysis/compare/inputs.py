@@ -17,6 +17,7 @@ import polars as pl
 
 from analysis.runs import META_KEYS, check_meta
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
+from engine.core.json_errors import json_problem
 from sim.files import read_json_input, read_parquet_frame
 
 REQUESTS_FILE = "requests.parquet"
@@ -91,6 +92,10 @@ def _read_summary(path: Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         detail = getattr(exc, "strerror", None) or exc
         raise CompareInputError(f"{path}: not a readable JSON file ({detail})") from exc
+    except RecursionError:  # arrays nested thousands deep were a RecursionError traceback
+        raise CompareInputError(f"{path}: JSON nested too deeply to read; expected the JSON a run writes") from None
+    except ValueError as exc:  # an integer of 5000 digits was a ValueError traceback that named no file
+        raise CompareInputError(f"{path}: not a readable JSON file ({json_problem(exc)})") from None
     if not isinstance(data, dict):
         raise CompareInputError(f"{path}: expected a JSON object, got {type(data).__name__}")
     try:  # the keys read here (warnings, bands, config, ...): a hand-edited one was a traceback mid-comparison

@@ -245,6 +245,35 @@ IMPOSSIBLE_REQUESTS = {  # each ran to exit 0, and its metrics were written as i
     "repeated id": (lambda r: _set(r, "request_id", 2, "r0"), "'request_id' is 'r0' at row 2; expected one row per "
                                                               "request (it is also at row 0)"),
     "null id": (lambda r: _set(r, "request_id", 1, None), "'request_id' is null at row 1"),
+    # Token times were not checked at all: NaN, 1e300, a time before the one before it or before the arrival went
+    # into the ITLs and the makespan (negative gaps, a mean ITL of 1e299 ms, numpy overflow warnings).
+    "token time nan": (lambda r: _set(r, "token_times_s", 1, [1.2, float("nan"), 1.6]),
+                       "'token_times_s' is nan at row 1; expected finite times within 1e+12 seconds"),
+    "token time huge": (lambda r: _set(r, "token_times_s", 1, [1.2, 1e300]),
+                        "'token_times_s' is 1e+300 at row 1; expected finite times within 1e+12 seconds"),
+    "token times out of order": (lambda r: _set(r, "token_times_s", 2, [2.3, 2.9, 2.6]),
+                                 "'token_times_s' is 2.6 at row 2; expected times in order (item 2 is before item "
+                                 "1, 2.9)"),
+    "token before arrival": (lambda r: _set(r, "token_times_s", 1, [0.5, 1.4, 1.6]),
+                             "'token_times_s' is 0.5 at row 1; expected a first token time >= arrival_s (1)"),
+    # A negative TTFT or queue time was averaged into the metrics.
+    "first token before arrival": (lambda r: _set(r, "first_token_s", 1, 0.5),
+                                   "'first_token_s' is 0.5 at row 1; expected a time >= arrival_s (1)"),
+    "scheduled before arrival": (lambda r: _set(r, "first_scheduled_s", 2, 1.5),
+                                 "'first_scheduled_s' is 1.5 at row 2; expected a time >= arrival_s (2)"),
+    "first token before first step": (lambda r: _set(r, "first_scheduled_s", 0, 0.2),
+                                      "'first_token_s' is 0.1 at row 0; expected a time >= first_scheduled_s (0.2)"),
+    # Two counts of 2**62 summed past int64: a negative total output and throughput, exit 0.
+    "output count past the bound": (lambda r: _set(r, "output_tokens", 0, 2**62),
+                                    "'output_tokens' is 4611686018427387904 at row 0; expected at most 2**40"),
+    "negative replica": (lambda r: _set(r, "replica", 1, -1), "'replica' is -1 at row 1; expected an integer >= 0"),
+    # polars casts true to 1, "0.5" to 0.5 and 100.5 tokens to 100 without a word.
+    "counts as booleans": (lambda r: r.with_columns(pl.lit(True).alias("cached_tokens")),
+                           "'cached_tokens' holds Boolean values that do not convert to Int64"),
+    "times as text": (lambda r: r.with_columns(pl.col("arrival_s").cast(pl.Utf8)),
+                      "'arrival_s' holds String values that do not convert to Float64"),
+    "fractional tokens": (lambda r: r.with_columns(pl.Series("prompt_tokens", [100.0, 100.5, 100.0])),
+                          "'prompt_tokens' is 100.5 at row 1; expected a whole number"),
 }
 
 
@@ -265,6 +294,38 @@ def test_a_step_of_negative_duration_is_one_line(tmp_path: Path, capsys: pytest.
     code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and stderr == (f"error: {sim_dir / 'steps.parquet'}: steps table: column 'duration_s' is -0.5 "
                                     "at row 1; expected a duration >= 0 seconds\n")
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    # Each was compared with exit 0: a NaN KV usage, a negative batch or step written into the metrics.
+    (lambda s: _set(s, "kv_usage", 1, float("nan")), "'kv_usage' is nan at row 1; expected a share of the KV cache "
+                                                     "from 0 to 1"),
+    (lambda s: _set(s, "kv_usage", 0, 1.5), "'kv_usage' is 1.5 at row 0; expected a share of the KV cache from 0 to 1"),
+    (lambda s: _set(s, "num_seqs", 2, -1), "'num_seqs' is -1 at row 2; expected an integer >= 0"),
+    (lambda s: _set(s, "step", 1, -7), "'step' is -7 at row 1; expected an integer >= 0"),
+    (lambda s: s.with_columns(pl.lit(0.5).alias("replica")), "'replica' is 0.5 at row 0; expected a whole number"),
+])
+def test_an_impossible_step_table_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate,
+                                              message) -> None:
+    real_dir, sim_dir = write_pair(tmp_path)
+    write_run(sim_dir, real_requests(), mutate(real_steps()))
+    code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and stderr == f"error: {sim_dir / 'steps.parquet'}: steps table: column {message}\n"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply to read; expected the JSON a run writes"),
+    ('{"config": {"x": ' + "9" * 5000 + "}}", "not a readable JSON file (a number of more than 4300 digits)"),
+])
+def test_an_unreadable_summary_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text,
+                                           expected) -> None:
+    """Both were tracebacks (RecursionError, ValueError) after the tables had been read."""
+    real_dir, sim_dir = write_pair(tmp_path)
+    (sim_dir / "summary.json").write_text(text)
+    code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and stderr == f"error: {sim_dir / 'summary.json'}: {expected}\n"
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_run_compared_with_itself_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

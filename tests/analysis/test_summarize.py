@@ -82,6 +82,14 @@ def test_a_column_of_the_wrong_type_is_one_line_naming_the_file(tmp_path, capsys
     ("requests", "finish_reason", "zzz", "'finish_reason' is 'zzz' at row 3; expected one of stop, length"),
     ("requests", "finish_s", -5.0, "'finish_s' is -5 at row 3; expected a time >= arrival_s"),
     ("steps", "duration_s", -1.0, "'duration_s' is -1 at row 3; expected a duration >= 0"),
+    # These were summarized too: token times and the order of a request's events were not checked, nor a step's
+    # counts and KV usage.
+    ("requests", "token_times_s", [float("nan")], "'token_times_s' is nan at row 3; expected finite times"),
+    ("requests", "token_times_s", [1e300], "'token_times_s' is 1e+300 at row 3; expected finite times within 1e+12"),
+    ("requests", "first_token_s", -1.0, "'first_token_s' is -1 at row 3; expected a time >= arrival_s"),
+    ("requests", "output_tokens", 2**62, "'output_tokens' is 4611686018427387904 at row 3; expected at most 2**40"),
+    ("steps", "kv_usage", float("nan"), "'kv_usage' is nan at row 3; expected a share of the KV cache from 0 to 1"),
+    ("steps", "num_running", -2, "'num_running' is -2 at row 3; expected an integer >= 0"),
 ])
 def test_an_impossible_table_is_refused_and_left_alone(tmp_path, capsys, table, column, value, pattern):
     """Each was summarized with exit 0 as if measured."""

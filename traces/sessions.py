@@ -58,6 +58,8 @@ CUT_COLUMN = "_cut_to_fit"
 # value after value, so the draws, and the trace, do not depend on the block sizes.
 _FIRST_BLOCK = 256
 _MAX_BLOCK = 1 << 16
+# The most turns drawn in one block (each some 80 bytes over the block's arrays: about 1.3 GB at the most).
+_MAX_BLOCK_TURNS = 1 << 24
 
 
 @dataclass
@@ -84,8 +86,14 @@ def _draw_block(config: SessionConfig, streams: SessionStreams, first_session: i
     session's start plus the first k think times, summed in that order; each session's blocks are numbered
     from the next unused id."""
     num_sessions = len(starts_s)
-    turns = config.turns.sample(num_sessions, streams.turns)
+    # Turns past the most a session can keep were drawn whole and thrown away: --turns fixed:1000000 drew 256
+    # million turns (10 GB, over a minute) for a 10-request trace.
+    turns = np.minimum(config.turns.sample(num_sessions, streams.turns), max_kept_turns(config))
     total = int(turns.sum())
+    if total > _MAX_BLOCK_TURNS:  # blocks are sized to stay below this; only one session this long can pass it
+        raise ValueError(f"--turns {config.turns.spec}: a session drew {total:,} turns; expected at most "
+                         f"{_MAX_BLOCK_TURNS:,} (lower --turns, or --max-context-tokens: a session keeps at most "
+                         "half of it in turns)")
     user = config.user_tokens.sample(total, streams.user)
     answer = config.answer_tokens.sample(total, streams.answer)
     gaps_s = gamma_gaps_s(total, config.think_time_s, config.think_time_cv, streams.think)
@@ -107,9 +115,14 @@ def _draw_block(config: SessionConfig, streams: SessionStreams, first_session: i
     kept = (turn == 0) | (prompt + answer <= limit)
     arrival_s = np.empty(total)
     arrival_s[firsts] = starts_s
-    for k in range(1, int(turns.max())):  # turn k at turn k - 1 plus its think time: the sums in session order
-        rows = firsts[turns > k] + k
-        arrival_s[rows] = arrival_s[rows - 1] + gaps_s[rows - 1]
+    if int(turns.max()) <= num_sessions:
+        for k in range(1, int(turns.max())):  # turn k at turn k - 1 plus its think time: the sums in session order
+            rows = firsts[turns > k] + k
+            arrival_s[rows] = arrival_s[rows - 1] + gaps_s[rows - 1]
+    else:  # few long sessions: the same sums, a session at a time (a step per turn took minutes for 10**7 turns)
+        for first, count in zip(firsts.tolist(), turns.tolist()):
+            np.add.accumulate(np.concatenate(([arrival_s[first]], gaps_s[first:first + count - 1])),
+                              out=arrival_s[first:first + count])
     rows = np.flatnonzero(kept)
     session, turn, prompt = session[rows], turn[rows], prompt[rows]
     num_blocks = cdiv(prompt, config.hash_block_size)
@@ -125,6 +138,18 @@ def _draw_block(config: SessionConfig, streams: SessionStreams, first_session: i
     block = _Block(session + first_session, turn, arrival_s[rows], prompt, answer[rows], base[session], num_blocks,
                    cut[rows])
     return block, first_block_id + int(last_kept.sum())
+
+
+def max_kept_turns(config: SessionConfig) -> int:
+    """The most turns a session can keep: turn k's prompt holds k messages and k answers before its own message,
+    at least one token each, so with its answer it needs 2 (k + 1) tokens of max_context_tokens."""
+    return max(1, config.max_context_tokens // 2)
+
+
+def _longest_session(config: SessionConfig) -> int:
+    """The most turns one session draws: the distribution's largest value (unbounded ones: the most it keeps)."""
+    upper = {"fixed": "value", "uniform": "high"}.get(config.turns.kind, "max")
+    return int(min(config.turns.param(upper, float("inf")), max_kept_turns(config)))
 
 
 def _kth_smallest(values: np.ndarray, k: int) -> float | None:
@@ -148,7 +173,9 @@ def build_sessions(
     mean_start_gap_s = config.turns.mean() / qps
     blocks: list[_Block] = []
     window_arrivals: list[np.ndarray] = []  # arrivals at or after 0, per block
-    next_start_s, next_block_id, num_sessions, size = -warmup_s, 0, 0, _FIRST_BLOCK
+    # Fewer sessions a block when each may be long, so that a block draws at most _MAX_BLOCK_TURNS turns.
+    max_block = max(1, min(_MAX_BLOCK, _MAX_BLOCK_TURNS // _longest_session(config)))
+    next_start_s, next_block_id, num_sessions, size = -warmup_s, 0, 0, min(_FIRST_BLOCK, max_block)
     while True:
         # Each start is the one before plus a gap, summed in order (the first one -warmup_s).
         starts_s = np.empty(size + 1)
@@ -164,7 +191,7 @@ def build_sessions(
             kth = _kth_smallest(np.concatenate(window_arrivals), num_requests)
             if kth is not None and next_start_s > kth:  # the next session would be left out: the stop is in here
                 break
-        size = min(2 * size, _MAX_BLOCK)
+        size = min(2 * size, max_block)
     # The first session of the last block that is left out (monotone: later starts, more arrivals before them).
     earlier = np.concatenate(window_arrivals[:-1]) if len(window_arrivals) > 1 else np.zeros(0)
     first_in_block = num_sessions - size

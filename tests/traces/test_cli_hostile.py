@@ -366,6 +366,53 @@ def test_synth_geometric_turns_with_a_huge_cap(tmp_path):
     assert synth_main(argv) == 0 and len(load_trace(out)) == 20
 
 
+def test_synth_draws_no_turn_a_session_cannot_keep(tmp_path, monkeypatch):
+    """--turns fixed:1000000 drew a million turns for each of 256 sessions (10 GB, over a minute) to keep the few
+    that fit --max-context-tokens: a turn k needs 2 (k + 1) tokens of it, so at most half of it in turns."""
+    import traces.sessions as sessions
+
+    asked = []
+    draw = sessions.gamma_gaps_s
+
+    def counting(num, *args):
+        asked.append(num)
+        assert num <= 256 * 32, f"drew {num} think times"  # fail at once rather than allocate gigabytes
+        return draw(num, *args)
+
+    monkeypatch.setattr(sessions, "gamma_gaps_s", counting)
+    out = tmp_path / "s.parquet"
+    argv = ["-o", str(out), "--num-requests", "10", "--qps", "1", "--multi-turn", "--turns", "fixed:1000000",
+            "--max-context-tokens", "64"]
+    assert synth_main(argv) == 0
+    trace = load_trace(out).requests
+    assert len(trace) == 10 and trace["turn"].max() < 32 and max(asked) <= 256 * 32
+
+
+def test_synth_sessions_too_long_to_draw_are_refused(tmp_path, capsys):
+    """With a context that keeps them all, 10**8 turns a session were drawn whole (a MemoryError said to be
+    --num-requests')."""
+    out = tmp_path / "s.parquet"
+    line = cli_error(synth_main, ["-o", str(out), "--num-requests", "10", "--qps", "1", "--multi-turn", "--turns",
+                                  "fixed:100000000", "--max-context-tokens", str(2**40)], capsys)
+    assert line.endswith("error: --turns fixed:100000000: a session drew 100,000,000 turns; expected at most "
+                         "16,777,216 (lower --turns, or --max-context-tokens: a session keeps at most half of it in "
+                         "turns)"), line
+    assert not out.exists()
+
+
+def test_synth_sessions_drawn_one_at_a_time_are_the_same(monkeypatch):
+    """Blocks of one session add each session's think times in one running sum (a step per turn took minutes for
+    10**7 turns): the same sums, so the same trace as the default blocks."""
+    import traces.sessions as sessions
+    from traces.synth import SynthConfig, synthesize_counting_cuts
+
+    config = SynthConfig(num_requests=300, qps=5, multi_turn=True, turns_dist="uniform:low=1,high=60", seed=3)
+    expected = synthesize_counting_cuts(config)[0].requests
+    monkeypatch.setattr(sessions, "_FIRST_BLOCK", 1)
+    monkeypatch.setattr(sessions, "_MAX_BLOCK", 1)
+    assert synthesize_counting_cuts(config)[0].requests.equals(expected)
+
+
 def test_synth_tiny_cv_gives_fixed_gaps(tmp_path):
     out = tmp_path / "s.parquet"
     argv = ["-o", str(out), "--num-requests", "3", "--qps", "2", "--arrival", "gamma", "--cv", "1e-320"]

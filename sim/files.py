@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traces.files import staging_path
+from traces.files import open_parquet, staging_path
 
 if TYPE_CHECKING:
     import polars as pl
@@ -96,24 +96,17 @@ def existing_parent(path: Path) -> Path | None:
 
 
 def read_parquet_table(path: Path, columns: list[str] | None = None) -> pa.Table:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    # Copied into memory arrow owns: read through the Python handle, arrow's reader threads held Python buffers and
-    # released the last of them after read_table had returned; a command that failed at once on a small steps.parquet
-    # (too few steps) then exited while one did, and the thread, refused the GIL at shutdown, aborted the process
-    # (std::terminate, exit 134 after the error line, about every other run).
-    sink = pa.BufferOutputStream()
-    with open(path, "rb") as handle:
-        sink.write(handle.read())
-    data = sink.getvalue()
+    parquet = open_parquet(path)  # in memory arrow owns: see there why
     # A column given twice: arrow's refusal quoted the whole schema over as many lines, and named no file.
-    names = pq.ParquetFile(pa.BufferReader(data)).schema_arrow.names
+    names = parquet.schema_arrow.names
     repeated = next((name for name in names if names.count(name) > 1), None)
     if repeated is not None:
         raise ValueError(f"{path}: column {repeated!r} appears {names.count(repeated)} times; expected each column "
                          "once")
-    return pq.read_table(pa.BufferReader(data), columns=columns)
+    missing = [name for name in columns or () if name not in names]
+    if missing:  # ParquetFile.read leaves out a column it does not find
+        raise ValueError(f"{path}: no column {missing[0]!r}; expected a steps.parquet that has it")
+    return parquet.read(columns=columns)
 
 
 def write_parquet_table(table: pa.Table, path: Path, **options) -> None:

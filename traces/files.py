@@ -6,6 +6,10 @@ import errno
 import hashlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 NAME_MAX_BYTES = 255  # the longest file name ext4, XFS, btrfs and tmpfs hold
 
@@ -36,3 +40,22 @@ def refuse_to_replace(path: str | Path, overwrite: bool) -> None:
                                 "path", path)
     if not overwrite and Path(path).is_file():
         raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it", str(path))
+
+
+def open_parquet(path: str | Path) -> pq.ParquetFile:
+    """The parquet file at ``path``, read whole into memory arrow owns (one copy), through a Python handle (pyarrow
+    parses a path string as a URI, in UTF-8). Read straight from the handle, arrow's reader threads held the
+    handle's Python buffers and could release the last one after the read had returned: a command that failed
+    right after reading (too few steps) aborted at exit, refused the GIL (exit 134 after its error line, about
+    every other run)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = pa.allocate_buffer(size)
+        with memoryview(data) as view:
+            filled = 0
+            while filled < size and (count := handle.readinto(view[filled:])):
+                filled += count
+    return pq.ParquetFile(pa.BufferReader(data.slice(0, filled)))

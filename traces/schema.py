@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traces.errors import TraceError, row_error
-from traces.files import staging_path
+from traces.files import open_parquet, staging_path
 from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
 from traces.validation import MAX_ARRIVAL_S, MAX_HASH_BLOCK_SIZE, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, validate
 
@@ -178,8 +178,7 @@ def _read_table(path: Path, source: str) -> pa.Table:
     if size_bytes == 0:
         raise TraceError(f"{source}: the file is empty (0 bytes); expected a parquet trace")
     try:
-        with open(path, "rb") as handle:  # a handle, not a path: pyarrow parses a path as a URI, in UTF-8
-            return pq.ParquetFile(handle).read()
+        return open_parquet(path).read()
     except PermissionError as exc:
         raise TraceError(f"{source}: cannot read the trace: permission denied") from exc
     except (OSError, pa.ArrowException) as exc:

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from analysis.band_stats import check_bands
 from analysis.metrics import add_latency_columns, summarize
+from analysis.schema import MAX_TIME_S
 from analysis.slo import SLO
 from engine.core.json_errors import json_problem
 from sim.files import write_parquet_frame, write_parquet_table, write_text_atomic
@@ -126,6 +127,10 @@ def check_meta(meta: dict, path: Path) -> None:
         if isinstance(value, bool) or (value is not None and not isinstance(value, _META_TYPES[key])):
             expected = " or ".join(t.__name__ for t in _META_TYPES[key])
             raise ValueError(f"{path}: {key!r} is {str(value)[:60]}; expected {expected}")
+    duration_s = meta.get("recorded_duration_s")
+    if duration_s is not None and not 0 < duration_s <= MAX_TIME_S:  # NaN too: summarize wrote it back, not JSON
+        raise ValueError(f"{path}: 'recorded_duration_s' is {duration_s!r}; expected the run's duration, a number of "
+                         f"seconds > 0 and at most {MAX_TIME_S:g}")
     for i, warning in enumerate(meta.get("warnings") or []):
         if not isinstance(warning, dict) or not all(isinstance(warning.get(k), str) for k in ("code", "message")):
             raise ValueError(f"{path}: warnings[{i}] is {str(warning)[:60]}; expected an object with a 'code' and "

@@ -79,6 +79,9 @@ def _check_args(args: argparse.Namespace) -> None:
         url.port  # noqa: B018  urlparse checks the port only when asked: 99999 reached aiohttp as an invalid URL
     except ValueError:
         raise ValueError(f"URL {args.url!r}: the port must be a number from 0 to 65535") from None
+    if args.model is not None and not args.model.strip():  # read as no --model: the server's first was benched
+        raise ValueError("--model is empty; expected the served model's name (or leave it out for the server's "
+                         "first)")
     if args.max_concurrency is not None and args.max_concurrency < 1:
         raise ValueError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
     if not (math.isfinite(args.request_timeout_s) and args.request_timeout_s > 0):

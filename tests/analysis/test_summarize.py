@@ -39,6 +39,11 @@ def _run(tmp_path):
     ('{"config": NaN}', "'config' is nan; expected dict"),  # these two were AttributeError tracebacks
     ('{"config": [1, 2]}', "'config' is \\[1, 2\\]; expected dict"),
     ('{"warnings": [5]}', "warnings\\[0\\] is 5; expected an object with a 'code'"),
+    # NaN was written back into summary.json (not JSON any more); -5 made every throughput negative
+    ('{"recorded_duration_s": NaN}', "'recorded_duration_s' is nan; expected the run's duration, a number of seconds "
+     "> 0 and at most 1e\\+12"),
+    ('{"recorded_duration_s": -5}', "'recorded_duration_s' is -5; expected the run's duration"),
+    ('{"recorded_duration_s": 0}', "'recorded_duration_s' is 0; expected the run's duration"),
     # Taken for "no SLOs", so the re-summary dropped the run's goodput without a word; the null a float() error.
     ('{"slos_ms": "ttft_p90=2s"}', 'slos_ms is "ttft_p90=2s"; expected an object of metric_statistic: limit in ms'),
     ('{"slos_ms": {"ttft_p90": null}}', "slos_ms entry 'ttft_p90' is null; expected a number of ms"),

@@ -187,6 +187,8 @@ def _free_port() -> int:
     (["{url}", "{trace}", "--time-scale", "1e9"], "{trace}: the arrivals span 1e+09 s after --qps/--time-scale; a "
      "real-time replay is limited to 2,592,000 s (30 days): use --qps or --time-scale"),
     (["{url}", "{trace}", "--model", "no-such-model"], "cannot tell the vocabulary of model 'no-such-model'"),
+    # read as no --model: the server's first model was benched without a word
+    (["{url}", "{trace}", "--model", " "], "--model is empty; expected the served model's name"),
     (["{dead}", "{trace}"], "/v1/models: cannot reach the server"),
     (["http://127.0.0.1:99999", "{trace}"], "the port must be a number from 0 to 65535"),  # was aiohttp's InvalidUrl
     (["{url}", "{trace}", "--out", "{trace}"], "is or holds the input"),

@@ -182,8 +182,12 @@ def _read_table(path: Path, source: str) -> pa.Table:
     except PermissionError as exc:
         raise TraceError(f"{source}: cannot read the trace: permission denied") from exc
     except (OSError, pa.ArrowException) as exc:
-        raise TraceError(f"{source}: not a readable parquet file ({exc}); "
-                         "expected a trace written by save_trace") from exc
+        # A public trace given as it was downloaded: say which command makes it a trace.
+        formats = {".csv": "{azure|burstgpt|vidur}", ".jsonl": "mooncake", ".json": "sharegpt"}
+        hint = formats.get(path.suffix.lower())
+        expected = (f"a trace parquet: convert this file first (python -m traces.convert {hint} {source} -o "
+                    "TRACE.parquet)" if hint else "a trace written by save_trace")
+        raise TraceError(f"{source}: not a readable parquet file ({exc}); expected {expected}") from exc
 
 
 def _block_size_from_metadata(table: pa.Table, source: str) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import polars as pl
@@ -73,6 +74,16 @@ def test_not_parquet(tmp_path: Path) -> None:
     path = tmp_path / "x.parquet"
     path.write_text("request_id,arrival_s\n1,0.0\n")
     with pytest.raises(TraceError, match=r"x\.parquet: not a readable parquet file"):
+        load_trace(path)
+
+
+@pytest.mark.parametrize(("name", "formats"), [("conv.csv", "{azure|burstgpt|vidur}"), ("m.jsonl", "mooncake"),
+                                              ("sg.json", "sharegpt")])
+def test_a_public_trace_given_as_downloaded_names_the_conversion(tmp_path: Path, name: str, formats: str) -> None:
+    path = tmp_path / name
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    expected = f"expected a trace parquet: convert this file first (python -m traces.convert {formats} {path} -o "
+    with pytest.raises(TraceError, match=re.escape(expected)):
         load_trace(path)
 
 

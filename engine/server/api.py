@@ -44,10 +44,15 @@ _log = logging.getLogger(__name__)
 # choice says which limit it was in "cut_by" (a cut output says it was cut).
 _CUT_REASONS = ("max_model_len", "kv_capacity", "token_budget")
 DISCONNECT_POLL_S = 0.5  # how often a non-streamed request checks that its client is still there
-# Texts longer than this are tokenized on a worker thread (Hugging Face's Rust tokenizers release the GIL): in the
-# event loop, one client's 4 MB prompt held /health and every stream for seconds. Shorter ones stay inline, where
+# A request whose texts add up to more than this many characters is tokenized on a worker thread (Hugging Face's Rust
+# tokenizers release the GIL): in the event loop, one client's 4 MB prompt held /health and every stream for seconds,
+# and so did 4,096 prompts of 500 characters each (2 MB, 3 s), each one short. Smaller requests stay inline, where
 # they cost no thread hop on the time to first token.
 THREAD_TOKENIZE_CHARS = 20_000
+# Chat requests with more messages than this render the chat template on a worker thread too: Jinja is pure Python,
+# and 200,000 one-word messages held the event loop for 2 s before a token was counted (the GIL still lets the loop
+# run between the thread's bytecodes).
+THREAD_RENDER_MESSAGES = 256
 # What FastAPI answers for a body its JSON parser gave up on with an error other than a syntax error (a
 # RecursionError from arrays nested thousands deep).
 _FASTAPI_PARSE_ERROR = "There was an error parsing the body"
@@ -156,7 +161,8 @@ def build_app(engine: EngineClient, tokenizer=None, *,
         _check_model(state, body.model)
         texts_or_ids = body.prompts()
         _check_num_choices(state, body.n, len(texts_or_ids))  # before tokenizing: 100,000 prompts took seconds
-        prompts = [await _prompt_ids(state, i, p) for i, p in enumerate(texts_or_ids)]
+        text_chars = sum(len(p) for p in texts_or_ids if isinstance(p, str))
+        prompts = await _in_worker_if(text_chars > THREAD_TOKENIZE_CHARS, _prompts_ids, state, texts_or_ids)
         return await _serve(state, request, body, prompts, body.max_tokens, chat=False)
 
     @app.post("/v1/chat/completions")
@@ -165,7 +171,8 @@ def build_app(engine: EngineClient, tokenizer=None, *,
         _check_model(state, body.model)
         _check_num_choices(state, body.n, 1)  # before the template renders
         prompt = await _chat_prompt_ids(state, body)
-        return await _serve(state, request, body, [prompt], body.requested_max_tokens, chat=True)
+        return await _serve(state, request, body, [prompt], body.requested_max_tokens, chat=True,
+                            max_tokens_param=body.max_tokens_param)
 
     return app
 
@@ -184,21 +191,24 @@ def _check_model(state: ServerState, model: str | None) -> None:
                        param="model")
 
 
-async def _encode(tokenizer, text: str, **kwargs) -> list[int]:
-    if len(text) <= THREAD_TOKENIZE_CHARS:
-        return tokenizer.encode(text, **kwargs)
-    return await asyncio.to_thread(tokenizer.encode, text, **kwargs)
+async def _in_worker_if(big: bool, function, *args):
+    """``function(*args)``: on a worker thread when ``big``, else inline (no thread hop for a small request)."""
+    return await asyncio.to_thread(function, *args) if big else function(*args)
 
 
-async def _prompt_ids(state: ServerState, index: int, prompt: str | list[int]) -> list[int]:
+def _prompts_ids(state: ServerState, texts_or_ids: list[str | list[int]]) -> list[list[int]]:
+    return [_prompt_ids(state, i, p) for i, p in enumerate(texts_or_ids)]
+
+
+def _prompt_ids(state: ServerState, index: int, prompt: str | list[int]) -> list[int]:
     if isinstance(prompt, str):
         if state.tokenizer is None:
             raise bad_request(f"prompt {index} is text but the model has no tokenizer; send token ids", "prompt")
         _check_unicode(prompt, f"prompt {index}", "prompt")
-        ids = await _encode(state.tokenizer, prompt)
+        ids = state.tokenizer.encode(prompt)
     else:
         ids = prompt
-    return _checked_ids(state, index, ids)
+    return _checked_ids(state, ids, f"prompt {index}", "prompt")
 
 
 def _check_unicode(text: str, what: str, param: str) -> None:
@@ -211,16 +221,21 @@ def _check_unicode(text: str, what: str, param: str) -> None:
                           param) from None
 
 
-def _checked_ids(state: ServerState, index: int, ids: list[int]) -> list[int]:
+# What a chat request's prompt is called in its errors: it has no field "prompt" (a prompt too long was said to be
+# "prompt 0", param "prompt", though the client sent messages).
+_CHAT_PROMPT = "messages (as the chat template renders them)"
+
+
+def _checked_ids(state: ServerState, ids: list[int], what: str, param: str) -> list[int]:
     if not ids:
-        raise bad_request(f"prompt {index} is empty", "prompt")
+        raise bad_request(f"{what} is empty", param)
     vocab_size = state.vocab_size
     if min(ids) < 0 or max(ids) >= vocab_size:  # min and max run in C; the offender is looked up only on failure
         bad = next(t for t in ids if not 0 <= t < vocab_size)
-        raise bad_request(f"prompt {index} has token id {bad} outside the vocabulary [0, {vocab_size})", "prompt")
+        raise bad_request(f"{what} has token id {bad} outside the vocabulary [0, {vocab_size})", param)
     reason = state.rejection_reason_for(len(ids))
     if reason is not None:
-        raise bad_request(f"prompt {index} cannot be served: {reason}", "prompt")
+        raise bad_request(f"{what} cannot be served: {reason}", param)
     return ids
 
 
@@ -231,27 +246,40 @@ async def _chat_prompt_ids(state: ServerState, body: ChatCompletionRequest) -> l
     messages = [{"role": m.role, "content": m.text()} for m in body.messages]
     # chat_template_kwargs override add_generation_prompt, as in vLLM (a keyword given twice was a TypeError)
     kwargs = {"add_generation_prompt": body.add_generation_prompt, **(body.chat_template_kwargs or {})}
+    big = (len(messages) > THREAD_RENDER_MESSAGES
+           or sum(len(m["content"]) for m in messages) > THREAD_TOKENIZE_CHARS)
+    text = await _in_worker_if(big, _render_chat, tokenizer, messages, kwargs)
+    _check_unicode(text, "messages", "messages")
+    ids = await _in_worker_if(len(text) > THREAD_TOKENIZE_CHARS, _encode_rendered, tokenizer, text)
+    return _checked_ids(state, ids, _CHAT_PROMPT, "messages")
+
+
+def _encode_rendered(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)  # the template wrote the special tokens it wants
+
+
+def _render_chat(tokenizer, messages: list[dict], kwargs: dict) -> str:
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+        return tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
     except Exception as exc:  # a template that refuses these messages (roles out of order, ...)
         raise bad_request(f"the chat template cannot render these messages: {exc}", "messages") from exc
-    _check_unicode(text, "messages", "messages")
-    return _checked_ids(state, 0, await _encode(tokenizer, text, add_special_tokens=False))
 
 
 def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int, max_tokens: int | None,
-                     copy: int) -> SamplingParams:
+                     copy: int, max_tokens_param: str = "max_tokens") -> SamplingParams:
+    """``max_tokens_param``: the field the client set the limit with (a chat request's max_completion_tokens was
+    refused as "max_tokens must be >= 1", a field it had not sent)."""
     max_model_len = state.max_model_len
     room = max_model_len - num_prompt_tokens
     if max_tokens is None:
         max_tokens = room
     elif max_tokens < 1:
-        raise bad_request(f"max_tokens must be >= 1, got {max_tokens}", "max_tokens")
+        raise bad_request(f"{max_tokens_param} must be >= 1, got {max_tokens}", max_tokens_param)
     elif max_tokens > room:  # vLLM refuses these too, rather than cutting the answer short
         raise bad_request(
             f"this model's maximum context length is {max_model_len} tokens; the request asks for "
-            f"{num_prompt_tokens + max_tokens} ({num_prompt_tokens} in the prompt, {max_tokens} to generate)",
-            "max_tokens")
+            f"{num_prompt_tokens + max_tokens} ({num_prompt_tokens} in the prompt, {max_tokens_param}={max_tokens} to "
+            "generate)", max_tokens_param)
     stop_token_ids = body.stop_token_ids or ()
     bad = next((t for t in stop_token_ids if not 0 <= t < state.vocab_size), None)
     if bad is not None:
@@ -281,7 +309,7 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
 
 # ---- serving ---------------------------------------------------------------------------------------
 async def _serve(state: ServerState, request: Request, body: _Sampling, prompts: list[list[int]],
-                 max_tokens: int | None, *, chat: bool):
+                 max_tokens: int | None, *, chat: bool, max_tokens_param: str = "max_tokens"):
     stop = body.stop_strings
     if stop and state.tokenizer is None:
         raise bad_request("stop strings need a tokenizer; this model has none (use stop_token_ids)", "stop")
@@ -289,10 +317,12 @@ async def _serve(state: ServerState, request: Request, body: _Sampling, prompts:
     if max_tokens is None:  # max_tokens becomes the room the prompt leaves: a prompt that fills the context leaves none
         full = next((i for i, ids in enumerate(prompts) if len(ids) >= state.max_model_len), None)
         if full is not None:
-            raise bad_request(f"prompt {full} has {len(prompts[full])} tokens, which leaves no room to generate "
-                              f"within max_model_len={state.max_model_len}", "prompt")
+            what, param = (_CHAT_PROMPT, "messages") if chat else (f"prompt {full}", "prompt")
+            raise bad_request(f"{what} has {len(prompts[full])} tokens, which leaves no room to generate "
+                              f"within max_model_len={state.max_model_len}", param)
     choice_prompts = [ids for ids in prompts for _ in range(n)]
-    params = [_sampling_params(state, body, len(ids), max_tokens, i % n) for i, ids in enumerate(choice_prompts)]
+    params = [_sampling_params(state, body, len(ids), max_tokens, i % n, max_tokens_param)
+              for i, ids in enumerate(choice_prompts)]
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     try:
         stream = state.engine.submit(choice_prompts, params)

@@ -55,6 +55,12 @@ _UNSUPPORTED_EXTENSIONS: dict[str, tuple] = {
     "truncate_prompt_tokens": (None,), "prompt_logprobs": (None,), "use_beam_search": (None, False),
     "bad_words": (None, []), "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
     "guided_grammar": (None,), "structured_outputs": (None,),
+    "allowed_token_ids": (None,), "logits_processors": (None,), "prompt_embeds": (None,),
+}
+# The same, of vLLM's chat requests only: continue_final_message (the assistant's last message continued rather than
+# answered) and echo (the last message repeated in the answer) changed the output and were silently ignored.
+_UNSUPPORTED_CHAT_EXTENSIONS: dict[str, tuple] = {
+    "continue_final_message": (None, False), "echo": (None, False), "documents": (None,),
 }
 
 
@@ -95,8 +101,11 @@ class _Sampling(BaseModel):
             raise bad_request("min_tokens is not supported by this engine", "min_tokens")
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
+        self._refuse_extensions(_UNSUPPORTED_EXTENSIONS)
+
+    def _refuse_extensions(self, unsupported: dict[str, tuple]) -> None:
         extra = self.model_extra or {}
-        for name, inert in _UNSUPPORTED_EXTENSIONS.items():
+        for name, inert in unsupported.items():
             if name in extra and extra[name] not in inert:
                 raise bad_request(f"{name} is not supported by this engine (got {str(extra[name])[:80]})", name)
 
@@ -109,6 +118,12 @@ class _Sampling(BaseModel):
             raise bad_request(f"stop has {len(stops)} strings; at most {MAX_STOP_STRINGS} are accepted", "stop")
         if any(not s for s in stops):
             raise bad_request("stop strings must not be empty", "stop")
+        for stop in stops:  # JSON may escape half a surrogate pair ("\\ud800"): a string no output can ever contain
+            try:
+                stop.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise bad_request(f"a stop string holds an unpaired surrogate (U+{ord(stop[exc.start]):04X}); "
+                                  "expected Unicode text", "stop") from None
         return stops
 
     @property
@@ -205,6 +220,7 @@ class ChatCompletionRequest(_Sampling):
 
     def check_supported(self) -> None:
         super().check_supported()
+        self._refuse_extensions(_UNSUPPORTED_CHAT_EXTENSIONS)
         if self.logprobs or self.top_logprobs:
             raise bad_request("logprobs is not supported by this engine", "logprobs")
         if self.tools:
@@ -235,6 +251,11 @@ class ChatCompletionRequest(_Sampling):
     @property
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def max_tokens_param(self) -> str:
+        """The field requested_max_tokens came from, for errors to name."""
+        return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
 
 def validation_error(errors: list[dict]) -> APIError:

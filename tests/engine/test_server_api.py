@@ -162,7 +162,12 @@ def test_completion_tokens_usage_and_models(served) -> None:
 def test_vllm_extensions_at_their_inert_values_are_accepted(served) -> None:
     client = served()
     r = client.post("/v1/completions", json={"prompt": [5], "max_tokens": 2, "min_p": 0, "skip_special_tokens": True,
-                                             "include_stop_str_in_output": False, "guided_json": None})
+                                             "include_stop_str_in_output": False, "guided_json": None,
+                                             "allowed_token_ids": None})
+    assert r.status_code == 200, r.text
+    client = served(tokenizer=CharTokenizer())
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "ab"}], "max_tokens": 2,
+                                                  "continue_final_message": False, "echo": False, "documents": None})
     assert r.status_code == 200, r.text
 
 
@@ -301,6 +306,7 @@ def test_a_client_chat_template_is_refused(served, fields) -> None:
     ("/v1/completions", {"prompt": "hello \ud800 world"}, "prompt"),
     ("/v1/completions", {"prompt": ["hello", "\udfff"]}, "prompt"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello \ud800"}]}, "messages"),
+    ("/v1/completions", {"prompt": "hello", "stop": ["x", "\ud800"]}, "stop"),  # could never match: was served
 ])
 def test_an_unpaired_surrogate_is_a_400(served, path, body, param) -> None:
     """JSON can escape half a surrogate pair; the tokenizer raised a TypeError, answered as a 500."""
@@ -346,6 +352,78 @@ def test_a_huge_prompt_does_not_stall_other_requests(served, path) -> None:
     assert answers[0].status_code == 400 and "more than max_model_len=256" in answers[0].json()["error"]["message"]
 
 
+class SlowEachTokenizer(CharTokenizer):
+    """Every encode of a text starting with "slow" takes 3 ms (GIL released, as Hugging Face's Rust tokenizers do):
+    1,000 short prompts take 3 s, none of them long; a chat template renders 300 messages in 3 s (Jinja holds the
+    GIL, but the loop still runs between the thread's bytecodes)."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if text.startswith("slow"):
+            time.sleep(0.003)
+        return super().encode(text, add_special_tokens)
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **kwargs) -> str:
+        if len(messages) > 256:
+            time.sleep(3.0)
+        return super().apply_chat_template(messages, tokenize, add_generation_prompt, **kwargs)
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_many_short_prompts_or_messages_do_not_stall_other_requests(served, path) -> None:
+    """Only a single text over 20,000 characters went to a worker thread: 4,096 prompts of 500 characters (2 MB)
+    were tokenized in the event loop, and 200,000 chat messages rendered there, holding /health and every stream
+    for 3 s and 2 s on a 2-core host. A request's texts (or its messages) are counted together now."""
+    import threading
+
+    from engine.server.api import THREAD_RENDER_MESSAGES, THREAD_TOKENIZE_CHARS
+
+    client = served(tokenizer=SlowEachTokenizer())
+    if path == "/v1/completions":
+        prompts = ["slow" + "a" * 26] * 999 + ["slow" + "b" * 300]  # 30,300 characters; the last one too long
+        assert sum(map(len, prompts)) > THREAD_TOKENIZE_CHARS and max(map(len, prompts)) < THREAD_TOKENIZE_CHARS
+        body = {"prompt": prompts}
+    else:
+        body = {"messages": [{"role": "user", "content": "ab"}] * (THREAD_RENDER_MESSAGES + 44)}  # 600 tokens
+    answers = []
+    thread = threading.Thread(target=lambda: answers.append(client.post(path, json={**body, "max_tokens": 2})))
+    thread.start()
+    time.sleep(0.5)  # the prompts are being tokenized, or the template rendered
+    start = time.monotonic()
+    assert client.get("/health").status_code == 200
+    other = client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 2})
+    waited_s = time.monotonic() - start
+    thread.join()
+    assert other.status_code == 200 and other.json()["choices"][0]["text"] == "de"
+    assert waited_s < 1.5, waited_s  # a stalled loop holds it 2.5 s more (margin for a loaded CI)
+    error = answers[0].json()["error"]
+    assert answers[0].status_code == 400 and "more than max_model_len=256" in error["message"], error
+    assert error["message"].startswith("prompt 999 cannot" if path == "/v1/completions" else "messages (as the chat")
+
+
+@pytest.mark.parametrize(("fields", "param", "message"), [
+    # a rendered chat prompt was "prompt 0", param "prompt": a field chat requests do not have
+    ({"messages": [{"role": "user", "content": "ab" * 150}]}, "messages",
+     "messages (as the chat template renders them) cannot be served: prompt has 300 tokens, more than "
+     "max_model_len=256"),
+    ({"messages": [{"role": "user", "content": "ab" * 128}], "max_tokens": None}, "messages",
+     "messages (as the chat template renders them) has 256 tokens, which leaves no room to generate within "
+     "max_model_len=256"),
+    # the limit set with max_completion_tokens was named max_tokens, a field the client had not sent
+    ({"max_completion_tokens": 0}, "max_completion_tokens", "max_completion_tokens must be >= 1, got 0"),
+    ({"max_completion_tokens": 1000}, "max_completion_tokens",
+     "this model's maximum context length is 256 tokens; the request asks for 1002 (2 in the prompt, "
+     "max_completion_tokens=1000 to generate)"),
+    ({"max_tokens": 1000}, "max_tokens",
+     "this model's maximum context length is 256 tokens; the request asks for 1002 (2 in the prompt, "
+     "max_tokens=1000 to generate)"),
+])
+def test_chat_errors_name_the_fields_the_client_sent(served, fields, param, message) -> None:
+    client = served(tokenizer=CharTokenizer())
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "ab"}], **fields})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"] == message and r.json()["error"]["param"] == param
+
+
 @pytest.mark.parametrize(("body", "param", "fragment"), [
     ({}, None, "prompt"),
     ({"prompt": [1, 2.5]}, "prompt", "a list of token ids"),
@@ -369,6 +447,7 @@ def test_a_huge_prompt_does_not_stall_other_requests(served, path) -> None:
     ({"prompt": [1], "include_stop_str_in_output": True}, "include_stop_str_in_output", "not supported"),
     ({"prompt": [1], "guided_json": {"type": "object"}}, "guided_json", "not supported"),
     ({"prompt": [1], "skip_special_tokens": False}, "skip_special_tokens", "not supported"),
+    ({"prompt": [1], "allowed_token_ids": [1, 2]}, "allowed_token_ids", "allowed_token_ids is not supported"),
     ({"prompt": "text"}, "prompt", "no tokenizer"),
     ({"prompt": [1], "stop": "x"}, "stop", "tokenizer"),
     # each token searched the text for every stop string, in the event loop: 100,000 held /health for seconds
@@ -657,6 +736,11 @@ def test_too_many_prompts_are_refused_before_any_is_tokenized(served) -> None:
      "function_call {'name': 'f'} is not supported by this engine (no tool calls); leave it out, or 'none' or 'auto'"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages",
      "a message content part of type 'text' needs a string 'text', got None"),
+    # vLLM's chat extensions that change the output were ignored: the reply answered instead of continuing the
+    # assistant's message, or left out the echo the client asked for
+    ({"continue_final_message": True}, "continue_final_message",
+     "continue_final_message is not supported by this engine (got True)"),
+    ({"echo": True}, "echo", "echo is not supported by this engine (got True)"),
 ])
 def test_chat_asks_the_engine_cannot_answer_are_refused(served, fields, param, message) -> None:
     """A required tool call or function was ignored (the client got text instead), and a text part without its text

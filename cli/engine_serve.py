@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.host.strip():  # bind("") listens on every interface: not what an empty value asks for
         parser.exit(2, "error: --host is empty; expected an address (127.0.0.1, or 0.0.0.0 for every interface)\n")
+    if args.served_model_name is not None and not args.served_model_name.strip():
+        # Clients must send this name (or none): an empty one was silently replaced by --model
+        parser.exit(2, "error: --served-model-name is empty; expected the model name clients send (or leave it out: "
+                       "--model is used)\n")
     if not 0 <= args.port <= 65535:
         parser.exit(2, f"error: --port must be from 0 to 65535, got {args.port}\n")
     if not 0 <= args.warmup_requests <= MAX_WARMUP_REQUESTS:

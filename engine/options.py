@@ -40,6 +40,11 @@ class EngineOptions(EngineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        # An empty --model was read as the current folder: "model directory . has no config.json".
+        check(isinstance(self.model, str) and self.model.strip() != "",
+              f"model is empty; expected a shipped model config name or a Hugging Face model folder, got "
+              f"{self.model!r}",
+              "model")
         check(isinstance(self.device, str)
               and (self.device in ("auto", "cuda", "cpu") or self.device.startswith("cuda:")),
               f"device must be 'auto', 'cuda', 'cuda:N' or 'cpu', got {self.device!r}", "device")

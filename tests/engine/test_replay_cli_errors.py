@@ -34,6 +34,7 @@ def trace(tmp_path):
      "error: --max-model-len: max_model_len must be below 2**31 (token offsets and lengths are int32 in the engine), "
      "got 100000000000000000000"),
     (["--max-num-seqs", str(2**31)], "error: --max-num-seqs: max_num_seqs must be below 2**31"),
+    (["--model", ""], "error: --model: model is empty"),  # was "model directory . has no config.json"
 ])
 def test_engine_replay_refuses_before_loading(trace, tmp_path, capsys, args, pattern):
     out = tmp_path / "out"

@@ -219,6 +219,21 @@ def test_bad_starts_exit_2_with_one_line(model_dir) -> None:
         assert len(r.stderr.strip().splitlines()) <= 2  # argparse's usage line, then the error
 
 
+@pytest.mark.parametrize(("args", "line"), [
+    # read as the current folder: "error: model directory . has no config.json"
+    (["--model", ""], "error: --model: model is empty; expected a shipped model config name or a Hugging Face model "
+                      "folder, got ''"),
+    # silently replaced by --model: clients sending the name they were given got 404s
+    (["--served-model-name", " "], "error: --served-model-name is empty; expected the model name clients send (or "
+                                   "leave it out: --model is used)"),
+])
+def test_empty_names_are_refused(args, line, capsys) -> None:
+    from cli.engine_serve import main
+    from tests.traces.helpers import cli_error
+
+    assert cli_error(main, ["--port", "0", *args], capsys) == line
+
+
 def test_a_model_that_cannot_run_with_the_options_is_refused_before_the_engine_starts(model_dir) -> None:
     """It was found by the engine process after its start, and named --model with the exception's type:
     "error: --model M: ValueError: max_model_len=100000 is more than ..."."""

@@ -11,16 +11,22 @@ import numpy as np
 from engine.core.records import BATCH_COLUMNS
 from engine.core.scheduler import ScheduledBatch
 from sim.files import read_parquet_table
+from traces.validation import MAX_ARRIVAL_S
 
 FEATURE_NAMES = BATCH_COLUMNS  # every batch column of the step log, read off the batch by name
-# A recorded step's counts and times are checked against these: a profile's grid features are bounded by the same
-# 2**53 (sim.profiled_cost_model), and a run's times by analysis.schema's 1e12 s. A count of 2**62 or a start at
-# 1e300 s was read as it was, and calibrated the profile to a clamped factor (0.25, 2.0) without a word.
+# A recorded step's counts and a profile's grid features (sim.profiled_cost_model) are integers below this, and a
+# run's times lie within a trace's span of its start: a count of 2**62 or a start at 1e300 s was read as it was, and
+# calibrated the profile to a clamped factor (0.25, 2.0) without a word.
 MAX_COUNT = 2**53
-MAX_TIME_S = 1e12
+MAX_TIME_S = MAX_ARRIVAL_S
 # The columns that order the steps and tell where the engine went straight on (periods, continues_batch): a text
 # 'step' sorted "10" before "2" and calibrated on wrong periods (host factor 4.0, the clamp), nulls passed unseen.
 STEP_ORDER_COLUMNS = ("replica", "step", "num_running", "num_waiting", "num_preempted", "num_finished")
+
+
+def is_count(value: object) -> bool:
+    """An int (not a bool) from 0 to below MAX_COUNT."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
 
 
 def batch_features(batch: ScheduledBatch) -> dict[str, int]:
@@ -75,7 +81,7 @@ def read_steps(run_dir: Path, periods: bool = False) -> list[tuple[dict, float, 
     for name, values in columns.items():  # a null, NaN or negative value would become a wrong fit, not an error
         for row, value in enumerate(values):
             if name in FEATURE_NAMES:
-                ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
+                ok = is_count(value)
                 expected = "an integer from 0 to 2**53"
             else:  # an absurd duration is named by the command, with what it expects of one (sim.calibrate's > 0)
                 ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.scheduler import ScheduledBatch
-from sim.batch_features import batch_features
+from sim.batch_features import batch_features, is_count
 from sim.files import read_json_input, write_text_atomic
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
@@ -210,10 +210,6 @@ _FIT_FEATURES = ("num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_
 _OPTIONAL_FEATURES = ("num_batched_tokens", "max_decode_context_tokens", "continues_batch")
 
 
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53
-
-
 def check_profile(profile: object) -> None:
     """Raise ValueError naming the first field of a profile (``python -m sim.profile``'s JSON) that cannot be fitted:
     a malformed file must not become a traceback or NaN coefficients."""
@@ -232,11 +228,11 @@ def check_profile(profile: object) -> None:
             raise ValueError(f"{where}: 'median_s' is {median!r}; expected a finite number of seconds > 0, at most "
                              f"{_MAX_COEFFICIENT:g}")
         for name in _FIT_FEATURES:
-            if not _is_count(p["features"].get(name)):
+            if not is_count(p["features"].get(name)):
                 raise ValueError(f"{where}: feature {name!r} is {p['features'].get(name)!r}; expected an integer "
                                  "from 0 to 2**53")
         for name in _OPTIONAL_FEATURES:  # absent from older profiles; sim.limits reads the grid's range from them
-            if name in p["features"] and not _is_count(p["features"][name]):
+            if name in p["features"] and not is_count(p["features"][name]):
                 raise ValueError(f"{where}: feature {name!r} is {p['features'][name]!r}; expected an integer "
                                  "from 0 to 2**53")
         times = p.get("times_s")  # the timed repeats: sim.bands draws each step's noise from them
@@ -258,7 +254,7 @@ def _check_deployment(profile: object) -> None:
             raise ValueError(f"field '{field}' is {shown}; expected the {field} it was measured on, a non-empty "
                              "string")
     size = profile.get("tensor_parallel_size")
-    if not (_is_count(size) and size >= 1):  # a string "1" was read as 1 by int()
+    if not (is_count(size) and size >= 1):  # a string "1" was read as 1 by int()
         shown = "missing" if "tensor_parallel_size" not in profile else f"{size!r}"
         raise ValueError(f"field 'tensor_parallel_size' is {shown}; expected an integer >= 1")
 
@@ -269,12 +265,12 @@ def _check_engine_options(profile: dict) -> None:
         raise ValueError("field 'engine_options' is missing or not an object")
     for field in ("cuda_graph_sizes", "piecewise_graph_sizes"):
         sizes = options.get(field) or []
-        if not isinstance(sizes, list) or not all(_is_count(b) and b >= 1 for b in sizes) or sizes != sorted(sizes):
+        if not isinstance(sizes, list) or not all(is_count(b) and b >= 1 for b in sizes) or sizes != sorted(sizes):
             raise ValueError(f"field 'engine_options.{field}' is {str(sizes)[:80]}; expected an increasing list of "
                              "sizes >= 1")
     for field in ("block_size", "max_num_batched_tokens", "max_num_seqs"):  # compared with the run's (sim.limits)
         value = options.get(field)
-        if value is not None and not (_is_count(value) and value >= 1):
+        if value is not None and not (is_count(value) and value >= 1):
             raise ValueError(f"field 'engine_options.{field}' is {value!r}; expected an integer >= 1")
 
 
@@ -310,12 +306,12 @@ def check_fit(profile: dict) -> None:
         raise ValueError("field 'fit' has no 'graph_decode' and 'eager' objects; refit it with "
                          "python -m sim.fit_profile")
     largest = fit.get("max_graph_batch_size")
-    if not _is_count(largest) or largest > _MAX_GRAPH_BATCH_SIZE:
+    if not is_count(largest) or largest > _MAX_GRAPH_BATCH_SIZE:
         raise ValueError(f"field 'fit.max_graph_batch_size' is {largest!r}; expected an integer from 0 to "
                          f"{_MAX_GRAPH_BATCH_SIZE}")
     sizes = decode.get("batch_sizes")
     # An engine without CUDA graphs (max_graph_batch_size 0, e.g. on a CPU) measures no graph decode steps.
-    if not isinstance(sizes, list) or (largest > 0 and not sizes) or not all(_is_count(b) and b >= 1 for b in sizes) \
+    if not isinstance(sizes, list) or (largest > 0 and not sizes) or not all(is_count(b) and b >= 1 for b in sizes) \
             or sizes != sorted(set(sizes)):
         raise ValueError(f"field 'fit.graph_decode.batch_sizes' is {str(sizes)[:80]}; expected an increasing list "
                          "of batch sizes >= 1")
@@ -332,10 +328,10 @@ def check_fit(profile: dict) -> None:
     if "unprepared_s" in decode:
         _check_coefficients(decode["unprepared_s"], "fit.graph_decode.unprepared_s", 2)
     graph_sizes = fit.get("graph_sizes")
-    if graph_sizes is not None and (not isinstance(graph_sizes, list) or not all(_is_count(b) for b in graph_sizes)):
+    if graph_sizes is not None and (not isinstance(graph_sizes, list) or not all(is_count(b) for b in graph_sizes)):
         raise ValueError(f"field 'fit.graph_sizes' is {str(graph_sizes)[:80]}; expected a list of sizes >= 0")
     pieces = eager.get("piecewise_graph_sizes") or []  # a text or unsorted list was a traceback in the cost model
-    if not isinstance(pieces, list) or not all(_is_count(b) and b >= 1 for b in pieces) or pieces != sorted(pieces):
+    if not isinstance(pieces, list) or not all(is_count(b) and b >= 1 for b in pieces) or pieces != sorted(pieces):
         raise ValueError(f"field 'fit.eager.piecewise_graph_sizes' is {str(pieces)[:80]}; expected an increasing list "
                          "of sizes >= 1")
     if eager.get("form", "max") not in ("sum", "max"):
@@ -373,7 +369,7 @@ def _check_serving(serving: object, where: str, session: bool = False) -> None:
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
         raise ValueError(f"field '{where}.runs' is {str(runs)[:80]}; expected a list of objects (the runs it was "
                          "calibrated on)")
-    if "num_eager_steps" in serving and not _is_count(serving["num_eager_steps"]):
+    if "num_eager_steps" in serving and not is_count(serving["num_eager_steps"]):
         raise ValueError(f"field '{where}.num_eager_steps' is {serving['num_eager_steps']!r}; expected an integer "
                          ">= 0")
     sessions = serving.get("sessions")  # sim.calibrate --add averages over them and appends one

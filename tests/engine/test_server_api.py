@@ -329,27 +329,34 @@ class SlowLongTokenizer(CharTokenizer):
         return super().encode(text, add_special_tokens)
 
 
-@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
-def test_a_huge_prompt_does_not_stall_other_requests(served, path) -> None:
-    """Tokenizing ran in the event loop: while one client's megabytes were encoded, /health and every stream
-    waited. Long texts are encoded on a worker thread; the huge prompt still gets its 400."""
+def _others_wait_beside(client, path: str, body: dict, after_s: float):
+    """Post ``body`` to ``path`` on a thread and, ``after_s`` later, ask /health and a small completion: returns the
+    big request's answer and how long the other two waited (each answered as it should)."""
     import threading
 
-    client = served(tokenizer=SlowLongTokenizer())
-    text = "ab" * 100_000
-    body = {"prompt": text} if path == "/v1/completions" else {"messages": [{"role": "user", "content": text}]}
     answers = []
     thread = threading.Thread(target=lambda: answers.append(client.post(path, json={**body, "max_tokens": 2})))
     thread.start()
-    time.sleep(0.3)  # the huge prompt is being tokenized
+    time.sleep(after_s)
     start = time.monotonic()
     assert client.get("/health").status_code == 200
     other = client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 2})
     waited_s = time.monotonic() - start
     thread.join()
     assert other.status_code == 200 and other.json()["choices"][0]["text"] == "de"
+    return answers[0], waited_s
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_a_huge_prompt_does_not_stall_other_requests(served, path) -> None:
+    """Tokenizing ran in the event loop: while one client's megabytes were encoded, /health and every stream
+    waited. Long texts are encoded on a worker thread; the huge prompt still gets its 400."""
+    client = served(tokenizer=SlowLongTokenizer())
+    text = "ab" * 100_000
+    body = {"prompt": text} if path == "/v1/completions" else {"messages": [{"role": "user", "content": text}]}
+    answer, waited_s = _others_wait_beside(client, path, body, 0.3)  # while the huge prompt is tokenized
     assert waited_s < 2.0, waited_s  # the huge prompt holds a stalled loop for 2.7 s more (margin for a loaded CI)
-    assert answers[0].status_code == 400 and "more than max_model_len=256" in answers[0].json()["error"]["message"]
+    assert answer.status_code == 400 and "more than max_model_len=256" in answer.json()["error"]["message"]
 
 
 class SlowEachTokenizer(CharTokenizer):
@@ -373,8 +380,6 @@ def test_many_short_prompts_or_messages_do_not_stall_other_requests(served, path
     """Only a single text over 20,000 characters went to a worker thread: 4,096 prompts of 500 characters (2 MB)
     were tokenized in the event loop, and 200,000 chat messages rendered there, holding /health and every stream
     for 3 s and 2 s on a 2-core host. A request's texts (or its messages) are counted together now."""
-    import threading
-
     from engine.server.api import THREAD_RENDER_MESSAGES, THREAD_TOKENIZE_CHARS
 
     client = served(tokenizer=SlowEachTokenizer())
@@ -384,19 +389,10 @@ def test_many_short_prompts_or_messages_do_not_stall_other_requests(served, path
         body = {"prompt": prompts}
     else:
         body = {"messages": [{"role": "user", "content": "ab"}] * (THREAD_RENDER_MESSAGES + 44)}  # 600 tokens
-    answers = []
-    thread = threading.Thread(target=lambda: answers.append(client.post(path, json={**body, "max_tokens": 2})))
-    thread.start()
-    time.sleep(0.5)  # the prompts are being tokenized, or the template rendered
-    start = time.monotonic()
-    assert client.get("/health").status_code == 200
-    other = client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 2})
-    waited_s = time.monotonic() - start
-    thread.join()
-    assert other.status_code == 200 and other.json()["choices"][0]["text"] == "de"
+    answer, waited_s = _others_wait_beside(client, path, body, 0.5)  # while tokenized, or the template rendered
     assert waited_s < 1.5, waited_s  # a stalled loop holds it 2.5 s more (margin for a loaded CI)
-    error = answers[0].json()["error"]
-    assert answers[0].status_code == 400 and "more than max_model_len=256" in error["message"], error
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and "more than max_model_len=256" in error["message"], error
     assert error["message"].startswith("prompt 999 cannot" if path == "/v1/completions" else "messages (as the chat")
 
 

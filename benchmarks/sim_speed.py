@@ -88,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json", type=Path, default=None, metavar="OUT", help="also write the figures to this JSON file"
     )
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="tokens per KV block (default: the simulator's); with --num-gpu-blocks, a run under KV "
+                             "pressure")
+    parser.add_argument("--num-gpu-blocks", type=int, default=None,
+                        help="KV blocks per replica (default: sized from GPU memory)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin to one CPU core")
     parser.add_argument("--no-report", action="store_true", help="leave report.html out of the output-writing time")
     parser.add_argument("--compare-fast-forward", action="store_true",
@@ -117,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         trace = trace.with_qps(args.qps)
     load_s = time.perf_counter() - started
 
-    config = SimConfig()
+    options = {name: value for name, value in (("block_size", args.block_size),
+                                               ("num_gpu_blocks", args.num_gpu_blocks)) if value is not None}
+    try:
+        config = SimConfig(**options)
+    except ValueError as exc:
+        parser.error(str(exc))
     profiler = None
     if args.profile:
         import cProfile

@@ -75,6 +75,10 @@ class BlockManager:
         self._cached: dict[int, int] = {}  # block hash -> block id
         self.num_queried_tokens = 0  # prompt tokens looked up in the prefix cache at admission
         self.num_hit_tokens = 0  # ... and of those, tokens served from it
+        # The last find_cached_prefix answer: (sequence, blocks asked for, hit block ids, their tokens, the
+        # _num_uncached it was found at), see there; and how many times a block has left the cache.
+        self._prefix_memo: tuple[Sequence, int, list[int], list[bytes], int] | None = None
+        self._num_uncached = 0
 
     # ---- capacity -------------------------------------------------------------------------------
     @property
@@ -118,14 +122,53 @@ class BlockManager:
         """Block ids holding the longest cached prefix of ``seq``; at least one token is always left to compute."""
         if not self.enable_prefix_caching:
             return []
-        hits: list[int] = []
-        for index in range((seq.num_tokens - 1) // self.block_size):
+        num_blocks = (seq.num_tokens - 1) // self.block_size
+        memo = self._prefix_memo
+        if memo is not None and memo[0] is seq and memo[1] == num_blocks:
+            # The same waiting head asked again (it did not fit last step). Its earlier hits stand while their
+            # blocks still hold the hashes and tokens they held then (surely so if nothing left the cache since);
+            # only the walk past them is redone. Under KV pressure with a long prompt this is every step, and
+            # re-hashing thousands of blocks was most of the step.
+            _, _, hits, hit_tokens, num_uncached = memo
+            if num_uncached != self._num_uncached and (
+                list(map(self.block_hashes.__getitem__, hits)) != seq.block_hashes[: len(hits)]
+                or list(map(self._block_tokens.__getitem__, hits)) != hit_tokens
+            ):
+                num_valid = self._num_still_cached(seq, hits, hit_tokens)
+                hits, hit_tokens = hits[:num_valid], hit_tokens[:num_valid]
+            num_known = len(hits)
+            hits = hits[:]  # the caller may keep (and allocate) the list it gets: the memo keeps its own
+            self._extend_cached_prefix(seq, hits, num_blocks)
+            if len(hits) > num_known:
+                hit_tokens = hit_tokens + [self._block_tokens[b] for b in hits[num_known:]]
+        else:
+            hits = []
+            self._extend_cached_prefix(seq, hits, num_blocks)
+            hit_tokens = list(map(self._block_tokens.__getitem__, hits))
+        self._prefix_memo = (seq, num_blocks, hits[:], hit_tokens, self._num_uncached)
+        return hits
+
+    def _num_still_cached(self, seq: Sequence, hits: list[int], hit_tokens: list[bytes]) -> int:
+        """How many leading ``hits`` still hold the hash and tokens of ``seq``'s blocks they held when found. A block
+        holds a hash only while the cache maps that hash to it; an evicted one holds none."""
+        block_hashes = self.block_hashes
+        block_tokens = self._block_tokens
+        for index, block_id in enumerate(hits):
+            if block_hashes[block_id] != seq.block_hashes[index] or block_tokens[block_id] != hit_tokens[index]:
+                return index
+        return len(hits)
+
+    def _extend_cached_prefix(self, seq: Sequence, hits: list[int], num_blocks: int) -> None:
+        """Append to ``hits`` (the first blocks of ``seq``, cached) the cached blocks that follow them, up to
+        ``num_blocks``; a hash hit counts only if the block's tokens are equal too."""
+        cached = self._cached
+        block_tokens = self._block_tokens
+        for index in range(len(hits), num_blocks):
             block_hash, token_bytes = self._block_hash(seq, index)
-            block_id = self._cached.get(block_hash)
-            if block_id is None or self._block_tokens[block_id] != token_bytes:
+            block_id = cached.get(block_hash)
+            if block_id is None or block_tokens[block_id] != token_bytes:
                 break
             hits.append(block_id)
-        return hits
 
     def num_cached_prefix_blocks(self, block_hashes: list[int]) -> int:
         """How many leading blocks of these hashes are cached here: a side-effect-free probe for routers."""
@@ -138,14 +181,30 @@ class BlockManager:
         return count
 
     def _register_full_blocks(self, seq: Sequence, num_full_blocks: int) -> None:
-        cached = self._cached
-        for index in range(seq.num_registered_blocks, num_full_blocks):
-            block_hash, token_bytes = self._block_hash(seq, index)
-            if block_hash not in cached:  # else another block already holds this content
-                block_id = seq.block_table[index]
-                cached[block_hash] = block_id
-                self.block_hashes[block_id] = block_hash
-                self._block_tokens[block_id] = token_bytes
+        start = seq.num_registered_blocks
+        if num_full_blocks > start:
+            hashes = seq.block_hashes
+            if len(hashes) < start:
+                self._block_hash(seq, start - 1)  # the chain up to the first block registered here
+            cached = self._cached
+            table = seq.block_table
+            block_size = self.block_size
+            # The blocks' token bytes converted at once and sliced per block: a long prompt in small blocks
+            # registers hundreds at admission.
+            data = token_bytes(seq.token_ids[start * block_size : num_full_blocks * block_size])
+            width = block_size * 4
+            for offset, index in enumerate(range(start, num_full_blocks)):
+                block_bytes = data[offset * width : (offset + 1) * width]
+                if index < len(hashes):
+                    block_hash = hashes[index]
+                else:
+                    block_hash = hash_block(hashes[index - 1] if index else ROOT_HASH, block_bytes)
+                    hashes.append(block_hash)
+                if block_hash not in cached:  # else another block already holds this content
+                    block_id = table[index]
+                    cached[block_hash] = block_id
+                    self.block_hashes[block_id] = block_hash
+                    self._block_tokens[block_id] = block_bytes
         seq.num_registered_blocks = num_full_blocks
 
     # ---- allocation -----------------------------------------------------------------------------
@@ -160,11 +219,24 @@ class BlockManager:
         block_id, _ = self._free.popitem(last=False)
         block_hash = self.block_hashes[block_id]
         if block_hash is not None:  # evict its cached content
+            self._num_uncached += 1
             del self._cached[block_hash]
             self.block_hashes[block_id] = None
             self._block_tokens[block_id] = None
         self.ref_counts[block_id] = 1
         return block_id
+
+    def _take_free_blocks(self, num_blocks: int) -> list[int]:
+        """``num_blocks`` blocks in the order ``_take_free_block`` hands them out (the never-used ones at once)."""
+        num_fresh = min(num_blocks, self.num_blocks - self._num_ever_used)
+        first = self._num_ever_used
+        self._num_ever_used += num_fresh
+        self.ref_counts.extend([1] * num_fresh)
+        self.block_hashes.extend([None] * num_fresh)
+        self._block_tokens.extend([None] * num_fresh)
+        taken = list(range(first, first + num_fresh))
+        taken.extend(self._take_free_block() for _ in range(num_blocks - num_fresh))
+        return taken
 
     def allocate(self, seq: Sequence, cached_blocks: list[int], num_new_tokens: int) -> bool:
         """Admit ``seq``: share ``cached_blocks`` (from find_cached_prefix) and add room for ``num_new_tokens``."""
@@ -172,7 +244,8 @@ class BlockManager:
         num_tokens_after = num_cached_tokens + num_new_tokens
         num_new_blocks = self.num_blocks_for(num_tokens_after) - len(cached_blocks)
         ref_counts = self.ref_counts
-        num_revived = sum(1 for b in cached_blocks if ref_counts[b] == 0)
+        num_revived = list(map(ref_counts.__getitem__, cached_blocks)).count(0)  # one C pass: runs every step a
+        # long waiting head does not fit
         if num_new_blocks + num_revived > self.num_free_blocks:
             return False
         for block_id in cached_blocks:
@@ -180,7 +253,7 @@ class BlockManager:
                 del self._free[block_id]
             ref_counts[block_id] += 1
         seq.block_table = list(cached_blocks)
-        seq.block_table.extend(self._take_free_block() for _ in range(num_new_blocks))
+        seq.block_table.extend(self._take_free_blocks(num_new_blocks))
         seq.num_computed_tokens = num_cached_tokens
         seq.num_registered_blocks = len(cached_blocks)
         if self.enable_prefix_caching:
@@ -202,8 +275,10 @@ class BlockManager:
         if num_new_blocks > 0:
             if num_new_blocks > self.num_free_blocks:
                 return False
-            for _ in range(num_new_blocks):
+            if num_new_blocks == 1:  # a decode token opening a block: the common case
                 table.append(self._take_free_block())
+            else:
+                table.extend(self._take_free_blocks(num_new_blocks))
         if self.enable_prefix_caching and num_tokens_after // self.block_size > seq.num_registered_blocks:
             self._register_full_blocks(seq, num_tokens_after // self.block_size)
         return True
@@ -216,6 +291,7 @@ class BlockManager:
             block_id = seq.block_table[index]
             block_hash = self.block_hashes[block_id]
             if block_hash is not None and self._cached.get(block_hash) == block_id:
+                self._num_uncached += 1
                 del self._cached[block_hash]
                 self.block_hashes[block_id] = None
                 self._block_tokens[block_id] = None

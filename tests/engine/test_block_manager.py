@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 import engine.core.block_manager as bm_module
-from engine.core.block_manager import BlockManager
+from engine.core.block_manager import BlockManager, prefix_block_hashes, token_bytes
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
 
@@ -176,8 +179,6 @@ def test_unbounded_cache_costs_nothing_up_front():
 
 
 def test_prefix_probe_counts_cached_leading_blocks_without_side_effects():
-    from engine.core.block_manager import prefix_block_hashes
-
     bm = BlockManager(num_blocks=8, block_size=2)
     seq = make_seq([1, 2, 3, 4, 5], 0)
     admit(bm, seq)
@@ -201,3 +202,110 @@ def test_a_failed_step_withdraws_only_the_blocks_it_would_have_computed():
     third = make_seq(list(range(8)) + [50, 51, 52, 53, 60], 2)
     assert admit(bm, third) == [0, 1]  # no hit on block 3
     assert bm.ref_counts[:5] == [3, 3, 1, 1, 1]
+
+
+def test_a_head_asked_again_sees_evictions_and_new_blocks_of_its_prefix():
+    # The waiting head that did not fit is asked for its prefix every step; the answer must follow the cache as a
+    # fresh walk would: shorter when one of its blocks was evicted, longer when a later block was registered.
+    bm = BlockManager(num_blocks=6, block_size=2)
+    a = make_seq([1, 2, 3, 4, 5], 0)
+    admit(bm, a)  # blocks 0 [1,2], 1 [3,4] cached; 2 partial
+    head = make_seq([1, 2, 3, 4, 5, 6, 7], 1)
+    assert bm.find_cached_prefix(head) == [0, 1]
+    a.num_computed_tokens = 5
+    a.token_ids.append(6)
+    assert bm.append_slots(a, 1)  # block 2 now [5,6]: registered, so the head's third block hits
+    assert bm.find_cached_prefix(head) == [0, 1, 2]
+    bm.free(a)  # free queue: 2, 1, 0 (tail first); nothing never-used is left after 3 more blocks
+    filler = make_seq([9] * 7, 2)
+    assert bm.allocate(filler, [], 7)  # 4 blocks: 3, 4, 5 never used, then 2 evicted
+    assert filler.block_table == [3, 4, 5, 2]
+    assert bm.find_cached_prefix(head) == [0, 1]
+    bm.free(filler)  # 2 (uncached now) to the head of the queue, then 5, 4, 3
+    again = make_seq([1, 2, 3, 4, 5, 6, 7, 8], 3)
+    assert admit(bm, again) == [0, 1]
+    assert again.block_table == [0, 1, 2, 5]  # block 2 holds [5,6] again, registered anew
+    assert bm.find_cached_prefix(head) == [0, 1, 2]
+    bm.free(again)
+    evict_all = make_seq([8] * 12, 4)
+    assert bm.allocate(evict_all, [], 12)
+    assert bm.find_cached_prefix(head) == []
+
+
+def test_a_hit_list_handed_out_is_the_callers_to_keep():
+    bm = BlockManager(num_blocks=8, block_size=2)
+    admit(bm, make_seq([1, 2, 3, 4, 5], 0))
+    head = make_seq([1, 2, 3, 4, 5, 6], 1)
+    hits = bm.find_cached_prefix(head)
+    hits.append(7)  # a caller editing its list does not change the next answer
+    assert bm.find_cached_prefix(head) == [0, 1]
+
+
+def test_a_hash_collision_after_eviction_is_caught_on_a_repeated_ask(monkeypatch):
+    # Every block hashes alike: only the token comparison tells contents apart, also for an answer found earlier.
+    monkeypatch.setattr(bm_module, "hash_block", lambda parent, data: 42)
+    bm = BlockManager(num_blocks=2, block_size=2)
+    a = make_seq([1, 2, 3], 0)
+    admit(bm, a)  # block 0 [1,2] cached
+    head = make_seq([1, 2, 3, 9], 1)
+    assert bm.find_cached_prefix(head) == [0]
+    bm.free(a)  # free queue: 1 (uncached) first, then 0
+    assert bm.allocate(make_seq([7], 2), [], 1)  # takes 1
+    b = make_seq([5, 6], 3)
+    assert bm.allocate(b, [], 2)  # evicts 0 and registers [5,6] there under the same hash
+    assert b.block_table == [0] and bm.block_hashes[0] == 42
+    assert bm.find_cached_prefix(head) == []
+
+
+def _fresh_prefix_walk(bm: BlockManager, seq: Sequence) -> list[int]:
+    """What find_cached_prefix answers with nothing remembered: the cache walked from the first block."""
+    hits = []
+    for index, block_hash in enumerate(prefix_block_hashes(seq.token_ids, bm.block_size)[: (seq.num_tokens - 1)
+                                                                                        // bm.block_size]):
+        block_id = bm._cached.get(block_hash)
+        start = index * bm.block_size
+        if block_id is None or bm._block_tokens[block_id] != token_bytes(seq.token_ids[start : start + bm.block_size]):
+            break
+        hits.append(block_id)
+    return hits
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    heads=st.lists(st.lists(st.integers(0, 2), min_size=3, max_size=14), min_size=1, max_size=3),
+    rng=st.randoms(use_true_random=False),
+)
+def test_a_head_asked_every_step_gets_what_a_fresh_walk_finds(heads, rng):
+    # 200 random operations on a tiny cache, so that blocks are evicted, revived and registered anew all the time;
+    # the current head is asked after every one, as a waiting head that does not fit is asked every step. Prompts
+    # are cut from the heads, so that the heads hit.
+    bm = BlockManager(num_blocks=5, block_size=2)
+    running: list[Sequence] = []
+    head_seqs = [make_seq(tokens, 100 + i) for i, tokens in enumerate(heads)]
+    head = head_seqs[0]
+    for step in range(200):
+        op = rng.choice(["admit", "free", "decode", "decode", "forget", "next_head"])
+        if op == "admit":
+            source = rng.choice(head_seqs).token_ids
+            seq = make_seq(source[: rng.randint(1, len(source))] + [rng.randint(0, 2)] * rng.randint(0, 2), step)
+            hits = bm.find_cached_prefix(seq)
+            if bm.allocate(seq, hits, seq.num_tokens - len(hits) * bm.block_size):
+                seq.num_computed_tokens = seq.num_tokens
+                running.append(seq)
+        elif op == "free" and running:
+            bm.free(running.pop(rng.randrange(len(running))))
+        elif op == "decode" and running:
+            seq = rng.choice(running)
+            seq.token_ids.append(rng.randint(0, 2))
+            if bm.append_slots(seq, 1):
+                seq.num_computed_tokens += 1
+            else:
+                seq.token_ids.pop()
+        elif op == "forget" and running:  # a failed step: some tokens not computed after all, then freed
+            seq = running.pop(rng.randrange(len(running)))
+            seq.num_computed_tokens -= min(rng.randint(0, 4), seq.num_computed_tokens)
+            bm.forget_uncomputed(seq)
+            bm.free(seq)
+        elif op == "next_head":
+            head = rng.choice(head_seqs)
+        assert bm.find_cached_prefix(head) == _fresh_prefix_walk(bm, head)

@@ -28,6 +28,7 @@ stays fixed.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -148,18 +149,45 @@ def band_model(config: SimConfig, model: ModelShape) -> BandModel:
     )
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def mix64(values):
+    """SplitMix64's finaliser of ``values`` + its increment: a well-spread 64-bit hash of each. An int gives an int;
+    a uint64 numpy array gives an array, element for element the same numbers (its arithmetic wraps alike)."""
+    if isinstance(values, np.ndarray):
+        z = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+    z = (values + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
 class PerturbedCostModel:
     """``base``'s step times, each multiplied by 1 + this replay's offset for its regime (drawn once) and by
-    1 + a repeat's noise drawn per step from its regime's pool."""
+    1 + a repeat's noise drawn per step from its regime's pool.
+
+    A step's noise is a hash of this replay's key, its replica and its place in that replica's step log
+    (``batch.step_index``), not the next draw of a generator: the simulator prices a quiet window's steps ahead,
+    some more than once, and a band replay must come out the same with fast-forward on and off."""
 
     def __init__(self, base: CostModel, bands: BandModel, rng: np.random.Generator) -> None:
         self.base = base
         self.name = base.name
         self._decode, self._eager = bands.decode_residuals, bands.eager_residuals
         self._max_graph_bs = bands.max_graph_bs
-        self._rng = rng
         self.decode_scale = 1.0 + float(rng.choice(bands.decode_offsets)) if bands.decode_offsets is not None else 1.0
         self.eager_scale = 1.0 + float(rng.choice(bands.eager_offsets)) if bands.eager_offsets is not None else 1.0
+        self._key = int(rng.integers(1 << 63))
+
+    def for_replica(self, index: int) -> PerturbedCostModel:
+        """The same replay's model for replica ``index``: the same offsets, its own steps' noise."""
+        model = copy.copy(self)
+        model._key = mix64(self._key ^ index)
+        return model
 
     def _regime(self, batch: ScheduledBatch) -> tuple[np.ndarray, float]:
         if batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self._max_graph_bs:
@@ -168,7 +196,7 @@ class PerturbedCostModel:
 
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
         pool, scale = self._regime(batch)
-        noise = 1.0 + float(pool[self._rng.integers(len(pool))])
+        noise = 1.0 + float(pool[mix64(self._key ^ batch.step_index) % len(pool)])
         return self.base.step_time_s(batch, host_slowdown) * scale * noise
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:
@@ -177,7 +205,11 @@ class PerturbedCostModel:
         if durations_s is None:
             return None
         pool, scale = self._regime(batch)
-        return durations_s * scale * (1.0 + pool[self._rng.integers(len(pool), size=len(durations_s))])
+        index = batch.step_index
+        if not isinstance(index, np.ndarray):  # the run's first step: the others follow it
+            index = index + np.arange(len(durations_s), dtype=np.int64)
+        keys = np.uint64(self._key) ^ index.astype(np.uint64)
+        return durations_s * scale * (1.0 + pool[mix64(keys) % np.uint64(len(pool))])
 
 
 def replay_setup(config: SimConfig, base: CostModel, bands: BandModel, index: int) -> tuple[SimConfig, CostModel]:

@@ -55,7 +55,7 @@ class CostModelRunner:
         ending strictly before ``horizon_s`` (with ``cross_horizon``, the first one that does not as well), as a
         float64 array. Each end is the previous one plus ``duration_at``, as the step loop adds them. Only the
         first step can be one that does not repeat the batch before it (``batch.continues_batch``): the later
-        ones repeat the first."""
+        ones repeat the first. ``batch.step_index`` goes along (an array where the contexts are)."""
         run_s = getattr(self.cost_model, "decode_run_s", None)
         host = self.host_speed
         if host is not None:  # the clock, not start_s: a window is planned in segments, and planned again from now
@@ -75,11 +75,13 @@ class CostModelRunner:
             batch.continues_batch = 1
             batch.decode_context_tokens += batch.num_decode_seqs
             batch.max_decode_context_tokens += 1
+            batch.step_index += 1
             ends = [end_s, *self._step_ends_one_by_one(batch, end_s, max_steps - 1, horizon_s, cross_horizon)]
             return np.array(ends, dtype=np.float64)
         slowdown = None if host is None else host.slowdown
         bs = batch.num_decode_seqs
         first_context, first_longest = batch.decode_context_tokens, batch.max_decode_context_tokens
+        first_index = batch.step_index
         t_s = start_s
         num_done = 0
         chunks = []
@@ -88,10 +90,12 @@ class CostModelRunner:
                                                     first_context + bs * (num_done + num_steps), bs, dtype=np.int64)
             batch.max_decode_context_tokens = np.arange(first_longest + num_done, first_longest + num_done + num_steps,
                                                         dtype=np.int64)
+            batch.step_index = np.arange(first_index + num_done, first_index + num_done + num_steps, dtype=np.int64)
             durations_s = run_s(batch, slowdown)  # the first step of the first pass as the batch says, the rest 1
             if durations_s is None:  # the cost model takes no arrays for this batch
                 batch.decode_context_tokens = first_context + bs * num_done
                 batch.max_decode_context_tokens = first_longest + num_done
+                batch.step_index = first_index + num_done
                 chunks.append(np.array(self._step_ends_one_by_one(batch, t_s, max_steps - num_done, horizon_s,
                                                                   cross_horizon), dtype=np.float64))
                 return _joined(chunks)
@@ -128,6 +132,7 @@ class CostModelRunner:
             batch.continues_batch = 1
             batch.decode_context_tokens += batch.num_decode_seqs
             batch.max_decode_context_tokens += 1
+            batch.step_index += 1
         return ends
 
     def release(self, seqs) -> None:

@@ -150,6 +150,12 @@ def make_cost_model(config: SimConfig, model: ModelShape) -> CostModel:
     return ProfiledCostModel.load(path, model.name, config.gpu, config.tensor_parallel_size)
 
 
+def for_replica(cost_model: CostModel, index: int) -> CostModel:
+    """Replica ``index``'s view of ``cost_model``: its own, where the model draws per-step noise (sim.bands)."""
+    view = getattr(cost_model, "for_replica", None)
+    return cost_model if view is None else view(index)
+
+
 def simulate(
     trace,
     config: SimConfig,
@@ -174,8 +180,8 @@ def simulate(
         LLMEngine(
             sched_config,
             # one host-speed process per replica: each replica is its own machine
-            CostModelRunner(cost_model, host_speed=parse_host_slowdown(config.host_slowdown, config.seed + i),
-                            clock=clock),
+            CostModelRunner(for_replica(cost_model, i),
+                            host_speed=parse_host_slowdown(config.host_slowdown, config.seed + i), clock=clock),
             clock=clock,
             eos_token_ids=model.eos_token_ids,
             replica=i,

@@ -98,7 +98,9 @@ class LLMEngine:
 
     def begin_step(self) -> ScheduledBatch:
         self._step_start_s = now_s = self.clock.now()
-        return self.scheduler.schedule(now_s)
+        batch = self.scheduler.schedule(now_s)
+        batch.step_index = len(self.step_log)
+        return batch
 
     def end_step(self, batch: ScheduledBatch, output: RunnerOutput) -> list[Sequence]:
         """Apply the runner's tokens at the step's end time and release what finished; returns those sequences."""

@@ -13,7 +13,8 @@ the GPU engine never does (its steps must run).
 A window is cut into *segments*: runs of steps with the same batch, each but the last ending in a step
 in which some sequence finishes. The caller supplies the steps' end times (``step_ends(batch, start_s,
 max_steps, horizon_s, cross_horizon)``, a float64 array: each the previous one plus the runner's own step time
-for the batch, its contexts one token longer each step), called once per segment, and a horizon: the window
+for the batch, its contexts one token longer and its ``step_index`` one higher each step), called once per
+segment, and a horizon: the window
 holds only steps that end strictly before it (the next arrival, which would change the waiting queue), or with
 ``cross_horizon`` also the step in progress when it comes (whose end ``step_ends`` then returns as well).
 """
@@ -94,6 +95,7 @@ def plan_quiet_window(
     # The first step schedules every running sequence, in order; each later segment's first step has lost the
     # sequences that finished in the step before, so it does not continue that step's batch.
     continues_first = scheduler.continues_last_batch(running)
+    first_step_index = len(engine.step_log)  # the window's first step is the log's next row
     for j in range(len(bounds) - 1):
         first, segment_steps = bounds[j], bounds[j + 1] - bounds[j]
         if j:
@@ -103,7 +105,7 @@ def plan_quiet_window(
             seqs, seg_contexts = running, contexts
         bs = len(seqs)
         batch = ScheduledBatch(seqs=seqs, num_new_tokens=[1] * bs, num_decode_seqs=bs,
-                               continues_batch=0 if j else continues_first)
+                               continues_batch=0 if j else continues_first, step_index=first_step_index + first)
         # Step `first` computes token num_tokens + first of each: its context is that many tokens.
         batches.append((bs, sum(seg_contexts) + bs * first, max(seg_contexts) + first))
         batch.decode_context_tokens, batch.max_decode_context_tokens = batches[-1][1:]

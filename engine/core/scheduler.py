@@ -62,6 +62,10 @@ class ScheduledBatch:
     # [0, steady_rows) are the running list, each a plain decode but the rows listed in special_rows (ascending).
     special_rows: list[int] | None = None
     steady_rows: int = 0
+    # The step's number in its engine's step log, from 0 (set by LLMEngine.begin_step and the quiet-window
+    # planner): a cost model that draws per-step noise keys it on this, so a step's price does not depend on the
+    # order in which steps are priced (fast-forward prices a window's steps ahead, some of them more than once).
+    step_index: int = 0
 
     @property
     def num_seqs(self) -> int:

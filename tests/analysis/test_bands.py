@@ -131,16 +131,38 @@ def test_a_perturbed_step_is_the_model_times_its_replay_offset_and_a_repeat_nois
     assert np.isclose(bands.eager_offsets, model.eager_scale - 1, rtol=0, atol=1e-12).any()
     decode = ScheduledBatch(num_decode_seqs=8, decode_context_tokens=8 * 500, max_decode_context_tokens=500)
     prefill = ScheduledBatch(num_prefill_seqs=1, num_prefill_tokens=1000, prefill_attention_pairs=500_000)
+    replica_1 = model.for_replica(1)
     for batch, pool, scale in ((decode, bands.decode_residuals, model.decode_scale),
                                (prefill, bands.eager_residuals, model.eager_scale)):
-        ratios = [model.step_time_s(batch) / (base.step_time_s(batch) * scale) - 1 for _ in range(20)]
-        assert all(np.isclose(pool, r, rtol=0, atol=1e-9).any() for r in ratios)
-        assert len(set(ratios)) > 1
-    # The quiet-window path: the decode offset, and one repeat noise per step of a decode run.
+        ratios, again, other_replica = [], [], []
+        for step_index in range(20):
+            batch.step_index = step_index
+            price = base.step_time_s(batch) * scale
+            ratios.append(model.step_time_s(batch) / price - 1)
+            again.append(model.step_time_s(batch) / price - 1)
+            other_replica.append(replica_1.step_time_s(batch) / price - 1)
+        assert all(np.isclose(pool, r, rtol=0, atol=1e-9).any() for r in ratios + other_replica)
+        assert len(set(ratios)) > 1  # noise per step ...
+        assert again == ratios  # ... that the same step gets whenever it is priced ...
+        assert other_replica != ratios  # ... and another replica's step of the same number does not
+    # The quiet-window path: the decode offset, and one repeat noise per step of a decode run, each the noise
+    # step_time_s gives that step.
     decode.decode_context_tokens = 8 * 500 + 8 * np.arange(16)
     decode.max_decode_context_tokens = 500 + np.arange(16)
+    decode.step_index = np.arange(4, 20)
     ratios = model.decode_run_s(decode) / (base.decode_run_s(decode) * model.decode_scale) - 1
     assert len(ratios) == 16 and all(np.isclose(bands.decode_residuals, r, rtol=0, atol=1e-9).any() for r in ratios)
+    singles = []
+    for k in range(16):
+        step = ScheduledBatch(num_decode_seqs=8, decode_context_tokens=8 * 500 + 8 * k,
+                              max_decode_context_tokens=500 + k, continues_batch=decode.continues_batch,
+                              step_index=4 + k)
+        singles.append(model.step_time_s(step) / (base.step_time_s(step) * model.decode_scale) - 1)
+    assert np.allclose(ratios, singles, rtol=0, atol=1e-12)
+    decode.step_index = 4  # a run's first step alone: the others follow it
+    assert np.array_equal(model.decode_run_s(decode), model.decode_run_s(
+        ScheduledBatch(num_decode_seqs=8, decode_context_tokens=decode.decode_context_tokens,
+                       max_decode_context_tokens=decode.max_decode_context_tokens, step_index=np.arange(4, 20))))
     assert model.decode_run_s(prefill) is None
     for pool in (bands.decode_residuals, bands.eager_residuals, bands.decode_offsets, bands.eager_offsets):
         assert np.all(pool > -1)  # every step time stays > 0

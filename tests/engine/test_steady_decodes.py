@@ -78,6 +78,9 @@ class _Engine:
     def extend_quiet(self, *args) -> None:
         pass
 
+    def __len__(self) -> int:  # the step log's rows: the planner numbers the window's steps from it
+        return 0
+
 
 def _quiet_run(scheduler: Scheduler, token: int, num_steps: int):
     """Apply up to ``num_steps`` quiet decode steps at once, as the simulator's fast-forward does (or None)."""

@@ -11,6 +11,7 @@ import pytest
 from engine.core.quiet_window import QuietRun
 from sim import router as routers
 from sim import simulator
+from sim.bands import PerturbedCostModel, band_replay
 from sim.config import SimConfig
 from sim.simulator import simulate
 from tests.sim.helpers import SHAREGPT
@@ -175,3 +176,27 @@ def test_a_window_takes_the_step_a_request_arrives_in_but_not_one_that_ends_as_a
             assert len(up_to_it) == 2 and not up_to_it[1][0] and up_to_it[1][1] < times[0]
     # Windows crossed their horizon on the trace's own arrivals too.
     assert sum(1 for cross, end, horizon in plans if cross and end > horizon) > 10
+
+
+BAND_CASES = {
+    "default": {},
+    "least outstanding router": {"num_replicas": 3, "router": "lor"},
+    "preemptions, prefix router": {"num_gpu_blocks": 60, "block_size": 16, "max_num_seqs": 32, "num_replicas": 2,
+                                   "router": "prefix"},
+    "round robin": {"num_replicas": 2, "router": "rr"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAND_CASES))
+def test_band_replays_are_identical_with_and_without_fast_forward(trace, case):
+    # A band replay draws each step's noise: keyed on the replica and the step's place in its log, not drawn in the
+    # order steps are priced (a window prices its steps ahead, some more than once), it comes out the same.
+    sliced = trace.head(600).with_qps(20.0)
+    for index in (0, 7):
+        config, cost_model = band_replay(SimConfig(**BAND_CASES[case]), index)
+        assert isinstance(cost_model, PerturbedCostModel)
+        stepped = simulate(sliced, config, cost_model=cost_model, fast_forward=False)
+        forwarded = simulate(sliced, config, cost_model=cost_model, fast_forward=True)
+        assert forwarded.num_fast_forward_steps > 100
+        assert forwarded.requests_table().equals(stepped.requests_table())
+        assert forwarded.steps_table().equals(stepped.steps_table())

@@ -244,8 +244,8 @@ class BlockManager:
         num_tokens_after = num_cached_tokens + num_new_tokens
         num_new_blocks = self.num_blocks_for(num_tokens_after) - len(cached_blocks)
         ref_counts = self.ref_counts
-        num_revived = list(map(ref_counts.__getitem__, cached_blocks)).count(0)  # one C pass: runs every step a
-        # long waiting head does not fit
+        # One C pass, not a generator: this runs every step that a long waiting head does not fit.
+        num_revived = list(map(ref_counts.__getitem__, cached_blocks)).count(0)
         if num_new_blocks + num_revived > self.num_free_blocks:
             return False
         for block_id in cached_blocks:

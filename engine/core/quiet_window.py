@@ -14,9 +14,9 @@ A window is cut into *segments*: runs of steps with the same batch, each but the
 in which some sequence finishes. The caller supplies the steps' end times (``step_ends(batch, start_s,
 max_steps, horizon_s, cross_horizon)``, a float64 array: each the previous one plus the runner's own step time
 for the batch, its contexts one token longer and its ``step_index`` one higher each step), called once per
-segment, and a horizon: the window
-holds only steps that end strictly before it (the next arrival, which would change the waiting queue), or with
-``cross_horizon`` also the step in progress when it comes (whose end ``step_ends`` then returns as well).
+segment, and a horizon: the window holds only steps that end strictly before it (the next arrival, which would
+change the waiting queue), or with ``cross_horizon`` also the step in progress when it comes (whose end
+``step_ends`` then returns as well).
 """
 
 from __future__ import annotations

@@ -216,6 +216,12 @@ def load_trace(path: str | Path) -> Trace:
     repeated = [name for i, name in enumerate(names) if name in names[:i]]
     if repeated:  # parquet allows it, polars does not (a DuplicateError traceback); which column holds the data?
         raise TraceError(f"{source}: column {repeated[0]!r} appears more than once; expected each column once")
+    # An extra column (every tool ignores it) of a type polars cannot hold is left out, not converted: polars
+    # panics on some (decimal256), printing a Rust backtrace even when the panic is caught.
+    unheld = [name for name in names if name not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+              and not _polars_holds(table.schema.field(name).type)]
+    if unheld:
+        table = table.drop_columns(unheld)
     try:
         frame = pl.from_arrow(table)
     except (pl.exceptions.PolarsError, pa.ArrowException) as exc:  # a column type polars cannot hold
@@ -224,6 +230,22 @@ def load_trace(path: str | Path) -> Trace:
             from None
     assert isinstance(frame, pl.DataFrame)
     return Trace.from_frame(frame, source, block_size)
+
+
+def _polars_holds(arrow_type: pa.DataType) -> bool:
+    """Whether polars converts a column of this arrow type (the plain kinds a trace's extra columns have)."""
+    types = pa.types
+    if types.is_list(arrow_type) or types.is_large_list(arrow_type) or types.is_fixed_size_list(arrow_type):
+        return _polars_holds(arrow_type.value_type)
+    if types.is_dictionary(arrow_type):
+        return _polars_holds(arrow_type.value_type)
+    if types.is_struct(arrow_type):
+        return all(_polars_holds(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+    return (types.is_integer(arrow_type) or types.is_float32(arrow_type) or types.is_float64(arrow_type)
+            or types.is_boolean(arrow_type) or types.is_string(arrow_type) or types.is_large_string(arrow_type)
+            or types.is_binary(arrow_type) or types.is_large_binary(arrow_type) or types.is_null(arrow_type)
+            or types.is_timestamp(arrow_type) or types.is_date(arrow_type) or types.is_duration(arrow_type)
+            or types.is_decimal128(arrow_type))
 
 
 def _check_writable_target(path: Path) -> None:

@@ -93,13 +93,18 @@ def tokens_from_hash_ids_array(
 ) -> np.ndarray:
     """The first `num_tokens` of the concatenated blocks named by `hash_ids` (int64 array)."""
     _check_vocab(vocab_size)
-    hash_ids = np.asarray(hash_ids, dtype=np.int64)
+    # Only the blocks and positions the prompt reaches: a trace may declare blocks far longer than its prompts
+    # (hash_block_size up to 2**31), and the whole first block was 16 GiB of keys.
+    width = min(block_size, max(num_tokens, 0))
+    hash_ids = np.asarray(hash_ids, dtype=np.int64)[: -(-num_tokens // block_size) if num_tokens > 0 else 0]
     if len(hash_ids) <= _MAX_SCALAR_KEYS:  # a prompt's few blocks: numpy's per-call cost exceeds the arithmetic
         domain = int(_HASH_DOMAIN)
         keys = np.array([mix64_int((h & _MASK64) ^ domain) for h in hash_ids.tolist()], dtype=np.uint64)
     else:
         keys = mix64(hash_ids.view(np.uint64) ^ _HASH_DOMAIN)
-    blocks = _to_vocab(keys[:, None], _position_keys(block_size)[None, :], vocab_size)
+    if width == 0 or not len(keys):
+        return np.empty(0, dtype=np.int64)
+    blocks = _to_vocab(keys[:, None], _position_keys(width)[None, :], vocab_size)
     return blocks.reshape(-1)[:num_tokens]
 
 

@@ -51,10 +51,17 @@ class _Checker:
 
     # --- individual columns -------------------------------------------------------
 
+    def as_int64(self, series: pl.Series, column: str, expected: str) -> pl.Series:
+        """An integer column as int64; a uint64 value past int64's range is an error at its row (the cast raised)."""
+        if series.dtype == pl.UInt64:
+            self.fail_at_first(series > 2**63 - 1, column,
+                               lambda row: f"is {series[row]}, beyond int64 (at most 2**63 - 1); expected {expected}")
+        return series.cast(pl.Int64)
+
     def request_ids(self) -> pl.Series:
         series = self.df["request_id"]
         if series.dtype.is_integer():
-            series = series.cast(pl.Int64)
+            series = self.as_int64(series, "request_id", "a unique int64 or string id")
         elif series.dtype != pl.String:
             raise self.fail(None, "request_id", f"has type {series.dtype}; expected int64 or utf8 (string)")
         self.check_no_nulls("request_id", "a unique int64 or string id")
@@ -192,7 +199,7 @@ class _Checker:
     def session_ids(self) -> pl.Series:
         series = self.df["session_id"]
         if series.dtype.is_integer():
-            return series.cast(pl.Int64)
+            return self.as_int64(series, "session_id", "an int64 or string session id")
         if series.dtype in (pl.String, pl.Null):
             return series.cast(pl.String) if series.dtype == pl.Null else series
         raise self.fail(None, "session_id", f"has type {series.dtype}; expected int64 or utf8 (nullable)")

@@ -157,3 +157,18 @@ def test_prompt_array_of_a_plain_trace_is_the_traces_own_prompt(seed) -> None:
     assert requests.prompt_array(0) != TraceRequests(trace, VOCAB, seed + 1).prompt_array(0)
     with pytest.raises(IndexError, match="out of range"):
         requests.prompt_array(len(trace))
+
+
+def test_tokens_are_built_from_the_blocks_and_positions_the_prompt_reaches() -> None:
+    # A trace may declare hash blocks far longer than its prompts (metadata hash_block_size up to 2**31): the
+    # first block's keys were built whole, 16 GiB for a 10-token prompt, and the process was killed.
+    from traces import token_synth
+
+    ids = np.array([5, 9, 5, 11], dtype=np.int64)
+    full = token_synth.tokens_from_hash_ids_array(ids, 4 * 64, 64, VOCAB)  # every block whole: the reference
+    for num_tokens in (0, 1, 10, 63, 64, 65, 130, 255, 256):
+        assert np.array_equal(token_synth.tokens_from_hash_ids_array(ids, num_tokens, 64, VOCAB),
+                              full[:num_tokens])
+    huge = token_synth.tokens_from_hash_ids_array(ids, 10, 2**31, VOCAB)
+    assert len(huge) == 10 and np.array_equal(huge, token_synth.tokens_from_hash_ids_array(ids[:1], 10, 64, VOCAB))
+    assert len(token_synth.tokens_from_hash_ids_array(ids, 1000, 64, VOCAB)) == 256  # the blocks run out first

@@ -326,3 +326,32 @@ def test_a_trace_named_near_the_file_systems_limit_is_saved(tmp_path: Path) -> N
                           "output_tokens": [1, 2]})
     save_trace(frame, path)
     assert len(load_trace(path)) == 2 and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def _five_rows(**columns) -> dict:
+    return {"request_id": pa.array(range(5), pa.int64()), "arrival_s": pa.array([0.0, 0.1, 0.2, 0.3, 0.4]),
+            "prompt_tokens": pa.array([10] * 5, pa.int64()), "output_tokens": pa.array([5] * 5, pa.int64()),
+            **columns}
+
+
+@pytest.mark.parametrize("column", ["request_id", "session_id"])
+def test_uint64_ids_past_int64_are_refused_at_their_row(tmp_path: Path, column: str) -> None:
+    # The strict int64 cast raised a polars InvalidOperationError traceback; ids below 2**63 still load.
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(_five_rows(**{column: pa.array([7, 8, 9, 2**64 - 1, 10], pa.uint64())})), path)
+    with pytest.raises(TraceError) as error:
+        load_trace(path)
+    message = str(error.value)
+    assert "row 3" in message and f"column '{column}' is 18446744073709551615, beyond int64" in message
+    pq.write_table(pa.table(_five_rows(**{column: pa.array([7, 8, 9, 2**63 - 1, 10], pa.uint64())})), path)
+    assert load_trace(path).requests[column].to_list()[3] == 2**63 - 1
+
+
+def test_an_extra_column_polars_cannot_hold_is_left_out_without_a_panic(tmp_path: Path, capfd) -> None:
+    # A decimal256 column beside the trace's own made polars panic (a Rust backtrace, then a traceback).
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(_five_rows(price=pa.array([1, 2, 3, 4, 5], pa.decimal256(76, 0)),
+                                       model=pa.array(["a"] * 5).dictionary_encode())), path)
+    trace = load_trace(path)
+    assert "price" not in trace.requests.columns and trace.requests["model"].to_list() == ["a"] * 5
+    assert "panicked" not in capfd.readouterr().err

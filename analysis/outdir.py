@@ -10,6 +10,7 @@ unwritable --out fails at once rather than after a long simulation.
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import time
 from collections.abc import Iterable, Iterator
@@ -53,10 +54,13 @@ def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", input
     or one that is or holds one of the command's ``inputs`` (an input run folder is itself an earlier run's:
     analysis.compare A B --out A --overwrite replaced A with the comparison)."""
     resolved = Path(target).resolve()
-    for source in inputs:
-        source = Path(source).resolve()
-        if source == resolved or resolved in source.parents:
-            raise OutDirError(f"{option} {target} is or holds the input {source}; write the output elsewhere")
+    absolute = Path(os.path.abspath(target))
+    for given in inputs:
+        # Resolved, and also as typed: an input reached through a link inside the target (q/requests.parquet
+        # -> elsewhere) is a name in the target that replacing it would delete.
+        for source, folder in ((Path(given).resolve(), resolved), (Path(os.path.abspath(given)), absolute)):
+            if source == folder or folder in source.parents:
+                raise OutDirError(f"{option} {target} is or holds the input {source}; write the output elsewhere")
     if target.exists() and not target.is_dir():
         raise OutDirError(f"{option} {target} exists and is not a folder")
     parent = existing_parent(target)
@@ -67,10 +71,11 @@ def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", input
     cwd = Path.cwd().resolve()
     if target.resolve() in (cwd, *cwd.parents):  # it is replaced as a whole: never the folder we stand in
         raise OutDirError(f"{option} {target} is the current folder or one above it; name a folder for the run")
-    names = {p.name for p in target.iterdir()}
-    if names and not overwrite:
+    entries = list(target.iterdir())
+    if entries and not overwrite:
         raise OutDirError(f"{option} {target} exists and is not empty; pass --overwrite to replace it")
-    foreign = sorted(names - RUN_FILES)
+    # A run writes plain files only: a folder or a link under a run file's name is someone else's.
+    foreign = sorted(p.name for p in entries if p.name not in RUN_FILES or p.is_symlink() or not p.is_file())
     if foreign:
         raise OutDirError(f"{option} {target} holds files no run wrote ({', '.join(foreign[:3])}"
                           f"{', ...' if len(foreign) > 3 else ''}); --overwrite replaces only an earlier run's folder")

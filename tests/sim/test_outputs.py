@@ -84,6 +84,41 @@ def test_overwrite_never_replaces_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert (home / "notes.txt").read_text() == "precious"
 
 
+def test_overwrite_never_replaces_a_folder_or_link_under_a_run_files_name(tmp_path, capsys):
+    # Only names were compared: a folder called summary.json, with the user's files in it, counted as a run's.
+    home = tmp_path / "home"
+    (home / "summary.json").mkdir(parents=True)
+    (home / "summary.json" / "thesis.txt").write_text("precious")
+    assert _run(home, "--overwrite") == 2
+    assert capsys.readouterr().err.startswith(f"error: --out {home} holds files no run wrote (summary.json)")
+    assert (home / "summary.json" / "thesis.txt").read_text() == "precious"
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (tmp_path / "mine.json").write_text("precious")
+    (linked / "run.json").symlink_to(tmp_path / "mine.json")
+    assert _run(linked, "--overwrite") == 2
+    assert (linked / "run.json").is_symlink() and (tmp_path / "mine.json").read_text() == "precious"
+
+
+def test_an_input_reached_through_a_link_inside_out_is_not_replaced(tmp_path, capsys):
+    # The input's resolved path lies elsewhere, but the name the user gave is inside --out: --overwrite deleted it.
+    out = tmp_path / "q"
+    out.mkdir()
+    (out / "requests.parquet").symlink_to(SHAREGPT)
+    code = _run_args([str(out / "requests.parquet"), "--limit", "5", "--quiet", "--out", str(out), "--overwrite"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --out {out} is or holds the input {out / 'requests.parquet'}; write the output elsewhere")
+    assert (out / "requests.parquet").is_symlink()
+
+
+def _run_args(args) -> int:
+    try:
+        return sim_replay.main(args)
+    except SystemExit as exc:
+        return exc.code
+
+
 def test_the_current_folder_is_never_an_output(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert _run(".") == 2

@@ -59,10 +59,10 @@ def read_json_input(path: Path, max_bytes: int = MAX_JSON_INPUT_BYTES) -> str:
     return data.decode("utf-8")
 
 
-def check_output_path(path: str | Path, option: str, inputs: list[Path]) -> str | None:
-    """Why ``path`` cannot take an output (it is an input, a folder, or under a file), or None when it can. Given as
-    typed (a string), a path ending in '/' names a folder: Path() drops the slash, and the file was written under
-    the folder's name (--out timelines/ made a file 'timelines')."""
+def check_output_path(path: str | Path, option: str, inputs: list[Path], *, overwrite: bool = True) -> str | None:
+    """Why ``path`` cannot take an output (it is an input, a folder, or under a file; or, without ``overwrite``, an
+    existing file), or None when it can. Given as typed (a string), a path ending in '/' names a folder: Path()
+    drops the slash, and the file was written under the folder's name (--out timelines/ made a file 'timelines')."""
     if isinstance(path, str) and path.endswith(("/", os.sep)):
         return f"{option} {path} ends with '/', a folder; expected a file path"
     path = Path(path)
@@ -75,6 +75,8 @@ def check_output_path(path: str | Path, option: str, inputs: list[Path]) -> str 
         return f"{option} {path} is a directory; expected a file path"
     if path.exists() and not path.is_file():
         return f"{option} {path} exists and is not a regular file"
+    if not overwrite and (path.exists() or path.is_symlink()):
+        return f"{option} {path} exists; pass --overwrite to replace it"
     parent = existing_parent(path)
     if parent is not None:
         if not parent.is_dir():

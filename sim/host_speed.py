@@ -331,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", required=True, help="the measured profile JSON of that model and GPU")
     parser.add_argument("--window-s", type=float, default=2.0, help="window length in seconds (default: %(default)s)")
     parser.add_argument("--out", required=True, help="CSV to write (start_s,slowdown)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = parser.parse_args(argv)
     if not 0 < args.window_s < math.inf:
         parser.exit(2, f"error: --window-s must be a finite number of seconds > 0, got {args.window_s}\n")
@@ -351,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
                        "of the run's deployment\n")
     # The run folder's files count as inputs: its summary.json is read too, and was replaced by the CSV.
     run_files = [Path(args.run) / name for name in sorted(RUN_FILES)]
-    problem = check_output_path(args.out, "--out", [Path(args.profile), *run_files])  # as typed: keeps a trailing '/'
+    problem = check_output_path(args.out, "--out", [Path(args.profile), *run_files],  # as typed: keeps a trailing '/'
+                                overwrite=args.overwrite)
     if problem:  # found before the run is read, and never an input overwritten
         parser.exit(2, f"error: {problem}\n")
     try:

@@ -228,7 +228,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.exit(2, "error: --gpu is empty; expected the GPU's name (e.g. h200), matched by sim.replay --gpu\n")
     if args.gpu.lower() not in GPUS:  # sim.replay --gpu accepts only these: a profile under another name is never used
         parser.exit(2, f"error: --gpu {args.gpu}: unknown GPU; sim.replay --gpu knows {', '.join(GPUS)}\n")
-    problem = check_output_path(args.out, "--out", [])  # as typed: a trailing '/' names a folder
+    problem = check_output_path(args.out, "--out", [], overwrite=args.overwrite)  # as typed: a trailing '/' is a folder
     if problem:
         parser.exit(2, f"error: {problem}\n")
     names = ("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "device")
@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="qwen3-0.6b", help="shipped model config or model dir (dummy weights)")
     parser.add_argument("--gpu", default="h200", help="name stored in the profile, matched by sim.replay --gpu")
     parser.add_argument("--out", required=True, help="profile JSON to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (a shipped profile, say)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)

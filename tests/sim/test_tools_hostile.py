@@ -237,6 +237,26 @@ def test_host_speed_never_writes_over_its_inputs(tmp_path, capsys):
     assert {path: path.read_bytes() for path in before} == before
 
 
+def test_host_speed_and_profile_replace_an_existing_file_only_when_asked(tmp_path, capsys):
+    """Any existing file was replaced without a word: another run's requests.parquet, a trace, a measured profile."""
+    run = _run_with(tmp_path, "run", _repeated)
+    (run / "summary.json").write_text('{"cost_model": "measured"}\n')
+    profile = _profile(tmp_path)
+    precious = tmp_path / "precious.parquet"
+    precious.write_bytes(b"PAR1 not to lose")
+    argv = [str(run), "--profile", str(profile), "--out", str(precious)]
+    assert cli_error(host_speed_main, argv, capsys) == (
+        f"error: --out {precious} exists; pass --overwrite to replace it")
+    assert precious.read_bytes() == b"PAR1 not to lose"
+    assert host_speed_main([*argv, "--overwrite"]) == 0
+    assert precious.read_text().startswith("start_s,slowdown")
+    measured = tmp_path / "measured.json"
+    measured.write_text("{}")
+    assert cli_error(profile_main, ["--device", "cpu", "--out", str(measured)], capsys) == (
+        f"error: --out {measured} exists; pass --overwrite to replace it")
+    assert measured.read_text() == "{}"
+
+
 @pytest.mark.parametrize("window", ["nan", "inf"])
 def test_host_speed_window_must_be_finite(tmp_path, capsys, window):
     run = _fake_run(tmp_path / "run", host=1.5, decode=1.0)

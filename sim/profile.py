@@ -1,6 +1,6 @@
 """Measure real step times through the real engine, for the simulator's cost model (runs on the GPU).
 
-``python -m sim.profile --model qwen3-0.6b --gpu h200 --out sim/profiles/h200/qwen3-0.6b.json``
+``python -m sim.profile --model qwen3-0.6b --gpu h200 --out sim/profiles/h200/qwen3-0.6b.json --overwrite``
 
 Each grid point puts the scheduler in a chosen state (sequences with a given cached context and a
 given number of new tokens), then times whole engine steps: scheduling, input preparation, the

@@ -9,6 +9,7 @@ depend on --seed and its index only, so a band is the same however many processe
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 
@@ -56,6 +57,8 @@ _WORKER: dict[str, object] = {}
 
 def _init_worker(trace, config: SimConfig, slos) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool on Ctrl-C
+    # Born with SIGINT blocked (run_bands): a Ctrl-C that reached it while it started is pending, and now ignored.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _WORKER["args"] = (trace, config)
     _WORKER["slos"] = slos
 
@@ -66,14 +69,31 @@ def _replay_in_worker(index: int) -> dict[str, float]:
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
-    """End the running replays and cancel the queued ones (the pool has no public way to). The workers go first:
-    one still starting would otherwise find the pool's queues gone and print a traceback."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        process.join(timeout=1.0)
-    pool.shutdown(wait=False, cancel_futures=True)
+    """End the running replays and the queued ones (the pool has no public way to). The workers go first: one still
+    starting would otherwise find the pool's queues gone and print a traceback. The pool's own thread then fails
+    every replay left as broken, and on Python 3.11 prints an InvalidStateError for each that ``map`` had cancelled
+    meanwhile (it cancels what is left when its loop is interrupted): that one is not shown."""
+    from concurrent.futures import InvalidStateError
+
+    manager = getattr(pool, "_executor_manager_thread", None)
+    shown = threading.excepthook
+
+    def quiet(args) -> None:
+        if not (args.thread is manager and issubclass(args.exc_type, InvalidStateError)):
+            shown(args)
+
+    threading.excepthook = quiet
+    try:
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(timeout=1.0)
+        pool.shutdown(wait=False, cancel_futures=True)
+        if manager is not None:
+            manager.join(timeout=5.0)
+    finally:
+        threading.excepthook = shown
 
 
 def run_bands(trace, config: SimConfig, num_replays: int, *, slos: tuple[SLO, ...] | None = None,
@@ -96,9 +116,14 @@ def run_bands(trace, config: SimConfig, num_replays: int, *, slos: tuple[SLO, ..
         pool = ProcessPoolExecutor(max_workers=min(num_jobs, num_replays), mp_context=context,
                                    initializer=_init_worker, initargs=(trace, config, slos))
         try:
+            # The workers are spawned here with this thread's signal mask: SIGINT blocked, so that a terminal's
+            # Ctrl-C (sent to the whole process group) cannot interrupt one while it imports, which printed its
+            # traceback and left this process writing forever to the pipe of a worker that had died.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
                 replays = pool.map(_replay_in_worker, indices)
             finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a Ctrl-C held meanwhile reaches the handler
                 signal.signal(signal.SIGINT, previous)
             if interrupted:
                 raise KeyboardInterrupt

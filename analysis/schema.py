@@ -13,6 +13,7 @@ import polars as pl
 
 from engine.core.records import OPTIONAL_STEP_COLUMNS, REQUEST_COLUMNS, SERVED_FINISH_REASONS, STEP_COLUMNS
 from engine.core.sequence import FinishReason
+from traces.validation import MAX_RUN_TIME_S
 
 FINISHED_REASONS: tuple[str, ...] = SERVED_FINISH_REASONS
 REJECTED = FinishReason.REJECTED.value
@@ -41,7 +42,7 @@ def empty_frame(schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=dict(schema))
 
 
-MAX_TIME_S = 1e12
+MAX_TIME_S = MAX_RUN_TIME_S  # a run's times from its start (traces.validation)
 
 
 def conform(

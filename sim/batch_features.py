@@ -11,14 +11,14 @@ import numpy as np
 from engine.core.records import BATCH_COLUMNS
 from engine.core.scheduler import ScheduledBatch
 from sim.files import read_parquet_table
-from traces.validation import MAX_ARRIVAL_S
+from traces.validation import MAX_RUN_TIME_S
 
 FEATURE_NAMES = BATCH_COLUMNS  # every batch column of the step log, read off the batch by name
 # A recorded step's counts and a profile's grid features (sim.profiled_cost_model) are integers below this, and a
 # run's times lie within a trace's span of its start: a count of 2**62 or a start at 1e300 s was read as it was, and
 # calibrated the profile to a clamped factor (0.25, 2.0) without a word.
 MAX_COUNT = 2**53
-MAX_TIME_S = MAX_ARRIVAL_S
+MAX_TIME_S = MAX_RUN_TIME_S
 # The columns that order the steps and tell where the engine went straight on (periods, continues_batch): a text
 # 'step' sorted "10" before "2" and calibrated on wrong periods (host factor 4.0, the clamp), nulls passed unseen.
 STEP_ORDER_COLUMNS = ("replica", "step", "num_running", "num_waiting", "num_preempted", "num_finished")

@@ -17,6 +17,9 @@ MAX_HASH_BLOCK_SIZE = 2**31  # tokens per hash block; larger would overflow the 
 # Some 31,700 years: past it a trace holds timestamps, not offsets, and the rate arithmetic overflows (an arrival
 # at 1e300 s ran to exit 0 with numpy overflow warnings).
 MAX_ARRIVAL_S = 1e12
+# A run's times (tokens, finishes, steps) from its start: the last arrival plus the run's own length. The same bound
+# as the arrivals' made a valid trace whose last request arrives near it fail only after its whole replay.
+MAX_RUN_TIME_S = 2 * MAX_ARRIVAL_S
 
 
 def _first_true(mask: pl.Series) -> int | None:

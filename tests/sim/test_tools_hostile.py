@@ -150,7 +150,7 @@ def test_calibrate_refuses_absurd_or_too_few_steps(tmp_path, capsys, mutate, sho
     (lambda rows: rows[2].update(num_seqs=2**62), "row 2: column 'num_seqs' is 4611686018427387904; expected an "
                                                   "integer from 0 to 2**53"),
     (lambda rows: rows[5].update(start_s=1e300), "row 5: column 'start_s' is 1e+300; expected a finite number of "
-                                                 "seconds from 0 to 1e+12"),
+                                                 "seconds from 0 to 2e+12"),
 ])
 def test_calibrate_refuses_damaged_step_columns(tmp_path, capsys, mutate, shown):
     """Each was read as it was and calibrated the profile (to a clamped factor, or with nulls unseen) at exit 0."""

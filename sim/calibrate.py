@@ -254,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         if simulated:  # its step times are a cost model's: calibrating on them would fit the model to itself
             parser.exit(2, f"error: run folder {run} is a simulation (cost model {simulated}); calibrate on "
                            "engine.replay runs\n")
+        if run.is_dir() and (run / "steps.parquet").is_file() and not _summary(run):
+            # Without it a simulated run (its summary.json removed) was calibrated on as if a GPU had run it.
+            parser.exit(2, f"error: run folder {run} has no readable summary.json; expected an engine.replay output "
+                           "folder (its summary.json tells a GPU run from a simulation)\n")
     try:
         profile = read_profile(path)  # named here, before the runs are read
         if args.add:  # its calibration is kept and averaged over: a malformed one was a traceback at the end

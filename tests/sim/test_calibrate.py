@@ -44,6 +44,7 @@ def _fake_run(path, host: float, decode: float):
                      "duration_s": duration})
     path.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), path / "steps.parquet")
+    (path / "summary.json").write_text('{"cost_model": "measured"}\n')  # as engine.replay's says: a GPU run
     return path
 
 
@@ -85,6 +86,13 @@ def test_cli_errors_name_the_run(tmp_path, capsys):
     old = tmp_path / "old"
     old.mkdir()
     pq.write_table(pa.table({"duration_s": [0.01]}), old / "steps.parquet")
+    # Without a summary.json, a sim.replay folder whose summary was removed was calibrated on as a GPU run.
+    with pytest.raises(SystemExit):
+        calibrate_main([str(profile), str(old)])
+    assert capsys.readouterr().err == (f"error: run folder {old} has no readable summary.json; expected an "
+                                       "engine.replay output folder (its summary.json tells a GPU run from a "
+                                       "simulation)\n")
+    (old / "summary.json").write_text('{"cost_model": "measured"}')
     with pytest.raises(SystemExit):
         calibrate_main([str(profile), str(old)])
     assert "missing columns" in capsys.readouterr().err
@@ -239,6 +247,7 @@ def test_cli_warns_when_the_eager_steps_are_device_bound(tmp_path, capsys):
                      "duration_s": duration})
     (tmp_path / "run").mkdir()
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "run" / "steps.parquet")
+    (tmp_path / "run" / "summary.json").write_text('{"cost_model": "measured"}')
     assert calibrate_main([str(profile), str(tmp_path / "run")]) == 0
     serving = json.loads(profile.read_text())["serving"]
     assert serving["eager_host_share"] < 0.25 and serving["host_factor"] < 0.9  # the device's 10 % taken as host

@@ -37,6 +37,7 @@ def _episodic_run(path: Path) -> Path:
                          "duration_s": float(grid.combine(slowdown * floor, gpu))})
     path.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), path / "steps.parquet")
+    (path / "summary.json").write_text('{"cost_model": "measured"}')  # as engine.replay's says
     return path
 
 

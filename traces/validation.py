@@ -28,6 +28,12 @@ def _first_true(mask: pl.Series) -> int | None:
     return int(hits[0]) if len(hits) else None
 
 
+def _text_of_categories(series: pl.Series) -> pl.Series:
+    """A dictionary-encoded text column (parquet's usual encoding of repeated strings; polars reads it as
+    Categorical) as plain text, which is what it holds."""
+    return series.cast(pl.String) if isinstance(series.dtype, (pl.Categorical, pl.Enum)) else series
+
+
 class _Checker:
     """Holds the table being checked so messages can quote the request id of a row."""
 
@@ -62,7 +68,7 @@ class _Checker:
         return series.cast(pl.Int64)
 
     def request_ids(self) -> pl.Series:
-        series = self.df["request_id"]
+        series = _text_of_categories(self.df["request_id"])
         if series.dtype.is_integer():
             series = self.as_int64(series, "request_id", "a unique int64 or string id")
         elif series.dtype != pl.String:
@@ -200,7 +206,7 @@ class _Checker:
         return series
 
     def session_ids(self) -> pl.Series:
-        series = self.df["session_id"]
+        series = _text_of_categories(self.df["session_id"])
         if series.dtype.is_integer():
             return self.as_int64(series, "session_id", "an int64 or string session id")
         if series.dtype in (pl.String, pl.Null):

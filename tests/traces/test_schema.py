@@ -355,3 +355,13 @@ def test_an_extra_column_polars_cannot_hold_is_left_out_without_a_panic(tmp_path
     trace = load_trace(path)
     assert "price" not in trace.requests.columns and trace.requests["model"].to_list() == ["a"] * 5
     assert "panicked" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("column", ["request_id", "session_id"])
+def test_dictionary_encoded_text_ids_load_as_text(tmp_path: Path, column: str) -> None:
+    # Parquet's usual encoding of repeated strings; polars reads it as Categorical, which was refused as a type.
+    path = tmp_path / "t.parquet"
+    ids = ["a", "b", "c", "d", "e"] if column == "request_id" else ["s1", "s1", "s2", "s2", "s3"]
+    pq.write_table(pa.table(_five_rows(**{column: pa.array(ids).dictionary_encode()})), path)
+    trace = load_trace(path)
+    assert trace.requests[column].dtype == pl.String and trace.requests[column].to_list() == ids

@@ -174,6 +174,13 @@ def check_requests(frame: pl.DataFrame) -> None:
         row = _first(~frame["finish_reason"].is_in(FINISH_REASONS) | frame["finish_reason"].is_null())
         if row is not None:
             _fail("requests", "finish_reason", row, frame["finish_reason"][row], f"one of {', '.join(FINISH_REASONS)}")
+    if {"finish_reason", "output_tokens", "first_token_s"} <= columns:
+        # A request served to its end with tokens out has a first token: without it TTFT and TPOT were silently n/a.
+        served = frame["finish_reason"].is_in(SERVED_FINISH_REASONS) & (frame["output_tokens"] > 0)
+        row = _first(served & frame["first_token_s"].is_null())
+        if row is not None:
+            _fail("requests", "first_token_s", row, None, f"a time: the request finished "
+                  f"({frame['finish_reason'][row]}) with {frame['output_tokens'][row]} output tokens")
     for earlier, later, meaning in _ORDERED_TIMES:
         if earlier in columns and later in columns:
             row = _first(frame[later] < frame[earlier])

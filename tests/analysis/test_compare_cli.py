@@ -267,6 +267,9 @@ IMPOSSIBLE_REQUESTS = {  # each ran to exit 0, and its metrics were written as i
     "output count past the bound": (lambda r: _set(r, "output_tokens", 0, 2**62),
                                     "'output_tokens' is 4611686018427387904 at row 0; expected at most 2**40"),
     "negative replica": (lambda r: _set(r, "replica", 1, -1), "'replica' is -1 at row 1; expected an integer >= 0"),
+    # TTFT and TPOT silently became n/a.
+    "finished without a first token": (lambda r: _set(r, "first_token_s", 1, None),
+                                       "'first_token_s' is null at row 1; expected a time: the request finished "),
     # polars casts true to 1, "0.5" to 0.5 and 100.5 tokens to 100 without a word.
     "counts as booleans": (lambda r: r.with_columns(pl.lit(True).alias("cached_tokens")),
                            "'cached_tokens' holds Boolean values that do not convert to Int64"),

@@ -43,6 +43,7 @@ from sim.cost_model import CostModel
 from sim.host_speed import MAX_SLOWDOWN, MIN_SLOWDOWN
 from sim.limits import chosen_profile
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step
+from traces.token_synth import mix64, mix64_int  # splitmix64's finaliser, on arrays and on ints
 
 # validation/README.md, "Why: the host's speed varies in episodes": eager launch 23.3 ms in slow windows
 # against 13.3 ms (1.75x); 15-35 % of 2-s windows over 1.3x across the Azure runs; episodes of 2 to over 10 s.
@@ -149,23 +150,6 @@ def band_model(config: SimConfig, model: ModelShape) -> BandModel:
     )
 
 
-_MASK64 = (1 << 64) - 1
-
-
-def mix64(values):
-    """SplitMix64's finaliser of ``values`` + its increment: a well-spread 64-bit hash of each. An int gives an int;
-    a uint64 numpy array gives an array, element for element the same numbers (its arithmetic wraps alike)."""
-    if isinstance(values, np.ndarray):
-        z = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-    z = (values + 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
 class PerturbedCostModel:
     """``base``'s step times, each multiplied by 1 + this replay's offset for its regime (drawn once) and by
     1 + a repeat's noise drawn per step from its regime's pool.
@@ -186,7 +170,7 @@ class PerturbedCostModel:
     def for_replica(self, index: int) -> PerturbedCostModel:
         """The same replay's model for replica ``index``: the same offsets, its own steps' noise."""
         model = copy.copy(self)
-        model._key = mix64(self._key ^ index)
+        model._key = mix64_int(self._key ^ index)
         return model
 
     def _regime(self, batch: ScheduledBatch) -> tuple[np.ndarray, float]:
@@ -196,7 +180,7 @@ class PerturbedCostModel:
 
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
         pool, scale = self._regime(batch)
-        noise = 1.0 + float(pool[mix64(self._key ^ batch.step_index) % len(pool)])
+        noise = 1.0 + float(pool[mix64_int(self._key ^ batch.step_index) % len(pool)])
         return self.base.step_time_s(batch, host_slowdown) * scale * noise
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:

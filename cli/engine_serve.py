@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         from engine.server.engine_client import EngineClient
         from engine.server.engine_process import load_llm
         from engine.server.launch import SERVING_PREFIX
+        from engine.server.signals import Server
 
         logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
         prometheus_client.disable_created_metrics()  # vLLM's scrape has no *_created series either
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         # On shutdown, streams still open get this long to finish before they are cut (uvicorn would wait forever).
         config = uvicorn.Config(app, log_level=args.log_level, timeout_keep_alive=30, access_log=False,
                                 timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
-        server = uvicorn.Server(config)
+        server = Server(config)
         display_host = f"[{host}]" if ":" in host else host
 
         async def serve() -> None:
@@ -155,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(serve())
         except KeyboardInterrupt:
             pass
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine process is stopped next (it has a timeout)
     finally:
         sock.close()
         engine.stop(**stop_kwargs)

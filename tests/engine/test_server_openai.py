@@ -262,3 +262,25 @@ def test_a_tensor_parallel_engine_serves_the_same_tokens(model_dir, offline) -> 
         assert r.choices[0].model_extra["token_ids"] == greedy(offline, [prompt], 8)[0]
     finally:
         launch.stop_server(proc)
+
+
+@pytest.mark.parametrize("signals", [("SIGINT", "SIGINT"), ("SIGTERM",)])
+def test_ctrl_c_twice_or_sigterm_shuts_down_without_a_traceback(model_dir, tmp_path, signals) -> None:
+    """uvicorn re-raised the signals it caught after its shutdown: two Ctrl-Cs logged a KeyboardInterrupt, then (the
+    second forcing the exit, which skipped the app's shutdown) a CancelledError traceback from the lifespan task."""
+    import signal
+
+    log = tmp_path / "server.log"
+    proc, url = launch.start_server(["--model", model_dir, "--device", "cpu"], env={"CUDA_VISIBLE_DEVICES": ""},
+                                    log=log, timeout_s=STARTUP_TIMEOUT_S)
+    try:
+        assert httpx.get(f"{url}/health").status_code == 200
+        for name in signals:
+            proc.send_signal(getattr(signal, name))
+            time.sleep(0.05)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(0.5)  # the pump thread copies the last lines
+    assert "Traceback" not in log.read_text() and "Error" not in log.read_text(), log.read_text()[-3000:]

@@ -58,3 +58,29 @@ def test_importing_the_packages_leaves_ctrl_c_alone():
             "signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert proc.stdout == "True True\n", proc.stderr
+
+
+# A command interrupted once, then again while exit handlers run (torch's and multiprocessing's, registered at import,
+# run after main): the second Ctrl-C printed "Exception ignored in atexit callback" and a KeyboardInterrupt traceback.
+_SECOND_CTRL_C_AT_EXIT = """
+import atexit, os, signal, sys, time
+from engine.core.interrupt import exit_130_on_interrupt
+
+def slow_exit_handler():
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+
+atexit.register(slow_exit_handler)
+
+@exit_130_on_interrupt()
+def main():
+    raise KeyboardInterrupt
+
+sys.exit(main())
+"""
+
+
+def test_ctrl_c_again_while_exiting_is_still_one_line():
+    proc = subprocess.run([sys.executable, "-c", _SECOND_CTRL_C_AT_EXIT], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (130, "interrupted: nothing written\n"), proc.stderr[-2000:]

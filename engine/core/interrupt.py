@@ -50,6 +50,24 @@ def _interrupted_before_main(signum, frame) -> None:
     raise SystemExit(128 + signum)  # unwinds the imports quietly: no traceback
 
 
+def _exit_at_once(signum, frame) -> None:
+    """Ctrl-C (or SIGTERM) again while an interrupted command shuts down: leave now, with the status already
+    decided. Torch's and multiprocessing's exit handlers run after main, and a second Ctrl-C there printed
+    'Exception ignored in atexit callback' and a KeyboardInterrupt traceback under the one line."""
+    sys.stderr.flush()
+    os._exit(EXIT_TERMINATED if _Terminated.received else EXIT_INTERRUPTED)
+
+
+def _shutting_down_after_interrupt() -> None:
+    """From here on the process only exits: a further Ctrl-C or SIGTERM ends it at once, quietly. Each file a
+    command writes is renamed into place whole, and its staging files were removed as the interrupt unwound main."""
+    try:
+        signal.signal(signal.SIGINT, _exit_at_once)
+        signal.signal(signal.SIGTERM, _exit_at_once)
+    except ValueError:  # not the main thread
+        pass
+
+
 def quiet_until_main() -> None:
     """Called by a package whose modules are commands (traces, analysis) as ``python -m PACKAGE.COMMAND`` imports it:
     until the command's ``main`` (decorated below) starts, Ctrl-C or SIGTERM print the one line and exit 130 (143).
@@ -75,24 +93,29 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
         def wrapped(*args, **kwargs):
             _Terminated.received = False
             _print_any_path()
-            if signal.getsignal(signal.SIGINT) is _interrupted_before_main:  # quiet_until_main's: main handles it now
+            if signal.getsignal(signal.SIGINT) in (_interrupted_before_main, _exit_at_once):  # main handles it now
                 signal.signal(signal.SIGINT, signal.default_int_handler)
             try:
                 previous = signal.signal(signal.SIGTERM, _on_sigterm)
             except ValueError:  # not the main thread: leave signals alone
                 previous = None
+            interrupted = False
             try:
                 return main(*args, **kwargs)
             except KeyboardInterrupt:
+                interrupted = True
                 print(f"\n{message}" if sys.stderr.isatty() else message, file=sys.stderr)
                 raise SystemExit(EXIT_TERMINATED if _Terminated.received else EXIT_INTERRUPTED) from None
             except SystemExit as exc:
+                interrupted = exc.code in (EXIT_INTERRUPTED, EXIT_TERMINATED)
                 if exc.code == EXIT_INTERRUPTED and _Terminated.received:
                     raise SystemExit(EXIT_TERMINATED) from None
                 raise
             finally:
                 if previous is not None:
                     signal.signal(signal.SIGTERM, previous)
+                if interrupted:
+                    _shutting_down_after_interrupt()
 
         return wrapped
 

@@ -143,12 +143,17 @@ def result_rows(results: list[BenchResult], requests, origin_s: float) -> list[t
     for result, request in zip(results, requests):
         times = array("d", (origin_s + t for t in result.chunk_times_s))
         sent = None if result.send_s is None else origin_s + result.send_s
+        finish = times[-1] if times else sent
+        if result.output_tokens is not None and len(times) > result.output_tokens:
+            # A server may end a stream with a chunk that carries only the finish reason: no token. The request
+            # still ends at it; the token times are the count the server's usage reports (as the run schema needs).
+            del times[result.output_tokens:]
         rows.append((
             str(result.request_id), 0,  # as request_row writes it: trace ids may be integers
             sent if sent is not None else origin_s + result.scheduled_s,
             None,  # first scheduled: the server's business, unseen by a client
             times[0] if times else None,
-            times[-1] if times else sent,
+            finish,
             result.prompt_tokens if result.prompt_tokens is not None else request.prompt_tokens,
             result.output_tokens if result.output_tokens is not None else len(times),
             result.cached_tokens,  # only when the server's usage reports it

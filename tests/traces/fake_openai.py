@@ -28,6 +28,7 @@ class FakeOpenAI:
     itl_s: float = 0.02
     send_usage: bool = True
     cached_tokens: int | None = None  # reported in usage.prompt_tokens_details when set
+    finish_chunk: bool = False  # the finish reason in a chunk of its own, with no text, after the last token
     # max_tokens -> "400", "500" or "drop" (the connection closes after the first token)
     failures: dict[int, str] = field(default_factory=dict)
     model: str = "fake-model"
@@ -69,8 +70,13 @@ class FakeOpenAI:
                     await asyncio.sleep(self.itl_s)
                 last = i == num_tokens - 1
                 chunk = {"id": "cmpl-1", "object": "text_completion", "model": self.model,
-                         "choices": [{"index": 0, "text": f" t{i}", "finish_reason": "length" if last else None}]}
+                         "choices": [{"index": 0, "text": f" t{i}",
+                                      "finish_reason": "length" if last and not self.finish_chunk else None}]}
                 await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                if last and self.finish_chunk:
+                    await asyncio.sleep(self.itl_s)
+                    chunk["choices"] = [{"index": 0, "text": "", "finish_reason": "length"}]
+                    await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 if failure == "drop":
                     request.transport.close()
                     return response

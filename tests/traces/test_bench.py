@@ -126,6 +126,22 @@ def test_usage_counts_and_chunk_counts(tmp_path) -> None:
     assert summary["prefix_cache_hit_rate"] == pytest.approx(8 / 13, rel=1e-5)
 
 
+def test_a_finish_only_chunk_is_no_token(tmp_path) -> None:
+    """A server that sends the finish reason in a chunk of its own: the request ends at that chunk, its token times
+    are the usage's count (one more was refused by analysis.summarize and compare as impossible)."""
+    trace_path = _trace(tmp_path, [0.0, 0.0], [2, 3])
+    with FakeOpenAI(ttft_s=0.0, itl_s=0.01, finish_chunk=True) as server:
+        assert _bench(server, trace_path, tmp_path / "out", "--vocab-size", "50", "--offline") == 0
+    rows = pl.read_parquet(tmp_path / "out" / "requests.parquet").sort("output_tokens")
+    assert rows["output_tokens"].to_list() == [2, 3]
+    assert [len(t) for t in rows["token_times_s"].to_list()] == [2, 3]
+    for times, finish in zip(rows["token_times_s"].to_list(), rows["finish_s"].to_list()):
+        assert finish > times[-1]  # the finish chunk came one gap after the last token
+    summary = subprocess.run([sys.executable, "-m", "analysis.summarize", str(tmp_path / "out")], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert summary.returncode == 0, summary.stderr
+
+
 def test_max_concurrency_bounds_requests_in_flight(tmp_path) -> None:
     trace_path = _trace(tmp_path, [0.0] * 6, [3] * 6)
     with FakeOpenAI(ttft_s=0.05, itl_s=0.01) as server:

@@ -143,8 +143,9 @@ def _fail(name: str, column: str, row: int, value: object, expected: str) -> Non
 def check_requests(frame: pl.DataFrame) -> None:
     """Raise ValueError naming the column and first row of a conformed request table that no run can record:
     a missing or repeated request id, a negative count (or one past MAX_TOKENS), an unknown finish reason, event
-    times out of order (arrival, first step, first token, finish) or token times that are not finite, in order and
-    after the arrival. Metrics computed from such rows would be silently wrong."""
+    times out of order (arrival, first step, first token, finish) or token times that are not finite, in order,
+    from the arrival to the finish and at most one per output token. Metrics computed from such rows would be
+    silently wrong."""
     columns = set(frame.columns)
     if "request_id" in columns:
         ids = frame["request_id"]
@@ -192,9 +193,11 @@ def check_requests(frame: pl.DataFrame) -> None:
 
 
 def _check_token_times(frame: pl.DataFrame) -> None:
-    """Each request's token times: finite, within MAX_TIME_S, in order and none before the arrival. ``conform``
-    bounds the scalar time columns only: a NaN, 1e300 or a time before the previous one passed into the ITLs
-    (a negative gap, a mean of 1e299 ms, an overflow warning) and the makespan."""
+    """Each request's token times: finite, within MAX_TIME_S, in order, none before the arrival nor after the
+    finish, and no more of them than output tokens. ``conform`` bounds the scalar time columns only: a NaN, 1e300
+    or a time before the previous one passed into the ITLs (a negative gap, a mean of 1e299 ms, an overflow
+    warning) and the makespan; a last token after the finish or more token times than tokens (an impossible vLLM
+    result file) into the ITLs and the makespan as if measured."""
     times = frame["token_times_s"]
     item = pl.element()
     bad = times.list.eval(item.is_null() | ~item.is_finite() | (item.abs() > MAX_TIME_S)).list.any()
@@ -214,6 +217,17 @@ def _check_token_times(frame: pl.DataFrame) -> None:
         if row is not None:
             _fail("requests", "token_times_s", row, times[row][0], f"a first token time >= arrival_s "
                   f"({frame['arrival_s'][row]:g}): a request's tokens come after it arrives")
+    if "finish_s" in frame.columns:  # its tokens were counted into a latency that ended before them
+        row = _first(times.list.last() > frame["finish_s"])
+        if row is not None:
+            _fail("requests", "token_times_s", row, times[row][-1], f"a last token time <= finish_s "
+                  f"({frame['finish_s'][row]:g}): a request's tokens come no later than its finish")
+    if "output_tokens" in frame.columns:  # one time per token, or fewer where a streamed chunk carried several
+        row = _first(times.list.len() > frame["output_tokens"])
+        if row is not None:
+            raise ValueError(f"requests table: column 'token_times_s' holds {len(times[row])} times at row {row}; "
+                             f"expected at most output_tokens ({frame['output_tokens'][row]}): one time per output "
+                             "token (a streamed chunk of several counts once)")
 
 
 def check_steps(frame: pl.DataFrame) -> None:

@@ -9,6 +9,9 @@ versions ``latencies`` (send to last chunk) and ``start_times`` (send times); fo
 Older files have no ``latencies`` (then E2E is TTFT plus the gaps, which is what vLLM measured) nor
 ``start_times`` (then every request is placed at t = 0 and the arrival times are unknown: time charts are
 meaningless, latencies are not). Throughputs divide by the recorded ``duration``, as vLLM's do.
+A request whose streamed chunks outnumber its output tokens, or whose last chunk comes after its latency, is
+refused (one line naming the item). A chat endpoint's first chunk is the role's and carries no token: where it
+makes one chunk more than the output tokens, it gives the TTFT but no token time.
 
 What no version records is missing, never 0: queue time (first scheduled), cached tokens, preemptions,
 the step log, finish reasons beyond success (a success is marked "length": vLLM cannot tell a stop from
@@ -45,6 +48,10 @@ OPTIONAL_PER_REQUEST_KEYS = ("errors", "latencies", "start_times")
 SUCCESS_REASON = "length"
 POSITIONAL_IDS = "position"  # summary.json's request_ids when ids are the file's positions
 COST_MODEL = "vllm bench serve (client-side timing)"
+# How much later than its latency (send to last chunk) a request's last chunk may come out of TTFT plus the gaps:
+# vLLM reads the clock once for the first chunk's time and again for its TTFT, and sums of floats round. A
+# millisecond is far above both and far below a step.
+CLOCK_SLACK_S = 1e-3
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,12 @@ def _list(path: Path, data: dict, key: str, n: int | None) -> list | None:
     if n is not None and len(values) != n:
         raise VllmResultError(f"{path}: {key!r} has {len(values)} items, 'input_lens' {n}; expected one per request")
     return values
+
+
+def _is_chat(data: dict) -> bool:
+    """Whether the file timed a chat endpoint (backend or endpoint_type ``openai-chat``): there the first chunk
+    streamed is the role's (``{"role": "assistant", "content": ""}``), which vLLM times as the first token."""
+    return any(isinstance(data.get(key), str) and "chat" in data[key] for key in ("backend", "endpoint_type"))
 
 
 def load_json(path: Path) -> dict:
@@ -124,6 +137,7 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
     if starts is not None:
         starts = [_number(path, "start_times", i, v) for i, v in enumerate(starts)]
         origin = min(starts)
+    chat = _is_chat(data)
     rows = []
     for i in range(n):
         error = None
@@ -149,10 +163,25 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
             times = [arrival + ttft]
             for gap in gaps:
                 times.append(times[-1] + gap)
-            latency = _number(path, "latencies", i, latencies[i]) if latencies is not None else times[-1] - arrival
-            row.update(first_token_s=times[0], finish_s=arrival + latency, token_times_s=times,
-                       output_tokens=_number(path, "output_lens", i, output_lens[i], integer=True),
-                       finish_reason=SUCCESS_REASON)
+            output_tokens = _number(path, "output_lens", i, output_lens[i], integer=True)
+            finish_s = times[-1]
+            if latencies is not None:
+                latency = _number(path, "latencies", i, latencies[i])
+                finish_s = max(arrival + latency, times[-1])  # within CLOCK_SLACK_S: the two clock reads, rounding
+                if times[-1] - (arrival + latency) > CLOCK_SLACK_S:
+                    raise VllmResultError(f"{path}: 'latencies' item {i} is {latency:g} s, but 'ttfts' and 'itls' "
+                                          f"item {i} put its last chunk at {times[-1] - arrival:g} s; expected a "
+                                          "latency (send to last chunk) no shorter than the TTFT and the gaps")
+            first_token_s = times[0]
+            if chat and len(times) == output_tokens + 1:
+                times = times[1:]  # the role chunk carries no token (its time is vLLM's TTFT, kept)
+            if len(times) > output_tokens:
+                role = " and the chat role chunk" if chat else ""
+                raise VllmResultError(f"{path}: 'itls' item {i} has {len(gaps)} gaps ({len(gaps) + 1} streamed "
+                                      f"chunks), 'output_lens' item {i} {output_tokens}; expected at most one chunk "
+                                      f"per output token{role}")
+            row.update(first_token_s=first_token_s, finish_s=finish_s, token_times_s=times,
+                       output_tokens=output_tokens, finish_reason=SUCCESS_REASON)
         else:
             row.update(first_token_s=None, finish_s=arrival, token_times_s=[], output_tokens=0,
                        finish_reason=FAILED)

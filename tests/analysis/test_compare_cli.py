@@ -256,6 +256,12 @@ IMPOSSIBLE_REQUESTS = {  # each ran to exit 0, and its metrics were written as i
                                  "1, 2.9)"),
     "token before arrival": (lambda r: _set(r, "token_times_s", 1, [0.5, 1.4, 1.6]),
                              "'token_times_s' is 0.5 at row 1; expected a first token time >= arrival_s (1)"),
+    # A last token after the finish, or more token times than tokens (a vLLM result file importing them), went into
+    # the ITLs and the makespan as if measured.
+    "token after finish": (lambda r: _set(r, "token_times_s", 1, [1.2, 1.4, 1.7]),
+                           "'token_times_s' is 1.7 at row 1; expected a last token time <= finish_s (1.6)"),
+    "more token times than tokens": (lambda r: _set(r, "token_times_s", 1, [1.2, 1.3, 1.4, 1.5, 1.6]),
+                                     "'token_times_s' holds 5 times at row 1; expected at most output_tokens (3)"),
     # A negative TTFT or queue time was averaged into the metrics.
     "first token before arrival": (lambda r: _set(r, "first_token_s", 1, 0.5),
                                    "'first_token_s' is 0.5 at row 1; expected a time >= arrival_s (1)"),

@@ -188,6 +188,14 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "short duration": (good | {"duration": 0.1}, "'duration' is 0.1 s, but its requests span "),
         "empty": (good | {k: [] for k in ("input_lens", "output_lens", "ttfts", "itls", "errors", "start_times",
                                           "latencies")}, "'input_lens' is empty"),
+        # Both were imported (and compared) as if measured: a last token after the request's end, and more streamed
+        # chunks than the tokens they carried.
+        "last token after the finish": (good | {"latencies": [0.07, 0.09, 0.0, 0.07]},
+                                        "'latencies' item 0 is 0.07 s, but 'ttfts' and 'itls' item 0 put its last "
+                                        "chunk at 0.08 s; expected a latency"),
+        "more chunks than tokens": (good | {"output_lens": [3, 2, 0, 2]},
+                                    "'itls' item 1 has 3 gaps (4 streamed chunks), 'output_lens' item 1 2; expected "
+                                    "at most one chunk per output token"),
     }
     out = {}
     for name, (content, message) in cases.items():
@@ -208,6 +216,28 @@ def test_malformed_file_is_one_line_exit_2(tmp_path, sim_dir, tool) -> None:
         assert "Traceback" not in proc.stderr and len(lines) == 1, (name, proc.stderr)
         assert lines[0].startswith(f"error: {path}: ") and message in lines[0], (name, lines[0])
         assert not (tmp_path / "out").exists()
+
+
+def test_latencies_a_clock_read_short_of_the_chunks_are_kept(tmp_path) -> None:
+    """vLLM reads the clock again for the first chunk's TTFT, so TTFT plus the gaps can pass the latency by a hair
+    (and float sums round): such a request is read with its finish at its last chunk, not refused."""
+    latencies = [TTFTS[i] + sum(ITLS[i]) - 2e-7 if not ERRORS[i] else 0.0 for i in range(4)]
+    run = read_vllm_result(_write(tmp_path / "r.json", vllm_result() | {"latencies": latencies}))
+    last = [times[-1] if len(times) else None for times in run.requests["token_times_s"].to_list()]
+    assert run.requests["finish_s"].to_list()[:2] == last[:2]
+
+
+def test_a_chat_results_role_chunk_is_no_token(tmp_path) -> None:
+    """vLLM's openai-chat backend times the role chunk as the first token: one chunk more than the output tokens
+    is the TTFT but no token time; two more is refused."""
+    chat = vllm_result() | {"backend": "openai-chat", "endpoint_type": "openai-chat", "output_lens": [2, 3, 0, 1]}
+    run = read_vllm_result(_write(tmp_path / "chat.json", chat))
+    assert run.requests["first_token_s"].to_list()[0] == pytest.approx(0.05)
+    assert run.requests["token_times_s"][0].to_list() == pytest.approx([0.06, 0.08])
+    assert run.requests["output_tokens"].to_list() == [2, 3, 0, 1]
+    with pytest.raises(ValueError, match="'itls' item 1 has 3 gaps \\(4 streamed chunks\\), 'output_lens' item 1 2; "
+                       "expected at most one chunk per output token and the chat role chunk"):
+        read_vllm_result(_write(tmp_path / "chat2.json", chat | {"output_lens": [2, 2, 0, 1]}))
 
 
 def test_a_result_that_is_not_a_regular_file(tmp_path) -> None:

@@ -26,6 +26,10 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
         if not (run_dir / name).is_file():
             what = "is not a regular file" if (run_dir / name).exists() else "does not exist"
             raise FileNotFoundError(f"{run_dir / name} {what}")
+    html = run_dir / "report.html"
+    if report and (html.is_dir() or (html.exists() and not html.is_file())):  # before summary.json is rewritten
+        raise OSError(21 if html.is_dir() else 17, "is a folder or not a regular file; expected report.html (a link "
+                      "to a file is replaced, not followed)", str(html))
     meta = read_meta(run_dir)
     slos = read_slos(run_dir)  # its errors name summary.json already
     config = meta.get("config") or {}

@@ -110,6 +110,48 @@ def test_an_impossible_table_is_refused_and_left_alone(tmp_path, capsys, table, 
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
+@pytest.mark.parametrize(("change", "pattern"), [
+    (lambda times, finish, tokens: [*times[:-1], finish + 1.0],
+     r"'token_times_s' is [0-9.e+]+ at row 3; expected a last token time <= finish_s \([0-9.e+]+\)"),
+    (lambda times, finish, tokens: [times[0]] * (tokens + 2),
+     r"'token_times_s' holds \d+ times at row 3; expected at most output_tokens \(\d+\)"),
+], ids=["last token after the finish", "more token times than tokens"])
+def test_token_times_past_the_finish_or_the_count_are_refused(tmp_path, capsys, change, pattern):
+    """Both were summarized with exit 0 (and analysis.vllm_import wrote them from a result file)."""
+    out = _run(tmp_path)
+    path = out / "requests.parquet"
+    frame = pl.read_parquet(path)
+    values = frame["token_times_s"].to_list()
+    values[3] = change(values[3], frame["finish_s"][3], frame["output_tokens"][3])
+    frame.with_columns(pl.Series("token_times_s", values, dtype=frame.schema["token_times_s"])).write_parquet(path)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    line = cli_error(summarize_main, [str(out), "--report", "--quiet"], capsys)
+    assert line.startswith(f"error: {path}: requests table: column ") and re.search(pattern, line), line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_report_html_that_is_a_link_is_replaced_not_followed(tmp_path):
+    """--report wrote through a report.html linked to another file, overwriting that file."""
+    out = _run(tmp_path)
+    target = tmp_path / "precious.txt"
+    target.write_text("not a report\n")
+    (out / "report.html").symlink_to(target)
+    assert summarize_main([str(out), "--report", "--quiet"]) == 0
+    assert target.read_text() == "not a report\n"
+    assert not (out / "report.html").is_symlink() and (out / "report.html").stat().st_size > 10_000
+    assert not list(out.glob(".*partial*"))
+
+
+def test_report_html_that_is_a_folder_is_refused_before_writing(tmp_path, capsys):
+    out = _run(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (out / "report.html").symlink_to(tmp_path / "elsewhere")
+    before = (out / "summary.json").read_bytes()
+    line = cli_error(summarize_main, [str(out), "--report", "--quiet"], capsys)
+    assert line.startswith(f"error: {out / 'report.html'}: is a folder or not a regular file"), line
+    assert (out / "summary.json").read_bytes() == before and not list((tmp_path / "elsewhere").iterdir())
+
+
 def test_a_table_that_is_not_a_file_is_named_so(tmp_path, capsys):
     out = _run(tmp_path)
     (out / "requests.parquet").unlink()

@@ -41,8 +41,14 @@ def decode_steps(run: Path, grid: ProfiledCostModel) -> np.ndarray:
     arrivals during the period, finishes in the step."""
     import polars as pl
 
-    arrivals = np.sort(pl.read_parquet(run / "requests.parquet", columns=["arrival_s"])["arrival_s"].to_numpy())
-    steps = pl.read_parquet(run / "steps.parquet", columns=["start_s", "num_finished"])
+    try:  # a damaged table or one without the column was a polars traceback
+        name = "requests.parquet"
+        arrivals = np.sort(pl.read_parquet(run / name, columns=["arrival_s"])["arrival_s"].to_numpy())
+        name = "steps.parquet"
+        steps = pl.read_parquet(run / name, columns=["start_s", "num_finished"])
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"{run / name}: not a readable replay table ({reason})") from None
     finished = dict(zip(steps["start_s"].to_list(), steps["num_finished"].to_list()))
     rows = []
     for f, real_s, start_s in read_steps(run, periods=True):
@@ -70,11 +76,32 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="validation GPU runs (engine.replay folders)")
     parser.add_argument("--calibration", nargs="+", type=Path, required=True, help="calibration GPU runs")
-    parser.add_argument("--profile", type=Path, default=None, help="profile JSON (default: the shipped qwen3-0.6b)")
+    parser.add_argument("--profile", default=None, help="profile JSON (default: the shipped qwen3-0.6b)")
     args = parser.parse_args(argv)
-    profile = read_profile(args.profile or find_profile("qwen3-0.6b", "h200"))
-    grid = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
-    cal = np.vstack([decode_steps(run, grid) for run in args.calibration])
+    # Bad input is one line and exit 2: a missing, empty or garbled profile (or a folder) was a traceback.
+    for run in [*args.calibration, *args.runs]:
+        missing = next((name for name in ("requests.parquet", "steps.parquet") if not (run / name).is_file()), None)
+        if missing:
+            parser.exit(2, f"error: {run}: no {missing}; expected an engine.replay run folder\n")
+    if args.profile is not None and not args.profile.strip():
+        parser.exit(2, "error: --profile is empty; expected a profile JSON (python -m sim.profile)\n")
+    path = Path(args.profile) if args.profile else find_profile("qwen3-0.6b", "h200")
+    if path is None:
+        parser.exit(2, "error: the shipped qwen3-0.6b h200 profile is missing; pass --profile\n")
+    try:
+        profile = read_profile(path)  # its errors name the file
+        try:
+            grid = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
+        except ValueError as exc:  # too few points to fit: the message names no file
+            raise ValueError(f"--profile {path}: {exc}") from None
+        cal_rows = [decode_steps(run, grid) for run in args.calibration]
+        cal = np.vstack(cal_rows)
+        if not len(cal):  # k and the fits were NaN, and the ratios a traceback
+            raise ValueError(f"--calibration {' '.join(map(str, args.calibration))}: no CUDA-graph decode step to "
+                             "fit on; expected GPU runs that decoded")
+        validation = [(run, decode_steps(run, grid)) for run in args.runs]
+    except ValueError as exc:
+        parser.exit(2, f"error: {exc}\n")
     parts, bs, real = cal[:, :3], cal[:, 3], cal[:, 4]
     pred = parts.sum(axis=1)
     k = real.sum() / pred.sum()
@@ -86,10 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fitted on {', '.join(r.name for r in args.calibration)} ({len(cal)} decode steps): k {k:.4f}; slope "
           f"{100 * slope:.3f} % a sequence about a mean batch of {ref:.1f}; 3 terms {np.round(terms, 3).tolist()}; "
           f"loop work {1e6 * loop[0]:.0f} us per arrival, {1e6 * loop[1]:.0f} us per finish")
-    for run in [*args.calibration, *args.runs]:
-        rows = decode_steps(run, grid)
+    for run, rows in [*zip(args.calibration, cal_rows), *validation]:
         p, b = rows[:, :3].sum(axis=1), rows[:, 3]
         print(f"{run.name}: {len(rows)} decode steps, predicted / real")
+        if not len(rows):
+            continue
         print(ratios("k", k * p, rows))
         print(ratios("k, slope", k * p * (1 + slope * (b - ref)), rows))
         print(ratios("3 terms", rows[:, :3] @ terms, rows))

@@ -29,14 +29,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slowdowns", default="calibrated,1.0,1.2,1.5",
                         help="comma-separated --host-slowdown values (default: %(default)s)")
-    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the figures here")
+    parser.add_argument(  # as typed (not a Path): check_output_path reads a trailing '/' as a folder
+        "--json", default=None, metavar="OUT", help="also write the figures here (whole, its folder made if missing)")
     args = parser.parse_args(argv)
     from cli.sim_replay import main as sim_replay
+    from sim.files import check_output_path, write_text_atomic
 
     _, trace, options = PLAN[RUN]
     if not (TRACES / trace).is_file():
         parser.exit(2, f"error: {TRACES / trace} does not exist; expected the validation slices "
                        "(python validation/make_traces.py)\n")
+    # Before the simulations: --json onto the trace replaced it, and a folder or an unwritable path failed after them.
+    problem = args.json is not None and check_output_path(args.json, "--json", [TRACES / trace])
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, slowdown in enumerate(s.strip() for s in args.slowdowns.split(",")):
@@ -51,8 +57,13 @@ def main(argv: list[str] | None = None) -> int:
                          "cost_model": summary["cost_model"]})
             print(f"--host-slowdown {slowdown:>10}: {rows[-1]['num_preemptions']:4d} preemptions, TPOT p90 "
                   f"{rows[-1]['p90_tpot_ms']:.2f} ms, TTFT p90 {rows[-1]['p90_ttft_ms']:.1f} ms", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps({"run": RUN, "num_gpu_blocks": KV_BLOCKS, "rows": rows}, indent=1) + "\n")
+    if args.json is not None:  # whole or not at all (a link is replaced, not written through)
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(Path(args.json), json.dumps({"run": RUN, "num_gpu_blocks": KV_BLOCKS, "rows": rows},
+                                                          indent=1) + "\n")
+        except OSError as exc:
+            parser.exit(2, f"error: --json {args.json}: cannot write it ({exc.strerror or exc})\n")
     return 0
 
 

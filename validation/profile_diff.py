@@ -12,10 +12,12 @@ the rest points at a change in what the grid times.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 LARGE_BATCH = 32  # engine.core.scheduler._MIN_STEADY_ROWS
 
@@ -26,11 +28,20 @@ def _key(point: dict) -> tuple:
 
 
 def _points(path: Path) -> dict[tuple, dict]:
-    try:
-        profile = json.loads(path.read_text())
-        return {_key(p): p for p in profile["points"]}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SystemExit(f"error: {path}: not a readable sim.profile JSON ({exc})") from None
+    """The profile's grid points by what they time; ValueError naming the file (and the point) otherwise."""
+    from sim.profiled_cost_model import read_profile
+
+    profile = read_profile(path)  # a regular file of JSON that sim.profile wrote: its errors name the file
+    points = {}
+    for i, point in enumerate(profile["points"]):
+        try:
+            key = _key(point)
+            hash(key)
+        except (KeyError, TypeError):
+            raise ValueError(f"{path}: points[{i}]: expected 'decode' (a list), 'prefill' (a list of lists) and "
+                             "'long_decode' (a list, if any) as sim.profile writes them") from None
+        points[key] = point
+    return points
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,10 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("b", type=Path)
     parser.add_argument("--family", help="also list every point of this family")
     args = parser.parse_args(argv)
-    a, b = _points(args.a), _points(args.b)
+    try:  # bad input is exit 2 and one line, as for every tool (SystemExit with a message was exit 1)
+        a, b = _points(args.a), _points(args.b)
+    except ValueError as exc:
+        parser.exit(2, f"error: {exc}\n")
     common = [k for k in a if k in b]
     if not common:
-        raise SystemExit(f"error: {args.a} and {args.b} share no grid point")
+        parser.exit(2, f"error: {args.a} and {args.b} share no grid point; expected two profiles of one grid\n")
     groups: dict[tuple[str, str], list[float]] = {}
     for k in common:
         rows = k[1][0] + k[3][0]

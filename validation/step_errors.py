@@ -117,10 +117,19 @@ def main(argv: list[str] | None = None) -> int:
     missing = [run for run in args.runs if not (Path(run) / "steps.parquet").is_file()]
     if missing:
         parser.exit(2, f"error: {missing[0]}: no steps.parquet; expected an engine.replay run folder\n")
+    # A missing, empty or garbled profile (or a folder) was a traceback: one line and exit 2, as for the runs.
+    if args.profile is not None and not args.profile.strip():
+        parser.exit(2, "error: --profile is empty; expected a profile JSON (python -m sim.profile)\n")
     profile_path = Path(args.profile) if args.profile else find_profile("qwen3-0.6b", "h200")
+    if profile_path is None:
+        parser.exit(2, "error: the shipped qwen3-0.6b h200 profile is missing; pass --profile\n")
     if args.bucket_fit:
-        grid = ProfiledCostModel(fit_profile({**read_profile(profile_path), "serving": None}), "grid")
         try:
+            profile = read_profile(profile_path)  # its errors name the file
+            try:
+                grid = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
+            except ValueError as exc:  # too few points to fit: the message names no file
+                raise ValueError(f"--profile {profile_path}: {exc}") from None
             fits = bucket_fits([Path(run) for run in args.runs], grid)
         except ValueError as exc:
             parser.exit(2, f"error: {exc}\n")
@@ -130,13 +139,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['bucket']:>6}{r['count']:>8}{r['real_a_ms']:>11.3f}{r['grid_a_ms']:>11.3f}{r['real_b_ns']:>11.1f}"
                   f"{r['grid_b_ns']:>11.1f}{r['real_ms']:>9.3f}{r['grid_ms']:>9.3f}")
         return 0
-    model = ProfiledCostModel.load(profile_path)
     try:
+        model = ProfiledCostModel.load(profile_path)  # "cost model PATH: not a readable profile (...)"
         rows = [r for run in args.runs for r in step_errors(Path(run), model, args.batch_bin, args.context_bin)]
     except ValueError as exc:  # read_steps names the file and what it expected
         parser.exit(2, f"error: {exc}\n")
     width = 20 + (16 if args.batch_bin else 0) + (28 if args.context_bin else 0)
-    name_width = max(16, *(len(r["run"]) + 2 for r in rows))
+    name_width = max([16, *(len(r["run"]) + 2 for r in rows)])  # max(16) of runs without a step was a TypeError
     print(f"{'run':<{name_width}}{'steps':<{width}}{'count':>7}{'real ms':>10}{'pred ms':>10}{'pred/real':>11}")
     for r in rows:
         print(f"{r['run']:<{name_width}}{r['steps']:<{width}}{r['count']:>7}{r['real_ms']:>10.2f}{r['predicted_ms']:>10.2f}"

@@ -1,6 +1,7 @@
 """Replay requests against an OpenAI-compatible server over HTTP and time them from the client's side.
 
-The client behind ``python -m traces.bench`` (``cli.traces_bench`` builds the requests and writes the run).
+The client behind ``python -m traces.bench`` (``cli.traces_bench`` builds the requests and writes the run);
+``python -m traces.http_bench`` runs that command too.
 Torch-free and free of the analysis layer, so any server's tests can drive it: it needs only aiohttp.
 
 Each request is sent at its offset from the replay's start (a dispatcher sleeps until then, so pacing does
@@ -250,3 +251,9 @@ async def first_model(base_url: str, timeout_s: float = 30.0) -> str:
     if not isinstance(models, list) or not models or not isinstance(models[0], dict) or "id" not in models[0]:
         raise ValueError(f"{url}: the server lists no model; pass --model")
     return str(models[0]["id"])
+
+
+if __name__ == "__main__":  # `python -m traces.http_bench --help` ran the definitions above and printed nothing
+    from engine.core.interrupt import run_command
+
+    run_command("cli.traces_bench")  # the command this is the client of: python -m traces.bench

@@ -194,10 +194,9 @@ def _block_size_from_metadata(table: pa.Table, source: str) -> int | None:
     raw = (table.schema.metadata or {}).get(HASH_BLOCK_SIZE_KEY)
     if raw is None:
         return None
-    try:
-        value = int(raw.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
-        value = 0
+    # Plain decimal digits only: int() also takes "1_6", "+16", " 16 " and other scripts' digits, none of which
+    # save_trace writes.
+    value = int(raw) if raw.isdigit() and len(raw) <= 20 else 0  # bytes.isdigit: ASCII digits alone
     if not 1 <= value <= MAX_HASH_BLOCK_SIZE:
         raise TraceError(
             f"{source}: schema metadata 'hash_block_size' is {raw[:40]!r}; expected a decimal integer from 1 to "

@@ -25,6 +25,13 @@ def test_help(module: str) -> None:
     assert "usage: python -m " + module in result.stdout
 
 
+def test_http_bench_help_is_the_bench_commands() -> None:
+    """`python -m traces.http_bench --help` printed nothing and exited 0: the module had no __main__ block."""
+    result = _run("traces.http_bench", "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: python -m traces.bench") and "URL" in result.stdout
+
+
 def test_convert_help_lists_every_format() -> None:
     out = _run("traces.convert", "--help").stdout
     for name in ("azure", "mooncake", "burstgpt", "sharegpt", "vidur"):

@@ -454,6 +454,18 @@ def test_info_huge_hash_block_size_metadata(tmp_path, capsys):
     assert "schema metadata 'hash_block_size'" in cli_error(info_main, [str(path)], capsys)
 
 
+@pytest.mark.parametrize("raw", [b"1_6", b"+16", b" 16", b"16\n", b"-0", "\u0661\u0666".encode()])
+def test_info_hash_block_size_metadata_of_plain_digits_only(tmp_path, capsys, raw):
+    """int() takes underscores, a sign, spaces and other scripts' digits: "1_6" was read as a block size of 16."""
+    table = pa.table({"request_id": [0], "arrival_s": [0.0], "prompt_tokens": [3], "output_tokens": [1],
+                      "hash_ids": [[1]]}).replace_schema_metadata({b"hash_block_size": raw})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    line = cli_error(info_main, [str(path)], capsys)
+    assert line.startswith(f"error: {path}: schema metadata 'hash_block_size' is {raw!r}; expected a decimal "
+                           "integer"), line
+
+
 def test_info_a_column_given_twice(tmp_path, capsys):
     """parquet holds two columns of one name, polars refuses them: a DuplicateError traceback."""
     table = pa.table([[0], [0.0], [3], [1], [4]],

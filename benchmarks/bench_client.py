@@ -87,19 +87,31 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=600)
     parser.add_argument("--itl-ms", type=float, default=5.0, help="the fake server's gap between chunks")
     parser.add_argument("--max-output-tokens", type=int, default=512, help="cap each request's output")
-    parser.add_argument("--max-concurrency", type=int, default=None)
+    parser.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight (default: no cap)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--json", default=None, metavar="OUT", help="write the results here")
     args = parser.parse_args()
+
+    if args.limit < 1 or args.repeats < 1 or args.max_output_tokens < 1 or not 0 <= args.itl_ms < float("inf"):
+        parser.exit(2, "error: --limit, --repeats and --max-output-tokens must be >= 1 and --itl-ms a finite "
+                       "number >= 0\n")
+    if not 0 < args.qps < float("inf"):
+        parser.exit(2, f"error: --qps must be a finite number > 0, got {args.qps}\n")
+    # 0 silently meant no cap at all, and a negative cap was a ValueError traceback from asyncio.Semaphore.
+    if args.max_concurrency is not None and args.max_concurrency < 1:
+        parser.exit(2, f"error: --max-concurrency must be >= 1 (or left out: no cap), got {args.max_concurrency}\n")
+    from sim.files import check_output_path, write_text_atomic
+
+    # Before the replay: --json onto the trace replaced it, and a folder or an unwritable path failed after the run.
+    problem = args.json is not None and check_output_path(args.json, "--json", [Path(args.trace)])
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
 
     import polars as pl
 
     from traces.bench_prompts import bench_requests
     from traces.schema import Trace, load_trace
 
-    if args.limit < 1 or args.repeats < 1 or args.max_output_tokens < 1 or not 0 <= args.itl_ms < float("inf"):
-        parser.exit(2, "error: --limit, --repeats and --max-output-tokens must be >= 1 and --itl-ms a finite "
-                       "number >= 0\n")
     try:
         trace = load_trace(args.trace).head(args.limit).with_qps(args.qps)
     except ValueError as exc:  # a TraceError (a ValueError) traceback for a missing or bad trace, or --qps
@@ -119,8 +131,9 @@ def main() -> int:
               "max_output_tokens": args.max_output_tokens, "max_concurrency": args.max_concurrency,
               "date": time.strftime("%Y-%m-%d"), "runs": runs}
     print(json.dumps(result, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    if args.json is not None:  # whole or not at all, its folder made if missing
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(args.json), json.dumps(result, indent=2) + "\n")
     return 0
 
 

@@ -35,15 +35,22 @@ def _cpu_s() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis.capacity.cli import build_parser
+    from analysis.capacity.cli import build_parser, positive_int
     from analysis.capacity.executors import default_num_jobs
     from analysis.capacity.outputs import write_outputs
     from analysis.capacity.plan import run_capacity
+    from sim.files import check_output_path, write_text_atomic
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=default_num_jobs(), help="local processes (default: %(default)s)")
-    parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    # positive_int: --jobs 0 or -1 was refused only by the sweep's own parser, under its usage line.
+    parser.add_argument("--jobs", type=positive_int, default=default_num_jobs(),
+                        help="local processes (default: %(default)s)")
+    parser.add_argument("--json", default=None, metavar="OUT", help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
+    # Before the sweep: --json onto the trace replaced it, and a folder or an unwritable path failed after the run.
+    problem = args.json is not None and check_output_path(args.json, "--json", [Path(SWEEP[0])])
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
 
     started, cpu_started = time.perf_counter(), _cpu_s()
     with tempfile.TemporaryDirectory() as out:
@@ -76,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         f"(target <= {TARGET_S:.0f} s wall: {verdict})"
     )
     print("max QPS: " + ", ".join(f"{label} {qps}" for label, qps in figures["max_qps"].items()))
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    if args.json is not None:  # whole or not at all, its folder made if missing
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(args.json), json.dumps(figures, indent=2) + "\n")
     return 0 if verdict == "PASS" else 1
 
 

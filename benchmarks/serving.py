@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sim.files import write_text_atomic  # noqa: E402
+from sim.files import check_output_path, write_text_atomic  # noqa: E402
 
 
 def make_trace(path: Path, num_requests: int) -> None:
@@ -80,20 +80,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--now-range", default="60,180", help="LOW,HIGH req/s bracket of the second engine")
     parser.add_argument("--probes", type=int, default=5, help="bisection probes per engine")
     parser.add_argument("--num-requests", type=int, default=1500)
-    parser.add_argument("--ttft-p90-ms", type=float, default=1000.0)
+    parser.add_argument("--ttft-p90-ms", type=float, default=1000.0, help="the SLO (default: %(default)s)")
     parser.add_argument("--warmup-requests", type=int, default=300,
                         help="unmeasured replay of this many requests per engine first (0: none)")
     parser.add_argument("--model", default="qwen3-0.6b")
-    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--json", default=None, metavar="OUT", help="write the results here")
     args = parser.parse_args(argv)
     if args.num_requests < 1 or args.warmup_requests < 0 or args.probes < 1:
         parser.exit(2, "error: --num-requests and --probes must be >= 1 and --warmup-requests >= 0\n")
     brackets = [_rate_pair(parser, args.before_range, "--before-range"),
                 _rate_pair(parser, args.now_range, "--now-range")]
+    # With nan or a limit <= 0 every probe missed the SLO, with inf every one met it: a bisection that found nothing.
+    if not 0 < args.ttft_p90_ms < math.inf:
+        parser.exit(2, f"error: --ttft-p90-ms must be a finite number of milliseconds > 0, got {args.ttft_p90_ms}\n")
     if args.trace is not None and not Path(args.trace).is_file():
         parser.exit(2, f"error: --trace: {args.trace} is not a file\n")
+    from engine.core.model_config import ModelShape
+
+    try:  # torch-free; engine.replay would refuse it only after the synthetic trace was made
+        ModelShape.load(args.model)
+    except (OSError, ValueError) as exc:
+        parser.exit(2, f"error: --model {args.model}: {exc}\n")
+    # Found before the GPU runs: --json onto the trace replaced it, and a folder failed after the first probe.
+    problem = args.json is not None and check_output_path(args.json, "--json",
+                                                          [Path(args.trace)] if args.trace else [])
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():
-        parser.exit(2, f"error: --json: the folder of {args.json} does not exist\n")  # found before the GPU runs
+        parser.exit(2, f"error: --json: the folder of {args.json} does not exist\n")
     if args.before_tree is not None:
         before = Path(args.before_tree).resolve()
         if not (before / "engine" / "replay.py").is_file():
@@ -147,7 +161,7 @@ def _write(results: dict, args: argparse.Namespace) -> None:
     met_second = results[f"{second}_highest_qps_meeting_slo"]
     missed_first = results[f"{first}_lowest_qps_missing_slo"]
     results["ratio_lower_bound"] = round(met_second / missed_first, 3) if met_second and missed_first else None
-    if args.json:
+    if args.json is not None:
         write_text_atomic(Path(args.json), json.dumps(results, indent=2) + "\n")  # whole, or the last one kept
 
 

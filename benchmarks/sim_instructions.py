@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="rescale the slice's arrivals to this rate (traces/sharegpt.parquet at 40: ~145 a batch)")
     parser.add_argument("--no-fast-forward", action="store_true",
                         help="simulate step by step (no quiet windows): what every step of the shared core costs")
-    parser.add_argument("--json", default=None, help="write the figures here")
+    parser.add_argument("--json", default=None, metavar="OUT", help="write the figures here")
     args = parser.parse_args(argv)
     if args.limit < 1:
         parser.exit(2, f"error: --limit must be >= 1, got {args.limit}\n")
@@ -79,19 +79,31 @@ def main(argv: list[str] | None = None) -> int:
             parser.exit(2, f"error: --tree: {tree} holds no sim/simulator.py\n")
     if not args.trace.is_file():  # after the options that need no file, so that each is named on its own
         parser.exit(2, f"error: --trace: {args.trace} is not a file\n")
-    if shutil.which("valgrind") is None:
-        parser.exit(2, "error: valgrind is not on the PATH (it counts the instructions)\n")
     sys.path.insert(0, str(REPO))
+    from sim.files import check_output_path, write_text_atomic
+
+    # Before the counting: --json onto the trace replaced it, and a folder or an unwritable path failed after it.
+    problem = args.json is not None and check_output_path(args.json, "--json", [args.trace])
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
     from benchmarks.sim_speed import load
     from traces.schema import save_trace
+
+    try:  # read here, before valgrind runs: a damaged or non-trace file was a traceback
+        sliced = load(args.trace, args.limit)
+        if args.qps is not None:
+            sliced = sliced.with_qps(args.qps)
+    except OSError as exc:
+        parser.exit(2, f"error: --trace {args.trace}: {exc.strerror or exc}\n")
+    except ValueError as exc:  # a TraceError: it names the file, the row and what was expected
+        parser.exit(2, f"error: --trace: {exc}\n")
+    if shutil.which("valgrind") is None:
+        parser.exit(2, "error: valgrind is not on the PATH (it counts the instructions)\n")
 
     results: dict = {"trace": str(args.trace), "limit": args.limit, "qps": args.qps,
                      "fast_forward": not args.no_fast_forward, "python": sys.version.split()[0], "trees": []}
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.parquet"
-        sliced = load(args.trace, args.limit)
-        if args.qps is not None:
-            sliced = sliced.with_qps(args.qps)
         save_trace(sliced, trace)  # one converted slice, read the same way by every tree
         for tree, label in zip(trees, labels, strict=True):
             total, printed = count_instructions(tree, trace, True, not args.no_fast_forward)
@@ -104,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     first = results["trees"][0]["simulate_instructions"]
     for row in results["trees"]:
         row["vs_first"] = round(row["simulate_instructions"] / first, 4)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    if args.json is not None:  # whole or not at all, its folder made if missing
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(args.json), json.dumps(results, indent=2) + "\n")
     return 0
 
 

@@ -115,17 +115,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qps-per-replica", type=float, default=10.0,
                         help="arrival rate per replica, requests/s (default: %(default)s)")
     parser.add_argument("--router", default="prefix", help="router (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the figures here")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthesized sessions (default: %(default)s)")
+    # As typed (not a Path): check_output_path reads a trailing '/' as a folder, which Path would drop.
+    parser.add_argument("--json", default=None, metavar="OUT", help="also write the figures here")
     args = parser.parse_args(argv)
     if args.requests < 1 or args.replicas < 1 or not 0 < args.qps_per_replica < float("inf"):
         parser.exit(2, "error: --requests and --replicas must be >= 1 and --qps-per-replica a finite number > 0\n")
-    from sim.files import check_output_path
+    if args.seed < 0:  # numpy's "expected non-negative integer" traceback
+        parser.exit(2, f"error: --seed must be an integer >= 0, got {args.seed}\n")
+    from sim.files import check_output_path, write_text_atomic
     from sim.router import ROUTERS
 
     if args.router not in ROUTERS:  # a ConfigError traceback after synthesizing the trace
         parser.exit(2, f"error: --router {args.router!r}: expected one of {', '.join(ROUTERS)}\n")
-    problem = args.json and check_output_path(args.json, "--json", [])
+    problem = args.json is not None and check_output_path(args.json, "--json", [])
     if problem:  # an IsADirectoryError traceback after the whole simulation
         parser.exit(2, f"error: {problem}\n")
 
@@ -182,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
               f"<= {TARGET_PEAK_BYTES / 2**30:.0f} GiB: {'met' if figures['meets_memory_target'] else 'NOT met'}")
     else:
         print("targets (1,000,000 requests on 64 replicas) not judged on a smaller run")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    if args.json is not None:  # whole or not at all, its folder made if missing
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(args.json), json.dumps(figures, indent=2) + "\n")
     return 0
 
 

@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
     parser.add_argument("--qps", type=float, default=None,
                         help="rescale arrivals to this rate (e.g. traces/sharegpt.parquet at 40: batches of ~145)")
-    parser.add_argument(
-        "--json", type=Path, default=None, metavar="OUT", help="also write the figures to this JSON file"
+    parser.add_argument(  # as typed (not a Path): check_output_path reads a trailing '/' as a folder
+        "--json", default=None, metavar="OUT", help="also write the figures to this JSON file"
     )
     parser.add_argument("--block-size", type=int, default=None,
                         help="tokens per KV block (default: the simulator's); with --num-gpu-blocks, a run under KV "
@@ -105,29 +105,44 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--limit must be >= 1, got {args.limit}")
     if args.repeat < 1:
         parser.error(f"--repeat must be >= 1, got {args.repeat}")
+    if args.top < 1:
+        parser.error(f"--top must be >= 1, got {args.top}")
+    # Checked before the trace is read: --qps 0 and --block-size 3 were refused only after loading it, inf not at all.
+    if args.qps is not None and not 0 < args.qps < float("inf"):
+        parser.error(f"--qps must be a finite number > 0, got {args.qps}")
     if not args.trace.exists():
         parser.exit(2, f"error: trace {args.trace} does not exist (expected the shared Azure 2023 conversation CSV)\n")
-
-    pinning = "not pinned (--no-pin)" if args.no_pin else pin_to_one_core()
-
-    from cli.sim_replay import write_outputs
     from sim.config import SimConfig
-    from sim.simulator import simulate
-
-    started = time.perf_counter()
-    trace = load(args.trace, args.limit)
-    if args.qps is not None:
-        if not args.qps > 0:
-            parser.error(f"--qps must be > 0, got {args.qps}")
-        trace = trace.with_qps(args.qps)
-    load_s = time.perf_counter() - started
+    from sim.files import check_output_path, write_text_atomic
 
     options = {name: value for name, value in (("block_size", args.block_size),
                                                ("num_gpu_blocks", args.num_gpu_blocks)) if value is not None}
     try:
         config = SimConfig(**options)
-    except ValueError as exc:
-        parser.error(str(exc))
+    except ValueError as exc:  # a ConfigError names its field: --block-size 3 is "--block-size: block_size must ..."
+        field = getattr(exc, "field", None)
+        parser.error(f"--{field.replace('_', '-')}: {exc}" if field else str(exc))
+    # Before the runs: --json onto the trace replaced it, and a folder or an unwritable path failed after them.
+    problem = args.json is not None and check_output_path(args.json, "--json", [args.trace])
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
+
+    pinning = "not pinned (--no-pin)" if args.no_pin else pin_to_one_core()
+
+    started = time.perf_counter()
+    try:  # a folder, a FIFO or a damaged file was a traceback
+        trace = load(args.trace, args.limit)
+        if args.qps is not None:
+            trace = trace.with_qps(args.qps)
+    except OSError as exc:
+        parser.exit(2, f"error: --trace {args.trace}: {exc.strerror or exc}\n")
+    except ValueError as exc:  # a TraceError: it names the file, the row and what was expected
+        parser.exit(2, f"error: --trace: {exc}\n")
+    load_s = time.perf_counter() - started
+
+    from cli.sim_replay import write_outputs
+    from sim.simulator import simulate
+
     profiler = None
     if args.profile:
         import cProfile
@@ -215,9 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"end to end       {sim_cpu_s + write_cpu:.2f} CPU s (target <= {TARGET_CPU_S:g}: "
           f"{'met' if figures['meets_target'] else 'NOT met'}){repeats}")
     print(f"finished         {summary['num_finished']} finished, {summary['num_rejected']} rejected")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    if args.json is not None:  # whole or not at all, its folder made if missing
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(args.json), json.dumps(figures, indent=2) + "\n")
         print(f"figures written to {args.json}")
     if profiler is not None:
         print_profile(profiler, args.top)

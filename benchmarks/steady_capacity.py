@@ -85,14 +85,71 @@ def _line(name: str, figures: dict) -> str:
             f"wall on {figures['num_jobs']} process(es)")
 
 
+def _centres(text: str, span: float) -> dict[str, float]:
+    """--reference-centres REPLICAS=QPS,...: each bracket's centre by replica count (ValueError naming the item);
+    the bracket's ends, as the reference search is given them, must be rates the sweep accepts."""
+    from analysis.capacity.cli import positive_int, rate
+
+    centres: dict[str, float] = {}
+    for item in text.split(","):
+        replicas, _, qps = item.partition("=")
+        try:
+            count, centre = positive_int(replicas.strip()), rate(qps.strip())
+            for end in _reference_bracket(centre, span):
+                rate(end)
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"{item.strip()!r}: {exc}; expected REPLICAS=QPS, a replica count >= 1 and a rate whose "
+                             "bracket is a finite number of requests/s > 0") from None
+        if str(count) in centres:
+            raise ValueError(f"{item.strip()!r}: {count} replica(s) given twice")
+        centres[str(count)] = centre
+    return centres
+
+
+def _reference_bracket(centre: float, span: float) -> tuple[str, str]:
+    """--qps-min and --qps-max of the reference search around ``centre``, as passed to the sweep."""
+    return f"{centre * (1 - span):.4g}", f"{centre * (1 + span):.4g}"
+
+
+def _load_figures(parser: argparse.ArgumentParser, path: str) -> dict:
+    """The figures an earlier run wrote to --json, to keep and reuse; exit 2 naming the file if they are not that."""
+    from sim.files import read_json_input
+
+    try:
+        figures = json.loads(read_json_input(Path(path)))
+    except OSError as exc:
+        parser.exit(2, f"error: --json {path}: cannot read it ({exc.strerror or exc}); expected this script's "
+                       "figures\n")
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        parser.exit(2, f"error: --json {path}: not valid JSON ({exc}); expected this script's figures or a new "
+                       "file\n")
+    if not isinstance(figures, dict):
+        parser.exit(2, f"error: --json {path}: top level is a JSON {type(figures).__name__}; expected an object\n")
+    for part in ("default", "durations", "reference"):
+        if part in figures and not isinstance(figures[part], dict):
+            parser.exit(2, f"error: --json {path}: {part!r} is a JSON {type(figures[part]).__name__}; expected an "
+                           "object, as this script writes\n")
+    configs = figures.get("default", {}).get("configs", {})
+    if not isinstance(configs, dict) or not all(isinstance(c, dict) for c in configs.values()):
+        parser.exit(2, f"error: --json {path}: 'default.configs' is not an object of objects; expected this script's "
+                       "figures\n")
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
+    from analysis.capacity.bisection import MIN_TOLERANCE
+    from analysis.capacity.cli import non_negative_float, non_negative_int, positive_int, seed_count
+    from sim.files import check_output_path, write_text_atomic
+
+    # Every option is checked here, before the first search: each used to be refused (or to fail) only when its
+    # part ran, after minutes of simulation, by the sweep's own parser or as a traceback.
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=3, help="streams per configuration (default: %(default)s)")
-    parser.add_argument("--seed-offset", type=int, default=0, help="the first seed (default: %(default)s)")
-    parser.add_argument("--jobs", type=int, default=None, help="local processes (default: the cores)")
+    parser.add_argument("--seeds", type=seed_count, default=3, help="streams per configuration (default: %(default)s)")
+    parser.add_argument("--seed-offset", type=non_negative_int, default=0, help="the first seed (default: %(default)s)")
+    parser.add_argument("--jobs", type=positive_int, default=None, help="local processes (default: the cores)")
     parser.add_argument("--durations", default="60,120,240",
                         help="comma list of --min-duration-s for the duration study ('' skips it)")
-    parser.add_argument("--reference-duration", type=float, default=1200.0,
+    parser.add_argument("--reference-duration", type=non_negative_float, default=1200.0,
                         help="seconds of stream for the reference search (0 skips it) (default: %(default)s)")
     parser.add_argument("--reference-span", type=float, default=0.08,
                         help="the reference bracket: the default answer +- this share (default: %(default)s)")
@@ -100,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-centres", default=None,
                         help="REPLICAS=QPS,... to bracket the reference around instead of the default answers "
                         "(e.g. 1=34.4,2=68.8, to run the reference beside the default part)")
-    parser.add_argument("--duration-seeds", type=int, default=1,
+    parser.add_argument("--duration-seeds", type=seed_count, default=1,
                         help="streams per configuration in the duration study (default: %(default)s)")
-    parser.add_argument("--json", default=None,
+    parser.add_argument("--json", default=None, metavar="OUT",
                         help="write every figure to this JSON file (figures already in it are kept and reused: "
                         "rerunning with --parts reference after a crash or on another day reuses 'default')")
     parser.add_argument("--parts", default="default,durations,reference",
@@ -116,26 +173,46 @@ def main(argv: list[str] | None = None) -> int:
         durations = [float(d) for d in args.durations.split(",") if d.strip()]
     except ValueError:
         durations = []
-    if not durations or not all(0 < d < float("inf") for d in durations):
+    if (not durations and args.durations.strip()) or not all(0 < d < float("inf") for d in durations):
         parser.exit(2, f"error: --durations {args.durations!r}: expected a comma list of seconds > 0\n")
+    # The bracket's ends are written with 4 significant digits: a narrower span than 0.001 could round them together.
+    if not 0.001 <= args.reference_span < 1:
+        parser.exit(2, f"error: --reference-span must be a share from 0.001 to below 1, got {args.reference_span}\n")
+    if not MIN_TOLERANCE <= args.reference_tolerance < 1:  # nan fails this too
+        parser.exit(2, f"error: --reference-tolerance must be from {MIN_TOLERANCE} to below 1, got "
+                       f"{args.reference_tolerance}\n")
+    centres = None
+    if args.reference_centres is not None:
+        try:
+            centres = _centres(args.reference_centres, args.reference_span)
+        except ValueError as exc:
+            parser.exit(2, f"error: --reference-centres {exc}\n")
+    problem = args.json is not None and check_output_path(args.json, "--json", [Path(TRACE)])
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
+    figures: dict = {}
+    if args.json is not None and Path(args.json).exists():
+        figures = _load_figures(parser, args.json)
+    run_reference = "reference" in parts and args.reference_duration > 0
+    if run_reference and centres is None and "default" not in parts and not figures.get("default", {}).get("configs"):
+        parser.exit(2, "error: --parts reference without default has nothing to bracket: add default to --parts, "
+                       "give --reference-centres, or a --json holding a 'default' part\n")
     jobs = ["--jobs", str(args.jobs)] if args.jobs else []
     common = ["--replicas", "1,2"] + jobs
-    figures: dict = {}
-    if args.json and Path(args.json).exists():
-        figures = json.loads(Path(args.json).read_text())
     figures.update({"trace": "traces/sharegpt.parquet", "slo": SLO, "python": platform.python_version(),
                     "cpu_count": os.cpu_count()})
 
     def save() -> None:
-        if args.json:
-            Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+        if args.json is not None:  # whole or not at all (the figures of the parts before kept), its folder made
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(Path(args.json), json.dumps(figures, indent=2) + "\n")
 
     if "default" in parts:
         figures["default"] = run_capacity_argv(common + ["--seeds", str(args.seeds), "--seed-offset",
                                                          str(args.seed_offset)])
         print(_line("default options", figures["default"]), flush=True)
         save()
-    if "durations" in parts:
+    if "durations" in parts and durations:  # --durations '' skips the study
         figures.setdefault("durations", {})
         for duration in [d for d in args.durations.split(",") if d.strip()]:
             run = run_capacity_argv(common + ["--seeds", str(args.duration_seeds), "--min-duration-s", duration,
@@ -143,18 +220,19 @@ def main(argv: list[str] | None = None) -> int:
             figures["durations"][duration] = run
             print(_line(f"--min-duration-s {duration} --min-requests 0", run), flush=True)
             save()
-    if "reference" in parts and args.reference_duration > 0:
+    if run_reference:
         figures["reference"] = {}
-        defaults = figures.get("default", {}).get("configs", {})
-        centres = {replicas: answer["max_qps"] for replicas, answer in defaults.items()}
-        if args.reference_centres:
-            centres = dict(item.split("=") for item in args.reference_centres.split(","))
+        if centres is None:
+            defaults = figures.get("default", {}).get("configs", {})
+            centres = {replicas: answer.get("max_qps") for replicas, answer in defaults.items()}
         for replicas, centre in centres.items():
-            centre = float(centre)
+            if not isinstance(centre, int | float) or not centre > 0:  # no rate met the SLO: nothing to bracket
+                print(f"reference for {replicas} replica(s) skipped: the default answer is {centre}", flush=True)
+                continue
+            qps_min, qps_max = _reference_bracket(centre, args.reference_span)
             run = run_capacity_argv([
                 "--replicas", replicas, "--seeds", "1", "--min-duration-s", str(args.reference_duration),
-                "--qps-min", f"{centre * (1 - args.reference_span):.4g}",
-                "--qps-max", f"{centre * (1 + args.reference_span):.4g}",
+                "--qps-min", qps_min, "--qps-max", qps_max,
                 "--tolerance", str(args.reference_tolerance), "--no-duration-check",
             ] + jobs)
             figures["reference"][replicas] = run
@@ -164,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         errors = {}
         for replicas, answer in figures["default"]["configs"].items():
             reference = figures["reference"].get(replicas, {}).get("configs", {}).get(replicas, {}).get("max_qps")
-            errors[replicas] = round(answer["max_qps"] / reference - 1, 4) if reference else None
+            errors[replicas] = round(answer["max_qps"] / reference - 1, 4) if reference and answer["max_qps"] else None
         figures["error_vs_reference"] = errors
         within = all(e is not None and abs(e) <= TARGET_ERROR for e in errors.values())
         print(f"default vs reference: {errors} (target within {TARGET_ERROR:.0%}: {'PASS' if within else 'FAIL'})")

@@ -20,15 +20,76 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import SamplingParams  # noqa: E402
 
+# The workload's lengths are drawn uniform in [MIN_LEN, --max-input-len] and [MIN_LEN, --max-output-len] and its
+# token ids uniform in [0, MAX_TOKEN_ID], as nano-vLLM's bench.py draws them.
+MIN_LEN = 100
+MAX_TOKEN_ID = 10000
+
 
 def workload(num_seqs: int, max_input_len: int, max_output_len: int, seed: int = 0):
     random.seed(seed)
-    prompts = [[random.randint(0, 10000) for _ in range(random.randint(100, max_input_len))] for _ in range(num_seqs)]
+    prompts = [[random.randint(0, MAX_TOKEN_ID) for _ in range(random.randint(MIN_LEN, max_input_len))]
+               for _ in range(num_seqs)]
     params = [
-        SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=random.randint(100, max_output_len))
+        SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=random.randint(MIN_LEN, max_output_len))
         for _ in range(num_seqs)
     ]
     return prompts, params
+
+
+def engine_options(args) -> dict:
+    """The options ``engine.LLM`` is given (those left out take the engine's defaults)."""
+    options = dict(load_format="dummy", max_model_len=args.max_model_len, policy=args.policy,
+                   enforce_eager=args.enforce_eager, tensor_parallel_size=args.tensor_parallel_size)
+    for name in ("block_size", "max_num_batched_tokens", "max_cuda_graph_tokens"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    return options
+
+
+def check_args(parser: argparse.ArgumentParser, args) -> None:
+    """Exit 2 with one line naming the option for what the engine or the workload cannot run with: each was a
+    traceback after torch was imported and the model built (or an out-of-range token id on the GPU), or requests
+    silently cut or rejected, the tokens per second then of a smaller workload than the one printed."""
+    from engine.core.config import ConfigError
+    from engine.core.model_config import ModelShape
+    from engine.options import EngineOptions
+
+    minimums = {"num_seqs": 1, "max_input_len": MIN_LEN, "max_output_len": MIN_LEN, "peer_num_seqs": 1}
+    for name, minimum in minimums.items():  # 0 divided by zero after the run; below MIN_LEN an empty range
+        if getattr(args, name) < minimum:
+            why = f" (lengths are drawn uniform in [{MIN_LEN}, N], as nano-vLLM's bench.py)" if minimum > 1 else ""
+            parser.exit(2, f"error: --{name.replace('_', '-')} must be >= {minimum}{why}, got {getattr(args, name)}\n")
+    try:
+        options = EngineOptions.from_kwargs(args.model, **engine_options(args))
+    except ConfigError as exc:  # names its field: --block-size 3 is "block_size must be a power of two ..."
+        flag = f"--{exc.field.replace('_', '-')}: " if exc.field else ""
+        parser.exit(2, f"error: {flag}{exc}\n")
+    try:
+        shape = ModelShape.load(args.model)
+    except (OSError, ValueError) as exc:  # FileNotFoundError for an unknown name; ValueError for a bad config.json
+        parser.exit(2, f"error: --model {args.model}: {exc}\n")
+    if shape.vocab_size <= MAX_TOKEN_ID:
+        parser.exit(2, f"error: --model {args.model}: vocab_size {shape.vocab_size}; the workload's token ids go up to "
+                       f"{MAX_TOKEN_ID}, expected a vocab_size > {MAX_TOKEN_ID}\n")
+    if args.max_model_len > shape.max_position_embeddings:
+        parser.exit(2, f"error: --max-model-len {args.max_model_len} is more than {shape.name}'s "
+                       f"max_position_embeddings; expected <= {shape.max_position_embeddings}\n")
+    try:
+        options.check_model(shape)
+    except ValueError as exc:  # the heads, intermediate size or vocabulary not divisible by the ranks
+        parser.exit(2, f"error: --tensor-parallel-size: {exc}\n")
+    # As vLLM's benchmark_throughput, every request must fit whole: the engine would cut a longer one at
+    # max_model_len (or reject its prompt), and the figure would be of fewer tokens than the workload's.
+    longest = args.max_input_len + args.max_output_len
+    if longest > args.max_model_len:
+        parser.exit(2, f"error: --max-model-len {args.max_model_len} is below the longest request the workload may "
+                       f"draw (--max-input-len {args.max_input_len} + --max-output-len {args.max_output_len} = "
+                       f"{longest} tokens); expected >= {longest}, or lower lengths\n")
+    if options.policy == "nano" and args.max_input_len > options.max_num_batched_tokens:
+        parser.exit(2, f"error: --max-input-len {args.max_input_len} is above --max-num-batched-tokens "
+                       f"{options.max_num_batched_tokens}, and --policy nano does not chunk prefills: longer prompts "
+                       "would be rejected\n")
 
 
 def run_engine(args, prompts, params) -> dict:
@@ -36,16 +97,8 @@ def run_engine(args, prompts, params) -> dict:
 
     from engine import LLM
 
-    options = dict(load_format="dummy", max_model_len=args.max_model_len, policy=args.policy,
-                   enforce_eager=args.enforce_eager, tensor_parallel_size=args.tensor_parallel_size)
-    if args.block_size:
-        options["block_size"] = args.block_size
-    if args.max_num_batched_tokens:
-        options["max_num_batched_tokens"] = args.max_num_batched_tokens
-    if args.max_cuda_graph_tokens is not None:
-        options["max_cuda_graph_tokens"] = args.max_cuda_graph_tokens
     started = time.perf_counter()
-    llm = LLM(args.model, **options)
+    llm = LLM(args.model, **engine_options(args))
     init_s = time.perf_counter() - started
     llm.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=8), use_tqdm=False)  # warm-up
 
@@ -76,8 +129,15 @@ def run_engine(args, prompts, params) -> dict:
     wall_s = time.perf_counter() - start
     output_tokens = sum(s.num_completion_tokens for s in seqs)
     num_steps = timings.num_steps
+    # Requests that did not get every token asked for (the sequence alone filled the KV cache, or was rejected).
+    short: dict[str, int] = {}
+    for seq in seqs:
+        reason = getattr(seq.finish_reason, "value", str(seq.finish_reason))
+        if reason != "length":
+            short[reason] = short.get(reason, 0) + 1
     result = {
         "output_tokens": output_tokens,
+        "num_requests_short": short,
         "prompt_tokens": sum(len(p) for p in prompts),
         "wall_s": wall_s,
         "output_tok_per_s": output_tokens / wall_s,
@@ -151,11 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer", action="store_true", help="also time transformers' generate_batch on a subset")
     parser.add_argument("--peer-num-seqs", type=int, default=32,
                         help="requests given to the peer (default: %(default)s)")
-    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--json", default=None, metavar="OUT", help="write the results here")
     args = parser.parse_args(argv)
-    for name in ("num_seqs", "max_input_len", "max_output_len", "peer_num_seqs"):  # 0 divided by zero after the run
-        if getattr(args, name) < 1:
-            parser.exit(2, f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}\n")
+    check_args(parser, args)  # before torch is imported or a GPU touched
+    from engine.core.model_config import resolve_model_dir
+    from sim.files import check_output_path, write_text_atomic
+
+    problem = args.json is not None and check_output_path(args.json, "--json",
+                                                          [resolve_model_dir(args.model) / "config.json"])
+    if problem:  # a folder or an unwritable path failed after the whole run
+        parser.exit(2, f"error: {problem}\n")
 
     prompts, params = workload(args.num_seqs, args.max_input_len, args.max_output_len)
     results = {"workload": {"num_seqs": args.num_seqs, "prompt_tokens": sum(map(len, prompts)),
@@ -165,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{engine['output_tok_per_s']:.0f} tok/s ({engine['num_steps']} steps, "
           f"{engine['num_graph_steps']} graph replays, "
           f"{engine['num_gpu_blocks']} KV blocks)")
+    if engine["num_requests_short"]:
+        print(f"WARNING: requests that did not get every token asked for: {engine['num_requests_short']}")
     print("per step (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in engine["per_step_ms"].items()))
     if args.peer:
         try:
@@ -175,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # the peer is optional; say why it did not run
             results["peer_error"] = f"{type(exc).__name__}: {exc}"
             print(f"peer not measured: {results['peer_error']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    if args.json is not None:  # whole or not at all, its folder made if missing
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(args.json), json.dumps(results, indent=2) + "\n")
     return 0
 
 

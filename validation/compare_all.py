@@ -64,6 +64,16 @@ PLAN: dict[str, tuple[str, str, list[str]]] = {
     **{f"g-azure-8b-{name}": (f"(g) qwen3-8b, Azure conv, ~{share}% ({qps} req/s)", "azure_conv_slice.parquet",
                               [*_online(qps, limit), "--model", "qwen3-8b"])
        for name, share, qps, limit in (("light", 20, 4, 400), ("p70", 70, 12.5, 1200))},
+    # Held out (fourteenth session): shapes no calibration or profile point was chosen for, and the main job's trace.
+    "h-longctx-p70": ("(h) long context (~6k prompts), ~70% (9 req/s)", "heldout_longctx.parquet", _online(9, 1000)),
+    "h-longctx-p90": ("(h) long context (~6k prompts), ~90% (11.5 req/s)", "heldout_longctx.parquet",
+                      _online(11.5, 1000)),
+    "h-longout-p70": ("(h) long outputs (~800), bursty, ~70% (16 req/s)", "heldout_longout.parquet",
+                      _online(16, 1500)),
+    "h-longout-p90": ("(h) long outputs (~800), bursty, ~90% (20 req/s)", "heldout_longout.parquet",
+                      _online(20, 1500)),
+    "h-sharegpt-p70": ("(h) traces/sharegpt.parquet, ~70% (27 req/s)", str(ROOT / "traces" / "sharegpt.parquet"),
+                       _online(27, 2000)),
 }
 HEADLINE = ["ttft_ms.p50", "ttft_ms.p90", "tpot_ms.p50", "tpot_ms.p90", "e2e_ms.p50", "e2e_ms.p90", "output_throughput"]
 

@@ -11,6 +11,10 @@
 - decode_heavy.parquet: synthesised, short prompts (~300 tokens, lognormal, sigma 0.6) and long outputs (~350,
   lognormal, sigma 0.6) arriving in bursts (gamma gaps, CV 2): the shape where large decode batches dominate and
   arrivals are not Poisson (4,000 requests, seed 13).
+- heldout_longctx.parquet, heldout_longout.parquet: shapes no profile point or calibration was chosen for (made
+  for the fourteenth session's held-out runs): long contexts (prompts ~6,000 tokens, lognormal sigma 0.6, up to
+  14,000; outputs ~150), where decode steps read more KV than the profile grid measured; long outputs (prompts ~300,
+  outputs ~800, lognormal sigma 0.6, up to 4,000) arriving in bursts (gamma gaps, CV 2).
 """
 
 from __future__ import annotations
@@ -42,12 +46,12 @@ def bench_workload(out: Path) -> None:
     save_trace(df, out)
 
 
-def synthesised(out: Path, options: list[str]) -> None:
-    """A traces.synth trace at ``out`` (4,000 requests), made anew."""
+def synthesised(out: Path, options: list[str], num_requests: int = 4000) -> None:
+    """A traces.synth trace at ``out``, made anew."""
     from traces.synth import main as synth
 
     out.unlink(missing_ok=True)  # synth refuses to replace a file; this folder is regenerated whole
-    synth(["-o", str(out), "--num-requests", "4000", *options])
+    synth(["-o", str(out), "--num-requests", str(num_requests), *options])
 
 
 # benchmarks/serving.py's shape, with another seed (11, not the benchmark's 7)
@@ -56,6 +60,11 @@ PREFILL_HEAVY = ["--qps", "50", "--prompt-dist", "lognormal:median=2048,sigma=0.
 DECODE_HEAVY = ["--qps", "20", "--arrival", "gamma", "--cv", "2",
                 "--prompt-dist", "lognormal:median=300,sigma=0.6,max=4000",
                 "--output-dist", "lognormal:median=350,sigma=0.6,max=2000", "--seed", "13"]
+HELDOUT_LONG_CONTEXT = ["--qps", "10", "--prompt-dist", "lognormal:median=6000,sigma=0.6,max=14000",
+                        "--output-dist", "lognormal:median=150,sigma=0.8,max=1000", "--seed", "11"]
+HELDOUT_LONG_OUTPUT = ["--qps", "10", "--arrival", "gamma", "--cv", "2",
+                       "--prompt-dist", "lognormal:median=300,sigma=0.8,max=4000",
+                       "--output-dist", "lognormal:median=800,sigma=0.6,max=4000", "--seed", "12"]
 
 
 def slice_of(fmt: str, src: Path, start: int, count: int, out: Path) -> None:
@@ -98,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
              out / "mooncake_calibration.parquet")
     synthesised(out / "prefill_heavy.parquet", PREFILL_HEAVY)
     synthesised(out / "decode_heavy.parquet", DECODE_HEAVY)
+    synthesised(out / "heldout_longctx.parquet", HELDOUT_LONG_CONTEXT, 1200)
+    synthesised(out / "heldout_longout.parquet", HELDOUT_LONG_OUTPUT, 1500)
     for path in sorted(out.glob("*.parquet")):
         df = pl.read_parquet(path)
         print(f"{path.name}: {df.height} requests, span {df['arrival_s'].max():.1f} s, "

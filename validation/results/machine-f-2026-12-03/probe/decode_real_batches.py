@@ -1,0 +1,96 @@
+"""Real decode batches (context vectors rebuilt from GPU runs) through one layer's paged decode, as the engine runs it
+(its long-context slots) and with more slots, against an equal-context batch of the same KV tokens (what the profile
+grid's points measure).
+
+    python validation/results/machine-f-2026-12-03/probe/decode_real_batches.py OUT.json
+
+From the repository root, on the GPU; ``contexts.json`` beside this file was written by ``dump_contexts.py``.
+"""
+
+import functools
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, ".")
+import torch  # noqa: E402
+
+from engine.gpu.attention.triton_kernels import paged_decode  # noqa: E402
+from engine.gpu.attention.triton_kernels_host import (  # noqa: E402
+    DecodeSplits,
+    decode_row_order,
+    decode_splits,
+    long_decode_rows,
+)
+
+HERE = Path(__file__).resolve().parent
+DEV = "cuda"
+HEADS, KV_HEADS, DIM, PAGE, MAX_LEN = 16, 8, 128, 256, 16384  # qwen3-0.6b, the runs' page size and max_model_len
+
+
+def time_us(launch) -> float:
+    """Median of 30 replays of a CUDA graph of 20 launches, per launch."""
+    for _ in range(3):
+        launch()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(20):
+            launch()
+    graph.replay()
+    times = []
+    for _ in range(30):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / 20)
+    return round(statistics.median(times), 1)
+
+
+def run(lengths: list[int], bucket: int, slots: int | None, sms: int) -> tuple[float, DecodeSplits]:
+    bs = len(lengths)
+    need = [-(-n // PAGE) for n in lengths]
+    k = torch.randn(sum(need) + 1, KV_HEADS, PAGE, DIM, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    tables = torch.zeros(bs, max(need), dtype=torch.int32, device=DEV)
+    start = 0
+    for i, n in enumerate(need):
+        tables[i, :n] = torch.arange(start, start + n, device=DEV)
+        start += n
+    context = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    q = torch.randn(bs, HEADS, DIM, device=DEV, dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+    plan = decode_splits(bucket, KV_HEADS, MAX_LEN, sms)  # the engine plans from the CUDA-graph bucket
+    if slots is not None and plan.num_long_seqs:
+        plan = DecodeSplits(plan.num_splits, plan.fill_splits, plan.cap_tiles, slots)
+    rows = long_decode_rows(lengths, plan)
+    longs = torch.tensor(rows, dtype=torch.int32, device=DEV) if rows else None
+    order = torch.tensor(decode_row_order(lengths), dtype=torch.int32, device=DEV)
+    return time_us(functools.partial(paged_decode, q, k, v, tables, context, DIM**-0.5, plan.num_splits, out=out,
+                                     fill_splits=plan.fill_splits, long_seqs=longs, row_order=order)), plan
+
+
+def main() -> None:
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    results = []
+    for case in json.loads((HERE / "contexts.json").read_text()):
+        ctx = case["contexts"]
+        bs = len(ctx)
+        bucket = next(b for b in (48, 64, 80, 96, 112, 128) if b >= bs)
+        row = {"run": case["run"], "step": case["step"], "bs": bs, "bucket": bucket, "kv": sum(ctx), "max": max(ctx),
+               "num_over_2048": sum(c > 2048 for c in ctx), "real_step_ms": round(case["real_ms"], 2)}
+        row["equal_us"], plan = run([sum(ctx) // bs] * bs, bucket, None, sms)
+        row["fill_splits"], row["num_splits"] = plan.fill_splits, plan.num_splits
+        for slots in (None, 8, 16, 32):
+            us, used = run(ctx, bucket, slots, sms)
+            row[f"slots_{used.num_long_seqs}_us"] = us
+        print(json.dumps(row), flush=True)
+        results.append(row)
+    Path(sys.argv[1]).write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -28,8 +28,8 @@ def test_fill_splits_keep_about_four_programs_per_multiprocessor():
 
 def test_large_batches_split_their_long_contexts_further():
     # max_model_len 16384 = 256 tiles of 64; a 32-tile cap needs 8 splits for the longest context.
-    assert decode_splits(256, 8, 16384, SMS) == DecodeSplits(num_splits=8, fill_splits=1, cap_tiles=32, num_long_seqs=4)
-    assert decode_splits(32, 8, 16384, SMS) == DecodeSplits(num_splits=8, fill_splits=4, cap_tiles=32, num_long_seqs=4)
+    assert decode_splits(256, 8, 16384, SMS) == DecodeSplits(num_splits=8, fill_splits=1, cap_tiles=32, num_long_seqs=8)
+    assert decode_splits(32, 8, 16384, SMS) == DecodeSplits(num_splits=8, fill_splits=4, cap_tiles=32, num_long_seqs=8)
     # small batches already split widely: no second launch
     assert decode_splits(1, 8, 16384, SMS) == DecodeSplits(num_splits=64, fill_splits=64, cap_tiles=32, num_long_seqs=0)
     # 65536-token contexts would need 32 splits; capped at 8 (a 128-tile range each)
@@ -77,7 +77,7 @@ def test_the_warm_up_covers_every_decode_variant_of_a_deployment():
     """qwen3-0.6b on an H200 (8 KV heads, 4k context, 256 sequences): fills of 64 down to 1, and the one
     variant where large batches give long contexts two ranges."""
     assert reachable_decode_splits(8, 4096, 256, SMS) == [
-        DecodeSplits(2, 1, 32, 4), *(DecodeSplits(s, s, 32, 0) for s in (2, 4, 8, 16, 32, 64))]
+        DecodeSplits(2, 1, 32, 8), *(DecodeSplits(s, s, 32, 0) for s in (2, 4, 8, 16, 32, 64))]
     assert reachable_decode_splits(8, 4096, 1, SMS) == [DecodeSplits(64, 64, 32, 0)]
 
 

@@ -9,7 +9,11 @@ import numpy as np
 from engine.core.config import cdiv
 
 DECODE_TILE_TOKENS = 64  # KV tokens per tile of the decode kernel (fewer when a page is smaller)
-LONG_SEQ_SLOTS = 4  # at most this many long contexts per decode batch get extra splits
+# At most this many long contexts per decode batch get extra splits. Real serving batches of 56-112 rows hold 9-22
+# contexts over the cap (ShareGPT at ~70 % load, 2026-12-03): with 4 slots their decode attention took 3-19 % longer
+# than an equal-context batch of the same KV tokens (what the profile grid measures), with 8 as long (within 1 %); 16
+# helped one batch more and 32 cost more in padding (validation/results/machine-f-2026-12-03/probe/).
+LONG_SEQ_SLOTS = 8
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,9 @@ def _check_token_times(frame: pl.DataFrame) -> None:
         value = next(v for v in times[row] if v is None or not abs(v) <= MAX_TIME_S)
         _fail("requests", "token_times_s", row, value, f"finite times within {MAX_TIME_S:g} seconds of the run's "
               "start")
-    row = _first(times.list.diff().list.min() < 0)
+    # Cast: over a column whose rows are all null (no token times recorded, as a null row alone is read) polars
+    # gives the differences' minimum the Null type, which has no '<' (a NotImplementedError traceback).
+    row = _first(times.list.diff().list.min().cast(pl.Float64) < 0)
     if row is not None:
         values = times[row].to_list()
         index = next(i for i in range(1, len(values)) if values[i] < values[i - 1])

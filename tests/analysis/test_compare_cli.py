@@ -297,6 +297,17 @@ def test_an_impossible_request_table_is_one_line(tmp_path: Path, capsys: pytest.
     assert not (tmp_path / "out").exists()
 
 
+def test_a_run_without_any_token_times_compares(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """token_times_s null on every row (none recorded, as one null row is read) was a NotImplementedError traceback
+    ('Series of type Null does not have lt operator') from the table check."""
+    real_dir, sim_dir = write_pair(tmp_path)
+    nulls = pl.Series("token_times_s", [None] * 3, dtype=pl.List(pl.Float64))
+    write_run(sim_dir, real_requests().with_columns(nulls), real_steps())
+    code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", str(tmp_path / "out")], capsys)
+    assert code == 0, stderr
+    assert "Traceback" not in stderr
+
+
 def test_a_step_of_negative_duration_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     real_dir, sim_dir = write_pair(tmp_path)
     write_run(sim_dir, real_requests(), _set(real_steps(), "duration_s", 1, -0.5))

@@ -130,6 +130,21 @@ def test_token_times_past_the_finish_or_the_count_are_refused(tmp_path, capsys, 
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
+@pytest.mark.parametrize("rows", ["one", "all"])
+def test_null_token_times_are_read_as_none_recorded(tmp_path, rows):
+    """A row without token times is summarized without ITLs of its own; a column of nothing but such rows was a
+    NotImplementedError traceback ('Series of type Null does not have lt operator') from the order check."""
+    out = _run(tmp_path)
+    path = out / "requests.parquet"
+    frame = pl.read_parquet(path)
+    values = frame["token_times_s"].to_list()
+    values = [None if rows == "all" or i == 3 else v for i, v in enumerate(values)]
+    frame.with_columns(pl.Series("token_times_s", values, dtype=pl.List(pl.Float64))).write_parquet(path)
+    assert summarize_main([str(out), "--quiet"]) == 0
+    itl = json.loads((out / "summary.json").read_text())["itl_ms"]
+    assert (itl["mean"] is None) == (rows == "all")
+
+
 def test_report_html_that_is_a_link_is_replaced_not_followed(tmp_path):
     """--report wrote through a report.html linked to another file, overwriting that file."""
     out = _run(tmp_path)

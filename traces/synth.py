@@ -153,20 +153,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--multi-turn", action="store_true",
         help="draw chat sessions; later turns reuse earlier turns as prefix (hash_ids)",
     )
-    parser.add_argument("--turns", default="sharegpt", help=f"turns per session with --multi-turn: {DIST_HELP}")
+    # The --multi-turn options default to None, so that one given without --multi-turn is told from one left out
+    # (config_from_args fills in _SESSION_OPTIONS' defaults): --hash-block-size 16 alone was ignored without a word.
+    parser.add_argument("--turns", default=None,
+                        help=f"turns per session with --multi-turn (default: sharegpt): {DIST_HELP}")
     parser.add_argument(
-        "--think-time-s", type=float, default=30.0, help="mean gap between a turn's arrival and the next turn's (s)"
+        "--think-time-s", type=float, default=None,
+        help="mean gap between a turn's arrival and the next turn's (s; default: 30)"
     )
     parser.add_argument(
-        "--think-time-cv", type=float, default=1.0,
-        help="coefficient of variation of think times (1 = exponential, 0 = fixed)",
+        "--think-time-cv", type=float, default=None,
+        help="coefficient of variation of think times (1 = exponential, the default; 0 = fixed)",
     )
-    parser.add_argument("--hash-block-size", type=int, default=16, help="tokens per hash block with --multi-turn")
+    parser.add_argument("--hash-block-size", type=int, default=None,
+                        help="tokens per hash block with --multi-turn (default: 16)")
     parser.add_argument(
-        "--max-context-tokens", type=int, default=16384,
+        "--max-context-tokens", type=int, default=None,
         help="with --multi-turn: a session ends before a turn whose prompt + output would exceed this, and a first "
         "turn that would is cut to fit (prompt to at most half of it, output to the rest; the summary line counts "
-        "them)",
+        "them; default: 16384)",
     )
     parser.add_argument(
         "--warmup-s", type=float, default=None,
@@ -191,12 +196,14 @@ def config_from_args(args: argparse.Namespace) -> SynthConfig:
     if args.arrival == "gamma" and args.cv is None:
         raise ValueError("--arrival gamma needs --cv")
     if not args.multi_turn:  # each was ignored without a word: --hash-block-size 7 wrote a trace without hash_ids
-        session_only = [option for option, value, default in _SESSION_OPTIONS
-                        if getattr(args, value) != default]
+        session_only = [option for option, value, _ in _SESSION_OPTIONS if getattr(args, value) is not None]
         if session_only:
             raise ValueError(f"{', '.join(session_only)} {'applies' if len(session_only) == 1 else 'apply'} to "
                              "--multi-turn sessions; pass --multi-turn or leave "
                              f"{'it' if len(session_only) == 1 else 'them'} out")
+    for _, value, default in _SESSION_OPTIONS:  # left out: the default (None for --warmup-s: derived from the rest)
+        if getattr(args, value) is None:
+            setattr(args, value, default)
     return SynthConfig(
         num_requests=args.num_requests,
         qps=args.qps,

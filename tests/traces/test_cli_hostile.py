@@ -249,6 +249,28 @@ def test_convert_keeps_every_digit_of_a_large_token_count(tmp_path):
     assert load_trace(out).requests["prompt_tokens"].to_list() == [9007199254740993, 12]
 
 
+@pytest.mark.parametrize(("fmt", "header", "row"), [
+    ("azure", AZURE_HEADER, "2023-11-16 18:15:46,{},5\n"),
+    ("burstgpt", "Timestamp,Request tokens,Response tokens\n", "5,{},4\n"),
+    ("vidur", "num_prefill_tokens,num_decode_tokens\n", "{},5\n"),
+])
+def test_convert_token_counts_at_the_int64_edge(tmp_path, capsys, fmt, header, row):
+    """2**63 - 1 (and 9223372036854775000) parse exactly, but the float column beside them rounds to 2**63, which
+    the strict int64 cast refused: a polars InvalidOperationError traceback. Exact digits below 2**63 convert, as
+    a parquet trace holds them; a count past it, or one that only a float spells, is the line's error."""
+    out = tmp_path / "o.parquet"
+    for value in (2**63 - 1, 9223372036854775000):
+        source = _write(tmp_path / f"{fmt}.csv", header + row.format(value))
+        assert convert_main([fmt, str(source), "-o", str(out), "--overwrite"]) == 0
+        assert load_trace(out).requests["prompt_tokens"].to_list() == [value]
+    column = header.split(",")[1 if fmt != "vidur" else 0]
+    for text in (str(2**63), "9223372036854775807.0"):
+        source = _write(tmp_path / f"{fmt}.csv", header + row.format(text))
+        line = cli_error(convert_main, [fmt, str(source), "-o", str(tmp_path / "no.parquet")], capsys)
+        assert line == f"error: {source}: line 2: field {column!r} is {text}; expected an integer below 2**63"
+    assert not (tmp_path / "no.parquet").exists()
+
+
 @pytest.mark.parametrize(("stamp", "pattern"), [
     ("9999-12-31 23:59:59.0", "outside the years"),  # wrapped around int64 nanoseconds silently
     ("", "is empty"),
@@ -335,6 +357,12 @@ def test_synth_refuses_bad_numbers(tmp_path, capsys, args, pattern):
 @pytest.mark.parametrize(("args", "expected"), [
     (["--hash-block-size", "7"], "--hash-block-size applies to --multi-turn sessions; pass --multi-turn or leave it "
      "out"),
+    # Each option's default, given explicitly: told from one left out only by its value, it was ignored.
+    (["--hash-block-size", "16"], "--hash-block-size applies to --multi-turn sessions; pass --multi-turn or leave it "
+     "out"),
+    (["--turns", "sharegpt", "--think-time-s", "30", "--think-time-cv", "1", "--max-context-tokens", "16384"],
+     "--turns, --think-time-s, --think-time-cv, --max-context-tokens apply to --multi-turn sessions; pass "
+     "--multi-turn or leave them out"),
     (["--turns", "fixed:3", "--think-time-s", "5", "--think-time-cv", "0", "--max-context-tokens", "100",
       "--warmup-s", "0"], "--turns, --think-time-s, --think-time-cv, --max-context-tokens, --warmup-s apply to "
      "--multi-turn sessions; pass --multi-turn or leave them out"),

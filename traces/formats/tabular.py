@@ -231,7 +231,10 @@ def int_column(path: Path, frame: pl.DataFrame, field: str, minimum: int = 0) ->
         row = int(huge[0])
         raise TraceError(f"{path}: line {line_of_row(path, row)}: field {field!r} is {text[row]}; expected an integer "
                          "below 2**63")
-    values = exact.fill_null(parsed.cast(pl.Int64)).alias(field)
+    # Not strict: the float of an exact 2**63 - 1 rounds to 2**63, and the strict cast refused the whole column (an
+    # InvalidOperationError traceback) though only the rows without exact digits take its values, all refused above
+    # where beyond int64.
+    values = exact.fill_null(parsed.cast(pl.Int64, strict=False)).alias(field)
     low = (values < minimum).arg_true()
     if len(low):
         row = int(low[0])

@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                        "for its last: shift arrival_s to start near 0 (e.g. Unix timestamps minus the first)\n")
     from analysis.report.summary_table import format_summary_table
 
+    note = _cpu_fallback_note(options)
+    if note:
+        print(note, file=sys.stderr)
     out_dir = Path(args.out)
     try:
         # Made now, so a bad --out fails at once; never over an input.
@@ -161,6 +164,22 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         print(format_summary_table(summary))
     return 0
+
+
+def _cpu_fallback_note(options: EngineOptions) -> str | None:
+    """The line to print when the replay will run on the CPU only because torch sees no CUDA device and no device
+    was chosen (--device auto, the default, which the engine resolves to cuda when available): it ran there for
+    minutes without a word, and recorded CPU step times as if they were a GPU's. None otherwise."""
+    if options.device != "auto":
+        return None
+    try:
+        import torch
+    except ImportError:  # the engine's own load says torch is missing
+        return None
+    if torch.cuda.is_available():
+        return None
+    return ("note: torch sees no CUDA device, so engine.replay runs on the CPU (slow; its step times are the CPU's); "
+            "pass --device cpu to choose it without this note, or run on a GPU host")
 
 
 def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Namespace) -> dict:

@@ -129,3 +129,26 @@ def test_engine_replay_refuses_rotary_tables_beyond_host_memory_before_loading(t
     assert line == ("error: max_model_len=100000000: qwen3-0.6b's rotary tables for that many positions need 143.1 "
                     "GiB of host memory besides 2.2 GiB of weights, and 8.0 GiB is available; lower --max-model-len")
     assert not out.exists() and list(tmp_path.iterdir()) == [trace]
+
+
+@pytest.mark.parametrize(("device", "cuda", "noted"), [
+    ([], False, True),  # ran on the CPU for minutes without a word
+    (["--device", "cpu"], False, False),  # asked for: no note
+    ([], True, False),  # auto finds the GPU
+])
+def test_engine_replay_says_when_it_falls_back_to_the_cpu(trace, tmp_path, capsys, monkeypatch, device, cuda, noted):
+    torch = pytest.importorskip("torch")
+    import engine.llm
+
+    def stop(*args, **kwargs):
+        raise ValueError("stopped before the load")
+
+    monkeypatch.setattr(engine.llm, "LLM", stop)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    argv = [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", *device, "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit):
+        replay_main(argv)
+    lines = capsys.readouterr().err.splitlines()
+    note = ("note: torch sees no CUDA device, so engine.replay runs on the CPU (slow; its step times are the CPU's); "
+            "pass --device cpu to choose it without this note, or run on a GPU host")
+    assert lines == ([note] if noted else []) + ["error: stopped before the load"]

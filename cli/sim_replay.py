@@ -50,7 +50,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bool, slos=None,
                   bands: dict | None = None) -> dict:
     cfg = result.config
-    estimate = " (an analytic estimate, not measured)" if result.cost_model_name == "roofline-estimate" else ""
+    roofline = result.cost_model_name.startswith("roofline-estimate")  # then ", host slowdown ..." if one is given
+    estimate = " (an analytic estimate, not measured)" if roofline else ""
     requests, steps = result.requests_table(), result.steps_table()
     warnings = run_warnings(cfg, cfg.model_shape, pl.from_arrow(steps), requests.column("arrival_s").to_numpy())
     meta = {"cost_model": result.cost_model_name, "trace": str(trace_path), "config": result.describe(),

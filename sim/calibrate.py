@@ -194,7 +194,7 @@ def _summary(run_dir: Path) -> dict:
     """A run folder's summary.json as an object; {} when it is missing, unreadable or not an object."""
     try:
         summary = json.loads(read_json_input(run_dir / "summary.json"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
         return {}
     return summary if isinstance(summary, dict) else {}
 
@@ -203,7 +203,8 @@ def _simulated_by(run_dir: Path) -> str | None:
     """The cost model a sim.replay folder names in its summary.json (a measured profile or the roofline); None
     for a GPU run (engine.replay's says "measured") or a folder without a readable summary."""
     cost_model = str(_summary(run_dir).get("cost_model"))
-    return cost_model if cost_model.startswith("profile:") or cost_model == "roofline-estimate" else None
+    # The roofline's name is followed by the host slowdown a replay was given (sim.simulator.cost_model_description).
+    return cost_model if cost_model.startswith(("profile:", "roofline-estimate")) else None
 
 
 def _other_deployment(run_dir: Path, profile: dict) -> str | None:

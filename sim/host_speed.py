@@ -138,13 +138,28 @@ class HostSpeedTimeline:
 
 def _read_timeline_rows(path: Path) -> tuple[list[float], list[float]]:
     """The (start_s, slowdown) rows of a timeline CSV, each checked with its line: a timeline starts at the run's
-    start (0 s), like those sim.host_speed writes; a row with more or fewer fields is a damaged file."""
+    start (0 s), like those sim.host_speed writes; a row with more or fewer fields, a quote never closed or a column
+    besides the two is a damaged file (an open quote on the last line was read as the rest of the file, and a third
+    column was dropped unsaid)."""
     starts, values = [], []
     with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a spreadsheet's export starts with a BOM
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or not {"start_s", "slowdown"} <= set(reader.fieldnames):
-            raise ValueError(f"{path}: expected the columns start_s,slowdown, got {reader.fieldnames}")
-        for row in reader:
+        reader = csv.DictReader(f, strict=True)
+        try:
+            names = reader.fieldnames
+        except csv.Error as exc:
+            raise ValueError(f"{path}, line 1: {_csv_problem(exc)}; expected the header start_s,slowdown") from None
+        if names is None or len(names) != 2 or set(names) != {"start_s", "slowdown"}:
+            raise ValueError(f"{path}: expected the columns start_s,slowdown (and no others), got {names}")
+        rows = iter(reader)
+        while True:
+            start_line = reader.line_num + 1  # where the next record starts (a quoted field may span lines)
+            try:
+                row = next(rows, None)
+            except csv.Error as exc:
+                raise ValueError(f"{path}, line {start_line}: {_csv_problem(exc)}; expected a CSV record of 2 "
+                                 "fields") from None
+            if row is None:
+                break
             line = reader.line_num
             if None in row or None in row.values():
                 fields = len(reader.fieldnames) + len(row.get(None) or ()) - sum(v is None for v in row.values())
@@ -164,6 +179,11 @@ def _read_timeline_rows(path: Path) -> tuple[list[float], list[float]]:
             starts.append(start)
             values.append(value)
     return starts, values
+
+
+def _csv_problem(exc: csv.Error) -> str:
+    """The csv module's complaint, said as traces.formats.tabular says it."""
+    return "a quoted field is never closed" if "end of data" in str(exc) else str(exc)
 
 
 class HostSpeedEpisodes:
@@ -344,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                        "from an engine.replay run\n")
     try:
         profile = json.loads(read_json_input(Path(args.profile)))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
         profile = None  # timeline_from_run names what is wrong with it
     other = _other_deployment(Path(args.run), profile) if isinstance(profile, dict) else None
     if other:  # another model's steps over this profile's grid: a timeline of the model gap, not the host's speed

@@ -336,12 +336,37 @@ def check_fit(profile: dict) -> None:
                          "of sizes >= 1")
     if eager.get("form", "max") not in ("sum", "max"):
         raise ValueError(f"field 'fit.eager.form' is {eager.get('form')!r}; expected 'sum' or 'max'")
-    _check_coefficients(eager.get("floor_coef"), "fit.eager.floor_coef", len(FLOOR_BASIS))
-    _check_coefficients(eager.get("gpu_coef"), "fit.eager.gpu_coef", len(GPU_BASIS))
+    form = eager.get("form", "max")
+    bases = {"floor": SUM_FLOOR_BASIS, "gpu": SUM_GPU_BASIS} if form == "sum" else {"floor": FLOOR_BASIS,
+                                                                                      "gpu": GPU_BASIS}
+    for part, basis in bases.items():
+        # The coefficients are priced on the form's own features (eager_parts): names of another form's, or of
+        # none, meant coefficients fitted on one set of features priced on another, at changed prices unsaid.
+        names = eager.get(f"{part}_basis")
+        if names is not None and names != list(basis):
+            raise ValueError(f"field 'fit.eager.{part}_basis' is {str(names)[:120]}; expected {list(basis)}, the "
+                             f"features of form {form!r}; refit it with python -m sim.fit_profile")
+        _check_coefficients(eager.get(f"{part}_coef"), f"fit.eager.{part}_coef", len(basis))
     # The cost model prices steps with the copy under 'fit' (ProfiledCostModel reads fit.serving); the top-level
-    # one is what sim.calibrate wrote and names the profile. Both must hold usable factors.
+    # one is what sim.calibrate wrote and names the profile. Both must hold usable factors, and the same ones.
     _check_serving(profile.get("serving"), "serving")
     _check_serving(fit.get("serving"), "fit.serving")
+    difference = _serving_difference(profile.get("serving") or None, fit.get("serving") or None)
+    if difference:  # the name said "host x0.83" while steps were priced at another factor, or uncalibrated
+        raise ValueError(f"{difference}; expected one calibration in both (sim.calibrate writes the same to each, "
+                         "and python -m sim.fit_profile copies 'serving' into 'fit')")
+
+
+def _serving_difference(top: dict | None, fitted: dict | None) -> str | None:
+    """Where a profile's two copies of its calibration (top-level 'serving', 'fit.serving') differ; None if nowhere."""
+    if top == fitted:
+        return None
+    if top is None or fitted is None:
+        present, absent = ("fit.serving", "serving") if top is None else ("serving", "fit.serving")
+        return f"field '{present}' holds a calibration and field '{absent}' none"
+    key = next(k for k in sorted(set(top) | set(fitted), key=str) if top.get(k) != fitted.get(k))
+    shown = ["missing" if key not in d else str(d[key])[:40] for d in (top, fitted)]
+    return f"field 'serving.{key}' is {shown[0]} but field 'fit.serving.{key}' is {shown[1]}"
 
 
 def _check_serving(serving: object, where: str, session: bool = False) -> None:
@@ -417,6 +442,9 @@ def read_profile(path: Path) -> dict:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}); expected a profile written by "
                          "python -m sim.profile") from None
+    except RecursionError:  # arrays nested thousands deep were a RecursionError traceback
+        raise ValueError(f"{path}: JSON nested too deeply to read; expected a profile written by python -m "
+                         "sim.profile") from None
     try:
         check_profile(profile)
     except ValueError as exc:
@@ -550,15 +578,16 @@ class ProfiledCostModel:
             profile = json.loads(read_json_input(path))
             _check_deployment(profile)
             measured = (Path(profile["model"]).name, profile["gpu"], profile["tensor_parallel_size"])
-            if "points" in profile:  # sim.limits reads the grid's range from them after the run
-                check_profile(profile)  # the engine options too
-            else:
-                _check_engine_options(profile)
+            # The engine options and the points, which sim.limits reads the grid's range from after the run and
+            # sim.bands the step noise: a profile without them (its 'points' deleted) passed, and lost both unsaid.
+            check_profile(profile)
             check_fit(profile)
             fit = profile["fit"]
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             detail = str(exc) if type(exc) is ValueError else f"{type(exc).__name__}: {exc}"  # ours name the field
             raise ValueError(f"cost model {path}: not a readable profile ({detail})") from None
+        except RecursionError:  # arrays nested thousands deep were a RecursionError traceback
+            raise ValueError(f"cost model {path}: not a readable profile (JSON nested too deeply to read)") from None
         asked = (model, gpu, tensor_parallel_size)
         for what, was, wanted in zip(("model", "GPU", "tensor-parallel size"), measured, asked):
             if wanted is not None and str(was).lower() != str(wanted).lower():
@@ -566,10 +595,7 @@ class ProfiledCostModel:
                                  f"deployment (python -m sim.profile) or use --cost-model roofline")
         name = f"profile:{profile['gpu']}/{Path(path).stem} (measured {profile.get('measured_at', '?')})"
         if profile.get("serving"):
-            serving = profile["serving"]
-            sessions = len(serving.get("sessions") or ())
-            machines = f", {sessions} machine sessions" if sessions > 1 else ""
-            name += f", serving-calibrated (host x{serving['host_factor']:.2f}{machines})"
+            name += f", serving-calibrated ({calibration_label(profile['serving'])})"
         return cls(fit, name)
 
     def eager_parts(self, f: dict) -> tuple[float, float]:
@@ -632,6 +658,14 @@ class ProfiledCostModel:
         if not batch.continues_batch:
             grid[0] = grid[0] + self._unprepared_s[bs]  # the one addition _decode_grid makes for that step alone
         return (self.decode_factor if host_slowdown is None else self._decode_scale(host_slowdown)) * grid
+
+
+def calibration_label(serving: dict) -> str:
+    """A calibration (a profile's checked 'serving' block) as the cost model's name quotes it: 'host x0.83, 6
+    machine sessions'."""
+    sessions = len(serving.get("sessions") or ())
+    machines = f", {sessions} machine sessions" if sessions > 1 else ""
+    return f"host x{serving['host_factor']:.2f}{machines}"
 
 
 def profile_path(model: str, gpu: str, tensor_parallel_size: int = 1) -> Path:

@@ -29,7 +29,7 @@ from sim.hardware import get_gpu
 from sim.host_speed import parse_host_slowdown
 from sim.limits import chosen_profile
 from sim.memory import return_freed_memory_promptly
-from sim.profiled_cost_model import ProfiledCostModel
+from sim.profiled_cost_model import ProfiledCostModel, calibration_label
 from sim.router import make_router
 from sim.runner import CostModelRunner
 from traces.requests import TraceRequests
@@ -148,6 +148,22 @@ def make_cost_model(config: SimConfig, model: ModelShape) -> CostModel:
     if not path.is_file():
         raise ValueError(f"cost model {config.cost_model!r} is neither 'auto', 'roofline' nor an existing profile JSON")
     return ProfiledCostModel.load(path, model.name, config.gpu, config.tensor_parallel_size)
+
+
+def cost_model_description(cost_model: CostModel, host_slowdown: str) -> str:
+    """``cost_model``'s name, saying the host speed its steps were priced at where ``host_slowdown``
+    (--host-slowdown) gave one: a calibrated profile's name quotes its serving average ("host x0.83"), which a
+    replay at --host-slowdown 2 did not use, and the summary said so all the same."""
+    speed = parse_host_slowdown(host_slowdown)  # the run's own spec, checked by SimConfig
+    if speed is None:  # calibrated: the model's own average
+        return cost_model.name
+    given = f"host slowdown {speed.name} (--host-slowdown"
+    serving = cost_model.fit.get("serving") if isinstance(cost_model, ProfiledCostModel) else None
+    calibrated = f", serving-calibrated ({calibration_label(serving)})" if serving else None
+    if calibrated and cost_model.name.endswith(calibrated):
+        return f"{cost_model.name.removesuffix(calibrated)}, {given}, not the serving-calibrated " \
+               f"{calibration_label(serving)})"
+    return f"{cost_model.name}, {given})"
 
 
 def for_replica(cost_model: CostModel, index: int) -> CostModel:
@@ -384,6 +400,7 @@ def simulate(
     # By finish time, then replica: the order the step loop records them in, except for finishes at the same
     # instant on two replicas (simpy's order, which differs once a window records its finishes at its start).
     rows.sort(key=_FINISH_THEN_REPLICA)
-    result = SimResult(rows, engines, config, sched_config, cost_model.name, time.perf_counter() - started)
+    result = SimResult(rows, engines, config, sched_config, cost_model_description(cost_model, config.host_slowdown),
+                       time.perf_counter() - started)
     result.num_fast_forward_steps = fast_forwarded[0]
     return result

@@ -89,7 +89,8 @@ def write_outputs(run: CapacityRun, out_dir: Path) -> None:
                                for name, dtype in frame.schema.items() if dtype == pl.Null)
     write_parquet_frame(frame, out_dir / "capacity.parquet")
     slo_text = ", ".join(str(s) for s in run.slos)
-    estimate = " (an analytic estimate, not measured)" if set(run.cost_models) == {"roofline-estimate"} else ""
+    roofline = all(name.startswith("roofline-estimate") for name in run.cost_models)  # a host slowdown follows
+    estimate = " (an analytic estimate, not measured)" if roofline else ""
     write_capacity_report(
         out_dir / "report.html", run, title=f"Capacity of {Path(run.trace_path).name} under {slo_text}",
         subtitle=(

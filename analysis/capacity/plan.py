@@ -29,7 +29,7 @@ from analysis.slo import SLO, statistic_of
 from analysis.stats import round_sig
 from engine.core.config_args import build_config
 from sim.config import SimConfig
-from sim.simulator import make_cost_model
+from sim.simulator import cost_model_description, make_cost_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +169,7 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
             if never:
                 _fail(parser, f"configuration {label!r}: {never}; expected a configuration that serves the trace's "
                               "prompts")
-            cost_models.append(make_cost_model(config, shape).name)
+            cost_models.append(cost_model_description(make_cost_model(config, shape), config.host_slowdown))
         except (ValueError, FileNotFoundError) as exc:
             _fail(parser, f"configuration {label!r}: {exc}")
     try:

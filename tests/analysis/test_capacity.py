@@ -184,6 +184,20 @@ def test_bad_inputs_exit_2_naming_the_option(argv: list[str], message: str, caps
     assert not (tmp_path / "out").exists()
 
 
+def test_a_cost_model_nested_too_deeply_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Arrays nested thousands deep as --cost-model: a RecursionError traceback from the profile's JSON reader."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(SystemExit) as exit_info:
+        main([TRACE, "--quiet", "--limit", "20", "--slo", "ttft_p90=2s", "--cost-model", str(deep),
+              "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.splitlines() == [f"error: configuration 'qwen3-0.6b h200 x1': cost model {deep}: not a readable "
+                                   "profile (JSON nested too deeply to read)"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_unreachable_slo(tmp_path: Path) -> None:
     """Valid input that ended in a traceback: an SLO no load meets halved the QPS until the stream overflowed a
     trace's 1e12 s. Now the halving stops at WorkloadParams.min_qps."""

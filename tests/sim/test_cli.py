@@ -273,7 +273,7 @@ def _check_slo(run: Run, base: Run) -> None:
 def _check_host_slowdown(run: Run, base: Run) -> None:
     # x3 against the profile's calibrated host factor: an eager step's host part grows by 3 / factor, its GPU
     # part not at all, so the steps that carry prefill take longer, by less than 3 / factor.
-    from sim.profiled_cost_model import profile_path
+    from sim.profiled_cost_model import calibration_label, profile_path
 
     assert run.config["host_slowdown"] == "3" and base.config["host_slowdown"] == "calibrated"
     host_factor = json.loads(profile_path("qwen3-0.6b", "h200").read_text())["serving"]["host_factor"]
@@ -281,6 +281,14 @@ def _check_host_slowdown(run: Run, base: Run) -> None:
     ratio = run.steps.filter(eager)["duration_s"].median() / base.steps.filter(eager)["duration_s"].median()
     assert 1.5 < ratio < 3 / host_factor, (ratio, host_factor)
     assert run.tpot_ms > base.tpot_ms
+    # The name quoted the calibrated host factor ("serving-calibrated (host x0.83, ...)") the run did not use.
+    serving = json.loads(profile_path("qwen3-0.6b", "h200").read_text())["serving"]
+    calibration = f"serving-calibrated ({calibration_label(serving)})"  # 'host x0.83, 6 machine sessions'
+    calibrated = base.summary["cost_model"]
+    assert calibrated.endswith(f", {calibration}") and f"host x{host_factor:.2f}" in calibration
+    expected = calibrated.replace(f", {calibration}", ", host slowdown 3 (--host-slowdown, not the serving-calibrated "
+                                                      f"{calibration_label(serving)})")
+    assert run.summary["cost_model"] == run.config["cost_model"] == expected
 
 
 def _check_bands(run: Run, base: Run) -> None:

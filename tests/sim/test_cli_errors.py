@@ -127,6 +127,16 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "host slowdown csv extra field": (
         None, ["--host-slowdown", "{tmp}/host_extra.csv"], ["host_extra.csv, line 3: 3 fields; expected 2"]
     ),
+    # Both were accepted: the open quote read as the rest of the file (slowdown 2), the third column dropped.
+    "host slowdown csv quote never closed": (
+        None, ["--host-slowdown", "{tmp}/host_quote.csv"],
+        ["^error: {tmp}/host_quote.csv, line 3: a quoted field is never closed; expected a CSV record of 2 fields$"]
+    ),
+    "host slowdown csv third column": (
+        None, ["--host-slowdown", "{tmp}/host_note.csv"],
+        ["^error: {tmp}/host_note.csv: expected the columns start_s,slowdown \\(and no others\\), got "
+         "\\['start_s', 'slowdown', 'note'\\]$"]
+    ),
     "host slowdown csv starts late": (
         None, ["--host-slowdown", "{tmp}/host_late.csv"], ["host_late.csv, line 2: the first start_s is 3; expected 0"]
     ),
@@ -229,6 +239,37 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
         None, ["--cost-model", "{tmp}/p_longest.json"],
         ["p_longest.json", "points\\[0\\]: feature 'max_decode_context_tokens' is None; expected an integer"]
     ),
+    # Arrays nested thousands deep: a RecursionError traceback from the JSON reader.
+    "profile nested too deeply": (
+        None, ["--cost-model", "{tmp}/p_deep.json"],
+        ["^error: cost model {tmp}/p_deep.json: not a readable profile \\(JSON nested too deeply to read\\)$"]
+    ),
+    # Refused when empty, but accepted when deleted: the beyond-grid warnings and the --bands noise went unsaid.
+    "profile without points": (
+        None, ["--cost-model", "{tmp}/p_nopoints.json"],
+        ["p_nopoints.json", "field 'points' is missing, empty or not a list; expected the measured grid points"]
+    ),
+    # The name quoted the top-level calibration ("host x0.83") while steps were priced with the one under 'fit'.
+    "profile calibrations that differ": (
+        None, ["--cost-model", "{tmp}/p_twofactors.json"],
+        ["p_twofactors.json", "field 'serving.host_factor' is 0.829 but field 'fit.serving.host_factor' is 5.0; "
+         "expected one calibration in both"]
+    ),
+    "profile calibrated without the fit's copy": (
+        None, ["--cost-model", "{tmp}/p_fitnoserving.json"],
+        ["p_fitnoserving.json", "field 'serving' holds a calibration and field 'fit.serving' none"]
+    ),
+    # Coefficients fitted on one form's features priced on another's: accepted, at changed prices.
+    "profile form of other bases": (
+        None, ["--cost-model", "{tmp}/p_formmax.json"],
+        ["p_formmax.json", "field 'fit.eager.floor_basis' is \\['one', 'num_seqs', 'extra_prefill_seqs', "
+         "'has_decode_rows'\\]; expected \\['one', 'num_seqs', 'num_prefill_seqs', 'has_decode_rows'\\], the "
+         "features of form 'max'"]
+    ),
+    "profile unknown basis": (
+        None, ["--cost-model", "{tmp}/p_bogus.json"],
+        ["p_bogus.json", "field 'fit.eager.gpu_basis' is \\['bogus', ", "the features of form 'sum'"]
+    ),
     "profile calibration without host factor": (
         None, ["--cost-model", "{tmp}/p_nohost.json"],
         ["p_nohost.json", "field 'serving.host_factor' is missing; expected a finite number > 0\\)$"]
@@ -269,6 +310,12 @@ def _hostile_configs(tmp_path: Path) -> None:
     _write_profile(tmp_path, "p_tp.json", lambda p: p.update(tensor_parallel_size="1"))
     (tmp_path / "p_empty.json").write_text("{}")
     (tmp_path / "p_list.json").write_text("[]")
+    (tmp_path / "p_deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    _write_profile(tmp_path, "p_nopoints.json", lambda p: p.pop("points"))
+    _write_profile(tmp_path, "p_twofactors.json", lambda p: p["fit"]["serving"].update(host_factor=5.0))
+    _write_profile(tmp_path, "p_fitnoserving.json", lambda p: p["fit"].pop("serving"))
+    _write_profile(tmp_path, "p_formmax.json", lambda p: p["fit"]["eager"].update(form="max"))
+    _write_profile(tmp_path, "p_bogus.json", lambda p: p["fit"]["eager"]["gpu_basis"].__setitem__(0, "bogus"))
     _write_profile(tmp_path, "p_block.json", lambda p: p["engine_options"].update(block_size="x"))
     _write_profile(tmp_path, "p_times.json", lambda p: p["points"][0].update(times_s=["x"]))
     _write_profile(tmp_path, "p_pieces.json", lambda p: p["fit"]["eager"].update(piecewise_graph_sizes="x"))
@@ -285,6 +332,8 @@ def _args(tmp_path: Path, trace_key: str | None, extra: list[str]) -> list[str]:
     (tmp_path / "host_bin.csv").write_bytes(b"start_s,slowdown\n0,\xff\xfe\n")
     (tmp_path / "host_extra.csv").write_text("start_s,slowdown\n0,1.2\n5,1.3,7\n")
     (tmp_path / "host_late.csv").write_text("start_s,slowdown\n3,1.5\n")
+    (tmp_path / "host_quote.csv").write_text('start_s,slowdown\n0,1\n1,"2\n')
+    (tmp_path / "host_note.csv").write_text("start_s,slowdown,note\n0,1,x\n")
     (tmp_path / "host_early.csv").write_text("start_s,slowdown\n-5,1.2\n0,1.3\n")
     (tmp_path / "host_repeat.csv").write_text("start_s,slowdown\n0,1.2\n5,1.4\n5,1.5\n")
     _hostile_configs(tmp_path)

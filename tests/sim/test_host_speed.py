@@ -145,6 +145,30 @@ def test_parse_host_slowdown():
     assert isinstance(episodes, HostSpeedEpisodes) and episodes.name == "episodes:1,2,0.5,3"
 
 
+def test_the_cost_model_description_names_the_host_speed_used(tmp_path):
+    """A replay at --host-slowdown 2 (or a timeline, or episodes) was described, on the CLI line and in summary.json,
+    by the profile's calibrated host factor ("serving-calibrated (host x0.83, ...)"), which it did not use."""
+    from sim.config import SimConfig
+    from sim.cost_model import RooflineCostModel
+    from sim.hardware import get_gpu
+    from sim.simulator import cost_model_description
+
+    model = ProfiledCostModel.load(PROFILE)
+    base, calibration = model.name.split(", serving-calibrated (")
+    assert cost_model_description(model, "calibrated") == model.name
+    assert cost_model_description(model, "2") == (f"{base}, host slowdown 2 (--host-slowdown, not the "
+                                                  f"serving-calibrated {calibration}")
+    timeline = tmp_path / "slow.csv"
+    timeline.write_text("start_s,slowdown\n0,1\n5,2\n")
+    assert cost_model_description(model, str(timeline)).startswith(f"{base}, host slowdown timeline:slow.csv (")
+    uncalibrated = ProfiledCostModel({**model.fit, "serving": None}, "profile:grid")
+    assert cost_model_description(uncalibrated, "episodes:1,3,0.25,2") == ("profile:grid, host slowdown "
+                                                                          "episodes:1,3,0.25,2 (--host-slowdown)")
+    roofline = RooflineCostModel(SimConfig().model_shape, get_gpu("h200"), 1)
+    assert cost_model_description(roofline, "calibrated") == "roofline-estimate"
+    assert cost_model_description(roofline, "0.5") == "roofline-estimate, host slowdown 0.5 (--host-slowdown)"
+
+
 def _batch_features(num_decode: int, context: int, prefill: int = 0) -> dict:
     return {"num_seqs": num_decode + (1 if prefill else 0), "num_prefill_seqs": 1 if prefill else 0,
             "num_prefill_tokens": prefill, "prefill_context_tokens": 0, "num_decode_seqs": num_decode,

@@ -106,6 +106,24 @@ def test_fit_profile_unreadable_file(tmp_path, capsys, content):
     assert str(path) in cli_error(fit_main, [str(path)], capsys)
 
 
+def test_a_profile_nested_too_deeply_is_one_line(tmp_path, capsys):
+    """Arrays nested thousands deep were a RecursionError traceback from the JSON reader of each tool."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    run = _run_with(tmp_path, "run", _repeated)
+    (run / "summary.json").write_text('{"cost_model": "measured"}\n')
+    expected = f"error: {path}: JSON nested too deeply to read; expected a profile written by python -m sim.profile"
+    assert cli_error(fit_main, [str(path)], capsys) == expected
+    assert cli_error(calibrate_main, [str(path), str(run)], capsys) == expected
+    out = tmp_path / "h.csv"
+    line = cli_error(host_speed_main, [str(run), "--profile", str(path), "--out", str(out)], capsys)
+    assert line == f"error: cost model {path}: not a readable profile (JSON nested too deeply to read)"
+    assert not out.exists()
+    # A run's summary.json nested as deep: calibrate tells it is unreadable instead of a traceback.
+    (run / "summary.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert "has no readable summary.json" in cli_error(calibrate_main, [str(_profile(tmp_path)), str(run)], capsys)
+
+
 def _run_with(tmp_path, name, mutate):
     run = _fake_run(tmp_path / name, host=1.5, decode=1.0)
     table = pq.read_table(run / "steps.parquet").to_pylist()

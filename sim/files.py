@@ -24,6 +24,12 @@ RUN_FILES = frozenset({
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` beside ``path`` and rename it into place: an interrupted write leaves the old file."""
+    write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` beside ``path`` and rename it into place: an interrupted write leaves the old file, and a
+    ``path`` that is a link is replaced, not written through."""
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(21, "is a directory; expected a file path", str(path))
@@ -31,7 +37,7 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise OSError(17, "exists and is not a regular file; expected a file path", str(path))
     partial = staging_path(path, "partial")
     try:
-        partial.write_text(text)
+        partial.write_bytes(data)
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

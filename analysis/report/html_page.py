@@ -7,12 +7,11 @@ its own copy, so a page with many charts costs one bundle (~5 MB), not many.
 from __future__ import annotations
 
 import html
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traces.files import staging_path
+from sim.files import write_bytes_atomic
 
 if TYPE_CHECKING:  # plotly is imported only to draw: tables and summaries need none (the GPU image lacks it)
     import plotly.graph_objects as go
@@ -80,23 +79,6 @@ def write_html(figures: Sequence[go.Figure], path: str | Path, title: str, heade
     # as \udcff, as error messages show them, instead of failing the whole report at its last write.
     write_bytes_atomic(path, page.encode("utf-8", "backslashreplace"))
     return path
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """``data`` written beside ``path`` and renamed into place (as sim.files.write_text_atomic writes text): an
-    interrupted write leaves the old file, and a ``path`` that is a link is replaced, not followed (a report.html
-    linked to another file had that file overwritten by analysis.summarize --report)."""
-    path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(21, "is a directory; expected a file path", str(path))
-    if path.exists() and not path.is_file():  # a device or FIFO: the rename would replace the node itself
-        raise OSError(17, "exists and is not a regular file; expected a file path", str(path))
-    partial = staging_path(path, "partial")
-    try:
-        partial.write_bytes(data)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
 
 
 def table_html(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None, caption: str | None = None,

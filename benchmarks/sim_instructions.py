@@ -86,17 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     problem = args.json is not None and check_output_path(args.json, "--json", [args.trace])
     if problem:
         parser.exit(2, f"error: {problem}\n")
-    from benchmarks.sim_speed import load
+    from benchmarks.sim_speed import load_or_exit
     from traces.schema import save_trace
 
-    try:  # read here, before valgrind runs: a damaged or non-trace file was a traceback
-        sliced = load(args.trace, args.limit)
-        if args.qps is not None:
-            sliced = sliced.with_qps(args.qps)
-    except OSError as exc:
-        parser.exit(2, f"error: --trace {args.trace}: {exc.strerror or exc}\n")
-    except ValueError as exc:  # a TraceError: it names the file, the row and what was expected
-        parser.exit(2, f"error: --trace: {exc}\n")
+    sliced = load_or_exit(parser, args.trace, args.limit, args.qps)  # read here, before valgrind runs
     if shutil.which("valgrind") is None:
         parser.exit(2, "error: valgrind is not on the PATH (it counts the instructions)\n")
 

@@ -55,6 +55,18 @@ def load(trace_path: Path, limit: int | None):
     return trace
 
 
+def load_or_exit(parser: argparse.ArgumentParser, trace_path: Path, limit: int | None, qps: float | None):
+    """``load``, arrivals rescaled to ``qps`` if given; exit 2 with one line for a folder, a FIFO or a damaged
+    file (each was a traceback)."""
+    try:
+        trace = load(trace_path, limit)
+        return trace.with_qps(qps) if qps is not None else trace
+    except OSError as exc:
+        parser.exit(2, f"error: --trace {trace_path}: {exc.strerror or exc}\n")
+    except ValueError as exc:  # a TraceError: it names the file, the row and what was expected
+        parser.exit(2, f"error: --trace: {exc}\n")
+
+
 def simulated_span_s(result) -> float:
     """First arrival to the last finish, in simulated seconds."""
     arrivals = [row[2] for row in result.request_rows]
@@ -130,14 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     pinning = "not pinned (--no-pin)" if args.no_pin else pin_to_one_core()
 
     started = time.perf_counter()
-    try:  # a folder, a FIFO or a damaged file was a traceback
-        trace = load(args.trace, args.limit)
-        if args.qps is not None:
-            trace = trace.with_qps(args.qps)
-    except OSError as exc:
-        parser.exit(2, f"error: --trace {args.trace}: {exc.strerror or exc}\n")
-    except ValueError as exc:  # a TraceError: it names the file, the row and what was expected
-        parser.exit(2, f"error: --trace: {exc}\n")
+    trace = load_or_exit(parser, args.trace, args.limit, args.qps)
     load_s = time.perf_counter() - started
 
     from cli.sim_replay import write_outputs

@@ -28,10 +28,8 @@ from sim.profiled_cost_model import (  # noqa: E402
     ProfiledCostModel,
     _excess_context,
     _is_graph_step,
-    find_profile,
-    fit_profile,
-    read_profile,
 )
+from validation.step_errors import profile_option, uncalibrated_grid  # noqa: E402
 
 BATCH_BAND = 16
 
@@ -83,17 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         missing = next((name for name in ("requests.parquet", "steps.parquet") if not (run / name).is_file()), None)
         if missing:
             parser.exit(2, f"error: {run}: no {missing}; expected an engine.replay run folder\n")
-    if args.profile is not None and not args.profile.strip():
-        parser.exit(2, "error: --profile is empty; expected a profile JSON (python -m sim.profile)\n")
-    path = Path(args.profile) if args.profile else find_profile("qwen3-0.6b", "h200")
-    if path is None:
-        parser.exit(2, "error: the shipped qwen3-0.6b h200 profile is missing; pass --profile\n")
+    path = profile_option(parser, args.profile)
     try:
-        profile = read_profile(path)  # its errors name the file
-        try:
-            grid = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
-        except ValueError as exc:  # too few points to fit: the message names no file
-            raise ValueError(f"--profile {path}: {exc}") from None
+        grid = uncalibrated_grid(path)
         cal_rows = [decode_steps(run, grid) for run in args.calibration]
         cal = np.vstack(cal_rows)
         if not len(cal):  # k and the fits were NaN, and the ratios a traceback

@@ -99,6 +99,27 @@ def bucket_fits(run_dirs: list[Path], grid: ProfiledCostModel) -> list[dict]:
     return out
 
 
+def profile_option(parser: argparse.ArgumentParser, value: str | None) -> Path:
+    """The profile --profile names (default: the shipped qwen3-0.6b h200 one); exit 2 with one line for an empty
+    --profile (it fell back to the shipped profile unsaid) or a missing shipped one. Reading it is the caller's:
+    a missing, empty or garbled profile (or a folder) was a traceback."""
+    if value is not None and not value.strip():
+        parser.exit(2, "error: --profile is empty; expected a profile JSON (python -m sim.profile)\n")
+    path = Path(value) if value else find_profile("qwen3-0.6b", "h200")
+    if path is None:
+        parser.exit(2, "error: the shipped qwen3-0.6b h200 profile is missing; pass --profile\n")
+    return path
+
+
+def uncalibrated_grid(path: Path) -> ProfiledCostModel:
+    """The profile's grid refitted without its serving calibration; ValueError naming the file otherwise."""
+    profile = read_profile(path)  # its errors name the file
+    try:
+        return ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
+    except ValueError as exc:  # too few points to fit: the message names no file
+        raise ValueError(f"--profile {path}: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="GPU replay folders")
@@ -117,19 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     missing = [run for run in args.runs if not (Path(run) / "steps.parquet").is_file()]
     if missing:
         parser.exit(2, f"error: {missing[0]}: no steps.parquet; expected an engine.replay run folder\n")
-    # A missing, empty or garbled profile (or a folder) was a traceback: one line and exit 2, as for the runs.
-    if args.profile is not None and not args.profile.strip():
-        parser.exit(2, "error: --profile is empty; expected a profile JSON (python -m sim.profile)\n")
-    profile_path = Path(args.profile) if args.profile else find_profile("qwen3-0.6b", "h200")
-    if profile_path is None:
-        parser.exit(2, "error: the shipped qwen3-0.6b h200 profile is missing; pass --profile\n")
+    profile_path = profile_option(parser, args.profile)
     if args.bucket_fit:
         try:
-            profile = read_profile(profile_path)  # its errors name the file
-            try:
-                grid = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
-            except ValueError as exc:  # too few points to fit: the message names no file
-                raise ValueError(f"--profile {profile_path}: {exc}") from None
+            grid = uncalibrated_grid(profile_path)
             fits = bucket_fits([Path(run) for run in args.runs], grid)
         except ValueError as exc:
             parser.exit(2, f"error: {exc}\n")

@@ -160,6 +160,20 @@ def test_convert_azure_accepts_windows_line_ends_and_a_byte_order_mark(tmp_path,
     assert load_trace(tmp_path / "o.parquet").requests["output_tokens"].to_list() == [44, 109]
 
 
+@pytest.mark.parametrize("fmt", ["azure", "burstgpt"])
+def test_convert_csv_with_bare_carriage_returns_says_so(tmp_path, capsys, fmt):
+    """Classic Mac line ends (CR alone) were read as one header line: 'the header names column ... more than once'
+    or a missing column, not the line ends."""
+    burstgpt_rows = ["5.0,ChatGPT,10,20,30,Conversation log", "6.0,ChatGPT,11,21,32,Conversation log"]
+    header, rows = (AZURE_HEADER, AZURE_ROWS) if fmt == "azure" else (BURSTGPT_HEADER, burstgpt_rows)
+    source = tmp_path / f"{fmt}.csv"
+    source.write_bytes(("\r".join([header.strip(), *rows]) + "\r").encode())
+    line = cli_error(convert_main, [fmt, str(source), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert line == (f"error: {source}: its lines end in a bare carriage return (CR); expected LF or CRLF line endings "
+                    "(tr '\\r' '\\n' converts it)")
+    assert not (tmp_path / "o.parquet").exists()
+
+
 def test_convert_mooncake_accepts_a_byte_order_mark(tmp_path):
     """Azure's reader skipped a BOM but Mooncake's line parser called it invalid JSON."""
     source = tmp_path / "mc.jsonl"

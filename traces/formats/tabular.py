@@ -135,6 +135,7 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
         source = _polars_source(path)
     except READ_ERRORS as exc:  # a corrupt bz2'd or xz'd file, decompressed here
         raise TraceError(read_error(path, exc)) from None
+    _check_line_endings(path, source)
     try:
         frame = pl.read_csv(source, infer_schema=False, has_header=True)
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
@@ -156,6 +157,22 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
     if frame.height == 0:
         raise TraceError(f"{path}: no data rows after the header; expected at least one request")
     return frame.with_columns(pl.col(name).str.strip_chars() for name in frame.columns)
+
+
+LINE_ENDING_PROBE_BYTES = 1 << 16
+
+
+def _check_line_endings(path: Path, source: Path | bytes) -> None:
+    """TraceError for a CSV whose lines end in a bare carriage return (classic Mac OS, some exports): polars read
+    the whole file as one header line, and the error named a column repeated or missing, not the line endings."""
+    if isinstance(source, bytes):
+        head = source[:LINE_ENDING_PROBE_BYTES]
+    else:
+        with open(source, "rb") as handle:
+            head = handle.read(LINE_ENDING_PROBE_BYTES)
+    if b"\r" in head.rstrip(b"\r") and b"\n" not in head:
+        raise TraceError(f"{path}: its lines end in a bare carriage return (CR); expected LF or CRLF line endings "
+                         "(tr '\\r' '\\n' converts it)")
 
 
 def _polars_source(path: Path) -> Path | bytes:

@@ -25,6 +25,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 LAUNCHES_PER_GRAPH = 20
 
 
+def graph_time_us(launch) -> float:
+    """Microseconds per ``launch()``: the median of 30 replays of a CUDA graph of LAUNCHES_PER_GRAPH launches, as the
+    engine runs decode (no host launch cost in the timing)."""
+    import torch
+
+    for _ in range(3):
+        launch()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(LAUNCHES_PER_GRAPH):
+            launch()
+    graph.replay()
+    times = []
+    for _ in range(30):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        graph.replay()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1000 / LAUNCHES_PER_GRAPH)
+    return round(statistics.median(times), 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the results here")
@@ -84,23 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, kw in variants.items():
             # Bound now (B023): this variant's tensors and options, launched and captured in this iteration only.
             launch = functools.partial(paged_decode, q, k, v, tables, context, dim**-0.5, out=out, **kw)
-            for _ in range(3):
-                launch()
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()  # as the engine runs decode: no host launch cost in the timing
-            with torch.cuda.graph(graph):
-                for _ in range(LAUNCHES_PER_GRAPH):
-                    launch()
-            graph.replay()
-            times = []
-            for _ in range(30):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                graph.replay()
-                e.record()
-                e.synchronize()
-                times.append(s.elapsed_time(e) * 1000 / LAUNCHES_PER_GRAPH)
-            row[f"{name}_us"] = round(statistics.median(times), 1)
+            row[f"{name}_us"] = graph_time_us(launch)
         row["long_split_over_old"] = round(row["long_split_us"] / row["old_us"], 3)
         row["ordered_over_long_split"] = round(row["ordered_us"] / row["long_split_us"], 3)
         row["ordered_gbps"] = round(row["kv_mbytes"] * 1e6 / (row["ordered_us"] * 1e-6) / 1e9, 0)

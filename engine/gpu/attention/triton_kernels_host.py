@@ -10,9 +10,10 @@ from engine.core.config import cdiv
 
 DECODE_TILE_TOKENS = 64  # KV tokens per tile of the decode kernel (fewer when a page is smaller)
 # At most this many long contexts per decode batch get extra splits. Real serving batches of 56-112 rows hold 9-22
-# contexts over the cap (ShareGPT at ~70 % load, 2026-12-03): with 4 slots their decode attention took 3-19 % longer
-# than an equal-context batch of the same KV tokens (what the profile grid measures), with 8 as long (within 1 %); 16
-# helped one batch more and 32 cost more in padding (validation/results/machine-f-2026-12-03/probe/).
+# contexts over the cap (ShareGPT at ~70 % load, 2026-12-03): with 4 slots their decode attention took up to 19 %
+# longer (median 8 %) than an equal-context batch of the same KV tokens (what the profile grid measures), with 8 no
+# longer (-4 to +0.3 %); 16 helped one batch more and 32 cost more in padding (benchmarks/decode_real_batches.py;
+# results in validation/results/machine-f-2026-12-03/decode-real-batches*.json).
 LONG_SEQ_SLOTS = 8
 
 

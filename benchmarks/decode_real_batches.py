@@ -2,55 +2,37 @@
 (its long-context slots) and with more slots, against an equal-context batch of the same KV tokens (what the profile
 grid's points measure).
 
-    python validation/results/machine-f-2026-12-03/probe/decode_real_batches.py OUT.json
+    python benchmarks/decode_real_batches.py OUT.json [CONTEXTS.json]
 
-From the repository root, on the GPU; ``contexts.json`` beside this file was written by ``dump_contexts.py``.
+On the GPU. CONTEXTS.json (default: validation/results/machine-f-2026-12-03/probe/contexts.json, written by
+``dump_contexts.py`` beside it from the GPU runs' request tables) holds each batch's contexts.
 """
 
 import functools
 import json
-import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, ".")
-import torch  # noqa: E402
-
-from engine.gpu.attention.triton_kernels import paged_decode  # noqa: E402
-from engine.gpu.attention.triton_kernels_host import (  # noqa: E402
-    DecodeSplits,
-    decode_row_order,
-    decode_splits,
-    long_decode_rows,
-)
-
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+DEFAULT_CONTEXTS = Path(__file__).resolve().parents[1] / "validation/results/machine-f-2026-12-03/probe/contexts.json"
 DEV = "cuda"
 HEADS, KV_HEADS, DIM, PAGE, MAX_LEN = 16, 8, 128, 256, 16384  # qwen3-0.6b, the runs' page size and max_model_len
 
 
-def time_us(launch) -> float:
-    """Median of 30 replays of a CUDA graph of 20 launches, per launch."""
-    for _ in range(3):
-        launch()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(20):
-            launch()
-    graph.replay()
-    times = []
-    for _ in range(30):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / 20)
-    return round(statistics.median(times), 1)
+def run(lengths: list[int], bucket: int, slots: int | None, sms: int) -> tuple[float, object]:
+    """One layer's decode over contexts ``lengths``, planned as for CUDA-graph ``bucket`` (with ``slots`` long-context
+    slots instead of the engine's, if given): microseconds per launch, and the DecodeSplits used."""
+    import torch
 
+    from benchmarks.decode_splits import graph_time_us
+    from engine.gpu.attention.triton_kernels import paged_decode
+    from engine.gpu.attention.triton_kernels_host import (
+        DecodeSplits,
+        decode_row_order,
+        decode_splits,
+        long_decode_rows,
+    )
 
-def run(lengths: list[int], bucket: int, slots: int | None, sms: int) -> tuple[float, DecodeSplits]:
     bs = len(lengths)
     need = [-(-n // PAGE) for n in lengths]
     k = torch.randn(sum(need) + 1, KV_HEADS, PAGE, DIM, device=DEV, dtype=torch.bfloat16)
@@ -69,14 +51,21 @@ def run(lengths: list[int], bucket: int, slots: int | None, sms: int) -> tuple[f
     rows = long_decode_rows(lengths, plan)
     longs = torch.tensor(rows, dtype=torch.int32, device=DEV) if rows else None
     order = torch.tensor(decode_row_order(lengths), dtype=torch.int32, device=DEV)
-    return time_us(functools.partial(paged_decode, q, k, v, tables, context, DIM**-0.5, plan.num_splits, out=out,
+    return graph_time_us(functools.partial(paged_decode, q, k, v, tables, context, DIM**-0.5, plan.num_splits, out=out,
                                      fill_splits=plan.fill_splits, long_seqs=longs, row_order=order)), plan
 
 
 def main() -> None:
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: python benchmarks/decode_real_batches.py OUT.json [CONTEXTS.json]")
+    import torch
+
+    if not torch.cuda.is_available():  # a triton ModuleNotFoundError or torch AssertionError traceback otherwise
+        print("error: this benchmark times CUDA kernels; it needs a CUDA GPU (and triton)", file=sys.stderr)
+        sys.exit(2)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     results = []
-    for case in json.loads((HERE / "contexts.json").read_text()):
+    for case in json.loads(Path(sys.argv[2] if len(sys.argv) > 2 else DEFAULT_CONTEXTS).read_text()):
         ctx = case["contexts"]
         bs = len(ctx)
         bucket = next(b for b in (48, 64, 80, 96, 112, 128) if b >= bs)

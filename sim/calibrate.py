@@ -4,10 +4,12 @@ The profiling grid times each step shape right after an identical one, on an oth
 another machine start than the serving runs). This fits one factor on the host part of the model of
 prefill and mixed steps (the launch floor of an engine that launched them eagerly from Python, or the
 serving-side host work of one that replays piecewise CUDA graphs), so that those steps of the given GPU
-replays (``steps.parquet``) take, in total, the time they took for real; decode steps (CUDA graph replays)
-get one factor the same way. A step's real time is its period (to the next step's start, where the engine
-went straight on): the loop's work between steps is real time the simulator counts in its steps. Use runs of
-traces the validation does not replay. One run suffices. How the
+replays (``steps.parquet``) take, in total, the time they took for real, and, where the runs hold both host-bound
+and device-bound such steps (short and long prompts), one on their device part too (``fit_eager_factors``);
+decode steps (CUDA graph replays) get one factor the same way. A step's real time is its period (to the next
+step's start, where the engine went straight on): the loop's work between steps is real time the simulator counts
+in its steps. Use runs of traces the validation does not replay. One run suffices for the host factor; the device
+factor needs prompts of both kinds (the two calibration slices of validation/run_gpu.sh). How the
 host's speed varied over each run (``sim.host_episodes``: slow windows, their share and length, read off
 the steps whose host part outweighs their device part) is recorded too, as ``serving.host_episodes``:
 ``sim.replay --bands`` draws its replays' slow episodes from it.
@@ -50,6 +52,12 @@ MIN_RUN_STEPS = 10
 MIN_HOST_SHARE = 0.25
 # No step lasts beyond this (analysis.schema's bound on a run's times); 1e300 s was written into the profile.
 MAX_STEP_S = 1e12
+# A device factor is fitted beside the host factor only where the eager steps' host shares spread this much (their
+# standard deviation, weighted by predicted time): Azure's short prompts (host ~50 %) together with Mooncake's long
+# ones (~5 %) spread 0.25-0.26 on three machine starts and gave device factors of 0.965-0.986; either slice alone
+# (0.03-0.15) gave 0.94-1.07 and host factors that moved with them.
+MIN_HOST_SHARE_SPREAD = 0.2
+DEVICE_FACTOR_BOUNDS = (0.5, 2.0)
 
 
 def check_step_durations(run_dir: Path, num_steps: int) -> None:
@@ -85,6 +93,42 @@ def fit_host_factor(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray, 
     return (lo + hi) / 2
 
 
+def host_share_spread(floor_s: np.ndarray, gpu_s: np.ndarray) -> float:
+    """How much the eager steps' host shares (host part over predicted time) differ: their standard deviation,
+    each step weighted by its predicted time."""
+    total_s = floor_s + gpu_s
+    if not total_s.sum() > 0:
+        return 0.0
+    share = np.divide(floor_s, total_s, out=np.zeros_like(total_s), where=total_s > 0)
+    mean = float((share * total_s).sum() / total_s.sum())
+    return float(np.sqrt(((share - mean) ** 2 * total_s).sum() / total_s.sum()))
+
+
+def fit_eager_factors(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray, form: str) -> tuple[float, float]:
+    """(host factor, device factor) for the eager steps of an additive model (``form`` "sum": host part plus device
+    time): the pair that matches their total time and their total weighted by each step's host share, so that the
+    host-bound steps and the device-bound ones each come out right on average. One factor alone fitted on a mix of
+    both made short-prompt steps 4-7 % short and long-prompt ones 2-4 % long on three machine starts (the grid's device
+    times are not the serving machine's). Falls back to the host factor alone (device factor 1) for the "max" form,
+    where the shares do not spread enough to tell the two apart (MIN_HOST_SHARE_SPREAD), or where the pair leaves
+    its bounds."""
+    host_only = (fit_host_factor(floor_s, gpu_s, real_s, np.maximum if form == "max" else np.add), 1.0)
+    if form != "sum" or host_share_spread(floor_s, gpu_s) < MIN_HOST_SHARE_SPREAD:
+        return host_only
+    total_s = floor_s + gpu_s
+    share = floor_s / total_s  # total_s > 0 here: the spread of all-zero predictions is 0
+    moments = np.array([[floor_s.sum(), gpu_s.sum()], [(share * floor_s).sum(), (share * gpu_s).sum()]])
+    targets = np.array([real_s.sum(), (share * real_s).sum()])
+    try:
+        host, device = (float(x) for x in np.linalg.solve(moments, targets))
+    except np.linalg.LinAlgError:
+        return host_only
+    lo, hi = DEVICE_FACTOR_BOUNDS
+    if not (0.25 <= host <= 4.0 and lo <= device <= hi):
+        return host_only
+    return host, device
+
+
 def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None) -> dict:
     """The ``serving`` block for ``profile``: host factor and what it was fitted on. ``grid_fit`` is the
     profile's fit without serving factors, when the caller has it already."""
@@ -115,19 +159,22 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
         raise ValueError(f"{', '.join(map(str, run_dirs))}: the eager steps took 0 s in all; expected measured "
                          "step times")
     floor_s, gpu_s, real_s = np.array(floors), np.array(gpus), np.array(reals)
-    k = fit_host_factor(floor_s, gpu_s, real_s, model.combine)
+    k, device_k = fit_eager_factors(floor_s, gpu_s, real_s, model.eager_form)
     # Decode steps (CUDA graph replays): one factor on the whole prediction, to match their total time.
     decode_k = decode_real / decode_pred if decode_pred else 1.0
     predicted_s = float(model.combine(floor_s, gpu_s).sum())  # the eager steps' time, uncalibrated
     serving = {
         "host_factor": round(k, 4),
         "decode_factor": round(max(0.5, min(2.0, decode_k)), 4),
+        # The eager steps' device part's factor (1: not fitted, see fit_eager_factors).
+        "device_factor": round(device_k, 4),
         "runs": runs,
         "num_eager_steps": len(reals),
         "eager_time_ratio_uncalibrated": round(predicted_s / float(real_s.sum()), 4),
         # The host part's share of the eager steps' predicted time: where it is small, the host factor absorbs the
         # device part's error rather than measuring the host (main warns below MIN_HOST_SHARE).
         "eager_host_share": round(float(floor_s.sum()) / predicted_s, 4) if predicted_s > 0 else 0.0,
+        "eager_host_share_spread": round(host_share_spread(floor_s, gpu_s), 4),
         "decode_time_ratio_uncalibrated": round(decode_pred / decode_real, 4) if decode_real else None,
     }
     # Whether the factors carry a difference of machines as well as of conditions (None: not recorded).
@@ -151,9 +198,11 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
     sessions = [{k: v for k, v in old.items() if k != "sessions"} for old in sessions] + [session]
     hosts = np.array([s["host_factor"] for s in sessions], dtype=float)
     decodes = np.array([s["decode_factor"] for s in sessions], dtype=float)
+    devices = np.array([s.get("device_factor", 1.0) for s in sessions], dtype=float)  # older sessions fitted none
     merged = {
         "host_factor": round(float(hosts.mean()), 4),
         "decode_factor": round(float(decodes.mean()), 4),
+        "device_factor": round(float(devices.mean()), 4),
         "host_factor_range": [round(float(hosts.min()), 4), round(float(hosts.max()), 4)],
         "decode_factor_range": [round(float(decodes.min()), 4), round(float(decodes.max()), 4)],
         "runs": [run for s in sessions for run in s.get("runs", [])],
@@ -286,11 +335,14 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
     s = session
-    print(f"{path}: host factor {s['host_factor']} from {s['num_eager_steps']} eager steps, decode factor "
+    device = (f", device factor {s['device_factor']}" if s["device_factor"] != 1.0 else
+              f" (no device factor: the eager steps' host shares spread {s['eager_host_share_spread']:.2f}, under "
+              f"{MIN_HOST_SHARE_SPREAD:g}; give runs with both short and long prompts)")
+    print(f"{path}: host factor {s['host_factor']}{device} from {s['num_eager_steps']} eager steps, decode factor "
           f"{s['decode_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
           f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their "
           f"decode time)")
-    if s["eager_host_share"] < MIN_HOST_SHARE:
+    if s["eager_host_share"] < MIN_HOST_SHARE and s["device_factor"] == 1.0:
         print(f"warning: the eager steps are device-bound (their host part is {s['eager_host_share']:.0%} of their "
               f"predicted time): host factor {s['host_factor']} was fitted to the device part's error, not the "
               "host's speed; check it against a validation run, or keep the uncalibrated profile")
@@ -298,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         merged = profile["serving"]
         lo, hi = merged["host_factor_range"]
         print(f"{len(merged['sessions'])} machine sessions: the profile prices with host factor "
-              f"{merged['host_factor']} and decode factor {merged['decode_factor']} (their means); host factors "
+              f"{merged['host_factor']}, device factor {merged['device_factor']} and decode factor "
+              f"{merged['decode_factor']} (their means); host factors "
               f"span {lo}-{hi}")
     if s["same_host_as_profile"] is False:
         print(f"note: the runs were recorded on another host than the profile ({profile['host'].get('node')}); the "

@@ -375,7 +375,7 @@ def _check_serving(serving: object, where: str, session: bool = False) -> None:
     serving = serving or {}
     if not isinstance(serving, dict):
         raise ValueError(f"field '{where}' is {str(serving)[:80]}; expected an object written by sim.calibrate")
-    for name in ("host_factor", "decode_factor"):
+    for name in ("host_factor", "decode_factor", "device_factor"):
         value = serving.get(name, 1.0)
         if not _is_seconds(value) or value == 0:
             raise ValueError(f"field '{where}.{name}' is {value!r}; expected a finite number > 0, at most "
@@ -555,6 +555,9 @@ class ProfiledCostModel:
         serving = fit.get("serving") or {}
         self.host_factor = float(serving.get("host_factor", 1.0))
         self.decode_factor = float(serving.get("decode_factor", 1.0))
+        # The eager steps' device part (sim.calibrate.fit_eager_factors; 1 where it was not fitted). It does not
+        # follow a host slowdown: the GPU is the same whatever the host's speed.
+        self.device_factor = float(serving.get("device_factor", 1.0))
         share = serving.get("host_share")  # measured across machine sessions (sim.calibrate --add), if it was
         if share is None:
             share = (self.decode_factor - 1.0) / (self.host_factor - 1.0) if abs(self.host_factor - 1.0) > 0.01 else 0.5
@@ -628,7 +631,7 @@ class ProfiledCostModel:
                                      f.get("max_decode_context_tokens", 0), f.get("continues_batch", 1))
             return self._decode_scale(slowdown) * grid
         floor, gpu = self.eager_parts(f)
-        return max(float(self.combine(slowdown * floor, gpu)), self._min_s)
+        return max(float(self.combine(slowdown * floor, self.device_factor * gpu)), self._min_s)
 
     def _decode_grid(self, bs: int, kv, longest, continues: int):
         """A graph decode step's time on the grid, before serving factors; operators only, so the contexts may be
@@ -665,7 +668,9 @@ def calibration_label(serving: dict) -> str:
     machine sessions'."""
     sessions = len(serving.get("sessions") or ())
     machines = f", {sessions} machine sessions" if sessions > 1 else ""
-    return f"host x{serving['host_factor']:.2f}{machines}"
+    device = serving.get("device_factor", 1.0)
+    device = f", device x{device:.2f}" if round(device, 2) != 1.0 else ""
+    return f"host x{serving['host_factor']:.2f}{device}{machines}"
 
 
 def profile_path(model: str, gpu: str, tensor_parallel_size: int = 1) -> Path:

@@ -257,3 +257,68 @@ def test_cli_warns_when_the_eager_steps_are_device_bound(tmp_path, capsys):
     assert calibrate_main([str(shared), str(_fake_run(tmp_path / "run06", host=1.2, decode=1.0))]) == 0
     assert json.loads(shared.read_text())["serving"]["eager_host_share"] >= 0.25
     assert "warning" not in capsys.readouterr().out
+
+
+def _mixed_run(path, host: float, device: float, shapes=None):
+    """Eager steps at ``host`` x the grid's host part plus ``device`` x its device time: short prompts among few
+    decode rows (host-bound) and 2k-8k-token chunks (device-bound), as Azure's and Mooncake's slices together."""
+    profile = json.loads(PROFILE.read_text())
+    grid = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
+    rows = []
+    shapes = shapes or [(8, 512, 64), (16, 1024, 128), (4, 256, 32), (2, 300, 8192), (1, 200, 4096), (8, 900, 2048)]
+    for i, (bs, ctx, prefill) in enumerate(shapes * 10 + [(32, 700, 0)] * 20):
+        f = _features(bs, ctx, prefill)
+        if prefill:
+            floor, gpu = grid.eager_parts(f)
+            duration = float(grid.combine(host * floor, device * gpu))
+        else:
+            duration = grid.predict(f, host_slowdown=1.0)
+        rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "step": i, "start_s": 0.05 * i,
+                     "duration_s": duration})
+    path.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), path / "steps.parquet")
+    (path / "summary.json").write_text('{"cost_model": "measured"}\n')
+    return path
+
+
+def test_host_and_device_factors_are_both_recovered_from_short_and_long_prompts(tmp_path, capsys):
+    """A machine whose host is 30 % slower than the grid's and whose eager device time is 8 % shorter: one host
+    factor alone would price the short prompts too slow or the long ones too fast."""
+    profile = tmp_path / "p.json"
+    shutil.copy(PROFILE, profile)
+    run = _mixed_run(tmp_path / "run", host=1.3, device=0.92)
+    assert calibrate_main([str(profile), str(run)]) == 0
+    serving = json.loads(profile.read_text())["serving"]
+    assert serving["host_factor"] == pytest.approx(1.3, abs=1e-3)
+    assert serving["device_factor"] == pytest.approx(0.92, abs=1e-3)
+    assert serving["eager_host_share_spread"] >= 0.2
+    assert "device factor 0.92" in capsys.readouterr().out
+    model = ProfiledCostModel.load(profile)
+    assert "host x1.30, device x0.92" in model.name
+    grid = ProfiledCostModel(fit_profile({**json.loads(PROFILE.read_text()), "serving": None}), "grid")
+    for bs, ctx, prefill in [(8, 512, 64), (2, 300, 8192)]:
+        f = _features(bs, ctx, prefill)
+        floor, gpu = grid.eager_parts(f)
+        assert model.predict(f) == pytest.approx(1.3 * floor + 0.92 * gpu, rel=1e-3)
+        # a host slowdown moves the host part only: the GPU does not follow the host's speed
+        assert model.predict(f, host_slowdown=2.0) == pytest.approx(2.0 * floor + 0.92 * gpu, rel=1e-3)
+    decode = _features(32, 700)
+    assert model.predict(decode) == pytest.approx(grid.predict(decode, host_slowdown=1.0) * model.decode_factor)
+
+
+def test_runs_of_one_prompt_shape_fit_the_host_factor_alone(tmp_path, capsys):
+    """Steps whose host shares hardly differ cannot tell the host's error from the device's: device factor 1, and the
+    host factor matches the eager steps' total as before."""
+    run = _mixed_run(tmp_path / "run", host=1.3, device=0.92, shapes=[(8, 512, 64), (16, 1024, 128)])
+    serving = calibrate(json.loads(PROFILE.read_text()), [run])
+    assert serving["device_factor"] == 1.0 and serving["eager_host_share_spread"] < 0.2
+    profile = json.loads(PROFILE.read_text())
+    grid = ProfiledCostModel(fit_profile({**profile, "serving": None}), "grid")
+    steps = [_features(8, 512, 64), _features(16, 1024, 128)]
+    real = sum(grid.combine(1.3 * a, 0.92 * b) for a, b in map(grid.eager_parts, steps))
+    priced = sum(grid.combine(serving["host_factor"] * a, b) for a, b in map(grid.eager_parts, steps))
+    assert priced == pytest.approx(real, rel=1e-4)  # the factor is written to 4 decimals
+    profile_path = tmp_path / "p.json"
+    shutil.copy(PROFILE, profile_path)
+    assert calibrate_main([str(profile_path), str(run)]) == 0
+    assert "no device factor: the eager steps' host shares spread" in capsys.readouterr().out

@@ -113,3 +113,21 @@ def test_the_same_run_cannot_be_added_as_another_session(tmp_path, capsys):
     again = _fake_run(tmp_path / "elsewhere" / "run0", host=1.0, decode=1.0)  # another machine's run of that name
     (again / "summary.json").write_text(json.dumps({"config": {"host": {"cpu": "x", "num_cpus": 16, "node": "vm"}}}))
     assert calibrate_main([str(profile), str(again), "--add"]) == 0
+
+
+def test_sessions_average_their_device_factors_and_older_ones_count_as_1(tmp_path):
+    from tests.sim.test_calibrate import _mixed_run
+
+    profile = _calibrated(tmp_path, [(0.8, 0.97)])  # a host-bound fake run: no device factor fitted
+    assert json.loads(profile.read_text())["serving"]["device_factor"] == 1.0
+    serving = json.loads(profile.read_text())["serving"]
+    del serving["device_factor"]  # as a session calibrated before device factors existed
+    data = json.loads(profile.read_text())
+    data["serving"] = serving
+    data["fit"]["serving"] = serving
+    profile.write_text(json.dumps(data))
+    assert calibrate_main([str(profile), str(_mixed_run(tmp_path / "mixed", host=1.2, device=0.9)), "--add"]) == 0
+    serving = json.loads(profile.read_text())["serving"]
+    assert [s.get("device_factor") for s in serving["sessions"]] == [None, pytest.approx(0.9, abs=1e-3)]
+    assert serving["device_factor"] == pytest.approx(0.95, abs=1e-3)
+    assert ProfiledCostModel.load(profile).device_factor == serving["device_factor"]

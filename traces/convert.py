@@ -16,6 +16,7 @@ from engine.core.interrupt import exit_130_on_interrupt
 from traces.errors import TraceError
 from traces.files import refuse_to_replace
 from traces.formats import FORMATS, ConvertOptions
+from traces.formats.guess import with_format_hint
 from traces.schema import Trace, save_trace
 from traces.summary import describe
 from traces.validation import MAX_ARRIVAL_S
@@ -29,7 +30,10 @@ def convert(fmt: str, source: str | Path, options: ConvertOptions = _DEFAULT_OPT
     if fmt not in FORMATS:
         raise TraceError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     source = Path(source)
-    converted = FORMATS[fmt].read(source, options)
+    try:
+        converted = FORMATS[fmt].read(source, options)
+    except TraceError as exc:  # a trace of another format fails on its layout: say which format it looks like
+        raise TraceError(with_format_hint(str(exc), fmt, source)) from None
     requests = converted.requests
     if requests.height == 0:
         raise TraceError(f"{source}: no requests left after dropping empty ones ({converted.drop_reason()})")

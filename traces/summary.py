@@ -26,7 +26,10 @@ def describe(trace: Trace, destination: str, dropped: str = "") -> str:
         f"mean output {requests['output_tokens'].mean():.1f} tokens",
     ]
     if "session_id" in requests.columns:
-        parts.append(f"{requests['session_id'].n_unique()} sessions")
+        # A null session id is a request of its own (BurstGPT's API calls), as analysis.capacity reads it; n_unique
+        # counted all of them as one session.
+        sessions = requests["session_id"]
+        parts.append(f"{sessions.drop_nulls().n_unique() + sessions.null_count()} sessions")
     if dropped:
         parts.append(dropped)
     return ", ".join(parts)

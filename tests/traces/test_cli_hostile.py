@@ -727,8 +727,9 @@ def test_convert_binary_json_source_says_it_is_no_utf8(tmp_path, capsys):
     source = tmp_path / "t.jsonl"
     source.write_bytes(b"\x80\x81{}\n")
     line = cli_error(convert_main, ["mooncake", str(source), "-o", str(tmp_path / "o.parquet")], capsys)
-    assert line == (f"error: {source}: cannot read: not UTF-8 text (byte 80 at 0); expected UTF-8 text, plain or "
-                    "compressed with gzip, zstd, bz2 or xz")
+    assert line == (f"error: {source}: line 1: cannot read: not UTF-8 text (byte 80 at offset 0); expected UTF-8 "
+                    "text, plain or compressed with gzip, zstd, bz2 or xz (iconv -f WINDOWS-1252 -t UTF-8 converts "
+                    "Windows text)")
 
 
 @pytest.mark.parametrize(("fmt", "expected"), [("azure", "a CSV file"), ("mooncake", "a Mooncake JSONL file")])

@@ -18,13 +18,16 @@ class Format:
 
 FORMATS: dict[str, Format] = {
     "azure": Format(azure.read,
-                    "Azure LLM inference trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens; 2023 or 2024)"),
+                    "Azure LLM inference trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens; 2023, 2024, "
+                    "2025 multimodal)"),
     "mooncake": Format(mooncake.read,
                        "Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids of 512-token blocks)"),
     "burstgpt": Format(burstgpt.read,
-                       "BurstGPT CSV (Timestamp, Model, Request tokens, Response tokens, ...); drops failures"),
+                       "BurstGPT CSV (Timestamp, [Session ID, Elapsed time,] Model, Request tokens, Response "
+                       "tokens, ...); drops failures"),
     "sharegpt": Format(sharegpt.read,
-                       "ShareGPT conversation JSON; needs --tokenizer and --qps; one request per answered turn"),
+                       "ShareGPT conversation JSON or JSONL (conversations/items/messages); needs --tokenizer "
+                       "and --qps; one request per answered turn"),
     "vidur": Format(vidur.read, "Vidur CSV (num_prefill_tokens, num_decode_tokens, optional arrived_at)"),
 }
 

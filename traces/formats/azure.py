@@ -5,6 +5,10 @@ Columns `TIMESTAMP`, `ContextTokens`, `GeneratedTokens`. The 2023 files write ti
 `2024-05-10 00:00:00.009930+00:00`. Arrival = time - earliest time, at nanosecond
 resolution, after a stable sort by time. Requests with 0 context or 0 generated tokens
 are dropped and counted. request_id is the 0-based data row in the CSV.
+
+The multimodal trace of 2025 (AzureLMMInferenceTrace_multimodal.csv.gz, gzip'd) writes
+times as `2024-10-15T12:00:00.269Z` and adds `NumImages` before the token counts; it is
+kept as `num_images`, since images cost prefill that ContextTokens may not count.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, ro
 from traces.formats.tabular import int_column, line_of_row, read_csv_text
 
 _ZONE_SUFFIX = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
+REQUIRED_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+IMAGES_COLUMN = "NumImages"  # the 2025 multimodal trace only
 
 
 def parse_timestamps(path: Path, text: pl.Series) -> pl.Series:
@@ -69,19 +75,23 @@ def _check_span(path: Path, requests: pl.DataFrame) -> None:
 
 
 def read(path: Path, options: ConvertOptions) -> Converted:
-    frame = read_csv_text(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+    frame = read_csv_text(path, REQUIRED_COLUMNS, (IMAGES_COLUMN,))
     timestamps = parse_timestamps(path, frame["TIMESTAMP"])
-    requests = pl.DataFrame(
-        {
-            "request_id": row_ids(frame.height),
-            "time": timestamps,
-            "prompt_tokens": int_column(path, frame, "ContextTokens"),
-            "output_tokens": int_column(path, frame, "GeneratedTokens"),
-        }
-    ).sort("time", maintain_order=True)
+    columns = {
+        "request_id": row_ids(frame.height),
+        "time": timestamps,
+        "prompt_tokens": int_column(path, frame, "ContextTokens"),
+        "output_tokens": int_column(path, frame, "GeneratedTokens"),
+    }
+    if IMAGES_COLUMN in frame.columns:
+        columns["num_images"] = int_column(path, frame, IMAGES_COLUMN)
+    requests = pl.DataFrame(columns).sort("time", maintain_order=True)
     _check_span(path, requests)
-    requests = requests.with_columns(  # stays in polars: a Python datetime would drop the 100 ns digit
-        arrival_s=(pl.col("time") - pl.col("time").first()).dt.total_nanoseconds().cast(pl.Float64) / 1e9
-    ).select("request_id", "arrival_s", "prompt_tokens", "output_tokens")
+    # Nanoseconds in polars (a Python datetime would drop the 100 ns digit), divided in numpy, which rounds correctly:
+    # polars multiplies by 1e-9, which gave 1.0000000000000001e-07 s for 100 ns and 0.052000000000000005 for 52 ms.
+    offsets_ns = requests.select((pl.col("time") - pl.col("time").first()).dt.total_nanoseconds()).to_series()
+    requests = requests.with_columns(arrival_s=pl.Series(offsets_ns.to_numpy() / 1e9)).select(
+        "request_id", "arrival_s", "prompt_tokens", "output_tokens",
+        pl.exclude("request_id", "arrival_s", "prompt_tokens", "output_tokens", "time"))
     requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "requests")
     return Converted(requests, kept_before_drops=kept_before_drops, drop_note=drop_note)

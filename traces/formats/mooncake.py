@@ -31,6 +31,14 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
+def _count(value: object) -> int | None:
+    """A token count as an int: an int64, or a whole float such as 6955.0 (pandas writes integer columns that held a
+    missing value as floats, and such files were refused though they say the same); None for anything else."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2.0**63:
+        return int(value)
+    return value if _is_int(value) else None
+
+
 def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int, list[int]]:
     """(timestamp ms, input_length, output_length, hash_ids) of one line."""
     def fail(problem: str) -> TraceError:
@@ -39,7 +47,7 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise fail(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        raise fail(f"not valid JSON ({exc.msg} at column {exc.colno}){_layout_hint(line_no, line)}") from None
     except RecursionError:  # arrays nested thousands deep: no record looks like that
         raise fail("JSON nested too deeply to read; expected one object per line") from None
     except ValueError as exc:  # an integer of 5000 digits: the message named neither the file nor the line
@@ -55,9 +63,9 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
         raise fail(f"field 'timestamp' is {timestamp!r}; expected milliseconds from 0 to {MAX_TIMESTAMP_MS:g}")
     lengths = []
     for field in ("input_length", "output_length"):
-        value = record[field]
-        if not _is_int(value) or value < 0:
-            raise fail(f"field {field!r} is {value!r}; expected an integer from 0 to 2**63 - 1")
+        value = _count(record[field])
+        if value is None or value < 0:
+            raise fail(f"field {field!r} is {record[field]!r}; expected an integer from 0 to 2**63 - 1")
         lengths.append(value)
     hash_ids = record["hash_ids"]
     if not isinstance(hash_ids, list) or not all(_is_int(h) for h in hash_ids):
@@ -69,6 +77,19 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
             f"ceil({lengths[0]}/{MOONCAKE_BLOCK_TOKENS}) = {expected}"
         )
     return timestamp, lengths[0], lengths[1], hash_ids
+
+
+def _layout_hint(line_no: int, line: str) -> str:
+    """Why the first line is no JSON object when the file is laid out otherwise: a pretty-printed JSON array opens
+    with '[' alone ('Expecting value at column 1' said nothing of it), a CSV with its header."""
+    if line_no != 1:
+        return ""
+    head = line.strip()
+    if head.startswith("["):
+        return "; the file is a JSON array, expected one JSON object per line (JSON Lines)"
+    if "," in head and not head.startswith("{"):
+        return f"; the line reads like a CSV header ({head[:60]!r}), expected one JSON object per line (JSON Lines)"
+    return ""
 
 
 def read(path: Path, options: ConvertOptions) -> Converted:

@@ -1,6 +1,19 @@
 """ShareGPT conversations (a JSON list of {"id", "conversations": [{"from", "value"}, ...]}).
 
-Every human message that is followed by a model answer becomes one request. Its prompt
+The published variants are read as they are:
+- ShareGPT_V3_unfiltered_cleaned_split.json and ShareGPT52K/90K: `conversations` of
+  `{"from": "human"|"gpt"|..., "value"}`; a conversation may be empty, open with the model
+  or end with an unanswered message;
+- OpenChat's sharegpt_gpt4.json keeps the messages under `items`;
+- chat-style exports (LLaMA-Factory's second layout, UltraChat) use `messages` of
+  `{"role": "user"|"assistant"|"system", "content"}` (`role` with `value` too);
+- LLaMA-Factory's function calling adds the roles `function_call` (the model's) and
+  `observation` (the tool's result, which the model then answers), and a top-level
+  `system` prompt (and `tools` text) that opens the conversation's context;
+- a JSON Lines file (one conversation object per line), as several mirrors publish it.
+Roles are matched without regard to case ("USER", "Assistant").
+
+Every user message (or tool result) that is followed by a model answer becomes one request. Its prompt
 is the whole conversation so far plus the new message, tokenized message by message
 (no chat template, no special tokens) and concatenated, so the ids of turn k are an
 exact prefix of the ids of turn k+1 and prefix caching sees the real reuse. output_tokens
@@ -30,8 +43,15 @@ from traces.formats.base import Converted, ConvertOptions
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 
 USER_ROLES = frozenset({"human", "user"})
-MODEL_ROLES = frozenset({"gpt", "chatgpt", "bing", "bard", "assistant", "model"})
+TOOL_ROLES = frozenset({"observation", "tool", "function"})  # a tool's result, which the model answers next
+INPUT_ROLES = USER_ROLES | TOOL_ROLES  # a message that, answered, makes a request
+MODEL_ROLES = frozenset({"gpt", "chatgpt", "bing", "bard", "assistant", "model", "function_call"})
 CONTEXT_ROLES = frozenset({"system"})
+KNOWN_ROLES = INPUT_ROLES | MODEL_ROLES | CONTEXT_ROLES
+# Where a conversation's messages live: ShareGPT and Vicuna, OpenChat, chat-style exports, lmsys-style.
+MESSAGE_LIST_KEYS = ("conversations", "items", "messages", "conversation")
+# Top-level text that a chat template puts before the first message (LLaMA-Factory's layout).
+CONTEXT_FIELDS = ("system", "tools")
 _CHUNK_CONVERSATIONS = 256  # conversations per tokenizer call
 
 
@@ -57,74 +77,133 @@ def load_tokenizer(name_or_path: str | None) -> Any:
         raise TraceError(f"--tokenizer {name_or_path}: cannot load a local tokenizer ({reason})") from None
 
 
-def _load_conversations(path: Path) -> list:
+def _parse_json(path: Path, text: str, line: int | None = None) -> Any:
+    """One JSON document (the whole file, or one line of a JSON Lines file, numbered `line`)."""
+    where = f"{path}: line {line}" if line is not None else f"{path}"
+    try:
+        return json.loads(text)
+    except RecursionError:  # arrays nested thousands deep: no conversation list looks like that
+        raise TraceError(f"{where}: JSON nested too deeply to read; expected a list of conversations") from None
+    except json.JSONDecodeError as exc:
+        if line is None and exc.msg == "Extra data" and exc.lineno > 1:
+            raise  # a second document on a later line: JSON Lines, read line by line
+        hint = "" if text.lstrip()[:1] in ("[", "{") else "; expected a JSON list of conversations or JSON Lines"
+        raise TraceError(f"{path}: line {line or exc.lineno}: not valid JSON ({exc.msg}){hint}") from None
+    except ValueError as exc:  # an integer of 5000 digits: the message named neither the file nor the problem
+        raise TraceError(f"{where}: cannot read the JSON ({json_problem(exc)}); expected a list of "
+                         "conversations") from None
+
+
+def _load_conversations(path: Path) -> tuple[list, list[int] | None]:
+    """The conversations, and for a JSON Lines file the line each is on (None for one JSON document)."""
     check_source_file(path, "a ShareGPT JSON file")
     try:
         with open_text(path) as handle:  # compressed or not; a byte order mark (Windows editors) is no JSON
-            data = json.load(handle)
-    except RecursionError:  # arrays nested thousands deep: no conversation list looks like that
-        raise TraceError(f"{path}: JSON nested too deeply to read; expected a list of conversations") from None
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+            text = handle.read()
     except READ_ERRORS as exc:
         raise TraceError(read_error(path, exc)) from None
-    except ValueError as exc:  # an integer of 5000 digits: the message named neither the file nor the problem
-        raise TraceError(f"{path}: cannot read the JSON ({json_problem(exc)}); expected a list of "
-                         "conversations") from None
+    if not text.strip():  # json's 'Expecting value' at line 1 said nothing of an empty file
+        raise TraceError(f"{path}: the file is empty; expected a JSON list of conversations or JSON Lines")
+    try:
+        data = _parse_json(path, text)
+    except json.JSONDecodeError:
+        return _json_lines(path, text)
+    if isinstance(data, dict) and any(key in data for key in MESSAGE_LIST_KEYS):
+        return [data], None  # one conversation object: JSON Lines of one line, or a file of its own
     if not isinstance(data, list):
         raise TraceError(f"{path}: top level is a JSON {type(data).__name__}; expected a list of conversations")
-    return data
+    return data, None
 
 
-def _messages(path: Path, index: int, item: object) -> tuple[str, list[tuple[str, str]]]:
-    """(session id, [(role, text), ...]) for one conversation, checking its shape."""
+def _json_lines(path: Path, text: str) -> tuple[list, list[int]]:
+    """One conversation per non-blank line (ShareGPT mirrors published as .jsonl)."""
+    data, lines = [], []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.strip():
+            data.append(_parse_json(path, line, number))
+            lines.append(number)
+    return data, lines
+
+
+def _messages(path: Path, index: int, item: object, line: int | None = None) -> tuple[str, list[tuple[str, str]]]:
+    """(session id, [(role, text), ...]) for one conversation, checking its shape; `line` for JSON Lines."""
+    at = f"{path}: line {line}:" if line is not None else f"{path}:"
     if not isinstance(item, dict):
-        raise TraceError(f"{path}: conversation {index}: expected an object, got {type(item).__name__}")
+        raise TraceError(f"{at} conversation {index}: expected an object, got {type(item).__name__}")
     session = str(index) if item.get("id") is None else str(item["id"])  # null is no id either
-    where = f"{path}: conversation {index} (id {session!r})"
+    where = f"{at} conversation {index} (id {session!r})"
     if not session.isascii():  # the parquet's session_id is UTF-8: a lone surrogate failed its write, unnamed
         try:
             session.encode("utf-8")
         except UnicodeEncodeError:
             raise TraceError(f"{where}: field 'id' holds an unpaired surrogate, which is no Unicode text; "
                              "expected text") from None
-    turns = item.get("conversations")
+    key = next((key for key in MESSAGE_LIST_KEYS if key in item), "conversations")
+    turns = item.get(key)
     if not isinstance(turns, list):
-        raise TraceError(f"{where}: field 'conversations' is missing or not a list")
-    messages = []
+        raise TraceError(f"{where}: field {key!r} is missing or not a list (the messages are read from "
+                         f"{', '.join(repr(k) for k in MESSAGE_LIST_KEYS)})")
+    messages = _context(where, item)
     for position, message in enumerate(turns):
-        if not isinstance(message, dict):
-            raise TraceError(f"{where}, message {position}: expected an object with 'from' and 'value'")
-        role, text = message.get("from"), message.get("value")
-        if role not in USER_ROLES | MODEL_ROLES | CONTEXT_ROLES:
-            raise TraceError(
-                f"{where}, message {position}: field 'from' is {role!r}; expected 'human' or 'gpt' "
-                f"(also accepted: {', '.join(sorted((USER_ROLES | MODEL_ROLES | CONTEXT_ROLES) - {'human', 'gpt'}))})"
-            )
-        if not isinstance(text, str):
-            raise TraceError(f"{where}, message {position}: field 'value' is {type(text).__name__}; expected a string")
-        messages.append((role, text))
+        messages.append(_message(f"{where}, message {position}", message))
     return session, messages
 
 
+def _context(where: str, item: dict) -> list[tuple[str, str]]:
+    """The conversation-level system prompt and tool descriptions, as context messages before the first turn."""
+    context = []
+    for field in CONTEXT_FIELDS:
+        text = item.get(field)
+        if text is None or text == "" or (field == "tools" and text == "[]"):  # "[]": no tools, nothing rendered
+            continue
+        if not isinstance(text, str):
+            raise TraceError(f"{where}: field {field!r} is {type(text).__name__}; expected a string")
+        context.append(("system", _checked_text(where, field, text)))
+    return context
+
+
+def _checked_text(where: str, field: str, text: str) -> str:
+    """`text`, refused if it holds a lone surrogate such as "\\ud800" (JSON allows one, UTF-8 cannot hold it, and the
+    tokenizer failed with a TypeError). Checked here, where the message's position is known: a system prompt
+    before the turns shifts the positions the tokenizer sees."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as bad:
+            raise TraceError(f"{where}: field {field!r} holds {text[bad.start:bad.end]!r} at character {bad.start}, "
+                             "which is no Unicode text (an unpaired surrogate); expected text") from None
+    return text
+
+
+def _message(where: str, message: object) -> tuple[str, str]:
+    """(role, text) of one message, `from`/`value` (ShareGPT) or `role`/`content` (chat style)."""
+    if not isinstance(message, dict):
+        raise TraceError(f"{where}: expected an object with 'from' and 'value'")
+    role_field = "from" if "from" in message or "role" not in message else "role"
+    text_field = "value" if "value" in message or "content" not in message else "content"
+    role, text = message.get(role_field), message.get(text_field)
+    role = role.lower() if isinstance(role, str) else role
+    # An OpenAI-style assistant message that only calls tools has "content": null: it says nothing, as "" does (an
+    # answer of 0 tokens is dropped and counted).
+    text = "" if text is None and text_field in message else text
+    if role not in KNOWN_ROLES:
+        raise TraceError(
+            f"{where}: field {role_field!r} is {message.get(role_field)!r}; expected 'human' or 'gpt' "
+            f"(also accepted: {', '.join(sorted(KNOWN_ROLES - {'human', 'gpt'}))})"
+        )
+    if not isinstance(text, str):
+        raise TraceError(f"{where}: field {text_field!r} is {type(text).__name__}; expected a string")
+    return role, _checked_text(where, text_field, text)
+
+
 def _tokenize(path: Path, tokenizer: Any, texts: list[str], start: int, chunk: list) -> list[list[int]]:
-    """Token ids of every message of a chunk of conversations. A text the tokenizer refuses (a lone surrogate such
-    as "\\ud800", which JSON allows and UTF-8 cannot hold, was a TypeError traceback) is named by its
-    conversation and message; the search runs only after a failure."""
+    """Token ids of every message of a chunk of conversations (their texts are checked as they are read: a lone
+    surrogate was a TypeError traceback here); a failure names the chunk's conversations."""
     if not texts:
         return []
     try:
         return tokenizer(texts, add_special_tokens=False)["input_ids"]
     except Exception as exc:  # tokenizers raise TypeError, ValueError, their own exceptions
-        for index, (session, messages) in enumerate(chunk, start=start):
-            for position, (_, text) in enumerate(messages):
-                try:
-                    text.encode("utf-8")
-                except UnicodeEncodeError as bad:
-                    raise TraceError(
-                        f"{path}: conversation {index} (id {session!r}), message {position}: field 'value' holds "
-                        f"{text[bad.start:bad.end]!r} at character {bad.start}, which is no Unicode text (an unpaired "
-                        "surrogate); expected text") from None
         raise TraceError(f"{path}: conversations {start} to {start + len(chunk) - 1}: the tokenizer failed "
                          f"({' '.join(str(exc).split())[:200]})") from None
 
@@ -138,7 +217,7 @@ def _requests_of(messages: list[tuple[str, str]],
     dropped: list[int] = []
     for position, ((role, _), message_ids) in enumerate(zip(messages, ids)):
         answered = (
-            role in USER_ROLES and position + 1 < len(messages) and messages[position + 1][0] in MODEL_ROLES
+            role in INPUT_ROLES and position + 1 < len(messages) and messages[position + 1][0] in MODEL_ROLES
         )
         history = history + message_ids
         if answered:
@@ -154,12 +233,13 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     tokenizer = load_tokenizer(options.tokenizer)
     if options.qps is None or not options.qps > 0:
         raise TraceError("sharegpt needs --qps Q (> 0): the data has no arrival times")
-    data = _load_conversations(path)
+    data, lines = _load_conversations(path)
     columns: dict[str, list] = {"prompt_token_ids": [], "output_tokens": [], "session_id": [], "turn": []}
     kept_before_drops: list[int] = []  # in file order, the order --limit takes requests in
     sessions: set[str] = set()
     for start in range(0, len(data), _CHUNK_CONVERSATIONS):
-        chunk = [_messages(path, start + i, item) for i, item in enumerate(data[start : start + _CHUNK_CONVERSATIONS])]
+        chunk = [_messages(path, start + i, item, lines[start + i] if lines else None)
+                 for i, item in enumerate(data[start : start + _CHUNK_CONVERSATIONS])]
         texts = [text for _, messages in chunk for _, text in messages]
         encoded = _tokenize(path, tokenizer, texts, start, chunk)
         offset = 0

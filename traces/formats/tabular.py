@@ -64,11 +64,32 @@ def open_text(path: Path, newline: str | None = None) -> io.TextIOBase:
 
 def read_error(path: Path, exc: Exception) -> str:
     """Why a source could not be read, for a one-line message: bytes that are no UTF-8 are most often a
-    compressed or binary file, which the codec's position says nothing about."""
+    compressed or binary file, or text saved in Latin-1 or Windows-1252."""
     if isinstance(exc, UnicodeDecodeError):
-        return (f"{path}: cannot read: not UTF-8 text (byte {exc.object[exc.start:exc.start + 1].hex()} at "
-                f"{exc.start}); expected UTF-8 text, plain or compressed with gzip, zstd, bz2 or xz")
+        return not_utf8_error(path) or (f"{path}: cannot read: not UTF-8 text; expected UTF-8 text, plain or "
+                                        "compressed with gzip, zstd, bz2 or xz")
     return f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}"
+
+
+def not_utf8_error(path: Path) -> str | None:
+    """'FILE: line N: cannot read: not UTF-8 text (byte B at offset O)...' for the first byte that is no UTF-8, or
+    None if every line decodes. The codec's own position counts from the start of the chunk it was decoding (a
+    Latin-1 'e9' 148,087 bytes in was reported 'at 624'), and polars names no position at all, so the file is scanned
+    again here; only errors ask."""
+    offset = 0
+    try:
+        with open_binary(path) as handle:
+            for line_no, raw in enumerate(handle, start=1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return (f"{path}: line {line_no}: cannot read: not UTF-8 text (byte {raw[exc.start]:02x} at offset "
+                            f"{offset + exc.start}); expected UTF-8 text, plain or compressed with gzip, zstd, bz2 or "
+                            "xz (iconv -f WINDOWS-1252 -t UTF-8 converts Windows text)")
+                offset += len(raw)
+    except READ_ERRORS:
+        return None
+    return None
 
 
 def _data_records(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -119,7 +140,8 @@ def check_source_file(path: Path, expected: str) -> None:
         what = "not a regular file" if path.exists() else "no such file"
         raise TraceError(f"{path}: cannot read: {what}; expected {expected}")
     with path.open("rb") as handle:
-        head = handle.read(4)
+        head = handle.read(8)
+    _refuse_containers(path, head, expected)
     # Excel's "Unicode text" is UTF-16: polars read it as a header of names full of NUL bytes that matched nothing.
     for mark, encoding in ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
                            (b"\xfe\xff", "UTF-16")):
@@ -128,9 +150,34 @@ def check_source_file(path: Path, expected: str) -> None:
                              f"in UTF-8 (iconv -f {encoding} -t UTF-8 converts it)")
 
 
+# Files that hold no text of their own, by their first bytes. Read as text, a zip failed as 'its lines end in a bare
+# carriage return' and a parquet trace as a ragged CSV line.
+_CONTAINERS = {b"PK\x03\x04": "a zip archive (unzip it first)", b"PK\x05\x06": "an empty zip archive",
+               b"7z\xbc\xaf\x27\x1c": "a 7-Zip archive (extract it first)",
+               b"PAR1": "a parquet file (already a trace? python -m traces.info reads one)"}
+TAR_MAGIC_OFFSET = 257  # POSIX tar puts 'ustar' here in the first header block
+
+
+def _refuse_containers(path: Path, head: bytes, expected: str) -> None:
+    """TraceError for an archive or a parquet file given as a source; a tar archive is recognised inside gzip, zstd,
+    bz2 or xz too (a .tar.gz was read as a CSV whose line 4 had '1 fields')."""
+    kind = next((what for magic, what in _CONTAINERS.items() if head.startswith(magic)), None)
+    if kind is None:
+        try:
+            with open_binary(path) as handle:
+                block = handle.read(TAR_MAGIC_OFFSET + 5)
+        except READ_ERRORS:  # a corrupt compressed file: the reader names it
+            return
+        if block[TAR_MAGIC_OFFSET:] == b"ustar":
+            kind = "a tar archive (extract it first: tar xf)"
+    if kind:
+        raise TraceError(f"{path}: cannot read: {kind}; expected {expected}")
+
+
 def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> pl.DataFrame:
     """All columns as strings; raises TraceError for an unreadable file or missing columns."""
     check_source_file(path, "a CSV file")
+    _refuse_json(path)
     try:
         source = _polars_source(path)
     except READ_ERRORS as exc:  # a corrupt bz2'd or xz'd file, decompressed here
@@ -139,10 +186,15 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
     try:
         frame = pl.read_csv(source, infer_schema=False, has_header=True)
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
+        reason = _polars_reason(exc)
+        if "utf-8" in reason.lower():  # polars names no line: 'invalid utf-8 sequence'
+            raise TraceError(not_utf8_error(path) or f"{path}: not a readable CSV file ({reason})") from None
+        if reason == "empty CSV":
+            raise TraceError(f"{path}: the file is empty; expected a CSV file with a header line") from None
         where = _first_malformed_line(path)  # polars names no line for a ragged row or an open quote
         if where:
             raise TraceError(f"{path}: {where}") from None
-        raise TraceError(f"{path}: not a readable CSV file ({_polars_reason(exc)})") from None
+        raise TraceError(f"{path}: not a readable CSV file ({reason})") from None
     frame = _drop_blank_lines(path, _strip_header(path, frame))
     if frame.height and frame[frame.columns[-1]].null_count():  # an empty last field, or a row cut short?
         where = _first_malformed_line(path)
@@ -152,11 +204,34 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
     if missing:
         raise TraceError(
             f"{path}: missing column(s) {', '.join(repr(m) for m in missing)} in the header; "
-            f"found {frame.columns}; expected {', '.join(required + optional)}"
+            f"found {frame.columns}{_separator_hint(frame.columns)}; expected {', '.join(required)}"
+            + (f" (and optionally {', '.join(optional)})" if optional else "")
         )
     if frame.height == 0:
         raise TraceError(f"{path}: no data rows after the header; expected at least one request")
     return frame.with_columns(pl.col(name).str.strip_chars() for name in frame.columns)
+
+
+def _refuse_json(path: Path) -> None:
+    """TraceError for a JSON source given to a CSV format: polars read its first line as a header, and the error named
+    a later line's field count ('line 2: 75 fields; expected 82')."""
+    try:
+        with open_text(path) as handle:
+            first = handle.read(1024).lstrip()[:1]
+    except READ_ERRORS:  # unreadable as text: the CSV reader names why, and the line
+        return
+    if first in ("{", "["):
+        raise TraceError(f"{path}: cannot read: JSON, not CSV (it starts with {first!r}); expected a CSV file with a "
+                         "header line")
+
+
+def _separator_hint(columns: list[str]) -> str:
+    """' (its fields are separated by ';', not commas)' for a header read as one column holding another separator
+    (spreadsheets in many locales save CSV with semicolons), else ''."""
+    if len(columns) != 1:
+        return ""
+    separator = next((sep for sep in (";", "\t", "|") if sep in columns[0]), None)
+    return f" (its fields are separated by {separator!r}, not commas)" if separator else ""
 
 
 LINE_ENDING_PROBE_BYTES = 1 << 16
@@ -164,12 +239,17 @@ LINE_ENDING_PROBE_BYTES = 1 << 16
 
 def _check_line_endings(path: Path, source: Path | bytes) -> None:
     """TraceError for a CSV whose lines end in a bare carriage return (classic Mac OS, some exports): polars read
-    the whole file as one header line, and the error named a column repeated or missing, not the line endings."""
+    the whole file as one header line, and the error named a column repeated or missing, not the line endings.
+    A gzip'd or zstd'd file (which polars reads itself) is looked at decompressed: its compressed bytes held a CR and
+    no LF often enough that a gzip'd CSV of LF lines was refused as one of CR lines."""
     if isinstance(source, bytes):
         head = source[:LINE_ENDING_PROBE_BYTES]
     else:
-        with open(source, "rb") as handle:
-            head = handle.read(LINE_ENDING_PROBE_BYTES)
+        try:
+            with open_binary(source) as handle:
+                head = handle.read(LINE_ENDING_PROBE_BYTES)
+        except READ_ERRORS:  # a corrupt compressed file: polars' reader names it
+            return
     if b"\r" in head.rstrip(b"\r") and b"\n" not in head:
         raise TraceError(f"{path}: its lines end in a bare carriage return (CR); expected LF or CRLF line endings "
                          "(tr '\\r' '\\n' converts it)")
@@ -262,13 +342,18 @@ def int_column(path: Path, frame: pl.DataFrame, field: str, minimum: int = 0) ->
 
 
 def float_column(path: Path, frame: pl.DataFrame, field: str, minimum: float | None = None,
-                 maximum: float | None = None) -> pl.Series:
+                 maximum: float | None = None, optional: bool = False) -> pl.Series:
     """Field as finite Float64, optionally from minimum to maximum (a bound checked here names the line; the
-    trace's own check after the conversion could name only the converted row)."""
+    trace's own check after the conversion could name only the converted row). With `optional`, an empty field is
+    null rather than an error (a measurement some rows lack)."""
     text = frame[field]
     parsed = text.cast(pl.Float64, strict=False)
     parsed = parsed.set(~parsed.is_finite().fill_null(False), None)
-    _first_bad(path, text, parsed, field, "a finite number")
+    if optional:
+        blank = (text.is_null() | (text == "")).fill_null(True)
+        _first_bad(path, text.set(blank, "0"), parsed.set(blank, 0.0), field, "a finite number or nothing")
+    else:
+        _first_bad(path, text, parsed, field, "a finite number")
     checks = [(parsed < minimum, f">= {minimum}")] if minimum is not None else []
     checks += [(parsed > maximum, f"<= {maximum:g}")] if maximum is not None else []
     for outside, bound in checks:

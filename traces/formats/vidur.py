@@ -20,9 +20,11 @@ from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, ro
 from traces.formats.tabular import float_column, int_column, read_csv_text
 from traces.validation import MAX_ARRIVAL_S
 
+REQUIRED_COLUMNS = ("num_prefill_tokens", "num_decode_tokens")
+
 
 def read(path: Path, options: ConvertOptions) -> Converted:
-    frame = read_csv_text(path, ("num_prefill_tokens", "num_decode_tokens"), ("arrived_at",))
+    frame = read_csv_text(path, REQUIRED_COLUMNS, ("arrived_at",))
     recorded = "arrived_at" in frame.columns
     if recorded:
         arrivals = float_column(path, frame, "arrived_at", minimum=0.0, maximum=MAX_ARRIVAL_S)

@@ -95,12 +95,15 @@ def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out",
     check_out_dir(Path(target), overwrite=overwrite, option=option, inputs=inputs)
     target = Path(target).resolve()  # "." has no name to put a staging folder beside
     stage = staging_path(target, "partial")
+    created: list[Path] = []
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _make_folders(target.parent, created)
         shutil.rmtree(stage, ignore_errors=True)
         stage.mkdir()
     except OSError as exc:
+        _remove_empty(created)
         raise OutDirError(f"{option} {target}: cannot write there ({exc.strerror or exc})") from None
+    written = False
     try:
         yield stage
         old = staging_path(target, "old")
@@ -119,5 +122,29 @@ def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out",
             raise OutDirError(f"{option} {target} was written by another command while this one ran; nothing of "
                               f"this run was kept (give each run its own {option})") from None
         shutil.rmtree(old, ignore_errors=True)
+        written = True
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        if not written:  # --out new/deeper/run with a bad trace left new/deeper/ behind, empty
+            _remove_empty(created)
+
+
+def _make_folders(folder: Path, made: list[Path]) -> None:
+    """``mkdir -p folder``, putting each folder it makes at the front of ``made`` (deepest first) as it goes, so a
+    run that fails, even half way through making them, can take them back."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for parent in reversed(missing):
+        parent.mkdir(exist_ok=True)
+        made.insert(0, parent)
+
+
+def _remove_empty(folders: Iterable[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty: never anything another command put in them."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return

@@ -175,6 +175,14 @@ def check_requests(frame: pl.DataFrame) -> None:
         row = _first(~frame["finish_reason"].is_in(FINISH_REASONS) | frame["finish_reason"].is_null())
         if row is not None:
             _fail("requests", "finish_reason", row, frame["finish_reason"][row], f"one of {', '.join(FINISH_REASONS)}")
+    if "arrival_s" in columns:  # a null arrival made the makespan 0 s and every latency n/a, summarized as measured
+        row = _first(frame["arrival_s"].is_null())
+        if row is not None:
+            _fail("requests", "arrival_s", row, None, "a time: every request arrives")
+    if {"finish_reason", "finish_s"} <= columns:  # a served request without a finish silently left E2E's samples
+        row = _first(frame["finish_reason"].is_in(SERVED_FINISH_REASONS) & frame["finish_s"].is_null())
+        if row is not None:
+            _fail("requests", "finish_s", row, None, f"a time: the request finished ({frame['finish_reason'][row]})")
     if {"finish_reason", "output_tokens", "first_token_s"} <= columns:
         # A request served to its end with tokens out has a first token: without it TTFT and TPOT were silently n/a.
         served = frame["finish_reason"].is_in(SERVED_FINISH_REASONS) & (frame["output_tokens"] > 0)

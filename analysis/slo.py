@@ -20,7 +20,8 @@ from analysis.stats import MS_PER_S
 STATISTICS: dict[str, float | None] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "mean": None}
 UNITS_TO_S: dict[str, float] = {"ms": 1e-3, "s": 1.0}
 
-_SLO_PATTERN = re.compile(r"^\s*([a-z0-9]+)_([a-z0-9]+)\s*=\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$")
+# The value may carry a sign so that a negative limit is refused as negative rather than as unparseable.
+_SLO_PATTERN = re.compile(r"^\s*([a-z0-9]+)_([a-z0-9]+)\s*=\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$")
 SYNTAX = "metric_statistic=value+unit, e.g. ttft_p90=2s,tpot_p90=100ms"
 
 
@@ -76,8 +77,12 @@ def parse_slos(text: str) -> tuple[SLO, ...]:
         if match is None:
             raise ValueError(f"cannot parse SLO {item!r}; expected {SYNTAX}")
         metric, statistic, value, unit = match.groups()
+        if value.startswith("-") and float(value) != 0:  # "cannot parse" alone left the reader guessing at -1s
+            raise ValueError(f"cannot parse SLO {item!r}: the limit is negative; expected a duration > 0 ({SYNTAX})")
         if unit not in UNITS_TO_S:
-            raise ValueError(f"SLO {item!r} needs a unit; supported: {', '.join(UNITS_TO_S)} (e.g. 2s or 100ms)")
+            # 2us or 2h were told they "need a unit": they have one, just not one we take.
+            other = f", and {unit!r} is not one of them" if unit else ""
+            raise ValueError(f"SLO {item!r} needs a unit; supported: {', '.join(UNITS_TO_S)} (e.g. 2s or 100ms){other}")
         try:
             slo = SLO(metric, statistic, float(value) * UNITS_TO_S[unit])
         except ValueError as exc:

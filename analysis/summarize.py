@@ -13,19 +13,40 @@ from pathlib import Path
 
 import polars as pl
 
+from analysis.console import print_out
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import read_meta, read_slos, with_latency_columns, write_summary
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt
-from sim.files import read_parquet_frame
+from sim.files import RUN_FILES, read_parquet_frame
 
 
-def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
-    run_dir = Path(run_dir)
+def check_is_folder(run_dir: Path) -> None:
+    """Raise FileNotFoundError unless ``run_dir`` is an existing folder. main checks every argument so before it
+    rewrites any folder: a mistyped last argument left the folders before it rewritten."""
+    if run_dir.exists() and not run_dir.is_dir():  # was "RESULT.json/requests.parquet does not exist"
+        hint = ""
+        if run_dir.name in RUN_FILES:
+            hint = f" (the folder holding it: {run_dir.parent})"
+        elif run_dir.suffix == ".json":
+            hint = " (for a vllm bench serve result, python -m analysis.vllm_import RESULT.json --out DIR makes one)"
+        raise FileNotFoundError(f"{run_dir} is a file, not a folder; expected a replay output folder{hint}")
+    if not run_dir.exists():
+        raise FileNotFoundError(f"{run_dir} does not exist; expected a replay output folder")
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Raise FileNotFoundError unless ``run_dir`` is a folder holding both tables."""
+    check_is_folder(run_dir)
     for name in ("requests.parquet", "steps.parquet"):
         if not (run_dir / name).is_file():
             what = "is not a regular file" if (run_dir / name).exists() else "does not exist"
             raise FileNotFoundError(f"{run_dir / name} {what}")
+
+
+def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
+    run_dir = Path(run_dir)
+    check_run_dir(run_dir)
     html = run_dir / "report.html"
     if report and (html.is_dir() or (html.exists() and not html.is_file())):  # before summary.json is rewritten
         raise OSError(21 if html.is_dir() else 17, "is a folder or not a regular file; expected report.html (a link "
@@ -66,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="also write report.html")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
+    try:
+        for run_dir in args.run_dir:
+            check_is_folder(Path(run_dir))
+    except FileNotFoundError as exc:
+        parser.exit(2, f"error: {exc}\n")
     for run_dir in args.run_dir:
         try:
             summary = summarize_run_dir(Path(run_dir), report=args.report)
@@ -75,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, pl.exceptions.PolarsError) as exc:
             parser.exit(2, f"error: {exc}\n")
         if not args.quiet:
-            print(f"{run_dir}:\n{format_summary_table(summary)}")
+            print_out(f"{run_dir}:\n{format_summary_table(summary)}")
     return 0
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analysis.console import print_out
 from analysis.outdir import out_folder
 from analysis.schema import (
     FAILED,
@@ -271,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         parser.exit(2, f"error: --out {args.out}: {exc.strerror or exc}\n")
     if not args.quiet:
-        print(format_summary_table(summary))
-        print(f"outputs in {args.out}/")
+        print_out(format_summary_table(summary))
+        print_out(f"outputs in {args.out}/")
     return 0
 
 

@@ -47,6 +47,9 @@ class SearchParams:
     # The lowest QPS halving downwards may try (WorkloadParams.min_qps): an unreachable SLO halved on until the
     # stream's arrivals passed a trace's bound and the sweep ended in a traceback.
     qps_floor: float = 0.0
+    # The highest QPS whose stream one simulation takes (workload.max_stream_qps): doubling upwards past it ended
+    # the sweep in an error, after every simulation, when short streams met the SLOs at every load.
+    qps_ceiling: float = math.inf
 
     def __post_init__(self) -> None:
         for name in ("start_qps", "qps_min", "qps_max"):
@@ -55,6 +58,8 @@ class SearchParams:
                 raise ValueError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
         if self.qps_min is not None and self.qps_max is not None and not self.qps_min < self.qps_max:
             raise ValueError(f"--qps-min ({self.qps_min}) must be below --qps-max ({self.qps_max})")
+        if not self.qps_ceiling > 0:  # NaN too: no doubling would ever be tried
+            raise ValueError(f"the QPS ceiling must be > 0, got {self.qps_ceiling}")
         if not (math.isfinite(self.tolerance) and MIN_TOLERANCE <= self.tolerance < 1):
             raise ValueError(f"--tolerance must be in [{MIN_TOLERANCE}, 1), got {self.tolerance}")
         if self.max_iterations < 1:
@@ -92,6 +97,7 @@ class CapacitySearch:
         self._done = False
         self._notes: list[str] = []
         self._revised: list[float] = []  # passed, then failed a longer simulation (see revise)
+        self._load_independent: dict[float, str] = {}  # failures a lower load repeats (see observe)
 
     # ---- the protocol -----------------------------------------------------------------------
     @property
@@ -123,10 +129,14 @@ class CapacitySearch:
         self._pending = candidates
         return list(candidates)
 
-    def observe(self, verdicts: Mapping[float, bool], bursts: Collection[float] = ()) -> None:
+    def observe(self, verdicts: Mapping[float, bool], bursts: Collection[float] = (),
+                load_independent: Mapping[float, str] | None = None) -> None:
         """Record verdicts of the proposed values (all of them, in any order).
 
-        `bursts`: proposed values at which the trace arrived as (nearly) one burst.
+        `bursts`: proposed values at which the trace arrived as (nearly) one burst. `load_independent`: proposed
+        values that failed with the same statistics as the failure above them, each with what stayed the same: the
+        load no longer moves them (requests no longer wait for each other), so halving on cannot pass and only
+        spent --max-iterations before advising to raise it.
         """
         missing = [q for q in self._pending if q not in verdicts]
         if missing:
@@ -136,10 +146,14 @@ class CapacitySearch:
             self._order.append(qps)
             if qps in bursts:
                 self._bursts.add(qps)
+            if load_independent and qps in load_independent and not verdicts[qps]:
+                self._load_independent[qps] = load_independent[qps]
         self._pending = []
         self._update_bracket()
         if self._closed():
             self._finish(converged=True)
+        elif self._lo is None and self._hi in self._load_independent:
+            self._finish(converged=False)  # a lower load fails alike
         elif self._lo is None and self._hi is not None and self._has_bound("qps_min"):
             self._finish(converged=False)  # even --qps-min fails
         elif self._hi is None and self._lo is not None and (self._has_bound("qps_max") or self._lo in self._bursts):
@@ -187,8 +201,9 @@ class CapacitySearch:
             bounds = [float(q) for q in (p.qps_min, p.qps_max) if q is not None]
             return bounds[:budget] or [float(p.start_qps)]
         lo, hi = self._lo, self._hi
-        if hi is None:  # everything passed so far: go up
-            return [round_sig(lo * 2.0, CANDIDATE_SIGNIFICANT_DIGITS)]
+        if hi is None:  # everything passed so far: go up, not above the ceiling (then the search ends)
+            higher = round_sig(lo * 2.0, CANDIDATE_SIGNIFICANT_DIGITS)
+            return [higher] if higher <= p.qps_ceiling else []
         if lo is None:  # everything failed so far: go down, not below the floor (then the search ends)
             lower = round_sig(hi / 2.0, CANDIDATE_SIGNIFICANT_DIGITS)
             return [lower] if lower >= p.qps_floor else []
@@ -215,20 +230,18 @@ class CapacitySearch:
             if any(self._verdicts.values()):
                 self._notes.append(f"no QPS below the first failure ({self._hi:.4g} req/s) met the SLOs")
             elif self._order:
-                lowest = min(self._order)
-                if p.qps_min is not None:
-                    advice = "lower --qps-min"
-                elif round_sig(lowest / 2.0, CANDIDATE_SIGNIFICANT_DIGITS) < p.qps_floor:
-                    advice = (f"a QPS below {p.qps_floor:.3g} req/s would spread --min-requests over longer than "
-                              "a trace may last")
-                else:
-                    advice = "raise --max-iterations or set --qps-min"
-                self._notes.append(f"no QPS tried met the SLOs (lowest tried: {lowest:.4g} req/s); {advice}")
+                self._notes.append(self._none_passed_note(min(self._order)))
         elif self._hi is None and self._lo in self._bursts:
             self._notes.append(
                 f"capacity is at least {self._lo:.4g} req/s: at that rate the trace arrives as one burst and still "
                 "met the SLOs, so it is too short to load this configuration further; use more requests"
             )
+        elif self._hi is None and round_sig(self._lo * 2.0, CANDIDATE_SIGNIFICANT_DIGITS) > p.qps_ceiling:
+            self._notes.append(
+                f"capacity is at least {self._lo:.4g} req/s: every QPS tried met the SLOs, and a stream above "
+                f"{p.qps_ceiling:.4g} req/s would hold more requests than one simulation takes, so the search "
+                "stopped there (streams of a few requests may never load the configuration: see --min-requests "
+                "and --min-duration-s)")
         elif self._hi is None:
             if p.qps_max is not None:
                 bound, advice = "--qps-max", "raise --qps-max"
@@ -248,3 +261,19 @@ class CapacitySearch:
                 f"{self._hi:.4g} req/s did not; bisection assumes latency grows with load, so max_qps is "
                 "the highest passing QPS below the first failure"
             )
+
+    def _none_passed_note(self, lowest: float) -> str:
+        """Why no QPS passed, when every one tried failed, and what (if anything) would help."""
+        p = self.params
+        if lowest in self._load_independent:  # "raise --max-iterations" would only repeat the failure lower down
+            return (f"no QPS can meet the SLOs: {self._load_independent[lowest]}, so requests no longer wait for each "
+                    "other there and a lower load fails alike: the SLOs are tighter than the configuration serves a "
+                    "request alone")
+        if p.qps_min is not None:
+            advice = "lower --qps-min"
+        elif round_sig(lowest / 2.0, CANDIDATE_SIGNIFICANT_DIGITS) < p.qps_floor:
+            advice = (f"a QPS below {p.qps_floor:.3g} req/s would spread --min-requests over longer than "
+                      "a trace may last")
+        else:
+            advice = "raise --max-iterations or set --qps-min"
+        return f"no QPS tried met the SLOs (lowest tried: {lowest:.4g} req/s); {advice}"

@@ -35,6 +35,7 @@ from analysis.capacity.outputs import write_outputs
 from analysis.capacity.plan import CapacityRun, run_capacity
 from analysis.capacity.sweep import ANSWER_KINDS, SWEEP_AXES, SweepError, answer_text
 from analysis.capacity.workload import THINK_TIME_MODES, StreamTooLong, WorkloadParams
+from analysis.console import print_out
 from analysis.formatting import format_number
 from analysis.outdir import OutDirError, default_out_dir, input_files, out_folder, staged_out_dir
 from analysis.slo import SLO, parse_slos
@@ -330,9 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     except StreamTooLong as exc:
         parser.exit(2, f"error: {exc}; nothing written\n")
     if not args.quiet:
-        print(format_table(run))
+        print_out(format_table(run))
         num_sims = sum(r.num_simulations for r in run.results)
         where = f"Ray cluster {args.ray}" if args.ray else f"{run.num_jobs} local process(es)"
-        print(f"cost model: {run.cost_model_text}; {num_sims} simulations in {run.wall_s:.1f} s wall on {where}; "
-              f"outputs in {out_dir}/")
+        print_out(f"cost model: {run.cost_model_text}; {num_sims} simulations in {run.wall_s:.1f} s wall on {where}; "
+                  f"outputs in {out_dir}/")
     return 0

@@ -24,7 +24,7 @@ from analysis.capacity.sweep import (
     run_sweep,
     varying_axes,
 )
-from analysis.capacity.workload import SessionLibrary, WorkloadParams
+from analysis.capacity.workload import MAX_STREAM_REQUESTS, SessionLibrary, WorkloadParams, max_stream_qps
 from analysis.slo import SLO, statistic_of
 from analysis.stats import round_sig
 from engine.core.config_args import build_config
@@ -110,6 +110,23 @@ def _never_fits(config: SimConfig, shape, prompt_tokens, slos) -> str | None:
     return f"no request of the trace can ever fit (the shortest: {first}), so no QPS can meet the SLOs"
 
 
+# Metrics measured between output tokens: a request of one output token has no sample of them.
+_BETWEEN_TOKENS = ("tpot", "itl")
+
+
+def _without_samples(slos, max_output_tokens: int) -> str | None:
+    """Why an SLO can judge nothing on this trace, or None. A statistic without samples is met (slo_check), so a
+    TPOT or ITL limit on a trace of one-token outputs passed at every load and its column read '-' with no word."""
+    if max_output_tokens > 1:
+        return None
+    for slo in slos:
+        if slo.metric in _BETWEEN_TOKENS:
+            return (f"{slo} judges nothing: every request of the trace asks for one output token, so "
+                    f"{slo.label.split()[0]} has no samples and the SLO would be met at every load; drop it or "
+                    "limit ttft, e2e or queue")
+    return None
+
+
 def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> SweepPlan:
     """Validate everything that can be checked before simulating; exit 2 with a named option otherwise."""
     from traces.schema import TraceError, load_trace
@@ -127,6 +144,9 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
     if span_s <= 0:
         _fail(parser, f"TRACE: {args.trace}: every request arrives at once, so it has no rate to rescale")
     trace_qps = (len(trace) - 1) / span_s
+    vacuous = _without_samples(args.slo, int(trace.requests["output_tokens"].max()))
+    if vacuous:
+        _fail(parser, f"--slo: {vacuous}")
     library = SessionLibrary.from_trace(trace)
     try:
         workload = WorkloadParams(min_duration_s=args.min_duration_s, min_requests=args.min_requests,
@@ -172,14 +192,20 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
             cost_models.append(cost_model_description(make_cost_model(config, shape), config.host_slowdown))
         except (ValueError, FileNotFoundError) as exc:
             _fail(parser, f"configuration {label!r}: {exc}")
+    scale = 1.0 if args.no_duration_check else 2.0  # the answer is simulated again twice as long
     try:
         params = SearchParams(start_qps=round_sig(trace_qps, START_SIGNIFICANT_DIGITS), qps_min=args.qps_min,
                               qps_max=args.qps_max, tolerance=args.tolerance, max_iterations=args.max_iterations,
-                              candidates_per_round=args.candidates_per_round,
-                              qps_floor=workload.min_qps(1.0 if args.no_duration_check else 2.0))
+                              candidates_per_round=args.candidates_per_round, qps_floor=workload.min_qps(scale),
+                              qps_ceiling=max_stream_qps(library, workload, scale))
         # The bracket's ends as given (or the start, the trace's own rate): a stream there must be simulable.
         for qps in {params.qps_max or params.start_qps, params.qps_min or params.start_qps}:
-            workload.check_stream_size(qps, 1.0 if args.no_duration_check else 2.0)
+            workload.check_stream_size(qps, scale)
+            if qps > params.qps_ceiling:  # the sessions started before the stream count too (steady_trace)
+                raise ValueError(f"a stream at {qps:.6g} requests/s would draw more requests than one simulation "
+                                 f"takes ({MAX_STREAM_REQUESTS:,}, with the sessions started before it); the most "
+                                 f"is {params.qps_ceiling:.4g} requests/s: lower the QPS bracket (--qps-max) or "
+                                 "--min-duration-s")
     except ValueError as exc:
         _fail(parser, str(exc))
     try:

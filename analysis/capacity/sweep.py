@@ -294,6 +294,38 @@ def superlinear_notes(results: Sequence[ConfigResult], tolerance: float) -> dict
     return notes
 
 
+def load_independent_failures(points: Mapping[float, PointResult], new: Iterable[float]) -> dict[float, str]:
+    """Of the ``new`` points, those that failed exactly as the nearest failure above them did (see
+    `same_failure`), each with what stayed the same: a statistic the load no longer moves cannot pass lower down,
+    so a search halving towards it stops (an SLO below what one request alone takes halved 20 times, to 1e-5 req/s,
+    and advised raising --max-iterations)."""
+    new = set(new)
+    found: dict[float, str] = {}
+    for qps in sorted(new):
+        above = [point for q, point in points.items() if q > qps and q not in new and not point.feasible]
+        if not above:
+            continue
+        nearest = min(above, key=lambda point: point.qps)
+        if same_failure(points[qps], nearest):
+            values = ", ".join(f"{key} {value:.4g} ms" if value is not None else f"{key} unbounded (unfinished "
+                               "requests)" for key, value in points[qps].slo_values_ms.items())
+            found[qps] = f"from {nearest.qps:.4g} down to {qps:.4g} req/s the SLO statistics stayed at {values}"
+    return found
+
+
+def same_failure(lower: PointResult, higher: PointResult) -> bool:
+    """Both missed an SLO while keeping up (stable, simulated in full), with every SLO statistic and every
+    statistic (p50, p90, p99, mean) of each SLO's metric unchanged to the 6 significant digits they are kept at.
+    The mean moves with any request that waited, so equal means say no request did at either load."""
+    if any(p.meets_slos or not p.stable or p.stopped_early for p in (lower, higher)):
+        return False
+    if lower.slo_values_ms != higher.slo_values_ms:
+        return False
+    metrics = {f"{key.partition('_')[0]}_ms" for key in lower.slo_values_ms}
+    return all(lower.latency_ms.get(m) is not None and lower.latency_ms.get(m) == higher.latency_ms.get(m)
+               for m in metrics)
+
+
 # ---- the driver ----------------------------------------------------------------------------------
 def run_sweep(
     configs: Sequence[SimConfig],
@@ -372,7 +404,8 @@ def run_sweep(
                 waiting[key].discard(job.qps)
                 if not waiting[key]:  # the search's whole round is back
                     search = searches[key]
-                    search.observe({q: points[key][q].feasible for q in search.pending})
+                    search.observe({q: points[key][q].feasible for q in search.pending},
+                                   load_independent=load_independent_failures(points[key], search.pending))
                     launch(key)
     except BaseException:  # Ctrl-C or a failed simulation: stop everything still running, now
         executor.close(interrupted=True)

@@ -18,8 +18,9 @@ from analysis.compare.comparison import check_same_requests, compare_runs, name_
 from analysis.compare.inputs import CompareInputError, load_run
 from analysis.compare.request_join import PER_REQUEST_METRICS, RequestJoin
 from analysis.compare.tables import format_error_table, format_fixed_width, format_rel_error
+from analysis.console import print_out
 from analysis.formatting import LATENCY_LABELS, format_percent
-from analysis.outdir import OutDirError, check_out_dir, default_out_dir, out_folder, staged_out_dir
+from analysis.outdir import OutDirError, default_out_dir, out_folder, staged_out_dir
 from engine.core.interrupt import exit_130_on_interrupt
 
 EXIT_OK, EXIT_SCHEDULE_DIFFERS, EXIT_BAD_INPUT = 0, 1, 2
@@ -77,51 +78,63 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def load_and_compare(args: argparse.Namespace, inputs: list[Path]):
+    """The two runs read, checked and compared: (comparison, real, sim); CompareInputError names what is wrong."""
+    if inputs[0].resolve() == inputs[1].resolve():  # every error 0 %: a comparison that says nothing
+        raise CompareInputError(f"REAL_DIR and SIM_DIR are the same run ({args.real_dir}); compare two runs")
+    real = load_run(args.real_dir, "real")
+    sim = load_run(args.sim_dir, "sim")
+    real, sim = name_positional_requests(real, sim)
+    if not args.allow_different_requests:
+        check_same_requests(real, sim)
+    comparison = compare_runs(real, sim)
+    if args.require_identical_schedule and comparison.schedule.unavailable:
+        raise CompareInputError(f"--require-identical-schedule: {comparison.schedule.describe()}")
+    return comparison, real, sim
+
+
+def print_comparison(comparison, real, sim, check_schedule: bool) -> None:
+    """The comparison as text on stdout (print_out: a reader that leaves early stops nothing)."""
+    cost_model = f" (cost model: {sim.cost_model})" if sim.cost_model else ""
+    print_out(f"sim {sim.path}{cost_model} vs real {real.path}; rel. error = (sim - real) / real")
+    differences = format_config_differences(comparison.config_differences)
+    if differences:
+        print_out(differences)
+    print_out(format_error_table(comparison.rows))
+    judged = [row for row in comparison.rows if row.in_band is not None]
+    if judged:
+        num_inside = sum(row.in_band for row in judged)
+        print_out(f"real inside the simulation's p5-p95 band: {num_inside} of {len(judged)} metrics")
+    for warning in sim.metadata.get("warnings") or []:  # the simulation's own limits (sim.limits)
+        print_out(f"sim warning [{warning.get('code')}]: {warning.get('message')}")
+    print_out(format_request_summary(comparison.join))
+    if check_schedule or comparison.schedule.unavailable:
+        print_out(comparison.schedule.describe())
+
+
 @exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     both_names = f"{Path(args.real_dir).resolve().name}-vs-{Path(args.sim_dir).resolve().name}"
     out_dir = Path(args.out) if args.out else default_out_dir("compare", both_names)
+    inputs = [Path(args.real_dir), Path(args.sim_dir)]
     try:
-        inputs = [Path(args.real_dir), Path(args.sim_dir)]
-        check_out_dir(out_dir, overwrite=args.overwrite, inputs=inputs)  # before any work: a bad --out costs nothing
-        if inputs[0].resolve() == inputs[1].resolve():  # every error 0 %: a comparison that says nothing
-            raise CompareInputError(f"REAL_DIR and SIM_DIR are the same run ({args.real_dir}); compare two runs")
-        real = load_run(args.real_dir, "real")
-        sim = load_run(args.sim_dir, "sim")
-        real, sim = name_positional_requests(real, sim)
-        if not args.allow_different_requests:
-            check_same_requests(real, sim)
-        comparison = compare_runs(real, sim)
-        if args.require_identical_schedule and comparison.schedule.unavailable:
-            raise CompareInputError(f"--require-identical-schedule: {comparison.schedule.describe()}")
-    except (CompareInputError, OutDirError) as exc:
-        parser.exit(EXIT_BAD_INPUT, f"error: {exc}\n")
-    cost_model = f" (cost model: {sim.cost_model})" if sim.cost_model else ""
-    print(f"sim {sim.path}{cost_model} vs real {real.path}; rel. error = (sim - real) / real")
-    differences = format_config_differences(comparison.config_differences)
-    if differences:
-        print(differences)
-    print(format_error_table(comparison.rows))
-    judged = [row for row in comparison.rows if row.in_band is not None]
-    if judged:
-        num_inside = sum(row.in_band for row in judged)
-        print(f"real inside the simulation's p5-p95 band: {num_inside} of {len(judged)} metrics")
-    for warning in sim.metadata.get("warnings") or []:  # the simulation's own limits (sim.limits)
-        print(f"sim warning [{warning.get('code')}]: {warning.get('message')}")
-    print(format_request_summary(comparison.join))
-    check_schedule = args.schedule or args.require_identical_schedule
-    if check_schedule or comparison.schedule.unavailable:
-        print(comparison.schedule.describe())
-    try:
+        # Staged before any work: an --out that cannot be written (/proc/x) failed only after the whole table was
+        # printed, as if the comparison had been saved. A bad input below removes the staging folder again.
         with staged_out_dir(out_dir, overwrite=args.overwrite, inputs=inputs) as stage:
+            try:
+                comparison, real, sim = load_and_compare(args, inputs)
+            except CompareInputError as exc:
+                parser.exit(EXIT_BAD_INPUT, f"error: {exc}\n")
             write_outputs(comparison, stage, report=not args.no_report)
     except OutDirError as exc:
         parser.exit(EXIT_BAD_INPUT, f"error: {exc}\n")
     except OSError as exc:
         parser.exit(EXIT_BAD_INPUT, f"error: cannot write to {out_dir}: {exc.strerror or exc}\n")
-    print(f"outputs in {out_dir}/")
+    # Printed once the outputs are in place: a reader that stops early (| head) can no longer cost them.
+    print_comparison(comparison, real, sim, check_schedule=args.schedule or args.require_identical_schedule)
+    print_out(f"outputs in {out_dir}/")
     if args.require_identical_schedule and not comparison.schedule.identical:
         return EXIT_SCHEDULE_DIFFERS
     return EXIT_OK

@@ -56,6 +56,12 @@ THREAD_RENDER_MESSAGES = 256
 # What FastAPI answers for a body its JSON parser gave up on with an error other than a syntax error (a
 # RecursionError from arrays nested thousands deep).
 _FASTAPI_PARSE_ERROR = "There was an error parsing the body"
+_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
+# A text prompt is refused untokenized when it has more characters than max_model_len tokens of this tokenizer could
+# spell, with this much to spare (a normalizer such as NFC merges up to 4 characters into one of 3 bytes). Tokenizing
+# first, as vLLM does, took 40 s and 5 GB of memory, kept by the server afterwards, for a 15 MB prompt of a model of
+# 512 tokens, to say it had 12 million.
+PROMPT_CHARS_MARGIN = 2
 
 
 @dataclass
@@ -67,7 +73,15 @@ class ServerState:
     vocab_size: int
     model_dir: str
     rejection_reason_for: object  # the scheduler's own check: why a prompt of n tokens can never be served
+    longest_token_chars: int | None = None  # the tokenizer's longest token, in characters (None: unknown)
     created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def max_prompt_chars(self) -> int | None:
+        """More characters than this can never be max_model_len tokens or fewer (None: no such bound is known)."""
+        if self.longest_token_chars is None:
+            return None
+        return self.max_model_len * self.longest_token_chars * PROMPT_CHARS_MARGIN
 
 
 @dataclass
@@ -97,7 +111,7 @@ def build_app(engine: EngineClient, tokenizer=None, *,
         # encodes only read it.
         tokenizer.encode("x")
     state = ServerState(engine, tokenizer, engine.model_name, config.max_model_len, info.vocab_size, info.model_dir,
-                        Scheduler(config).rejection_reason_for)
+                        Scheduler(config).rejection_reason_for, _longest_token_chars(tokenizer))
     model_name = engine.model_name
 
     @asynccontextmanager
@@ -128,6 +142,8 @@ def build_app(engine: EngineClient, tokenizer=None, *,
             # also one that is not UTF-8 or holds an integer of 5000 digits
             why = json_problem(exc.__cause__) if exc.__cause__ is not None else "unknown error"
             detail = f"the request body could not be parsed as JSON: {why}"
+        if exc.status_code == 404 and detail == "Not Found":  # said nothing of what is there
+            detail = f"there is no {request.url.path} on this server; it serves {', '.join(_ROUTES)}"
         allowed = (exc.headers or {}).get("Allow") if exc.status_code == 405 else None
         if allowed:  # "Method Not Allowed" alone did not say which one is
             detail = f"{request.method} is not allowed on {request.url.path}; use {allowed}"
@@ -139,7 +155,10 @@ def build_app(engine: EngineClient, tokenizer=None, *,
         _log.exception("internal error on %s", request.url.path)
         return JSONResponse(APIError(500, f"internal error: {type(exc).__name__}: {exc}").body(), status_code=500)
 
-    @app.api_route("/health", methods=["GET", "HEAD"])  # load balancers' checks often send HEAD: it was a 405
+    # Load balancers' checks often send HEAD: it was a 405. Two routes, not one of two methods: FastAPI gave both the
+    # same operation id, and warned of it in the server's log whenever /docs was opened.
+    @app.get("/health")
+    @app.head("/health", include_in_schema=False)
     async def health():
         if not engine.is_alive:
             raise APIError(503, f"the engine has stopped: {engine.error or 'its process exited'}")
@@ -161,8 +180,12 @@ def build_app(engine: EngineClient, tokenizer=None, *,
         _check_model(state, body.model)
         texts_or_ids = body.prompts()
         _check_num_choices(state, body.n, len(texts_or_ids))  # before tokenizing: 100,000 prompts took seconds
+        for i, p in enumerate(texts_or_ids):  # before tokenizing any
+            if isinstance(p, str):
+                _check_prompt_chars(state, p, f"prompt {i}", "prompt")
         text_chars = sum(len(p) for p in texts_or_ids if isinstance(p, str))
-        prompts = await _in_worker_if(text_chars > THREAD_TOKENIZE_CHARS, _prompts_ids, state, texts_or_ids)
+        prompts = await _in_worker_if(text_chars > THREAD_TOKENIZE_CHARS, _prompts_ids, state, texts_or_ids,
+                                      body.add_special_tokens)
         return await _serve(state, request, body, prompts, body.max_tokens, chat=False)
 
     @app.post("/v1/chat/completions")
@@ -196,19 +219,72 @@ async def _in_worker_if(big: bool, function, *args):
     return await asyncio.to_thread(function, *args) if big else function(*args)
 
 
-def _prompts_ids(state: ServerState, texts_or_ids: list[str | list[int]]) -> list[list[int]]:
-    return [_prompt_ids(state, i, p) for i, p in enumerate(texts_or_ids)]
+def _prompts_ids(state: ServerState, texts_or_ids: list[str | list[int]], add_special_tokens: bool) -> list[list[int]]:
+    return [_prompt_ids(state, i, p, add_special_tokens) for i, p in enumerate(texts_or_ids)]
 
 
-def _prompt_ids(state: ServerState, index: int, prompt: str | list[int]) -> list[int]:
+def _prompt_ids(state: ServerState, index: int, prompt: str | list[int], add_special_tokens: bool) -> list[int]:
     if isinstance(prompt, str):
         if state.tokenizer is None:
             raise bad_request(f"prompt {index} is text but the model has no tokenizer; send token ids", "prompt")
         _check_unicode(prompt, f"prompt {index}", "prompt")
-        ids = state.tokenizer.encode(prompt)
+        ids = _encode(state.tokenizer, prompt, add_special_tokens)
     else:
         ids = prompt
     return _checked_ids(state, ids, f"prompt {index}", "prompt")
+
+
+def _longest_token_chars(tokenizer) -> int | None:
+    """The most characters one token of ``tokenizer`` spells, from its vocabulary (a byte-level token's string has a
+    character per byte, so this bounds bytes too); None where that bounds nothing: a tokenizer that may drop text or
+    lump any amount of it into one unknown token, or one whose make-up cannot be read."""
+    try:
+        if not _keeps_every_character(tokenizer.backend_tokenizer):
+            return None
+        return max((len(token) for token in tokenizer.get_vocab()), default=0) or None
+    except Exception:  # noqa: BLE001 - no Hugging Face fast tokenizer, or an odd one: no bound, prompts are tokenized
+        return None
+
+
+# Normalizers that may merge characters (PROMPT_CHARS_MARGIN) but drop none, and pre-tokenizers that split text
+# without dropping any of it: those of the byte-level BPE tokenizers of Qwen, Llama 3 and GPT-2, and SentencePiece's.
+_KEEPING_NORMALIZERS = frozenset({"Sequence", "NFC", "NFKC", "NFD", "NFKD", "Prepend"})
+_KEEPING_PRE_TOKENIZERS = frozenset({"Sequence", "ByteLevel", "Split", "Metaspace", "Digits", "Punctuation"})
+
+
+def _keeps_every_character(backend) -> bool:
+    """Whether every character of a text ends in some token that spells it: a BPE model with no unknown token (or
+    byte fallback for one), and no normalizer or pre-tokenizer that drops text (Whitespace, Strip, ...)."""
+    model = backend.model
+    if type(model).__name__ != "BPE" or (model.unk_token is not None and not model.byte_fallback):
+        return False
+    for part, keeping in ((backend.normalizer, _KEEPING_NORMALIZERS), (backend.pre_tokenizer, _KEEPING_PRE_TOKENIZERS)):
+        if part is None:
+            continue
+        for step in _json_types(json.loads(part.__getstate__())):
+            if step.get("type") not in keeping or step.get("behavior") == "Removed":  # a Split that drops its matches
+                return False
+    return True
+
+
+def _json_types(node) -> list[dict]:
+    """Every object with a "type" in a tokenizer component's JSON (a Sequence holds its steps in a list)."""
+    if isinstance(node, list):
+        return [found for item in node for found in _json_types(item)]
+    if not isinstance(node, dict):
+        return []
+    own = [node] if "type" in node else []
+    return own + [found for value in node.values() for found in _json_types(value)]
+
+
+def _check_prompt_chars(state: ServerState, text: str, what: str, param: str) -> None:
+    limit = state.max_prompt_chars
+    if limit is not None and len(text) > limit:
+        longest = state.longest_token_chars
+        raise bad_request(
+            f"{what} has {len(text)} characters and cannot fit in max_model_len={state.max_model_len} tokens, which "
+            f"spell at most {state.max_model_len * longest} (this tokenizer's longest token has {longest}); prompts of "
+            f"more than {limit} characters are refused untokenized", param)
 
 
 def _check_unicode(text: str, what: str, param: str) -> None:
@@ -243,19 +319,23 @@ async def _chat_prompt_ids(state: ServerState, body: ChatCompletionRequest) -> l
     tokenizer = state.tokenizer
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise bad_request("the model has no chat template; use /v1/completions", "messages")
-    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    messages = [m.for_template() for m in body.messages]
     # chat_template_kwargs override add_generation_prompt, as in vLLM (a keyword given twice was a TypeError)
     kwargs = {"add_generation_prompt": body.add_generation_prompt, **(body.chat_template_kwargs or {})}
-    big = (len(messages) > THREAD_RENDER_MESSAGES
+    # A message's other fields (tool calls and their arguments) may be of any size, uncounted here: on the thread too.
+    big = (len(messages) > THREAD_RENDER_MESSAGES or any(m.model_extra for m in body.messages)
            or sum(len(m["content"]) for m in messages) > THREAD_TOKENIZE_CHARS)
     text = await _in_worker_if(big, _render_chat, tokenizer, messages, kwargs)
     _check_unicode(text, "messages", "messages")
-    ids = await _in_worker_if(len(text) > THREAD_TOKENIZE_CHARS, _encode_rendered, tokenizer, text)
+    _check_prompt_chars(state, text, _CHAT_PROMPT, "messages")
+    ids = await _in_worker_if(len(text) > THREAD_TOKENIZE_CHARS, _encode, tokenizer, text, body.add_special_tokens)
     return _checked_ids(state, ids, _CHAT_PROMPT, "messages")
 
 
-def _encode_rendered(tokenizer, text: str) -> list[int]:
-    return tokenizer.encode(text, add_special_tokens=False)  # the template wrote the special tokens it wants
+def _encode(tokenizer, text: str, add_special_tokens: bool) -> list[int]:
+    """A chat request's rendered template holds the special tokens it wants (add_special_tokens false, its default);
+    a completion's text gets the tokenizer's own (a BOS) unless the client says otherwise, as in vLLM."""
+    return tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
 
 def _render_chat(tokenizer, messages: list[dict], kwargs: dict) -> str:

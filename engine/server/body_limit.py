@@ -2,11 +2,19 @@
 
 FastAPI reads a whole body into memory and parses it in the event loop before a route sees it: a multi-GB body was
 read into memory, and 200,000 chat messages (6.8 MB) held /health and every stream for 1.8 s. Neither uvicorn nor
-FastAPI has a limit of their own. A body that declares more than the limit (Content-Length) is answered 413 before
-any of it is read; a chunked one is counted as it arrives and answered 413 as soon as it passes the limit.
+FastAPI has a limit of their own. A body that declares more than the limit (Content-Length) is answered 413 without
+being kept; a chunked one is counted as it arrives and answered 413 once it passes the limit.
+
+What the client still sends of a refused body is read and dropped before the answer (up to ``DRAIN_MAX_BYTES``, while
+it keeps coming): a client that writes its whole request before it reads (httpx, and so the openai SDK) lost the 413
+otherwise. The server closed the connection with the body's rest unread, which resets it, and the reset can discard
+the answer still on its way: "peer closed connection without sending complete message body". A client that sent
+``Expect: 100-continue`` has sent nothing yet and gets its answer at once, as does one declaring more than that cap.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 # Far above any legitimate request: the API takes text and token ids only (no images), and a prompt beyond
 # max_model_len is refused anyway; 128k tokens are ~0.5 MB of text, ~1 MB as token ids. 32 MiB still admits a batch of
@@ -15,6 +23,12 @@ from __future__ import annotations
 # messages take ~5 s to parse, 32 MiB of token ids ~0.5 s. A server facing untrusted clients can set less.
 DEFAULT_MAX_REQUEST_BODY_BYTES = 32 * 2**20
 OPTION = "--max-request-body-bytes"
+# Reading a refused body's rest to the end costs no memory (nothing is kept), only the time it takes to arrive: ten
+# times the default limit is far beyond any batch sent by mistake, and a second on a 2 Gbit/s link. A larger one is
+# answered unread, and its client may see a reset instead of the 413.
+DRAIN_MAX_BYTES = 320 * 2**20
+DRAIN_IDLE_S = 1.0  # a client that stops sending for this long is answered (a chunked body may never end)
+DRAIN_MAX_S = 30.0
 
 
 class RequestBodyLimit:
@@ -32,10 +46,14 @@ class RequestBodyLimit:
             return
         declared_bytes = _content_length_bytes(scope)
         if declared_bytes is not None and declared_bytes > self.max_body_bytes:
+            if declared_bytes <= DRAIN_MAX_BYTES and not _expects_continue(scope):
+                await _drain(receive, 0, declared_bytes)
             await self._too_large(scope, send, str(declared_bytes))
             return
         body = await self._read_within_limit(receive)
-        if body is None:
+        if isinstance(body, _Overflow):
+            if body.more_body:
+                await _drain(receive, body.received_bytes, None)
             await self._too_large(scope, send, f"more than {self.max_body_bytes}")
             return
         if body is _DISCONNECTED:
@@ -52,7 +70,7 @@ class RequestBodyLimit:
         await self.app(scope, replay, send)
 
     async def _read_within_limit(self, receive):
-        """The whole body; None once it passes the limit (the rest is never read); _DISCONNECTED if the client
+        """The whole body; an _Overflow once it passes the limit (what came is dropped); _DISCONNECTED if the client
         left. Counted as it arrives, since a chunked body declares no length."""
         chunks, received_bytes = [], 0
         while True:
@@ -62,7 +80,7 @@ class RequestBodyLimit:
             chunk = message.get("body", b"")
             received_bytes += len(chunk)
             if received_bytes > self.max_body_bytes:
-                return None
+                return _Overflow(received_bytes, message.get("more_body", False))
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
@@ -81,6 +99,39 @@ class RequestBodyLimit:
 
 
 _DISCONNECTED = object()
+
+
+class _Overflow:
+    """A body that passed the limit: the bytes received so far, and whether more is on its way."""
+
+    def __init__(self, received_bytes: int, more_body: bool) -> None:
+        self.received_bytes = received_bytes
+        self.more_body = more_body
+
+
+async def _drain(receive, received_bytes: int, declared_bytes: int | None) -> None:
+    """Read and drop the rest of a refused body (the module's docstring says why): until it ends, the client leaves
+    or stops sending for DRAIN_IDLE_S, or DRAIN_MAX_BYTES or DRAIN_MAX_S are reached."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DRAIN_MAX_S
+    while received_bytes < DRAIN_MAX_BYTES and (declared_bytes is None or received_bytes < declared_bytes):
+        timeout = min(DRAIN_IDLE_S, deadline - loop.time())
+        if timeout <= 0:
+            return
+        try:
+            message = await asyncio.wait_for(receive(), timeout)
+        except asyncio.TimeoutError:
+            return
+        if message["type"] == "http.disconnect":
+            return
+        received_bytes += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
+
+
+def _expects_continue(scope) -> bool:
+    """The client waits for a "100 Continue" before it sends the body; reading would ask for the body."""
+    return any(name == b"expect" and value.lower() == b"100-continue" for name, value in scope.get("headers", ()))
 
 
 async def _no_receive():  # a JSONResponse does not read; it must never get here

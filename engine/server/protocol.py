@@ -7,15 +7,20 @@ output. Unknown fields are ignored, as vLLM and OpenAI do.
 
 from __future__ import annotations
 
+import functools
+import typing
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class APIError(Exception):
     """An error answered as ``{"error": {...}}`` with its HTTP status."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None, kind: str | None = None) -> None:
+        # A message may quote the client's own text, and JSON may carry half a surrogate pair ("\\ud800") that no
+        # UTF-8 encoder takes: a model name or a refused value quoting one was a 500 while rendering the 400.
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
         super().__init__(message)
         self.status = status
         self.message = message
@@ -37,7 +42,32 @@ def bad_request(message: str, param: str | None = None) -> APIError:
 _STRICT = ConfigDict(strict=True)
 
 
-class StreamOptions(BaseModel):
+class _NullMeansDefault(BaseModel):
+    """A null for a field that has a default and cannot itself be null stands for that default. OpenAI's API marks
+    its optional fields nullable and clients send null for "not set" (``"n": null``, ``"stream": null``), which
+    strict types refused as "Input should be a valid integer". Fields that take null keep it (``max_tokens``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        names = _defaults_not_nullable(cls)
+        if not any(data.get(name, 0) is None for name in names):  # the common case: no copy
+            return data
+        return {k: v for k, v in data.items() if not (v is None and k in names)}
+
+
+@functools.cache
+def _defaults_not_nullable(cls: type[BaseModel]) -> frozenset[str]:
+    def nullable(annotation) -> bool:
+        return annotation is Any or annotation is None or type(None) in typing.get_args(annotation)
+
+    return frozenset(name for name, info in cls.model_fields.items()
+                     if not info.is_required() and not nullable(info.annotation))
+
+
+class StreamOptions(_NullMeansDefault):
     model_config = _STRICT
 
     include_usage: bool = False
@@ -64,7 +94,7 @@ _UNSUPPORTED_CHAT_EXTENSIONS: dict[str, tuple] = {
 }
 
 
-class _Sampling(BaseModel):
+class _Sampling(_NullMeansDefault):
     model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
@@ -84,6 +114,9 @@ class _Sampling(BaseModel):
     logit_bias: dict[str, float] | None = None
     min_tokens: int = 0
     return_token_ids: bool = False  # vLLM's extension: the completion's token ids on each choice
+    # vLLM takes response_format on completions too (as structured output): it was ignored there, and a client that
+    # asked for JSON got free text.
+    response_format: dict[str, Any] | None = None
 
     def check_supported(self) -> None:
         if self.n < 1:
@@ -101,6 +134,8 @@ class _Sampling(BaseModel):
             raise bad_request("min_tokens is not supported by this engine", "min_tokens")
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
+        if self.response_format and self.response_format.get("type") not in (None, "text"):
+            raise bad_request("response_format other than text is not supported by this engine", "response_format")
         self._refuse_extensions(_UNSUPPORTED_EXTENSIONS)
 
     def _refuse_extensions(self, unsupported: dict[str, tuple]) -> None:
@@ -148,6 +183,8 @@ class CompletionRequest(_Sampling):
     logprobs: int | None = None
     best_of: int | None = None
     suffix: str | None = None
+    # vLLM's extension: false leaves out the tokens the tokenizer adds around a text (a BOS); it was ignored.
+    add_special_tokens: bool = True
 
     def check_supported(self) -> None:
         super().check_supported()
@@ -201,6 +238,12 @@ class ChatMessage(BaseModel):
             parts.append(part["text"])
         return "".join(parts)
 
+    def for_template(self) -> dict[str, Any]:
+        """What the chat template sees: the role, the content as text, and every other field the client sent (name,
+        tool_calls, tool_call_id, ...), as vLLM hands them on. They were dropped: an agent's earlier tool calls and
+        results vanished from its prompt without a word."""
+        return {**(self.model_extra or {}), "role": self.role, "content": self.text()}
+
 
 _CHAT_TEMPLATE_ARGUMENTS = frozenset({
     "conversation", "messages", "tokenize", "tools", "documents", "padding", "truncation", "max_length",
@@ -214,8 +257,9 @@ class ChatCompletionRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
-    response_format: dict[str, Any] | None = None
     add_generation_prompt: bool = True
+    # vLLM's extension, as there: the rendered template already holds the special tokens it wants.
+    add_special_tokens: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
 
     def check_supported(self) -> None:
@@ -234,8 +278,11 @@ class ChatCompletionRequest(_Sampling):
                                   "leave it out, or 'none' or 'auto'", name)
         if extra.get("functions"):
             raise bad_request("functions are not supported by this engine", "functions")
-        if self.response_format and self.response_format.get("type") not in (None, "text"):
-            raise bad_request("response_format other than text is not supported by this engine", "response_format")
+        # Not a chat field of OpenAI's, but vLLM's chat requests took it (n samples, the best_of best returned): it was
+        # ignored, and the client got n plain samples without a word.
+        if extra.get("best_of") not in (None, self.n):
+            raise bad_request(f"best_of must equal n ({self.n}) on this engine, got {str(extra['best_of'])[:80]}",
+                              "best_of")
         # apply_chat_template's own arguments, not template variables: they were a 400 that quoted Python ("got multiple
         # values for keyword argument 'tokenize'"), or, as tools and documents, fed the template what is refused above.
         reserved = sorted(_CHAT_TEMPLATE_ARGUMENTS & set(self.chat_template_kwargs or {}))
@@ -268,9 +315,13 @@ def validation_error(errors: list[dict]) -> APIError:
     if tuple(first.get("loc", ())) == ("body",):  # the body as a whole: absent, or not a JSON object
         if first.get("type") == "missing":
             return bad_request("the request body is empty; expected a JSON object")
-        if isinstance(first.get("input"), (bytes, str)):  # FastAPI reads a body as JSON only when it is declared so
+        value = first.get("input")
+        if isinstance(value, bytes):  # FastAPI reads a body as JSON only when it is declared so, else hands on bytes
             return bad_request("the request body is not read as JSON: send it with Content-Type: application/json")
-        return bad_request(f"the request body must be a JSON object, got {_json_type(first.get('input'))}")
+        if first.get("type") == "string_unicode" and isinstance(value, str):  # a key of the object itself
+            # (the string is a field name holding half a surrogate pair, "\\ud800"; it was said not to be read as JSON)
+            return bad_request(f"the request body has a field name that is not Unicode text: {value[:80]!r}")
+        return bad_request(f"the request body must be a JSON object, got {_json_type(value)}")
     parts = []
     for error in errors[:3]:
         loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body")

@@ -99,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         trace = Path(tmp) / "trace.parquet"
         save_trace(sliced, trace)  # one converted slice, read the same way by every tree
         for tree, label in zip(trees, labels, strict=True):
-            total, printed = count_instructions(tree, trace, True, not args.no_fast_forward)
-            base, _ = count_instructions(tree, trace, False)
+            try:
+                total, printed = count_instructions(tree, trace, True, not args.no_fast_forward)
+                base, _ = count_instructions(tree, trace, False)
+            except RuntimeError as exc:  # valgrind or the tree's simulator failed: its tail, not a traceback
+                parser.exit(2, f"error: {' '.join(str(exc).split())[:400]}\n")
             row = {"tree": label, "simulate_instructions": total - base, "process_instructions": total,
                    "num_steps": int(printed.split()[-1])}
             results["trees"].append(row)

@@ -25,7 +25,7 @@ from cli.replay_args import (
 from engine.core.config_args import build_config
 from engine.core.interrupt import exit_130_on_interrupt
 from sim.config import SimConfig
-from sim.limits import format_warnings, run_warnings
+from sim.limits import format_warnings, queued_replicas, run_warnings
 from sim.simulator import SimResult, make_cost_model, simulate
 
 
@@ -53,7 +53,8 @@ def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: boo
     roofline = result.cost_model_name.startswith("roofline-estimate")  # then ", host slowdown ..." if one is given
     estimate = " (an analytic estimate, not measured)" if roofline else ""
     requests, steps = result.requests_table(), result.steps_table()
-    warnings = run_warnings(cfg, cfg.model_shape, pl.from_arrow(steps), requests.column("arrival_s").to_numpy())
+    warnings = run_warnings(cfg, cfg.model_shape, pl.from_arrow(steps), requests.column("arrival_s").to_numpy(),
+                            queued_replicas(requests))
     meta = {"cost_model": result.cost_model_name, "trace": str(trace_path), "config": result.describe(),
             "warnings": warnings}
     if bands is not None:

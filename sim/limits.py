@@ -151,20 +151,23 @@ def grid_warnings(steps: pl.DataFrame, grid: GridRange, max_graph_bs: int) -> li
     return out
 
 
-def saturation_warning(steps: pl.DataFrame, arrivals_s: np.ndarray) -> list[dict]:
+def saturation_warning(steps: pl.DataFrame, arrivals_s: np.ndarray, replicas: np.ndarray | None = None) -> list[dict]:
     """``past_saturation``: on any replica, the waiting count's least-squares trend over the steps that start in
     the last third of the arrival window grows the queue by at least QUEUE_GROWTH_SHARE of the requests that
-    arrived then (and MIN_QUEUE_GROWTH), and its later half waits longer (median) than its earlier half. After
-    the last arrival every queue drains, so the end of the arrivals is the end that matters; a run whose
-    requests all arrive at once (offline) is a batch, never saturated."""
+    arrived at that replica then (and MIN_QUEUE_GROWTH), and its later half waits longer (median) than its earlier
+    half. After the last arrival every queue drains, so the end of the arrivals is the end that matters; a run
+    whose requests all arrive at once (offline) is a batch, never saturated.
+
+    ``replicas``: the replica each arrival was queued on (-1: never queued, a rejected request); None: every
+    arrival on the one replica. Weighed against every arrival of the fleet, a replica's queue had to grow by
+    N times its own share of them: ten replicas, each as overloaded as one that warned, never did."""
     if steps.height == 0 or len(arrivals_s) < 2:
         return []
     first_s, last_s = float(arrivals_s.min()), float(arrivals_s.max())
     if last_s <= first_s:
         return []
     window_start_s = last_s - (last_s - first_s) / 3
-    num_arrived = int(((arrivals_s >= window_start_s) & (arrivals_s <= last_s)).sum())
-    needed = max(MIN_QUEUE_GROWTH, QUEUE_GROWTH_SHARE * num_arrived)
+    in_window = (arrivals_s >= window_start_s) & (arrivals_s <= last_s)
     worst = None
     for (replica,), group in steps.filter(pl.col("start_s").is_between(window_start_s, last_s)).group_by(
             "replica", maintain_order=True):
@@ -174,21 +177,32 @@ def saturation_warning(steps: pl.DataFrame, arrivals_s: np.ndarray) -> list[dict
         waiting = group["num_waiting"].to_numpy().astype(float)
         if np.ptp(t_s) == 0:
             continue
+        num_arrived = int((in_window if replicas is None else in_window & (replicas == replica)).sum())
+        needed = max(MIN_QUEUE_GROWTH, QUEUE_GROWTH_SHARE * num_arrived)
         slope = float(np.polyfit(t_s, waiting, 1)[0])
         growth = slope * (last_s - window_start_s)
         half = len(waiting) // 2
         rising = np.median(waiting[half:]) > np.median(waiting[:half])
         if growth >= needed and rising and (worst is None or growth > worst[1]):
-            worst = (replica, growth, slope, float(waiting[0]), float(waiting[-1]))
+            worst = (replica, growth, slope, float(waiting[0]), float(waiting[-1]), num_arrived, needed)
     if worst is None:
         return []
-    replica, growth, slope, start_waiting, end_waiting = worst
+    replica, growth, slope, start_waiting, end_waiting, num_arrived, needed = worst
+    reached = "arrived" if num_arrived == int(in_window.sum()) else "were queued on it"  # not all of them: say so
     return [warning("past_saturation",
                     f"replica {replica}'s waiting queue grew by {growth:,.0f} requests "
                     f"({slope:+.2f}/s, least-squares trend; {start_waiting:,.0f} -> {end_waiting:,.0f} waiting) over "
                     f"the last third of the arrivals ({window_start_s:.1f}-{last_s:.1f} s), at least "
-                    f"{QUEUE_GROWTH_SHARE:.0%} of the {num_arrived:,} that arrived then: the load exceeds what it "
+                    f"{QUEUE_GROWTH_SHARE:.0%} of the {num_arrived:,} that {reached} then: the load exceeds what it "
                     "serves, and latencies grow with the run's length", round(growth, 1), round(needed, 1))]
+
+
+def queued_replicas(requests) -> np.ndarray:
+    """The replica each row of a run's requests table (pyarrow, ``engine.core.records``) was queued on, -1 for a
+    rejected request (never queued): ``saturation_warning``'s ``replicas``."""
+    frame = pl.from_arrow(requests.select(["replica", "finish_reason"]))
+    rejected = (frame["finish_reason"] == "rejected").fill_null(False).to_numpy()
+    return np.where(rejected, -1, frame["replica"].to_numpy())
 
 
 def memory_warning(config: SimConfig, model: ModelShape) -> list[dict]:
@@ -213,15 +227,17 @@ def memory_warning(config: SimConfig, model: ModelShape) -> list[dict]:
                     f"{config.block_size} tokens): a what-if no real engine could run", asked, holds)]
 
 
-def run_warnings(config: SimConfig, model: ModelShape, steps: pl.DataFrame, arrivals_s: np.ndarray) -> list[dict]:
-    """Every warning of a simulated run, in a fixed order: the profile, the memory, the grid, the load."""
+def run_warnings(config: SimConfig, model: ModelShape, steps: pl.DataFrame, arrivals_s: np.ndarray,
+                 replicas: np.ndarray | None = None) -> list[dict]:
+    """Every warning of a simulated run, in a fixed order: the profile, the memory, the grid, the load
+    (``replicas``: as ``saturation_warning`` takes them)."""
     path = chosen_profile(config, model)
     profile = json.loads(path.read_text()) if path is not None else None
     out = profile_warnings(config, model, profile) + memory_warning(config, model)
     if profile is not None and profile.get("points"):
         max_graph_bs = max((profile.get("engine_options") or {}).get("cuda_graph_sizes") or [0])
         out += grid_warnings(steps, grid_range(profile), max_graph_bs)
-    return out + saturation_warning(steps, arrivals_s)
+    return out + saturation_warning(steps, arrivals_s, replicas)
 
 
 def format_warnings(warnings: list[dict]) -> str:

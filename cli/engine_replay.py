@@ -23,7 +23,7 @@ from cli.replay_args import (
     load_trace_for_replay,
     slos_from_args,
 )
-from engine.core.config_args import build_config
+from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.model_config import ModelShape
 from engine.core.sampling_params import MAX_TEMPERATURE
@@ -35,7 +35,7 @@ STEP_TIMING_COLUMNS = ("host_prepare_ms", "host_launch_ms", "host_wait_ms", "gpu
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="python -m engine.replay",
         description="Replay a request trace through the real engine, with real arrival times.",
     )

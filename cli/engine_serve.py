@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from cli.replay_args import add_config_groups
-from engine.core.config_args import build_config
+from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.interrupt import EXIT_INTERRUPTED, NOTHING_WRITTEN
 from engine.core.model_config import ModelShape
 from engine.options import EngineOptions
@@ -28,7 +28,7 @@ SHUTDOWN_GRACE_S = 10
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="python -m engine.serve",
         description="An OpenAI-compatible server (/v1/completions, /v1/chat/completions, /v1/models, /health, "
                     "/metrics) over the engine.",

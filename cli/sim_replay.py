@@ -22,7 +22,7 @@ from cli.replay_args import (
     load_trace_for_replay,
     slos_from_args,
 )
-from engine.core.config_args import build_config
+from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.interrupt import exit_130_on_interrupt
 from sim.config import SimConfig
 from sim.limits import format_warnings, queued_replicas, run_warnings
@@ -30,7 +30,7 @@ from sim.simulator import SimResult, make_cost_model, simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="python -m sim.replay",
         description="Replay a request trace on simulated GPU replicas that run the engine's own scheduler.",
     )

@@ -120,6 +120,8 @@ class LLM:
     (with load_format="dummy")."""
 
     def __init__(self, model: str, **options: object) -> None:
+        if not isinstance(model, (str, Path)):  # None reached pathlib as a TypeError that named no parameter
+            raise ValueError(f"model must be a shipped model config name or a model folder, got {_short(model)}")
         self.options = opts = EngineOptions.from_kwargs(str(model), **options)
         model_dir = resolve_model_dir(model)
         self.shape = ModelShape.load(model_dir)
@@ -182,6 +184,7 @@ class LLM:
         if sampling_params is None:
             sampling_params = SamplingParams()
         if isinstance(sampling_params, SamplingParams):
+            self._check_stop_token_ids("sampling_params", sampling_params)
             sampling_params = [sampling_params] * len(prompts)
         else:
             # A dict of options (iterated as its keys) or a None in the list failed later, in the engine, as an
@@ -194,6 +197,8 @@ class LLM:
                 raise ValueError(f"sampling_params[{bad}] must be a SamplingParams, got {_short(sampling_params[bad])}")
             if len(sampling_params) != len(prompts):
                 raise ValueError(f"got {len(sampling_params)} sampling params for {len(prompts)} prompts")
+            for i, sp in enumerate(sampling_params):
+                self._check_stop_token_ids(f"sampling_params[{i}]", sp)
         token_ids = [self._token_ids(i, p) for i, p in enumerate(prompts)]
         seqs = [self.engine.add_request(ids, sp, request_id=i)
                 for i, (ids, sp) in enumerate(zip(token_ids, sampling_params))]
@@ -202,6 +207,14 @@ class LLM:
                 self._abort_unfinished(seqs)  # all or none of a call's prompts are queued
                 raise ValueError(f"prompt {seq.request_id} cannot be served: {seq.reject_reason}")
         return seqs
+
+    def _check_stop_token_ids(self, name: str, sp: SamplingParams) -> None:
+        """An id outside the vocabulary (-1, 10**30, vocab_size) is never sampled: it stopped nothing, without a word.
+        The server refuses these too."""
+        vocab_size = self.shape.vocab_size
+        bad = next((t for t in sp.stop_token_ids if not 0 <= t < vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"{name}.stop_token_ids has {bad}, outside the vocabulary [0, {vocab_size})")
 
     def _decode(self, token_ids: list[int]) -> str | None:
         if self.tokenizer is None:

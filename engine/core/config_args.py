@@ -9,8 +9,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Callable, Iterable
+from typing import NoReturn
 
 from engine.core.config import ConfigError
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line, as every other bad input is: argparse printed the whole
+    usage (some 25 lines) above 'invalid int value: 'nan'', burying the line that says what was wrong."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (--help lists the options)\n")
 
 
 def config_fields(cls, names: Iterable[str] | None = None) -> list[dataclasses.Field]:

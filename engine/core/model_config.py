@@ -72,6 +72,9 @@ def resolve_model_dir(model: str | Path) -> Path:
     shipped = CONFIG_DIR / str(model)
     if (shipped / "config.json").is_file():
         return shipped
+    if path.is_file():  # 'model directory X has no config.json' read as if X were a folder
+        raise FileNotFoundError(f"model {path} is a file; expected a model folder holding config.json, or a shipped "
+                                f"config: {', '.join(shipped_models())}")
     if path.exists():
         raise FileNotFoundError(f"model directory {path} has no config.json")
     raise FileNotFoundError(

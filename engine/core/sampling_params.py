@@ -27,8 +27,8 @@ def _is_int(value: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Names follow vLLM. ``temperature == 0`` (or below 1e-5) means greedy; ``top_k <= 0`` and ``top_p == 1`` disable
-    those filters."""
+    """Names follow vLLM. ``temperature == 0`` (or below 1e-5) means greedy; ``top_k`` -1 or 0 and ``top_p == 1``
+    disable those filters."""
 
     temperature: float = 1.0
     top_k: int = -1
@@ -50,6 +50,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
         if not _is_int(self.top_k):
             raise ValueError(f"SamplingParams.top_k must be an int (<= 0 disables it), got {self.top_k!r}")
+        if self.top_k < -1:  # vLLM and our server refuse these; -5 was taken as 'off' without a word
+            raise ValueError(f"SamplingParams.top_k must be -1 or 0 (off) or >= 1, got {self.top_k!r}")
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"SamplingParams.max_tokens must be an int >= 1, got {self.max_tokens!r}")
         if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed < 2**64):

@@ -107,7 +107,11 @@ def resolve_device(options: EngineOptions) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(options.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked for but torch sees no CUDA device")
+        raise ValueError(f"device={options.device!r} was asked for but torch sees no CUDA device")
+    # cuda:7 on a one-GPU host failed deep in torch ('invalid device ordinal'), after the config had been read.
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device={options.device!r} was asked for but torch sees {torch.cuda.device_count()} CUDA "
+                         f"device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     return device
 
 

@@ -57,6 +57,7 @@ MAX_STEP_S = 1e12
 # ones (~5 %) spread 0.25-0.26 on three machine starts and gave device factors of 0.965-0.986; either slice alone
 # (0.03-0.15) gave 0.94-1.07 and host factors that moved with them.
 MIN_HOST_SHARE_SPREAD = 0.2
+HOST_FACTOR_BOUNDS = (0.25, 4.0)  # beyond these a factor says more about the runs than about a machine
 DEVICE_FACTOR_BOUNDS = (0.5, 2.0)
 
 
@@ -77,11 +78,11 @@ def check_step_durations(run_dir: Path, num_steps: int) -> None:
 
 def fit_host_factor(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray, combine=np.maximum) -> float:
     """The k for which sum(combine(k * floor, gpu)) equals sum(real) (combine: the cost model's, the larger of
-    the two or their sum): monotone in k, found by bisection (held within 0.25 to 4)."""
+    the two or their sum): monotone in k, found by bisection (held within HOST_FACTOR_BOUNDS)."""
     def total(k: float) -> float:
         return float(combine(k * floor_s, gpu_s).sum())
 
-    lo, hi = 0.25, 4.0
+    lo, hi = HOST_FACTOR_BOUNDS
     target = float(real_s.sum())
     if total(lo) >= target:
         return lo
@@ -123,8 +124,8 @@ def fit_eager_factors(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray
         host, device = (float(x) for x in np.linalg.solve(moments, targets))
     except np.linalg.LinAlgError:
         return host_only
-    lo, hi = DEVICE_FACTOR_BOUNDS
-    if not (0.25 <= host <= 4.0 and lo <= device <= hi):
+    if not (HOST_FACTOR_BOUNDS[0] <= host <= HOST_FACTOR_BOUNDS[1]
+            and DEVICE_FACTOR_BOUNDS[0] <= device <= DEVICE_FACTOR_BOUNDS[1]):
         return host_only
     return host, device
 

@@ -24,7 +24,7 @@ def run(lengths: list[int], bucket: int, slots: int | None, sms: int) -> tuple[f
     slots instead of the engine's, if given): microseconds per launch, and the DecodeSplits used."""
     import torch
 
-    from benchmarks.decode_splits import graph_time_us
+    from benchmarks.decode_splits import graph_time_us, paged_decode_inputs
     from engine.gpu.attention.triton_kernels import paged_decode
     from engine.gpu.attention.triton_kernels_host import (
         DecodeSplits,
@@ -33,18 +33,7 @@ def run(lengths: list[int], bucket: int, slots: int | None, sms: int) -> tuple[f
         long_decode_rows,
     )
 
-    bs = len(lengths)
-    need = [-(-n // PAGE) for n in lengths]
-    k = torch.randn(sum(need) + 1, KV_HEADS, PAGE, DIM, device=DEV, dtype=torch.bfloat16)
-    v = torch.randn_like(k)
-    tables = torch.zeros(bs, max(need), dtype=torch.int32, device=DEV)
-    start = 0
-    for i, n in enumerate(need):
-        tables[i, :n] = torch.arange(start, start + n, device=DEV)
-        start += n
-    context = torch.tensor(lengths, dtype=torch.int32, device=DEV)
-    q = torch.randn(bs, HEADS, DIM, device=DEV, dtype=torch.bfloat16)
-    out = torch.empty_like(q)
+    q, k, v, tables, context, out = paged_decode_inputs(lengths, HEADS, KV_HEADS, DIM, PAGE, DEV)
     plan = decode_splits(bucket, KV_HEADS, MAX_LEN, sms)  # the engine plans from the CUDA-graph bucket
     if slots is not None and plan.num_long_seqs:
         plan = DecodeSplits(plan.num_splits, plan.fill_splits, plan.cap_tiles, slots)

@@ -49,6 +49,24 @@ def graph_time_us(launch) -> float:
     return round(statistics.median(times), 1)
 
 
+def paged_decode_inputs(lengths: list[int], heads: int, kv_heads: int, dim: int, page: int, device: str):
+    """Random bf16 inputs of one layer's paged decode over contexts ``lengths``: (q, k, v, block tables, context
+    lengths, out), each sequence's pages laid out one after another."""
+    import torch
+
+    need = [-(-n // page) for n in lengths]
+    k = torch.randn(sum(need) + 1, kv_heads, page, dim, device=device, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    tables = torch.zeros(len(lengths), max(need), dtype=torch.int32, device=device)
+    start = 0
+    for i, n in enumerate(need):
+        tables[i, :n] = torch.arange(start, start + n, device=device)
+        start += n
+    context = torch.tensor(lengths, dtype=torch.int32, device=device)
+    q = torch.randn(len(lengths), heads, dim, device=device, dtype=torch.bfloat16)
+    return q, k, v, tables, context, torch.empty_like(q)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the results here")
@@ -80,18 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         cases.append((bs, "16 rows of 6000 among 1000", [1000] * (bs - 16) + [6000] * 16))
     rows = []
     for bs, label, lengths in cases:
-        need = [-(-n // page) for n in lengths]
-        num_blocks = sum(need) + 1
-        k = torch.randn(num_blocks, kv_heads, page, dim, device=dev, dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-        tables = torch.zeros(bs, max(need), dtype=torch.int32, device=dev)
-        start = 0
-        for i, n in enumerate(need):
-            tables[i, :n] = torch.arange(start, start + n, device=dev)
-            start += n
-        context = torch.tensor(lengths, dtype=torch.int32, device=dev)
-        q = torch.randn(bs, heads, dim, device=dev, dtype=torch.bfloat16)
-        out = torch.empty_like(q)
+        q, k, v, tables, context, out = paged_decode_inputs(lengths, heads, kv_heads, dim, page, dev)
         plan = decode_splits(bs, kv_heads, args.max_model_len, sms)
         rows_long = long_decode_rows(lengths, plan)
         longs = torch.tensor(rows_long, dtype=torch.int32, device=dev) if rows_long else None

@@ -7,7 +7,6 @@ cost model and trace.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from analysis.console import print_out
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import read_meta, read_slos, with_latency_columns, write_summary
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
+from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt
 from sim.files import RUN_FILES, read_parquet_frame
 
@@ -82,7 +82,7 @@ def _read_checked(path: Path, conform, check) -> pl.DataFrame:
 
 @exit_130_on_interrupt(EACH_FILE_WHOLE)
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.summarize", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="python -m analysis.summarize", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", nargs="+", help="replay output folder(s)")
     parser.add_argument("--report", action="store_true", help="also write report.html")
     parser.add_argument("--quiet", action="store_true")

@@ -20,7 +20,6 @@ the end of ``max_tokens``). Request ids are the positions in the file unless a t
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -40,6 +39,7 @@ from analysis.schema import (
     conform_requests,
     empty_frame,
 )
+from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.json_errors import json_problem
 from sim.files import read_json_input
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.report.summary_table import format_summary_table
     from analysis.runs import write_run
 
-    parser = argparse.ArgumentParser(prog="python -m analysis.vllm_import",
+    parser = OneLineErrorParser(prog="python -m analysis.vllm_import",
                                      description="Turn a `vllm bench serve --save-result --save-detailed` result "
                                                  "file into a replay run folder (for analysis.compare/summarize).")
     parser.add_argument("result", metavar="RESULT.json", help="the result file")

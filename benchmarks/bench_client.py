@@ -10,7 +10,6 @@ its arrival time. Repeated ``--repeats`` times; on a shared machine compare the 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import subprocess
@@ -22,6 +21,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 SERVER = r'''
 import asyncio, json, sys
@@ -81,7 +82,7 @@ def one_run(url: str, requests, max_concurrency: int | None) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace")
     parser.add_argument("--qps", type=float, default=30.0)
     parser.add_argument("--limit", type=int, default=600)

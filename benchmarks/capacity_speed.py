@@ -11,7 +11,6 @@ Target (issue 15): the whole command in 60 s or less on a 2-core CPU machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -22,6 +21,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 TARGET_S = 60.0
 SWEEP = [str(REPO / "traces" / "sharegpt.parquet"), "--slo", "ttft_p90=2s,tpot_p90=100ms", "--quiet"]
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.capacity.plan import run_capacity
     from sim.files import check_output_path, write_text_atomic
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
     # positive_int: --jobs 0 or -1 was refused only by the sweep's own parser, under its usage line.
     parser.add_argument("--jobs", type=positive_int, default=default_num_jobs(),
                         help="local processes (default: %(default)s)")

@@ -12,11 +12,14 @@ through ``torch.nn.functional.scaled_dot_product_attention`` restricted to the c
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 HQ, HKV, D = 16, 8, 128
 NEW_LENGTHS = (1000, 1001, 1537, 2048, 3000, 4095, 4096, 6000, 8192, 777)
@@ -58,7 +61,7 @@ def causal_tflop(length: int, chunks: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python benchmarks/cudnn_prefill.py", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="python benchmarks/cudnn_prefill.py", description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
     import torch

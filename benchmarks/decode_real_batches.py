@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
+
 DEFAULT_CONTEXTS = Path(__file__).resolve().parents[1] / "validation/results/machine-f-2026-12-03/probe/contexts.json"
 DEV = "cuda"
 HEADS, KV_HEADS, DIM, PAGE, MAX_LEN = 16, 8, 128, 256, 16384  # qwen3-0.6b, the runs' page size and max_model_len
@@ -44,9 +47,12 @@ def run(lengths: list[int], bucket: int, slots: int | None, sms: int) -> tuple[f
                                      fill_splits=plan.fill_splits, long_seqs=longs, row_order=order)), plan
 
 
-def main() -> None:
-    if len(sys.argv) not in (2, 3):
-        sys.exit("usage: python benchmarks/decode_real_batches.py OUT.json [CONTEXTS.json]")
+def main(argv: list[str] | None = None) -> None:
+    parser = OneLineErrorParser(prog="python benchmarks/decode_real_batches.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", metavar="OUT.json", help="write the results here")
+    parser.add_argument("contexts", metavar="CONTEXTS.json", nargs="?", default=str(DEFAULT_CONTEXTS),
+                        help="each batch's contexts (default: the machine-f probe's contexts.json)")
+    args = parser.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():  # a triton ModuleNotFoundError or torch AssertionError traceback otherwise
@@ -54,7 +60,7 @@ def main() -> None:
         sys.exit(2)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     results = []
-    for case in json.loads(Path(sys.argv[2] if len(sys.argv) > 2 else DEFAULT_CONTEXTS).read_text()):
+    for case in json.loads(Path(args.contexts).read_text()):
         ctx = case["contexts"]
         bs = len(ctx)
         bucket = next(b for b in (48, 64, 80, 96, 112, 128) if b >= bs)
@@ -67,7 +73,7 @@ def main() -> None:
             row[f"slots_{used.num_long_seqs}_us"] = us
         print(json.dumps(row), flush=True)
         results.append(row)
-    Path(sys.argv[1]).write_text(json.dumps(results, indent=1) + "\n")
+    Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

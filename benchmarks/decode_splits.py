@@ -13,7 +13,6 @@ KV tokens with every context alike: the time the profile grid's equal-context po
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import statistics
@@ -21,6 +20,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 LAUNCHES_PER_GRAPH = 20
 
@@ -68,7 +69,7 @@ def paged_decode_inputs(lengths: list[int], heads: int, kv_heads: int, dim: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--max-model-len", type=int, default=16384)
     args = parser.parse_args(argv)

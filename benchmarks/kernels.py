@@ -12,7 +12,6 @@ Times are medians of ``triton.testing.do_bench`` (CUDA events). Needs a CUDA GPU
 
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib.util
 import json
@@ -21,6 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 HQ, HKV, D, PAGE = 16, 8, 128, 256
 PREFILL_CASES = [  # (chunk lengths, cached prefix per chunk)
@@ -373,7 +374,7 @@ def bench_launch(torch) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python benchmarks/kernels.py", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="python benchmarks/kernels.py", description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-root", type=Path, default=None,
                         help="another checkout whose kernels are timed beside ours (e.g. one of HEAD~n)")
     parser.add_argument("--sections", default="launch,fused,prefill,split",

@@ -11,7 +11,6 @@ dataclasses (why they travel as tuples).
 
 from __future__ import annotations
 
-import argparse
 import json
 import pickle
 import statistics
@@ -22,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.config import EngineConfig  # noqa: E402
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from engine.core.llm_engine import LLMEngine  # noqa: E402
 from engine.core.runner import RunnerOutput  # noqa: E402
 from engine.core.sampling_params import SamplingParams  # noqa: E402
@@ -76,7 +76,7 @@ def pickle_ms(num_requests: int, repeat: int = 200) -> tuple[float, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)

@@ -36,6 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.files import check_output_path, write_text_atomic  # noqa: E402
 
 
@@ -73,7 +74,7 @@ def _rate_pair(parser: argparse.ArgumentParser, text: str, option: str) -> tuple
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python benchmarks/serving.py", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="python benchmarks/serving.py", description=__doc__.splitlines()[0])
     parser.add_argument("--before-tree", default=None, help="folder holding the engine to compare against")
     parser.add_argument("--trace", default=None, help="trace to replay (default: the prefill-heavy synthetic one)")
     parser.add_argument("--before-range", default="30,120", help="LOW,HIGH req/s bracket of the first engine")

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from engine.server.launch import ServerDidNotStart, start_server, stop_server  # noqa: E402
 
 STARTUP_TIMEOUT_S = 600
@@ -52,7 +53,7 @@ def histogram_means(metrics_text: str) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace")
     parser.add_argument("--qps", type=float, required=True)
     parser.add_argument("--limit", type=int, required=True)

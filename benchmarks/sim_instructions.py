@@ -10,7 +10,6 @@ whose count is subtracted. Each tree is a checkout of the project (``git archive
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
@@ -20,6 +19,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
+
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "azure_llm_2023_conv.csv"
 
 # Run inside a tree (its folder first on the import path); SIMULATE=0 stops before the simulation.
@@ -53,7 +56,7 @@ def count_instructions(tree: Path, trace: Path, simulate: bool, fast_forward: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python benchmarks/sim_instructions.py", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="python benchmarks/sim_instructions.py", description=__doc__.splitlines()[0])
     parser.add_argument("--tree", action="append", default=None,
                         help="a source tree to measure (repeatable; default: this one)")
     parser.add_argument("--label", action="append", default=None,
@@ -79,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.exit(2, f"error: --tree: {tree} holds no sim/simulator.py\n")
     if not args.trace.is_file():  # after the options that need no file, so that each is named on its own
         parser.exit(2, f"error: --trace: {args.trace} is not a file\n")
-    sys.path.insert(0, str(REPO))
     from sim.files import check_output_path, write_text_atomic
 
     # Before the counting: --json onto the trace replaced it, and a folder or an unwritable path failed after it.

@@ -19,7 +19,6 @@ is a prefix of turn k+1's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -31,6 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 TARGET_S = 120.0
 TARGET_PEAK_BYTES = 4 * 2**30
@@ -109,7 +110,7 @@ def _turn_arrivals(starts_s, session, turn, gaps_s):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python benchmarks/sim_million.py", description=__doc__.split("\n\n")[1])
+    parser = OneLineErrorParser(prog="python benchmarks/sim_million.py", description=__doc__.split("\n\n")[1])
     parser.add_argument("--requests", type=int, default=1_000_000, help="requests to simulate (default: %(default)s)")
     parser.add_argument("--replicas", type=int, default=64, help="replicas (default: %(default)s)")
     parser.add_argument("--qps-per-replica", type=float, default=10.0,

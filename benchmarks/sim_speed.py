@@ -28,6 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
+
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "azure_llm_2023_conv.csv"
 TARGET_CPU_S = 3.0
 
@@ -89,7 +91,7 @@ def print_profile(profiler, top: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python benchmarks/sim_speed.py", description=__doc__.split("\n\n")[1])
+    parser = OneLineErrorParser(prog="python benchmarks/sim_speed.py", description=__doc__.split("\n\n")[1])
     parser.add_argument(
         "--trace", type=Path, default=DEFAULT_TRACE,
         help="Azure CSV, Mooncake JSONL or trace parquet (default: %(default)s)",

@@ -31,6 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
+
 TRACE = str(REPO / "traces" / "sharegpt.parquet")
 SLO = "ttft_p90=2s,tpot_p90=100ms"
 TARGET_ERROR = 0.05
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Every option is checked here, before the first search: each used to be refused (or to fail) only when its
     # part ran, after minutes of simulation, by the sweep's own parser or as a traceback.
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=seed_count, default=3, help="streams per configuration (default: %(default)s)")
     parser.add_argument("--seed-offset", type=non_negative_int, default=0, help="the first seed (default: %(default)s)")
     parser.add_argument("--jobs", type=positive_int, default=None, help="local processes (default: the cores)")

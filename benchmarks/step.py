@@ -14,7 +14,6 @@ piecewise graphs' memory pool. Needs a CUDA GPU.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 NUM_DECODE = 80
 STEP_TOKENS = 8192
@@ -135,7 +136,7 @@ def time_case(torch, runner, plan, repeats: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python benchmarks/step.py", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="python benchmarks/step.py", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-0.6b", help="shipped config name or model dir (dummy weights)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", default=None, help="write the results here")

@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import SamplingParams  # noqa: E402
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 # The workload's lengths are drawn uniform in [MIN_LEN, --max-input-len] and [MIN_LEN, --max-output-len] and its
 # token ids uniform in [0, MAX_TOKEN_ID], as nano-vLLM's bench.py draws them.
@@ -192,7 +193,7 @@ def run_peer(args, prompts, params) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python benchmarks/throughput.py", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="python benchmarks/throughput.py", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-0.6b", help="shipped config name or model dir (dummy weights)")
     parser.add_argument("--num-seqs", type=int, default=256)
     parser.add_argument("--max-input-len", type=int, default=1024)

@@ -27,6 +27,7 @@ from cli.replay_args import (
     load_trace_for_replay,
     slos_from_args,
 )
+from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.sampling_params import MAX_TEMPERATURE
 
@@ -38,7 +39,7 @@ EXIT_ALL_FAILED, EXIT_INTERRUPTED = 1, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="python -m traces.bench",
         description="Replay a request trace against an OpenAI-compatible server (ours, vLLM, SGLang) over HTTP, "
                     "streaming, with the trace's arrival times; time every request from the client's side.",

@@ -12,6 +12,7 @@ import math
 import sys
 from pathlib import Path
 
+from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
 from traces.errors import TraceError
 from traces.files import refuse_to_replace
@@ -65,7 +66,7 @@ def _check_drawn_arrivals(fmt: str, source: Path, last_s: float, options: Conver
 
 def build_parser() -> argparse.ArgumentParser:
     formats = "\n".join(f"  {name:<9} {spec.summary}" for name, spec in FORMATS.items())
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="python -m traces.convert",
         description="Convert a public request trace to the trace parquet schema (see traces/README.md).",
         epilog=f"formats:\n{formats}",

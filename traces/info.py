@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
 from traces.errors import TraceError
 from traces.schema import load_trace
@@ -12,7 +12,7 @@ from traces.schema import load_trace
 
 @exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="python -m traces.info",
         description="Load (and so validate) trace parquet files and print one summary line each.",
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
 from traces.arrivals import arrival_times_s
 from traces.files import refuse_to_replace
@@ -130,7 +131,7 @@ DIST_HELP = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="python -m traces.synth",
         description="Write a synthetic request trace (parquet). Deterministic for a given --seed.",
     )

@@ -11,7 +11,6 @@ each of its repeats (``<run>-b/real_summary.json``, ...) against the same band.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from validation.compare_all import HEADLINE, PLAN, TRACES  # noqa: E402
 
 
@@ -40,7 +40,7 @@ def _gpu_runs(results: Path, name: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bands", default="20", help="seeded replays per run (default: %(default)s)")
     parser.add_argument("--out", default=str(ROOT / "validation" / "results" / "bands"),
                         help="where bands.md and bands.json go")

@@ -16,7 +16,6 @@ host's varying speed; its outputs go to ``validation/results/diagnosis/``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 TRACES = ROOT / "validation" / "traces"
 
@@ -143,7 +144,7 @@ def timeline_profile(real_config: dict, cost_model: str = "auto") -> Path | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("--real", default=str(ROOT / "validation" / "runs" / "real"), help="GPU run folders")
     parser.add_argument("--sim-out", default=str(ROOT / "validation" / "runs" / "sim"), help="where simulated runs go")
     parser.add_argument("--results", default=str(ROOT / "validation" / "results"), help="small outputs to commit")

@@ -14,7 +14,6 @@ step's period and the sequences that finish in it. Needs the GPU runs' folders (
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.batch_features import read_steps  # noqa: E402
 from sim.profiled_cost_model import (  # noqa: E402
     ProfiledCostModel,
@@ -71,7 +71,7 @@ def ratios(name: str, predicted: np.ndarray, rows: np.ndarray) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="validation GPU runs (engine.replay folders)")
     parser.add_argument("--calibration", nargs="+", type=Path, required=True, help="calibration GPU runs")
     parser.add_argument("--profile", default=None, help="profile JSON (default: the shipped qwen3-0.6b)")

@@ -12,7 +12,6 @@ was fitted on is not a validation of it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from validation.compare_all import NEAR_SATURATION  # noqa: E402  the ~95 % runs of the plan
 from validation.fidelity_summary import LATENCY_FIGURES as LATENCIES  # noqa: E402
 
@@ -54,7 +54,7 @@ def stats(errors: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", help="LABEL=RESULTS_DIR[,RESULTS_DIR...]")
     parser.add_argument("--exclude", default="", help="runs to leave out: RUN or RESULTS_DIR:RUN, comma-separated")
     args = parser.parse_args(argv)

@@ -11,7 +11,6 @@ A second table gives the same per trace shape (and model) and load, over the lat
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from validation.compare_all import HEADLINE  # noqa: E402  the figures, in the order every validation table has them
 
 CLASSES = (("light", ("-light",)), ("~70 %", ("-p70", "c-mooncake")), ("~95 %", ("-p95",)),
@@ -117,7 +117,7 @@ def to_markdown(summary: list[dict], sources: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("bands", nargs="+", help="bands.json files written by validation/band_check.py")
     parser.add_argument("--out", default=None, help="also write the table here (and the figures as JSON beside it)")
     args = parser.parse_args(argv)

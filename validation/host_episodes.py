@@ -8,13 +8,16 @@ DIAG_DIR holds the replay folder (``b-azure-p70/``) and, if sampled, ``smi.csv``
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 
 def window_table(steps: pl.DataFrame, window_s: float) -> pl.DataFrame:
@@ -46,7 +49,7 @@ def gpu_clocks(path: Path) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("diag", help="folder with the replay run (with --step-timings) and smi.csv")
     parser.add_argument("--window-s", type=float, default=2.0)
     args = parser.parse_args(argv)

@@ -10,7 +10,6 @@ keeps more requests running at once and each one more fills the cache.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from validation.compare_all import PLAN, TRACES  # noqa: E402
 
 RUN = "d-azure-kv"
@@ -26,7 +26,7 @@ KV_BLOCKS = 300  # validation/run_gpu.sh's KV_BLOCKS_AZURE
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slowdowns", default="calibrated,1.0,1.2,1.5",
                         help="comma-separated --host-slowdown values (default: %(default)s)")
     parser.add_argument(  # as typed (not a Path): check_output_path reads a trailing '/' as a folder

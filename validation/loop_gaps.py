@@ -12,7 +12,6 @@ periods); the fit says how much of the remaining error it could be.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.batch_features import went_straight_on  # noqa: E402
 
 
@@ -46,7 +46,7 @@ def loop_gaps(run_dir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="engine.replay run folders")
     args = parser.parse_args(argv)
     for run in args.runs:

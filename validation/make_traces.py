@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import polars as pl  # noqa: E402
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from traces.convert import ConvertOptions, convert  # noqa: E402
 from traces.schema import save_trace  # noqa: E402
 
@@ -75,7 +75,7 @@ def slice_of(fmt: str, src: Path, start: int, count: int, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", default=str(ROOT.parent / "shared" / "traces"), help="folder of the public traces")
     parser.add_argument("--out", default=str(ROOT / "validation" / "traces"))
     parser.add_argument("--azure-start", type=int, default=2000)

@@ -11,13 +11,14 @@ the rest points at a change in what the grid times.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 LARGE_BATCH = 32  # engine.core.scheduler._MIN_STEADY_ROWS
 
@@ -45,7 +46,7 @@ def _points(path: Path) -> dict[tuple, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("a", type=Path)
     parser.add_argument("b", type=Path)
     parser.add_argument("--family", help="also list every point of this family")

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.batch_features import read_steps  # noqa: E402
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, find_profile, fit_profile, read_profile  # noqa: E402,E501
 
@@ -121,7 +122,7 @@ def uncalibrated_grid(path: Path) -> ProfiledCostModel:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="GPU replay folders")
     parser.add_argument("--profile", default=None, help="profile JSON (default: the shipped h200 qwen3-0.6b one)")
     parser.add_argument("--batch-bin", type=int, default=0, metavar="SEQS",

@@ -40,7 +40,7 @@ from analysis.formatting import format_number
 from analysis.outdir import OutDirError, default_out_dir, input_files, out_folder, staged_out_dir
 from analysis.slo import SLO, parse_slos
 from engine.core.config import SCHEDULING_POLICIES
-from engine.core.config_args import add_config_arguments, field_names
+from engine.core.config_args import OneLineErrorParser, add_config_arguments, field_names
 from engine.core.interrupt import exit_130_on_interrupt
 from sim.config import SimConfig
 from sim.hardware import get_gpu
@@ -173,7 +173,7 @@ SWEEP_ITEM_TYPES: dict[str, Callable[[str], object]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="python -m analysis.capacity",
         description=(
             "Find, by simulation, the highest QPS each configuration serves within latency SLOs. Comma lists in "

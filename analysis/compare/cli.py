@@ -21,6 +21,7 @@ from analysis.compare.tables import format_error_table, format_fixed_width, form
 from analysis.console import print_out
 from analysis.formatting import LATENCY_LABELS, format_percent
 from analysis.outdir import OutDirError, default_out_dir, out_folder, staged_out_dir
+from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
 
 EXIT_OK, EXIT_SCHEDULE_DIFFERS, EXIT_BAD_INPUT = 0, 1, 2
@@ -51,7 +52,7 @@ def format_config_differences(differences: dict[str, dict]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="python -m analysis.compare",
         description="Compare a real replay with a simulated one: per-metric signed relative errors "
         "(sim - real) / real, per-request pairs, an overlay HTML report and an optional "

@@ -72,9 +72,9 @@ def test_slo_strings_say_what_is_wrong(text: str, message: str) -> None:
 
 def test_a_negative_slo_on_the_capacity_command_line(tmp_path, capsys) -> None:
     line = cli_error(capacity_main, [str(SHAREGPT), "--slo", "ttft_p90=-2s", "--out", str(tmp_path / "out")], capsys)
-    assert line == ("python -m analysis.capacity: error: argument --slo: cannot parse SLO 'ttft_p90=-2s': the limit "
+    assert line == ("error: argument --slo: cannot parse SLO 'ttft_p90=-2s': the limit "
                     "is negative; expected a duration > 0 (metric_statistic=value+unit, e.g. ttft_p90=2s,"
-                    "tpot_p90=100ms)")
+                    "tpot_p90=100ms) (--help lists the options)")
     assert not (tmp_path / "out").exists()
 
 

@@ -193,7 +193,8 @@ def test_empty_out_is_refused_before_reading(tmp_path: Path, capsys: pytest.Capt
     """--out "" wrote a new folder under runs/ (elsewhere: the current folder), not what was typed."""
     real_dir, sim_dir = write_pair(tmp_path)
     code, _, stderr = run_cli([str(real_dir), str(sim_dir), "--out", ""], capsys)
-    assert code == 2 and stderr.strip().endswith("error: argument --out: is empty; name a folder for the run")
+    assert code == 2 and stderr.strip().endswith(
+        "error: argument --out: is empty; name a folder for the run (--help lists the options)")
 
 
 def test_out_never_replaces_an_input_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -384,7 +384,7 @@ def test_synth_refuses_bad_numbers(tmp_path, capsys, args, pattern):
 def test_synth_refuses_session_options_without_multi_turn(tmp_path, capsys, args, expected):
     """Each was ignored without a word: --hash-block-size 7 wrote a single-turn trace without hash_ids."""
     argv = ["-o", str(tmp_path / "s.parquet"), "--num-requests", "5", "--qps", "1", *args]
-    assert cli_error(synth_main, argv, capsys) == f"python -m traces.synth: error: {expected}"
+    assert cli_error(synth_main, argv, capsys) == f"error: {expected} (--help lists the options)"
     assert not (tmp_path / "s.parquet").exists()
     assert synth_main([*argv, "--multi-turn"]) == 0
 
@@ -438,7 +438,7 @@ def test_synth_sessions_too_long_to_draw_are_refused(tmp_path, capsys):
                                   "fixed:100000000", "--max-context-tokens", str(2**40)], capsys)
     assert line.endswith("error: --turns fixed:100000000: a session drew 100,000,000 turns; expected at most "
                          "16,777,216 (lower --turns, or --max-context-tokens: a session keeps at most half of it in "
-                         "turns)"), line
+                         "turns) (--help lists the options)"), line
     assert not out.exists()
 
 

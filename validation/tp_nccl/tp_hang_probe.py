@@ -99,9 +99,9 @@ MR.ModelRunner.execute = execute
 
 
 def main() -> int:
-    import argparse
+    from engine.core.config_args import OneLineErrorParser
 
-    ap = argparse.ArgumentParser()
+    ap = OneLineErrorParser()
     ap.add_argument("--model", default="qwen3-0.6b")
     ap.add_argument("--eager", action="store_true", help="enforce_eager: no CUDA graphs at all")
     ap.add_argument("--max-cuda-graph-tokens", type=int, default=None, help="0: decode graphs only")

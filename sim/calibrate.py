@@ -179,7 +179,9 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
         "decode_time_ratio_uncalibrated": round(decode_pred / decode_real, 4) if decode_real else None,
     }
     # Whether the factors carry a difference of machines as well as of conditions (None: not recorded).
-    profile_host = profile.get("host")
+    # Recorded by sim.profile as an object; anything else (a hand-edited string or list) counts as not recorded: it
+    # was a traceback at the end, after the calibrated profile had been written.
+    profile_host = profile.get("host") if isinstance(profile.get("host"), dict) else None
     hosts = [r["host"] for r in runs]
     serving["same_host_as_profile"] = (None if profile_host is None or None in hosts
                                        else all(h == profile_host for h in hosts))

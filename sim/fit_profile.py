@@ -15,6 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.fit_profile", description=__doc__.splitlines()[0])
     parser.add_argument("profiles", nargs="+", help="profile JSON files written by python -m sim.profile")
     args = parser.parse_args(argv)
+    # Every profile is read and refitted before any is written: a bad one later on the command line left the ones
+    # before it rewritten, after an error that said nothing of them.
+    fitted = []
     for path in map(Path, args.profiles):
         try:
             profile = read_profile(path)  # its errors name the file
@@ -24,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
             profile["fit"] = fit_profile(profile)
         except ValueError as exc:
             parser.exit(2, f"error: {path}: {exc}\n")
+        fitted.append((path, profile))
+    for path, profile in fitted:
         try:
             write_profile(path, profile)
         except (OSError, ValueError) as exc:  # both name the file

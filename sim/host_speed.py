@@ -148,7 +148,9 @@ def _read_timeline_rows(path: Path) -> tuple[list[float], list[float]]:
             names = reader.fieldnames
         except csv.Error as exc:
             raise ValueError(f"{path}, line 1: {_csv_problem(exc)}; expected the header start_s,slowdown") from None
-        if names is None or len(names) != 2 or set(names) != {"start_s", "slowdown"}:
+        if names is None:  # was "got None"
+            raise ValueError(f"{path}: the file is empty; expected a CSV file with the header start_s,slowdown")
+        if len(names) != 2 or set(names) != {"start_s", "slowdown"}:
             raise ValueError(f"{path}: expected the columns start_s,slowdown (and no others), got {names}")
         rows = iter(reader)
         while True:

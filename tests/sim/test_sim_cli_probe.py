@@ -1,0 +1,61 @@
+"""Defects found by probing the simulator-side command lines with hostile input (sim.calibrate, sim.replay,
+sim.fit_profile): each case failed before its fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sim.calibrate import main as calibrate_main
+from sim.profiled_cost_model import find_profile
+from tests.sim.test_calibrate import _fake_run
+
+PROFILE = find_profile("qwen3-0.6b", "h200")
+
+
+@pytest.mark.parametrize("host", ["gpu-a", ["gpu-a"], 7])
+def test_calibrate_takes_a_profile_whose_host_is_not_an_object(tmp_path, capsys, host):
+    """A profile whose 'host' was not an object (hand-edited) against a run that recorded its host: calibrate wrote
+    the profile, then ended in an AttributeError traceback (exit 1) printing its note about the hosts."""
+    run = _fake_run(tmp_path / "run", host=1.2, decode=1.0)
+    (run / "summary.json").write_text(json.dumps({"cost_model": "measured",
+                                                  "config": {"host": {"cpu": "Xeon", "node": "gpu-b"}}}))
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({**json.loads(PROFILE.read_text()), "host": host}))
+    assert calibrate_main([str(profile), str(run)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and captured.err == ""
+    serving = json.loads(profile.read_text())["serving"]
+    assert serving["host_factor"] == pytest.approx(1.2, abs=1e-3)
+    assert serving["same_host_as_profile"] is None  # the profile's host is not recorded in a form to compare
+
+
+def test_fit_profile_writes_none_when_a_later_profile_is_bad(tmp_path, capsys):
+    """``sim.fit_profile GOOD BAD`` refitted and rewrote GOOD, then exited 2 naming BAD alone."""
+    from sim.fit_profile import main as fit_main
+    from tests.traces.helpers import cli_error
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(json.loads(PROFILE.read_text())))  # on one line: a rewrite changes its bytes
+    before = good.read_bytes()
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    line = cli_error(fit_main, [str(good), str(bad)], capsys)
+    assert line.startswith(f"error: {bad}: ") and "top level is a JSON list" in line
+    assert good.read_bytes() == before, "the good profile was rewritten before the bad one was refused"
+
+
+def test_an_empty_host_slowdown_csv_says_it_is_empty(tmp_path, capsys):
+    """An empty --host-slowdown CSV was refused as "got None" (the header it lacked)."""
+    from cli.sim_replay import main as replay_main
+    from tests.sim.helpers import SHAREGPT
+    from tests.traces.helpers import cli_error
+
+    timeline = tmp_path / "host.csv"
+    timeline.write_bytes(b"")
+    out = tmp_path / "out"
+    line = cli_error(replay_main, [str(SHAREGPT), "--limit", "5", "--quiet", "--host-slowdown", str(timeline),
+                                   "--out", str(out)], capsys)
+    assert line == f"error: {timeline}: the file is empty; expected a CSV file with the header start_s,slowdown"
+    assert not out.exists()

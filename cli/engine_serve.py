@@ -25,6 +25,9 @@ from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
 DEFAULT_MAX_WAITING_REQUESTS = 4096
 MAX_WARMUP_REQUESTS = 1000
 SHUTDOWN_GRACE_S = 10
+# Requests still open after the grace period are ended with a 503 (a stream: an error event, then [DONE]), and get this
+# long to send it before uvicorn cancels what is left.
+SHUTDOWN_END_S = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,10 +141,12 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         host, port = sock.getsockname()[:2]
         app = build_app(engine, tokenizer, max_request_body_bytes=args.max_request_body_bytes)
-        # On shutdown, streams still open get this long to finish before they are cut (uvicorn would wait forever).
+        # On shutdown, streams still open get SHUTDOWN_GRACE_S to finish, then are ended with a 503 (uvicorn would
+        # wait forever; its own timeout, the last resort, cuts them mid-response).
         config = uvicorn.Config(app, log_level=args.log_level, timeout_keep_alive=30, access_log=False,
-                                timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
-        server = Server(config)
+                                timeout_graceful_shutdown=SHUTDOWN_GRACE_S + SHUTDOWN_END_S)
+        server = Server(config, grace_s=SHUTDOWN_GRACE_S, end_requests=functools.partial(
+            engine.end_open_requests, "the server is shutting down and ended this request before it finished"))
         display_host = f"[{host}]" if ":" in host else host
 
         async def serve() -> None:

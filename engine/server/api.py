@@ -132,11 +132,20 @@ def build_app(engine: EngineClient, tokenizer=None, *,
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError):
-        return JSONResponse(validation_error(exc.errors()).body(), status_code=400)
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        unread = first.get("type") == "json_invalid" or tuple(first.get("loc", ())) == ("body",)
+        encoded = _encoded_body_error(request) if unread else None  # (a body read as JSON was not compressed)
+        if encoded is not None:
+            return JSONResponse(encoded.body(), status_code=encoded.status)
+        return JSONResponse(validation_error(errors).body(), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         detail = str(exc.detail)
+        encoded = _encoded_body_error(request) if exc.status_code == 400 else None
+        if encoded is not None:
+            return JSONResponse(encoded.body(), status_code=encoded.status)
         if exc.status_code == 400 and detail == _FASTAPI_PARSE_ERROR:  # says neither what nor why
             # FastAPI raises its 400 from the parser's exception: every such body was said to be nested too deeply,
             # also one that is not UTF-8 or holds an integer of 5000 digits
@@ -201,6 +210,16 @@ def build_app(engine: EngineClient, tokenizer=None, *,
 
 
 # ---- inputs ----------------------------------------------------------------------------------------
+def _encoded_body_error(request: Request) -> APIError | None:
+    """A 415 for a body the client compressed (Content-Encoding: gzip, ...), which nothing here decodes: it was a 400
+    that said the body was "not UTF-8 text (byte 8b at 1)" or not valid JSON, not what to send instead."""
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    return APIError(415, f"the request body has Content-Encoding: {encoding[:40]}, which this server does not decode; "
+                         "send it uncompressed (Content-Encoding: identity, or none)")
+
+
 def _check_num_choices(state: ServerState, n: int, num_prompts: int) -> None:
     limit = state.engine.max_waiting_requests
     if n * num_prompts > limit:  # could never be queued: a 400, not an overload
@@ -436,7 +455,7 @@ class _Response:
     def _apply(self, stream: RequestStream, update: Update) -> str:
         """Fold an update into its choice; returns the new text to send."""
         if update.index < 0 or update.error is not None or update.finish_reason == "rejected":
-            raise _Failed(update.error or "the request failed")
+            raise _Failed(update.error or "the request failed", shutdown=update.finish_reason == "shutdown")
         choice = self.choices[update.index]
         if choice.finished:  # ended by a stop string: the steps the engine ran before its abort landed add nothing
             return ""
@@ -489,7 +508,9 @@ class _Response:
                     return JSONResponse({}, status_code=499)
             task.result()
         except _Failed as exc:
-            raise APIError(500, f"the request failed in the engine: {exc}", kind="engine_error") from exc
+            if exc.shutdown:  # the engine still runs its choices: free them, as a stream's end does
+                self.state.engine.abort(stream)
+            raise exc.api_error() from exc
         finally:
             if not task.done():
                 task.cancel()
@@ -555,8 +576,7 @@ class _Response:
                 try:
                     text = self._apply(stream, update)
                 except _Failed as exc:
-                    error = APIError(500, f"the request failed in the engine: {exc}", kind="engine_error")
-                    yield f"data: {json.dumps(error.body())}\n\n"
+                    yield f"data: {json.dumps(exc.api_error().body())}\n\n"
                     break
                 extras = self._choice_extras(choice, update.new_token_ids)
                 # One chunk per step that produced tokens, text or not, so a client timing chunks sees every
@@ -581,4 +601,13 @@ class _Response:
 
 
 class _Failed(Exception):
-    """The engine finished a request with an error."""
+    """The engine finished a request with an error, or the server ended it as it shut down (``shutdown``)."""
+
+    def __init__(self, message: str, shutdown: bool = False) -> None:
+        super().__init__(message)
+        self.shutdown = shutdown
+
+    def api_error(self) -> APIError:
+        if self.shutdown:  # the client may retry elsewhere: a 503, as for a request that arrives while stopping
+            return APIError(503, str(self))
+        return APIError(500, f"the request failed in the engine: {self}", kind="engine_error")

@@ -86,6 +86,7 @@ class EngineClient:
         self._num_drained = 0  # ... and taken into its scheduler, as its last message said
         self._num_waiting = 0  # the engine's waiting queue after its last step
         self._stopping = False
+        self._closing: str | None = None  # set once the server ends its open requests (end_open_requests): no new ones
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def start(self, timeout_s: float = 600.0) -> EngineInfo:
@@ -146,6 +147,8 @@ class EngineClient:
         return self._num_waiting + self._num_submitted - self._num_drained
 
     def submit(self, prompts: list[list[int]], params: list[SamplingParams]) -> RequestStream:
+        if self._closing is not None:
+            raise EngineDead("the server is shutting down; it takes no new requests")
         if not self.is_alive:
             raise EngineDead(f"the engine process has stopped: {self.error or 'exited'}")
         if self.num_waiting + len(prompts) > self.max_waiting_requests:
@@ -177,6 +180,19 @@ class EngineClient:
             self._send(("abort", stream.key, index))
         else:
             self._aborted.pop(stream.key, None)  # nothing more will come from a dead engine
+
+    def end_open_requests(self, reason: str) -> int:
+        """End every open request with ``reason`` (finish reason "shutdown") and refuse new ones: the server is shutting
+        down and its grace period is over. Each handler then answers its client (a 503, or an error event and
+        ``[DONE]``) and aborts what the engine still runs, rather than being cancelled mid-response: a stream was cut
+        without an end and a whole request got a plain-text 500, each with a traceback in the log. Returns how many
+        requests were open."""
+        self._closing = reason
+        streams = list(self._streams.values())
+        for stream in streams:
+            for _ in range(stream.num_open):  # a final update for each choice whose own was not yet read
+                stream.queue.put_nowait(Update(stream.key, -1, [], True, "shutdown", reason))
+        return len(streams)
 
     def release(self, stream: RequestStream) -> None:
         """The request is done: stop routing updates to it."""

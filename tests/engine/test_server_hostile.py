@@ -7,10 +7,12 @@ no KV block stays in use."""
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 import socket
 import time
 import warnings
+import zlib
 
 import pytest
 
@@ -318,3 +320,23 @@ def test_the_real_server_survives_hostile_requests(tmp_path_factory) -> None:
                 assert metrics(url)["vllm:kv_cache_usage_perc"] == 0
     finally:
         launch.stop_server(proc)
+
+
+@pytest.mark.parametrize("encoding, content", [
+    ("gzip", gzip.compress(b'{"prompt": [1, 2], "max_tokens": 2}')),  # not UTF-8: "could not be parsed as JSON"
+    ("deflate", zlib.compress(b'{"prompt": [1, 2], "max_tokens": 2}')),
+    ("br", b"\x0b\x80" + b"{}" * 4),  # UTF-8, not JSON: "the request body is not valid JSON"
+])
+def test_a_compressed_body_is_a_415_that_says_to_send_it_uncompressed(served, encoding, content) -> None:
+    """Nothing decodes a compressed request body: it was a 400 saying it was "not UTF-8 text (byte 8b at 1)"."""
+    client = served()
+    r = client.post("/v1/completions", content=content,
+                    headers={"content-type": "application/json", "content-encoding": encoding})
+    assert r.status_code == 415, r.text
+    error = r.json()["error"]
+    assert f"Content-Encoding: {encoding}" in error["message"] and "uncompressed" in error["message"]
+    # a body that was read as JSON is judged by its fields, whatever its header says
+    r = client.post("/v1/completions", content=b'{"prompt": [1, 2], "max_tokens": "2"}',
+                    headers={"content-type": "application/json", "content-encoding": encoding})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+    _normal_request_works(client)

@@ -23,13 +23,13 @@ sessions' factors, and ``sim.replay --bands`` draws each replay's machine from t
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
 from sim.bands import MEAN_EPISODE_S, SLOW_OVER_NORMAL, SLOW_SHARE_RANGE
 from sim.batch_features import read_steps
@@ -289,7 +289,7 @@ def _run_host(run_dir: Path) -> dict | None:
 
 @exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.calibrate", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="python -m sim.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("profile", help="profile JSON written by python -m sim.profile (updated in place)")
     parser.add_argument("runs", nargs="+", help="engine.replay output folders (their steps.parquet) on the same GPU")
     parser.add_argument("--add", action="store_true",

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt
 from sim.profiled_cost_model import fit_profile, read_profile, write_profile
 
 
 @exit_130_on_interrupt(EACH_FILE_WHOLE)
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.fit_profile", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="python -m sim.fit_profile", description=__doc__.splitlines()[0])
     parser.add_argument("profiles", nargs="+", help="profile JSON files written by python -m sim.profile")
     args = parser.parse_args(argv)
     # Every profile is read and refitted before any is written: a bad one later on the command line left the ones

@@ -19,7 +19,6 @@ the cost models scale their host-bound parts by it.
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import csv
 import json
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
 
 MAX_WINDOWS = 1_000_000  # rows of an extracted timeline
@@ -345,7 +345,7 @@ def timeline_from_run(
 
 @exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="python -m sim.host_speed",
         description="Extract a host-slowdown timeline from a GPU replay, for sim.replay --host-slowdown FILE.csv.",
     )

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.config import cdiv
+from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
@@ -151,18 +152,24 @@ def time_step(engine) -> tuple[dict, float, int]:
     return batch_features(batch), elapsed_s, checked  # a batch's features are fixed when it is scheduled
 
 
-def measure_once(engine, injector: StateInjector, point: GridPoint) -> tuple[dict, float, int]:
-    """One timed step of ``point``, from a state built afresh (``time_step``'s triple)."""
+def measure_once(engine, injector: StateInjector, point: GridPoint, decode_steps: int = 1) -> tuple[dict, float, int]:
+    """One timed sample of ``point``, from a state built afresh (``time_step``'s triple). A decode point's sample is
+    the mean of ``decode_steps`` steps in a row (its features those of the first): a serving batch's decode steps
+    follow one another, and a step timed alone, after the host's work of building the state, may not be priced as
+    they are (see DECODE_STEPS)."""
     block_size = engine.scheduler.block_manager.block_size
     bs, ctx = point.decode
     if point.family in ("decode", "decode_skewed"):
         num_long, long_ctx = point.long_decode
-        for _ in range(bs):  # a warm-up step, then the timed one
-            injector.add(row_context(ctx, block_size, 2) - 1, 1, max_tokens=8)
+        for _ in range(bs):  # a warm-up step, then the timed ones
+            injector.add(row_context(ctx, block_size, decode_steps + 1) - 1, 1, max_tokens=decode_steps + 7)
         for _ in range(num_long):
-            injector.add(row_context(long_ctx, block_size, 2) - 1, 1, max_tokens=8)
+            injector.add(row_context(long_ctx, block_size, decode_steps + 1) - 1, 1, max_tokens=decode_steps + 7)
         time_step(engine)  # untimed: it also files the rows as plain decodes (engine.core.steady_decodes)
-        sample = time_step(engine)  # repeats the batch before it, from the plan prepared during it
+        # Each repeats the batch before it, from the plan prepared during it.
+        timed = [time_step(engine) for _ in range(decode_steps)]
+        features, _, checked = timed[0]
+        sample = (features, sum(t for _, t, _ in timed) / decode_steps, checked)
     else:
         after_eager = point.family == "decode_after_eager"
         for _ in range(bs):  # a decode step, then the timed step (and the decode step after a prefill, timed)
@@ -180,7 +187,8 @@ def measure_once(engine, injector: StateInjector, point: GridPoint) -> tuple[dic
     return sample
 
 
-def measure_grid(engine, injector: StateInjector, grid: list[GridPoint], repeats: int, progress=None) -> list[dict]:
+def measure_grid(engine, injector: StateInjector, grid: list[GridPoint], repeats: int, progress=None,
+                 decode_steps: int = 1) -> list[dict]:
     """Every grid point's ``repeats`` timed steps, taken in passes over the whole grid (one step of each point a
     pass) after one pass that warms every shape up (graphs, kernels, allocations) and is not kept. The host's speed
     drifts and has slow episodes of seconds (sim.host_episodes): timed back to back, a point's repeats could all fall
@@ -189,7 +197,7 @@ def measure_grid(engine, injector: StateInjector, grid: list[GridPoint], repeats
     samples: list[list[tuple[dict, float, int]]] = [[] for _ in grid]
     for rep in range(repeats + 1):
         for kept, point in zip(samples, grid):
-            sample = measure_once(engine, injector, point)
+            sample = measure_once(engine, injector, point, decode_steps)
             if rep:
                 kept.append(sample)
         if progress is not None:
@@ -213,6 +221,13 @@ def _point_record(point: GridPoint, samples: list[tuple[dict, float, int]]) -> d
 
 
 MAX_REPEATS = 10_000  # timed steps per grid point: 2**70 measured the first point forever
+# Decode steps in a row behind each sample of a decode point; row_context keeps them all inside their KV blocks. One
+# (a step timed alone) stays the default: four in a row, alternated with one on a machine start (2026-12-03,
+# validation/results/machine-j-2026-12-03/), gave every decode point 1-5 % less (2.3 % on average), no more at small
+# batches than at large ones, and the two profiles of each kind differed by as much. Small serving batches' decode
+# steps are faster than a grid of another machine prices them; that is the machine, not a step timed alone.
+DECODE_STEPS = 1
+MAX_DECODE_STEPS = 8
 
 
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -222,6 +237,9 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     from sim.files import check_output_path
     from sim.hardware import GPUS
 
+    if not 1 <= args.decode_steps <= MAX_DECODE_STEPS:
+        parser.exit(2, f"error: --decode-steps must be an integer from 1 to {MAX_DECODE_STEPS}, "
+                       f"got {args.decode_steps}\n")
     if not 1 <= args.repeats <= MAX_REPEATS:
         parser.exit(2, f"error: --repeats must be an integer from 1 to {MAX_REPEATS:,}, got {args.repeats}\n")
     if not args.gpu.strip():
@@ -252,7 +270,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
 
 @exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.profile", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="python -m sim.profile", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-0.6b", help="shipped model config or model dir (dummy weights)")
     parser.add_argument("--gpu", default="h200", help="name stored in the profile, matched by sim.replay --gpu")
     parser.add_argument("--out", required=True, help="profile JSON to write")
@@ -264,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-model-len", type=int, default=32768)
     parser.add_argument("--repeats", type=int, default=5,
                         help="timed steps per grid point, one in each pass over the grid")
+    parser.add_argument("--decode-steps", type=int, default=DECODE_STEPS,
+                        help="decode steps in a row timed for each sample of a decode point (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="a coarse grid (for smoke tests)")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
@@ -300,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         what = "warm-up pass" if rep == 0 else f"pass {rep}/{repeats}"
         print(f"  {what} over {len(grid)} grid points, {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
-    points = measure_grid(engine, injector, grid, args.repeats, progress)
+    points = measure_grid(engine, injector, grid, args.repeats, progress, args.decode_steps)
     # What the runner captured, read before close() releases it.
     graph_sizes = list(getattr(llm.runner, "_graph_sizes", []))
     piecewise_sizes = list(llm.runner.piecewise.sizes) if llm.runner.piecewise is not None else []
@@ -317,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         "host": host_info(),
         "measured_at": time.strftime("%Y-%m-%d"),
         "engine_features": {"prepares_decode_ahead": prepares_decode_ahead, "sampler": "gumbel one pass"},
+        "decode_steps_per_sample": args.decode_steps,
         "engine_options": {
             "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
             "block_size": args.block_size, "max_model_len": args.max_model_len,

@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 
-def test_profile_cli_measures_every_family_and_fits(tmp_path):
+@pytest.mark.parametrize("decode_steps", [1, 3])
+def test_profile_cli_measures_every_family_and_fits(tmp_path, decode_steps):
     from sim.profile import main as profile_main
     from sim.profile import row_context
     from sim.profiled_cost_model import ProfiledCostModel
@@ -25,15 +26,17 @@ def test_profile_cli_measures_every_family_and_fits(tmp_path):
     assert profile_main([
         "--model", str(tmp_path / "model"), "--device", "cpu", "--quick", "--repeats", "1", "--max-model-len", "20000",
         "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--gpu", "h200", "--out", str(out),
+        "--decode-steps", str(decode_steps),
     ]) == 0
     profile = json.loads(out.read_text())
+    assert profile["decode_steps_per_sample"] == decode_steps
     families = {p["family"] for p in profile["points"]}
     assert families == {"decode", "decode_skewed", "decode_after_eager", "prefill", "multi_prefill", "mixed"}
     for p in profile["points"]:
         f = p["features"]
         assert p["median_s"] > 0 and len(p["times_s"]) == 1
         if p["family"] == "decode_skewed":  # one long context among short ones (one token longer after the warm-up)
-            assert f["max_decode_context_tokens"] == row_context(p["long_decode"][1], 256, 2) + 1
+            assert f["max_decode_context_tokens"] == row_context(p["long_decode"][1], 256, decode_steps + 1) + 1
             assert f["num_decode_seqs"] == p["decode"][0] + 1
         # A large batch's decode rows are plain decodes when timed, as in serving: the scheduler checks none of them
         # one by one, only a joining prefill (engine.core.steady_decodes); a small batch's rows it checks all.

@@ -31,6 +31,10 @@ from sim.files import write_parquet_frame, write_parquet_table, write_text_atomi
 DICTIONARY_STEP_COLUMNS = ("replica", "num_seqs", "num_prefill_seqs", "num_decode_seqs", "num_running", "num_waiting",
                            "num_preempted", "num_finished", "continues_batch")
 
+# The request table's codec: polars' default zstd at level 1 instead of 3 wrote the Azure trace's 19k requests (4.1M
+# token times) in 0.057 CPU s instead of 0.118, 12.5 MB instead of 12.3.
+REQUEST_PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1}
+
 # What summary.json says about the run besides its metrics.
 META_KEYS = ("cost_model", "trace", "config", "recorded_duration_s", "request_ids", "warnings", "bands")
 
@@ -57,7 +61,7 @@ def write_run(
     out_dir.mkdir(parents=True, exist_ok=True)
     request_frame = with_latency_columns(pl.from_arrow(requests))
     step_frame = pl.from_arrow(steps)
-    write_parquet_frame(request_frame, out_dir / "requests.parquet")
+    write_parquet_frame(request_frame, out_dir / "requests.parquet", **REQUEST_PARQUET_OPTIONS)
     write_parquet_table(steps, out_dir / "steps.parquet",
                         use_dictionary=[name for name in DICTIONARY_STEP_COLUMNS if name in steps.column_names])
     return write_summary(out_dir, request_frame, step_frame, meta, report_title=report_title,

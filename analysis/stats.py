@@ -22,14 +22,17 @@ Values = np.ndarray | pl.Series | Sequence[float | None]
 
 
 def finite_values(values: Values) -> np.ndarray:
-    """`values` as a float64 array with nulls, NaN and infinities dropped."""
+    """`values` as a float64 array with nulls, NaN and infinities dropped (maybe `values` itself, or a view of it:
+    read it, do not write to it)."""
     if isinstance(values, pl.Series):
         array = values.cast(pl.Float64).drop_nulls().to_numpy()
     elif isinstance(values, np.ndarray) and values.dtype != object:
         array = values.astype(np.float64, copy=False).ravel()
     else:
         array = pl.Series(values=list(values), dtype=pl.Float64, strict=False).drop_nulls().to_numpy()
-    return array[np.isfinite(array)]
+    finite = np.isfinite(array)
+    # All finite (as latencies are): the array itself, not a copy (4.6M pooled gaps: 37 MB a copy).
+    return array if finite.all() else array[finite]
 
 
 def latency_stats(values: Values) -> dict[str, float | None]:

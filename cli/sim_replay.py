@@ -26,6 +26,7 @@ from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.interrupt import exit_130_on_interrupt
 from sim.config import SimConfig
 from sim.limits import format_warnings, queued_replicas, run_warnings
+from sim.memory import reusing_freed_memory
 from sim.simulator import SimResult, make_cost_model, simulate
 
 
@@ -49,6 +50,11 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 
 def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bool, slos=None,
                   bands: dict | None = None) -> dict:
+    with reusing_freed_memory():  # the tables' columns and their temporaries: pages reused, not faulted in anew
+        return _write_outputs(result, out_dir, trace_path, report, slos, bands)
+
+
+def _write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bool, slos, bands: dict | None) -> dict:
     cfg = result.config
     roofline = result.cost_model_name.startswith("roofline-estimate")  # then ", host slowdown ..." if one is given
     estimate = " (an analytic estimate, not measured)" if roofline else ""

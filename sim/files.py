@@ -131,6 +131,6 @@ def read_parquet_frame(path: Path) -> pl.DataFrame:
         return pl.read_parquet(handle)
 
 
-def write_parquet_frame(frame: pl.DataFrame, path: Path) -> None:
+def write_parquet_frame(frame: pl.DataFrame, path: Path, **options) -> None:
     with open(path, "wb") as handle:
-        frame.write_parquet(handle)
+        frame.write_parquet(handle, **options)

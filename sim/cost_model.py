@@ -25,9 +25,10 @@ class CostModel(Protocol):
 
     # Optional: decode_run_s(batch, host_slowdown) -> numpy array | None, step_time_s over a run of decode steps
     # whose batch carries decode_context_tokens and max_decode_context_tokens as arrays (sim.runner uses it for
-    # quiet windows when present; without it the runner calls step_time_s once per step). A run's steps are
-    # batch.step_index (an array then). Optional too: for_replica(index) -> CostModel, the model replica ``index``
-    # prices its steps with (a model whose per-step noise must differ between replicas, sim.bands).
+    # quiet windows when present; without it the runner calls step_time_s once per step); a new array, which the
+    # runner sums in place. A run's steps are numbered from batch.step_index (the first one's, an int from
+    # sim.runner; an array of them is taken too). Optional too: for_replica(index) -> CostModel, the model replica
+    # ``index`` prices its steps with (a model whose per-step noise must differ between replicas, sim.bands).
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,9 @@ class CostModelRunner:
                                                     first_context + bs * (num_done + num_steps), bs, dtype=np.int64)
             batch.max_decode_context_tokens = np.arange(first_longest + num_done, first_longest + num_done + num_steps,
                                                         dtype=np.int64)
-            batch.step_index = np.arange(first_index + num_done, first_index + num_done + num_steps, dtype=np.int64)
+            # The run's first step: a model that keys on it numbers the others from it (sim.bands), an arange less
+            # per pass for the models that do not.
+            batch.step_index = first_index + num_done
             durations_s = run_s(batch, slowdown)  # the first step of the first pass as the batch says, the rest 1
             if durations_s is None:  # the cost model takes no arrays for this batch
                 batch.decode_context_tokens = first_context + bs * num_done
@@ -99,22 +101,25 @@ class CostModelRunner:
                 chunks.append(np.array(self._step_ends_one_by_one(batch, t_s, max_steps - num_done, horizon_s,
                                                                   cross_horizon), dtype=np.float64))
                 return _joined(chunks)
-            sums_s = np.empty(num_steps + 1)
-            sums_s[0] = t_s
-            sums_s[1:] = durations_s
-            np.add.accumulate(sums_s, out=sums_s)  # strictly left to right: the step loop's own additions
+            first_s = float(durations_s[0])
+            # Summed in place (the model's array is new, CostModel says): the first end is t_s + durations_s[0] (an
+            # addition is commutative, bit for bit), each next one the end before plus its duration, strictly left
+            # to right as the step loop adds them; a few numpy calls fewer than summing into [t_s, *durations_s].
+            ends_s = durations_s if durations_s.dtype == np.float64 else durations_s.astype(np.float64)
+            ends_s[0] += t_s
+            np.add.accumulate(ends_s, out=ends_s)
             # Ends only grow (every duration is positive): the first that would end too late, by bisection.
-            reached = int(sums_s[1:].searchsorted(horizon_s))
+            reached = int(ends_s.searchsorted(horizon_s))
             if reached < num_steps and cross_horizon:
-                chunks.append(sums_s[1:reached + 2])  # and the step that ends at or after the horizon
+                chunks.append(ends_s[:reached + 1])  # and the step that ends at or after the horizon
                 return _joined(chunks)
-            chunks.append(sums_s[1:reached + 1])
+            chunks.append(ends_s[:reached] if reached < num_steps else ends_s)
             num_done += reached
             if reached < num_steps or num_done == max_steps:
                 return _joined(chunks)
-            t_s = float(sums_s[-1])
+            t_s = float(ends_s[-1])
             batch.continues_batch = 1
-            fit = (horizon_s - t_s) / float(durations_s[0])
+            fit = (horizon_s - t_s) / first_s
             num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
 
     def _step_ends_one_by_one(self, batch: ScheduledBatch, start_s: float, max_steps: int,

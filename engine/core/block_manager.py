@@ -46,7 +46,8 @@ def prefix_block_hashes(token_ids: list[int] | array, block_size: int) -> list[i
 
 def decode_steps_to_new_block(seq: Sequence, block_size: int) -> int:
     """For a decoding ``seq``: the step (0 = the next one) whose token opens a block, one it must be given; it
-    computes token ``len(block_table) * block_size + 1`` then, and every ``block_size`` steps after."""
+    computes token ``len(block_table) * block_size + 1`` then, and every ``block_size`` steps after. (QuietRun's
+    constructor inlines this and ``decode_steps_to_full_block`` for each sequence of a window: change them together.)"""
     return max(len(seq.block_table) * block_size - seq.num_computed_tokens, 0)
 
 

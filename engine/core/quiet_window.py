@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.core.block_manager import decode_steps_to_full_block, decode_steps_to_new_block
+from engine.core.block_manager import decode_steps_to_new_block
 from engine.core.scheduler import ScheduledBatch
 from engine.core.sequence import Sequence
 
@@ -188,6 +188,13 @@ class QuietRun:
         self._starting = starting = []
         lefts = window.lefts
         self._lasts = lasts = []  # the steps each sequence takes part in
+        # Every token of the window first: a block registered mid-window is hashed from the tokens it holds.
+        tokens = array("i", [token_id]) * steps  # extends a simulated array('i') prompt by a copy (a list too)
+        token_times_s = array("d")
+        token_times_s.frombytes(ends.tobytes())  # copies of the buffer, not a walk over floats
+        first_end_s = float(ends[0])
+        # One pass over the batch, the block manager's two step counts inlined: in a large batch's short windows
+        # (~145 sequences, ~7 steps) the calls and a second pass for the tokens were most of this constructor.
         for index, seq in enumerate(running):
             computed = seq.num_computed_tokens
             starting.append(computed)
@@ -195,9 +202,9 @@ class QuietRun:
             last = left if left < steps else steps
             lasts.append(last)
             # (Most windows are shorter than a block: the ranges below are mostly empty, and checked first.)
-            first_block = decode_steps_to_new_block(seq, block_size)
+            first_block = len(seq.block_table) * block_size - computed  # decode_steps_to_new_block, unclamped
             if first_block < last:
-                events.extend((k, 0, index) for k in range(first_block, last, block_size))
+                events.extend((k, 0, index) for k in range(max(first_block, 0), last, block_size))
             if caching:
                 # Full blocks not yet offered to the cache are registered by the first step (k = 0); after
                 # that, one block fills every block_size steps.
@@ -205,21 +212,11 @@ class QuietRun:
                 if (computed + 1) // block_size > registered:
                     events.append((0, 0, index))
                     registered = (computed + 1) // block_size
-                first_fill = decode_steps_to_full_block(computed, registered, block_size)
+                first_fill = (registered + 1) * block_size - 1 - computed  # decode_steps_to_full_block
                 if first_fill < last:
                     events.extend((k, 0, index) for k in range(first_fill, last, block_size))
             if left <= steps:
                 events.append((left - 1, 1, index))
-        events.sort()
-        self._events = events
-        self._next = 0  # the first event not yet applied
-        self.next_event_s = self._event_s(0)
-        # Every token of the window first: a block registered mid-window is hashed from the tokens it holds.
-        tokens = array("i", [token_id]) * steps  # extends a simulated array('i') prompt by a copy (a list too)
-        token_times_s = array("d")
-        token_times_s.frombytes(ends.tobytes())  # copies of the buffer, not a walk over floats
-        first_end_s = float(ends[0])
-        for seq, last in zip(running, lasts):
             if last == steps:
                 seq.token_ids.extend(tokens)
                 seq.token_times_s.extend(token_times_s)
@@ -228,6 +225,10 @@ class QuietRun:
                 seq.token_times_s.extend(token_times_s[:last])
             if seq.first_token_s is None:  # its first step computed the prompt's last token alone
                 seq.first_token_s = first_end_s
+        events.sort()
+        self._events = events
+        self._next = 0  # the first event not yet applied
+        self.next_event_s = self._event_s(0)
         # Blocks in use after each step: constant between events, so written as runs (a step's row counts its
         # events); rows before _rows are written, _used is the count since the last event.
         self._used_after_step = array("q")

@@ -69,6 +69,7 @@ CLIS: dict[str, tuple[list[str], list[str], tuple[str, str] | None]] = {
     "validation/step_errors.py": (["validation/step_errors.py"], ["run"], ("--batch-bin", "x")),
     # Run as its plan runs it (validation/tp_nccl/tp_hang_plan.sh: PYTHONPATH=$PWD); it imports torch up front.
     "validation/tp_nccl/tp_hang_probe.py": (["validation/tp_nccl/tp_hang_probe.py"], [], ("--idle", "x")),
+    "validation/tp_nccl/nccl_graph_check.py": (["validation/tp_nccl/nccl_graph_check.py"], [], None),
 }
 SLOW_FIRST = {f"validation/tp_nccl/tp_hang_probe.py {suffix}" for suffix in ("--no-such-option", "--idle x")} | {
     f"analysis.capacity {suffix}" for suffix in ("--no-such-option", "--qps-min nan")}

@@ -11,10 +11,14 @@ import socket
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 
 def mark(rank, msg):
@@ -31,7 +35,7 @@ def step(rank, name, fn):
     return out
 
 
-def run(rank, world, port, cpu):
+def run(rank, world, port, cpu, keep_graphs=False):
     faulthandler.dump_traceback_later(20, repeat=True)  # to stderr, every 20 s, all threads
     dev = torch.device("cpu") if cpu else torch.device("cuda", rank)
     if not cpu:
@@ -129,7 +133,7 @@ def run(rank, world, port, cpu):
             return f"{len(pieces)} pieces"
 
         step(rank, "29 piecewise graphs x20 with eager work between", piecewise)
-        if "--keep-graphs" not in sys.argv:  # NCCL's destroy waits for every graph that captured a collective
+        if not keep_graphs:  # NCCL's destroy waits for every graph that captured a collective
             del graphs, outs
             step(rank, "free graphs", lambda: (gc.collect(), torch.cuda.synchronize()) and None)
     # Teardown in the engine's order: the worker destroys at once, the driver only after worker.join(30).
@@ -140,8 +144,14 @@ def run(rank, world, port, cpu):
     faulthandler.cancel_dump_traceback_later()
 
 
-def main():
-    cpu = "--cpu" in sys.argv
+def main(argv=None):
+    parser = OneLineErrorParser(prog="python3 validation/tp_nccl/nccl_graph_check.py",
+                                description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu", action="store_true", help="gloo on CPU: syntax check only, skips the CUDA-graph steps")
+    parser.add_argument("--keep-graphs", action="store_true",
+                        help="destroy the process group with captured graphs alive (should hang)")
+    args = parser.parse_args(argv)  # unknown options were ignored: a typo ran the whole check without what it asked
+    cpu = args.cpu
     print(f"torch {torch.__version__}; cuda {torch.version.cuda}; "
           f"nccl {torch.cuda.nccl.version() if torch.cuda.is_available() else '-'}; "
           f"GPUs {torch.cuda.device_count()}; "
@@ -150,7 +160,7 @@ def main():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.start_processes(run, args=(2, port, cpu), nprocs=2, start_method="spawn")
+    mp.start_processes(run, args=(2, port, cpu, args.keep_graphs), nprocs=2, start_method="spawn")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,27 @@ class _SizeReader:
         return tuple(ids)
 
 
+def _refuse_unsupported(config: dict, source: str) -> None:
+    """Settings the engine's decoder does not implement: transformers honours them, so running without them gave
+    other tokens than the model's, without a word (a checkpoint with MLP biases failed in the loader instead)."""
+    act = config.get("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise ValueError(f"{source}: 'hidden_act' is {act!r}; the engine implements only silu (SwiGLU)")
+    if config.get("mlp_bias"):
+        raise ValueError(f"{source}: 'mlp_bias' is {config['mlp_bias']!r}; the engine has no MLP biases")
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list):
+        sliding = any(t != "full_attention" for t in layer_types)
+    else:  # transformers 4: Qwen2/Qwen3 layers from max_window_layers on slide when use_sliding_window is set
+        window_layers = config.get("max_window_layers", 28)
+        num_layers = config.get("num_hidden_layers")
+        sliding = bool(config.get("use_sliding_window")) and config.get("sliding_window") is not None and (
+            not isinstance(window_layers, int) or not isinstance(num_layers, int) or window_layers < num_layers)
+    if sliding:
+        raise ValueError(f"{source}: sliding-window attention ('use_sliding_window', 'layer_types') is not "
+                         "supported; the engine attends to the whole context in every layer")
+
+
 def shipped_models() -> list[str]:
     return sorted(p.parent.name for p in CONFIG_DIR.glob("*/config.json"))
 
@@ -114,6 +135,7 @@ class ModelShape:
             raise ValueError(
                 f"{source}: unsupported architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
+        _refuse_unsupported(config, source)
         size = _SizeReader(config, source)
         num_heads = size.get("num_attention_heads")
         hidden = size.get("hidden_size")

@@ -1,4 +1,5 @@
-"""A Llama-family decoder: Qwen3 (q/k RMSNorm, no biases), Qwen2 (q/k/v biases), Llama (neither)."""
+"""A Llama-family decoder: Qwen3 (q/k RMSNorm, no biases), Qwen2 (q/k/v biases), Llama (neither); Llama and Qwen3
+with attention_bias have q/k/v/o biases."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ class DecoderAttention(nn.Module):
         self.head_dim = shape.head_dim
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.o_proj = RowParallelLinear(shape.num_heads * shape.head_dim, shape.hidden_size, False, parallel)
+        # HF's Llama and Qwen3 put attention_bias on o_proj too; Qwen2 biases only q/k/v.
+        o_bias = shape.attention_bias and shape.architecture != "Qwen2ForCausalLM"
+        self.o_proj = RowParallelLinear(shape.num_heads * shape.head_dim, shape.hidden_size, o_bias, parallel)
         self.rotary_emb = rotary_emb  # the model's one table, shared by every layer
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim**-0.5, backend)
         if shape.qk_norm:

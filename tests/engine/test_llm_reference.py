@@ -25,9 +25,10 @@ def prompts(seed: int = 0) -> list[list[int]]:
 def reference(model, prompt_list: list[list[int]], max_tokens: int = MAX_TOKENS) -> list[list[int]]:
     outs = []
     for p in prompt_list:
-        with torch.no_grad():
-            ids = model.generate(torch.tensor([p]), max_new_tokens=max_tokens, do_sample=False, eos_token_id=None,
-                                 pad_token_id=0)
+        ids = torch.tensor([p])
+        with torch.no_grad():  # the mask given: without it transformers masks every prompt token equal to the pad id
+            ids = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)
         outs.append(ids[0, len(p):].tolist())
     return outs
 

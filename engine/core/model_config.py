@@ -60,6 +60,9 @@ class _SizeReader:
         return tuple(ids)
 
 
+SUPPORTED_ROPE_TYPES = (None, "default", "llama3")  # engine.gpu.layers.rotary_embedding computes these
+
+
 def _refuse_unsupported(config: dict, source: str) -> None:
     """Settings the engine's decoder does not implement: transformers honours them, so running without them gave
     other tokens than the model's, without a word (a checkpoint with MLP biases failed in the loader instead)."""
@@ -150,6 +153,14 @@ class ModelShape:
         rope_scaling = config.get("rope_scaling")
         if rope_scaling is None and rope.get("rope_type", "default") != "default":
             rope_scaling = rope
+        # Checked here, where the file is named: the rotary table refused another kind only when the model was built,
+        # and the simulator (which builds none) accepted it.
+        if rope_scaling is not None and not isinstance(rope_scaling, dict):
+            raise ValueError(f"{source}: 'rope_scaling' is {rope_scaling!r}; expected an object")
+        kind = (rope_scaling or {}).get("rope_type") or (rope_scaling or {}).get("type")
+        if kind not in SUPPORTED_ROPE_TYPES:
+            raise ValueError(f"{source}: rope scaling type {kind!r} is not supported; supported: "
+                             f"{', '.join(str(k) for k in SUPPORTED_ROPE_TYPES if k)}")
         return cls(
             name=name,
             architecture=arch,

@@ -59,6 +59,11 @@ BASE = {"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "intermediate_
     ({"architectures": ["LlamaForCausalLM"], "mlp_bias": True}, "'mlp_bias' is True"),
     ({"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 16}, "sliding-window attention"),
     ({"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1}, "sliding-window attention"),
+    # Refused when the model was built (no file named), and not at all by the simulator, which builds none.
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope scaling type 'yarn' is not supported"),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope scaling type 'linear' is not supported"),
+    ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e4}}, "rope scaling type 'dynamic'"),
+    ({"rope_scaling": "linear"}, "'rope_scaling' is 'linear'; expected an object"),
 ])
 def test_unimplemented_settings_are_refused(extra, setting):
     with pytest.raises(ValueError, match=setting) as info:
@@ -72,6 +77,8 @@ def test_unimplemented_settings_are_refused(extra, setting):
     # Qwen2.5's shipped configs: a window is named but not used (use_sliding_window false).
     {"use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 1},
     {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 2},  # no layer from 2 on
+    {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}},
+    {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
 ])
 def test_settings_that_change_nothing_are_accepted(extra):
     assert ModelShape.from_config_dict({**BASE, **extra}, name="m").num_layers == 2

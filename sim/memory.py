@@ -25,19 +25,19 @@ _MMAP_THRESHOLD_BYTES = 64 * 1024
 
 
 @cache
-def _libc_mallopt():
-    """glibc's mallopt, or None where there is no glibc."""
+def _libc():
+    """glibc, with mallopt and malloc_trim typed, or None where there is none."""
     name = ctypes.util.find_library("c")
     if name is None:
         return None
     try:
         libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+        libc.mallopt.restype = ctypes.c_int
+        libc.malloc_trim.argtypes = (ctypes.c_size_t,)
     except (OSError, AttributeError):
         return None
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
-    return mallopt
+    return libc
 
 
 @cache
@@ -48,10 +48,10 @@ def return_freed_memory_promptly() -> bool:
 
 
 def _prompt_settings() -> bool:
-    mallopt = _libc_mallopt()
-    if mallopt is None:
+    libc = _libc()
+    if libc is None:
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, 0))
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 0))
 
 
 # While outputs are written: blocks up to glibc's largest mmap threshold (32 MiB on 64-bit) come from the heap, and
@@ -68,23 +68,14 @@ def reusing_freed_memory() -> Iterator[None]:
     at first touch (under ``return_freed_memory_promptly``'s settings, a third of the outputs' CPU time). On exit,
     the heap's free top goes back to the system and ``return_freed_memory_promptly``'s settings apply again (as
     they do after any simulation in the process). Nothing changes where there is no glibc."""
-    mallopt = _libc_mallopt()
-    if mallopt is None:
+    libc = _libc()
+    if libc is None:
         yield
         return
-    mallopt(_M_MMAP_THRESHOLD, _REUSE_MMAP_THRESHOLD_BYTES)
-    mallopt(_M_TRIM_THRESHOLD, _REUSE_TRIM_THRESHOLD_BYTES)
+    libc.mallopt(_M_MMAP_THRESHOLD, _REUSE_MMAP_THRESHOLD_BYTES)
+    libc.mallopt(_M_TRIM_THRESHOLD, _REUSE_TRIM_THRESHOLD_BYTES)
     try:
         yield
     finally:
         _prompt_settings()
-        _malloc_trim()
-
-
-def _malloc_trim() -> None:
-    try:
-        malloc_trim = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
-    except (OSError, AttributeError, TypeError):
-        return
-    malloc_trim.argtypes = (ctypes.c_size_t,)
-    malloc_trim(0)
+        libc.malloc_trim(0)

@@ -223,9 +223,10 @@ def _point_record(point: GridPoint, samples: list[tuple[dict, float, int]]) -> d
 MAX_REPEATS = 10_000  # timed steps per grid point: 2**70 measured the first point forever
 # Decode steps in a row behind each sample of a decode point; row_context keeps them all inside their KV blocks. One
 # (a step timed alone) stays the default: four in a row, alternated with one on a machine start (2026-12-03,
-# validation/results/machine-j-2026-12-03/), gave every decode point 1-5 % less (2.3 % on average), no more at small
-# batches than at large ones, and the two profiles of each kind differed by as much. Small serving batches' decode
-# steps are faster than a grid of another machine prices them; that is the machine, not a step timed alone.
+# validation/results/machine-j-2026-12-03/profile-diffs.txt), moved the decode points 0 to -2 % against the prefill
+# and mixed points it does not touch, no more at small batches than at large ones, while the host's drift between
+# profiles moved everything 3-8 %. Small serving batches' decode steps are faster than a grid of another machine prices
+# them; that is the machine, not a step timed alone.
 DECODE_STEPS = 1
 MAX_DECODE_STEPS = 8
 

@@ -28,6 +28,7 @@ from sim.config import SimConfig
 from sim.limits import format_warnings, queued_replicas, run_warnings
 from sim.memory import reusing_freed_memory
 from sim.simulator import SimResult, make_cost_model, simulate
+from traces.requests import PromptMemoryError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,10 +127,12 @@ def main(argv: list[str] | None = None) -> int:
                 from tqdm import tqdm
 
                 progress = tqdm(total=len(trace), unit="req", desc="simulating", mininterval=0.5, file=sys.stderr)
-            result = simulate(trace, config, on_request_done=progress.update if progress else None)
+            try:
+                result = simulate(trace, config, on_request_done=progress.update if progress else None)
+            finally:  # on an error too: its line then starts a line of its own
+                if progress is not None:
+                    progress.close()
             result.meta.update(qps=args.qps, time_scale=args.time_scale, limit=args.limit, offline=args.offline)
-            if progress is not None:
-                progress.close()
             bands = None
             if num_replays is not None:
                 bands = run_bands_with_progress(trace, config, num_replays, slos, args.quiet)
@@ -149,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     except OutDirError as exc:
         parser.exit(2, f"error: {exc}\n")
+    except PromptMemoryError as exc:  # found at the request's arrival: the staged folder was removed
+        parser.exit(2, f"error: {exc}; nothing written to {out_dir}\n")
     except KeyboardInterrupt:  # the staged folder was removed, the band replays stopped
         parser.exit(130, f"interrupted: nothing written to {out_dir}\n")
     if not args.quiet:

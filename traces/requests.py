@@ -14,9 +14,14 @@ import numpy as np
 
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
+from traces.errors import TraceError, describe_row
 from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
 
 _INT32_LIMIT = 2**31  # token ids are hashed as int32 (engine.core.block_manager.token_bytes)
+
+
+class PromptMemoryError(TraceError):
+    """A request's prompt that is too long to synthesise in the host's memory; the message names its row."""
 
 
 class TraceRequests:
@@ -50,7 +55,19 @@ class TraceRequests:
 
     def prompt_array(self, i: int) -> array:
         """``prompt(i)`` as an ``array('i')`` made from the synthesised numpy array in one copy (no Python ints:
-        ``tolist`` cost several times the synthesis), for the simulator (engine.core.Sequence takes either)."""
+        ``tolist`` cost several times the synthesis), for the simulator (engine.core.Sequence takes either).
+        PromptMemoryError when the host cannot hold the prompt: a row the limits admit (--max-model-len and
+        --num-gpu-blocks beyond the model's, for what-ifs) may ask for billions of tokens, and numpy's MemoryError
+        ended the replay in a traceback."""
+        try:
+            return self._prompt_array(i)
+        except MemoryError:
+            raise PromptMemoryError(
+                f"{self.trace.source}: {describe_row(i, self.request_ids[i])}: its prompt of {self.prompt_tokens[i]:,} "
+                "tokens does not fit in this host's memory to be synthesised; expected a prompt the limits reject "
+                "(a smaller --max-model-len or --num-gpu-blocks) or a trace without it (--limit)") from None
+
+    def _prompt_array(self, i: int) -> array:
         if self._hash_ids is not None and 0 <= i < len(self.prompt_tokens):
             flat, offsets = self._hash_ids
             tokens = tokens_from_hash_ids_array(flat[offsets[i]:offsets[i + 1]], self.prompt_tokens[i],

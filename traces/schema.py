@@ -98,9 +98,13 @@ class Trace:
             )
         current_qps = (len(self) - 1) / span_s
         scale = current_qps / qps
-        if not np.isfinite(scale):
-            raise ValueError(f"{self.source}: qps {qps:g} is too small for a trace at {current_qps:g} requests/s "
-                             "(its arrivals would overflow); expected a larger qps")
+        last_s = float(arrivals[0]) + span_s * scale
+        # Named here, in the qps asked for: with_time_scale's message spoke of a "time scale 3.1e+300" and "a smaller
+        # scale", which neither traces.convert nor a replay given --qps was asked for.
+        if not last_s <= MAX_ARRIVAL_S:  # inf and NaN too
+            raise ValueError(f"{self.source}: qps {qps:g} is too small: it spreads the {len(self)} requests over "
+                             f"{span_s * scale:.3g} s (the trace runs at {current_qps:.4g} requests/s); expected "
+                             f"at most {MAX_ARRIVAL_S:g} s from the trace start to its last arrival (a larger qps)")
         return self.with_time_scale(scale)
 
     # --- prompt token ids ------------------------------------------------------------

@@ -1,0 +1,56 @@
+"""Defects found by probing sim.replay and the trace tools with hostile input: each case failed before its fix."""
+
+from __future__ import annotations
+
+import pytest
+
+import traces.requests
+from cli.sim_replay import main as replay_main
+from tests.sim.helpers import write_trace
+from tests.traces.helpers import cli_error
+
+
+def test_a_prompt_too_long_to_synthesise_is_one_error_line_and_no_run(tmp_path, capsys, monkeypatch):
+    """A request the what-if limits admit (--allow-long-max-model-len, --num-gpu-blocks far beyond the GPU's) with a
+    prompt of ten billion tokens: synthesising it raised numpy's MemoryError ('Unable to allocate 128. GiB') at its
+    arrival, a traceback with exit 1. The host's refusal is stood in for here, so no test allocates that much."""
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 128. GiB for an array with shape (17179869184,) and data type uint64")
+
+    monkeypatch.setattr(traces.requests, "tokens_from_row_array", no_memory)
+    trace = write_trace(tmp_path / "long.parquet", [10_000_000_000], [2])
+    out = tmp_path / "out"
+    line = cli_error(replay_main, [str(trace), "--allow-long-max-model-len", "--max-model-len", "20000000000",
+                                   "--num-gpu-blocks", "2000000000", "--quiet", "--no-report", "--out", str(out)],
+                     capsys)
+    assert line == (f"error: {trace}: row 0 (request_id 0): its prompt of 10,000,000,000 tokens does not fit in this "
+                    "host's memory to be synthesised; expected a prompt the limits reject (a smaller --max-model-len "
+                    f"or --num-gpu-blocks) or a trace without it (--limit); nothing written to {out}")
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["long.parquet"], "a staging folder was left behind"
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_the_prompt_error_starts_a_line_of_its_own_after_the_progress_bar(tmp_path, capsys, monkeypatch, progress):
+    """Without --quiet the error was written after the progress bar's unfinished line (tqdm was never closed)."""
+    def no_memory(*args, **kwargs):
+        raise MemoryError("no memory")
+
+    monkeypatch.setattr(traces.requests, "tokens_from_row_array", no_memory)
+    trace = write_trace(tmp_path / "t.parquet", [100], [2])
+    argv = [str(trace), "--no-report", "--out", str(tmp_path / "out")] + ([] if progress else ["--quiet"])
+    with pytest.raises(SystemExit) as exc:
+        replay_main(argv)
+    assert exc.value.code == 2
+    last = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
+    assert last.startswith(f"error: {trace}: row 0 (request_id 0): its prompt of 100 tokens does not fit")
+
+
+def test_replay_names_a_qps_too_small_in_its_own_terms(tmp_path, capsys):
+    """sim.replay --qps 1e-300 was refused as "time scale 1e+300 stretches ... (a smaller scale or a larger qps)",
+    naming a --time-scale it was not given."""
+    trace = write_trace(tmp_path / "t.parquet", [10, 10], [2, 2], arrival_s=[0.0, 1.0])
+    line = cli_error(replay_main, [str(trace), "--qps", "1e-300", "--quiet", "--out", str(tmp_path / "out")], capsys)
+    assert line == (f"error: {trace}: qps 1e-300 is too small: it spreads the 2 requests over 1e+300 s (the "
+                    "trace runs at 1 requests/s); expected at most 1e+12 s from the trace start to its "
+                    "last arrival (a larger qps)")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.llm_engine import LLMEngine
-from engine.core.model_config import ModelShape, resolve_model_dir
+from engine.core.model_config import ModelShape, generation_eos_token_ids, resolve_model_dir
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
 from engine.options import EngineOptions
@@ -35,7 +35,18 @@ def load_tokenizer(model_dir: Path):
         return None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(model_dir))
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir))
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds, most over several lines
+        # (a tokenizer_config.json without its tokenizer.json was five lines on how to convert a slow tokenizer; a
+        # config.json transformers refuses, a StrictDataclassFieldValidationError over two)
+        raise ValueError(f"{model_dir}: its tokenizer cannot be loaded: {one_line(exc)}") from None
+
+
+def one_line(exc: BaseException, limit_chars: int = 400) -> str:
+    """``exc`` as one line: its type and its message's words, at most ``limit_chars`` characters."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit_chars else text[:limit_chars - 3] + "..."
 
 
 def host_memory_available() -> int | None:
@@ -134,6 +145,7 @@ class LLM:
                 raise FileNotFoundError(
                     f"{model_dir} has no *.safetensors weights; pass load_format='dummy' for random weights"
                 )
+        generation_eos = generation_eos_token_ids(model_dir)  # read before the weights load: a bad file fails at once
         self.tokenizer = load_tokenizer(model_dir)
         self.max_model_len = opts.max_model_len or self.shape.max_position_embeddings
         check_host_memory(opts, self.shape)
@@ -145,7 +157,7 @@ class LLM:
             from engine.gpu.model_runner import ModelRunner
 
             self.runner = ModelRunner(opts, self.shape, model_dir if load_format != "dummy" else None)
-        eos = set(self.shape.eos_token_ids)
+        eos = set(self.shape.eos_token_ids) | set(generation_eos)
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             eos.add(int(self.tokenizer.eos_token_id))
         self.config = opts.resolved(num_gpu_blocks=self.runner.num_gpu_blocks, max_model_len=self.max_model_len)

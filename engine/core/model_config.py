@@ -52,6 +52,15 @@ class _SizeReader:
             raise ValueError(f"{self.source}: {key!r} is {value!r}; expected a finite number > 0")
         return float(value)
 
+    def flag(self, key: str, default: bool) -> bool:
+        """A true/false setting: the text "false" was truthy, and tied the LM head of an untied model."""
+        value = self.config.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ValueError(f"{self.source}: {key!r} is {value!r}; expected true or false")
+        return value
+
     def token_ids(self, key: str) -> tuple[int, ...]:
         value = self.config.get(key)
         ids = value if isinstance(value, list) else ([] if value is None else [value])
@@ -69,6 +78,11 @@ def _refuse_unsupported(config: dict, source: str) -> None:
     act = config.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise ValueError(f"{source}: 'hidden_act' is {act!r}; the engine implements only silu (SwiGLU)")
+    quantization = config.get("quantization_config")
+    if quantization is not None:  # its weights (fp8, int4 with scales) would load as plain floats, or fail by tensor
+        method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
+        raise ValueError(f"{source}: 'quantization_config' asks for {str(method)[:40]!r} quantization; the engine "
+                         "loads only unquantized (bfloat16, float16, float32) weights")
     if config.get("mlp_bias"):
         raise ValueError(f"{source}: 'mlp_bias' is {config['mlp_bias']!r}; the engine has no MLP biases")
     layer_types = config.get("layer_types")
@@ -82,6 +96,23 @@ def _refuse_unsupported(config: dict, source: str) -> None:
     if sliding:
         raise ValueError(f"{source}: sliding-window attention ('use_sliding_window', 'layer_types') is not "
                          "supported; the engine attends to the whole context in every layer")
+
+
+def _check_llama3_scaling(scaling: dict, source: str) -> None:
+    """Llama 3's frequency scaling needs its factors as numbers, the high one above the low one: a missing factor
+    was a KeyError and a text one a TypeError when the model was built (the simulator, which builds none, took
+    them), and equal factors divided by zero, giving NaN frequencies and other tokens without a word."""
+    numbers = {}
+    for key, default in (("factor", None), ("original_max_position_embeddings", None), ("low_freq_factor", 1.0),
+                         ("high_freq_factor", 4.0)):
+        value = scaling.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise ValueError(f"{source}: rope scaling's {key!r} is {value!r}; expected a finite number > 0 "
+                             "(llama3 scaling needs factor and original_max_position_embeddings)")
+        numbers[key] = value
+    if numbers["high_freq_factor"] <= numbers["low_freq_factor"]:
+        raise ValueError(f"{source}: rope scaling's 'high_freq_factor' ({numbers['high_freq_factor']}) is not above "
+                         f"its 'low_freq_factor' ({numbers['low_freq_factor']})")
 
 
 def shipped_models() -> list[str]:
@@ -105,6 +136,25 @@ def resolve_model_dir(model: str | Path) -> Path:
         f"model {str(model)!r} is neither a directory with a config.json nor a shipped config; "
         f"shipped: {', '.join(shipped_models())}"
     )
+
+
+def generation_eos_token_ids(model_dir: Path) -> tuple[int, ...]:
+    """The end-of-sequence ids of the model's generation_config.json (none without one). Instruct models list more
+    there than config.json does (Qwen's chat models end a turn with <|im_end|> and end text with <|endoftext|>, only
+    the first in config.json); vLLM stops on them all, and a model that ended its answer with another ran on until
+    max_tokens."""
+    source = Path(model_dir) / "generation_config.json"
+    if not source.is_file():
+        return ()
+    try:
+        config = json.loads(source.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{source}: not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise ValueError(f"{source}: cannot read it ({exc.strerror or exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{source}: top level is a JSON {type(config).__name__}; expected an object")
+    return _SizeReader(config, str(source)).token_ids("eos_token_id")
 
 
 @dataclass(frozen=True)
@@ -161,6 +211,8 @@ class ModelShape:
         if kind not in SUPPORTED_ROPE_TYPES:
             raise ValueError(f"{source}: rope scaling type {kind!r} is not supported; supported: "
                              f"{', '.join(str(k) for k in SUPPORTED_ROPE_TYPES if k)}")
+        if kind == "llama3":
+            _check_llama3_scaling(rope_scaling, source)
         return cls(
             name=name,
             architecture=arch,
@@ -172,9 +224,11 @@ class ModelShape:
             head_dim=size.get("head_dim", hidden // num_heads),
             vocab_size=size.get("vocab_size", limit=_VOCAB_LIMIT),
             max_position_embeddings=size.get("max_position_embeddings", 4096),
-            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-            # Qwen2 has q/k/v biases and no q/k norms; Qwen3 the reverse; Llama neither.
-            attention_bias=bool(config.get("attention_bias", arch == "Qwen2ForCausalLM")),
+            tie_word_embeddings=size.flag("tie_word_embeddings", False),
+            # Qwen2 has q/k/v biases and no q/k norms; Qwen3 the reverse; Llama neither. Qwen2's are there whatever
+            # 'attention_bias' says (transformers and vLLM build them unconditionally): a Qwen2 config.json with
+            # "attention_bias": false was built without them and its checkpoint refused.
+            attention_bias=arch == "Qwen2ForCausalLM" or size.flag("attention_bias", False),
             qk_norm=arch == "Qwen3ForCausalLM",
             rms_norm_eps=size.positive_float("rms_norm_eps", 1e-6),
             rope_theta=size.positive_float("rope_theta", rope.get("rope_theta") or 10000.0),

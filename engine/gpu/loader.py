@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from engine.core.model_config import ModelShape
+
 
 def _default_loader(param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
     if param.shape != loaded.shape:
@@ -15,16 +17,16 @@ def _default_loader(param: nn.Parameter, loaded: torch.Tensor, shard_id: object 
 
 
 def load_safetensors(model: nn.Module, model_dir: Path) -> None:
-    from safetensors import safe_open
-
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {model_dir} (use load_format='dummy' for random weights)")
     params = dict(model.named_parameters(remove_duplicate=False))
     packed = getattr(model, "packed_modules", {})
+    shape = getattr(model, "shape", None)
+    tied = shape is not None and shape.tie_word_embeddings
     loaded_names: set[str] = set()
     for file in files:
-        with safe_open(str(file), framework="pt", device="cpu") as f:
+        with _open(file) as f:
             for name in f.keys():
                 if "rotary_emb.inv_freq" in name:
                     continue
@@ -35,20 +37,82 @@ def load_safetensors(model: nn.Module, model_dir: Path) -> None:
                         break
                 param = params.get(target)
                 if param is None:
-                    if name == "lm_head.weight" and getattr(model, "shape", None) and model.shape.tie_word_embeddings:
+                    if name == "lm_head.weight" and tied:
                         continue
-                    raise ValueError(f"{file.name}: checkpoint tensor {name!r} matches no model parameter")
+                    raise ValueError(f"{file}: checkpoint tensor {name!r} matches no model parameter")
+                tensor = _read(f, file, name)
+                _check_tensor(file, name, tensor, shape)
                 loader = getattr(param, "weight_loader", _default_loader)
-                tensor = f.get_tensor(name)
-                if shard_id is None:
-                    loader(param, tensor)
-                else:
-                    loader(param, tensor, shard_id)
+                try:
+                    if shard_id is None:
+                        loader(param, tensor)
+                    else:
+                        loader(param, tensor, shard_id)
+                except (RuntimeError, ValueError) as exc:  # a shape no check above foresaw: name the tensor
+                    raise ValueError(f"{file}: checkpoint tensor {name!r} of shape {tuple(tensor.shape)} does not "
+                                     f"load: {exc}") from None
                 loaded_names.add(target)
+    # The LM head is the embedding's only when tie_word_embeddings says so: an untied model's missing lm_head.weight
+    # was passed over, and every logit came from an uninitialised matrix (all tokens 0), without a word.
     missing = [n for n in params if n not in loaded_names
-               and not (n == "lm_head.weight" and "model.embed_tokens.weight" in loaded_names)]
+               and not (n == "lm_head.weight" and tied and "model.embed_tokens.weight" in loaded_names)]
     if missing:
-        raise ValueError(f"{model_dir}: checkpoint lacks {len(missing)} parameters, e.g. {missing[:3]}")
+        untied = " (config.json's tie_word_embeddings is false)" if "lm_head.weight" in missing and not tied else ""
+        raise ValueError(f"{model_dir}: checkpoint lacks {len(missing)} parameters, e.g. {missing[:3]}{untied}")
+
+
+def _open(file: Path):
+    """A truncated or foreign file was safetensors' "Error while deserializing header: header too large" under the
+    model folder's name, not the file's (a sharded checkpoint has many)."""
+    from safetensors import safe_open
+
+    try:
+        return safe_open(str(file), framework="pt", device="cpu")
+    except Exception as exc:  # noqa: BLE001 - SafetensorError, OSError: the file is not one to read
+        raise ValueError(f"{file}: not a readable safetensors file ({' '.join(str(exc).split())})") from None
+
+
+def _read(f, file: Path, name: str) -> torch.Tensor:
+    try:
+        return f.get_tensor(name)
+    except Exception as exc:  # noqa: BLE001 - a tensor whose bytes are cut short or of a dtype torch lacks
+        raise ValueError(f"{file}: checkpoint tensor {name!r} cannot be read ({' '.join(str(exc).split())})") from None
+
+
+def _expected_shape(shape: ModelShape, name: str) -> tuple[int, ...] | None:
+    """The shape config.json's sizes give the HF tensor ``name`` (None: not one of a decoder's)."""
+    parts = name.split(".")
+    if len(parts) < 2:
+        return None
+    module, kind = parts[-2], parts[-1]
+    hidden, inter = shape.hidden_size, shape.intermediate_size
+    matrices = {
+        "embed_tokens": (shape.vocab_size, hidden), "lm_head": (shape.vocab_size, hidden),
+        "q_proj": (shape.q_size, hidden), "k_proj": (shape.kv_size, hidden), "v_proj": (shape.kv_size, hidden),
+        "o_proj": (hidden, shape.q_size), "gate_proj": (inter, hidden), "up_proj": (inter, hidden),
+        "down_proj": (hidden, inter),
+    }
+    vectors = {"input_layernorm": hidden, "post_attention_layernorm": hidden, "norm": hidden,
+               "q_norm": shape.head_dim, "k_norm": shape.head_dim}
+    if module in matrices:
+        return matrices[module] if kind == "weight" else (matrices[module][0],) if kind == "bias" else None
+    if module in vectors and kind == "weight":
+        return (vectors[module],)
+    return None
+
+
+def _check_tensor(file: Path, name: str, tensor: torch.Tensor, shape: ModelShape | None) -> None:
+    """A checkpoint tensor of another shape than config.json gives was cut to fit by the sharded loaders (a larger
+    intermediate_size or vocabulary: other tokens, without a word) or failed inside torch ("start (0) + length (64)
+    exceeds dimension size (32)"), naming neither the tensor nor the file; an integer tensor (a quantized checkpoint)
+    was converted to floats as if it held weights."""
+    if not tensor.dtype.is_floating_point:
+        raise ValueError(f"{file}: checkpoint tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')}; expected "
+                         "floating-point weights (quantized checkpoints are not supported)")
+    expected = None if shape is None else _expected_shape(shape, name)
+    if expected is not None and tuple(tensor.shape) != expected:
+        raise ValueError(f"{file}: checkpoint tensor {name!r} has shape {tuple(tensor.shape)}; the sizes in "
+                         f"config.json give {expected}")
 
 
 @torch.no_grad()

@@ -153,11 +153,15 @@ def build_app(engine: EngineClient, tokenizer=None, *,
             detail = f"the request body could not be parsed as JSON: {why}"
         if exc.status_code == 404 and detail == "Not Found":  # said nothing of what is there
             detail = f"there is no {request.url.path} on this server; it serves {', '.join(_ROUTES)}"
+        headers = exc.headers
         allowed = (exc.headers or {}).get("Allow") if exc.status_code == 405 else None
         if allowed:  # "Method Not Allowed" alone did not say which one is
+            # Starlette names the methods of the first route of the path only: POST /health was told "use HEAD",
+            # which answers no body, though GET is served there too.
+            allowed = _methods_of(app, request.url.path) or allowed
+            headers = {**exc.headers, "Allow": allowed}
             detail = f"{request.method} is not allowed on {request.url.path}; use {allowed}"
-        return JSONResponse(APIError(exc.status_code, detail).body(), status_code=exc.status_code,
-                            headers=exc.headers)
+        return JSONResponse(APIError(exc.status_code, detail).body(), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):  # logged here; the client gets one line
@@ -207,6 +211,12 @@ def build_app(engine: EngineClient, tokenizer=None, *,
                             max_tokens_param=body.max_tokens_param)
 
     return app
+
+
+def _methods_of(app: FastAPI, path: str) -> str:
+    """Every method some route of ``path`` answers, as an Allow header lists them."""
+    methods = {m for route in app.routes if getattr(route, "path", None) == path for m in getattr(route, "methods", ())}
+    return ", ".join(sorted(methods))
 
 
 # ---- inputs ----------------------------------------------------------------------------------------

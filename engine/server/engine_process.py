@@ -90,8 +90,8 @@ def _report(messages: Connection, exc: BaseException) -> None:
     wherever it lands: while the engine loads, just after it said ready, or in the loop."""
     if isinstance(exc, SystemExit):
         line = f"the engine process was stopped by a signal (exit {exc.code})"
-    else:
-        line = f"{type(exc).__name__}: {exc}"
+    else:  # one line: a message of several (transformers', torch's) broke the server's one-line error
+        line = " ".join(f"{type(exc).__name__}: {exc}".split())
     try:
         messages.send(("error", line))
     except OSError:  # the server is gone (exit_with_parent): nobody to tell

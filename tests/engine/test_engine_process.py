@@ -103,3 +103,16 @@ def test_an_idle_engine_sent_sigterm_stops_without_a_traceback() -> None:
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "stopped by a signal (exit 143)" in done.stdout
+
+
+def test_a_load_error_of_several_lines_reaches_the_server_as_one() -> None:
+    """transformers' and torch's messages run over several lines (a tokenizer that cannot load: five); the server
+    prints what the engine process reports as its one-line error, which was then several."""
+    import multiprocessing
+
+    from engine.server.engine_process import _report
+
+    sender, receiver = multiprocessing.Pipe()
+    _report(sender, ValueError("Couldn't instantiate the tokenizer from one of: \n(1) a file, \n(2) a slow one"))
+    assert receiver.recv() == ("error", "ValueError: Couldn't instantiate the tokenizer from one of: (1) a file, (2) a "
+                                        "slow one")

@@ -340,3 +340,15 @@ def test_a_compressed_body_is_a_415_that_says_to_send_it_uncompressed(served, en
                     headers={"content-type": "application/json", "content-encoding": encoding})
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
     _normal_request_works(client)
+
+
+def test_a_405_lists_every_method_the_path_serves(served) -> None:
+    """GET and HEAD of /health are two routes; Starlette's 405 named the first only: POST /health was told "use
+    HEAD" (Allow: HEAD), which answers no body, though GET is served there too."""
+    client = served()
+    r = client.post("/health")
+    assert r.status_code == 405, r.text
+    assert r.headers["allow"] == "GET, HEAD"
+    assert r.json()["error"]["message"] == "POST is not allowed on /health; use GET, HEAD"
+    r = client.delete("/v1/chat/completions")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"

@@ -34,7 +34,8 @@ trace = load_trace(sys.argv[1])
 if sys.argv[2] == '1':
     from sim.config import SimConfig
     from sim.simulator import simulate
-    result = simulate(trace, SimConfig(), fast_forward=sys.argv[3] == '1')
+    config = SimConfig(num_replicas=int(sys.argv[4]), **({'router': sys.argv[5]} if sys.argv[5] else {}))
+    result = simulate(trace, config, fast_forward=sys.argv[3] == '1')
     print('steps', result.steps_table().num_rows)
 else:
     from sim.config import SimConfig  # the same imports as the simulating run
@@ -42,11 +43,12 @@ else:
 """
 
 
-def count_instructions(tree: Path, trace: Path, simulate: bool, fast_forward: bool = True) -> tuple[int, str]:
+def count_instructions(tree: Path, trace: Path, simulate: bool, fast_forward: bool = True, num_replicas: int = 1,
+                       router: str | None = None) -> tuple[int, str]:
     """valgrind's instruction count of the child in ``tree``, and what the child printed."""
     proc = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                            sys.executable, "-c", _CHILD, str(trace), "1" if simulate else "0",
-                           "1" if fast_forward else "0"],
+                           "1" if fast_forward else "0", str(num_replicas), router or ""],
                           cwd=tree, capture_output=True, text=True, check=False)
     found = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
     if proc.returncode != 0 or not found:
@@ -67,8 +69,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="rescale the slice's arrivals to this rate (traces/sharegpt.parquet at 40: ~145 a batch)")
     parser.add_argument("--no-fast-forward", action="store_true",
                         help="simulate step by step (no quiet windows): what every step of the shared core costs")
+    parser.add_argument("--sessions", action="store_true",
+                        help="instead of --trace, benchmarks/sim_million.py's synthesised multi-turn sessions (--limit "
+                             "requests at 10 req/s per replica, seed 0): a fleet's work, with --replicas 64 --router "
+                             "prefix")
+    parser.add_argument("--replicas", type=int, default=1, help="replicas (default: %(default)s)")
+    parser.add_argument("--router", default=None,
+                        help="router of several replicas (default: the simulator's; e.g. prefix, as "
+                             "benchmarks/sim_million.py runs)")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the figures here")
     args = parser.parse_args(argv)
+    if args.replicas < 1:
+        parser.exit(2, f"error: --replicas must be >= 1, got {args.replicas}\n")
+    from sim.router import ROUTERS
+
+    if args.router is not None and args.router not in ROUTERS:
+        parser.exit(2, f"error: --router {args.router!r}: expected one of {', '.join(ROUTERS)}\n")
     if args.limit < 1:
         parser.exit(2, f"error: --limit must be >= 1, got {args.limit}\n")
     if args.qps is not None and not (args.qps > 0 and args.qps < float("inf")):
@@ -80,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     for tree in trees:
         if not (tree / "sim" / "simulator.py").is_file():
             parser.exit(2, f"error: --tree: {tree} holds no sim/simulator.py\n")
-    if not args.trace.is_file():  # after the options that need no file, so that each is named on its own
+    if not args.sessions and not args.trace.is_file():  # after the options that need no file: each named alone
         parser.exit(2, f"error: --trace: {args.trace} is not a file\n")
     from sim.files import check_output_path, write_text_atomic
 
@@ -91,18 +107,27 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.sim_speed import load_or_exit
     from traces.schema import save_trace
 
-    sliced = load_or_exit(parser, args.trace, args.limit, args.qps)  # read here, before valgrind runs
+    if args.sessions:
+        from benchmarks.sim_million import synthesize_sessions
+
+        sliced = synthesize_sessions(args.limit, 10.0 * args.replicas, 0)
+        sliced = sliced.with_qps(args.qps) if args.qps is not None else sliced
+    else:
+        sliced = load_or_exit(parser, args.trace, args.limit, args.qps)  # read here, before valgrind runs
     if shutil.which("valgrind") is None:
         parser.exit(2, "error: valgrind is not on the PATH (it counts the instructions)\n")
 
-    results: dict = {"trace": str(args.trace), "limit": args.limit, "qps": args.qps,
+    trace_name = "benchmarks/sim_million.py sessions" if args.sessions else str(args.trace)
+    results: dict = {"trace": trace_name, "limit": args.limit, "qps": args.qps, "replicas": args.replicas,
+                     "router": args.router,
                      "fast_forward": not args.no_fast_forward, "python": sys.version.split()[0], "trees": []}
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.parquet"
         save_trace(sliced, trace)  # one converted slice, read the same way by every tree
         for tree, label in zip(trees, labels, strict=True):
             try:
-                total, printed = count_instructions(tree, trace, True, not args.no_fast_forward)
+                total, printed = count_instructions(tree, trace, True, not args.no_fast_forward, args.replicas,
+                                                    args.router)
                 base, _ = count_instructions(tree, trace, False)
             except RuntimeError as exc:  # valgrind or the tree's simulator failed: its tail, not a traceback
                 parser.exit(2, f"error: {' '.join(str(exc).split())[:400]}\n")

@@ -61,15 +61,21 @@ class PrefixAffinityRouter:
         best_index = 0
         best_cached, best_load = -1, 0
         for index, engine in enumerate(engines):
-            block_size = engine.config.block_size
+            scheduler = engine.scheduler
+            block_manager = scheduler.block_manager
+            block_size = block_manager.block_size
             hashes = hashes_by_block_size.get(block_size)
             if hashes is None:
                 hashes = hashes_by_block_size[block_size] = prefix_block_hashes(prompt_token_ids, block_size)
-            scheduler = engine.scheduler
-            num_cached_blocks = scheduler.block_manager.num_cached_prefix_blocks(hashes) if hashes else 0
+            # A replica that does not hold the prompt's first block (most of a fleet's, for a conversation's later
+            # turn) is answered by one lookup; this runs per replica per request.
+            if hashes and block_manager.holds_block(hashes[0]):
+                num_cached_blocks = block_manager.num_cached_prefix_blocks(hashes)
+            else:
+                num_cached_blocks = 0
             if num_cached_blocks < best_cached:
-                continue  # fewer cached blocks never wins: its load is not read (a router runs per replica per request)
-            load = scheduler.num_unfinished
+                continue  # fewer cached blocks never wins: its load is not read
+            load = len(scheduler.waiting) + len(scheduler.running)  # num_unfinished, without the property's call
             # strict: an equal (cached, load) keeps the lower index
             if num_cached_blocks > best_cached or load < best_load:
                 best_cached, best_load, best_index = num_cached_blocks, load, index

@@ -278,11 +278,10 @@ def simulate(
             during = arrivals_np[first:first + int(arrivals_np[first:].searchsorted(ends[-1], "right"))]
             if not len(during):
                 return planned
-            at = ends.searchsorted(during)
-            ties = np.flatnonzero(ends[np.minimum(at, len(ends) - 1)] == during)
-            if not len(ties):
+            ties = ends.take(ends.searchsorted(during), mode="clip") == during  # an arrival at a step's very end
+            if not ties.any():
                 return planned
-            horizon = float(during[ties[0]])  # steps that end strictly before it
+            horizon = float(during[ties.argmax()])  # the first such arrival: steps that end strictly before it
         return None
 
     processes: list[simpy.Process] = []

@@ -171,6 +171,10 @@ class BlockManager:
                 break
             hits.append(block_id)
 
+    def holds_block(self, block_hash: int) -> bool:
+        """Whether a block of this hash is cached here (a router's first, cheapest probe)."""
+        return block_hash in self._cached
+
     def num_cached_prefix_blocks(self, block_hashes: list[int]) -> int:
         """How many leading blocks of these hashes are cached here: a side-effect-free probe for routers."""
         cached = self._cached

@@ -22,7 +22,7 @@ from analysis.band_stats import check_bands
 from analysis.metrics import add_latency_columns, summarize
 from analysis.schema import MAX_TIME_S
 from analysis.slo import SLO
-from engine.core.json_errors import json_problem
+from engine.core.json_errors import json_problem, json_type_name
 from sim.files import write_parquet_frame, write_parquet_table, write_text_atomic
 
 # Step-log columns with few distinct values: parquet's dictionary encoding shrinks them. On every column
@@ -111,7 +111,7 @@ def read_meta(run_dir: Path) -> dict:
             except ValueError as exc:  # an integer of 5000 digits: the message named no file
                 raise ValueError(f"{path}: not valid JSON ({json_problem(exc)})") from None
             if not isinstance(recorded, dict):
-                raise ValueError(f"{path}: the top level is a JSON {type(recorded).__name__}; expected an object")
+                raise ValueError(f"{path}: the top level is a JSON {json_type_name(recorded)}; expected an object")
             meta = {key: recorded[key] for key in META_KEYS if key in recorded}
             check_meta(meta, path)
             return meta

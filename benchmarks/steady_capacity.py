@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from engine.core.json_errors import json_type_name  # noqa: E402
 
 TRACE = str(REPO / "traces" / "sharegpt.parquet")
 SLO = "ttft_p90=2s,tpot_p90=100ms"
@@ -126,10 +127,10 @@ def _load_figures(parser: argparse.ArgumentParser, path: str) -> dict:
         parser.exit(2, f"error: --json {path}: not valid JSON ({exc}); expected this script's figures or a new "
                        "file\n")
     if not isinstance(figures, dict):
-        parser.exit(2, f"error: --json {path}: top level is a JSON {type(figures).__name__}; expected an object\n")
+        parser.exit(2, f"error: --json {path}: top level is a JSON {json_type_name(figures)}; expected an object\n")
     for part in ("default", "durations", "reference"):
         if part in figures and not isinstance(figures[part], dict):
-            parser.exit(2, f"error: --json {path}: {part!r} is a JSON {type(figures[part]).__name__}; expected an "
+            parser.exit(2, f"error: --json {path}: {part!r} is a JSON {json_type_name(figures[part])}; expected an "
                            "object, as this script writes\n")
     configs = figures.get("default", {}).get("configs", {})
     if not isinstance(configs, dict) or not all(isinstance(c, dict) for c in configs.values()):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.core.json_errors import json_type_name
 from engine.core.scheduler import ScheduledBatch
 from sim.batch_features import batch_features, is_count
 from sim.files import read_json_input, write_text_atomic
@@ -214,7 +215,7 @@ def check_profile(profile: object) -> None:
     """Raise ValueError naming the first field of a profile (``python -m sim.profile``'s JSON) that cannot be fitted:
     a malformed file must not become a traceback or NaN coefficients."""
     if not isinstance(profile, dict):
-        raise ValueError(f"the top level is a JSON {type(profile).__name__}; expected an object written by sim.profile")
+        raise ValueError(f"the top level is a JSON {json_type_name(profile)}; expected an object from sim.profile")
     _check_engine_options(profile)
     points = profile.get("points")
     if not isinstance(points, list) or not points:
@@ -246,7 +247,7 @@ def _check_deployment(profile: object) -> None:
     """Raise ValueError unless ``profile`` is an object naming the deployment it was measured on, which the
     simulator compares with the run's: a '{}' or '[]' must not surface as a KeyError or TypeError."""
     if not isinstance(profile, dict):
-        raise ValueError(f"the top level is a JSON {type(profile).__name__}; expected an object written by sim.profile")
+        raise ValueError(f"the top level is a JSON {json_type_name(profile)}; expected an object from sim.profile")
     for field in ("model", "gpu"):
         value = profile.get(field)
         if not isinstance(value, str) or not value:

@@ -21,3 +21,12 @@ def json_problem(exc: BaseException) -> str:
     if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
         return f"a number of more than {sys.get_int_max_str_digits()} digits"
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+_JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+                    type(None): "null"}
+
+
+def json_type_name(value: object) -> str:
+    """What a parsed JSON value is, in JSON's words (a top-level ``null`` was reported as "a JSON NoneType")."""
+    return _JSON_TYPE_NAMES.get(type(value), type(value).__name__)

@@ -11,8 +11,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core.json_errors import json_type_name
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
+# transformers' defaults where config.json leaves max_position_embeddings out (it sets the default max_model_len): one
+# 4096 for all had Qwen models, which default to 32768 there, refuse prompts transformers and vLLM take.
+DEFAULT_MAX_POSITION_EMBEDDINGS = {"Qwen3ForCausalLM": 32768, "Qwen2ForCausalLM": 32768, "LlamaForCausalLM": 2048}
 
 
 # Token ids are hashed as 32-bit integers (engine.core.block_manager), and no real vocabulary comes near.
@@ -153,7 +158,7 @@ def generation_eos_token_ids(model_dir: Path) -> tuple[int, ...]:
     except OSError as exc:
         raise ValueError(f"{source}: cannot read it ({exc.strerror or exc})") from None
     if not isinstance(config, dict):
-        raise ValueError(f"{source}: top level is a JSON {type(config).__name__}; expected an object")
+        raise ValueError(f"{source}: top level is a JSON {json_type_name(config)}; expected an object")
     return _SizeReader(config, str(source)).token_ids("eos_token_id")
 
 
@@ -181,7 +186,7 @@ class ModelShape:
     @classmethod
     def from_config_dict(cls, config: dict, name: str, source: str = "config.json") -> ModelShape:
         if not isinstance(config, dict):
-            raise ValueError(f"{source}: top level is a JSON {type(config).__name__}; expected an object")
+            raise ValueError(f"{source}: top level is a JSON {json_type_name(config)}; expected an object")
         architectures = config.get("architectures") or [None]
         arch = architectures[0] if isinstance(architectures, list) else architectures
         if not isinstance(arch, str) or arch not in SUPPORTED_ARCHITECTURES:
@@ -223,7 +228,7 @@ class ModelShape:
             num_kv_heads=num_kv_heads,
             head_dim=size.get("head_dim", hidden // num_heads),
             vocab_size=size.get("vocab_size", limit=_VOCAB_LIMIT),
-            max_position_embeddings=size.get("max_position_embeddings", 4096),
+            max_position_embeddings=size.get("max_position_embeddings", DEFAULT_MAX_POSITION_EMBEDDINGS[arch]),
             tie_word_embeddings=size.flag("tie_word_embeddings", False),
             # Qwen2 has q/k/v biases and no q/k norms; Qwen3 the reverse; Llama neither. Qwen2's are there whatever
             # 'attention_bias' says (transformers and vLLM build them unconditionally): a Qwen2 config.json with

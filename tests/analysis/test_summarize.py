@@ -35,7 +35,7 @@ def _run(tmp_path):
 
 
 @pytest.mark.parametrize(("summary", "pattern"), [
-    ("[]", "the top level is a JSON list; expected an object"),
+    ("[]", "the top level is a JSON array; expected an object"),
     ('{"config": NaN}', "'config' is nan; expected dict"),  # these two were AttributeError tracebacks
     ('{"config": [1, 2]}', "'config' is \\[1, 2\\]; expected dict"),
     ('{"warnings": [5]}', "warnings\\[0\\] is 5; expected an object with a 'code'"),

@@ -82,3 +82,19 @@ def test_unimplemented_settings_are_refused(extra, setting):
 ])
 def test_settings_that_change_nothing_are_accepted(extra):
     assert ModelShape.from_config_dict({**BASE, **extra}, name="m").num_layers == 2
+
+
+@pytest.mark.parametrize(("architecture", "expected"), [("Qwen3ForCausalLM", 32768), ("Qwen2ForCausalLM", 32768),
+                                                        ("LlamaForCausalLM", 2048)])
+def test_max_position_embeddings_left_out_defaults_as_transformers(tmp_path, architecture, expected) -> None:
+    """It sets the default max_model_len: one 4096 for every architecture refused Qwen prompts transformers takes."""
+    import json
+
+    from transformers import AutoConfig
+
+    config = {"architectures": [architecture], "model_type": {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2",
+              "LlamaForCausalLM": "llama"}[architecture], "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert ModelShape.load(tmp_path).max_position_embeddings == expected
+    assert AutoConfig.from_pretrained(tmp_path).max_position_embeddings == expected

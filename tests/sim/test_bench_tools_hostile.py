@@ -215,8 +215,8 @@ def test_steady_capacity_refuses_bad_options_before_the_first_search(tmp_path, a
 
 @pytest.mark.parametrize(("content", "message"), [
     ("not json", "not valid JSON"),
-    ("[1, 2]", "top level is a JSON list; expected an object"),
-    ('{"default": [1]}', "'default' is a JSON list; expected an object"),
+    ("[1, 2]", "top level is a JSON array; expected an object"),
+    ('{"default": [1]}', "'default' is a JSON array; expected an object"),
     ('{"default": {"configs": {"1": 3}}}', "'default.configs' is not an object of objects"),
 ], ids=["text", "a list", "default a list", "configs of numbers"])
 def test_steady_capacity_refuses_a_json_it_did_not_write_and_leaves_it(tmp_path, content, message):

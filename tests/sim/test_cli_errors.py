@@ -180,7 +180,7 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
     "slo without a unit": (None, ["--slo", "ttft_p90=2"], ["--slo", "ttft_p90=2", "unit"]),
     "slo unknown metric": (None, ["--slo", "speed_p90=2s"], ["--slo", "speed", "ttft"]),
     # A model config.json with sizes no model has: each surfaced late, as a traceback or a nonsense KV cache.
-    "config a list": (None, ["--model", "{tmp}/m_list"], ["m_list/config.json", "top level is a JSON list"]),
+    "config a list": (None, ["--model", "{tmp}/m_list"], ["m_list/config.json", "top level is a JSON array"]),
     "config zero hidden size": (None, ["--model", "{tmp}/m_zero"], ["m_zero/config.json", "'hidden_size' is 0"]),
     "config fractional size": (None, ["--model", "{tmp}/m_frac"], ["'hidden_size' is 1024.5", "integer >= 1"]),
     "config zero vocabulary": (None, ["--model", "{tmp}/m_vocab"], ["m_vocab/config.json", "'vocab_size' is 0"]),
@@ -217,7 +217,7 @@ CASES: dict[str, tuple[str | None, list[str], list[str]]] = {
         None, ["--cost-model", "{tmp}/p_huge.json"], ["p_huge.json", "'fit.graph_decode.intercept_s'", "at most 1000 s"]
     ),
     "profile empty object": (None, ["--cost-model", "{tmp}/p_empty.json"], ["p_empty.json", "'model' is missing"]),
-    "profile a list": (None, ["--cost-model", "{tmp}/p_list.json"], ["p_list.json", "top level is a JSON list"]),
+    "profile a list": (None, ["--cost-model", "{tmp}/p_list.json"], ["p_list.json", "top level is a JSON array"]),
     "profile text tensor-parallel size": (
         None, ["--cost-model", "{tmp}/p_tp.json"], ["p_tp.json", "'tensor_parallel_size' is '1'", "integer >= 1"]
     ),

@@ -42,7 +42,7 @@ def test_fit_profile_writes_none_when_a_later_profile_is_bad(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
     line = cli_error(fit_main, [str(good), str(bad)], capsys)
-    assert line.startswith(f"error: {bad}: ") and "top level is a JSON list" in line
+    assert line.startswith(f"error: {bad}: ") and "top level is a JSON array" in line
     assert good.read_bytes() == before, "the good profile was rewritten before the bad one was refused"
 
 

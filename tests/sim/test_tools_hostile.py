@@ -48,7 +48,7 @@ def _set(path: str, value):
 
 
 BAD_PROFILES = {
-    "a list": (lambda d: [], "top level is a JSON list"),
+    "a list": (lambda d: [], "top level is a JSON array"),
     "no points": (_set("points", []), "'points'"),
     "points an object": (_set("points", {}), "'points'"),
     "engine_options null": (_set("engine_options", None), "'engine_options'"),
@@ -520,3 +520,11 @@ def test_host_speed_refuses_a_run_of_another_deployment(tmp_path, capsys):
     assert line == (f"error: run folder {run} was recorded with model qwen3-8b, not the profile's qwen3-0.6b "
                     f"({profile}); give the profile of the run's deployment")
     assert not out.exists()
+
+
+def test_a_json_value_is_named_in_json_words() -> None:
+    """A profile or config that is JSON null was "a JSON NoneType"; a dict "a JSON dict"."""
+    from engine.core.json_errors import json_type_name
+
+    assert [json_type_name(v) for v in (None, {}, [], "", 1, 1.5, True)] == [
+        "null", "object", "array", "string", "number", "number", "boolean"]

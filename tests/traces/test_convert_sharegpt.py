@@ -127,7 +127,7 @@ def test_limit_counts_the_dropped_turns_before_the_last_kept_request(tmp_path: P
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"id": "x"}, r"sharegpt\.json: top level is a JSON dict; expected a list of conversations"),
+        ({"id": "x"}, r"sharegpt\.json: top level is a JSON object; expected a list of conversations"),
         ([{"id": "x", "turns": []}], r"conversation 0 \(id 'x'\): field 'conversations' is missing or not a list"),
         (
             [CONVERSATIONS[0], {"id": "y", "conversations": [{"from": "robot", "value": "hi"}]}],

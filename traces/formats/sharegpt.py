@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from engine.core.json_errors import json_problem
+from engine.core.json_errors import json_problem, json_type_name
 from traces.arrivals import arrival_times_s, gamma_gaps_s
 from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions
@@ -111,7 +111,7 @@ def _load_conversations(path: Path) -> tuple[list, list[int] | None]:
     if isinstance(data, dict) and any(key in data for key in MESSAGE_LIST_KEYS):
         return [data], None  # one conversation object: JSON Lines of one line, or a file of its own
     if not isinstance(data, list):
-        raise TraceError(f"{path}: top level is a JSON {type(data).__name__}; expected a list of conversations")
+        raise TraceError(f"{path}: top level is a JSON {json_type_name(data)}; expected a list of conversations")
     return data, None
 
 

@@ -68,20 +68,19 @@ class TraceRequests:
                 "(a smaller --max-model-len or --num-gpu-blocks) or a trace without it (--limit)") from None
 
     def _prompt_array(self, i: int) -> array:
-        if self.vocab_size > _INT32_LIMIT:  # ids past int32 would wrap: the block manager refuses them as a list too
-            return self.prompt(i)
-        # Synthesised as int32 where that is the same ids (below 2**31): a conversion and a copy less per prompt.
         if self._hash_ids is not None and 0 <= i < len(self.prompt_tokens):
             flat, offsets = self._hash_ids
             tokens = tokens_from_hash_ids_array(flat[offsets[i]:offsets[i + 1]], self.prompt_tokens[i],
-                                                self.trace.hash_block_size, self.vocab_size, np.int32)
+                                                self.trace.hash_block_size, self.vocab_size)
         elif self._by_row and 0 <= i < len(self.prompt_tokens):
             # The trace's own function for a row with neither stored ids nor hash ids, minus its per-call row
             # lookups in the polars frame (a sixth of this call's cost at every simulated arrival).
-            tokens = tokens_from_row_array(i, self.prompt_tokens[i], self.seed, self.vocab_size, np.int32)
+            tokens = tokens_from_row_array(i, self.prompt_tokens[i], self.seed, self.vocab_size)
         else:
             tokens = self.trace.prompt_token_array(i, self.vocab_size, self.seed)
-        return array("i", tokens.astype(np.int32, copy=False).tobytes())
+        if self.vocab_size > _INT32_LIMIT:  # ids past int32 would wrap: the block manager refuses them as a list too
+            return self.prompt(i)
+        return array("i", tokens.astype(np.int32).tobytes())
 
     def sampling_params(self, i: int) -> SamplingParams:
         max_tokens = self.output_tokens[i]

@@ -17,7 +17,6 @@ callers that can take a numpy array should use `Trace.prompt_token_array`.
 
 from __future__ import annotations
 
-import sys
 from functools import lru_cache
 
 import numpy as np
@@ -29,7 +28,6 @@ _HASH_DOMAIN = np.uint64(0x68617368_5F696473)  # keeps hash-id keys apart from r
 _ROW_DOMAIN = np.uint64(0x726F775F_69647321)
 _POSITION_DOMAIN = np.uint64(0x706F7369_74696F6E)
 _MAX_VOCAB = 1 << 32
-_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def mix64(values: np.ndarray) -> np.ndarray:
@@ -69,7 +67,7 @@ def _position_keys_upto(capacity: int) -> np.ndarray:
     return keys
 
 
-def _to_vocab(keys: np.ndarray, positions: np.ndarray, vocab_size: int, dtype=np.int64) -> np.ndarray:
+def _to_vocab(keys: np.ndarray, positions: np.ndarray, vocab_size: int) -> np.ndarray:
     """Token ids in [0, vocab_size) from (block key, position key) pairs, broadcast.
 
     Both keys are already scrambled, so their xor is uniform; one odd multiply decorrelates
@@ -81,10 +79,8 @@ def _to_vocab(keys: np.ndarray, positions: np.ndarray, vocab_size: int, dtype=np
     z *= _MUL_1
     z >>= np.uint64(32)
     z *= np.uint64(vocab_size)
-    if dtype is np.int32 and _LITTLE_ENDIAN:  # the top 32 bits are the upper halves: no shift, one copy
-        return z.view(np.int32)[..., 1::2].copy()
     z >>= np.uint64(32)
-    return z.view(np.int64) if dtype is np.int64 else z.astype(dtype)
+    return z.view(np.int64)
 
 
 def _check_vocab(vocab_size: int) -> None:
@@ -93,10 +89,9 @@ def _check_vocab(vocab_size: int) -> None:
 
 
 def tokens_from_hash_ids_array(
-    hash_ids: np.ndarray, num_tokens: int, block_size: int, vocab_size: int, dtype=np.int64
+    hash_ids: np.ndarray, num_tokens: int, block_size: int, vocab_size: int
 ) -> np.ndarray:
-    """The first `num_tokens` of the concatenated blocks named by `hash_ids` (an int64 array, or ``dtype``'s:
-    np.int32 for a vocabulary below 2**31 saves the simulator a conversion per prompt)."""
+    """The first `num_tokens` of the concatenated blocks named by `hash_ids` (int64 array)."""
     _check_vocab(vocab_size)
     # Only the blocks and positions the prompt reaches: a trace may declare blocks far longer than its prompts
     # (hash_block_size up to 2**31), and the whole first block was 16 GiB of keys.
@@ -108,14 +103,14 @@ def tokens_from_hash_ids_array(
     else:
         keys = mix64(hash_ids.view(np.uint64) ^ _HASH_DOMAIN)
     if width == 0 or not len(keys):
-        return np.empty(0, dtype=dtype)
-    blocks = _to_vocab(keys[:, None], _position_keys(width)[None, :], vocab_size, dtype)
+        return np.empty(0, dtype=np.int64)
+    blocks = _to_vocab(keys[:, None], _position_keys(width)[None, :], vocab_size)
     return blocks.reshape(-1)[:num_tokens]
 
 
-def tokens_from_row_array(row: int, num_tokens: int, seed: int, vocab_size: int, dtype=np.int64) -> np.ndarray:
-    """`num_tokens` ids that depend only on (seed, row): distinct requests share no prefix (int64, or ``dtype``)."""
+def tokens_from_row_array(row: int, num_tokens: int, seed: int, vocab_size: int) -> np.ndarray:
+    """`num_tokens` ids that depend only on (seed, row): distinct requests share no prefix."""
     _check_vocab(vocab_size)
     seed_key = mix64_int((seed & _MASK64) ^ int(_ROW_DOMAIN))
     key = mix64_int((seed_key + (row & _MASK64)) & _MASK64)
-    return _to_vocab(np.uint64(key), _position_keys(num_tokens), vocab_size, dtype)
+    return _to_vocab(np.uint64(key), _position_keys(num_tokens), vocab_size)

@@ -172,24 +172,3 @@ def test_tokens_are_built_from_the_blocks_and_positions_the_prompt_reaches() -> 
     huge = token_synth.tokens_from_hash_ids_array(ids, 10, 2**31, VOCAB)
     assert len(huge) == 10 and np.array_equal(huge, token_synth.tokens_from_hash_ids_array(ids[:1], 10, 64, VOCAB))
     assert len(token_synth.tokens_from_hash_ids_array(ids, 1000, 64, VOCAB)) == 256  # the blocks run out first
-
-
-@pytest.mark.parametrize("vocab_size", [1, 7, 151_936, 2**31 - 1, 2**31])
-@pytest.mark.parametrize("num_tokens", [0, 1, 255, 256, 257, 1_200])
-def test_int32_synthesis_gives_the_int64_ids(vocab_size: int, num_tokens: int) -> None:
-    """The simulator synthesises prompts as int32 (the upper halves of the products, no shift): the same ids."""
-    import numpy as np
-
-    from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
-
-    for row in (0, 3, 2**40):
-        wide = tokens_from_row_array(row, num_tokens, 5, vocab_size)
-        narrow = tokens_from_row_array(row, num_tokens, 5, vocab_size, np.int32)
-        assert narrow.dtype == np.int32 and narrow.flags.c_contiguous
-        assert narrow.tolist() == wide.tolist()
-    hash_ids = np.array([0, -1, 2**62, 17, 17, -(2**63)] * 4, dtype=np.int64)
-    for block_size in (1, 16, 256):
-        wide = tokens_from_hash_ids_array(hash_ids, num_tokens, block_size, vocab_size)
-        narrow = tokens_from_hash_ids_array(hash_ids, num_tokens, block_size, vocab_size, np.int32)
-        assert narrow.dtype == np.int32 and wide.dtype == np.int64
-        assert narrow.tolist() == wide.tolist()

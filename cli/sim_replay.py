@@ -28,7 +28,7 @@ from sim.config import SimConfig
 from sim.limits import format_warnings, queued_replicas, run_warnings
 from sim.memory import reusing_freed_memory
 from sim.simulator import SimResult, make_cost_model, simulate
-from traces.requests import PromptMemoryError
+from traces.requests import RequestMemoryError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     except OutDirError as exc:
         parser.exit(2, f"error: {exc}\n")
-    except PromptMemoryError as exc:  # found at the request's arrival: the staged folder was removed
+    except RequestMemoryError as exc:  # before the run, or at the request's arrival: the staged folder was removed
         parser.exit(2, f"error: {exc}; nothing written to {out_dir}\n")
     except KeyboardInterrupt:  # the staged folder was removed, the band replays stopped
         parser.exit(130, f"interrupted: nothing written to {out_dir}\n")

@@ -10,6 +10,7 @@ from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core.host_memory import host_memory_available
 from engine.core.llm_engine import LLMEngine
 from engine.core.model_config import ModelShape, generation_eos_token_ids, resolve_model_dir
 from engine.core.sampling_params import SamplingParams
@@ -47,18 +48,6 @@ def one_line(exc: BaseException, limit_chars: int = 400) -> str:
     """``exc`` as one line: its type and its message's words, at most ``limit_chars`` characters."""
     text = " ".join(f"{type(exc).__name__}: {exc}".split())
     return text if len(text) <= limit_chars else text[:limit_chars - 3] + "..."
-
-
-def host_memory_available() -> int | None:
-    """Bytes of host memory the kernel can still give (MemAvailable), or None where /proc/meminfo is not there."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def rope_table_bytes(shape: ModelShape, max_model_len: int) -> int:

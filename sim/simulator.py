@@ -18,6 +18,7 @@ from operator import itemgetter
 import numpy as np
 import simpy
 
+from engine.core.host_memory import host_memory_available
 from engine.core.llm_engine import LLMEngine
 from engine.core.model_config import ModelShape
 from engine.core.quiet_window import QuietRun, plan_quiet_window
@@ -221,6 +222,7 @@ def simulate(
             on_request_done(len(seqs))
 
     requests = TraceRequests(trace, model.vocab_size, config.seed)
+    requests.check_host_memory(sched_config, host_memory_available())
     next_arrival_s = [math.inf]  # the arrivals process keeps it current: quiet windows end before it
     fast_forwarded = [0]  # steps advanced in quiet windows (not an output: outputs are the same without)
     # A router that reads no engine state is asked up front, in arrival order, as the arrivals would ask it (a

@@ -20,8 +20,13 @@ from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
 _INT32_LIMIT = 2**31  # token ids are hashed as int32 (engine.core.block_manager.token_bytes)
 
 
-class PromptMemoryError(TraceError):
-    """A request's prompt that is too long to synthesise in the host's memory; the message names its row."""
+class RequestMemoryError(TraceError):
+    """A request too long for the host's memory to simulate (its prompt synthesised, its tokens and their times
+    held); the message names its row."""
+
+
+# What a simulated request holds per token: its id (int32, prompt and output alike), an output token's time (float64).
+_BYTES_PER_TOKEN = 12
 
 
 class TraceRequests:
@@ -56,13 +61,13 @@ class TraceRequests:
     def prompt_array(self, i: int) -> array:
         """``prompt(i)`` as an ``array('i')`` made from the synthesised numpy array in one copy (no Python ints:
         ``tolist`` cost several times the synthesis), for the simulator (engine.core.Sequence takes either).
-        PromptMemoryError when the host cannot hold the prompt: a row the limits admit (--max-model-len and
+        RequestMemoryError when the host cannot hold the prompt: a row the limits admit (--max-model-len and
         --num-gpu-blocks beyond the model's, for what-ifs) may ask for billions of tokens, and numpy's MemoryError
         ended the replay in a traceback."""
         try:
             return self._prompt_array(i)
         except MemoryError:
-            raise PromptMemoryError(
+            raise RequestMemoryError(
                 f"{self.trace.source}: {describe_row(i, self.request_ids[i])}: its prompt of {self.prompt_tokens[i]:,} "
                 "tokens does not fit in this host's memory to be synthesised; expected a prompt the limits reject "
                 "(a smaller --max-model-len or --num-gpu-blocks) or a trace without it (--limit)") from None
@@ -81,6 +86,29 @@ class TraceRequests:
         if self.vocab_size > _INT32_LIMIT:  # ids past int32 would wrap: the block manager refuses them as a list too
             return self.prompt(i)
         return array("i", tokens.astype(np.int32).tobytes())
+
+    def check_host_memory(self, config, available_bytes: int | None) -> None:
+        """RequestMemoryError for the longest request a run of ``config`` (a resolved EngineConfig) would hold, its
+        prompt and output as the scheduler cuts them (a prompt it can never serve is rejected unbuilt), when its
+        tokens need more than ``available_bytes``. With --max-model-len and --num-gpu-blocks lifted for what-ifs, a
+        row asking for 10 billion output tokens ran on for as long as it was let, its token times growing towards
+        120 GB: checked before the run instead."""
+        if available_bytes is None or not self.prompt_tokens:
+            return
+        prompt = np.asarray(self.prompt_tokens, dtype=np.float64)
+        max_seq_len = float(config.max_seq_len_limit[0])
+        output = np.asarray(self.output_tokens, dtype=np.float64)
+        held = np.minimum(prompt + output, np.maximum(max_seq_len, prompt + 1))
+        # As Scheduler.rejection_reason_for: too long for the model or for the whole cache.
+        held[(prompt > config.max_model_len) | (np.ceil(prompt / config.block_size) > config.num_gpu_blocks)] = 0.0
+        row = int(np.argmax(held))
+        need_bytes = held[row] * _BYTES_PER_TOKEN
+        if need_bytes > available_bytes:
+            raise RequestMemoryError(
+                f"{self.trace.source}: {describe_row(row, self.request_ids[row])}: its {int(held[row]):,} tokens "
+                f"(prompt and output, as the limits cut them) need {need_bytes / 2**30:,.1f} GiB to simulate, more "
+                f"than this host's {available_bytes / 2**30:,.1f} GiB available; expected requests the limits cut "
+                "shorter (a smaller --max-model-len or --num-gpu-blocks) or a trace without them (--limit)")
 
     def sampling_params(self, i: int) -> SamplingParams:
         max_tokens = self.output_tokens[i]

@@ -172,9 +172,21 @@ def requests_meeting_slos(requests: pl.DataFrame, slos: Iterable[SLO]) -> pl.Ser
     return frame.select(passes.alias("meets_slos")).to_series()
 
 
-def goodput_rps(requests: pl.DataFrame, slos: Iterable[SLO], duration_s: float | None = None) -> float:
+def unmeasured_slo_metrics(requests: pl.DataFrame, slos: Iterable[SLO]) -> list[str]:
+    """The metrics of `slos` that some finished request has no value of although it should (a run served over HTTP
+    or imported records no queue time): such a request cannot be judged, so neither can the run's goodput."""
+    finished = add_latency_columns(requests).filter(is_finished())
+    columns = {slo.metric: latency_column(slo.metric) for slo in slos if slo.metric not in _GAP_METRICS}
+    return [metric for metric, column in columns.items() if column is not None and finished[column].null_count()]
+
+
+def goodput_rps(requests: pl.DataFrame, slos: Iterable[SLO], duration_s: float | None = None) -> float | None:
     """Requests per second that finished within every SLO (vLLM's goodput), over `duration_s`
-    (default: the replay's makespan)."""
+    (default: the replay's makespan). None when a finished request lacks a value an SLO limits
+    (`unmeasured_slo_metrics`): every request then failed that SLO, and the goodput read as a measured 0."""
+    slos = tuple(slos)
+    if unmeasured_slo_metrics(requests, slos):
+        return None
     duration_s = makespan_s(requests) if duration_s is None else duration_s
     if duration_s <= 0:
         return 0.0
@@ -232,9 +244,10 @@ def summarize(
     names beside ours (`analysis.vllm_metrics`).
 
     Latencies are in ms as {p50, p90, p99, mean}; statistics with no data are
-    None. With `slos`, `goodput` (req/s, also under vLLM's name `request_goodput`) and the limits used
-    (`slos_ms`) are added. `duration_s` replaces the makespan where the run recorded its own duration
-    but not its arrival times (an imported `vllm bench serve` result).
+    None. With `slos`, `goodput` (req/s, also under vLLM's name `request_goodput`; None where the run did not
+    record a metric they limit, `goodput_rps`) and the limits used (`slos_ms`) are added. `duration_s` replaces
+    the makespan where the run recorded its own duration but not its arrival times (an imported `vllm bench serve`
+    result).
     """
     frame = add_latency_columns(conform_requests(requests, _SUMMARY_REQUEST_INPUTS))
     step_frame = conform_steps(steps, _SUMMARY_STEP_INPUTS)

@@ -11,7 +11,9 @@ Older files have no ``latencies`` (then E2E is TTFT plus the gaps, which is what
 meaningless, latencies are not). Throughputs divide by the recorded ``duration``, as vLLM's do.
 A request whose streamed chunks outnumber its output tokens, or whose last chunk comes after its latency, is
 refused (one line naming the item). A chat endpoint's first chunk is the role's and carries no token: where it
-makes one chunk more than the output tokens, it gives the TTFT but no token time.
+makes one chunk more than the output tokens, it gives the TTFT but no token time. vLLM pools the gap from it to the
+first token into its ITL, we do not, so such a run's ITL figures (``mean_itl_ms``, ...) are not the file's own; the
+config's ``chat_role_chunks`` counts the requests concerned (TTFT, TPOT and E2E are vLLM's).
 
 What no version records is missing, never 0: queue time (first scheduled), cached tokens, preemptions,
 the step log, finish reasons beyond success (a success is marked "length": vLLM cannot tell a stop from
@@ -139,6 +141,7 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
         starts = [_number(path, "start_times", i, v) for i, v in enumerate(starts)]
         origin = min(starts)
     chat = _is_chat(data)
+    num_role_chunks = 0  # requests whose role chunk was dropped: their first ITL gap is not pooled, as vLLM pools it
     rows = []
     for i in range(n):
         error = None
@@ -176,6 +179,7 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
             first_token_s = times[0]
             if chat and len(times) == output_tokens + 1:
                 times = times[1:]  # the role chunk carries no token (its time is vLLM's TTFT, kept)
+                num_role_chunks += 1
             if len(times) > output_tokens:
                 role = " and the chat role chunk" if chat else ""
                 raise VllmResultError(f"{path}: 'itls' item {i} has {len(gaps)} gaps ({len(gaps) + 1} streamed "
@@ -194,9 +198,12 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
     except ValueError as exc:
         raise VllmResultError(f"{path}: the requests it records are impossible ({exc})") from None
     _check_duration(path, duration_s, requests)
+    _check_completed(path, data, requests)
     config = {key: data.get(key) for key in ("backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
                                               "burstiness", "max_concurrency", "date", "label") if key in data}
     config["arrival_times_recorded"] = starts is not None
+    if chat:  # a summary's ITL figures then differ from the file's: say so where they are read
+        config["chat_role_chunks"] = num_role_chunks
     meta = {"cost_model": COST_MODEL, "trace": str(path), "config": config, "recorded_duration_s": duration_s,
             "request_ids": "trace" if request_ids is not None else POSITIONAL_IDS}
     return ImportedRun(requests=requests, steps=empty_frame(STEPS_SCHEMA), meta=meta)
@@ -210,6 +217,19 @@ def _check_duration(path: Path, duration_s: float, requests: pl.DataFrame) -> No
     if duration_s < span_s * (1 - 1e-6):
         raise VllmResultError(f"{path}: 'duration' is {duration_s:g} s, but its requests span {span_s:g} s from the "
                               "first send to the last answer; expected the benchmark's whole duration")
+
+
+def _check_completed(path: Path, data: dict, requests: pl.DataFrame) -> None:
+    """vLLM's ``completed`` counts the successes of the same lists read here: another count says the lists are not
+    that run's (edited, cut, or pasted from another file), and every throughput and latency read from them would be
+    another run's figures, without a word (completed 500 beside 2 requests was imported as 2 requests)."""
+    if "completed" not in data or data["completed"] is None:
+        return
+    completed = _number(path, "completed", None, data["completed"], integer=True)
+    succeeded = int((requests["finish_reason"] != FAILED).sum())
+    if completed != succeeded:
+        raise VllmResultError(f"{path}: 'completed' is {completed}, but {succeeded} of the {requests.height} requests "
+                              "its lists record succeeded; expected the per-request lists of the same run")
 
 
 def trace_request_ids(trace_path: str, limit: int | None = None) -> tuple[list[str], list[int]]:

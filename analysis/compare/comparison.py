@@ -96,10 +96,24 @@ def name_positional_requests(real: RunData, sim: RunData) -> tuple[RunData, RunD
     if positional.requests.height != named.requests.height:
         return real, sim
     order = positional.requests.with_columns(pl.col("request_id").cast(pl.Int64).alias("__position"))
-    ids = named.requests.sort("arrival_s", maintain_order=True)["request_id"].cast(pl.Utf8)
+    ids = _ids_in_send_order(named.requests)
     renamed = order.sort("__position").with_columns(ids.alias("request_id")).drop("__position")
     positional = replace(positional, requests=renamed)
     return (positional, named) if real.positional_ids else (named, positional)
+
+
+def _ids_in_send_order(requests: pl.DataFrame) -> pl.Series:
+    """The run's request ids (utf8) by arrival, ties in the order of the ids as numbers when every id is one (the
+    trace's rows, as its converters and synthesizer number them). A run's table breaks ties by the id as text, so in
+    an offline replay (every request at t = 0, as `vllm bench serve --request-rate inf` sends them) "10" came
+    before "2": the benchmark's third request took the trace's eleventh's id, and with prompts of one length (vLLM's
+    random dataset) every per-request pair was silently another request's."""
+    ids = requests["request_id"].cast(pl.Utf8)
+    numbers = ids.cast(pl.Int64, strict=False)
+    if numbers.null_count():  # ids that are not all numbers: their table's order stands
+        return requests.sort("arrival_s", maintain_order=True)["request_id"].cast(pl.Utf8)
+    keyed = requests.with_columns(numbers.alias("__id_number"))
+    return keyed.sort("arrival_s", "__id_number", maintain_order=True)["request_id"].cast(pl.Utf8)
 
 
 def compare_runs(real: RunData, sim: RunData) -> Comparison:

@@ -280,6 +280,27 @@ def test_meets_slos_and_goodput(replay: pl.DataFrame) -> None:
     assert summarize(replay, None, slos=parse_slos("ttft_p90=0.45s"))["goodput"] == pytest.approx(1 / 3, rel=1e-5)
 
 
+def test_goodput_is_null_when_a_limited_metric_was_not_recorded() -> None:
+    """A run served over HTTP (or imported) records no queue time: a queue SLO failed every request, and the goodput
+    read as a measured 0.0 req/s. It cannot be judged; the SLOs on what was recorded still are."""
+    served = requests_frame([
+        dict(arrival_s=0.0, first_token_s=0.5, finish_s=1.5, output_tokens=3, token_times_s=[0.5, 1.0, 1.5],
+             cached_tokens=None, num_preemptions=None),
+        dict(arrival_s=1.0, first_token_s=1.2, finish_s=1.4, output_tokens=2, token_times_s=[1.2, 1.4],
+             cached_tokens=None, num_preemptions=None),
+    ])
+    assert goodput_rps(served, parse_slos("queue_p90=10s,ttft_p90=10s")) is None
+    summary = summarize(served, None, slos=parse_slos("queue_p90=10s"))
+    assert summary["goodput"] is None and summary["request_goodput"] is None
+    assert summary["slos_ms"] == {"queue_p90": 10000.0}
+    assert goodput_rps(served, parse_slos("ttft_p90=0.45s,e2e_p90=10s")) == pytest.approx(1 / 1.5)
+    # A rejected request has no queue time either, and is simply not good.
+    rejected = requests_frame([dict(arrival_s=0.0, first_scheduled_s=0.1, first_token_s=0.5, finish_s=1.0,
+                                    output_tokens=1, token_times_s=[0.5]),
+                               dict(arrival_s=0.5, finish_s=0.5, finish_reason="rejected")])
+    assert goodput_rps(rejected, parse_slos("queue_p90=1s")) == pytest.approx(1.0)
+
+
 def test_single_token_request_cannot_miss_a_tpot_slo() -> None:
     requests = requests_frame([dict(arrival_s=0.0, first_scheduled_s=0.0, first_token_s=0.1, finish_s=0.1,
                                     output_tokens=1, token_times_s=[0.1])])

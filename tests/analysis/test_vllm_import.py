@@ -103,7 +103,9 @@ def test_requests_as_the_file_records_them(result_path) -> None:
 
 def test_a_request_without_a_first_token_nor_an_error_is_a_failure_that_says_so(tmp_path) -> None:
     """A null ttft beside an empty error was counted as failed with a null error: the one failure without a why."""
-    run = read_vllm_result(_write(tmp_path / "r.json", vllm_result() | {"ttfts": [0.05, None, 0.0, 0.04]}))
+    # "completed" as the edited lists make it: a count of another run's is refused (test below)
+    run = read_vllm_result(_write(tmp_path / "r.json", vllm_result() | {"ttfts": [0.05, None, 0.0, 0.04],
+                                                                       "completed": 2}))
     assert run.requests["finish_reason"].to_list() == ["length", "error", "error", "length"]
     assert run.requests["error"].to_list() == [None, "failed (the file records no first token and no error message)",
                                                "Bad Request", None]
@@ -238,6 +240,44 @@ def test_a_chat_results_role_chunk_is_no_token(tmp_path) -> None:
     with pytest.raises(ValueError, match="'itls' item 1 has 3 gaps \\(4 streamed chunks\\), 'output_lens' item 1 2; "
                        "expected at most one chunk per output token and the chat role chunk"):
         read_vllm_result(_write(tmp_path / "chat2.json", chat | {"output_lens": [2, 2, 0, 1]}))
+
+
+def test_a_chat_result_says_its_itl_is_not_the_files(tmp_path) -> None:
+    """vLLM pools the gap from the role chunk to the first token into its ITL; the import drops the role chunk's time,
+    so the summary's mean_itl_ms (vLLM's name) differed from the file's own without a word. The config counts the
+    requests concerned; TTFT, TPOT and E2E stay vLLM's."""
+    chat = vllm_result() | {"backend": "openai-chat", "endpoint_type": "openai-chat", "output_lens": [2, 3, 0, 2]}
+    out = tmp_path / "run"
+    assert import_main([str(_write(tmp_path / "chat.json", chat)), "--out", str(out), "--quiet", "--no-report"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["chat_role_chunks"] == 2  # requests 0 and 1; request 3's two chunks are two tokens
+    assert summary["mean_itl_ms"] == pytest.approx(np.mean([0.02, 0.01, 0.01, 0.03]) * 1000)  # the role gaps left out
+    assert summary["mean_ttft_ms"] == pytest.approx(vllm_metrics()["mean_ttft_ms"])
+    assert summary["mean_e2el_ms"] == pytest.approx(vllm_metrics()["mean_e2el_ms"])
+    plain = read_vllm_result(_write(tmp_path / "plain.json", vllm_result()))
+    assert "chat_role_chunks" not in plain.meta["config"]
+
+
+def test_an_offline_replay_names_the_files_requests_in_the_traces_order(tmp_path) -> None:
+    """`vllm bench serve --request-rate inf` sends the trace's rows in order; the simulation of the same trace has
+    every request at t = 0, its table ordered by id as text ("0", "1", "10", "11", "2", ...). Request 2 of the file
+    took id "10", and with prompts of one length nothing refused the pairs: every per-request error was another
+    request's."""
+    from analysis.compare.comparison import name_positional_requests
+    from analysis.compare.inputs import load_run
+
+    n = 12
+    trace = tmp_path / "trace.parquet"
+    save_trace(pl.DataFrame({"request_id": list(range(n)), "arrival_s": [0.0] * n, "prompt_tokens": [64] * n,
+                             "output_tokens": [4] * n}), trace)
+    assert sim_main([str(trace), "--out", str(tmp_path / "sim"), "--quiet", "--no-report"]) == 0
+    result = vllm_result() | {"input_lens": [64] * n, "output_lens": [4] * n, "ttfts": [0.05] * n,
+                              "itls": [[0.01] * 3] * n, "errors": [""] * n, "latencies": [0.08] * n,
+                              "start_times": [100.0 + 1e-4 * i for i in range(n)], "num_prompts": n,
+                              "completed": n}
+    real = load_run(_write(tmp_path / "inf.json", result), "real")
+    real, _ = name_positional_requests(real, load_run(tmp_path / "sim", "sim"))
+    assert real.requests.sort("arrival_s")["request_id"].to_list() == [str(i) for i in range(n)]
 
 
 def test_a_result_that_is_not_a_regular_file(tmp_path) -> None:

@@ -10,6 +10,9 @@ from cli.sim_replay import main as replay_main
 from tests.sim.helpers import write_trace
 from tests.traces.helpers import cli_error
 
+# The limits a what-if lifts far beyond any GPU's: a request of billions of tokens is then admitted.
+LIFTED_LIMITS = ["--allow-long-max-model-len", "--max-model-len", "20000000000", "--num-gpu-blocks", "2000000000"]
+
 
 def test_a_prompt_too_long_to_synthesise_is_one_error_line_and_no_run(tmp_path, capsys, monkeypatch):
     """A request the what-if limits admit (--allow-long-max-model-len, --num-gpu-blocks far beyond the GPU's) with a
@@ -22,9 +25,7 @@ def test_a_prompt_too_long_to_synthesise_is_one_error_line_and_no_run(tmp_path, 
     monkeypatch.setattr(sim.simulator, "host_memory_available", lambda: None)  # the up-front check cannot tell
     trace = write_trace(tmp_path / "long.parquet", [10_000_000_000], [2])
     out = tmp_path / "out"
-    line = cli_error(replay_main, [str(trace), "--allow-long-max-model-len", "--max-model-len", "20000000000",
-                                   "--num-gpu-blocks", "2000000000", "--quiet", "--no-report", "--out", str(out)],
-                     capsys)
+    line = cli_error(replay_main, [str(trace), *LIFTED_LIMITS, "--quiet", "--no-report", "--out", str(out)], capsys)
     assert line == (f"error: {trace}: row 0 (request_id 0): its prompt of 10,000,000,000 tokens does not fit in this "
                     "host's memory to be synthesised; expected a prompt the limits reject (a smaller --max-model-len "
                     f"or --num-gpu-blocks) or a trace without it (--limit); nothing written to {out}")
@@ -64,9 +65,7 @@ def test_a_request_too_long_to_simulate_in_this_host_is_refused_before_the_run(t
     monkeypatch.setattr(sim.simulator, "host_memory_available", lambda: 8 * 2**30)
     trace = write_trace(tmp_path / "t.parquet", [100, 100], [5, 10_000_000_000])
     out = tmp_path / "out"
-    line = cli_error(replay_main, [str(trace), "--allow-long-max-model-len", "--max-model-len", "20000000000",
-                                   "--num-gpu-blocks", "2000000000", "--quiet", "--no-report", "--out", str(out)],
-                     capsys)
+    line = cli_error(replay_main, [str(trace), *LIFTED_LIMITS, "--quiet", "--no-report", "--out", str(out)], capsys)
     assert line == (f"error: {trace}: row 1 (request_id 1): its 10,000,000,100 tokens (prompt and output, as the "
                     "limits cut them) need 111.8 GiB to simulate, more than this host's 8.0 GiB available; expected "
                     "requests the limits cut shorter (a smaller --max-model-len or --num-gpu-blocks) or a trace "

@@ -167,12 +167,39 @@ async def _send(session: aiohttp.ClientSession, target: BenchTarget, request: Be
             result.error = _error_message(response.status, await response.read())
             return
         done = await _stream(response, result, clock)
+        content_type = response.content_type
     if not result.chunk_times_s:
-        result.error = "the stream carried no token"
+        # A server that ignores "stream": true answers one JSON body: say so rather than leave "no token" a riddle.
+        kind = "" if content_type == "text/event-stream" else f" (the answer is {content_type}, not an event stream)"
+        result.error = f"the stream carried no token{kind}"
     elif not done and result.finish_reason is None:
         result.error = "the stream ended before its last token (no finish_reason, no [DONE])"
     elif result.finish_reason not in SERVED_REASONS:
         result.error = f"finish_reason {result.finish_reason!r}"
+    else:
+        result.error = _usage_problem(request, result)
+        if result.error is not None:  # the server's counts are wrong: the run counts the chunks it saw instead
+            result.output_tokens = result.cached_tokens = None
+
+
+def _usage_problem(request: BenchRequest, result: BenchResult) -> str | None:
+    """Why the counts the server's usage reports cannot be this stream's, or None. They are the run's token
+    counts, so a wrong one was a silent wrong figure: 1,000 completion tokens reported for 10 streamed made TPOT
+    100x too small, 10**6 cached tokens of a 100-token prompt a prefix-cache hit rate of 1,000,000 %."""
+    output, chunks = result.output_tokens, len(result.chunk_times_s)
+    if output is not None:
+        if output > request.max_tokens:
+            return (f"the server's usage reports {output} completion tokens, more than the {request.max_tokens} "
+                    "asked (max_tokens)")
+        # One chunk per token at most, and one more that carries only the finish reason.
+        if chunks > output + 1 or output == 0:
+            return (f"the server's usage reports {output} completion tokens for {chunks} streamed chunks; expected "
+                    "at least one token, and at most one chunk per token plus one finish-only chunk")
+    prompt = result.prompt_tokens if result.prompt_tokens is not None else request.prompt_tokens
+    if result.cached_tokens is not None and result.cached_tokens > prompt:
+        return (f"the server's usage reports {result.cached_tokens} cached prompt tokens of a {prompt}-token "
+                "prompt; expected at most the prompt")
+    return None
 
 
 async def _one(session: aiohttp.ClientSession, target: BenchTarget, request: BenchRequest,

@@ -78,6 +78,7 @@ class SweepPlan:
     cost_models: list[str]
     params: SearchParams
     gpu_costs: dict[str, float]
+    config_notes: list[tuple[str, ...]]  # per configuration: notes that hold whatever its searches find
 
 
 # The steady streams draw the trace's requests at random: one may hold this much less of the rejected share than
@@ -85,10 +86,22 @@ class SweepPlan:
 REJECTED_SHARE_MARGIN = 0.1
 
 
-def _never_fits(config: SimConfig, shape, prompt_tokens, slos) -> str | None:
-    """Why the SLOs cannot be met at any QPS because the scheduler rejects (as never fitting) too many of the
-    trace's prompts, or None. A rejected request counts as infinitely slow (slo_check), so the sweep would
-    simulate every load, fail each, and advise raising --max-iterations, which changes nothing."""
+@dataclasses.dataclass(frozen=True)
+class Rejections:
+    """What the scheduler does with the trace's prompts under one configuration: `refusal` says why no QPS can
+    meet the SLOs (the sweep is refused), `note` why every answer must be read with care (None: neither)."""
+
+    refusal: str | None = None
+    note: str | None = None
+
+
+def _rejections(config: SimConfig, shape, prompt_tokens, slos) -> Rejections:
+    """The trace's prompts the scheduler rejects as never fitting. A rejected request counts as infinitely slow
+    (slo_check): too many of them fail the SLOs at every QPS, so the sweep would simulate every load, fail each,
+    and advise raising --max-iterations, which changes nothing (a refusal). Fewer still decide loads: each stream
+    draws its own share of them, and a QPS whose window happened to draw a few more failed while the replica was
+    idle (5 of 100 prompts too long for the model, --slo ttft_p90: 3.75 req/s printed as the capacity, the 4 req/s
+    above it failed by 2 rejections in 15 requests, at 2 ms TTFT); a note says so."""
     from engine.core.scheduler import Scheduler
 
     scheduler = Scheduler(config.resolved_for(shape))
@@ -96,18 +109,23 @@ def _never_fits(config: SimConfig, shape, prompt_tokens, slos) -> str | None:
     reasons = [scheduler.rejection_reason_for(int(n)) for n in lengths]
     rejected = sum(int(c) for c, reason in zip(counts, reasons) if reason)
     if not rejected:
-        return None
+        return Rejections()
     share, total = rejected / len(prompt_tokens), len(prompt_tokens)
     first = next(reason for reason in reasons if reason)  # the shortest rejected prompt's
-    if rejected < total:
-        fitting = round(1000 * min(1.0, 1 - share + REJECTED_SHARE_MARGIN))
-        samples = np.concatenate([np.zeros(fitting), np.full(1000 - fitting, np.inf)])
-        failed = [slo for slo in slos if statistic_of(samples, slo.statistic) == np.inf]
-        if not failed:
-            return None
-        return (f"{rejected} of {total} requests of the trace can never fit (the shortest of them: {first}), and "
-                f"a rejected request counts as infinitely slow, so {failed[0]} fails at every QPS")
-    return f"no request of the trace can ever fit (the shortest: {first}), so no QPS can meet the SLOs"
+    if rejected == total:
+        return Rejections(refusal=f"no request of the trace can ever fit (the shortest: {first}), so no QPS can "
+                                  "meet the SLOs")
+    fitting = round(1000 * min(1.0, 1 - share + REJECTED_SHARE_MARGIN))
+    samples = np.concatenate([np.zeros(fitting), np.full(1000 - fitting, np.inf)])
+    failed = [slo for slo in slos if statistic_of(samples, slo.statistic) == np.inf]
+    if failed:
+        return Rejections(refusal=f"{rejected} of {total} requests of the trace can never fit (the shortest of "
+                                  f"them: {first}), and a rejected request counts as infinitely slow, so "
+                                  f"{failed[0]} fails at every QPS")
+    return Rejections(note=f"{rejected} of {total} requests of the trace ({share:.1%}) can never fit (the shortest "
+                           f"of them: {first}); each stream rejects its own draw of them and a rejected request "
+                           "counts as infinitely slow, so a QPS can fail by the rejections its window drew rather "
+                           "than by load (see num_rejected of the points)")
 
 
 # Metrics measured between output tokens: a request of one output token has no sample of them.
@@ -181,14 +199,16 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
     varying = varying_axes(configs)
     labels = [config_label(c, varying) for c in configs]
     cost_models = []
+    config_notes: list[tuple[str, ...]] = []  # per configuration, what every answer of it must be read with
     for config, label in zip(configs, labels):
         try:
             shape = config.model_shape
             trace.check_vocabulary(shape.vocab_size)  # a stored prompt id beyond the model's failed mid-sweep
-            never = _never_fits(config, shape, trace.requests["prompt_tokens"], args.slo)
-            if never:
-                _fail(parser, f"configuration {label!r}: {never}; expected a configuration that serves the trace's "
-                              "prompts")
+            rejections = _rejections(config, shape, trace.requests["prompt_tokens"], args.slo)
+            if rejections.refusal:
+                _fail(parser, f"configuration {label!r}: {rejections.refusal}; expected a configuration that serves "
+                              "the trace's prompts")
+            config_notes.append((rejections.note,) if rejections.note else ())
             cost_models.append(cost_model_description(make_cost_model(config, shape), config.host_slowdown))
         except (ValueError, FileNotFoundError) as exc:
             _fail(parser, f"configuration {label!r}: {exc}")
@@ -217,7 +237,7 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
         _fail(parser, f"--gpu-cost: no price for {', '.join(missing)}")
     families = [family_label(c, varying) for c in configs]
     return SweepPlan(trace, library, workload, seeds, args.bands is not None, trace_qps, configs, labels, families,
-                     cost_models, params, gpu_costs)
+                     cost_models, params, gpu_costs, config_notes)
 
 
 def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> CapacityRun:
@@ -246,6 +266,7 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
         if bar is not None:
             bar.close()
     wall_s = time.perf_counter() - started
+    results = [dataclasses.replace(r, notes=plan.config_notes[r.index] + r.notes) for r in results]
     target_qps = args.target_qps if args.target_qps is not None else plan.params.start_qps
     return CapacityRun(
         trace_path=str(args.trace), num_requests=len(plan.trace), trace_qps=plan.trace_qps, slos=slos,

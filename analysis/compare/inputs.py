@@ -62,6 +62,13 @@ class RunData:
         return float(value) if isinstance(value, (int, float)) else None
 
     @property
+    def timed_by_client(self) -> bool:
+        """Measured from outside the engine (traces.bench, an imported vllm bench serve result), as its summary's
+        cost model says: it has no step log however its requests ended. Its tables alone cannot say so when no
+        request got a token (every one failed), and such a run was compared as a log of 0 engine steps."""
+        return "client-side timing" in str(self.metadata.get("cost_model") or "")
+
+    @property
     def positional_ids(self) -> bool:
         """Its request ids are positions (an imported vLLM result names no request)."""
         return self.metadata.get("request_ids") == "position"

@@ -29,6 +29,8 @@ class FakeOpenAI:
     send_usage: bool = True
     cached_tokens: int | None = None  # reported in usage.prompt_tokens_details when set
     finish_chunk: bool = False  # the finish reason in a chunk of its own, with no text, after the last token
+    usage_override: dict = field(default_factory=dict)  # usage fields replaced as given (a server's wrong counts)
+    json_answer: bool = False  # one JSON body instead of an event stream (a server that ignores "stream": true)
     # max_tokens -> "400", "500" or "drop" (the connection closes after the first token)
     failures: dict[int, str] = field(default_factory=dict)
     model: str = "fake-model"
@@ -58,6 +60,9 @@ class FakeOpenAI:
                                                 "code": 400}}, status=400)
         if failure == "500":
             return web.Response(status=500, text="Internal Server Error")
+        if self.json_answer:
+            return web.json_response({"choices": [{"index": 0, "text": "x", "finish_reason": "length"}],
+                                      "usage": {"completion_tokens": body["max_tokens"]}})
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -86,6 +91,7 @@ class FakeOpenAI:
                     usage["prompt_tokens"] = len(prompt)
                 if self.cached_tokens is not None:
                     usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+                usage.update(self.usage_override)
                 await response.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()

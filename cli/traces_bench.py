@@ -80,6 +80,12 @@ def _check_args(args: argparse.Namespace) -> None:
         url.port  # noqa: B018  urlparse checks the port only when asked: 99999 reached aiohttp as an invalid URL
     except ValueError:
         raise ValueError(f"URL {args.url!r}: the port must be a number from 0 to 65535") from None
+    if url.query or url.fragment or url.path.rstrip("/").endswith(_ENDPOINT_SUFFIXES):
+        # It is a base to which /v1/models and --endpoint are appended: "http://h:8000?x=1" became
+        # "http://h:8000?x=1/v1/models", and ".../v1/completions" ".../v1/completions/v1/models", both a bare 404.
+        raise ValueError(f"URL {args.url!r}: expected the server's base URL, such as http://HOST:PORT or "
+                         "http://HOST:PORT/v1 (a path prefix of a proxy is fine), without a query, a fragment or an "
+                         "endpoint; the endpoint is --endpoint (default /v1/completions)")
     if args.model is not None and not args.model.strip():  # read as no --model: the server's first was benched
         raise ValueError("--model is empty; expected the served model's name (or leave it out for the server's "
                          "first)")
@@ -100,6 +106,26 @@ def _check_args(args: argparse.Namespace) -> None:
                          "/v1/completions")
     if args.tokenizer and args.prompt_format != "text":
         raise ValueError("--tokenizer is for --prompt-format text; token-id prompts need no tokenizer")
+
+
+_ENDPOINT_SUFFIXES = ("/completions", "/models", "/health", "/metrics")
+
+
+def early_stops_warning(results: list[BenchResult], requests) -> dict | None:
+    """A summary warning when finished requests stopped before the output length the trace asks for: the replay
+    sends ignore_eos, and a server that does not honour it (or a stop token) ends them early, so the workload was
+    not the trace's and a comparison with a simulated replay compares other requests (it checks prompt lengths
+    only)."""
+    short = [r for r, q in zip(results, requests) if r.ok and r.finish_reason == "stop"
+             and r.output_tokens is not None and r.output_tokens < q.max_tokens]
+    if not short:
+        return None
+    example = short[0]
+    asked = next(q.max_tokens for q in requests if q.request_id == example.request_id)
+    return {"code": "outputs_shorter_than_trace", "value": len(short),
+            "message": f"{len(short)} of {len(results)} requests stopped before the output length the trace asks for "
+                       f"(e.g. request {example.request_id!r}: {example.output_tokens} of {asked} tokens, finish "
+                       "reason 'stop'): the server did not honour ignore_eos, so the workload was not the trace's"}
 
 
 def base_url(url: str) -> str:
@@ -227,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = format_failures(results)
     if failures:
         print(failures, file=sys.stderr)
+    for warning in summary.get("warnings") or []:
+        print(f"warning [{warning['code']}]: {warning['message']}", file=sys.stderr)
     if not args.quiet:
         from analysis.report.summary_table import format_summary_table
 
@@ -265,9 +293,11 @@ def _bench_into(out_dir: Path, url: str, trace, tokenizer, slos, args: argparse.
         "request_timeout_s": args.request_timeout_s, "qps": args.qps, "time_scale": args.time_scale,
         "limit": args.limit, "offline": args.offline,
     }
+    warning = early_stops_warning(results, requests)
     summary = write_run(
         out_dir, requests_table(results, requests, origin_s), StepLog().to_arrow(),
-        {"cost_model": "served over HTTP (client-side timing)", "trace": str(args.trace), "config": config},
+        {"cost_model": "served over HTTP (client-side timing)", "trace": str(args.trace), "config": config,
+         "warnings": [warning] if warning else []},
         report_title=None if args.no_report else f"Served replay of {Path(args.trace).name}",
         report_subtitle=f"{model} at {url}, timed by the client", slos=slos,
     )

@@ -31,6 +31,7 @@ class FakeOpenAI:
     finish_chunk: bool = False  # the finish reason in a chunk of its own, with no text, after the last token
     usage_override: dict = field(default_factory=dict)  # usage fields replaced as given (a server's wrong counts)
     json_answer: bool = False  # one JSON body instead of an event stream (a server that ignores "stream": true)
+    stop_after: int | None = None  # at most this many tokens, then finish reason "stop" (a server ignoring ignore_eos)
     # max_tokens -> "400", "500" or "drop" (the connection closes after the first token)
     failures: dict[int, str] = field(default_factory=dict)
     model: str = "fake-model"
@@ -69,6 +70,8 @@ class FakeOpenAI:
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await response.prepare(request)
             num_tokens = int(body["max_tokens"])
+            stops = self.stop_after is not None and self.stop_after < num_tokens
+            num_tokens = self.stop_after if stops else num_tokens
             await asyncio.sleep(self.ttft_s)
             for i in range(num_tokens):
                 if i:
@@ -76,7 +79,8 @@ class FakeOpenAI:
                 last = i == num_tokens - 1
                 chunk = {"id": "cmpl-1", "object": "text_completion", "model": self.model,
                          "choices": [{"index": 0, "text": f" t{i}",
-                                      "finish_reason": "length" if last and not self.finish_chunk else None}]}
+                                      "finish_reason": ("stop" if stops else "length") if last and not self.finish_chunk
+                                      else None}]}
                 await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 if last and self.finish_chunk:
                     await asyncio.sleep(self.itl_s)

@@ -208,6 +208,11 @@ def _free_port() -> int:
     (["{url}", "{trace}", "--model", " "], "--model is empty; expected the served model's name"),
     (["{dead}", "{trace}"], "/v1/models: cannot reach the server"),
     (["http://127.0.0.1:99999", "{trace}"], "the port must be a number from 0 to 65535"),  # was aiohttp's InvalidUrl
+    # /v1/models and --endpoint are appended to it: each was a bare 404 from ".../v1/completions/v1/models"
+    (["{url}/v1/completions", "{trace}"], "expected the server's base URL, such as http://HOST:PORT or "
+     "http://HOST:PORT/v1 (a path prefix of a proxy is fine), without a query, a fragment or an endpoint"),
+    (["{url}?x=1", "{trace}"], "without a query, a fragment or an endpoint"),
+    (["{url}/v1#top", "{trace}"], "without a query, a fragment or an endpoint"),
     (["{url}", "{trace}", "--out", "{trace}"], "is or holds the input"),
     # every request failed on 'http://127.0.0.1:PORTv1/completions', and the run was written
     (["{url}", "{trace}", "--endpoint", "v1/completions"],

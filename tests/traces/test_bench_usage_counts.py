@@ -57,3 +57,25 @@ def test_a_server_that_does_not_stream_is_named(tmp_path, capsys) -> None:
         assert _bench(server, trace_path, tmp_path / "out", "--vocab-size", "50") == 1
     assert ("request 'r0': the stream carried no token (the answer is application/json, not an event stream)"
             in capsys.readouterr().err)
+
+
+def test_outputs_a_server_stopped_short_of_the_trace_are_a_warning(tmp_path, capsys) -> None:
+    """A server that does not honour ignore_eos ends requests before the trace's output length (finish reason
+    'stop'): they counted as plain successes, and a comparison with a simulated replay compared other requests."""
+    trace_path = _trace(tmp_path, [0.0, 0.0], [3, 2])
+    out = tmp_path / "out"
+    with FakeOpenAI(ttft_s=0.0, itl_s=0.0, stop_after=2) as server:
+        assert _bench(server, trace_path, out, "--vocab-size", "50") == 0
+    message = ("1 of 2 requests stopped before the output length the trace asks for (e.g. request 'r0': 2 of 3 "
+               "tokens, finish reason 'stop'): the server did not honour ignore_eos, so the workload was not the "
+               "trace's")
+    assert f"warning [outputs_shorter_than_trace]: {message}" in capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["warnings"] == [{"code": "outputs_shorter_than_trace", "value": 1, "message": message}]
+
+
+def test_a_server_that_honours_ignore_eos_gives_no_warning(tmp_path) -> None:
+    trace_path = _trace(tmp_path, [0.0, 0.0], [3, 2])
+    with FakeOpenAI(ttft_s=0.0, itl_s=0.0) as server:
+        assert _bench(server, trace_path, tmp_path / "out", "--vocab-size", "50") == 0
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["warnings"] == []

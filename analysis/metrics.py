@@ -207,6 +207,16 @@ def _kv_usage(steps: pl.DataFrame) -> tuple[float | None, float | None]:
     return peak, mean
 
 
+# In the cost_model of a run measured from outside the engine (traces.bench, analysis.vllm_import).
+CLIENT_TIMING = "client-side timing"
+
+
+def is_timed_by_client(meta: dict) -> bool:
+    """Whether a run's summary meta says it was measured from outside the engine: it has no step log however its
+    requests ended (its tables alone cannot say so when no request got a token)."""
+    return CLIENT_TIMING in str(meta.get("cost_model") or "")
+
+
 def has_step_log(requests: pl.DataFrame, steps: pl.DataFrame | None) -> bool:
     """Whether the run logged its engine steps: a run that served tokens without a single step row was
     measured from outside the engine (over HTTP, or imported from another tool), so its step count and
@@ -239,6 +249,7 @@ def summarize(
     steps: pl.DataFrame | None,
     slos: Iterable[SLO] | None = None,
     duration_s: float | None = None,
+    timed_by_client: bool = False,
 ) -> dict:
     """One JSON-ready dict of a replay's headline metrics (see the module docstring), with vLLM's flat
     names beside ours (`analysis.vllm_metrics`).
@@ -297,7 +308,8 @@ def summarize(
             "prefix_cache_hit_rate": _hit_rate(total_cached_tokens, total_prompt_tokens),
             "peak_kv_usage": round_sig(peak_kv),
             "mean_kv_usage": round_sig(mean_kv),
-            "num_steps": step_frame.height if has_step_log(frame, step_frame) else None,
+            # Unknown, not 0, for a run timed by a client (`timed_by_client`), whose requests may all have failed.
+            "num_steps": step_frame.height if not timed_by_client and has_step_log(frame, step_frame) else None,
         }
     )
     summary.update(vllm_flat_metrics(finished, frame.height, duration_s, itl_s))

@@ -19,7 +19,7 @@ import polars as pl
 import pyarrow as pa
 
 from analysis.band_stats import check_bands
-from analysis.metrics import add_latency_columns, summarize
+from analysis.metrics import add_latency_columns, is_timed_by_client, summarize
 from analysis.schema import MAX_TIME_S
 from analysis.slo import SLO
 from engine.core.json_errors import json_problem, json_type_name
@@ -79,7 +79,8 @@ def write_summary(
     slos: tuple[SLO, ...] | None = None,
 ) -> dict:
     """summary.json (written whole: a temporary file renamed over the old one) and, if asked, report.html."""
-    summary = summarize(requests, steps, slos, duration_s=meta.get("recorded_duration_s"))
+    summary = summarize(requests, steps, slos, duration_s=meta.get("recorded_duration_s"),
+                        timed_by_client=is_timed_by_client(meta))
     summary.update(meta)
     write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if report_title is not None:

@@ -31,6 +31,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.console import print_out
+from analysis.metrics import CLIENT_TIMING
 from analysis.outdir import out_folder
 from analysis.schema import (
     FAILED,
@@ -50,7 +51,7 @@ PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
 OPTIONAL_PER_REQUEST_KEYS = ("errors", "latencies", "start_times")
 SUCCESS_REASON = "length"
 POSITIONAL_IDS = "position"  # summary.json's request_ids when ids are the file's positions
-COST_MODEL = "vllm bench serve (client-side timing)"
+COST_MODEL = f"vllm bench serve ({CLIENT_TIMING})"
 # How much later than its latency (send to last chunk) a request's last chunk may come out of TTFT plus the gaps:
 # vLLM reads the clock once for the first chunk's time and again for its TTFT, and sums of floats round. A
 # millisecond is far above both and far below a step.

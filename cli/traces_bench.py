@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from analysis.metrics import CLIENT_TIMING
 from analysis.outdir import OutDirError, default_out_dir, input_files, staged_out_dir
 from cli.replay_args import (
     add_output_arguments,
@@ -296,7 +297,7 @@ def _bench_into(out_dir: Path, url: str, trace, tokenizer, slos, args: argparse.
     warning = early_stops_warning(results, requests)
     summary = write_run(
         out_dir, requests_table(results, requests, origin_s), StepLog().to_arrow(),
-        {"cost_model": "served over HTTP (client-side timing)", "trace": str(args.trace), "config": config,
+        {"cost_model": f"served over HTTP ({CLIENT_TIMING})", "trace": str(args.trace), "config": config,
          "warnings": [warning] if warning else []},
         report_title=None if args.no_report else f"Served replay of {Path(args.trace).name}",
         report_subtitle=f"{model} at {url}, timed by the client", slos=slos,

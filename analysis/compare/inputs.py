@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analysis.metrics import is_timed_by_client
 from analysis.runs import META_KEYS, check_meta
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.json_errors import json_problem
@@ -66,7 +67,7 @@ class RunData:
         """Measured from outside the engine (traces.bench, an imported vllm bench serve result), as its summary's
         cost model says: it has no step log however its requests ended. Its tables alone cannot say so when no
         request got a token (every one failed), and such a run was compared as a log of 0 engine steps."""
-        return "client-side timing" in str(self.metadata.get("cost_model") or "")
+        return is_timed_by_client(self.metadata)
 
     @property
     def positional_ids(self) -> bool:

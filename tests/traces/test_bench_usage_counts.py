@@ -79,3 +79,13 @@ def test_a_server_that_honours_ignore_eos_gives_no_warning(tmp_path) -> None:
     with FakeOpenAI(ttft_s=0.0, itl_s=0.0) as server:
         assert _bench(server, trace_path, tmp_path / "out", "--vocab-size", "50") == 0
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["warnings"] == []
+
+
+def test_a_run_whose_requests_all_failed_has_an_unknown_step_count(tmp_path) -> None:
+    """A client sees no engine step: with every request failed (no token), the tables alone looked like an engine's
+    run of 0 steps, and summary.json said num_steps 0 where it is unknown."""
+    trace_path = _trace(tmp_path, [0.0, 0.0], [3, 3])
+    with FakeOpenAI(ttft_s=0.0, itl_s=0.0, failures={3: "500"}) as server:
+        assert _bench(server, trace_path, tmp_path / "out", "--vocab-size", "50") == 1
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (summary["num_failed"], summary["num_steps"]) == (2, None)

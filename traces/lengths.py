@@ -191,6 +191,6 @@ def _check_values(kind: str, p: dict[str, float], text: str) -> None:
         need(p.get("mean", p.get("median", 0)) > 0, "mean/median must be > 0")
         need(p["sigma"] >= 0, "sigma must be >= 0")
     elif kind == "geometric":
-        need(p["mean"] >= 1, "mean must be >= 1 (every session has at least one turn)")
+        need(p["mean"] >= 1, "mean must be >= 1 (a geometric draw is at least 1: one token, or one turn)")
     if "max" in p:  # draws are cut to a whole number: a cap of 40.5 drew at most 40 and took the mean at 40.5
         need(p["max"] >= 1 and p["max"] == int(p["max"]), "max must be an integer >= 1")

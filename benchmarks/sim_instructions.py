@@ -6,6 +6,11 @@ simulation) runs ``simulate()`` on the first ``--limit`` requests of the Azure 2
 default configuration, once per source tree, and once more without simulating (imports and trace loading),
 whose count is subtracted. Each tree is a checkout of the project (``git archive COMMIT | tar -x -C DIR``);
 ``.`` is this one. Needs valgrind on the PATH; about a minute per tree for 5,000 requests.
+
+``--replicas N --router NAME`` simulate a fleet; ``--sessions`` takes benchmarks/sim_million.py's synthesised
+multi-turn sessions instead of ``--trace`` (``--sessions --replicas 64 --router prefix``: the million-request
+benchmark's work at a size valgrind counts in minutes). Instruction counts miss what memory traffic costs (numpy's
+passes over long arrays): time such changes too, alternated.
 """
 
 from __future__ import annotations

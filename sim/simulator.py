@@ -33,7 +33,7 @@ from sim.memory import return_freed_memory_promptly
 from sim.profiled_cost_model import ProfiledCostModel, calibration_label
 from sim.router import make_router
 from sim.runner import CostModelRunner
-from traces.requests import TraceRequests
+from traces.requests import TraceRequests, check_host_memory
 
 # A window's plan and bulk apply cost what a few steps of the step loop do: no window is tried where the horizon
 # leaves room for fewer steps than this (at the last decode step's length).
@@ -222,7 +222,7 @@ def simulate(
             on_request_done(len(seqs))
 
     requests = TraceRequests(trace, model.vocab_size, config.seed)
-    requests.check_host_memory(sched_config, host_memory_available())
+    check_host_memory(trace, sched_config, host_memory_available())
     next_arrival_s = [math.inf]  # the arrivals process keeps it current: quiet windows end before it
     fast_forwarded = [0]  # steps advanced in quiet windows (not an output: outputs are the same without)
     # A router that reads no engine state is asked up front, in arrival order, as the arrivals would ask it (a

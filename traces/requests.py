@@ -29,6 +29,30 @@ class RequestMemoryError(TraceError):
 _BYTES_PER_TOKEN = 12
 
 
+def check_host_memory(trace, config, available_bytes: int | None) -> None:
+    """RequestMemoryError for the longest request of ``trace`` a run of ``config`` (a resolved EngineConfig) would
+    hold, its prompt and output as the scheduler cuts them (a prompt it can never serve is rejected unbuilt), when
+    its tokens need more than ``available_bytes``. With --max-model-len and --num-gpu-blocks lifted for what-ifs, a
+    row asking for 10 billion output tokens ran on for as long as it was let, its token times growing towards
+    120 GB: checked before the run instead (by the simulator, and by a capacity sweep before its first)."""
+    requests = trace.requests
+    if available_bytes is None or not requests.height:
+        return
+    prompt = requests["prompt_tokens"].to_numpy().astype(np.float64)
+    output = requests["output_tokens"].to_numpy().astype(np.float64)
+    held = np.minimum(prompt + output, np.maximum(float(config.max_seq_len_limit[0]), prompt + 1))
+    # As Scheduler.rejection_reason_for: too long for the model or for the whole cache.
+    held[(prompt > config.max_model_len) | (np.ceil(prompt / config.block_size) > config.num_gpu_blocks)] = 0.0
+    row = int(np.argmax(held))
+    need_bytes = held[row] * _BYTES_PER_TOKEN
+    if need_bytes > available_bytes:
+        raise RequestMemoryError(
+            f"{trace.source}: {describe_row(row, requests['request_id'][row])}: its {int(held[row]):,} tokens "
+            f"(prompt and output, as the limits cut them) need {need_bytes / 2**30:,.1f} GiB to simulate, more "
+            f"than this host's {available_bytes / 2**30:,.1f} GiB available; expected requests the limits cut "
+            "shorter (a smaller --max-model-len or --num-gpu-blocks) or a trace without them (--limit)")
+
+
 class TraceRequests:
     def __init__(self, trace, vocab_size: int, seed: int = 0, temperature: float = 0.0) -> None:
         requests = trace.requests
@@ -86,29 +110,6 @@ class TraceRequests:
         if self.vocab_size > _INT32_LIMIT:  # ids past int32 would wrap: the block manager refuses them as a list too
             return self.prompt(i)
         return array("i", tokens.astype(np.int32).tobytes())
-
-    def check_host_memory(self, config, available_bytes: int | None) -> None:
-        """RequestMemoryError for the longest request a run of ``config`` (a resolved EngineConfig) would hold, its
-        prompt and output as the scheduler cuts them (a prompt it can never serve is rejected unbuilt), when its
-        tokens need more than ``available_bytes``. With --max-model-len and --num-gpu-blocks lifted for what-ifs, a
-        row asking for 10 billion output tokens ran on for as long as it was let, its token times growing towards
-        120 GB: checked before the run instead."""
-        if available_bytes is None or not self.prompt_tokens:
-            return
-        prompt = np.asarray(self.prompt_tokens, dtype=np.float64)
-        max_seq_len = float(config.max_seq_len_limit[0])
-        output = np.asarray(self.output_tokens, dtype=np.float64)
-        held = np.minimum(prompt + output, np.maximum(max_seq_len, prompt + 1))
-        # As Scheduler.rejection_reason_for: too long for the model or for the whole cache.
-        held[(prompt > config.max_model_len) | (np.ceil(prompt / config.block_size) > config.num_gpu_blocks)] = 0.0
-        row = int(np.argmax(held))
-        need_bytes = held[row] * _BYTES_PER_TOKEN
-        if need_bytes > available_bytes:
-            raise RequestMemoryError(
-                f"{self.trace.source}: {describe_row(row, self.request_ids[row])}: its {int(held[row]):,} tokens "
-                f"(prompt and output, as the limits cut them) need {need_bytes / 2**30:,.1f} GiB to simulate, more "
-                f"than this host's {available_bytes / 2**30:,.1f} GiB available; expected requests the limits cut "
-                "shorter (a smaller --max-model-len or --num-gpu-blocks) or a trace without them (--limit)")
 
     def sampling_params(self, i: int) -> SamplingParams:
         max_tokens = self.output_tokens[i]

@@ -28,8 +28,10 @@ from analysis.capacity.workload import MAX_STREAM_REQUESTS, SessionLibrary, Work
 from analysis.slo import SLO, statistic_of
 from analysis.stats import round_sig
 from engine.core.config_args import build_config
+from engine.core.host_memory import host_memory_available
 from sim.config import SimConfig
 from sim.simulator import cost_model_description, make_cost_model
+from traces.requests import check_host_memory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +206,8 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
         try:
             shape = config.model_shape
             trace.check_vocabulary(shape.vocab_size)  # a stored prompt id beyond the model's failed mid-sweep
+            # Before any simulation: a worker's RequestMemoryError was a traceback mid-sweep.
+            check_host_memory(trace, config.resolved_for(shape), host_memory_available())
             rejections = _rejections(config, shape, trace.requests["prompt_tokens"], args.slo)
             if rejections.refusal:
                 _fail(parser, f"configuration {label!r}: {rejections.refusal}; expected a configuration that serves "

@@ -72,3 +72,26 @@ def test_a_client_timed_run_where_every_request_failed_has_no_step_log(tmp_path,
     assert [line.split()[2] for line in out.splitlines() if line.startswith("engine steps")] == ["n/a"]
     assert f"schedule diff: n/a (real ({real}) logged no engine steps" in out
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["real"]["summary"]["num_steps"] is None
+
+
+def test_a_request_too_long_to_simulate_is_refused_before_the_sweep(tmp_path, capsys, monkeypatch) -> None:
+    """With the limits lifted for a what-if, a row of 10 billion output tokens was a RequestMemoryError traceback from
+    a worker's simulation mid-sweep (and, before the simulator refused it, a sweep that ran on): one line first."""
+    import analysis.capacity.plan
+
+    monkeypatch.setattr(analysis.capacity.plan, "host_memory_available", lambda: 8 * 2**30)
+    trace = tmp_path / "trace.parquet"
+    save_trace(pl.DataFrame({"request_id": [f"r{i}" for i in range(20)], "arrival_s": [float(i) for i in range(20)],
+                             "prompt_tokens": [100] * 20, "output_tokens": [10] * 3 + [10_000_000_000] + [10] * 16}),
+               trace)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        capacity_main([str(trace), "--slo", "ttft_p90=2s", "--out", str(out), "--allow-long-max-model-len",
+                       "--max-model-len", "20000000000", "--num-gpu-blocks", "2000000000", "--jobs", "1"])
+    assert exc.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: ") and line.endswith(
+        f"{trace}: row 3 (request_id 'r3'): its 10,000,000,100 tokens (prompt and output, as the limits cut them) need "
+        "111.8 GiB to simulate, more than this host's 8.0 GiB available; expected requests the limits cut shorter (a "
+        "smaller --max-model-len or --num-gpu-blocks) or a trace without them (--limit)")
+    assert not out.exists()

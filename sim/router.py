@@ -67,12 +67,7 @@ class PrefixAffinityRouter:
             hashes = hashes_by_block_size.get(block_size)
             if hashes is None:
                 hashes = hashes_by_block_size[block_size] = prefix_block_hashes(prompt_token_ids, block_size)
-            # A replica that does not hold the prompt's first block (most of a fleet's, for a conversation's later
-            # turn) is answered by one lookup; this runs per replica per request.
-            if hashes and block_manager.holds_block(hashes[0]):
-                num_cached_blocks = block_manager.num_cached_prefix_blocks(hashes)
-            else:
-                num_cached_blocks = 0
+            num_cached_blocks = block_manager.num_cached_prefix_blocks(hashes)
             if num_cached_blocks < best_cached:
                 continue  # fewer cached blocks never wins: its load is not read
             load = len(scheduler.waiting) + len(scheduler.running)  # num_unfinished, without the property's call

@@ -171,13 +171,12 @@ class BlockManager:
                 break
             hits.append(block_id)
 
-    def holds_block(self, block_hash: int) -> bool:
-        """Whether a block of this hash is cached here (a router's first, cheapest probe)."""
-        return block_hash in self._cached
-
     def num_cached_prefix_blocks(self, block_hashes: list[int]) -> int:
-        """How many leading blocks of these hashes are cached here: a side-effect-free probe for routers."""
+        """How many leading blocks of these hashes are cached here: a side-effect-free probe for routers (run per
+        replica per request: most replicas of a fleet lack the first block, answered before the loop)."""
         cached = self._cached
+        if not block_hashes or block_hashes[0] not in cached:
+            return 0
         count = 0
         for block_hash in block_hashes:
             if block_hash not in cached:

@@ -158,7 +158,11 @@ def requests_meeting_slos(requests: pl.DataFrame, slos: Iterable[SLO]) -> pl.Ser
     apply the stricter limit. Rejected and aborted requests never meet. A request with a single
     output token has no TPOT (nor ITL) and so cannot violate such an SLO (vLLM counts it as 0).
     """
-    frame = add_latency_columns(requests)
+    return _meeting_slos(add_latency_columns(requests), slos)
+
+
+def _meeting_slos(frame: pl.DataFrame, slos: Iterable[SLO]) -> pl.Series:
+    """``requests_meeting_slos`` of a frame that has its latency columns already."""
     passes = is_finished()
     for slo in slos:
         column = latency_column(slo.metric)
@@ -172,10 +176,11 @@ def requests_meeting_slos(requests: pl.DataFrame, slos: Iterable[SLO]) -> pl.Ser
     return frame.select(passes.alias("meets_slos")).to_series()
 
 
-def unmeasured_slo_metrics(requests: pl.DataFrame, slos: Iterable[SLO]) -> list[str]:
-    """The metrics of `slos` that some finished request has no value of although it should (a run served over HTTP
-    or imported records no queue time): such a request cannot be judged, so neither can the run's goodput."""
-    finished = add_latency_columns(requests).filter(is_finished())
+def _unmeasured_slo_metrics(frame: pl.DataFrame, slos: Iterable[SLO]) -> list[str]:
+    """The metrics of `slos` that some finished request of ``frame`` (its latency columns added) has no value of
+    although it should (a run served over HTTP or imported records no queue time): such a request cannot be judged,
+    so neither can the run's goodput."""
+    finished = frame.filter(is_finished())
     columns = {slo.metric: latency_column(slo.metric) for slo in slos if slo.metric not in _GAP_METRICS}
     return [metric for metric, column in columns.items() if column is not None and finished[column].null_count()]
 
@@ -183,14 +188,15 @@ def unmeasured_slo_metrics(requests: pl.DataFrame, slos: Iterable[SLO]) -> list[
 def goodput_rps(requests: pl.DataFrame, slos: Iterable[SLO], duration_s: float | None = None) -> float | None:
     """Requests per second that finished within every SLO (vLLM's goodput), over `duration_s`
     (default: the replay's makespan). None when a finished request lacks a value an SLO limits
-    (`unmeasured_slo_metrics`): every request then failed that SLO, and the goodput read as a measured 0."""
+    (`_unmeasured_slo_metrics`): every request then failed that SLO, and the goodput read as a measured 0."""
     slos = tuple(slos)
-    if unmeasured_slo_metrics(requests, slos):
+    frame = add_latency_columns(requests)  # once, for both questions
+    if _unmeasured_slo_metrics(frame, slos):
         return None
     duration_s = makespan_s(requests) if duration_s is None else duration_s
     if duration_s <= 0:
         return 0.0
-    return float(requests_meeting_slos(requests, slos).sum()) / duration_s
+    return float(_meeting_slos(frame, slos).sum()) / duration_s
 
 
 def _kv_usage(steps: pl.DataFrame) -> tuple[float | None, float | None]:

@@ -31,6 +31,7 @@ from cli.replay_args import (
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.sampling_params import MAX_TEMPERATURE
+from sim.limits import format_warnings
 
 if TYPE_CHECKING:
     from traces.http_bench import BenchResult
@@ -117,12 +118,11 @@ def early_stops_warning(results: list[BenchResult], requests) -> dict | None:
     sends ignore_eos, and a server that does not honour it (or a stop token) ends them early, so the workload was
     not the trace's and a comparison with a simulated replay compares other requests (it checks prompt lengths
     only)."""
-    short = [r for r, q in zip(results, requests) if r.ok and r.finish_reason == "stop"
+    short = [(r, q.max_tokens) for r, q in zip(results, requests) if r.ok and r.finish_reason == "stop"
              and r.output_tokens is not None and r.output_tokens < q.max_tokens]
     if not short:
         return None
-    example = short[0]
-    asked = next(q.max_tokens for q in requests if q.request_id == example.request_id)
+    example, asked = short[0]
     return {"code": "outputs_shorter_than_trace", "value": len(short),
             "message": f"{len(short)} of {len(results)} requests stopped before the output length the trace asks for "
                        f"(e.g. request {example.request_id!r}: {example.output_tokens} of {asked} tokens, finish "
@@ -254,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = format_failures(results)
     if failures:
         print(failures, file=sys.stderr)
-    for warning in summary.get("warnings") or []:
-        print(f"warning [{warning['code']}]: {warning['message']}", file=sys.stderr)
+    if summary.get("warnings"):
+        print(format_warnings(summary["warnings"]), file=sys.stderr)
     if not args.quiet:
         from analysis.report.summary_table import format_summary_table
 

@@ -122,13 +122,10 @@ def compare_runs(real: RunData, sim: RunData) -> Comparison:
     Raises `CompareInputError` (naming the folders) when the runs cannot be
     paired, e.g. no request ids in common.
     """
-    real_summary, real_metrics = run_metrics(real.requests, real.steps, real.recorded_duration_s)
-    sim_summary, sim_metrics = run_metrics(sim.requests, sim.steps, sim.recorded_duration_s)
+    real_summary, real_metrics = run_metrics(real.requests, real.steps, real.recorded_duration_s, real.timed_by_client)
+    sim_summary, sim_metrics = run_metrics(sim.requests, sim.steps, sim.recorded_duration_s, sim.timed_by_client)
     join = join_requests(real.requests, sim.requests, real_name=str(real.path), sim_name=str(sim.path))
     without_log = [run for run in (real, sim) if run.timed_by_client or not has_step_log(run.requests, run.steps)]
-    for run, summary, metrics in ((real, real_summary, real_metrics), (sim, sim_summary, sim_metrics)):
-        if any(run is other for other in without_log):  # its step count is unknown, not 0
-            summary["num_steps"] = metrics["num_steps"] = None
     if without_log:
         names = " and ".join(f"{run.label} ({run.path})" for run in without_log)
         schedule = ScheduleDiff(steps=None, unavailable=f"{names} logged no engine steps: a run served over "

@@ -116,11 +116,11 @@ def flatten_summary(summary: Mapping) -> dict[str, float | int | None]:
     return flat
 
 
-def run_metrics(requests: pl.DataFrame, steps: pl.DataFrame,
-                duration_s: float | None = None) -> tuple[dict, dict[str, float | int | None]]:
+def run_metrics(requests: pl.DataFrame, steps: pl.DataFrame, duration_s: float | None = None,
+                timed_by_client: bool = False) -> tuple[dict, dict[str, float | int | None]]:
     """(summarize() dict, flat metrics dict with every `METRIC_SPECS` key) of one run; `duration_s` replaces
-    the makespan for a run that recorded its own (an imported vLLM result)."""
-    summary = summarize(requests, steps, duration_s=duration_s)
+    the makespan for a run that recorded its own (an imported vLLM result), `timed_by_client` as `summarize`."""
+    summary = summarize(requests, steps, duration_s=duration_s, timed_by_client=timed_by_client)
     summary["mean_step_duration_ms"] = mean_step_duration_ms(steps)
     return summary, flatten_summary(summary)
 

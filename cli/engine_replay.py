@@ -25,6 +25,7 @@ from cli.replay_args import (
 )
 from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.messages import one_line
 from engine.core.model_config import ModelShape
 from engine.core.sampling_params import MAX_TEMPERATURE
 from engine.options import EngineOptions
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, RuntimeError) as exc:
         if not _out_of_memory(exc):
             raise
-        detail = " ".join(str(exc).split())[:200]
+        detail = one_line(exc)[:200]
         parser.exit(2, f"error: {options.model} does not fit in memory with these options ({detail}); lower "
                        "--num-gpu-blocks, --max-num-batched-tokens or --gpu-memory-utilization\n")
     except OSError as exc:  # a full disk while writing: nothing was moved into place

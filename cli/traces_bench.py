@@ -30,6 +30,7 @@ from cli.replay_args import (
 )
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.messages import one_line
 from engine.core.sampling_params import MAX_TEMPERATURE
 from sim.limits import format_warnings
 
@@ -145,7 +146,7 @@ def _load_tokenizer(path: str):
     try:
         return AutoTokenizer.from_pretrained(path)
     except Exception as exc:  # transformers raises many types for a missing or broken tokenizer
-        reason = " ".join(str(exc).split())  # its messages span lines (the first alone ended in "one of: ")
+        reason = one_line(exc)  # its messages span lines (the first alone ended in "one of: ")
         reason = reason if len(reason) <= 300 else reason[:300] + "..."
         raise ValueError(f"--tokenizer {path}: cannot load it ({reason})") from None
 

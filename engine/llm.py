@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engine.core.host_memory import host_memory_available
 from engine.core.llm_engine import LLMEngine
+from engine.core.messages import exception_line
 from engine.core.model_config import ModelShape, generation_eos_token_ids, resolve_model_dir
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
@@ -41,13 +42,7 @@ def load_tokenizer(model_dir: Path):
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds, most over several lines
         # (a tokenizer_config.json without its tokenizer.json was five lines on how to convert a slow tokenizer; a
         # config.json transformers refuses, a StrictDataclassFieldValidationError over two)
-        raise ValueError(f"{model_dir}: its tokenizer cannot be loaded: {one_line(exc)}") from None
-
-
-def one_line(exc: BaseException, limit_chars: int = 400) -> str:
-    """``exc`` as one line: its type and its message's words, at most ``limit_chars`` characters."""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return text if len(text) <= limit_chars else text[:limit_chars - 3] + "..."
+        raise ValueError(f"{model_dir}: its tokenizer cannot be loaded: {exception_line(exc)}") from None
 
 
 def rope_table_bytes(shape: ModelShape, max_model_len: int) -> int:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from engine.core.messages import one_line
+
 MAX_ERROR_CHARS = 300  # an error body can be a whole HTML page: keep its start
 SERVED_REASONS = ("stop", "length")  # what an OpenAI server says when a request ran to its end
 
@@ -79,7 +81,7 @@ class BenchTarget:
 
 
 def _short(text: str) -> str:
-    text = " ".join(text.split())
+    text = one_line(text)
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."
 
 

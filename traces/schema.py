@@ -19,6 +19,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engine.core.messages import one_line
 from traces.errors import TraceError, row_error
 from traces.files import open_parquet, staging_path
 from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
@@ -228,7 +229,7 @@ def load_trace(path: str | Path) -> Trace:
     try:
         frame = pl.from_arrow(table)
     except (pl.exceptions.PolarsError, pa.ArrowException) as exc:  # a column type polars cannot hold
-        reason = " ".join(str(exc).split())[:200]
+        reason = one_line(exc)[:200]
         raise TraceError(f"{source}: cannot read its columns ({reason}); expected a trace written by save_trace") \
             from None
     assert isinstance(frame, pl.DataFrame)

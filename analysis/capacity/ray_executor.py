@@ -31,6 +31,7 @@ from analysis.capacity.point import PointJob, evaluate_point
 from analysis.capacity.sweep import Executor, SweepError
 from analysis.capacity.workload import SessionLibrary, WorkloadParams
 from analysis.slo import SLO
+from engine.core.messages import one_line
 from sim.config import SimConfig
 
 # SimConfig fields whose value may be a local file or directory the workers must read.
@@ -192,7 +193,7 @@ def _init_with_timeout(ray, address: str, runtime_env: dict, timeout_s: float, a
                 pass
             continue
         # Ray's messages span lines (the server's traceback follows its first line): one line, bounded.
-        detail = " ".join(str(failure).split()) or type(failure).__name__
+        detail = one_line(failure) or type(failure).__name__
         if len(detail) > 300:
             detail = detail[:297] + "..."
         raise SweepError(f"--ray {address!r}: cannot connect to the Ray cluster: {detail}")

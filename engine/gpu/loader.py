@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from engine.core.messages import one_line
 from engine.core.model_config import ModelShape
 
 
@@ -69,14 +70,14 @@ def _open(file: Path):
     try:
         return safe_open(str(file), framework="pt", device="cpu")
     except Exception as exc:  # noqa: BLE001 - SafetensorError, OSError: the file is not one to read
-        raise ValueError(f"{file}: not a readable safetensors file ({' '.join(str(exc).split())})") from None
+        raise ValueError(f"{file}: not a readable safetensors file ({one_line(exc)})") from None
 
 
 def _read(f, file: Path, name: str) -> torch.Tensor:
     try:
         return f.get_tensor(name)
     except Exception as exc:  # noqa: BLE001 - a tensor whose bytes are cut short or of a dtype torch lacks
-        raise ValueError(f"{file}: checkpoint tensor {name!r} cannot be read ({' '.join(str(exc).split())})") from None
+        raise ValueError(f"{file}: checkpoint tensor {name!r} cannot be read ({one_line(exc)})") from None
 
 
 def _expected_shape(shape: ModelShape, name: str) -> tuple[int, ...] | None:

@@ -37,6 +37,7 @@ import numpy as np
 import polars as pl
 
 from engine.core.json_errors import json_problem, json_type_name
+from engine.core.messages import one_line
 from traces.arrivals import arrival_times_s, gamma_gaps_s
 from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions
@@ -72,7 +73,7 @@ def load_tokenizer(name_or_path: str | None) -> Any:
         if not path.exists():  # its message spoke of repo ids and internet connections, over several lines
             raise TraceError(f"--tokenizer {name_or_path}: no such directory (nor a tokenizer of that name in the "
                              "local Hugging Face cache); expected a tokenizer directory") from None
-        reason = " ".join(str(exc).split())  # transformers' messages span lines; an error is one line
+        reason = one_line(exc)  # transformers' messages span lines; an error is one line
         reason = reason if len(reason) <= 300 else reason[:300] + "..."
         raise TraceError(f"--tokenizer {name_or_path}: cannot load a local tokenizer ({reason})") from None
 
@@ -205,7 +206,7 @@ def _tokenize(path: Path, tokenizer: Any, texts: list[str], start: int, chunk: l
         return tokenizer(texts, add_special_tokens=False)["input_ids"]
     except Exception as exc:  # tokenizers raise TypeError, ValueError, their own exceptions
         raise TraceError(f"{path}: conversations {start} to {start + len(chunk) - 1}: the tokenizer failed "
-                         f"({' '.join(str(exc).split())[:200]})") from None
+                         f"({one_line(exc)[:200]})") from None
 
 
 def _requests_of(messages: list[tuple[str, str]],

@@ -21,6 +21,7 @@ from typing import BinaryIO
 import polars as pl
 import pyarrow as pa
 
+from engine.core.messages import one_line
 from traces.errors import TraceError
 
 # What reading a file through open_text may raise: EOFError is a compressed file cut short, zlib.error a corrupt
@@ -266,7 +267,7 @@ def _polars_source(path: Path) -> Path | bytes:
 
 def _polars_reason(exc: Exception) -> str:
     """polars' message on one line, without its advice on reader options (which are ours to set, not the user's)."""
-    reason = " ".join(str(exc).split())
+    reason = one_line(exc)
     for advice in (" Consider setting", " You might want to try"):
         reason = reason.split(advice)[0]
     return reason[:200] + "..." if len(reason) > 200 else reason

@@ -1,10 +1,11 @@
-"""Capacity-sweep speed: ``python benchmarks/capacity_speed.py [--jobs N] [--json OUT]``.
+"""Capacity-sweep speed: ``python benchmarks/capacity_speed.py [--jobs N] [--json OUT] [--sweep ARGS]``.
 
 Runs the default sweep, ``python -m analysis.capacity traces/sharegpt.parquet --slo
 ttft_p90=2s,tpot_p90=100ms`` (one configuration: qwen3-0.6b on an H200, default steady-state options:
-240 s streams, one seed, the 2T check), in-process. Prints the number of simulations, the wall seconds
-of the sweep, of writing the outputs and of the whole command (start-up of the worker processes
-included), and the CPU seconds of this process and its workers (compare those on a shared machine).
+240 s streams, one seed, the 2T check), in-process, or the sweep ``--sweep`` gives. Prints the number of
+simulations, the wall seconds of the sweep, of writing the outputs and of the whole command (start-up of the
+worker processes included), and the CPU seconds of this process and its workers (compare those on a shared
+machine); with ``--jobs 1`` also the requests simulated, early-stop probes included (the same on any machine).
 
 Target (issue 15): the whole command in 60 s or less on a 2-core CPU machine.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import sys
 import tempfile
 import time
@@ -35,6 +37,22 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _count_simulated_requests() -> dict:
+    """Counts every request the capacity points simulate in this process (their ``simulate`` wrapped)."""
+    import analysis.capacity.point as point
+
+    counts = {"requests": 0, "calls": 0}
+    simulate = point.simulate
+
+    def counting(trace, *args, **kwargs):
+        counts["requests"] += len(trace)
+        counts["calls"] += 1
+        return simulate(trace, *args, **kwargs)
+
+    point.simulate = counting
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     from analysis.capacity.cli import build_parser, positive_int
     from analysis.capacity.executors import default_num_jobs
@@ -47,16 +65,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=positive_int, default=default_num_jobs(),
                         help="local processes (default: %(default)s)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the figures to this JSON file")
+    parser.add_argument("--sweep", default=None, metavar="ARGS",
+                        help="python -m analysis.capacity's trace and options, as one string, instead of the default "
+                             "sweep's (e.g. \"traces/sharegpt.parquet --slo ttft_p90=2s,tpot_p90=100ms --replicas 2\")")
     args = parser.parse_args(argv)
+    try:
+        sweep = SWEEP if args.sweep is None else [*shlex.split(args.sweep), "--quiet"]
+    except ValueError as exc:  # an unclosed quote
+        parser.exit(2, f"error: --sweep: {exc}\n")
+    if sweep[0].startswith("-"):
+        parser.exit(2, f"error: --sweep must start with the trace, got {args.sweep!r}\n")
     # Before the sweep: --json onto the trace replaced it, and a folder or an unwritable path failed after the run.
-    problem = args.json is not None and check_output_path(args.json, "--json", [Path(SWEEP[0])])
+    problem = args.json is not None and check_output_path(args.json, "--json", [Path(sweep[0])])
     if problem:
         parser.exit(2, f"error: {problem}\n")
 
+    counted = _count_simulated_requests() if args.jobs == 1 else None
     started, cpu_started = time.perf_counter(), _cpu_s()
     with tempfile.TemporaryDirectory() as out:
         capacity_parser = build_parser()
-        capacity_args = capacity_parser.parse_args(SWEEP + ["--jobs", str(args.jobs), "--out", out])
+        capacity_args = capacity_parser.parse_args(sweep + ["--jobs", str(args.jobs), "--out", out])
         run = run_capacity(capacity_args, capacity_parser)
         written = time.perf_counter()
         write_outputs(run, Path(out))
@@ -65,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu_s = _cpu_s() - cpu_started
     num_simulations = sum(r.num_simulations for r in run.results)
     figures = {
+        "sweep": " ".join(sweep),
         "num_simulations": num_simulations,
         "num_configurations": len(run.results),
         "num_jobs": run.num_jobs,
@@ -72,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         "outputs_wall_s": round(outputs_s, 2),
         "total_wall_s": round(total_s, 2),
         "cpu_s": round(cpu_s, 2),
+        # Every request each simulation took, early-stop probes included (counted with --jobs 1 only: the
+        # simulations then run in this process); unlike CPU seconds, the same on any machine.
+        "requests_simulated": None if counted is None else counted["requests"],
+        "simulate_calls": None if counted is None else counted["calls"],
         "max_qps": {r.label: r.max_qps for r in run.results},
         "max_qps_kind": {r.label: r.kind for r in run.results},
         "cpu_count": os.cpu_count(),
@@ -83,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         f"sweep {run.wall_s:.1f} s, outputs {outputs_s:.1f} s, total {total_s:.1f} s wall, {cpu_s:.1f} CPU s "
         f"(target <= {TARGET_S:.0f} s wall: {verdict})"
     )
+    if counted is not None:
+        print(f"{counted['requests']:,} requests simulated in {counted['calls']} simulate() calls")
     print("max QPS: " + ", ".join(f"{label} {qps}" for label, qps in figures["max_qps"].items()))
     if args.json is not None:  # whole or not at all, its folder made if missing
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

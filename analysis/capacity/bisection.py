@@ -113,6 +113,11 @@ class CapacitySearch:
     def num_evaluated(self) -> int:
         return len(self._order)
 
+    @property
+    def highest_pass(self) -> float | None:
+        """The highest QPS known to pass below every known failure (None while none has)."""
+        return self._lo
+
     def propose(self) -> list[float]:
         """QPS values to evaluate next (all may run at once); empty when done or waiting."""
         if self._done or self._pending:

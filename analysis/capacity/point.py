@@ -2,7 +2,8 @@
 
 The verdict is `feasible`: the SLO statistics over the measured window hold (`analysis.capacity.slo_check`)
 and the replay is stable over it (`analysis.capacity.stability`). A clearly overloaded load is
-recognised on the first third of the stream and not simulated further (`stopped_early`).
+recognised on the first third of the stream and not simulated further (`stopped_early`), where the job asks for
+that probe (`PointJob.probe`).
 """
 
 from __future__ import annotations
@@ -38,13 +39,17 @@ _SUMMARY_FIELDS = ("num_finished", "num_rejected", "total_output_tokens", "prefi
 class PointJob:
     """What one simulation is: `duration_scale` 2 makes the stream twice as long (the T-versus-2T check);
     `band_replay`: the search is band replay number `seed` (`sim.bands`: its own host-speed episodes and
-    cost-model offsets, as `sim.replay --bands` varies them)."""
+    cost-model offsets, as `sim.replay --bands` varies them). `probe`: simulate the stream's first third first
+    and stop there when it is clearly overloaded (with the workload's `early_stop`); a probe that does not stop is
+    simulated again as part of the whole stream, so it pays only where overloads are likely (the sweep asks for it
+    while no load of the search has passed)."""
 
     config: SimConfig
     qps: float
     seed: int
     duration_scale: float = 1.0
     band_replay: bool = False
+    probe: bool = True
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,7 @@ def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequ
         return _point(job, empty, stability, check_slos(empty, slos), slos, duration_s - warmup_s, 0, duration_s,
                       warmup_s, stopped_early=False)
     stopped_early = False
-    if workload.early_stop:
+    if workload.early_stop and job.probe:
         probe_end_s = PROBE_FRACTION * duration_s
         probe = trace.head(max(2, int((trace.requests["arrival_s"] < probe_end_s).sum())))
         measured, stability, check = _judge(probe, job, slos, workload.warmup_fraction * probe_end_s,

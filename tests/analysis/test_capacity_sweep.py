@@ -183,3 +183,44 @@ def test_super_linear_scaling_is_flagged() -> None:
     notes = superlinear_notes([result(0, 1, 40.0), result(1, 2, 92.0), result(2, 4, 170.0)], tolerance=0.05)
     assert list(notes) == [1] and notes[1].startswith("super-linear scaling: 2 replicas serve 2.30x")
     assert superlinear_notes([result(0, 1, 40.0), result(1, 2, 83.0)], tolerance=0.05) == {}
+
+
+class _RecordingExecutor(SerialExecutor):
+    """A serial executor that keeps every job it was given, in order."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.jobs = []
+
+    def submit(self, job):
+        self.jobs.append(job)
+        return super().submit(job)
+
+
+def test_the_early_stop_probe_runs_only_while_no_load_has_passed(small_trace) -> None:
+    """A probe that does not stop is simulated again as the stream's first third: it pays only above capacity by a
+    margin, which a QPS cannot be once a load at least half of it has passed."""
+    executor = _RecordingExecutor(small_trace, WORKLOAD, SLOS)
+    (result,) = run_sweep(expand_configs(BASE, {}), SearchParams(start_qps=200.0, tolerance=0.1, max_iterations=8),
+                          executor)
+    (search,) = result.searches
+    verdicts = dict(search.outcome.points)
+    points = [job for job in executor.jobs if job.duration_scale == 1.0]
+    assert [job.qps for job in points] == [qps for qps, _ in search.outcome.points]
+    first_pass = next(i for i, job in enumerate(points) if verdicts[job.qps])
+    assert first_pass >= 2  # 200 req/s and half of it fail on an 8B model on an L40S: halved down first
+    assert [job.probe for job in points] == [True] * (first_pass + 1) + [False] * (len(points) - first_pass - 1)
+    assert any(p.stopped_early for p in search.points[:first_pass])  # the probe still stops far overloads
+    assert not any(p.stopped_early for p in search.points[first_pass + 1:])
+    (check,) = [job for job in executor.jobs if job.duration_scale != 1.0][:1]
+    assert check.probe is False and check.qps == search.outcome.max_qps  # the 2T check re-runs a passing QPS
+
+
+def test_a_job_without_the_probe_simulates_an_overloaded_stream_whole(small_trace) -> None:
+    from analysis.capacity.point import PointJob, evaluate_point
+
+    probed = evaluate_point(small_trace, WORKLOAD, SLOS, PointJob(BASE, 200.0, 0))
+    whole = evaluate_point(small_trace, WORKLOAD, SLOS, PointJob(BASE, 200.0, 0, probe=False))
+    assert probed.stopped_early and not whole.stopped_early
+    assert not probed.feasible and not whole.feasible
+    assert probed.stream_requests < whole.stream_requests and whole.stream_duration_s > probed.stream_duration_s

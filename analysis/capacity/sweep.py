@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.capacity.bisection import CapacitySearch, SearchOutcome, SearchParams
+from analysis.capacity.interrupts import interrupts_held
 from analysis.capacity.point import PointJob, PointResult
 from engine.core.config import ConfigError
 from engine.core.config_args import flag_of
@@ -392,9 +393,10 @@ def run_sweep(
         for key in keys:
             launch(key)
         while in_flight:
-            # A bounded wait: Ctrl-C may be delivered to a pool thread, and the main thread only sees it
-            # once it wakes up; without a timeout that is when the next simulation finishes.
-            finished, _ = wait(list(in_flight), timeout=0.2, return_when=FIRST_COMPLETED)
+            # Ctrl-C is held while `wait` runs (it takes every future's lock in turn; see analysis.capacity.interrupts)
+            # and acted on when it returns: within the 0.2 s it waits at most, not when the next simulation finishes.
+            with interrupts_held():
+                finished, _ = wait(list(in_flight), timeout=0.2, return_when=FIRST_COMPLETED)
             for future in finished:
                 key, job = in_flight.pop(future)
                 if progress_bar is not None:

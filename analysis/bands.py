@@ -9,15 +9,14 @@ depend on --seed and its index only, so a band is the same however many processe
 from __future__ import annotations
 
 import signal
-import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ProcessPoolExecutor
 
 import polars as pl
 
 from analysis.band_stats import band_of, flat_bands
 from analysis.formatting import format_float
 from analysis.metrics import summarize
+from analysis.process_pools import interrupts_held, spawn_pool, stop_pool
 from analysis.runs import with_latency_columns
 from analysis.slo import SLO
 from sim.bands import band_model, band_replay
@@ -68,34 +67,6 @@ def _replay_in_worker(index: int) -> dict[str, float]:
     return replay_metrics(trace, config, index, _WORKER["slos"])
 
 
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """End the running replays and the queued ones (the pool has no public way to). The workers go first: one still
-    starting would otherwise find the pool's queues gone and print a traceback. The pool's own thread then fails
-    every replay left as broken, and on Python 3.11 prints an InvalidStateError for each that ``map`` had cancelled
-    meanwhile (it cancels what is left when its loop is interrupted): that one is not shown."""
-    from concurrent.futures import InvalidStateError
-
-    manager = getattr(pool, "_executor_manager_thread", None)
-    shown = threading.excepthook
-
-    def quiet(args) -> None:
-        if not (args.thread is manager and issubclass(args.exc_type, InvalidStateError)):
-            shown(args)
-
-    threading.excepthook = quiet
-    try:
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.join(timeout=1.0)
-        pool.shutdown(wait=False, cancel_futures=True)
-        if manager is not None:
-            manager.join(timeout=5.0)
-    finally:
-        threading.excepthook = shown
-
-
 def run_bands(trace, config: SimConfig, num_replays: int, *, slos: tuple[SLO, ...] | None = None,
               num_jobs: int = 1, on_replay_done: Callable[[], None] | None = None) -> dict:
     """summary.json's ``bands``: {num_replays, seed, varied, metrics: {ttft_ms: {p50: {median, p5, p95}}, ...,
@@ -104,35 +75,21 @@ def run_bands(trace, config: SimConfig, num_replays: int, *, slos: tuple[SLO, ..
     varied = band_model(config, shape).describe()
     indices = range(num_replays)
     if num_jobs > 1 and num_replays > 1:
-        import multiprocessing
-
-        context = multiprocessing.get_context("spawn")  # polars' thread pools do not survive a fork
         results = []
-        # Ctrl-C waits until every worker is started and every replay queued: a worker interrupted while it
-        # starts prints a traceback of its own, whatever the parent does. (A handler, not a signal mask: any of
-        # the process's threads may take the signal.)
-        interrupted: list[int] = []
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
-        pool = ProcessPoolExecutor(max_workers=min(num_jobs, num_replays), mp_context=context,
-                                   initializer=_init_worker, initargs=(trace, config, slos))
+        pool = spawn_pool(min(num_jobs, num_replays), _init_worker, (trace, config, slos))
         try:
-            # The workers are spawned here with this thread's signal mask: SIGINT blocked, so that a terminal's
-            # Ctrl-C (sent to the whole process group) cannot interrupt one while it imports, which printed its
-            # traceback and left this process writing forever to the pipe of a worker that had died.
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            try:
+            # Ctrl-C waits until every worker is started and every replay queued: the workers are spawned in here
+            # with SIGINT blocked, so that a terminal's Ctrl-C (sent to the whole process group) cannot interrupt
+            # one while it imports, which printed its traceback and left this process writing forever to the pipe
+            # of a worker that had died.
+            with interrupts_held(block_sigint=True):
                 replays = pool.map(_replay_in_worker, indices)
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a Ctrl-C held meanwhile reaches the handler
-                signal.signal(signal.SIGINT, previous)
-            if interrupted:
-                raise KeyboardInterrupt
             for metrics in replays:
                 results.append(metrics)
                 if on_replay_done is not None:
                     on_replay_done()
         except BaseException:  # Ctrl-C or a failed replay: stop the others now rather than wait for every one
-            _stop(pool)
+            stop_pool(pool)
             raise
         pool.shutdown(wait=True)
     else:

@@ -13,12 +13,12 @@ import signal
 import tempfile
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 
-from analysis.capacity.interrupts import interrupts_held
 from analysis.capacity.point import PointJob, PointResult, evaluate_point
 from analysis.capacity.sweep import Executor
 from analysis.capacity.workload import SessionLibrary, WorkloadParams
+from analysis.process_pools import interrupts_held, spawn_pool, stop_pool
 from analysis.slo import SLO
 from sim.config import SimConfig
 
@@ -63,30 +63,18 @@ def _remove(path: str) -> None:
 
 
 class LocalExecutor(Executor):
-    """A pool of `num_jobs` local processes.
-
-    Started with "spawn", not "fork": polars and pyarrow keep thread pools that a forked child
-    can inherit in a locked state. The trace's sessions reach the workers through a temporary file, not
-    with their start-up data: the pool writes that data from `submit`, where Ctrl-C is held, and megabytes
-    of it kept `submit` waiting until each new worker had imported its modules (seconds on a loaded machine).
+    """A pool of `num_jobs` local processes (`analysis.process_pools.spawn_pool`). The trace's sessions reach the
+    workers through a temporary file, not with their start-up data: the pool writes that data from `submit`, where
+    Ctrl-C is held, and megabytes of it kept `submit` waiting until each new worker had imported its modules (seconds
+    on a loaded machine).
     """
 
     def __init__(self, library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], num_jobs: int) -> None:
-        import multiprocessing
-        from multiprocessing import resource_tracker
-
         descriptor, path = tempfile.mkstemp(prefix="capacity-sessions-", suffix=".pickle")
         self._remove_library = weakref.finalize(self, _remove, path)  # by close, else when collected or at exit
         with os.fdopen(descriptor, "wb") as file:
             pickle.dump(library, file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._pool = ProcessPoolExecutor(
-            max_workers=num_jobs,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(path, workload, tuple(slos)),
-        )
-        if os.name == "posix":  # running before any worker starts: started from `submit`, it unblocks SIGINT there
-            resource_tracker.ensure_running()
+        self._pool = spawn_pool(num_jobs, _init_worker, (path, workload, tuple(slos)))
 
     def submit(self, job: PointJob) -> Future:
         # The pool starts its workers in here: born with SIGINT blocked, they cannot be interrupted as they import.
@@ -96,37 +84,16 @@ class LocalExecutor(Executor):
     def close(self, interrupted: bool = False) -> None:
         try:
             if interrupted:
-                self._stop()
+                stop_pool(self._pool)
             else:
                 try:
                     self._pool.shutdown(wait=True, cancel_futures=True)
                 except BaseException:  # Ctrl-C while the workers finish: stop them as after any interrupt
-                    self._stop()
+                    stop_pool(self._pool)
                     raise
         finally:
             self._remove_library()
 
-    def _stop(self) -> None:
-        """Stop the running simulations and cancel the queued ones, now. Waiting for the running ones would take as
-        long as they do (up to a minute) and the pool has no public way to stop them, so its processes are terminated
-        directly. The pool's own thread then notices them gone and closes the pool's pipes: it is waited for. Left to
-        run, it could close its wake-up pipe while the interpreter exited, and Python 3.11's exit hook for pools
-        (which writes to that pipe without the pool's lock) printed "OSError: [Errno 9] Bad file descriptor" under
-        the interrupt's one line; once the thread is done the hook finds the pipe closed and leaves it alone."""
-        pool = self._pool
-        manager = getattr(pool, "_executor_manager_thread", None)
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        with interrupts_held():
-            for process in processes:
-                process.terminate()
-            for process in processes:
-                process.join(timeout=1.0)
-                if process.exitcode is None:
-                    process.kill()
-                    process.join(timeout=1.0)
-            pool.shutdown(wait=False, cancel_futures=True)
-            if manager is not None:
-                manager.join(timeout=5.0)
 
 
 def default_num_jobs() -> int:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.capacity.bisection import CapacitySearch, SearchOutcome, SearchParams
-from analysis.capacity.interrupts import interrupts_held
 from analysis.capacity.point import PointJob, PointResult
+from analysis.process_pools import interrupts_held
 from engine.core.config import ConfigError
 from engine.core.config_args import flag_of
 from sim.config import SimConfig
@@ -393,7 +393,7 @@ def run_sweep(
         for key in keys:
             launch(key)
         while in_flight:
-            # Ctrl-C is held while `wait` runs (it takes every future's lock in turn; see analysis.capacity.interrupts)
+            # Ctrl-C is held while `wait` runs (it takes every future's lock in turn; see analysis.process_pools)
             # and acted on when it returns: within the 0.2 s it waits at most, not when the next simulation finishes.
             with interrupts_held():
                 finished, _ = wait(list(in_flight), timeout=0.2, return_when=FIRST_COMPLETED)

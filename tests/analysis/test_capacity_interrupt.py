@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from analysis.capacity.executors import LocalExecutor
-from analysis.capacity.interrupts import interrupts_held
 from analysis.capacity.point import PointJob
 from analysis.capacity.workload import SessionLibrary, WorkloadParams
+from analysis.process_pools import interrupts_held
 from analysis.slo import parse_slos
 from sim.config import SimConfig
 from traces.schema import load_trace

@@ -146,8 +146,7 @@ def _load_tokenizer(path: str):
     try:
         return AutoTokenizer.from_pretrained(path)
     except Exception as exc:  # transformers raises many types for a missing or broken tokenizer
-        reason = one_line(exc)  # its messages span lines (the first alone ended in "one of: ")
-        reason = reason if len(reason) <= 300 else reason[:300] + "..."
+        reason = one_line(exc, 300)  # its messages span lines (the first alone ended in "one of: ")
         raise ValueError(f"--tokenizer {path}: cannot load it ({reason})") from None
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engine.core.host_memory import host_memory_available
 from engine.core.llm_engine import LLMEngine
-from engine.core.messages import exception_line
+from engine.core.messages import exception_line, one_line
 from engine.core.model_config import ModelShape, generation_eos_token_ids, resolve_model_dir
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
@@ -83,8 +83,7 @@ _PROMPT_TYPES = "expected a string or a list of token ids"
 
 
 def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return one_line(repr(value), 60)
 
 
 def _prompt_list(prompts) -> list:

@@ -81,8 +81,7 @@ class BenchTarget:
 
 
 def _short(text: str) -> str:
-    text = one_line(text)
-    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."
+    return one_line(text, MAX_ERROR_CHARS)
 
 
 def _error_message(status: int, body: bytes) -> str:

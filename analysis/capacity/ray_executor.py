@@ -193,9 +193,7 @@ def _init_with_timeout(ray, address: str, runtime_env: dict, timeout_s: float, a
                 pass
             continue
         # Ray's messages span lines (the server's traceback follows its first line): one line, bounded.
-        detail = one_line(failure) or type(failure).__name__
-        if len(detail) > 300:
-            detail = detail[:297] + "..."
+        detail = one_line(failure, 300) or type(failure).__name__
         raise SweepError(f"--ray {address!r}: cannot connect to the Ray cluster: {detail}")
 
 

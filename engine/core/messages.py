@@ -4,12 +4,16 @@ quote other libraries' messages (transformers', torch's, safetensors', Ray's), w
 from __future__ import annotations
 
 
-def one_line(text: object) -> str:
-    """``text`` (an exception too) with its line breaks and runs of whitespace as single spaces."""
-    return " ".join(str(text).split())
+def one_line(text: object, limit_chars: int | None = None) -> str:
+    """``text`` (an exception too) with its line breaks and runs of whitespace as single spaces; with
+    ``limit_chars``, cut to at most that many characters, ending in "..." where cut (an error body can be a whole
+    HTML page)."""
+    line = " ".join(str(text).split())
+    if limit_chars is None or len(line) <= limit_chars:
+        return line
+    return line[:limit_chars - 3] + "..."
 
 
-def exception_line(exc: BaseException, limit_chars: int = 400) -> str:
+def exception_line(exc: BaseException, limit_chars: int | None = 400) -> str:
     """``exc`` as one line: its type and its message's words, at most ``limit_chars`` characters."""
-    text = one_line(f"{type(exc).__name__}: {exc}")
-    return text if len(text) <= limit_chars else text[:limit_chars - 3] + "..."
+    return one_line(f"{type(exc).__name__}: {exc}", limit_chars)

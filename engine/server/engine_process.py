@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from engine.core.config import EngineConfig
 from engine.core.interrupt import exit_with_parent
-from engine.core.messages import one_line
+from engine.core.messages import exception_line
 from engine.core.sequence import Sequence
 
 _log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def _report(messages: Connection, exc: BaseException) -> None:
     if isinstance(exc, SystemExit):
         line = f"the engine process was stopped by a signal (exit {exc.code})"
     else:  # one line: a message of several (transformers', torch's) broke the server's one-line error
-        line = one_line(f"{type(exc).__name__}: {exc}")
+        line = exception_line(exc, None)
     try:
         messages.send(("error", line))
     except OSError:  # the server is gone (exit_with_parent): nobody to tell

@@ -73,8 +73,7 @@ def load_tokenizer(name_or_path: str | None) -> Any:
         if not path.exists():  # its message spoke of repo ids and internet connections, over several lines
             raise TraceError(f"--tokenizer {name_or_path}: no such directory (nor a tokenizer of that name in the "
                              "local Hugging Face cache); expected a tokenizer directory") from None
-        reason = one_line(exc)  # transformers' messages span lines; an error is one line
-        reason = reason if len(reason) <= 300 else reason[:300] + "..."
+        reason = one_line(exc, 300)  # transformers' messages span lines; an error is one line
         raise TraceError(f"--tokenizer {name_or_path}: cannot load a local tokenizer ({reason})") from None
 
 

@@ -15,9 +15,12 @@ import numpy as np
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
 from traces.errors import TraceError, describe_row
-from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
+from traces.token_synth import hash_id_keys, tokens_from_block_keys, tokens_from_row_array
 
 _INT32_LIMIT = 2**31  # token ids are hashed as int32 (engine.core.block_manager.token_bytes)
+# The block keys of this many rows' hash ids are made at once (rows are synthesised in arrival order, which is row
+# order): numpy's per-call cost paid once per chunk, not per request, without a second copy of a long trace's ids.
+_KEY_CHUNK_ROWS = 1024
 
 
 class RequestMemoryError(TraceError):
@@ -73,6 +76,8 @@ class TraceRequests:
         # synthesis, which the simulator does at every arrival).
         self._hash_ids = (trace._hash_id_offsets if "hash_ids" in requests.columns
                           and "prompt_token_ids" not in requests.columns and 1 <= vocab_size < 2**32 else None)
+        self._keys_chunk = -1  # the chunk of rows whose block keys _keys holds
+        self._keys = np.empty(0, dtype=np.uint64)
         self._by_row = ("hash_ids" not in requests.columns and "prompt_token_ids" not in requests.columns
                         and 1 <= vocab_size < 2**32)
 
@@ -99,8 +104,13 @@ class TraceRequests:
     def _prompt_array(self, i: int) -> array:
         if self._hash_ids is not None and 0 <= i < len(self.prompt_tokens):
             flat, offsets = self._hash_ids
-            tokens = tokens_from_hash_ids_array(flat[offsets[i]:offsets[i + 1]], self.prompt_tokens[i],
-                                                self.trace.hash_block_size, self.vocab_size)
+            chunk = i // _KEY_CHUNK_ROWS
+            first = offsets[chunk * _KEY_CHUNK_ROWS]
+            if chunk != self._keys_chunk:
+                self._keys = hash_id_keys(flat[first:offsets[min((chunk + 1) * _KEY_CHUNK_ROWS, len(offsets) - 1)]])
+                self._keys_chunk = chunk
+            tokens = tokens_from_block_keys(self._keys[offsets[i] - first:offsets[i + 1] - first],
+                                            self.prompt_tokens[i], self.trace.hash_block_size, self.vocab_size)
         elif self._by_row and 0 <= i < len(self.prompt_tokens):
             # The trace's own function for a row with neither stored ids nor hash ids, minus its per-call row
             # lookups in the polars frame (a sixth of this call's cost at every simulated arrival).
@@ -109,7 +119,9 @@ class TraceRequests:
             tokens = self.trace.prompt_token_array(i, self.vocab_size, self.seed)
         if self.vocab_size > _INT32_LIMIT:  # ids past int32 would wrap: the block manager refuses them as a list too
             return self.prompt(i)
-        return array("i", tokens.astype(np.int32).tobytes())
+        prompt = array("i")
+        prompt.frombytes(tokens.astype(np.int32).view(np.uint8))  # from the buffer: no bytes object between
+        return prompt
 
     def sampling_params(self, i: int) -> SamplingParams:
         max_tokens = self.output_tokens[i]

@@ -95,13 +95,26 @@ def tokens_from_hash_ids_array(
     _check_vocab(vocab_size)
     # Only the blocks and positions the prompt reaches: a trace may declare blocks far longer than its prompts
     # (hash_block_size up to 2**31), and the whole first block was 16 GiB of keys.
-    width = min(block_size, max(num_tokens, 0))
     hash_ids = np.asarray(hash_ids, dtype=np.int64)[: -(-num_tokens // block_size) if num_tokens > 0 else 0]
     if len(hash_ids) <= _MAX_SCALAR_KEYS:  # a prompt's few blocks: numpy's per-call cost exceeds the arithmetic
         domain = int(_HASH_DOMAIN)
         keys = np.array([mix64_int((h & _MASK64) ^ domain) for h in hash_ids.tolist()], dtype=np.uint64)
     else:
-        keys = mix64(hash_ids.view(np.uint64) ^ _HASH_DOMAIN)
+        keys = hash_id_keys(hash_ids)
+    return tokens_from_block_keys(keys, num_tokens, block_size, vocab_size)
+
+
+def hash_id_keys(hash_ids: np.ndarray) -> np.ndarray:
+    """The block keys of hash ids (an int64 array), as ``tokens_from_block_keys`` takes them: a trace's keys can be
+    made once for all its rows (traces.requests), the tokens of each row from a slice of them."""
+    return mix64(np.asarray(hash_ids, dtype=np.int64).view(np.uint64) ^ _HASH_DOMAIN)
+
+
+def tokens_from_block_keys(keys: np.ndarray, num_tokens: int, block_size: int, vocab_size: int) -> np.ndarray:
+    """The first ``num_tokens`` tokens of the blocks whose keys (``hash_id_keys``) are ``keys`` (int64 values, for
+    ``vocab_size`` checked by the caller); keys past the prompt's last block are not read."""
+    width = min(block_size, max(num_tokens, 0))
+    keys = keys[: -(-num_tokens // block_size) if num_tokens > 0 else 0]
     if width == 0 or not len(keys):
         return np.empty(0, dtype=np.int64)
     blocks = _to_vocab(keys[:, None], _position_keys(width)[None, :], vocab_size)

@@ -172,3 +172,24 @@ def test_tokens_are_built_from_the_blocks_and_positions_the_prompt_reaches() -> 
     huge = token_synth.tokens_from_hash_ids_array(ids, 10, 2**31, VOCAB)
     assert len(huge) == 10 and np.array_equal(huge, token_synth.tokens_from_hash_ids_array(ids[:1], 10, 64, VOCAB))
     assert len(token_synth.tokens_from_hash_ids_array(ids, 1000, 64, VOCAB)) == 256  # the blocks run out first
+
+
+def test_prompt_array_across_key_chunks_in_any_order(monkeypatch) -> None:
+    """TraceRequests makes the block keys of a chunk of rows at once: rows of several chunks (a chunk of 3 rows here),
+    asked for out of order and again, and the last chunk's partial tail all give the trace's own prompt."""
+    from array import array
+
+    from traces import requests as requests_module
+
+    monkeypatch.setattr(requests_module, "_KEY_CHUNK_ROWS", 3)
+    rng = np.random.default_rng(5)
+    num = 11
+    hash_ids = [rng.integers(-(2**40), 2**40, size=int(n)).tolist() for n in rng.integers(1, 25, size=num)]
+    prompt_tokens = [len(ids) * BLOCK - int(rng.integers(0, BLOCK)) for ids in hash_ids]
+    frame = pl.DataFrame({"request_id": list(range(num)), "arrival_s": [float(i) for i in range(num)],
+                          "prompt_tokens": prompt_tokens, "output_tokens": [1] * num, "hash_ids": hash_ids},
+                         schema_overrides={"hash_ids": pl.List(pl.Int64)})
+    trace = Trace.from_frame(frame, "mem", BLOCK)
+    requests = requests_module.TraceRequests(trace, VOCAB)
+    for row in [10, 0, 5, 3, 4, 9, 1, 10, 2, 6, 7, 8, 0]:
+        assert requests.prompt_array(row) == array("i", trace.prompt_token_ids(row, VOCAB)), row

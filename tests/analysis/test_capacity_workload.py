@@ -61,6 +61,17 @@ def test_stream_keeps_sessions_think_times_and_gives_fresh_ids() -> None:
     assert len(frame) / 200.0 == pytest.approx(3.0, rel=0.15)
 
 
+def test_stream_hash_ids_copy_private_blocks_per_session_copy() -> None:
+    library = SessionLibrary.from_trace(TRACE)
+    # Ids renumbered densely (1, 2, 3, 4, 100 -> 0 .. 4); 100 (4 now) is shared by both sessions, the rest private.
+    assert [ids.tolist() for ids in library.hash_ids] == [[4, 0], [4, 1], [4, 0, 2, 3]]
+    column = library.stream_hash_ids(np.array([2, 1, 0, 2]), np.array([0, 5, 0, 1]))
+    # A private id of copy c becomes id + (c + 1) * 5; the shared one stays 4.
+    assert column.dtype == pl.List(pl.Int64)
+    assert column.to_list() == [[4, 5, 7, 8], [4, 31], [4, 5], [4, 10, 12, 13]]
+    assert library.stream_hash_ids(np.array([], dtype=np.int64), np.array([], dtype=np.int64)).to_list() == []
+
+
 def test_scaled_think_times_shrink_with_the_load_and_seeds_are_reproducible() -> None:
     library = SessionLibrary.from_trace(TRACE)
     trace, _ = steady_trace(library, qps=2.0, duration_s=100.0, warmup_s=0.0, think_times="scale", seed=3)

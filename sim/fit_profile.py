@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt
-from sim.profiled_cost_model import fit_profile, read_profile, write_profile
+from sim.profiled_cost_model import describe_held_out, fit_profile, read_profile, write_profile
 
 
 @exit_130_on_interrupt(EACH_FILE_WHOLE)
@@ -34,9 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as exc:  # both name the file
             parser.exit(2, f"error: {exc}\n")
         held = profile["fit"]["held_out"]
-        print(f"{path}: {len(profile['points'])} points; held-out |error| mean {held['mean_abs_rel_error']:.1%}, "
-              f"p90 {held['p90_abs_rel_error']:.1%}, max {held['max_abs_rel_error']:.1%} "
-              f"by family {held['mean_abs_rel_error_by_family']}")
+        by_family = f" by family {held['mean_abs_rel_error_by_family']}" if held.get("num_points") else ""
+        print(f"{path}: {len(profile['points'])} points; {describe_held_out(held)}{by_family}")
     return 0
 
 

@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from engine.llm import LLM
-    from sim.profiled_cost_model import fit_profile, write_profile
+    from sim.profiled_cost_model import describe_held_out, fit_profile, write_profile
 
     started = time.perf_counter()
     llm = LLM(
@@ -354,9 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_profile(out, profile)
     held = profile["fit"]["held_out"]
-    print(f"{len(points)} grid points in {profile['profile_wall_s']} s; "
-          f"held-out error: mean {held['mean_abs_rel_error']:.1%}, "
-          f"p90 {held['p90_abs_rel_error']:.1%}, max {held['max_abs_rel_error']:.1%} over {held['num_points']} points")
+    print(f"{len(points)} grid points in {profile['profile_wall_s']} s; {describe_held_out(held)}")
     return 0
 
 

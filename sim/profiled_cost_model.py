@@ -475,6 +475,15 @@ def _with_continues_batch(point: dict) -> dict:
     return {**point, "features": {**point["features"], "continues_batch": continues}}
 
 
+def describe_held_out(held: dict) -> str:
+    """The held-out error of a fit (``fit_profile(...)["held_out"]``) in words; a grid too small to hold points out
+    (three or fewer a family) has none, said so."""
+    if not held.get("num_points") or held.get("mean_abs_rel_error") is None:
+        return "no held-out points (every family has 3 or fewer; the fit could not be checked on points it did not see)"
+    return (f"held-out |error| mean {held['mean_abs_rel_error']:.1%}, p90 {held['p90_abs_rel_error']:.1%}, "
+            f"max {held['max_abs_rel_error']:.1%} over {held['num_points']} points")
+
+
 def fit_profile(profile: dict) -> dict:
     """Fit on three of every four grid points per family; report the error on the fourth."""
     check_profile(profile)

@@ -46,6 +46,31 @@ def test_fit_profile_writes_none_when_a_later_profile_is_bad(tmp_path, capsys):
     assert good.read_bytes() == before, "the good profile was rewritten before the bad one was refused"
 
 
+def test_fit_profile_of_a_grid_too_small_to_hold_points_out_says_so(tmp_path, capsys):
+    """Three points or fewer a family leave none held out: ``sim.fit_profile SMALL FULL`` rewrote SMALL, then ended in
+    a TypeError traceback formatting its missing error (exit 1), FULL never refitted."""
+    from sim.fit_profile import main as fit_main
+
+    profile = json.loads(PROFILE.read_text())
+    counts: dict[str, int] = {}
+    points = []
+    for point in profile["points"]:
+        counts[point["family"]] = counts.get(point["family"], 0) + 1
+        if counts[point["family"]] <= 3:
+            points.append(point)
+    small, full = tmp_path / "small.json", tmp_path / "full.json"
+    small.write_text(json.dumps({**profile, "points": points}))
+    full.write_text(json.dumps(profile))
+    full_before = full.read_bytes()
+    assert fit_main([str(small), str(full)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (f"{small}: {len(points)} points; no held-out points (every family has 3 or fewer; the fit could "
+                      "not be checked on points it did not see)")
+    assert out[1].startswith(f"{full}: {len(profile['points'])} points; held-out |error| mean ")
+    assert json.loads(small.read_text())["fit"]["held_out"]["num_points"] == 0
+    assert full.read_bytes() != full_before  # refitted and written too
+
+
 def test_an_empty_host_slowdown_csv_says_it_is_empty(tmp_path, capsys):
     """An empty --host-slowdown CSV was refused as "got None" (the header it lacked)."""
     from cli.sim_replay import main as replay_main

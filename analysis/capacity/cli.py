@@ -113,6 +113,18 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def seed_offset(text: str) -> int:
+    """--seed-offset: the seeds it starts stay below 2**63 (as --seed's), the parquet's int64 seed column; an offset
+    past it made an Int128 column pyarrow cannot read."""
+    from sim.bands import MAX_REPLAYS  # the most searches a configuration runs (--seeds, --bands)
+
+    value = non_negative_int(text)
+    if value + MAX_REPLAYS > 2**63:
+        raise argparse.ArgumentTypeError(f"{value} must be at most 2**63 - {MAX_REPLAYS} (each search's seed is the "
+                                         "offset plus its number, and seeds are below 2**63)")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     value = _converted(text, float, "a number")
     if not (value >= 0 and value != float("inf")):
@@ -232,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     steady.add_argument("--seeds", type=seed_count, default=1,
                         help="independent streams per configuration; the answer is the median max QPS "
                         "(default: %(default)s)")
-    steady.add_argument("--seed-offset", type=non_negative_int, default=0,
+    steady.add_argument("--seed-offset", type=seed_offset, default=0,
                         help="the first stream's seed (default: %(default)s)")
     steady.add_argument("--bands", default=None, metavar="N",
                         help="N seeded searches, each a band replay of sim.replay --bands (its own stream seed, "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,17 +31,25 @@ SECONDS_PER_HOUR = 3600.0
 # A price list is a few lines; a larger "file" is not one (and /dev/zero has no end).
 MAX_PRICE_FILE_BYTES = 2**20
 TOKENS_PER_MILLION = 1e6
+MAX_USD_PER_GPU_HOUR = 1e4  # list prices are a few dollars; far above that is a typo (or a cost of a whole fleet)
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def _parse_price(name: str, text: object, source: str) -> tuple[str, float]:
     try:
         if isinstance(text, bool):  # JSON true is no price (float() read it as 1.0)
             raise TypeError
+        # Plain decimal notation only: float() also takes '1_000' and other scripts' digits ('٣' is 3).
+        if isinstance(text, str) and not _DECIMAL.fullmatch(text.strip()):
+            raise ValueError
         price = float(text)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ValueError(f"{source}: price of {name!r} is {text!r}, expected a number of USD per GPU-hour") from None
-    if not (math.isfinite(price) and price >= 0):
-        raise ValueError(f"{source}: price of {name!r} must be a finite number >= 0, got {text!r}")
+    # A free GPU made every configuration on it cost $0 per million tokens and win every comparison; a price near
+    # the float limit made the cost of two replicas inf, written as no cost at all.
+    if not (math.isfinite(price) and 0 < price <= MAX_USD_PER_GPU_HOUR):
+        raise ValueError(f"{source}: price of {name!r} must be a number of USD per GPU-hour above 0 and at most "
+                         f"{MAX_USD_PER_GPU_HOUR:g}, got {text!r}")
     key = name.strip().lower()
     if key not in GPUS:
         raise ValueError(f"{source}: unknown GPU {name.strip()!r}; supported: {', '.join(GPUS)}")

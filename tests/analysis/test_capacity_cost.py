@@ -71,7 +71,14 @@ def test_load_gpu_costs(tmp_path: Path) -> None:
     [
         ("h900=1", "unknown GPU 'h900'; supported: h200, h100, a100-80g, l40s"),
         ("h200=abc", "price of 'h200' is 'abc'"),
-        ("h200=-1", "must be a finite number >= 0"),
+        ("h200=-1", "^--gpu-cost: price of 'h200' must be a number of USD per GPU-hour above 0 and at most 10000, "
+                    "got '-1'$"),
+        # Each was accepted: a free GPU won every comparison; 1e308 made two replicas' cost inf, written as none;
+        # float() read '1_000' and the Arabic-Indic digit three.
+        ("h200=0", "must be a number of USD per GPU-hour above 0 and at most 10000, got '0'$"),
+        ("h200=1e308", "above 0 and at most 10000, got '1e308'$"),
+        ("h200=1_000", "^--gpu-cost: price of 'h200' is '1_000', expected a number of USD per GPU-hour$"),
+        ("h200=\u0663", "price of 'h200' is '\u0663', expected a number"),
         ("h200", "neither a file nor GPU=USD_PER_HOUR pairs"),
         ("h200=1,l40s", "cannot parse 'l40s'"),
         # Each was accepted: the last price won, or the illustrative list prices were used without a word.

@@ -14,9 +14,41 @@ from typing import NoReturn
 from engine.core.config import ConfigError
 
 
+class _StoreOnce(argparse._StoreAction):
+    """An option that takes a value, given at most once: argparse keeps the last of two, so ``--slo ttft_p90=1s
+    --slo tpot_p90=100ms`` judged by the TPOT limit alone, dropping the TTFT one without a word (lists go in one
+    value, comma-separated, where an option takes one)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        given = getattr(parser, "_options_given", None)
+        if option_string is not None and given is not None:
+            if self.dest in given:
+                first = given[self.dest]
+                named = first if first == option_string else f"{first} ({option_string})"
+                parser.error(f"{named} is given twice; give it once (only the last value would count)")
+            given[self.dest] = option_string
+        super().__call__(parser, namespace, values, option_string)
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line, as every other bad input is: argparse printed the whole
-    usage (some 25 lines) above 'invalid int value: 'nan'', burying the line that says what was wrong."""
+    usage (some 25 lines) above 'invalid int value: 'nan'', burying the line that says what was wrong. An option
+    that takes a value is refused when given twice (``_StoreOnce``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # The default action of this parser and of its argument groups (they share its registry).
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+        self._options_given: dict[str, str] | None = None
+
+    def parse_known_args(self, args=None, namespace=None):
+        outer = self._options_given
+        self._options_given = {}  # dest -> the flag that set it, for this parse
+        try:
+            return super().parse_known_args(args, namespace)
+        finally:
+            self._options_given = outer
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message} (--help lists the options)\n")

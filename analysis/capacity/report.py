@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 from analysis.capacity.cost import ConfigEconomics, replicas_needed_by_family
 from analysis.capacity.plan import CapacityRun
 from analysis.capacity.point import PointResult
-from analysis.capacity.sweep import ANSWER_KINDS, ConfigResult
+from analysis.capacity.sweep import ANSWER, ANSWER_KINDS, ConfigResult
 from analysis.formatting import format_number
 from analysis.report.figures import PALETTE
 from analysis.report.html_page import table_html, write_html
@@ -168,7 +168,7 @@ def max_qps_figure(results: Sequence[ConfigResult]) -> go.Figure:
         chosen = [r for r in results if r.kind == kind and r.max_qps is not None]
         if not chosen:
             continue
-        answer = kind == "converged"
+        answer = kind in ANSWER
         spreads = [r.spread or (r.max_qps, r.max_qps) for r in chosen]
         above = [hi - r.max_qps for r, (_, hi) in zip(chosen, spreads)]
         below = [r.max_qps - lo for r, (lo, _) in zip(chosen, spreads)]

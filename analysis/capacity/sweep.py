@@ -125,14 +125,18 @@ class SeedSearch:
             return "lower_bound"
         if not outcome.converged:
             return "bracket"
-        if self.check is not None and (not self.check.feasible or self.check.qps != outcome.max_qps):
+        if self.check is None:  # --no-duration-check: converged, and nothing said of a longer stream
+            return "unchecked"
+        if not self.check.feasible or self.check.qps != outcome.max_qps:
             return "not_confirmed"
         return "converged"
 
 
-# What a max_qps is, by SeedSearch.kind; only "converged" is an answer to plot as one.
+# What a max_qps is, by SeedSearch.kind; only "converged" and "unchecked" are answers to plot as one.
 ANSWER_KINDS: dict[str, str] = {
     "converged": "converged: the bracket closed to the tolerance and the answer held on a stream twice as long",
+    "unchecked": ("converged, unchecked: the bracket closed to the tolerance; not simulated again on a stream twice "
+                  "as long (--no-duration-check)"),
     "not_confirmed": "not confirmed: the answer missed an SLO or was unstable on a stream twice as long",
     "bracket": "not converged: the search stopped with a bracket wider than the tolerance",
     "lower_bound": "lower bound: every QPS tried passed, so capacity is at least this",
@@ -141,7 +145,9 @@ ANSWER_KINDS: dict[str, str] = {
 
 
 # How a table shows a max QPS of each kind: never a bare number unless it is an answer.
-_KIND_FORMATS: dict[str, str] = {"converged": "{}", "not_confirmed": "{}?", "bracket": "~{}", "lower_bound": ">={}"}
+_KIND_FORMATS: dict[str, str] = {"converged": "{}", "unchecked": "{}", "not_confirmed": "{}?", "bracket": "~{}",
+                                 "lower_bound": ">={}"}
+ANSWER = frozenset({"converged", "unchecked"})  # the kinds of max_qps that are answers (the user chose no 2T check)
 
 
 def answer_text(max_qps: float | None, kind: str) -> str:
@@ -210,8 +216,9 @@ class ConfigResult:
 
     @property
     def is_answer(self) -> bool:
-        """max_qps is a converged, confirmed capacity (not a bound, bracket or unconfirmed value)."""
-        return self.kind == "converged"
+        """max_qps is a converged capacity, confirmed on a stream twice as long unless that check was switched off
+        (not a bound, bracket or unconfirmed value)."""
+        return self.kind in ANSWER
 
     @property
     def max_qps_by_seed(self) -> dict[int, float | None]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from analysis.capacity.bisection import SearchOutcome
 from analysis.capacity.point import PointResult
 from analysis.capacity.sweep import ConfigResult, SeedSearch
@@ -21,10 +23,12 @@ def point_result(qps: float, ttft_p90_ms: float, total_output_tokens: int = 60_0
 
 def config_result(index: int, config: SimConfig, max_qps: float | None, ttft_p90_ms: float = 100.0,
                   bound: bool = False) -> ConfigResult:
-    """A converged answer at max_qps (a failure 1 % above it), or with `bound` a lower bound (nothing failed)."""
+    """A converged answer at max_qps (a failure 1 % above it), confirmed on a stream twice as long, or with `bound`
+    a lower bound (nothing failed)."""
     points = (point_result(max_qps, ttft_p90_ms),) if max_qps is not None else (point_result(1.0, 1e4),)
     verdicts = tuple((p.qps, max_qps is not None) for p in points)
     if max_qps is not None and not bound:
         verdicts += ((max_qps * 1.01, False),)
     outcome = SearchOutcome(max_qps=max_qps, points=verdicts, converged=not bound, monotone=True)
-    return ConfigResult(index, config, f"c{index}", (SeedSearch(0, outcome, points),))
+    checks = (dataclasses.replace(points[0], duration_scale=2.0),) if max_qps is not None and not bound else ()
+    return ConfigResult(index, config, f"c{index}", (SeedSearch(0, outcome, points, checks),))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from analysis.capacity.bisection import SearchParams
 from analysis.capacity.executors import LocalExecutor, SerialExecutor, make_executor
 from analysis.capacity.sweep import (
+    ANSWER_KINDS,
     MAX_DURATION_CHECKS,
     ConfigResult,
     SeedSearch,
@@ -24,6 +26,7 @@ from analysis.capacity.sweep import (
 from analysis.capacity.workload import SessionLibrary, WorkloadParams
 from analysis.slo import parse_slos
 from sim.config import SimConfig
+from tests.analysis.capacity_results import point_result
 from traces.schema import load_trace
 
 TRACE_PATH = Path(__file__).resolve().parents[2] / "traces" / "sharegpt.parquet"
@@ -161,15 +164,24 @@ def _search(seed: int, points: tuple, max_qps, converged: bool = True, check=Non
 def test_answer_kinds_and_the_median_over_seeds() -> None:
     lower = _search(0, ((10.0, True), (20.0, True)), 20.0)
     bracket = _search(1, ((10.0, True), (20.0, False)), 10.0, converged=False)
-    closed = _search(2, ((10.0, True), (10.5, False)), 10.0)
+    check = point_result(10.0, 100.0)
+    closed = _search(2, ((10.0, True), (10.5, False)), 10.0, check=check)  # held at 2T
     nothing = _search(3, ((10.0, False),), None, converged=False)
     assert [s.kind for s in (lower, bracket, closed, nothing)] == ["lower_bound", "bracket", "converged", "none"]
     assert [answer_text(s.max_qps, s.kind) for s in (lower, bracket, closed, nothing)] == [">=20", "~10", "10",
                                                                                           "none"]
-    result = ConfigResult(0, BASE, "x1", (lower, closed, _search(4, closed.outcome.points, 12.0)))
+    # --no-duration-check: the bracket closed, nothing checked at 2T. Still an answer, but not called confirmed.
+    unchecked = _search(5, closed.outcome.points, 10.0)
+    assert unchecked.kind == "unchecked" and answer_text(10.0, "unchecked") == "10"
+    assert ConfigResult(0, BASE, "x1", (unchecked,)).is_answer
+    assert "twice as long (--no-duration-check)" in ANSWER_KINDS["unchecked"]
+    failed_check = _search(6, closed.outcome.points, 10.0, check=dataclasses.replace(check, feasible=False))
+    assert failed_check.kind == "not_confirmed" and not ConfigResult(0, BASE, "x1", (failed_check,)).is_answer
+    twelve = _search(4, closed.outcome.points, 12.0, check=point_result(12.0, 100.0))
+    result = ConfigResult(0, BASE, "x1", (lower, closed, twelve))
     assert result.max_qps == 12.0 and result.spread == (10.0, 20.0)  # the median of 10, 12, 20
     assert result.kind == "lower_bound"  # the least certain seed's kind
-    even = ConfigResult(0, BASE, "x1", (closed, _search(4, closed.outcome.points, 12.0)))
+    even = ConfigResult(0, BASE, "x1", (closed, twelve))
     assert even.max_qps == 10.0 and even.kind == "converged"  # the lower middle value: one that was simulated
 
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -82,7 +83,8 @@ def write_summary(
     summary = summarize(requests, steps, slos, duration_s=meta.get("recorded_duration_s"),
                         timed_by_client=is_timed_by_client(meta))
     summary.update(meta)
-    write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    # allow_nan=False: a NaN would be written as a bare NaN token that no JSON reader but Python's accepts.
+    write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
     if report_title is not None:
         try:
             from analysis.report.replay_report import write_report
@@ -136,6 +138,9 @@ def check_meta(meta: dict, path: Path) -> None:
     if duration_s is not None and not 0 < duration_s <= MAX_TIME_S:  # NaN too: summarize wrote it back, not JSON
         raise ValueError(f"{path}: 'recorded_duration_s' is {duration_s!r}; expected the run's duration, a number of "
                          f"seconds > 0 and at most {MAX_TIME_S:g}")
+    where = non_finite_key(meta.get("config"), "config")
+    if where is not None:  # NaN or Infinity: summarize and compare wrote it back, and JSON has no such number
+        raise ValueError(f"{path}: {where!r} is NaN or Infinity; expected a finite number, a string or null")
     for i, warning in enumerate(meta.get("warnings") or []):
         if not isinstance(warning, dict) or not all(isinstance(warning.get(k), str) for k in ("code", "message")):
             raise ValueError(f"{path}: warnings[{i}] is {str(warning)[:60]}; expected an object with a 'code' and "
@@ -145,6 +150,19 @@ def check_meta(meta: dict, path: Path) -> None:
             check_bands(meta["bands"])
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
+
+
+def non_finite_key(value, name: str) -> str | None:
+    """The key (``config.qps``, ``config.sizes[2]``) of the first NaN or Infinity in ``value``, else None:
+    Python's json reads and writes them, no other JSON reader does."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return name
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite_key(item, f"{name}[{key}]" if isinstance(value, list) else f"{name}.{key}")
+        if found is not None:
+            return found
+    return None
 
 
 def read_slos(run_dir: Path) -> tuple[SLO, ...] | None:

@@ -33,6 +33,7 @@ import polars as pl
 from analysis.console import print_out
 from analysis.metrics import CLIENT_TIMING
 from analysis.outdir import out_folder
+from analysis.runs import non_finite_key
 from analysis.schema import (
     FAILED,
     MAX_TIME_S,
@@ -124,6 +125,10 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
     data = load_json(path)
     missing = [key for key in PER_REQUEST_KEYS if data.get(key) is None]
     if missing:
+        if "cost_model" in data or (path.parent / "requests.parquet").is_file():  # a run's own summary.json
+            raise VllmResultError(f"{path}: a run's summary.json, not a vllm bench serve result; pass the folder "
+                                  f"holding it ({path.parent}), a run folder already, to analysis.compare or "
+                                  "analysis.summarize")
         hint = (" (a summary without per-request data: rerun vllm bench serve with --save-detailed)"
                 if "mean_ttft_ms" in data or "completed" in data else "; expected a vllm bench serve result")
         raise VllmResultError(f"{path}: no {', '.join(repr(k) for k in missing)}{hint}")
@@ -202,6 +207,10 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
     _check_completed(path, data, requests)
     config = {key: data.get(key) for key in ("backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
                                               "burstiness", "max_concurrency", "date", "label") if key in data}
+    where = non_finite_key(config, "config")
+    if where is not None:  # vLLM writes an infinite request rate as "inf"; a NaN here was written into summary.json
+        raise VllmResultError(f"{path}: {where.removeprefix('config.')!r} is NaN or Infinity; expected a finite "
+                              "number, a string or null")
     config["arrival_times_recorded"] = starts is not None
     if chat:  # a summary's ITL figures then differ from the file's: say so where they are read
         config["chat_role_chunks"] = num_role_chunks
@@ -278,9 +287,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.limit is not None and args.trace is None:  # it was ignored without a word
             raise ValueError("--limit applies to --trace (the trace's first N rows were replayed); pass --trace")
         ids = lengths = None
-        if args.trace is not None:
-            ids, lengths = trace_request_ids(args.trace, args.limit)
+        if args.trace is not None:  # every row: --limit is checked against the file's own count below
+            ids, lengths = trace_request_ids(args.trace)
         run = read_vllm_result(path, ids)
+        # The file records every request the benchmark sent, so --limit can only repeat its count: a larger one was
+        # taken as the replay of rows the file never saw (--limit 500 beside 200 requests imported 200, exit 0).
+        if args.limit is not None and args.limit != run.requests.height:
+            raise ValueError(f"--limit {args.limit}, but {path} records {run.requests.height} requests; expected "
+                             f"--limit {run.requests.height} (the trace's first N rows were replayed) or no --limit")
         if lengths is not None:
             check_prompt_lengths(run, path, args.trace, lengths)
         inputs = [Path(args.result)] + ([Path(args.trace)] if args.trace else [])

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from analysis.compare.comparison import check_same_requests, compare_runs, name_positional_requests, write_outputs
-from analysis.compare.inputs import CompareInputError, load_run
+from analysis.compare.inputs import CompareInputError, RunData, load_run
 from analysis.compare.request_join import PER_REQUEST_METRICS, RequestJoin
 from analysis.compare.tables import format_error_table, format_fixed_width, format_rel_error
 from analysis.console import print_out
@@ -32,7 +32,7 @@ def format_request_summary(join: RequestJoin) -> str:
     header = (
         f"requests matched on request_id: {join.num_matched} of {join.num_real} real "
         f"({format_percent(join.matched_share_real)}), {join.num_matched} of {join.num_sim} sim "
-        f"({format_percent(join.matched_share_sim)})"
+        f"({format_percent(join.matched_share_sim)}){join.left_out_note}"
     )
     cells = [("per-request rel. error", "p10", "p50", "p90", "mean |err|", "pairs")]
     stats = join.error_stats()
@@ -72,11 +72,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--require-identical-schedule", action="store_true",
                         help="like --schedule, and exit with code 1 if the schedules differ")
     parser.add_argument("--allow-different-requests", action="store_true",
-                        help="compare runs whose requests differ (other traces, or other --limit), on the request "
-                        "ids they share")
+                        help="compare runs whose requests differ (other traces, or other --limit); per request "
+                        "only the ids they share with the same prompt length (the others are other requests)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists and is not empty")
     parser.add_argument("--no-report", action="store_true", help="skip report.html")
     return parser
+
+
+def check_order(real: RunData, sim: RunData) -> None:
+    """Refuse a simulated REAL_DIR beside a measured SIM_DIR: swapped, every error had the wrong sign and the wrong
+    denominator, and the comparison exited 0. Two simulations, two measured runs, or a run whose summary.json
+    does not say what it is (a hand-made folder) stay allowed."""
+    if real.simulated is True and sim.simulated is False:
+        raise CompareInputError(f"{real.path} is a simulated run (cost model {real.cost_model!r}) and {sim.path} a "
+                                f"measured one ({sim.cost_model!r}); the order is REAL_DIR then SIM_DIR: "
+                                f"python -m analysis.compare {sim.path} {real.path}")
 
 
 def load_and_compare(args: argparse.Namespace, inputs: list[Path]):
@@ -85,6 +95,7 @@ def load_and_compare(args: argparse.Namespace, inputs: list[Path]):
         raise CompareInputError(f"REAL_DIR and SIM_DIR are the same run ({args.real_dir}); compare two runs")
     real = load_run(args.real_dir, "real")
     sim = load_run(args.sim_dir, "sim")
+    check_order(real, sim)
     real, sim = name_positional_requests(real, sim)
     if not args.allow_different_requests:
         check_same_requests(real, sim)

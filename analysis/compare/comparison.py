@@ -156,7 +156,9 @@ def write_outputs(comparison: Comparison, out_dir: Path, report: bool = True) ->
     """Write compare.json, compare.md, compare.parquet and (unless `report` is False) report.html."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "compare.json", out_dir / "compare.md", out_dir / "compare.parquet"]
-    written[0].write_text(json.dumps(comparison.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+    # allow_nan=False: strict JSON (both runs' config is checked on read, see analysis.runs.check_meta).
+    written[0].write_text(json.dumps(comparison.to_dict(), indent=2, default=str, allow_nan=False) + "\n",
+                          encoding="utf-8")
     # A run folder named with a byte that is not UTF-8 is quoted as its \udcff escape, as report.html does.
     written[1].write_text(markdown_document(comparison), encoding="utf-8", errors="backslashreplace")
     write_parquet_frame(comparison.join.frame, written[2])

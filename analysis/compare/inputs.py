@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.metrics import is_timed_by_client
+from analysis.metrics import CLIENT_TIMING, is_timed_by_client
 from analysis.runs import META_KEYS, check_meta
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.json_errors import json_problem
@@ -24,6 +24,10 @@ from sim.files import read_json_input, read_parquet_frame
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
 SUMMARY_FILE = "summary.json"
+# How a run's summary.json cost_model starts when it was simulated (sim.replay: a profile or the roofline, whose name
+# may be followed by the host slowdown it was given), and what engine.replay writes for a run measured on a GPU.
+SIMULATED_COST_MODELS = ("profile:", "roofline-estimate")
+MEASURED_COST_MODEL = "measured"
 
 
 class CompareInputError(Exception):
@@ -57,6 +61,20 @@ class RunData:
         return str(value) if value is not None else None
 
     @property
+    def simulated(self) -> bool | None:
+        """True for a sim.replay run, False for a measured one (engine.replay, traces.bench, an imported vllm bench
+        serve result), None when summary.json does not say (a hand-made folder). A profile's name says "measured"
+        too ("profile:h200/... (measured 2026-12-02)"): only the start of the name tells a simulation."""
+        cost_model = self.cost_model
+        if cost_model is None:
+            return None
+        if cost_model.startswith(SIMULATED_COST_MODELS):
+            return True
+        if cost_model == MEASURED_COST_MODEL or CLIENT_TIMING in cost_model:
+            return False
+        return None
+
+    @property
     def recorded_duration_s(self) -> float | None:
         """The duration the run recorded (an imported vLLM result), used instead of its makespan."""
         value = self.metadata.get("recorded_duration_s")
@@ -82,6 +100,10 @@ class RunData:
 
 
 def _read_parquet(path: Path) -> pl.DataFrame:
+    if path.is_dir():  # was "no such file", beside a folder of that name
+        raise CompareInputError(f"{path}: is a directory; expected a parquet file")
+    if path.exists() and not path.is_file():
+        raise CompareInputError(f"{path}: not a regular file; expected a parquet file")
     if not path.is_file():
         raise CompareInputError(f"{path}: no such file")
     try:

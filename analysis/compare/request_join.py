@@ -41,6 +41,15 @@ class RequestJoin:
     frame: pl.DataFrame
     num_real: int
     num_sim: int
+    num_other_prompts: int = 0  # ids on both sides left out: other prompt lengths, so other requests
+
+    @property
+    def left_out_note(self) -> str:
+        """What the match counts leave out, as a clause to append ("" when nothing was)."""
+        if not self.num_other_prompts:
+            return ""
+        return (f"; {self.num_other_prompts} request ids on both sides left out: other prompt lengths, so other "
+                "requests")
 
     @property
     def num_matched(self) -> int:
@@ -62,6 +71,7 @@ class RequestJoin:
 
     def to_dict(self) -> dict:
         return {"num_real": self.num_real, "num_sim": self.num_sim, "num_matched": self.num_matched,
+                "num_left_out_other_prompt_lengths": self.num_other_prompts,
                 "matched_share_real": self.matched_share_real, "matched_share_sim": self.matched_share_sim,
                 "relative_errors": self.error_stats()}
 
@@ -96,7 +106,8 @@ def _rel_error_expr(column: str) -> pl.Expr:
 
 def join_requests(real_requests: pl.DataFrame, sim_requests: pl.DataFrame, real_name: str = "real",
                   sim_name: str = "sim") -> RequestJoin:
-    """Inner-join two requests tables on `request_id` (as utf8), in the real run's order.
+    """Inner-join two requests tables on `request_id` (as utf8), in the real run's order; ids whose prompt lengths
+    differ are left out (counted in `num_other_prompts`).
 
     Raises `NoCommonRequestsError` naming both runs when no id matches, and
     `CompareInputError` when an id repeats within one run (the pairing would be
@@ -111,7 +122,14 @@ def join_requests(real_requests: pl.DataFrame, sim_requests: pl.DataFrame, real_
             f"no request ids in common between {real_name} ({real.height} requests) and {sim_name} "
             f"({sim.height} requests): were they replays of the same trace?"
         )
-    joined = joined.with_columns(
+    # The same id with another prompt length is another request (runs of two traces both number theirs 0, 1, ...):
+    # paired, --allow-different-requests reported per-request errors of unrelated requests (+507 % E2E). The flag
+    # allows runs of other requests to be compared (their distributions, and per request the ones they share);
+    # a serving engineer reads a per-request error as the same request's, so only those are paired.
+    same = pl.col("prompt_tokens" + REAL_SUFFIX).eq_missing(pl.col("prompt_tokens" + SIM_SUFFIX))
+    paired = joined.filter(same)
+    paired = paired.with_columns(
         _rel_error_expr(f"{key}_s").alias(f"{key}_rel_error") for key in PER_REQUEST_METRICS
     )
-    return RequestJoin(frame=joined, num_real=real.height, num_sim=sim.height)
+    return RequestJoin(frame=paired, num_real=real.height, num_sim=sim.height,
+                       num_other_prompts=joined.height - paired.height)

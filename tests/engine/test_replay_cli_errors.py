@@ -38,7 +38,8 @@ def trace(tmp_path):
 ])
 def test_engine_replay_refuses_before_loading(trace, tmp_path, capsys, args, pattern):
     out = tmp_path / "out"
-    argv = [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", "--device", "cpu", "--out", str(out), *args]
+    base = ["--model", "qwen3-0.6b"] if "--model" not in args else []  # an option is given once
+    argv = [str(trace), *base, "--load-format", "dummy", "--device", "cpu", "--out", str(out), *args]
     assert pattern in cli_error(replay_main, argv, capsys)
     assert not out.exists()
 

@@ -45,9 +45,12 @@ def _count_simulated_requests() -> dict:
     simulate = point.simulate
 
     def counting(trace, *args, **kwargs):
-        counts["requests"] += len(trace)
+        result = simulate(trace, *args, **kwargs)
+        # A run stopped early (a certain SLO miss) simulated the requests that had arrived by then.
+        arrivals_s = trace.requests["arrival_s"]
+        counts["requests"] += len(trace) if result.stopped_s is None else int((arrivals_s <= result.stopped_s).sum())
         counts["calls"] += 1
-        return simulate(trace, *args, **kwargs)
+        return result
 
     point.simulate = counting
     return counts

@@ -14,6 +14,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
+from typing import Protocol
 
 import numpy as np
 import simpy
@@ -58,6 +59,18 @@ def delay_to(now_s: float, target_s: float) -> float | None:
     return None
 
 
+class RunWatch(Protocol):
+    """What may end a simulation before its requests are done (``simulate(watch=...)``): told of each request as it
+    arrives, asked at the times it names whether the run's outcome is already certain (a capacity point that has
+    certainly missed an SLO, ``analysis.capacity.certain_miss``). It only reads the sequences it is given."""
+
+    def arrived(self, index: int, seq: Sequence) -> None: ...
+
+    def next_check_s(self) -> float: ...  # math.inf: no check left
+
+    def check(self, now_s: float) -> bool: ...  # True: stop the run now
+
+
 class SimClock:
     def __init__(self, env: simpy.Environment) -> None:
         self._env = env
@@ -76,6 +89,9 @@ class SimResult:
     wall_s: float
     meta: dict = field(default_factory=dict)
     num_fast_forward_steps: int = 0  # steps advanced in quiet windows; not in describe(): outputs never differ
+    # When a watch stopped the run (simulate(watch=...)): then request_rows also holds a row for each request in
+    # flight (no finish), and none for requests that had not arrived.
+    stopped_s: float | None = None
 
     def requests_table(self):
         from engine.core.records import requests_to_arrow
@@ -180,11 +196,13 @@ def simulate(
     cost_model: CostModel | None = None,
     on_request_done: Callable[[int], None] | None = None,
     fast_forward: bool = True,
+    watch: RunWatch | None = None,
 ) -> SimResult:
     """Run ``trace`` (a ``traces.schema.Trace``) to completion; every request finishes or is rejected.
 
     ``fast_forward`` advances runs of quiet decode steps in one go (``engine.core.quiet_window``); the
-    outputs are identical either way, only faster with it.
+    outputs are identical either way, only faster with it. ``watch`` may stop the run early (``RunWatch``;
+    ``SimResult.stopped_s`` says when); a watch that never stops it changes nothing of its outputs.
     """
     started = time.perf_counter()
     return_freed_memory_promptly()
@@ -365,6 +383,8 @@ def simulate(
             # and before its prompt is built.
             seq = requests.reject_unservable(engines[0], i)
             if seq is not None:
+                if watch is not None:
+                    watch.arrived(i, seq)
                 done([seq])
                 continue
             prompt = requests.prompt_array(i)
@@ -384,6 +404,8 @@ def simulate(
                 index = routed_to[i]
                 next_routed[index] += 1
             seq = requests.add_to(engines[index], i, prompt)
+            if watch is not None:
+                watch.arrived(i, seq)
             if seq.is_finished:  # rejected
                 done([seq])
             wakeup = wakeups[index]
@@ -394,14 +416,41 @@ def simulate(
         next_arrival_s[0] = math.inf
         next_arrival_index[0] = len(requests.arrivals_s)
 
+    def watcher(env: simpy.Environment):
+        """Asks the watch at the times it names; True when it stopped the run. Its own events only add to simpy's
+        queue (each event keeps its place by time, then by when it was scheduled), so the run is the same."""
+        while True:
+            check_s = watch.next_check_s()
+            if check_s == math.inf:
+                return False
+            if check_s > env.now:
+                yield env.timeout(check_s - env.now)
+            if watch.check(env.now):
+                return True
+
     for i in range(len(engines)):
         processes.append(env.process(replica(env, i)))
     env.process(arrivals(env))
-    env.run()
+    stopped_s = None
+    if watch is not None:
+        watching = env.process(watcher(env))
+        env.run(until=watching)
+        if watching.value:
+            stopped_s = env.now
+    if stopped_s is None:
+        env.run()
+    else:
+        for run in runs:  # windows applied lazily: their finishes before now, as the step loop would have them
+            if run is not None:
+                done(run.advance(stopped_s))
     # By finish time, then replica: the order the step loop records them in, except for finishes at the same
     # instant on two replicas (simpy's order, which differs once a window records its finishes at its start).
     rows.sort(key=_FINISH_THEN_REPLICA)
+    if stopped_s is not None:  # the requests in flight, unfinished, after the finished ones
+        rows.extend(request_row(seq) for engine in engines
+                    for seq in (*engine.scheduler.running, *engine.scheduler.waiting))
     result = SimResult(rows, engines, config, sched_config, cost_model_description(cost_model, config.host_slowdown),
                        time.perf_counter() - started)
     result.num_fast_forward_steps = fast_forwarded[0]
+    result.stopped_s = stopped_s
     return result

@@ -3,7 +3,10 @@
 The verdict is `feasible`: the SLO statistics over the measured window hold (`analysis.capacity.slo_check`)
 and the replay is stable over it (`analysis.capacity.stability`). A clearly overloaded load is
 recognised on the first third of the stream and not simulated further (`stopped_early`), where the job asks for
-that probe (`PointJob.probe`).
+that probe (`PointJob.probe`); and a run stops once it has certainly missed a TTFT or queue-time percentile SLO
+(`analysis.capacity.certain_miss`, also `stopped_early`), with the verdict the whole run would have given, where the
+job asks for it (`PointJob.certain_miss`). Both follow the workload's `early_stop` (`--no-early-stop` runs every
+stream in full).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from analysis.capacity.certain_miss import CertainMiss
 from analysis.capacity.slo_check import check_slos
 from analysis.capacity.stability import measure_stability
 from analysis.capacity.workload import EmptyStream, SessionLibrary, WorkloadParams, steady_trace
@@ -42,7 +46,8 @@ class PointJob:
     cost-model offsets, as `sim.replay --bands` varies them). `probe`: simulate the stream's first third first
     and stop there when it is clearly overloaded (with the workload's `early_stop`); a probe that does not stop is
     simulated again as part of the whole stream, so it pays only where overloads are likely (the sweep asks for it
-    while no load of the search has passed)."""
+    while no load of the search has passed). `certain_miss`: stop the run once it has certainly missed an SLO
+    (`analysis.capacity.certain_miss`, with the workload's `early_stop`; the sweep asks for it once a load passed)."""
 
     config: SimConfig
     qps: float
@@ -50,6 +55,7 @@ class PointJob:
     duration_scale: float = 1.0
     band_replay: bool = False
     probe: bool = True
+    certain_miss: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,16 +96,28 @@ class PointResult:
         return self.total_output_tokens / self.num_requests if self.num_requests else 0.0
 
 
-def _judge(trace, job: PointJob, slos: Sequence[SLO], start_s: float, end_s: float, tolerance: float):
+def _judge(trace, job: PointJob, slos: Sequence[SLO], start_s: float, end_s: float, tolerance: float,
+           stop_at_certain_miss: bool = False):
+    """The measured window's requests, stability and SLO check, and when the simulation stopped (None: it ran to the
+    end). ``stop_at_certain_miss`` stops it once an SLO is certainly missed (analysis.capacity.certain_miss): the
+    window is then the part simulated, its requests in flight unfinished, and the SLO check misses as the whole
+    run's would (the requests that decided it are among them)."""
+    watch = (CertainMiss(trace.requests["arrival_s"].to_numpy(), start_s, end_s, slos) if stop_at_certain_miss
+             else None)
     if job.band_replay:
         config, cost_model = band_replay(job.config, job.seed)
-        result = simulate(trace, config, cost_model=cost_model)
+        result = simulate(trace, config, cost_model=cost_model, watch=watch)
     else:
-        result = simulate(trace, job.config)
+        result = simulate(trace, job.config, watch=watch)
     requests = pl.from_arrow(result.requests_table())
-    stability = measure_stability(requests, start_s, end_s, tolerance)
+    stopped_s = result.stopped_s
+    stability = measure_stability(requests, start_s, end_s if stopped_s is None else min(end_s, stopped_s), tolerance)
     measured = requests.filter((pl.col("arrival_s") >= start_s) & (pl.col("arrival_s") < end_s))
-    return measured, stability, check_slos(measured, slos)
+    check = check_slos(measured, slos)
+    if stopped_s is not None and check.meets_slos:  # the watch's reasoning says this cannot be
+        raise RuntimeError(f"a simulation stopped at {stopped_s:g} s as certain to miss {watch.missed.key} meets it "
+                           "over the part simulated")
+    return measured, stability, check, stopped_s
 
 
 def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], job: PointJob
@@ -120,15 +138,20 @@ def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequ
     if workload.early_stop and job.probe:
         probe_end_s = PROBE_FRACTION * duration_s
         probe = trace.head(max(2, int((trace.requests["arrival_s"] < probe_end_s).sum())))
-        measured, stability, check = _judge(probe, job, slos, workload.warmup_fraction * probe_end_s,
-                                            probe_end_s, PROBE_TOLERANCE_FACTOR * workload.stability_tolerance)
+        measured, stability, check, _ = _judge(probe, job, slos, workload.warmup_fraction * probe_end_s,
+                                               probe_end_s, PROBE_TOLERANCE_FACTOR * workload.stability_tolerance)
         stopped_early = not stability.stable and not check.meets_slos
         if stopped_early:
             window_s = probe_end_s * (1 - workload.warmup_fraction)
             return _point(job, measured, stability, check, slos, window_s, len(probe), probe_end_s,
                           workload.warmup_fraction * probe_end_s, stopped_early=True)
-    measured, stability, check = _judge(trace, job, slos, window.start_s, window.end_s,
-                                        workload.stability_tolerance)
+    measured, stability, check, stopped_s = _judge(trace, job, slos, window.start_s, window.end_s,
+                                                   workload.stability_tolerance,
+                                                   workload.early_stop and job.certain_miss)
+    if stopped_s is not None:  # certain to miss an SLO: judged on the part simulated, as a probe's point is
+        arrived = int((trace.requests["arrival_s"] <= stopped_s).sum())
+        return _point(job, measured, stability, check, slos, max(stopped_s - window.start_s, 0.0), arrived,
+                      stopped_s, warmup_s, stopped_early=True)
     return _point(job, measured, stability, check, slos, window.length_s, len(trace), duration_s, warmup_s,
                   stopped_early=False)
 

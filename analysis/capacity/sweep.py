@@ -381,16 +381,22 @@ def run_sweep(
         # seldom stops and is simulated again as the whole stream's first third: on the default sweep of
         # traces/sharegpt.parquet 1 probe of 9 stopped, and probing only before the first pass simulates 81,361
         # requests instead of 97,413 for the same answer (benchmarks/capacity_speed.py).
+        # After a pass, a run stops instead once it has certainly missed an SLO (analysis.capacity.certain_miss): the
+        # loads tried then lie between one that passed and one that failed, just past capacity or well past it, and a
+        # miss is certain after a third to three quarters of the stream (the default sweep: 81,361 -> 65,794 requests
+        # simulated, the same points failing). Not before: a search that never passes recognises an SLO no load can
+        # meet by two loads failing alike, which needs their whole runs (load_independent_failures).
         probe = search.highest_pass is None
         for qps in search.propose():
             waiting[key].add(qps)
-            job = PointJob(configs[key[0]], qps, key[1], band_replay=band_replays, probe=probe)
+            job = PointJob(configs[key[0]], qps, key[1], band_replay=band_replays, probe=probe,
+                           certain_miss=not probe)
             in_flight[executor.submit(job)] = (key, job)
         if search.done:
             answer = search.outcome().max_qps
             if check_duration and answer is not None:  # a QPS that passed: no probe
                 job = PointJob(configs[key[0]], answer, key[1], duration_scale=2.0, band_replay=band_replays,
-                               probe=False)
+                               probe=False, certain_miss=True)
                 in_flight[executor.submit(job)] = (key, job)
                 checking.add(key)
             update_total()

@@ -251,8 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "host-speed episodes and cost-model offsets): max QPS as median and p5-p95 "
                              "(capacity.json max_qps_band); instead of --seeds")
     steady.add_argument("--no-early-stop", action="store_true",
-                        help="simulate clearly overloaded loads in full instead of stopping after a third (the first "
-                             "third is tried alone only while no load of a search has passed)")
+                        help="simulate every load in full: no stop after a third of a clearly overloaded stream "
+                             "(tried only while no load of a search has passed), nor once a TTFT or queue-time SLO is "
+                             "certainly missed (after a load has passed)")
     steady.add_argument("--no-duration-check", action="store_true",
                         help="skip simulating each answer again on a stream twice as long")
     cost = parser.add_argument_group("capacity planning")

@@ -23,6 +23,7 @@ from cli.replay_args import (
     load_trace_for_replay,
     slos_from_args,
 )
+from engine.core.config import ConfigError
 from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.messages import one_line
@@ -142,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
                        "for its last: shift arrival_s to start near 0 (e.g. Unix timestamps minus the first)\n")
     from analysis.report.summary_table import format_summary_table
 
-    note = _cpu_fallback_note(options)
+    try:
+        note = cpu_fallback_note(options, "engine.replay")
+    except ValueError as exc:
+        parser.exit(2, f"error: {exc}\n")
     if note:
         print(note, file=sys.stderr)
     out_dir = Path(args.out)
@@ -167,10 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _cpu_fallback_note(options: EngineOptions) -> str | None:
-    """The line to print when the replay will run on the CPU only because torch sees no CUDA device and no device
-    was chosen (--device auto, the default, which the engine resolves to cuda when available): it ran there for
-    minutes without a word, and recorded CPU step times as if they were a GPU's. None otherwise."""
+def cpu_fallback_note(options: EngineOptions, tool: str) -> str | None:
+    """The line to print when ``tool`` (engine.replay, engine.serve) will run on the CPU only because torch sees no
+    CUDA device and no device was chosen (--device auto, the default, which the engine resolves to cuda when
+    available): it ran there for minutes without a word, and recorded CPU step times as if they were a GPU's. None
+    otherwise. Raises ValueError (naming the option) for an option the CPU cannot take, before the model loads."""
     if options.device != "auto":
         return None
     try:
@@ -179,7 +184,11 @@ def _cpu_fallback_note(options: EngineOptions) -> str | None:
         return None
     if torch.cuda.is_available():
         return None
-    return ("note: torch sees no CUDA device, so engine.replay runs on the CPU (slow; its step times are the CPU's); "
+    try:
+        options.check_device_type("cpu")
+    except ConfigError as exc:
+        raise ValueError(f"--{exc.field.replace('_', '-')}: {exc}") from None
+    return (f"note: torch sees no CUDA device, so {tool} runs on the CPU (slow; its step times are the CPU's); "
             "pass --device cpu to choose it without this note, or run on a GPU host")
 
 

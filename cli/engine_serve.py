@@ -15,6 +15,7 @@ import socket
 import sys
 from pathlib import Path
 
+from cli.engine_replay import cpu_fallback_note
 from cli.replay_args import add_config_groups
 from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.interrupt import EXIT_INTERRUPTED, NOTHING_WRITTEN
@@ -100,9 +101,13 @@ def main(argv: list[str] | None = None) -> int:
             # The model's config is read here too (no torch, milliseconds): a bad --model or --max-model-len was named
             # only after the engine process had started, as "--model M: ValueError: max_model_len=...".
             options.check_model(ModelShape.load(options.model))
+            # engine.replay's note: with --device auto and no CUDA device the server ran on the CPU without a word
+            note = cpu_fallback_note(options, "engine.serve")
             sock = _bind(args.host, args.port)
         except (ValueError, FileNotFoundError) as exc:
             parser.exit(2, f"error: {exc}\n")
+        if note:
+            print(note, file=sys.stderr, flush=True)
         import asyncio
         import functools
 

@@ -5,6 +5,7 @@ Names follow nano-vLLM and vLLM.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 
 from engine.core.config import EngineConfig, check, check_choice, check_int, option
@@ -14,6 +15,10 @@ LOAD_FORMATS = ("auto", "safetensors", "dummy")
 ATTENTION_BACKENDS = ("auto", "triton", "flash_attn", "torch")
 DISTRIBUTED_BACKENDS = ("auto", "nccl", "gloo")
 INT32_LIMIT = 2**31
+# torch keeps a device index in 8 signed bits: cuda:128 became cuda:-128 and cuda:255 plain cuda. Digits only, no
+# leading zero: 'cuda:x', 'cuda:-1', 'cuda:1.5' and 'cuda:0 ' passed the option check and were a torch traceback.
+CUDA_DEVICE = re.compile(r"cuda:(0|[1-9][0-9]{0,2})")
+MAX_CUDA_INDEX = 127
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,12 +51,15 @@ class EngineOptions(EngineConfig):
               f"{self.model!r}",
               "model")
         check(isinstance(self.device, str)
-              and (self.device in ("auto", "cuda", "cpu") or self.device.startswith("cuda:")),
-              f"device must be 'auto', 'cuda', 'cuda:N' or 'cpu', got {self.device!r}", "device")
+              and (self.device in ("auto", "cuda", "cpu") or _cuda_index(self.device) is not None),
+              f"device must be 'auto', 'cuda', 'cuda:N' (N an integer from 0 to {MAX_CUDA_INDEX}) or 'cpu', got "
+              f"{self.device!r}", "device")
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("load_format", self.load_format, LOAD_FORMATS)
         check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         check_choice("distributed_backend", self.distributed_backend, DISTRIBUTED_BACKENDS)
+        if self.device == "cpu":  # 'auto' is checked once resolved (check_device_type), where torch is loaded
+            self.check_device_type("cpu")
         check_int("max_cuda_graph_batch_size", self.max_cuda_graph_batch_size)
         check_int("max_cuda_graph_tokens", self.max_cuda_graph_tokens, minimum=0)
         # The runner hands token offsets, sequence lengths and rows to its kernels as int32 (the simulator, which has
@@ -60,3 +68,21 @@ class EngineOptions(EngineConfig):
             value = getattr(self, name)
             check(value is None or value < INT32_LIMIT,
                   f"{name} must be below 2**31 (token offsets and lengths are int32 in the engine), got {value}", name)
+
+    def check_device_type(self, device_type: str) -> None:
+        """Refuse options the device the engine runs on cannot take (``device``, or what 'auto' resolved to). NCCL on
+        the CPU failed only once tensor-parallel workers had started (init_process_group's device_id error, naming
+        no option), and with one process it was silently ignored."""
+        if self.distributed_backend == "nccl" and device_type != "cuda":
+            device = (f"device={self.device!r}" if self.device != "auto"
+                      else f"device='auto' is {device_type} here (torch sees no CUDA device)")
+            check(False, f"distributed_backend 'nccl' needs a CUDA device, and {device}; use 'gloo' (or 'auto') on "
+                         f"{device_type}", "distributed_backend")
+
+
+def _cuda_index(device: str) -> int | None:
+    """N of a well-formed 'cuda:N' that torch can hold; None for anything else."""
+    match = CUDA_DEVICE.fullmatch(device)
+    if match is None or int(match.group(1)) > MAX_CUDA_INDEX:
+        return None
+    return int(match.group(1))

@@ -159,6 +159,7 @@ class TensorParallelRunner(ModelRunner):
             raise RuntimeError("a tensor-parallel engine already runs in this process; close it first")
         world_size = options.tensor_parallel_size
         device = _device_for(options, 0)
+        options.check_device_type(device.type)  # --distributed-backend nccl where 'auto' found no GPU: before spawning
         if device.type == "cuda" and torch.cuda.device_count() < world_size:
             raise ValueError(
                 f"tensor_parallel_size={world_size} needs {world_size} GPUs; torch sees {torch.cuda.device_count()}"

@@ -24,6 +24,7 @@ from cli.replay_args import (
 )
 from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.messages import escape_controls
 from sim.config import SimConfig
 from sim.limits import format_warnings, queued_replicas, run_warnings
 from sim.memory import reusing_freed_memory
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         config.resolved_for(shape)  # fail on bad options before simulating
         make_cost_model(config, shape)
     except (ValueError, FileNotFoundError) as exc:
-        parser.exit(2, f"error: {exc}\n")
+        parser.exit(2, f"error: {escape_controls(exc)}\n")  # a path's newline too: one line
     out_dir = Path(args.out) if args.out else default_out_dir("sim", Path(args.trace).stem)
     try:
         # Made now, so a bad --out fails at once; never over an input.

@@ -114,20 +114,31 @@ def _check_args(args: argparse.Namespace) -> None:
 _ENDPOINT_SUFFIXES = ("/completions", "/models", "/health", "/metrics")
 
 
-def early_stops_warning(results: list[BenchResult], requests) -> dict | None:
-    """A summary warning when finished requests stopped before the output length the trace asks for: the replay
+def early_stops_warnings(results: list[BenchResult], requests) -> list[dict]:
+    """Summary warnings when finished requests stopped before the output length the trace asks for: the replay
     sends ignore_eos, and a server that does not honour it (or a stop token) ends them early, so the workload was
     not the trace's and a comparison with a simulated replay compares other requests (it checks prompt lengths
-    only)."""
+    only). A server's limit (finish reason 'length' short of max_tokens) cuts them too: those are recorded as cut."""
+    warnings = []
     short = [(r, q.max_tokens) for r, q in zip(results, requests) if r.ok and r.finish_reason == "stop"
              and r.output_tokens is not None and r.output_tokens < q.max_tokens]
-    if not short:
-        return None
-    example, asked = short[0]
-    return {"code": "outputs_shorter_than_trace", "value": len(short),
+    if short:
+        example, asked = short[0]
+        warnings.append({
+            "code": "outputs_shorter_than_trace", "value": len(short),
             "message": f"{len(short)} of {len(results)} requests stopped before the output length the trace asks for "
                        f"(e.g. request {example.request_id!r}: {example.output_tokens} of {asked} tokens, finish "
-                       "reason 'stop'): the server did not honour ignore_eos, so the workload was not the trace's"}
+                       "reason 'stop'): the server did not honour ignore_eos, so the workload was not the trace's"})
+    cut = [(r, q.max_tokens) for r, q in zip(results, requests) if r.ok and r.cut_by is not None]
+    if cut:
+        example, asked = cut[0]
+        warnings.append({
+            "code": "outputs_cut_by_the_server", "value": len(cut),
+            "message": f"{len(cut)} of {len(results)} requests were cut before the output length the trace asks for "
+                       f"(e.g. request {example.request_id!r}: {example.output_tokens} of {asked} tokens, finish "
+                       f"reason 'length', recorded as cut by {example.cut_by}): a limit of the server's (its context "
+                       "length) ended them, so the workload was not the trace's"})
+    return warnings
 
 
 def base_url(url: str) -> str:
@@ -186,7 +197,7 @@ def result_rows(results: list[BenchResult], requests, origin_s: float) -> list[t
             result.output_tokens if result.output_tokens is not None else len(times),
             result.cached_tokens,  # only when the server's usage reports it
             None,  # preemptions: unseen by a client
-            result.finish_reason if result.ok else "error",
+            result.recorded_reason,
             None,
             times,
         ))
@@ -294,11 +305,11 @@ def _bench_into(out_dir: Path, url: str, trace, tokenizer, slos, args: argparse.
         "request_timeout_s": args.request_timeout_s, "qps": args.qps, "time_scale": args.time_scale,
         "limit": args.limit, "offline": args.offline,
     }
-    warning = early_stops_warning(results, requests)
+    warnings = early_stops_warnings(results, requests)
     summary = write_run(
         out_dir, requests_table(results, requests, origin_s), StepLog().to_arrow(),
         {"cost_model": f"served over HTTP ({CLIENT_TIMING})", "trace": str(args.trace), "config": config,
-         "warnings": [warning] if warning else []},
+         "warnings": warnings},
         report_title=None if args.no_report else f"Served replay of {Path(args.trace).name}",
         report_subtitle=f"{model} at {url}, timed by the client", slos=slos,
     )

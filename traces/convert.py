@@ -14,6 +14,7 @@ from pathlib import Path
 
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.messages import escape_controls
 from traces.errors import TraceError
 from traces.files import refuse_to_replace
 from traces.formats import FORMATS, ConvertOptions
@@ -85,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="mean request rate: sharegpt and vidur without arrived_at draw seeded Poisson arrivals at this "
         "rate; formats with recorded times are rescaled to it (gaps keep their shape)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed for drawn arrivals and think times")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed for arrivals and think times drawn at --qps (sharegpt; vidur without arrived_at; "
+                             "default 0)")
     defaults = ConvertOptions()
     parser.add_argument(
         "--think-time-s", type=float, default=None,
@@ -117,14 +120,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--think-time-s must be a finite number > 0, got {args.think_time_s}")
     if not 0 <= args.think_time_cv < math.inf:
         parser.error(f"--think-time-cv must be a finite number >= 0, got {args.think_time_cv}")
-    if args.seed < 0:
+    if args.seed is not None and args.seed < 0:
         parser.error(f"--seed must be an integer >= 0, got {args.seed}")
+    # Only drawn arrivals read it: with any other format (or vidur without --qps) it would change nothing either.
+    if args.seed is not None and args.format != "sharegpt" and (args.format != "vidur" or args.qps is None):
+        what = "vidur without --qps keeps its recorded arrivals" if args.format == "vidur" else \
+            f"{args.format} traces record their arrival times"
+        parser.error(f"--seed only applies to arrivals drawn at --qps (sharegpt, and vidur without arrived_at); "
+                     f"{what}, so it would change nothing")
     if args.format != "sharegpt" and sharegpt_only:
         verb = "applies" if len(sharegpt_only) == 1 else "apply"
         parser.error(f"{', '.join(sharegpt_only)} only {verb} to the sharegpt format (its text is tokenized and its "
                      f"turns spaced); {args.format} traces give token counts, not text or conversations")
     options = ConvertOptions(
-        limit=args.limit, tokenizer=args.tokenizer, qps=args.qps, seed=args.seed,
+        limit=args.limit, tokenizer=args.tokenizer, qps=args.qps, seed=0 if args.seed is None else args.seed,
         think_time_s=args.think_time_s, think_time_cv=args.think_time_cv,
     )
     source, output = Path(args.source), Path(args.output)
@@ -137,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         trace, dropped = convert(args.format, args.source, options)
         save_trace(trace, args.output)
     except (TraceError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {escape_controls(exc)}", file=sys.stderr)  # a path's newline too: one line
         return 2
     except OSError as exc:
         print(f"error: -o {args.output}: {exc.strerror or exc}", file=sys.stderr)

@@ -23,9 +23,15 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from engine.core.messages import one_line
+from engine.core.sequence import FinishReason
 
 MAX_ERROR_CHARS = 300  # an error body can be a whole HTML page: keep its start
 SERVED_REASONS = ("stop", "length")  # what an OpenAI server says when a request ran to its end
+# The limits that cut an output, as our server names them in a choice's "cut_by" (its finish reason is "length").
+CUT_REASONS = tuple(r.value for r in FinishReason if r.is_cut)
+# What a "length" short of max_tokens is recorded as when the server names no limit: the context length is the one
+# limit at which OpenAI-compatible servers (vLLM, SGLang) end an output early with "length".
+DEFAULT_CUT_BY = FinishReason.MAX_MODEL_LEN.value
 
 
 @dataclass(frozen=True)
@@ -51,11 +57,19 @@ class BenchResult:
     output_tokens: int | None = None
     cached_tokens: int | None = None
     finish_reason: str | None = None
+    cut_by: str | None = None  # the limit that cut the output short of max_tokens (finish reason "length")
     error: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def recorded_reason(self) -> str:
+        """The run's finish reason: a cut output says it was cut (by which limit), as the engine's records do."""
+        if not self.ok:
+            return "error"
+        return self.cut_by or self.finish_reason
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,8 @@ def _on_event(data: str, result: BenchResult, now_s: float) -> bool:
         reason = choices[0].get("finish_reason") if isinstance(choices[0], dict) else None
         if reason is not None:
             result.finish_reason = str(reason)
+            cut_by = choices[0].get("cut_by")  # our server's extension; kept only when it names a limit
+            result.cut_by = cut_by if cut_by in CUT_REASONS else None
     usage = event.get("usage")
     if isinstance(usage, dict):
         _read_usage(usage, result)
@@ -180,7 +196,7 @@ async def _send(session: aiohttp.ClientSession, target: BenchTarget, request: Be
     else:
         result.error = _usage_problem(request, result)
         if result.error is not None:  # the server's counts are wrong: the run counts the chunks it saw instead
-            result.output_tokens = result.cached_tokens = None
+            result.prompt_tokens = result.output_tokens = result.cached_tokens = None
 
 
 def _usage_problem(request: BenchRequest, result: BenchResult) -> str | None:
@@ -188,6 +204,11 @@ def _usage_problem(request: BenchRequest, result: BenchResult) -> str | None:
     counts, so a wrong one was a silent wrong figure: 1,000 completion tokens reported for 10 streamed made TPOT
     100x too small, 10**6 cached tokens of a 100-token prompt a prefix-cache hit rate of 1,000,000 %."""
     output, chunks = result.output_tokens, len(result.chunk_times_s)
+    if isinstance(request.prompt, list) and result.prompt_tokens is not None \
+            and result.prompt_tokens != len(request.prompt):
+        # Token ids were sent: their number is the prompt's length, whatever the server counts.
+        return (f"the server's usage reports {result.prompt_tokens} prompt tokens for the {len(request.prompt)} "
+                "token ids sent; expected that many")
     if output is not None:
         if output > request.max_tokens:
             return (f"the server's usage reports {output} completion tokens, more than the {request.max_tokens} "
@@ -218,6 +239,12 @@ async def _one(session: aiohttp.ClientSession, target: BenchTarget, request: Ben
         result.error = f"{type(exc).__name__}: {_short(str(exc)) or 'connection lost'}"
     if result.error is None and result.output_tokens is None:
         result.output_tokens = len(result.chunk_times_s)  # no usage chunk: one token per chunk
+    if result.error is None and result.finish_reason == "length" and result.output_tokens < request.max_tokens:
+        # "length" short of max_tokens is a limit of the server's (its context length): counted as a plain "length",
+        # the output was a complete one and the run's summary said no request was cut
+        result.cut_by = result.cut_by or DEFAULT_CUT_BY
+    else:
+        result.cut_by = None  # a "cut_by" on an output that got every token asked for (or failed) cut nothing
     return result
 
 

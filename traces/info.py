@@ -6,6 +6,7 @@ import sys
 
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.messages import escape_controls
 from traces.errors import TraceError
 from traces.schema import load_trace
 
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             trace = load_trace(path)
         except TraceError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {escape_controls(exc)}", file=sys.stderr)  # a path's newline too: one line
             status = 2
             continue
         requests = trace.requests

@@ -50,6 +50,13 @@ class SessionStreams:
         return cls(*(np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(5)))
 
 
+MAX_WARMUP_SESSIONS = 2_000_000
+
+# build_sessions draws the sessions again, started closer together, only when max_context_tokens took more than this
+# share of the turns they drew: less moves the rate by less than its sampling noise over a trace, and leaves the
+# traces drawn before as they were (the committed traces/sharegpt.parquet lost 2 of 6160 turns).
+IGNORED_TURN_SHORTFALL = 0.01
+
 # build_sessions' column of first turns cut to fit max_context_tokens: counted for the summary line, then dropped
 # (it is no part of a trace).
 CUT_COLUMN = "_cut_to_fit"
@@ -74,6 +81,7 @@ class _Block:
     first_block: np.ndarray  # the hash id of the turn's first block
     num_blocks: np.ndarray  # the hash blocks its prompt covers
     cut: np.ndarray  # bool: a first turn cut to fit max_context_tokens
+    drawn_turns: np.ndarray  # one entry per session: the turns it drew, kept or not
 
 
 def _draw_block(config: SessionConfig, streams: SessionStreams, first_session: int, starts_s: np.ndarray,
@@ -88,7 +96,8 @@ def _draw_block(config: SessionConfig, streams: SessionStreams, first_session: i
     num_sessions = len(starts_s)
     # Turns past the most a session can keep were drawn whole and thrown away: --turns fixed:1000000 drew 256
     # million turns (10 GB, over a minute) for a 10-request trace.
-    turns = np.minimum(config.turns.sample(num_sessions, streams.turns), max_kept_turns(config))
+    drawn = config.turns.sample(num_sessions, streams.turns)
+    turns = np.minimum(drawn, max_kept_turns(config))
     total = int(turns.sum())
     if total > _MAX_BLOCK_TURNS:  # blocks are sized to stay below this; only one session this long can pass it
         raise ValueError(f"--turns {config.turns.spec}: a session drew {total:,} turns; expected at most "
@@ -136,7 +145,7 @@ def _draw_block(config: SessionConfig, streams: SessionStreams, first_session: i
     cut = np.zeros(total, dtype=bool)
     cut[firsts] = over
     block = _Block(session + first_session, turn, arrival_s[rows], prompt, answer[rows], base[session], num_blocks,
-                   cut[rows])
+                   cut[rows], drawn)
     return block, first_block_id + int(last_kept.sum())
 
 
@@ -157,11 +166,46 @@ def _kth_smallest(values: np.ndarray, k: int) -> float | None:
 
 
 def build_sessions(
-    num_requests: int, qps: float, arrival_cv: float, config: SessionConfig, seed: int, warmup_s: float
+    num_requests: int, qps: float, arrival_cv: float, config: SessionConfig, seed: int, warmup_s: float | None
 ) -> pl.DataFrame:
-    """The first `num_requests` turns arriving after a warm-up, of sessions started at rate qps / mean turns.
+    """The first `num_requests` turns arriving after a warm-up, of sessions started at rate qps / mean turns
+    kept per session.
 
-    `qps` is the long-run request rate. Sessions start `warmup_s` before the trace window
+    `qps` is the long-run request rate. Sessions start at qps / mean turns; where max_context_tokens ended some
+    early, they kept fewer turns than they drew (--qps 6 with --max-context-tokens 500 gave 1.8 requests/s), and
+    the same sessions are drawn again, started closer together by the share of their turns they kept: each stream
+    draws value after value, so only the start times change, and their think times stay as drawn. ``warmup_s``
+    None: 4 x mean turns kept x mean think time."""
+
+    def warmup(mean_start_gap_s: float, kept_share: float) -> float:
+        lead_s = 4 * config.turns.mean() * kept_share * config.think_time_s if warmup_s is None else warmup_s
+        # Every session started in the warm-up is drawn: bound them, or a huge warm-up (or think time) never ends.
+        warmup_sessions = lead_s / mean_start_gap_s
+        if not warmup_sessions <= MAX_WARMUP_SESSIONS:
+            raise ValueError(
+                f"warmup_s {lead_s:g} at qps {qps:g} would draw {warmup_sessions:.3g} sessions before the "
+                f"trace starts; expected at most {MAX_WARMUP_SESSIONS:,} (lower warmup_s or think_time_s)"
+            )
+        return lead_s
+
+    mean_start_gap_s = config.turns.mean() / qps
+    frame, kept_turns, drawn_turns = _build_sessions(num_requests, mean_start_gap_s, arrival_cv, config, seed,
+                                                     warmup(mean_start_gap_s, 1.0))
+    if kept_turns < (1 - IGNORED_TURN_SHORTFALL) * drawn_turns:
+        kept_share = kept_turns / drawn_turns
+        mean_start_gap_s *= kept_share
+        frame = _build_sessions(num_requests, mean_start_gap_s, arrival_cv, config, seed,
+                                warmup(mean_start_gap_s, kept_share))[0]
+    return frame
+
+
+def _build_sessions(
+    num_requests: int, mean_start_gap_s: float, arrival_cv: float, config: SessionConfig, seed: int, warmup_s: float
+) -> tuple[pl.DataFrame, int, int]:
+    """build_sessions' trace of sessions started ``mean_start_gap_s`` apart on average, and the turns its sessions
+    and those of the warm-up kept and drew.
+
+    Sessions start `warmup_s` before the trace window
     so that it opens in steady state (sessions already mid-conversation) instead of ramping
     up from nothing; turns before the window are dropped and the window is shifted to
     start at 0. Sessions keep being added until no later one could arrive among the first
@@ -170,7 +214,6 @@ def build_sessions(
     session after it, is left out.
     """
     streams = SessionStreams.from_seed(seed)
-    mean_start_gap_s = config.turns.mean() / qps
     blocks: list[_Block] = []
     window_arrivals: list[np.ndarray] = []  # arrivals at or after 0, per block
     # Fewer sessions a block when each may be long, so that a block draws at most _MAX_BLOCK_TURNS turns.
@@ -219,6 +262,9 @@ def build_sessions(
     np.cumsum(num_blocks, out=offsets[1:])
     hash_ids = np.repeat(columns["first_block"][rows] - offsets[:-1], num_blocks) + np.arange(offsets[-1])
     arrival_s = columns["arrival_s"][rows]
+    # Over the sessions up to the stop (the trace's, and those of the warm-up), as the trace is: not the block sizes'.
+    kept_turns = int(np.count_nonzero(columns["session"] < stop))
+    drawn_turns = int(np.concatenate([b.drawn_turns for b in blocks])[:stop].sum())
     return pl.DataFrame({
         "request_id": np.arange(len(rows), dtype=np.int64),
         "arrival_s": arrival_s - arrival_s[0],
@@ -228,4 +274,4 @@ def build_sessions(
         "session_id": columns["session"][rows],
         "turn": columns["turn"][rows],
         CUT_COLUMN: columns["cut"][rows],
-    })
+    }), kept_turns, drawn_turns

@@ -27,7 +27,6 @@ from traces.sessions import CUT_COLUMN, SessionConfig, build_sessions
 from traces.summary import describe
 from traces.validation import MAX_ARRIVAL_S, MAX_HASH_BLOCK_SIZE
 
-MAX_WARMUP_SESSIONS = 2_000_000
 MAX_REQUESTS = 2**32
 
 
@@ -108,17 +107,7 @@ def synthesize_counting_cuts(config: SynthConfig) -> tuple[Trace, int]:
         hash_block_size=config.hash_block_size,
         max_context_tokens=config.max_context_tokens,
     )
-    warmup_s = config.warmup_s
-    if warmup_s is None:
-        warmup_s = 4 * sessions.turns.mean() * config.think_time_s
-    # Every session started in the warm-up is drawn: bound them, or a huge warm-up (or think time) never ends.
-    warmup_sessions = warmup_s * config.qps / sessions.turns.mean()
-    if not warmup_sessions <= MAX_WARMUP_SESSIONS:
-        raise ValueError(
-            f"warmup_s {warmup_s:g} at qps {config.qps:g} would draw {warmup_sessions:.3g} sessions before the "
-            f"trace starts; expected at most {MAX_WARMUP_SESSIONS:,} (lower warmup_s or think_time_s)"
-        )
-    frame = build_sessions(config.num_requests, config.qps, config.arrival_cv, sessions, config.seed, warmup_s)
+    frame = build_sessions(config.num_requests, config.qps, config.arrival_cv, sessions, config.seed, config.warmup_s)
     num_cut = int(frame[CUT_COLUMN].sum()) if CUT_COLUMN in frame.columns else 0
     return Trace.from_frame(frame.drop(CUT_COLUMN, strict=False), source, config.hash_block_size), num_cut
 

@@ -3,6 +3,8 @@ quote other libraries' messages (transformers', torch's, safetensors', Ray's), w
 
 from __future__ import annotations
 
+import unicodedata
+
 
 def one_line(text: object, limit_chars: int | None = None) -> str:
     """``text`` (an exception too) with its line breaks and runs of whitespace as single spaces; with
@@ -12,6 +14,12 @@ def one_line(text: object, limit_chars: int | None = None) -> str:
     if limit_chars is None or len(line) <= limit_chars:
         return line
     return line[:limit_chars - 3] + "..."
+
+
+def escape_controls(text: object) -> str:
+    """``text`` with its control characters escaped as repr writes them (a newline as \\n): a file name holding a
+    newline, quoted in an error, printed that error over two lines."""
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in str(text))
 
 
 def exception_line(exc: BaseException, limit_chars: int | None = 400) -> str:

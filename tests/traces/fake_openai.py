@@ -32,6 +32,8 @@ class FakeOpenAI:
     usage_override: dict = field(default_factory=dict)  # usage fields replaced as given (a server's wrong counts)
     json_answer: bool = False  # one JSON body instead of an event stream (a server that ignores "stream": true)
     stop_after: int | None = None  # at most this many tokens, then finish reason "stop" (a server ignoring ignore_eos)
+    cut_after: int | None = None  # at most this many tokens, then finish reason "length" (a server's context limit)
+    cut_by: str | None = None  # sent in the choice that finishes a cut output, as our server does
     # max_tokens -> "400", "500" or "drop" (the connection closes after the first token)
     failures: dict[int, str] = field(default_factory=dict)
     model: str = "fake-model"
@@ -72,6 +74,8 @@ class FakeOpenAI:
             num_tokens = int(body["max_tokens"])
             stops = self.stop_after is not None and self.stop_after < num_tokens
             num_tokens = self.stop_after if stops else num_tokens
+            cut = self.cut_after is not None and self.cut_after < num_tokens
+            num_tokens = self.cut_after if cut else num_tokens
             await asyncio.sleep(self.ttft_s)
             for i in range(num_tokens):
                 if i:
@@ -81,6 +85,8 @@ class FakeOpenAI:
                          "choices": [{"index": 0, "text": f" t{i}",
                                       "finish_reason": ("stop" if stops else "length") if last and not self.finish_chunk
                                       else None}]}
+                if last and cut and self.cut_by is not None:
+                    chunk["choices"][0]["cut_by"] = self.cut_by
                 await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 if last and self.finish_chunk:
                     await asyncio.sleep(self.itl_s)

@@ -171,8 +171,9 @@ def test_bad_configs() -> None:
         SynthConfig(num_requests=1, qps=0.0)
 
 
-def _sessions_one_at_a_time(num_requests, qps, arrival_cv, config, seed, warmup_s):
-    """The session-at-a-time builder the vectorised one replaced: its reference, draw for draw."""
+def _sessions_one_at_a_time(num_requests, mean_start_gap_s, arrival_cv, config, seed, warmup_s):
+    """The session-at-a-time builder the vectorised one replaced: its reference, draw for draw (sessions started
+    ``mean_start_gap_s`` apart on average)."""
     import polars as pl
 
     from engine.core.config import cdiv
@@ -216,7 +217,7 @@ def _sessions_one_at_a_time(num_requests, qps, arrival_cv, config, seed, warmup_
 
     session_id, next_start_s = 0, -warmup_s
     while True:
-        for gap_s in gamma_gaps_s(256, config.turns.mean() / qps, arrival_cv, streams.starts):
+        for gap_s in gamma_gaps_s(256, mean_start_gap_s, arrival_cv, streams.starts):
             kth = kth_arrival_s() if next_start_s >= 0 else None
             if kth is not None and next_start_s > kth:
                 break
@@ -241,11 +242,16 @@ def _sessions_one_at_a_time(num_requests, qps, arrival_cv, config, seed, warmup_
     {"num_requests": 1},
 ])
 def test_multi_turn_sessions_are_those_drawn_one_at_a_time(options, monkeypatch) -> None:
-    from traces import synth
+    from traces import sessions
 
     config = SynthConfig(**{"num_requests": 2500, "qps": 40.0, "multi_turn": True, "seed": 3, **options})
     vectorised = synthesize(config).requests
-    monkeypatch.setattr(synth, "build_sessions", _sessions_one_at_a_time)
+    build = sessions._build_sessions
+
+    def reference(*args):  # its sessions, with the counts of turns kept and drawn that set the second pass's starts
+        return _sessions_one_at_a_time(*args), *build(*args)[1:]
+
+    monkeypatch.setattr(sessions, "_build_sessions", reference)
     assert vectorised.equals(synthesize(config).requests)
 
 

@@ -132,7 +132,10 @@ class HostSpeedTimeline:
         text = StringIO(newline="")
         writer = csv.writer(text)
         writer.writerow(["start_s", "slowdown"])
-        writer.writerows((round(t, 3), round(s, 4)) for t, s in zip(self.starts_s, self.slowdowns))
+        # Starts to 12 significant digits, not 3 decimals: windows under 1 ms got equal starts (a file load_csv
+        # refuses) and shifted by up to 0.5 ms. Twelve tell apart the MAX_WINDOWS starts of any window length and
+        # keep w * window_s readable (0.3, not 0.30000000000000004).
+        writer.writerows((float(f"{t:.12g}"), round(s, 4)) for t, s in zip(self.starts_s, self.slowdowns))
         write_text_atomic(Path(path), text.getvalue())
 
 

@@ -3,6 +3,8 @@ the note both print when --device auto finds no CUDA device."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import polars as pl
 import pytest
 
@@ -52,12 +54,17 @@ def no_load(monkeypatch):
     monkeypatch.setattr(engine.server.engine_client, "EngineClient", Client)
 
 
+# engine.serve's half needs the server's extra (a host without it, the GPU machine, is refused for that first).
+needs_server = pytest.mark.skipif(importlib.util.find_spec("fastapi") is None, reason="needs fastapi ('.[serve]')")
+
+
 def _replay(trace, tmp_path, *args):
     return [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", "--out", str(tmp_path / "out"), *args]
 
 
 # torch's "RuntimeError: Invalid device string" traceback (replay), or "--model ...: RuntimeError" after the engine
 # process had started (serve)
+@needs_server
 @pytest.mark.parametrize("device", ["cuda:x", "cuda:-1", "cuda:0 ", "cuda:1.5", "cuda:00", "cuda:128", "gpu"])
 def test_a_malformed_device_is_refused_by_both_tools(trace, tmp_path, capsys, no_load, device):
     line = DEVICE_LINE.format(device)
@@ -71,6 +78,7 @@ def test_well_formed_devices_are_accepted(device):
     assert EngineOptions(device=device).device == device
 
 
+@needs_server
 @pytest.mark.parametrize("tp", [[], ["--tensor-parallel-size", "2"]])  # TP 1 ignored it; TP 2 failed in a worker
 def test_nccl_on_the_cpu_is_refused_by_both_tools(trace, tmp_path, capsys, no_load, tp):
     args = ["--device", "cpu", "--distributed-backend", "nccl", *tp]
@@ -78,6 +86,7 @@ def test_nccl_on_the_cpu_is_refused_by_both_tools(trace, tmp_path, capsys, no_lo
     assert cli_error(serve_main, ["--port", "0", *args], capsys) == NCCL_ON_CPU
 
 
+@needs_server
 def test_nccl_where_auto_finds_no_gpu_is_refused_by_both_tools(trace, tmp_path, capsys, no_load, monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -102,6 +111,7 @@ def test_nccl_where_auto_finds_no_gpu_is_refused_before_workers_start(monkeypatc
     assert str(info.value) == NCCL_ON_AUTO.removeprefix("error: --distributed-backend: ")
 
 
+@needs_server
 @pytest.mark.parametrize(("device", "cuda", "noted"), [
     ([], False, True),  # served on the CPU with only "serving on ..."
     (["--device", "cpu"], False, False),

@@ -119,26 +119,29 @@ def early_stops_warnings(results: list[BenchResult], requests) -> list[dict]:
     sends ignore_eos, and a server that does not honour it (or a stop token) ends them early, so the workload was
     not the trace's and a comparison with a simulated replay compares other requests (it checks prompt lengths
     only). A server's limit (finish reason 'length' short of max_tokens) cuts them too: those are recorded as cut."""
+    pairs = [(r, q.max_tokens) for r, q in zip(results, requests) if r.ok]
+    short = [(r, asked) for r, asked in pairs
+             if r.finish_reason == "stop" and r.output_tokens is not None and r.output_tokens < asked]
+    cut = [(r, asked) for r, asked in pairs if r.cut_by is not None]
     warnings = []
-    short = [(r, q.max_tokens) for r, q in zip(results, requests) if r.ok and r.finish_reason == "stop"
-             and r.output_tokens is not None and r.output_tokens < q.max_tokens]
     if short:
-        example, asked = short[0]
-        warnings.append({
-            "code": "outputs_shorter_than_trace", "value": len(short),
-            "message": f"{len(short)} of {len(results)} requests stopped before the output length the trace asks for "
-                       f"(e.g. request {example.request_id!r}: {example.output_tokens} of {asked} tokens, finish "
-                       "reason 'stop'): the server did not honour ignore_eos, so the workload was not the trace's"})
-    cut = [(r, q.max_tokens) for r, q in zip(results, requests) if r.ok and r.cut_by is not None]
+        warnings.append(_short_outputs_warning("outputs_shorter_than_trace", short, len(results), "stopped",
+                                               "finish reason 'stop'", "the server did not honour ignore_eos"))
     if cut:
-        example, asked = cut[0]
-        warnings.append({
-            "code": "outputs_cut_by_the_server", "value": len(cut),
-            "message": f"{len(cut)} of {len(results)} requests were cut before the output length the trace asks for "
-                       f"(e.g. request {example.request_id!r}: {example.output_tokens} of {asked} tokens, finish "
-                       f"reason 'length', recorded as cut by {example.cut_by}): a limit of the server's (its context "
-                       "length) ended them, so the workload was not the trace's"})
+        warnings.append(_short_outputs_warning(
+            "outputs_cut_by_the_server", cut, len(results), "were cut",
+            f"finish reason 'length', recorded as cut by {cut[0][0].cut_by}",
+            "a limit of the server's (its context length) ended them"))
     return warnings
+
+
+def _short_outputs_warning(code: str, found: list, num_results: int, verb: str, how: str, why: str) -> dict:
+    """A warning about ``found`` (result, tokens asked) pairs whose outputs ended short of the trace's lengths."""
+    example, asked = found[0]
+    return {"code": code, "value": len(found),
+            "message": f"{len(found)} of {num_results} requests {verb} before the output length the trace asks for "
+                       f"(e.g. request {example.request_id!r}: {example.output_tokens} of {asked} tokens, {how}): "
+                       f"{why}, so the workload was not the trace's"}
 
 
 def base_url(url: str) -> str:

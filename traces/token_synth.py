@@ -111,8 +111,8 @@ def hash_id_keys(hash_ids: np.ndarray) -> np.ndarray:
 
 
 def tokens_from_block_keys(keys: np.ndarray, num_tokens: int, block_size: int, vocab_size: int) -> np.ndarray:
-    """The first ``num_tokens`` tokens of the blocks whose keys (``hash_id_keys``) are ``keys`` (int64 values, for
-    ``vocab_size`` checked by the caller); keys past the prompt's last block are not read."""
+    """The first ``num_tokens`` tokens (int64 values in [0, vocab_size), the vocabulary checked by the caller) of the
+    blocks whose uint64 keys (``hash_id_keys``) are ``keys``; keys past the prompt's last block are not read."""
     width = min(block_size, max(num_tokens, 0))
     keys = keys[: -(-num_tokens // block_size) if num_tokens > 0 else 0]
     if width == 0 or not len(keys):

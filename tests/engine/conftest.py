@@ -55,3 +55,14 @@ def tiny_qwen2(tmp_path_factory):
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                 proj.bias.normal_(0, 0.3)
     return _save(model, tmp_path_factory.mktemp("qwen2")), model
+
+
+@pytest.fixture
+def trace(tmp_path):
+    """A two-request trace for the command lines' refusals (a module may define its own ``trace``)."""
+    import polars as pl
+
+    path = tmp_path / "t.parquet"
+    pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "prompt_tokens": [3, 4],
+                  "output_tokens": [1, 1]}).write_parquet(path)
+    return path

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 
-import polars as pl
 import pytest
 
 from cli.engine_replay import main as replay_main
@@ -21,14 +20,6 @@ NCCL_ON_AUTO = ("error: --distributed-backend: distributed_backend 'nccl' needs 
                 "cpu here (torch sees no CUDA device); use 'gloo' (or 'auto') on cpu")
 NOTE = ("note: torch sees no CUDA device, so {} runs on the CPU (slow; its step times are the CPU's); pass --device "
         "cpu to choose it without this note, or run on a GPU host")
-
-
-@pytest.fixture
-def trace(tmp_path):
-    path = tmp_path / "t.parquet"
-    pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "prompt_tokens": [3, 4],
-                  "output_tokens": [1, 1]}).write_parquet(path)
-    return path
 
 
 @pytest.fixture

@@ -9,14 +9,6 @@ from cli.engine_replay import main as replay_main
 from tests.traces.helpers import cli_error
 
 
-@pytest.fixture
-def trace(tmp_path):
-    path = tmp_path / "t.parquet"
-    pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "prompt_tokens": [3, 4],
-                  "output_tokens": [1, 1]}).write_parquet(path)
-    return path
-
-
 @pytest.mark.parametrize(("args", "pattern"), [
     (["--temperature", "nan"], "--temperature"),  # failed only after the model had loaded
     (["--temperature", "-1"], "--temperature"),

@@ -37,6 +37,8 @@ SLOS = parse_slos("ttft_p90=500ms,tpot_p90=50ms")
 PARAMS = SearchParams(start_qps=6.0, tolerance=0.1, max_iterations=8)
 # Streams of 20 s or 150 requests: far too short for a real answer, long enough to test the machinery.
 WORKLOAD = WorkloadParams(min_duration_s=20.0, min_requests=150)
+# The probe's measured window (the stream's first third after its warm-up) must hold PROBE_MIN_REQUESTS arrivals.
+PROBE_WORKLOAD = WorkloadParams(min_duration_s=20.0, min_requests=600)
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +214,7 @@ class _RecordingExecutor(SerialExecutor):
 def test_the_early_stop_probe_runs_only_while_no_load_has_passed(small_trace) -> None:
     """A probe that does not stop is simulated again as the stream's first third: it pays only above capacity by a
     margin, which a QPS cannot be once a load at least half of it has passed."""
-    executor = _RecordingExecutor(small_trace, WORKLOAD, SLOS)
+    executor = _RecordingExecutor(small_trace, PROBE_WORKLOAD, SLOS)
     (result,) = run_sweep(expand_configs(BASE, {}), SearchParams(start_qps=200.0, tolerance=0.1, max_iterations=8),
                           executor)
     (search,) = result.searches
@@ -231,8 +233,22 @@ def test_the_early_stop_probe_runs_only_while_no_load_has_passed(small_trace) ->
 def test_a_job_without_the_probe_simulates_an_overloaded_stream_whole(small_trace) -> None:
     from analysis.capacity.point import PointJob, evaluate_point
 
-    probed = evaluate_point(small_trace, WORKLOAD, SLOS, PointJob(BASE, 200.0, 0))
-    whole = evaluate_point(small_trace, WORKLOAD, SLOS, PointJob(BASE, 200.0, 0, probe=False))
+    probed = evaluate_point(small_trace, PROBE_WORKLOAD, SLOS, PointJob(BASE, 200.0, 0))
+    whole = evaluate_point(small_trace, PROBE_WORKLOAD, SLOS, PointJob(BASE, 200.0, 0, probe=False))
     assert probed.stopped_early and not whole.stopped_early
     assert not probed.feasible and not whole.feasible
     assert probed.stream_requests < whole.stream_requests and whole.stream_duration_s > probed.stream_duration_s
+
+
+def test_no_probe_judges_a_window_of_a_few_dozen_requests(small_trace, monkeypatch) -> None:
+    """A probe over fewer than PROBE_MIN_REQUESTS measured arrivals is not run: the same overloaded job on a
+    150-request stream (a probe window of ~37) is simulated whole, as if it had asked for no probe."""
+    from analysis.capacity.point import PROBE_MIN_REQUESTS, PointJob, evaluate_point
+
+    short = WorkloadParams(min_duration_s=0.0, min_requests=150)
+    assert short.min_requests * (1 - short.warmup_fraction) / 3 < PROBE_MIN_REQUESTS
+    probed = evaluate_point(small_trace, short, SLOS, PointJob(BASE, 200.0, 0))
+    whole = evaluate_point(small_trace, short, SLOS, PointJob(BASE, 200.0, 0, probe=False))
+    assert not probed.feasible and not probed.stopped_early and probed == whole
+    monkeypatch.setattr("analysis.capacity.point.PROBE_MIN_REQUESTS", 0)  # without the guard it would have stopped
+    assert evaluate_point(small_trace, short, SLOS, PointJob(BASE, 200.0, 0)).stopped_early

@@ -15,7 +15,7 @@ from engine.core.llm_engine import LLMEngine
 from engine.core.messages import exception_line, one_line
 from engine.core.model_config import ModelShape, generation_eos_token_ids, resolve_model_dir
 from engine.core.sampling_params import SamplingParams
-from engine.core.sequence import Sequence
+from engine.core.sequence import FinishReason, Sequence
 from engine.options import EngineOptions
 
 Prompt = str | list[int]
@@ -259,7 +259,11 @@ class LLM:
 
     def _output(self, seq: Sequence) -> dict:
         reason = seq.finish_reason.value if seq.finish_reason is not None else None
-        return {"text": self._decode(seq.completion_token_ids), "token_ids": seq.completion_token_ids,
+        token_ids = seq.completion_token_ids
+        # The token that stopped it (an eos, or one of stop_token_ids) is in token_ids but not in the text, as in vLLM
+        # (and the server): a stop token that is plain text ("\n") was in the text.
+        text_ids = token_ids[:-1] if seq.finish_reason is FinishReason.STOP else token_ids
+        return {"text": self._decode(text_ids), "token_ids": token_ids,
                 "finish_reason": reason, "error": seq.error}
 
     def _abort_unfinished(self, seqs: list[Sequence]) -> None:

@@ -120,6 +120,17 @@ def _check_llama3_scaling(scaling: dict, source: str) -> None:
                          f"its 'low_freq_factor' ({numbers['low_freq_factor']})")
 
 
+def _rope_theta(rope: dict, source: str) -> float:
+    """rope_parameters' rope_theta (transformers 5 keeps it there), the default for a top-level one: 10000 where
+    neither is set."""
+    value = rope.get("rope_theta")
+    if value is None:
+        return 10000.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"{source}: rope_parameters' 'rope_theta' is {value!r}; expected a finite number > 0")
+    return float(value)
+
+
 def shipped_models() -> list[str]:
     return sorted(p.parent.name for p in CONFIG_DIR.glob("*/config.json"))
 
@@ -236,7 +247,8 @@ class ModelShape:
             attention_bias=arch == "Qwen2ForCausalLM" or size.flag("attention_bias", False),
             qk_norm=arch == "Qwen3ForCausalLM",
             rms_norm_eps=size.positive_float("rms_norm_eps", 1e-6),
-            rope_theta=size.positive_float("rope_theta", rope.get("rope_theta") or 10000.0),
+            # rope_parameters' rope_theta of 0 was taken for "unset" and became 10000 without a word
+            rope_theta=size.positive_float("rope_theta", _rope_theta(rope, source)),
             rope_scaling=rope_scaling,
             eos_token_ids=size.token_ids("eos_token_id"),
             torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),

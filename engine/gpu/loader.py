@@ -31,6 +31,11 @@ def load_safetensors(model: nn.Module, model_dir: Path) -> None:
             for name in f.keys():
                 if "rotary_emb.inv_freq" in name:
                     continue
+                # A tied model's LM head is its embedding (one parameter): a checkpoint's lm_head.weight, where it has
+                # one, is skipped, as vLLM does. It was loaded into that shared parameter, so whichever of the two came
+                # last was both the embedding and the head: lm_head's, from a shard after the embedding's.
+                if name == "lm_head.weight" and tied:
+                    continue
                 target, shard_id = name, None
                 for fragment, (fused, shard) in packed.items():
                     if f".{fragment}." in name:
@@ -38,8 +43,6 @@ def load_safetensors(model: nn.Module, model_dir: Path) -> None:
                         break
                 param = params.get(target)
                 if param is None:
-                    if name == "lm_head.weight" and tied:
-                        continue
                     raise ValueError(f"{file}: checkpoint tensor {name!r} matches no model parameter")
                 tensor = _read(f, file, name)
                 _check_tensor(file, name, tensor, shape)

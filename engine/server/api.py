@@ -470,7 +470,15 @@ class _Response:
         if choice.finished:  # ended by a stop string: the steps the engine ran before its abort landed add nothing
             return ""
         choice.token_ids.extend(update.new_token_ids)
-        text = choice.detokenizer.add(update.new_token_ids)
+        if update.num_cached_tokens:  # sent with the first token (continuous usage reported 0 until the last)
+            choice.num_cached_tokens = update.num_cached_tokens
+        new_ids = update.new_token_ids
+        if update.finished and update.finish_reason == "stop" and new_ids:
+            # The engine's "stop" is an eos or a stop_token_ids token, its last: its text is left out, as vLLM leaves
+            # it out unless include_stop_str_in_output (refused here). A stop token that is plain text ("\n") was in
+            # the answer; the token stays in token_ids and the usage, as there.
+            new_ids = new_ids[:-1]
+        text = choice.detokenizer.add(new_ids)
         if choice.detokenizer.stopped and not update.finished:  # a stop string ends this choice here
             self.state.engine.abort(stream, update.index, reason="stop")
             choice.finished, choice.finish_reason = True, "stop"

@@ -228,12 +228,16 @@ class _Loop:
             already = seq.num_prompt_tokens + entry[2]
             if len(tokens) == already and not seq.is_finished:
                 continue  # a prompt chunk: nothing sampled yet
+            first = entry[2] == 0
             entry[2] = len(tokens) - seq.num_prompt_tokens
             new = tokens[already:]
             if seq.is_finished:
                 reason = seq.finish_reason.value if seq.finish_reason is not None else None
                 updates.append((entry[0], entry[1], new, True, reason, seq.error, seq.num_prompt_tokens,
                                 seq.num_cached_tokens, Timing(seq.arrival_s, seq.first_scheduled_s, seq.token_times_s)))
+            elif first:  # the prompt's cached tokens are known from its first token on: a stream's usage so far says so
+                updates.append((entry[0], entry[1], new, False, None, None, seq.num_prompt_tokens,
+                                seq.num_cached_tokens))
             else:
                 updates.append((entry[0], entry[1], new))
         return updates

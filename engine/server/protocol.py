@@ -86,6 +86,9 @@ _UNSUPPORTED_EXTENSIONS: dict[str, tuple] = {
     "bad_words": (None, []), "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
     "guided_grammar": (None,), "structured_outputs": (None,),
     "allowed_token_ids": (None,), "logits_processors": (None,), "prompt_embeds": (None,),
+    # vLLM refuses a priority other than 0 unless its scheduler runs the priority policy; here it was ignored, and
+    # a client that asked to go first waited its turn without a word
+    "priority": (None, 0),
 }
 # The same, of vLLM's chat requests only: continue_final_message (the assistant's last message continued rather than
 # answered) and echo (the last message repeated in the answer) changed the output and were silently ignored.

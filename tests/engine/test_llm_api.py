@@ -119,6 +119,20 @@ def test_eos_stops_unless_ignored(tiny_qwen3):
     assert out[0]["token_ids"] == greedy[0]["token_ids"][: greedy[0]["token_ids"].index(stop_at) + 1]
 
 
+def test_a_stop_tokens_text_is_left_out_as_in_vllm(model_with_tokenizer):
+    """The token that stopped an output is in its token_ids, not in its text (vLLM's include_stop_str_in_output
+    false): a stop token of plain text ended the text."""
+    llm = LLM(model_with_tokenizer[0], **OPTIONS)
+    greedy = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+    ids = greedy[0]["token_ids"]
+    stop_at = next(t for t in ids if llm.tokenizer.decode([t]))  # a token with text of its own
+    out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=8, stop_token_ids=(stop_at,)),
+                       use_tqdm=False)[0]
+    kept = ids[: ids.index(stop_at) + 1]
+    assert (out["token_ids"], out["finish_reason"]) == (kept, "stop")
+    assert out["text"] == llm.tokenizer.decode(kept[:-1], skip_special_tokens=True)
+
+
 def test_clear_errors(tiny_qwen3, tmp_path):
     path, _ = tiny_qwen3
     with pytest.raises(ValueError, match="unknown option.*bogus"):

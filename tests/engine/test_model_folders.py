@@ -101,6 +101,23 @@ def test_an_untied_checkpoint_with_its_lm_head_still_loads(tiny_qwen2, tmp_path)
     assert len(outputs[0]["token_ids"]) == 4
 
 
+def test_a_tied_models_lm_head_in_a_later_shard_is_skipped_as_in_vllm(tiny_qwen3, tmp_path):
+    """A tied model's head is its embedding, one parameter: a checkpoint's lm_head.weight was loaded into it, and
+    from a shard after the embedding's it replaced the embedding too (other tokens, without a word). vLLM skips it."""
+    model_dir, _ = tiny_qwen3
+    dest = tmp_path / "sharded"
+    shutil.copytree(model_dir, dest)
+    weights = safetensors_torch.load_file(str(dest / "model.safetensors"))
+    (dest / "model.safetensors").unlink()
+    safetensors_torch.save_file(weights, str(dest / "model-00001-of-00002.safetensors"))
+    head = torch.randn_like(weights["model.embed_tokens.weight"], generator=torch.Generator().manual_seed(5))
+    safetensors_torch.save_file({"lm_head.weight": head}, str(dest / "model-00002-of-00002.safetensors"))
+    prompts = [[1, 2, 3, 4], [7, 8, 9]]
+    expected = LLM(model_dir, device="cpu", max_model_len=128).generate(prompts, GREEDY, use_tqdm=False)
+    outputs = LLM(str(dest), device="cpu", max_model_len=128).generate(prompts, GREEDY, use_tqdm=False)
+    assert [o["token_ids"] for o in outputs] == [o["token_ids"] for o in expected]
+
+
 @pytest.mark.parametrize("extra, expected", [
     ({"tie_word_embeddings": "false"}, "'tie_word_embeddings' is 'false'; expected true or false"),  # was truthy
     ({"attention_bias": 1}, "'attention_bias' is 1; expected true or false"),
@@ -111,6 +128,10 @@ def test_an_untied_checkpoint_with_its_lm_head_still_loads(tiny_qwen2, tmp_path)
      "rope scaling's 'factor' is '8'"),
     ({"rope_scaling": {"rope_type": "llama3", "factor": 8, "original_max_position_embeddings": 64,
                        "low_freq_factor": 4, "high_freq_factor": 4}}, "'high_freq_factor' (4) is not above"),
+
+    # transformers 5's place for it: 0 was read as "unset" and became 10000 without a word
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 0}}, "rope_parameters' 'rope_theta' is 0; expected a"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": False}}, "'rope_theta' is False; expected a finite"),
 ])
 def test_config_values_of_the_wrong_kind_are_refused_by_key(extra, expected):
     base = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,

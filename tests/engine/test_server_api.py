@@ -218,6 +218,18 @@ def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(served) -> N
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 3
 
 
+def test_continuous_usage_says_the_cached_prompt_tokens_from_the_first_chunk(served) -> None:
+    """A prompt served from the prefix cache: every chunk but the last said cached_tokens 0 (the count came only with
+    the choice's last update), the last 16."""
+    client = served()
+    body = {"prompt": list(range(1, 21)), "max_tokens": 3, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    client.post("/v1/completions", json={**body, "stream": False, "stream_options": None})  # fills the cache
+    with client.stream("POST", "/v1/completions", json=body) as r:
+        events = sse_events(r)
+    assert [e["usage"]["prompt_tokens_details"]["cached_tokens"] for e in events[:-1]] == [16] * 4
+
+
 def test_chat_stream_starts_with_the_role(served) -> None:
     client = served(tokenizer=CharTokenizer())
     r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "ab"}], "max_tokens": 3})
@@ -254,6 +266,21 @@ def test_tokens_after_a_stop_string_are_not_counted(served) -> None:
     assert [c["finish_reason"] for c in choices] == ["stop", "length"]
     assert choices[0]["token_ids"] == [1, 2, 3, 4, 5, 6]  # up to the 'g' that completed the stop string
     assert r.json()["usage"]["completion_tokens"] == 6 + 15
+
+
+def test_a_stop_tokens_text_is_left_out_of_the_answer_as_in_vllm(served) -> None:
+    """stop_token_ids end a choice with the token's text left out (vLLM's include_stop_str_in_output false, the only
+    setting here): a stop token of plain text was at the answer's end. It stays in token_ids and the usage."""
+    client = served(tokenizer=CharTokenizer())
+    body = {"prompt": "a", "max_tokens": 10, "stop_token_ids": [4], "return_token_ids": True}
+    r = client.post("/v1/completions", json=body)
+    choice = r.json()["choices"][0]
+    assert (choice["text"], choice["finish_reason"], choice["token_ids"]) == ("bcd", "stop", [1, 2, 3, 4])
+    assert r.json()["usage"]["completion_tokens"] == 4
+    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+        events = sse_events(r)
+    assert "".join(e["choices"][0]["text"] for e in events[:-1]) == "bcd"
+    assert events[-2]["choices"][0]["finish_reason"] == "stop"
 
 
 def hf_tokenizer():

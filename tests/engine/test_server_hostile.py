@@ -141,6 +141,8 @@ def test_chat_messages_reach_the_template_with_their_other_fields(served) -> Non
 @pytest.mark.parametrize(("path", "fields", "param"), [
     ("/v1/chat/completions", {"best_of": 3}, "best_of"),  # vLLM's chat took it; here it was ignored
     ("/v1/completions", {"response_format": {"type": "json_object"}}, "response_format"),  # vLLM's: JSON output
+    ("/v1/completions", {"priority": -5}, "priority"),  # vLLM's priority scheduling: served first-come, silently
+    ("/v1/chat/completions", {"priority": 1}, "priority"),
 ])
 def test_what_would_change_the_answer_is_refused_not_ignored(served, path, fields, param) -> None:
     client = served(tokenizer=CharTokenizer())

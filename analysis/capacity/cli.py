@@ -348,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         print_out(format_table(run))
         num_sims = sum(r.num_simulations for r in run.results)
         where = f"Ray cluster {args.ray}" if args.ray else f"{run.num_jobs} local process(es)"
+        if run.num_run_ahead:
+            where += (f" ({run.num_run_ahead} run ahead of their search's verdicts on idle ones, "
+                      f"{run.num_run_ahead_used} of them used)")
         print_out(f"cost model: {run.cost_model_text}; {num_sims} simulations in {run.wall_s:.1f} s wall on {where}; "
                   f"outputs in {out_dir}/")
     return 0

@@ -75,6 +75,7 @@ class LocalExecutor(Executor):
         with os.fdopen(descriptor, "wb") as file:
             pickle.dump(library, file, protocol=pickle.HIGHEST_PROTOCOL)
         self._pool = spawn_pool(num_jobs, _init_worker, (path, workload, tuple(slos)))
+        self.num_workers = num_jobs  # the sweep runs jobs ahead of their verdicts on the ones it leaves idle
 
     def submit(self, job: PointJob) -> Future:
         # The pool starts its workers in here: born with SIGINT blocked, they cannot be interrupted as they import.

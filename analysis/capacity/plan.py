@@ -14,6 +14,7 @@ import numpy as np
 from analysis.capacity.bisection import START_SIGNIFICANT_DIGITS, SearchParams
 from analysis.capacity.cost import ConfigEconomics, assess, load_gpu_costs
 from analysis.capacity.executors import default_num_jobs, make_executor
+from analysis.capacity.speculation import workers_per_search
 from analysis.capacity.sweep import (
     SWEEP_AXES,
     ConfigResult,
@@ -54,6 +55,8 @@ class CapacityRun:
     seeds: tuple[int, ...]
     num_sessions: int
     band_replays: bool = False
+    num_run_ahead: int = 0  # simulations run ahead of their search's verdicts on idle workers
+    num_run_ahead_used: int = 0  # ... of which a search took the result
 
     @property
     def cost_model_text(self) -> str:
@@ -248,9 +251,10 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
     """Plan, then run the sweep with a progress bar (unless --quiet), then cost it."""
     plan = plan_sweep(parser, args)
     slos: tuple[SLO, ...] = args.slo
-    # More processes than simulations that can run at once would only pay start-up time.
+    # More processes than simulations that can run at once would only pay start-up time: a search's round, and the
+    # jobs a plain bisection may run ahead of its verdicts (analysis.capacity.speculation).
     num_jobs = max(1, min(args.jobs or default_num_jobs(),
-                          len(plan.configs) * len(plan.seeds) * plan.params.candidates_per_round))
+                          len(plan.configs) * len(plan.seeds) * workers_per_search(plan.params.candidates_per_round)))
     try:
         executor = make_executor(plan.library, plan.workload, slos, num_jobs, args.ray, plan.configs,
                                  args.ray_connect_timeout_s)
@@ -263,9 +267,11 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
         bar = tqdm(unit="sim", desc=f"sweeping {len(plan.configs)} configuration(s)", file=sys.stderr,
                    mininterval=0.5)
     started = time.perf_counter()
+    run_ahead: dict = {}
     try:
         results = run_sweep(plan.configs, plan.params, executor, plan.labels, bar, seeds=plan.seeds,
-                            check_duration=not args.no_duration_check, band_replays=plan.band_replays)
+                            check_duration=not args.no_duration_check, band_replays=plan.band_replays,
+                            run_ahead_counts=run_ahead)
     finally:
         if bar is not None:
             bar.close()
@@ -278,4 +284,5 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
         family_labels=plan.family_labels, target_qps=target_qps, gpu_costs=plan.gpu_costs,
         cost_models=plan.cost_models, wall_s=wall_s, num_jobs=num_jobs, workload=plan.workload, seeds=plan.seeds,
         num_sessions=plan.library.num_sessions, band_replays=plan.band_replays,
+        num_run_ahead=run_ahead.get("run_ahead", 0), num_run_ahead_used=run_ahead.get("used", 0),
     )

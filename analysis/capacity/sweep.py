@@ -21,6 +21,7 @@ import numpy as np
 
 from analysis.capacity.bisection import CapacitySearch, SearchOutcome, SearchParams
 from analysis.capacity.point import PointJob, PointResult
+from analysis.capacity.speculation import job_identity, jobs_ahead
 from analysis.process_pools import interrupts_held
 from engine.core.config import ConfigError
 from engine.core.config_args import flag_of
@@ -273,13 +274,15 @@ MAX_DURATION_CHECKS = 3
 
 
 class Executor:
-    """Runs `evaluate_point(library, workload, slos, job)` somewhere; `submit` returns a Future."""
+    """Runs `evaluate_point(library, workload, slos, job)` somewhere; `submit` returns a Future. One with a
+    ``num_workers`` attribute (jobs that run at once) gets jobs run ahead of their verdicts on idle workers."""
 
     def submit(self, job: PointJob) -> Future:
         raise NotImplementedError
 
     def close(self, interrupted: bool = False) -> None:
-        """Release workers; pending work is cancelled, and running work too when ``interrupted``."""
+        """Release workers; pending work is cancelled, and running work too when ``interrupted`` (Ctrl-C, a failed
+        simulation, or jobs run ahead that no search took)."""
 
 
 def superlinear_notes(results: Sequence[ConfigResult], tolerance: float) -> dict[int, str]:
@@ -344,6 +347,7 @@ def run_sweep(
     seeds: Sequence[int] = (0,),
     check_duration: bool = True,
     band_replays: bool = False,
+    run_ahead_counts: dict | None = None,
 ) -> list[ConfigResult]:
     """Search every configuration's max QPS on every seed; searches proceed concurrently on `executor`.
 
@@ -351,7 +355,9 @@ def run_sweep(
     searches converge. `check_duration`: simulate each answer again on a stream twice as long; an answer
     that fails there counts as failed and its search goes on below it (at most MAX_DURATION_CHECKS checks).
     `band_replays`: seed s's search is also band replay s (`sim.bands`), its deployment perturbed as
-    `sim.replay --bands` perturbs it.
+    `sim.replay --bands` perturbs it. An executor with ``num_workers`` (a local pool) runs jobs ahead of their
+    search's verdicts on workers that would idle (`analysis.capacity.speculation`; the same answers):
+    ``run_ahead_counts``, when given, gets how many were (``run_ahead``) and how many of them a search took (``used``).
     """
     labels = list(labels) if labels is not None else [config_label(c, varying_axes(configs)) for c in configs]
     keys = [(index, seed) for index in range(len(configs)) for seed in seeds]
@@ -362,6 +368,14 @@ def run_sweep(
     in_flight: dict[Future, tuple[tuple[int, int], PointJob]] = {}
     worst_case = params.max_iterations + (MAX_DURATION_CHECKS if check_duration else 0)
     checking: set[tuple[int, int]] = set()  # searches whose answer is being simulated twice as long
+    rounds: dict[tuple[int, int], list[PointJob]] = {key: [] for key in keys}  # each search's jobs in flight
+    # Simulations run ahead of their search's verdicts on otherwise idle workers (analysis.capacity.speculation),
+    # by (search, job identity); those no verdict can lead to any more that were running already, until they end.
+    num_workers = getattr(executor, "num_workers", 0)
+    ahead: dict[tuple, Future] = {}
+    abandoned: list[Future] = []
+    ahead_counts = run_ahead_counts if run_ahead_counts is not None else {}
+    ahead_counts.update(run_ahead=0, used=0)
 
     def update_total() -> None:
         """The most simulations still possible: exact for finished searches, the worst case for the others."""
@@ -373,8 +387,9 @@ def run_sweep(
         )
         progress_bar.refresh()
 
-    def launch(key: tuple[int, int]) -> None:
-        search = searches[key]
+    def next_round(key: tuple[int, int], search: CapacitySearch) -> list[PointJob]:
+        """The jobs to submit for ``search`` (key's, or a copy of it run ahead) now that its verdicts are back: its
+        next round's points, or the check of its answer on a stream twice as long once it is done."""
         # The early-stop probe only while no load has passed: until then a QPS may lie any multiple above capacity
         # (the search halves down from it), and a probe that stops saves two thirds of the costliest runs. Once a
         # load passed, every QPS tried is at most twice one that passed and mostly near capacity, where the probe
@@ -387,24 +402,64 @@ def run_sweep(
         # simulated, the same points failing). Not before: a search that never passes recognises an SLO no load can
         # meet by two loads failing alike, which needs their whole runs (load_independent_failures).
         probe = search.highest_pass is None
-        for qps in search.propose():
-            waiting[key].add(qps)
-            job = PointJob(configs[key[0]], qps, key[1], band_replay=band_replays, probe=probe,
-                           certain_miss=not probe)
-            in_flight[executor.submit(job)] = (key, job)
+        config, seed = configs[key[0]], key[1]
+        jobs = [PointJob(config, qps, seed, band_replay=band_replays, probe=probe, certain_miss=not probe)
+                for qps in search.propose()]
         if search.done:
             answer = search.outcome().max_qps
             if check_duration and answer is not None:  # a QPS that passed: no probe
-                job = PointJob(configs[key[0]], answer, key[1], duration_scale=2.0, band_replay=band_replays,
-                               probe=False, certain_miss=True)
-                in_flight[executor.submit(job)] = (key, job)
+                jobs.append(PointJob(config, answer, seed, duration_scale=2.0, band_replay=band_replays,
+                                     probe=False, certain_miss=True))
+        return jobs
+
+    def launch(key: tuple[int, int]) -> None:
+        search = searches[key]
+        rounds[key] = next_round(key, search)
+        for job in rounds[key]:
+            future = ahead.pop((key, job_identity(job)), None)  # simulated ahead: the same job, its result to come
+            if future is None:
+                future = executor.submit(job)
+            else:
+                ahead_counts["used"] += 1
+            in_flight[future] = (key, job)
+            if job.duration_scale == 1.0:
+                waiting[key].add(job.qps)
+            else:
                 checking.add(key)
+        if search.done:
             update_total()
+
+    def run_ahead() -> None:
+        """Fill idle workers with the jobs the searches may submit next (analysis.capacity.speculation); drop the
+        ones run ahead that no verdict can lead to any more."""
+        if not num_workers:
+            return
+        wanted = [(key, job) for key in keys if rounds[key]
+                  for job in jobs_ahead(searches[key], rounds[key], len(checks[key]),
+                                        lambda search, key=key: next_round(key, search), MAX_DURATION_CHECKS)]
+        reachable = {(key, job_identity(job)) for key, job in wanted}
+        for identity in [identity for identity in ahead if identity not in reachable]:
+            future = ahead.pop(identity)
+            if future.cancel():  # never started: not counted as run
+                ahead_counts["run_ahead"] -= 1
+            else:  # already running: it finishes unused, on a worker still busy meanwhile
+                abandoned.append(future)
+        abandoned[:] = [future for future in abandoned if not future.done()]
+        busy = (sum(not f.done() for f in in_flight) + sum(not f.done() for f in ahead.values()) + len(abandoned))
+        for key, job in wanted:
+            if busy >= num_workers:
+                break
+            identity = (key, job_identity(job))
+            if identity not in ahead:
+                ahead[identity] = executor.submit(job)
+                ahead_counts["run_ahead"] += 1
+                busy += 1
 
     update_total()
     try:
         for key in keys:
             launch(key)
+        run_ahead()
         while in_flight:
             # Ctrl-C is held while `wait` runs (it takes every future's lock in turn; see analysis.process_pools)
             # and acted on when it returns: within the 0.2 s it waits at most, not when the next simulation finishes.
@@ -418,6 +473,7 @@ def run_sweep(
                     check = future.result()
                     checks[key].append(check)
                     checking.discard(key)
+                    rounds[key] = []
                     if not check.feasible and len(checks[key]) < MAX_DURATION_CHECKS:
                         searches[key].revise(job.qps)
                         launch(key)
@@ -430,10 +486,17 @@ def run_sweep(
                     search.observe({q: points[key][q].feasible for q in search.pending},
                                    load_independent=load_independent_failures(points[key], search.pending))
                     launch(key)
+            run_ahead()
     except BaseException:  # Ctrl-C or a failed simulation: stop everything still running, now
         executor.close(interrupted=True)
         raise
-    executor.close()
+    # Jobs run ahead that no search took: stopped rather than waited for (a whole simulation, for nothing).
+    for future in ahead.values():
+        if future.cancel():
+            ahead_counts["run_ahead"] -= 1
+        else:
+            abandoned.append(future)
+    executor.close(interrupted=any(not future.done() for future in abandoned))
     results = []
     for index, config in enumerate(configs):
         per_seed = []

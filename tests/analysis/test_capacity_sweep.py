@@ -252,3 +252,67 @@ def test_no_probe_judges_a_window_of_a_few_dozen_requests(small_trace, monkeypat
     assert not probed.feasible and not probed.stopped_early and probed == whole
     monkeypatch.setattr("analysis.capacity.point.PROBE_MIN_REQUESTS", 0)  # without the guard it would have stopped
     assert evaluate_point(small_trace, short, SLOS, PointJob(BASE, 200.0, 0)).stopped_early
+
+
+def _next_round(config, search):
+    """The sweep's own rule for a search's next jobs (run_sweep's next_round), for one seed-0 search."""
+    from analysis.capacity.point import PointJob
+
+    probe = search.highest_pass is None
+    jobs = [PointJob(config, qps, 0, probe=probe, certain_miss=not probe) for qps in search.propose()]
+    if search.done and search.outcome().max_qps is not None:
+        jobs.append(PointJob(config, search.outcome().max_qps, 0, duration_scale=2.0, probe=False, certain_miss=True))
+    return jobs
+
+
+def test_jobs_run_ahead_are_the_next_rounds_of_each_verdict_likelier_first() -> None:
+    from analysis.capacity.bisection import CapacitySearch
+    from analysis.capacity.speculation import jobs_ahead
+
+    search = CapacitySearch(SearchParams(start_qps=10.0, tolerance=0.1, max_iterations=8))
+    (first,) = _next_round(BASE, search)
+    ahead = jobs_ahead(search, [first], 0, lambda s: _next_round(BASE, s), MAX_DURATION_CHECKS)
+    # 10 passes: 20 (no probe once a load passed); fails: 5, probed. Then 20 passes: 40, fails: 15; and below 5,
+    # where everything tried failed, a failure first (2.5, still probed) and then a pass (7.5, between 5 that passed
+    # and 10 that failed).
+    assert [(job.qps, job.probe, job.certain_miss) for job in ahead] == [
+        (20.0, False, True), (5.0, True, False), (40.0, False, True), (15.0, False, True), (2.5, True, False),
+        (7.5, False, True)]
+    assert search.pending == (10.0,) and search.num_evaluated == 0  # looked ahead on copies only
+
+
+def test_runs_ahead_of_a_check_twice_as_long_and_to_the_check_of_a_closing_bracket() -> None:
+    from analysis.capacity.bisection import CapacitySearch
+    from analysis.capacity.speculation import jobs_ahead
+
+    def ahead(search, in_flight, num_checks=0):
+        return [(job.qps, job.duration_scale, job.probe) for job in
+                jobs_ahead(search, [in_flight], num_checks, lambda s: _next_round(BASE, s), MAX_DURATION_CHECKS)]
+
+    search = CapacitySearch(SearchParams(qps_min=10.0, qps_max=11.0, tolerance=0.2, max_iterations=8))
+    search.propose()
+    search.observe({10.0: True, 11.0: False})  # closed: its answer 10 is checked on a stream twice as long
+    (check,) = _next_round(BASE, search)
+    assert (check.qps, check.duration_scale) == (10.0, 2.0)
+    # Confirmed, the search ends; failed, 10 counts as failed and the search halves to 5 (probed: nothing passed),
+    # which passing leads to 7.5 and failing ends (even --qps-min failed).
+    assert ahead(search, check) == [(5.0, 1.0, True), (7.5, 1.0, False)]
+    assert ahead(search, check, num_checks=MAX_DURATION_CHECKS - 1) == []  # the last check allowed: nothing after
+
+    search = CapacitySearch(SearchParams(qps_min=10.0, qps_max=20.0, tolerance=0.2, max_iterations=8))
+    search.propose()
+    search.observe({10.0: True, 20.0: False})
+    (point,) = _next_round(BASE, search)
+    assert point.qps == 15.0
+    # 17.5 or 12.5; then 17.5 closes the bracket either way (its check at 17.5 or at 15), and 12.5 passing closes it.
+    assert ahead(search, point) == [(17.5, 1.0, False), (12.5, 1.0, False), (17.5, 2.0, False), (15.0, 2.0, False),
+                                    (12.5, 2.0, False), (11.25, 1.0, False)]
+
+
+def test_a_sweep_that_runs_jobs_ahead_on_idle_workers_answers_as_a_serial_one(small_trace) -> None:
+    configs = expand_configs(BASE, {})
+    serial = run_sweep(configs, PARAMS, SerialExecutor(small_trace, WORKLOAD, SLOS))
+    counts: dict = {}
+    ahead = run_sweep(configs, PARAMS, LocalExecutor(small_trace, WORKLOAD, SLOS, num_jobs=3), run_ahead_counts=counts)
+    assert [r.searches for r in serial] == [r.searches for r in ahead]
+    assert counts["run_ahead"] >= counts["used"] > 0  # jobs were taken from those run ahead

@@ -100,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         "num_simulations": num_simulations,
         "num_configurations": len(run.results),
         "num_jobs": run.num_jobs,
+        # Simulations run ahead of their search's verdicts on idle workers, and how many a search then took
+        # (analysis.capacity.speculation; none with one process).
+        "num_run_ahead": run.num_run_ahead,
+        "num_run_ahead_used": run.num_run_ahead_used,
         "sweep_wall_s": round(run.wall_s, 2),
         "outputs_wall_s": round(outputs_s, 2),
         "total_wall_s": round(total_s, 2),
@@ -119,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         f"sweep {run.wall_s:.1f} s, outputs {outputs_s:.1f} s, total {total_s:.1f} s wall, {cpu_s:.1f} CPU s "
         f"(target <= {TARGET_S:.0f} s wall: {verdict})"
     )
+    if run.num_run_ahead:
+        print(f"{run.num_run_ahead} simulations run ahead of their search's verdicts, {run.num_run_ahead_used} used")
     if counted is not None:
         print(f"{counted['requests']:,} requests simulated in {counted['calls']} simulate() calls")
     print("max QPS: " + ", ".join(f"{label} {qps}" for label, qps in figures["max_qps"].items()))

@@ -39,9 +39,16 @@ class SerialExecutor(Executor):
 
 
 _WORKER_STATE: dict[str, object] = {}
+# Slots of the shared array through which the sweep tells a worker to drop a job: job ticket t is dropped when slot
+# t % _DROP_SLOTS holds t (tickets count up from 1, so a slot's old value never names a later job).
+_DROP_SLOTS = 1024
 
 
-def _init_worker(library_path: str, workload: WorkloadParams, slos: tuple[SLO, ...]) -> None:
+class JobDropped(Exception):
+    """A job run ahead of its search's verdicts that no search took: stopped in its worker (its result unread)."""
+
+
+def _init_worker(library_path: str, workload: WorkloadParams, slos: tuple[SLO, ...], dropped) -> None:
     """Read the trace's sessions once per worker process (from the file LocalExecutor wrote), not once per
     simulation. Ctrl-C reaches every process of the terminal's group: a worker is born with SIGINT blocked
     (LocalExecutor.submit), ignores it from here on, and the parent stops it (LocalExecutor.close)."""
@@ -51,10 +58,20 @@ def _init_worker(library_path: str, workload: WorkloadParams, slos: tuple[SLO, .
     with open(library_path, "rb") as file:
         library = pickle.load(file)
     _WORKER_STATE["args"] = (library, workload, slos)
+    _WORKER_STATE["dropped"] = dropped
 
 
-def _evaluate_in_worker(job: PointJob) -> PointResult:
-    return evaluate_point(*_WORKER_STATE["args"], job)
+def _evaluate_in_worker(job: PointJob, ticket: int) -> PointResult:
+    dropped = _WORKER_STATE["dropped"]
+    slot = ticket % len(dropped)
+
+    def stop_if_dropped(_num_done: int) -> None:
+        # Read as each request finishes (thousands of times a simulation, a shared-memory load each): a dropped job
+        # ends within a few requests instead of keeping its worker from the jobs a search still needs.
+        if dropped[slot] == ticket:
+            raise JobDropped(f"job {ticket} ({job.qps} req/s) dropped")
+
+    return evaluate_point(*_WORKER_STATE["args"], job, on_request_done=stop_if_dropped)
 
 
 def _remove(path: str) -> None:
@@ -74,13 +91,30 @@ class LocalExecutor(Executor):
         self._remove_library = weakref.finalize(self, _remove, path)  # by close, else when collected or at exit
         with os.fdopen(descriptor, "wb") as file:
             pickle.dump(library, file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._pool = spawn_pool(num_jobs, _init_worker, (path, workload, tuple(slos)))
+        import multiprocessing
+
+        # Written here, read by the workers (given to them as they start): which running jobs to drop.
+        self._dropped = multiprocessing.get_context("spawn").RawArray("q", _DROP_SLOTS)
+        self._tickets: dict[Future, int] = {}
+        self._pool = spawn_pool(num_jobs, _init_worker, (path, workload, tuple(slos), self._dropped))
         self.num_workers = num_jobs  # the sweep runs jobs ahead of their verdicts on the ones it leaves idle
 
     def submit(self, job: PointJob) -> Future:
         # The pool starts its workers in here: born with SIGINT blocked, they cannot be interrupted as they import.
+        ticket = len(self._tickets) + 1
         with interrupts_held(block_sigint=True):
-            return self._pool.submit(_evaluate_in_worker, job)
+            future = self._pool.submit(_evaluate_in_worker, job, ticket)
+        self._tickets[future] = ticket
+        return future
+
+    def drop(self, future: Future) -> bool:
+        """Cancel a job run ahead that no search took, or, when it runs already, have its worker stop it soon (its
+        future then ends in JobDropped). True when it never started."""
+        if future.cancel():
+            return True
+        ticket = self._tickets[future]
+        self._dropped[ticket % _DROP_SLOTS] = ticket
+        return False
 
     def close(self, interrupted: bool = False) -> None:
         try:

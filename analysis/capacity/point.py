@@ -101,7 +101,7 @@ class PointResult:
 
 
 def _judge(trace, job: PointJob, slos: Sequence[SLO], start_s: float, end_s: float, tolerance: float,
-           stop_at_certain_miss: bool = False):
+           stop_at_certain_miss: bool = False, on_request_done=None):
     """The measured window's requests, stability and SLO check, and when the simulation stopped (None: it ran to the
     end). ``stop_at_certain_miss`` stops it once an SLO is certainly missed (analysis.capacity.certain_miss): the
     window is then the part simulated, its requests in flight unfinished, and the SLO check misses as the whole
@@ -110,9 +110,9 @@ def _judge(trace, job: PointJob, slos: Sequence[SLO], start_s: float, end_s: flo
              else None)
     if job.band_replay:
         config, cost_model = band_replay(job.config, job.seed)
-        result = simulate(trace, config, cost_model=cost_model, watch=watch)
+        result = simulate(trace, config, cost_model=cost_model, watch=watch, on_request_done=on_request_done)
     else:
-        result = simulate(trace, job.config, watch=watch)
+        result = simulate(trace, job.config, watch=watch, on_request_done=on_request_done)
     requests = pl.from_arrow(result.requests_table())
     stopped_s = result.stopped_s
     stability = measure_stability(requests, start_s, end_s if stopped_s is None else min(end_s, stopped_s), tolerance)
@@ -124,9 +124,10 @@ def _judge(trace, job: PointJob, slos: Sequence[SLO], start_s: float, end_s: flo
     return measured, stability, check, stopped_s
 
 
-def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], job: PointJob
-                   ) -> PointResult:
-    """Simulate `job` on its seed's stream and judge it against `slos` and stability."""
+def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], job: PointJob,
+                   on_request_done=None) -> PointResult:
+    """Simulate `job` on its seed's stream and judge it against `slos` and stability. ``on_request_done`` is
+    `sim.simulator.simulate`'s (a job run ahead that no search took is stopped from it: analysis.capacity.executors)."""
     duration_s = workload.duration_s(job.qps, job.duration_scale)
     warmup_s = workload.warmup_fraction * duration_s
     try:
@@ -145,7 +146,8 @@ def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequ
     if workload.early_stop and job.probe and probe_measured >= PROBE_MIN_REQUESTS:
         probe = trace.head(max(2, int((arrivals_s < probe_end_s).sum())))
         measured, stability, check, _ = _judge(probe, job, slos, workload.warmup_fraction * probe_end_s,
-                                               probe_end_s, PROBE_TOLERANCE_FACTOR * workload.stability_tolerance)
+                                               probe_end_s, PROBE_TOLERANCE_FACTOR * workload.stability_tolerance,
+                                               on_request_done=on_request_done)
         stopped_early = not stability.stable and not check.meets_slos
         if stopped_early:
             window_s = probe_end_s * (1 - workload.warmup_fraction)
@@ -153,7 +155,7 @@ def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequ
                           workload.warmup_fraction * probe_end_s, stopped_early=True)
     measured, stability, check, stopped_s = _judge(trace, job, slos, window.start_s, window.end_s,
                                                    workload.stability_tolerance,
-                                                   workload.early_stop and job.certain_miss)
+                                                   workload.early_stop and job.certain_miss, on_request_done)
     if stopped_s is not None:  # certain to miss an SLO: judged on the part simulated, as a probe's point is
         arrived = int((trace.requests["arrival_s"] <= stopped_s).sum())
         return _point(job, measured, stability, check, slos, max(stopped_s - window.start_s, 0.0), arrived,

@@ -6,7 +6,8 @@ jobs the search would submit next are known for each verdict it may get (pass: t
 bisection point, or the check of the answer on a stream twice as long; fail: the next one down), and so on one level
 further. Idle workers simulate those ahead (`jobs_ahead`, most likely first); when the verdict comes, the job the
 search really submits is taken from them if it is there (same QPS, stream length, early-stop options: the very
-simulation it would have run), and the others are dropped (a dropped one already running finishes unused).
+simulation it would have run), and the others are dropped (`Executor.drop`: a local pool's worker stops one that
+runs already at its next finished request).
 
 Answers are the same as a serial sweep's, point for point: only jobs the search itself submits are ever looked at,
 and a job's result depends on the job alone. What it costs is CPU time on cores that would have idled: the wrong

@@ -280,6 +280,11 @@ class Executor:
     def submit(self, job: PointJob) -> Future:
         raise NotImplementedError
 
+    def drop(self, future: Future) -> bool:
+        """A job run ahead that no search took: cancelled when it has not started (True), else left to finish or
+        stopped early, as the executor can (False)."""
+        return future.cancel()
+
     def close(self, interrupted: bool = False) -> None:
         """Release workers; pending work is cancelled, and running work too when ``interrupted`` (Ctrl-C, a failed
         simulation, or jobs run ahead that no search took)."""
@@ -440,9 +445,9 @@ def run_sweep(
         reachable = {(key, job_identity(job)) for key, job in wanted}
         for identity in [identity for identity in ahead if identity not in reachable]:
             future = ahead.pop(identity)
-            if future.cancel():  # never started: not counted as run
+            if executor.drop(future):  # never started: not counted as run
                 ahead_counts["run_ahead"] -= 1
-            else:  # already running: it finishes unused, on a worker still busy meanwhile
+            else:  # already running: its worker stays busy until it stops (a local pool's stops it within requests)
                 abandoned.append(future)
         abandoned[:] = [future for future in abandoned if not future.done()]
         busy = (sum(not f.done() for f in in_flight) + sum(not f.done() for f in ahead.values()) + len(abandoned))
@@ -492,7 +497,7 @@ def run_sweep(
         raise
     # Jobs run ahead that no search took: stopped rather than waited for (a whole simulation, for nothing).
     for future in ahead.values():
-        if future.cancel():
+        if executor.drop(future):
             ahead_counts["run_ahead"] -= 1
         else:
             abandoned.append(future)

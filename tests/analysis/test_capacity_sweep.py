@@ -316,3 +316,28 @@ def test_a_sweep_that_runs_jobs_ahead_on_idle_workers_answers_as_a_serial_one(sm
     ahead = run_sweep(configs, PARAMS, LocalExecutor(small_trace, WORKLOAD, SLOS, num_jobs=3), run_ahead_counts=counts)
     assert [r.searches for r in serial] == [r.searches for r in ahead]
     assert counts["run_ahead"] >= counts["used"] > 0  # jobs were taken from those run ahead
+
+
+def test_a_local_pool_stops_a_dropped_job_that_runs_already(small_trace) -> None:
+    """A job run ahead that no search took keeps its worker only until its next request finishes."""
+    import time
+
+    from analysis.capacity.executors import JobDropped
+    from analysis.capacity.point import PointJob
+
+    executor = LocalExecutor(small_trace, WorkloadParams(min_duration_s=7200.0, min_requests=150), SLOS, num_jobs=1)
+    try:
+        waiting = executor.submit(PointJob(BASE, 2.0, 0, probe=False))  # two hours of arrivals: seconds to simulate
+        queued = executor.submit(PointJob(BASE, 2.0, 1, probe=False))
+        deadline = time.monotonic() + 120
+        while not waiting.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert waiting.running()
+        assert executor.drop(queued) and queued.cancelled()  # never started
+        dropped_at = time.monotonic()
+        assert not executor.drop(waiting)
+        with pytest.raises(JobDropped, match="dropped"):
+            waiting.result(timeout=60)
+        assert time.monotonic() - dropped_at < 30
+    finally:
+        executor.close(interrupted=True)

@@ -43,7 +43,7 @@ from analysis.schema import (
     conform_requests,
     empty_frame,
 )
-from engine.core.config_args import OneLineErrorParser
+from engine.core.config_args import OneLineErrorParser, nonempty
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.json_errors import json_problem
 from sim.files import read_json_input
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  "file into a replay run folder (for analysis.compare/summarize).")
     parser.add_argument("result", metavar="RESULT.json", help="the result file")
     parser.add_argument("--out", type=out_folder, required=True, help="run folder to write")
-    parser.add_argument("--trace", default=None,
+    parser.add_argument("--trace", default=None, type=nonempty,
                         help="the trace the benchmark replayed, in the same order: its request ids name the requests "
                              "(default: their positions in the file)")
     parser.add_argument("--limit", type=int, default=None, help="with --trace: the trace's first N rows were replayed")

@@ -40,6 +40,7 @@ from engine.core.model_config import ModelShape
 from engine.core.scheduler import ScheduledBatch
 from sim.config import SimConfig
 from sim.cost_model import CostModel
+from sim.files import read_json_input
 from sim.host_speed import MAX_SLOWDOWN, MIN_SLOWDOWN
 from sim.limits import chosen_profile
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step
@@ -121,7 +122,7 @@ def _residual_pools(profile: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 def band_model(config: SimConfig, model: ModelShape) -> BandModel:
     path = chosen_profile(config, model)
-    profile = json.loads(path.read_text()) if path is not None else {}
+    profile = json.loads(read_json_input(path)) if path is not None else {}
     serving = profile.get("serving") or {}
     episodes = serving.get("host_episodes") or {}
     spec = config.host_slowdown.strip()

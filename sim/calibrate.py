@@ -57,6 +57,9 @@ MAX_STEP_S = 1e12
 # ones (~5 %) spread 0.25-0.26 on three machine starts and gave device factors of 0.965-0.986; either slice alone
 # (0.03-0.15) gave 0.94-1.07 and host factors that moved with them.
 MIN_HOST_SHARE_SPREAD = 0.2
+# How the summary.json of a run measured from outside the engine (traces.bench, analysis.vllm_import) names its
+# timing (analysis.metrics.CLIENT_TIMING; sim may not import analysis): such a run has no step log to calibrate on.
+CLIENT_TIMING = "client-side timing"
 HOST_FACTOR_BOUNDS = (0.25, 4.0)  # beyond these a factor says more about the runs than about a machine
 DEVICE_FACTOR_BOUNDS = (0.5, 2.0)
 
@@ -307,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
         if simulated:  # its step times are a cost model's: calibrating on them would fit the model to itself
             parser.exit(2, f"error: run folder {run} is a simulation (cost model {simulated}); calibrate on "
                            "engine.replay runs\n")
+        timed_by = str(_summary(run).get("cost_model") or "")
+        if CLIENT_TIMING in timed_by:  # its steps.parquet is empty: it was refused as "recorded by an older engine?"
+            parser.exit(2, f"error: run folder {run} was timed by a client ({timed_by}) and logged no engine steps; "
+                           "calibrate on engine.replay runs\n")
         if run.is_dir() and (run / "steps.parquet").is_file() and not _summary(run):
             # Without it a simulated run (its summary.json removed) was calibrated on as if a GPU had run it.
             parser.exit(2, f"error: run folder {run} has no readable summary.json; expected an engine.replay output "

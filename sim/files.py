@@ -62,7 +62,9 @@ def read_json_input(path: Path, max_bytes: int = MAX_JSON_INPUT_BYTES) -> str:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise OSError(27, f"larger than {max_bytes // 2**20} MiB; not a file this command writes", str(path))
-    return data.decode("utf-8")
+    # utf-8-sig: a leading byte order mark (an editor's or PowerShell's) is dropped, as the trace converters and the
+    # host-speed CSV drop it; json.loads refused it ("Unexpected UTF-8 BOM") and a price file read "\ufeffh200".
+    return data.decode("utf-8-sig")
 
 
 def check_output_path(path: str | Path, option: str, inputs: list[Path], *, overwrite: bool = True) -> str | None:

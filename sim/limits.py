@@ -28,6 +28,7 @@ import polars as pl
 from engine.core.model_config import ModelShape
 from sim.config import SimConfig
 from sim.cost_model import num_kv_blocks_for
+from sim.files import read_json_input
 from sim.hardware import get_gpu
 from sim.profiled_cost_model import PROFILE_DIR, _is_graph_step, find_profile, profile_path
 
@@ -140,8 +141,10 @@ def grid_warnings(steps: pl.DataFrame, grid: GridRange, max_graph_bs: int) -> li
                        "eager batches of tokens")
         out += _beyond(eager, n, pl.col("num_seqs"), grid.eager_num_seqs, "beyond_grid_num_seqs",
                        "eager batches of sequences")
+        # Summed over the step's prefills, as the grid's points sum it: "prefill context up to 65,223" beside a
+        # max_model_len of 40,960 read as a request longer than the limit.
         out += _beyond(eager, n, prefill_kv, grid.prefill_context_tokens, "beyond_grid_prefill_context",
-                       "prefill context (cached + new tokens)")
+                       "prefill context (cached + new tokens, summed over the step's prefills)")
     out += _beyond(steps, n, pl.col("num_decode_seqs"), grid.decode_num_seqs, "beyond_grid_decode_seqs",
                    "decode batches of sequences")
     out += _beyond(steps, n, longest, grid.longest_decode_context, "beyond_grid_decode_context",
@@ -232,7 +235,7 @@ def run_warnings(config: SimConfig, model: ModelShape, steps: pl.DataFrame, arri
     """Every warning of a simulated run, in a fixed order: the profile, the memory, the grid, the load
     (``replicas``: as ``saturation_warning`` takes them)."""
     path = chosen_profile(config, model)
-    profile = json.loads(path.read_text()) if path is not None else None
+    profile = json.loads(read_json_input(path)) if path is not None else None
     out = profile_warnings(config, model, profile) + memory_warning(config, model)
     if profile is not None and profile.get("points"):
         max_graph_bs = max((profile.get("engine_options") or {}).get("cuda_graph_sizes") or [0])

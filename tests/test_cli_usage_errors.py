@@ -102,8 +102,10 @@ def _run(argv: list[str], tmp: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def results(request, tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
     """Every selected case's run, the children started together (a few at a time per core)."""
+    # Items of this module parametrized by "case" (test_an_empty_path_is_named_as_empty has none).
     selected = {item.callspec.params["case"][0] for item in request.session.items
-                if item.module is sys.modules[__name__] and hasattr(item, "callspec")}
+                if item.module is sys.modules[__name__] and hasattr(item, "callspec")
+                and "case" in item.callspec.params}
     # The slowest (torch, then the simulator's and polars' imports) first, so that none is left to run alone at the end.
     cases = sorted((case for case in CASES if case[0] in selected), key=lambda case: case[0] not in SLOW_FIRST)
     with ThreadPoolExecutor(max_workers=2 * (os.cpu_count() or 1) + 2) as pool:
@@ -123,3 +125,33 @@ def test_usage_error_is_one_line(case: tuple[str, list[str], str], results) -> N
     if option == "--no-such-option":  # refused by the parser itself, not by a check of the tool's own
         assert lines[0].endswith("(--help lists the options)"), lines[0]
     assert proc.stdout == "", proc.stdout
+
+
+EMPTY_PATH_CASES = [  # (module whose main parses, argv with an empty path, the argument the error names)
+    ("cli.sim_replay", ["", "--out", f"{TMP}/run"], "argument trace: is empty"),
+    ("analysis.capacity.cli", ["", "--slo", "ttft_p90=2s", "--out", f"{TMP}/run"], "argument trace: is empty"),
+    ("analysis.compare.cli", ["", "sim", "--out", f"{TMP}/run"], "argument REAL_DIR: is empty"),
+    ("analysis.vllm_import", ["", "--out", f"{TMP}/run"], "argument RESULT.json: is empty"),
+    ("analysis.vllm_import", ["result.json", "--trace", "", "--out", f"{TMP}/run"], "argument --trace: is empty"),
+    ("sim.calibrate", ["profile.json", "run", ""], "argument runs: is empty"),
+    ("sim.fit_profile", [""], "argument profiles: is empty"),
+    ("traces.convert", ["azure", "", "-o", f"{TMP}/out.parquet"], "argument SRC: is empty"),
+    ("traces.convert", ["azure", "trace.csv", "-o", ""], "argument -o/--output: is empty"),
+    ("traces.synth", ["-o", "", "--num-requests", "3", "--qps", "1"], "argument -o/--output: is empty"),
+    ("traces.info", ["trace.parquet", ""], "argument PATH: is empty"),
+]
+
+
+@pytest.mark.parametrize(("module", "argv", "message"), EMPTY_PATH_CASES,
+                         ids=[f"{module} {message}" for module, _, message in EMPTY_PATH_CASES])
+def test_an_empty_path_is_named_as_empty(module, argv, message, tmp_path, capsys) -> None:
+    """An empty path (an unset shell variable) is Path(""), the current folder: it was refused as '.: is a
+    directory' (a path nobody typed), as 'requests.parquet: no such file', or as '-o : is a directory'."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as exited:
+        main([arg.replace(TMP, str(tmp_path)) for arg in argv])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []

@@ -12,7 +12,7 @@ import math
 import sys
 from pathlib import Path
 
-from engine.core.config_args import OneLineErrorParser
+from engine.core.config_args import OneLineErrorParser, nonempty
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.messages import escape_controls
 from traces.errors import TraceError
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("format", choices=sorted(FORMATS), metavar="FORMAT", help="source format (listed below)")
     parser.add_argument("source", metavar="SRC", help="source trace file")
-    parser.add_argument("-o", "--output", required=True, help="parquet file to write")
+    parser.add_argument("-o", "--output", required=True, type=nonempty, help="parquet file to write")
     parser.add_argument("--overwrite", action="store_true", help="replace -o if it exists")
     parser.add_argument("--limit", type=int, default=None, help="keep only the first N requests by arrival")
     parser.add_argument(

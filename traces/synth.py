@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from engine.core.config_args import OneLineErrorParser
+from engine.core.config_args import OneLineErrorParser, nonempty
 from engine.core.interrupt import exit_130_on_interrupt
 from traces.arrivals import arrival_times_s
 from traces.files import refuse_to_replace
@@ -92,7 +92,8 @@ def synthesize(config: SynthConfig) -> Trace:
 
 
 def synthesize_counting_cuts(config: SynthConfig) -> tuple[Trace, int]:
-    """The trace and how many of its prompts (first turns of sessions) were cut to fit max_context_tokens."""
+    """The trace and how many of its first turns of sessions (prompt, output or both) were cut to fit
+    max_context_tokens."""
     prompt = parse_length_dist(config.prompt_dist, "prompt")
     output = parse_length_dist(config.output_dist, "output")
     source = f"synthetic trace (seed {config.seed})"
@@ -124,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m traces.synth",
         description="Write a synthetic request trace (parquet). Deterministic for a given --seed.",
     )
-    parser.add_argument("-o", "--output", required=True, help="parquet file to write")
+    parser.add_argument("-o", "--output", required=True, type=nonempty, help="parquet file to write")
     parser.add_argument("--overwrite", action="store_true", help="replace -o if it exists")
     parser.add_argument("--num-requests", type=int, required=True, help="number of requests in the trace")
     parser.add_argument("--qps", type=float, required=True, help="mean request rate, requests per second")
@@ -229,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         save_trace(trace, args.output)
     except OSError as exc:
         parser.exit(2, f"error: -o {args.output}: {exc.strerror or exc}\n")
-    cut = f"{num_cut} prompts cut to fit --max-context-tokens {args.max_context_tokens}" if num_cut else ""
+    # First turns, not prompts: a turn whose output alone overflows is cut there (its prompt kept), and the line said
+    # "prompts cut" of prompts left whole.
+    cut = f"{num_cut} first turns cut to fit --max-context-tokens {args.max_context_tokens}" if num_cut else ""
     print(describe(trace, args.output, cut))
     return 0
 

@@ -105,7 +105,8 @@ class _Checker:
         self.fail_at_first(
             series > MAX_ARRIVAL_S,
             "arrival_s",
-            lambda row: f"is {series[row]:g}; arrival times must be at most {MAX_ARRIVAL_S:g} seconds from the trace "
+            # repr, not :g: 1e12 + 1 printed as 1e+12, "is 1e+12; ... at most 1e+12", a refusal that contradicted itself
+            lambda row: f"is {series[row]!r}; arrival times must be at most {MAX_ARRIVAL_S:g} seconds from the trace "
             "start (a timestamp, not an offset?)",
         )
         self.fail_at_first(

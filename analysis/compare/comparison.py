@@ -96,24 +96,56 @@ def name_positional_requests(real: RunData, sim: RunData) -> tuple[RunData, RunD
     if positional.requests.height != named.requests.height:
         return real, sim
     order = positional.requests.with_columns(pl.col("request_id").cast(pl.Int64).alias("__position"))
-    ids = _ids_in_send_order(named.requests)
+    ids = _ids_in_send_order(named)
     renamed = order.sort("__position").with_columns(ids.alias("request_id")).drop("__position")
     positional = replace(positional, requests=renamed)
     return (positional, named) if real.positional_ids else (named, positional)
 
 
-def _ids_in_send_order(requests: pl.DataFrame) -> pl.Series:
-    """The run's request ids (utf8) by arrival, ties in the order of the ids as numbers when every id is one (the
-    trace's rows, as its converters and synthesizer number them). A run's table breaks ties by the id as text, so in
-    an offline replay (every request at t = 0, as `vllm bench serve --request-rate inf` sends them) "10" came
-    before "2": the benchmark's third request took the trace's eleventh's id, and with prompts of one length (vLLM's
-    random dataset) every per-request pair was silently another request's."""
+def _ids_in_send_order(run: RunData) -> pl.Series:
+    """The run's request ids (utf8) in the order the benchmark sent them: the order of the rows of the trace the run
+    replayed, where summary.json names a readable trace holding them all (the benchmark sends the trace's rows in
+    order, and --qps or --time-scale keep it). Otherwise by arrival, ties in the order of the ids as numbers when
+    every id is one (the trace's rows, as its converters and synthesizer number them). A run's table breaks ties by
+    the id as text, so in an offline replay (every request at t = 0, as `vllm bench serve --request-rate inf` sends
+    them) "10" came before "2": the benchmark's third request took the trace's eleventh's id, and with prompts of one
+    length (vLLM's random dataset) every per-request pair was silently another request's. Text ids ("b", "a" at one
+    time) were paired the same way, by the table's text order: refused when no trace says their order."""
+    requests = run.requests
     ids = requests["request_id"].cast(pl.Utf8)
+    in_trace = _ids_in_trace_order(run.metadata.get("trace"), ids)
+    if in_trace is not None:
+        return in_trace
     numbers = ids.cast(pl.Int64, strict=False)
-    if numbers.null_count():  # ids that are not all numbers: their table's order stands
+    if numbers.null_count():  # ids that are not all numbers: only their arrival times order them
+        tied = int(requests["arrival_s"].is_duplicated().sum())
+        if tied:
+            raise CompareInputError(
+                f"{run.path}: {tied} of its requests arrive at the same time as another and their ids are not "
+                "numbers, so nothing says which of them the benchmark sent first (its file names requests by "
+                "position only), and its summary.json names no readable trace that holds them; import the result "
+                "with its trace first: python -m analysis.vllm_import RESULT.json --trace TRACE --out DIR")
         return requests.sort("arrival_s", maintain_order=True)["request_id"].cast(pl.Utf8)
     keyed = requests.with_columns(numbers.alias("__id_number"))
     return keyed.sort("arrival_s", "__id_number", maintain_order=True)["request_id"].cast(pl.Utf8)
+
+
+def _ids_in_trace_order(trace_path, ids: pl.Series) -> pl.Series | None:
+    """``ids`` in the row order of the trace at ``trace_path`` (as summary.json names it); None where that is no
+    readable trace or does not hold every id (another file there now)."""
+    from traces.schema import load_trace
+
+    if not isinstance(trace_path, str) or not Path(trace_path).is_file():
+        return None
+    try:
+        trace_ids = load_trace(trace_path).requests["request_id"].cast(pl.Utf8)
+    except (ValueError, OSError):  # TraceError is a ValueError: a file there that is no trace (now)
+        return None
+    rows = pl.DataFrame({"request_id": trace_ids, "__row": pl.int_range(0, trace_ids.len(), eager=True)})
+    found = pl.DataFrame({"request_id": ids}).join(rows, on="request_id", how="left")
+    if found["__row"].null_count():
+        return None
+    return found.sort("__row")["request_id"]
 
 
 def compare_runs(real: RunData, sim: RunData) -> Comparison:

@@ -46,12 +46,31 @@ class OneLineErrorParser(argparse.ArgumentParser):
         outer = self._options_given
         self._options_given = {}  # dest -> the flag that set it, for this parse
         try:
-            return super().parse_known_args(args, namespace)
+            parsed, extras = super().parse_known_args(args, namespace)
         finally:
             self._options_given = outer
+        self._refuse_empty_positionals(parsed)
+        return parsed, extras
+
+    def _refuse_empty_positionals(self, parsed: argparse.Namespace) -> None:
+        """An empty positional argument (a path from an unset shell variable) is Path(""), the current folder: it
+        was refused as ".: is a directory", a folder nobody typed, or read as the run folder one stood in."""
+        for action in self._actions:
+            if action.option_strings or action.dest == argparse.SUPPRESS:
+                continue
+            value = getattr(parsed, action.dest, None)
+            if value == "" or (isinstance(value, list) and "" in value):
+                self.error(f"argument {action.metavar or action.dest}: is empty; expected a path or a value")
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message} (--help lists the options)\n")
+
+
+def nonempty(text: str) -> str:
+    """argparse type of a path option: an empty one is Path(""), the current folder, which nobody typed."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; name a file")
+    return text
 
 
 def config_fields(cls, names: Iterable[str] | None = None) -> list[dataclasses.Field]:

@@ -66,6 +66,14 @@ def test_load_gpu_costs(tmp_path: Path) -> None:
     assert (prices["h200"], prices["a100-80g"]) == (3.0, 1.2)
 
 
+def test_a_price_file_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
+    """A price file saved by Notepad starts with a BOM: it was refused as "unknown GPU '\\ufeffh200'"."""
+    lines, obj = tmp_path / "prices.txt", tmp_path / "prices.json"
+    lines.write_bytes(b"\xef\xbb\xbfh200=3\r\n")
+    obj.write_bytes(b'\xef\xbb\xbf{"h200": 3}')
+    assert load_gpu_costs(str(lines))["h200"] == load_gpu_costs(str(obj))["h200"] == 3.0
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [

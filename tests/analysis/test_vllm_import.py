@@ -280,6 +280,30 @@ def test_an_offline_replay_names_the_files_requests_in_the_traces_order(tmp_path
     assert real.requests.sort("arrival_s")["request_id"].to_list() == [str(i) for i in range(n)]
 
 
+def test_text_ids_at_one_time_are_named_in_the_traces_row_order(tmp_path) -> None:
+    """Text ids ("b", "a", "c" in the trace's rows, all at t = 0) were named in the simulation table's text order:
+    the file's first request (the trace's "b") took "a"'s id. With prompts of one length every pair was another
+    request's, without a word; with other lengths the runs were refused as replays of different requests. The
+    trace summary.json names gives the order; without it the order is unknown and refused."""
+    from analysis.compare.comparison import name_positional_requests
+    from analysis.compare.inputs import CompareInputError, load_run
+
+    trace = tmp_path / "trace.parquet"
+    save_trace(pl.DataFrame({"request_id": ["b", "a", "c"], "arrival_s": [0.0] * 3, "prompt_tokens": [64, 80, 96],
+                             "output_tokens": [4] * 3}), trace)
+    assert sim_main([str(trace), "--out", str(tmp_path / "sim"), "--quiet", "--no-report"]) == 0
+    result = vllm_result() | {"input_lens": [64, 80, 96], "output_lens": [4] * 3, "ttfts": [0.05] * 3,
+                              "itls": [[0.01] * 3] * 3, "errors": [""] * 3, "latencies": [0.08] * 3,
+                              "start_times": [100.0] * 3, "num_prompts": 3, "completed": 3}
+    real = load_run(_write(tmp_path / "inf.json", result), "real")
+    named, _ = name_positional_requests(real, load_run(tmp_path / "sim", "sim"))
+    pairs = dict(zip(named.requests["request_id"].to_list(), named.requests["prompt_tokens"].to_list()))
+    assert pairs == {"b": 64, "a": 80, "c": 96}
+    trace.unlink()
+    with pytest.raises(CompareInputError, match="not numbers, so nothing says which of them the benchmark sent"):
+        name_positional_requests(real, load_run(tmp_path / "sim", "sim"))
+
+
 def test_a_result_that_is_not_a_regular_file(tmp_path) -> None:
     """A FIFO blocked the import forever (and /dev/zero filled memory until the process was killed)."""
     fifo = tmp_path / "result.json"
@@ -323,3 +347,11 @@ def test_resummarizing_keeps_the_recorded_duration(tmp_path, result_path) -> Non
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["recorded_duration_s"] == summary["duration"] == DURATION_S
     assert summary["request_throughput"] == pytest.approx(3 / DURATION_S)
+
+
+def test_a_result_file_may_start_with_a_byte_order_mark(tmp_path) -> None:
+    """Re-saved by an editor (or PowerShell) with a BOM, the file was refused: 'Unexpected UTF-8 BOM'."""
+    marked = tmp_path / "marked.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + json.dumps(vllm_result()).encode())
+    plain = read_vllm_result(_write(tmp_path / "plain.json", vllm_result()))
+    assert read_vllm_result(marked).requests.equals(plain.requests)

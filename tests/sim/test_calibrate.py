@@ -98,6 +98,21 @@ def test_cli_errors_name_the_run(tmp_path, capsys):
     assert "missing columns" in capsys.readouterr().err
 
 
+def test_cli_refuses_a_run_timed_by_a_client(tmp_path, capsys):
+    """An imported vllm bench serve result (or a traces.bench run) has an empty step log: it was refused as
+    'missing columns ... (recorded by an older engine?)', which sent the user looking for another engine."""
+    profile = tmp_path / "p.json"
+    shutil.copy(PROFILE, profile)
+    run = _fake_run(tmp_path / "run", host=1.0, decode=1.0)
+    (run / "summary.json").write_text('{"cost_model": "vllm bench serve (client-side timing)"}')
+    with pytest.raises(SystemExit) as exited:
+        calibrate_main([str(profile), str(run)])
+    assert exited.value.code == 2 and capsys.readouterr().err == (
+        f"error: run folder {run} was timed by a client (vllm bench serve (client-side timing)) and logged no "
+        "engine steps; calibrate on engine.replay runs\n")
+    assert profile.read_bytes() == PROFILE.read_bytes()
+
+
 @pytest.mark.parametrize(("config", "message"), [
     ({"model": "qwen3-8b", "tensor_parallel_size": 1}, "model qwen3-8b, not the profile's qwen3-0.6b"),
     ({"model": "/models/qwen3-0.6b", "tensor_parallel_size": 2}, "tensor-parallel size 2, not the profile's 1"),

@@ -62,8 +62,9 @@ def test_a_batch_beyond_a_tiny_grid_is_named_with_its_figures(tmp_path: Path) ->
                     "measured 1,024: their times are extrapolated",
          "value": 3000, "limit": 1024},
         {"code": "beyond_grid_prefill_context",
-         "message": "1 of 4 steps (25.0%) have prefill context (cached + new tokens) up to 3,000, beyond the profile "
-                    "grid's largest measured 1,024: their times are extrapolated",
+         "message": "1 of 4 steps (25.0%) have prefill context (cached + new tokens, summed over the step's "
+                    "prefills) up to 3,000, beyond the profile grid's largest measured 1,024: their times are "
+                    "extrapolated",
          "value": 3000, "limit": 1024},
         {"code": "beyond_grid_decode_context",
          "message": "3 of 4 steps (75.0%) have a longest decode context up to 3,003, beyond the profile grid's "

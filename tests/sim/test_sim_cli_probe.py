@@ -84,3 +84,26 @@ def test_an_empty_host_slowdown_csv_says_it_is_empty(tmp_path, capsys):
                                    "--out", str(out)], capsys)
     assert line == f"error: {timeline}: the file is empty; expected a CSV file with the header start_s,slowdown"
     assert not out.exists()
+
+
+def test_json_inputs_may_start_with_a_byte_order_mark(tmp_path):
+    """A profile saved by an editor that writes a BOM: the cost model was refused ("Unexpected UTF-8 BOM"); read
+    without the BOM there, the run's warnings and bands re-read it with read_text() and the replay ended in "the
+    simulated run cannot be written ... priced beyond any GPU". A JSON input may start with one, as a trace may."""
+    import polars as pl
+
+    from cli.sim_replay import main as sim_main
+    from traces import save_trace
+
+    trace = tmp_path / "trace.parquet"
+    save_trace(pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "prompt_tokens": [100, 300],
+                             "output_tokens": [4, 8]}), trace)
+    plain, marked = tmp_path / "plain.json", tmp_path / "marked.json"
+    plain.write_bytes(PROFILE.read_bytes())
+    marked.write_bytes(b"\xef\xbb\xbf" + PROFILE.read_bytes())
+    for profile in (plain, marked):
+        assert sim_main([str(trace), "--cost-model", str(profile), "--bands", "2", "--out",
+                         str(tmp_path / profile.stem), "--quiet", "--no-report"]) == 0
+    summaries = [json.loads((tmp_path / name / "summary.json").read_text()) for name in ("plain", "marked")]
+    assert [s["e2e_ms"] for s in summaries][0] == summaries[1]["e2e_ms"]
+    assert summaries[0]["bands"]["metrics"] == summaries[1]["bands"]["metrics"]

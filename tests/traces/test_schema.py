@@ -166,6 +166,10 @@ BAD_TABLES = {
         small_frame(arrival_s=[0.0, 1.0, 1e300]),
         r"row 2 \(request_id 'c'\): column 'arrival_s' is 1e\+300; arrival times must be at most 1e\+12 seconds",
     ),
+    "arrival just past 1e12 s, told from the limit": (  # :g printed it as 1e+12, the limit itself
+        small_frame(arrival_s=[0.0, 1.0, 1e12 + 1]),
+        r"row 2 \(request_id 'c'\): column 'arrival_s' is 1000000000001\.0; arrival times must be at most 1e\+12",
+    ),
     "nan arrival": (
         small_frame(arrival_s=[0.0, float("nan"), 2.0]),
         r"row 1 \(request_id 'b'\): column 'arrival_s' is nan; expected a finite number",

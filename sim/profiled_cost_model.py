@@ -216,6 +216,9 @@ def check_profile(profile: object) -> None:
     a malformed file must not become a traceback or NaN coefficients."""
     if not isinstance(profile, dict):
         raise ValueError(f"the top level is a JSON {json_type_name(profile)}; expected an object from sim.profile")
+    # The deployment too: sim.fit_profile refitted (and rewrote) a profile with tensor_parallel_size 0 that every
+    # replay then refused.
+    _check_deployment(profile)
     _check_engine_options(profile)
     points = profile.get("points")
     if not isinstance(points, list) or not points:

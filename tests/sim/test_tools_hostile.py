@@ -77,6 +77,10 @@ BAD_PROFILES = {
                                     "from 0 to 2\\*\\*53"),
     "calibration without decode factor": (lambda d: d["serving"].pop("decode_factor") and d,
                                           "field 'serving.decode_factor' is missing; expected a finite number > 0"),
+    # Refitted and rewritten; every replay on it was then refused.
+    "tensor parallel 0": (_set("tensor_parallel_size", 0),
+                          "field 'tensor_parallel_size' is 0; expected an integer >= 1"),
+    "no gpu": (lambda d: d.pop("gpu") and d, "field 'gpu' is missing"),
 }
 
 

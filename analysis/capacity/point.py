@@ -142,8 +142,9 @@ def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequ
     stopped_early = False
     probe_end_s = PROBE_FRACTION * duration_s
     arrivals_s = trace.requests["arrival_s"]
-    probe_measured = int(((arrivals_s >= workload.warmup_fraction * probe_end_s) & (arrivals_s < probe_end_s)).sum())
-    if workload.early_stop and job.probe and probe_measured >= PROBE_MIN_REQUESTS:
+    if (workload.early_stop and job.probe
+            and ((arrivals_s >= workload.warmup_fraction * probe_end_s) & (arrivals_s < probe_end_s)).sum()
+            >= PROBE_MIN_REQUESTS):
         probe = trace.head(max(2, int((arrivals_s < probe_end_s).sum())))
         measured, stability, check, _ = _judge(probe, job, slos, workload.warmup_fraction * probe_end_s,
                                                probe_end_s, PROBE_TOLERANCE_FACTOR * workload.stability_tolerance,

@@ -434,37 +434,51 @@ def run_sweep(
         if search.done:
             update_total()
 
-    def run_ahead() -> None:
-        """Fill idle workers with the jobs the searches may submit next (analysis.capacity.speculation); drop the
-        ones run ahead that no verdict can lead to any more."""
-        if not num_workers:
+    def ahead_of(key: tuple[int, int]) -> list[PointJob]:
+        return jobs_ahead(searches[key], rounds[key], len(checks[key]), lambda search: next_round(key, search),
+                          MAX_DURATION_CHECKS)
+
+    def drop_unreachable(key: tuple[int, int]) -> None:
+        """After ``key``'s verdicts: drop its jobs run ahead that they no longer lead to (the other searches' are
+        still reachable: their state did not change)."""
+        mine = [identity for identity in ahead if identity[0] == key]
+        if not mine:
             return
-        wanted = [(key, job) for key in keys if rounds[key]
-                  for job in jobs_ahead(searches[key], rounds[key], len(checks[key]),
-                                        lambda search, key=key: next_round(key, search), MAX_DURATION_CHECKS)]
-        reachable = {(key, job_identity(job)) for key, job in wanted}
-        for identity in [identity for identity in ahead if identity not in reachable]:
-            future = ahead.pop(identity)
-            if executor.drop(future):  # never started: not counted as run
-                ahead_counts["run_ahead"] -= 1
-            else:  # already running: its worker stays busy until it stops (a local pool's stops it within requests)
-                abandoned.append(future)
+        reachable = {(key, job_identity(job)) for job in ahead_of(key)} if rounds[key] else set()
+        for identity in mine:
+            if identity not in reachable:
+                future = ahead.pop(identity)
+                if executor.drop(future):  # never started: not counted as run
+                    ahead_counts["run_ahead"] -= 1
+                else:  # running: its worker stays busy until it stops (a local pool's stops it within requests)
+                    abandoned.append(future)
+
+    def fill_idle_workers() -> None:
+        """Run ahead, on workers nothing else occupies, the jobs the searches may submit next
+        (analysis.capacity.speculation), searches in order; a search's jobs are looked for only while a worker is
+        free (a sweep of many configurations keeps every worker busy with jobs it needs)."""
         abandoned[:] = [future for future in abandoned if not future.done()]
-        busy = (sum(not f.done() for f in in_flight) + sum(not f.done() for f in ahead.values()) + len(abandoned))
-        for key, job in wanted:
+        busy = sum(not f.done() for f in in_flight) + sum(not f.done() for f in ahead.values()) + len(abandoned)
+        for key in keys:
             if busy >= num_workers:
-                break
-            identity = (key, job_identity(job))
-            if identity not in ahead:
-                ahead[identity] = executor.submit(job)
-                ahead_counts["run_ahead"] += 1
-                busy += 1
+                return
+            if not rounds[key]:
+                continue
+            for job in ahead_of(key):
+                identity = (key, job_identity(job))
+                if identity not in ahead:
+                    ahead[identity] = executor.submit(job)
+                    ahead_counts["run_ahead"] += 1
+                    busy += 1
+                    if busy >= num_workers:
+                        return
 
     update_total()
     try:
         for key in keys:
             launch(key)
-        run_ahead()
+        if num_workers:
+            fill_idle_workers()
         while in_flight:
             # Ctrl-C is held while `wait` runs (it takes every future's lock in turn; see analysis.process_pools)
             # and acted on when it returns: within the 0.2 s it waits at most, not when the next simulation finishes.
@@ -482,6 +496,7 @@ def run_sweep(
                     if not check.feasible and len(checks[key]) < MAX_DURATION_CHECKS:
                         searches[key].revise(job.qps)
                         launch(key)
+                    drop_unreachable(key)
                     update_total()
                     continue
                 points[key][job.qps] = future.result()
@@ -491,7 +506,10 @@ def run_sweep(
                     search.observe({q: points[key][q].feasible for q in search.pending},
                                    load_independent=load_independent_failures(points[key], search.pending))
                     launch(key)
-            run_ahead()
+                    drop_unreachable(key)
+            # A worker freed (a job back, or a dropped one stopped): fill it; between those nothing changed.
+            if num_workers and (finished or any(future.done() for future in abandoned)):
+                fill_idle_workers()
     except BaseException:  # Ctrl-C or a failed simulation: stop everything still running, now
         executor.close(interrupted=True)
         raise

@@ -197,12 +197,15 @@ def simulate(
     on_request_done: Callable[[int], None] | None = None,
     fast_forward: bool = True,
     watch: RunWatch | None = None,
+    lazy_tokens: bool = True,
 ) -> SimResult:
     """Run ``trace`` (a ``traces.schema.Trace``) to completion; every request finishes or is rejected.
 
-    ``fast_forward`` advances runs of quiet decode steps in one go (``engine.core.quiet_window``); the
-    outputs are identical either way, only faster with it. ``watch`` may stop the run early (``RunWatch``;
-    ``SimResult.stopped_s`` says when); a watch that never stops it changes nothing of its outputs.
+    ``fast_forward`` advances runs of quiet decode steps in one go (``engine.core.quiet_window``), and with
+    ``lazy_tokens`` a large batch's plain decode rows owe their tokens instead of getting them appended each step
+    (engine.core.steady_decodes): the outputs are identical either way, only faster with them. ``watch`` may stop the
+    run early (``RunWatch``; ``SimResult.stopped_s`` says when); a watch that never stops it changes nothing of its
+    outputs.
     """
     started = time.perf_counter()
     return_freed_memory_promptly()
@@ -220,6 +223,7 @@ def simulate(
             clock=clock,
             eos_token_ids=model.eos_token_ids,
             replica=i,
+            lazy_tokens=lazy_tokens,  # the cost model reads no sequence's tokens
         )
         for i in range(config.num_replicas)
     ]
@@ -447,6 +451,8 @@ def simulate(
     # instant on two replicas (simpy's order, which differs once a window records its finishes at its start).
     rows.sort(key=_FINISH_THEN_REPLICA)
     if stopped_s is not None:  # the requests in flight, unfinished, after the finished ones
+        for engine in engines:
+            engine.scheduler.settle_tokens()
         rows.extend(request_row(seq) for engine in engines
                     for seq in (*engine.scheduler.running, *engine.scheduler.waiting))
     result = SimResult(rows, engines, config, sched_config, cost_model_description(cost_model, config.host_slowdown),

@@ -33,11 +33,13 @@ class LLMEngine:
         clock: Clock | None = None,
         eos_token_ids: Iterable[int] = (),
         replica: int = 0,
+        lazy_tokens: bool = False,
     ) -> None:
         self.config = config
         self.runner = runner
         self.clock = clock if clock is not None else WallClock()
-        self.scheduler = Scheduler(config, eos_token_ids)
+        self.lazy_tokens = lazy_tokens  # see Scheduler: for a runner that reads no sequence's tokens
+        self.scheduler = Scheduler(config, eos_token_ids, lazy_tokens)
         self.replica = replica
         self.step_log = StepLog(replica=replica, num_kv_blocks=config.num_gpu_blocks)
         self._seq_ids = itertools.count()
@@ -47,7 +49,7 @@ class LLMEngine:
         """Start over with an empty scheduler, cache and step log (e.g. after a warm-up)."""
         if self.has_unfinished_requests():
             raise RuntimeError("cannot reset an engine with unfinished requests")
-        self.scheduler = Scheduler(self.config, self.scheduler.eos_token_ids)
+        self.scheduler = Scheduler(self.config, self.scheduler.eos_token_ids, self.lazy_tokens)
         self.step_log = StepLog(replica=self.replica, num_kv_blocks=self.config.num_gpu_blocks)
 
     def add_request(
@@ -162,6 +164,7 @@ class LLMEngine:
         return failed
 
     def _forget_step(self, batch: ScheduledBatch) -> None:
+        self.scheduler.settle_tokens()  # what follows reads every row's computed count
         block_manager = self.scheduler.block_manager
         for seq in batch.seqs:
             block_manager.forget_uncomputed(seq)

@@ -69,6 +69,7 @@ def plan_quiet_window(
     running = scheduler.running
     if scheduler.waiting or not running or len(running) > scheduler.config.max_num_batched_tokens:
         return None
+    scheduler.settle_tokens()  # every row is read below, and a window moves them all (lazy tokens: their debts paid)
     token_is_eos = token_id in scheduler.eos_token_ids
     lefts = []  # the step (counted from 1) in which each sequence finishes
     contexts = []  # tokens each holds now: the first step's context

@@ -33,6 +33,7 @@ from engine.core.steady_decodes import SteadyDecodes
 _MIN_STEADY_ROWS = 32
 _MAX_SPECIAL_ROWS = 16
 _COMPUTED = attrgetter("num_computed_tokens")
+_INT32 = 1 << 31  # a lazily owed token is logged in an array('i'), as the simulator's prompts are held
 
 
 @dataclass(slots=True)
@@ -113,7 +114,10 @@ class Scheduler:
     # to be plain (see _advance_steady); False checks every row every step (tests compare the two).
     steady_plain_decodes = True
 
-    def __init__(self, config: EngineConfig, eos_token_ids: Iterable[int] = ()) -> None:
+    def __init__(self, config: EngineConfig, eos_token_ids: Iterable[int] = (), lazy_tokens: bool = False) -> None:
+        """``lazy_tokens``: a large batch's plain decode rows owe their tokens rather than get them appended each
+        step (engine.core.steady_decodes), for a runner that reads no sequence's tokens (the simulator's); whoever
+        else reads a running sequence's tokens or counts calls ``settle_tokens`` first."""
         if not config.is_resolved:
             raise ValueError("the scheduler needs num_gpu_blocks and max_model_len resolved (EngineConfig.resolved)")
         self.config = config
@@ -127,7 +131,7 @@ class Scheduler:
         self._cut_reason = FinishReason(cut_by)  # what a sequence asking for more than max_seq_len is cut by
         self._now_s = 0.0
         self._last_decode_seqs: list[Sequence] | None = None  # the last step's sequences, if it was decode-only
-        self._steady = SteadyDecodes(config.block_size, config.enable_prefix_caching)
+        self._steady = SteadyDecodes(config.block_size, config.enable_prefix_caching, lazy=lazy_tokens)
         self._filing = False  # whether postprocess files its rows in _steady (large batches only)
 
     # ---- requests -------------------------------------------------------------------------------
@@ -202,6 +206,11 @@ class Scheduler:
         """Sequences moved other than one token per step (a step that was not applied, or many applied at once):
         the next step checks every row (engine.core.steady_decodes)."""
         self._steady.forget(self.running)
+
+    def settle_tokens(self) -> None:
+        """Bring every running sequence's tokens, token times and computed count up to date (with ``lazy_tokens``
+        they may owe some: engine.core.steady_decodes); a no-op otherwise."""
+        self._steady.settle_all()
 
     @property
     def num_unfinished(self) -> int:
@@ -340,6 +349,9 @@ class Scheduler:
         if not steady.consistent_with(running):
             return None
         due = steady.due()
+        if steady.lazy:
+            for seq in due:  # their rows are read below (settled: they owe nothing, though they still count as owing)
+                steady.settle(seq)
         specials = [*due, *steady.unsteady]
         if len(specials) > _MAX_SPECIAL_ROWS:
             return None
@@ -377,7 +389,10 @@ class Scheduler:
         batch.num_new_tokens = new_tokens
         if num_decode:
             num_prefill = num_rows - num_decode
-            batch.count_decode_rows(num_decode, sum(computed) + num_prefill + num_decode, max(computed) + 1)
+            # The rows that owe tokens (lazy tokens) count as settled: the sums grow by what they owe.
+            owed, longest_owed = steady.owed_context()
+            batch.count_decode_rows(num_decode, sum(computed) + owed + num_prefill + num_decode,
+                                    max(max(computed), longest_owed) + 1)
         batch.special_rows = positions
         batch.steady_rows = num_rows
         return budget - num_tokens
@@ -459,11 +474,26 @@ class Scheduler:
         since); the special rows, the rows admitted after them and the eos rows go through ``_postprocess_row``."""
         seqs, new_tokens = batch.seqs, batch.num_new_tokens
         num_rows = len(seqs)
-        self._steady.advance += 1  # every steady sequence gets its token now
+        steady = self._steady
+        steady.advance += 1  # every steady sequence gets its token now
         rows = batch.special_rows
         if batch.steady_rows < num_rows:
             rows = rows + list(range(batch.steady_rows, num_rows))
         eos = self.eos_token_ids.intersection(token_ids)
+        if steady.lazy:
+            token_id = token_ids[0]
+            if (self.waiting and not eos and -_INT32 <= token_id < _INT32
+                    and token_ids.count(token_id) == num_rows):
+                # Every plain row (every steady sequence but those due) owes this step's token: logged once. The
+                # others are not owing: their rows get it here, and a row filed afresh owes from the next step on.
+                # Only while requests wait: no quiet window starts then (one starts with none waiting, and its
+                # planner reads every row, paying every debt), so the debts grow over many steps before they are
+                # paid; with none waiting the next step may start one, and owing would only cost.
+                steady.log_step(token_id, now_s)
+                for row in rows:
+                    self._postprocess_row(seqs[row], new_tokens[row], token_ids[row], now_s, finished)
+                return
+            steady.settle_all()  # rows that sample different tokens: each appended its own, as without
         if eos:  # which rows stop is _postprocess_row's to say (ignore_eos)
             rows = sorted({*rows, *(i for i, token_id in enumerate(token_ids) if token_id in eos)})
         start = 0

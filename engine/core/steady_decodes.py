@@ -16,18 +16,42 @@ every step. A run of quiet steps applied at once (engine.core.quiet_window) coun
 the sequences filed under one of them are filed afresh. Anything else that moves sequences other than one token
 per advance (a preemption, a step cut short by the token budget, a failed step) forgets it all: the next step
 takes the general path for every row and files them again.
+
+*Lazy tokens* (the simulator's choice, ``lazy=True``): a steady sequence need not even get its token appended
+each step. Where every plain row of a step samples the same token (the simulator's runner samples one token id
+for all), the step is written once to a log (its token and its time), and each steady sequence *owes* the log's
+entries from the position at which it was filed: its ``token_ids``, ``token_times_s`` and
+``num_computed_tokens`` lag by that many. ``settle`` pays one sequence's debt (two extends and an addition), and
+whatever reads a running sequence's tokens or counts must settle it first: the scheduler does for every row it
+handles itself (due, leaving, forgotten), and a reader of the whole batch (a quiet window's planner, the
+simulator's stop) calls ``settle_all``. A step whose rows sample different tokens (the GPU engine's) settles
+everything and appends row by row, as without. The sums of the batch's contexts the scheduler needs each step
+come from running totals, not from the rows (``owed_context``).
 """
 
 from __future__ import annotations
+
+from array import array
 
 from engine.core.block_manager import decode_steps_to_full_block, decode_steps_to_new_block
 from engine.core.sequence import Sequence, SequenceStatus
 
 
 class SteadyDecodes:
-    __slots__ = ("advance", "steady", "unsteady", "_calendar", "_block_size", "_caching")
+    __slots__ = ("advance", "steady", "unsteady", "_calendar", "_block_size", "_caching", "lazy", "_owed_from",
+                 "_owed_sum", "_keys", "_log_tokens", "_log_times", "_owing")
 
-    def __init__(self, block_size: int, caching: bool) -> None:
+    def __init__(self, block_size: int, caching: bool, lazy: bool = False) -> None:
+        self.lazy = lazy
+        # Lazy tokens. While _owing (from a lazy step until the debts are paid): each steady sequence -> the log
+        # position of the first entry it owes (the log's end when it owes nothing); their sum; and each one's
+        # num_computed_tokens less that position, which settling leaves unchanged (both grow by the same).
+        self._owing = False
+        self._owed_from: dict[Sequence, int] = {}
+        self._owed_sum = 0
+        self._keys: dict[Sequence, int] = {}
+        self._log_tokens = array("i")  # entry i: the i-th lazy step's token ...
+        self._log_times = array("d")  # ... and its time
         self._block_size = block_size
         self._caching = caching  # full blocks are offered to the prefix cache: filling one needs the block manager
         self.advance = 0  # the number of the next advance
@@ -37,6 +61,7 @@ class SteadyDecodes:
 
     def forget(self, running: list[Sequence]) -> None:
         """Nothing is known any more: every running sequence takes the general path until filed again."""
+        self.settle_all()
         self.steady.clear()
         self._calendar.clear()
         self.unsteady = set(running)
@@ -55,6 +80,8 @@ class SteadyDecodes:
         postprocessed and files them again."""
         self._calendar.pop(self.advance, None)
         for seq in due:
+            if self._owing:
+                self._stop_owing(seq)
             del self.steady[seq]
         self.unsteady.update(due)
 
@@ -63,6 +90,7 @@ class SteadyDecodes:
         with their block events and finishes: each sequence filed under one of those steps is filed afresh."""
         start = self.advance
         end = self.advance = start + num_steps
+        self.settle_all()  # (a window's planner paid every debt before it: a no-op)
         calendar, steady = self._calendar, self.steady
         passed = range(start, end) if num_steps < len(calendar) else [a for a in calendar if start <= a < end]
         for advance in passed:
@@ -75,6 +103,8 @@ class SteadyDecodes:
 
     def left(self, seq: Sequence) -> None:
         """``seq`` left the running list (finished, preempted, withdrawn)."""
+        if self._owing:
+            self._stop_owing(seq)
         self.steady.pop(seq, None)
         self.unsteady.discard(seq)
 
@@ -84,8 +114,12 @@ class SteadyDecodes:
         if seq.status is not SequenceStatus.RUNNING:  # withdrawn while its step ran: not in the running list
             self.left(seq)
             return
+        if self._owing:
+            self.settle(seq)  # (its row was just handled: settled already, but what follows reads it)
         computed = seq.num_computed_tokens
         if len(seq.token_ids) - computed != 1 or seq.sampling_params.stop_token_ids:
+            if self._owing:
+                self._stop_owing(seq)
             self.steady.pop(seq, None)
             self.unsteady.add(seq)
             return
@@ -95,6 +129,11 @@ class SteadyDecodes:
             steps = min(steps, decode_steps_to_full_block(computed, seq.num_registered_blocks, block_size))
         steps = min(steps, seq.max_num_tokens - computed - 2)  # it samples its last token
         advance = self.advance + max(steps, 0)
+        if self._owing and seq not in self._owed_from:  # steady from here on: owes what the log gets next
+            end = len(self._log_times)
+            self._owed_from[seq] = end
+            self._owed_sum += end
+            self._keys[seq] = computed - end
         # Filed there already (its row handled between advances, e.g. an ignored eos): listed once, or the advance
         # would handle its row twice. A sequence's advances only grow: they mark token positions, which move only
         # at the advance that handles them.
@@ -107,3 +146,70 @@ class SteadyDecodes:
             calendar[advance].append(seq)
         else:
             calendar[advance] = [seq]
+
+    # ---- lazy tokens ----------------------------------------------------------------------------------------
+    def log_step(self, token_id: int, now_s: float) -> None:
+        """A step gave every steady sequence ``token_id`` at ``now_s``: owed, not appended (``lazy`` only). The
+        first such step since the debts were last paid makes every steady sequence owe from it on."""
+        if not self._owing:
+            self._owing = True
+            self._owed_from = dict.fromkeys(self.steady, 0)
+            self._keys = {seq: seq.num_computed_tokens for seq in self.steady}
+            self._owed_sum = 0
+        self._log_tokens.append(token_id)
+        self._log_times.append(now_s)
+
+    def settle(self, seq: Sequence) -> None:
+        """Append to ``seq`` the tokens (and times) it owes, and count them computed: as if each lazy step had
+        appended them (a no-op for a sequence that owes nothing)."""
+        position = self._owed_from.get(seq)
+        if position is None:
+            return
+        end = len(self._log_times)
+        if position == end:
+            return
+        seq.token_ids.extend(self._log_tokens[position:])
+        seq.token_times_s.extend(self._log_times[position:])
+        seq.num_computed_tokens += end - position
+        self._owed_from[seq] = end
+        self._owed_sum += end - position
+
+    def settle_all(self) -> None:
+        """Settle every steady sequence (for a reader of the whole running batch) and start afresh: nothing is
+        owed until the next lazy step."""
+        if not self._owing:
+            return
+        tokens, times = self._log_tokens, self._log_times
+        end = len(times)
+        tails: dict[int, tuple[array, array]] = {}  # most owe from the same position: one copy of its tail each
+        for seq, position in self._owed_from.items():
+            if position < end:
+                tail = tails.get(position)
+                if tail is None:
+                    tail = tails[position] = (tokens[position:], times[position:])
+                seq.token_ids.extend(tail[0])
+                seq.token_times_s.extend(tail[1])
+                seq.num_computed_tokens += end - position
+        self._owing = False
+        self._owed_from = {}
+        self._keys = {}
+        self._owed_sum = 0
+        del tokens[:]
+        del times[:]
+
+    def owed_context(self) -> tuple[int, int]:
+        """(tokens the steady sequences owe in all, the largest num_computed_tokens among them once settled; -1
+        when none owes): what the batch's context sums lack while they owe."""
+        if not self._owed_from:
+            return 0, -1
+        end = len(self._log_times)
+        return len(self._owed_from) * end - self._owed_sum, max(self._keys.values()) + end
+
+    def _stop_owing(self, seq: Sequence) -> None:
+        """``seq`` is no longer steady: settled, and out of the debtors."""
+        position = self._owed_from.get(seq)
+        if position is None:
+            return
+        self.settle(seq)
+        self._owed_sum -= self._owed_from.pop(seq)
+        del self._keys[seq]

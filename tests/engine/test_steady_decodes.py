@@ -16,7 +16,7 @@ from engine.core.config import EngineConfig
 from engine.core.quiet_window import QuietRun, plan_quiet_window
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import Scheduler
-from engine.core.sequence import Sequence
+from engine.core.sequence import Sequence, SequenceStatus
 from engine.core.steady_decodes import SteadyDecodes
 
 EOS = 7
@@ -187,3 +187,94 @@ def test_sequences_put_straight_into_the_running_batch_are_scheduled_as_row_by_r
             scheduler.postprocess(batch, tokens, float(step))
         _same_state(*sides)
     assert a.special_rows is not None  # the large-batch path ran
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), block_size=st.sampled_from([16, 32]), num_blocks=st.sampled_from([60, 200, 500]),
+       caching=st.booleans(), policy=st.sampled_from(["mixed", "nano"]), budget=st.sampled_from([64, 512]),
+       windows=st.booleans(), tokens=st.sampled_from(["one", "one, eos at times", "per row"]),
+       settle_every=st.sampled_from([0, 7]))
+def test_lazy_tokens_schedule_and_finish_as_tokens_appended_each_step(seed, block_size, num_blocks, caching, policy,
+                                                                     budget, windows, tokens, settle_every):
+    """With lazy tokens (the simulator's choice) a large batch's plain rows owe their tokens while requests wait:
+    the batches (their context sums from the running totals), the finished sequences' tokens and token times, and
+    the state once settled are what appending each step gives. Tokens: one token for every row (what the
+    simulator's runner samples), the same with every row sampling eos at times (ignore_eos keeps some going: no
+    lazy step then), or one per row (never lazy: every step pays the debts and appends)."""
+    config = EngineConfig(block_size=block_size, enable_prefix_caching=caching, policy=policy, max_num_seqs=48,
+                          max_num_batched_tokens=budget).resolved(num_gpu_blocks=num_blocks, max_model_len=512)
+    lazy = Scheduler(config, eos_token_ids=[EOS], lazy_tokens=True)
+    eager = Scheduler(config, eos_token_ids=[EOS])
+    rng = random.Random(seed)
+    requests = [_request(i, rng) for i in range(160)]
+    arrivals = sorted(rng.randrange(0, 80) for _ in requests)  # more than max_num_seqs at once: some wait
+    next_request = 0
+    lazy_steps = 0
+    for step in range(900):
+        while next_request < len(requests) and arrivals[next_request] <= step:
+            prompt, params = requests[next_request]
+            for scheduler in (lazy, eager):
+                scheduler.add(Sequence(next_request, prompt, params))
+            next_request += 1
+        if windows and step % 23 == 22:
+            finished = _quiet_run(lazy, 9, 25)
+            assert finished == _quiet_run(eager, 9, 25)
+            if finished is not None:  # a window ran: its planner paid every debt first
+                _same_state(lazy, eager)
+        if settle_every and step % settle_every == 0:
+            lazy.settle_tokens()
+            _same_state(lazy, eager)
+        a, b = lazy.schedule(float(step)), eager.schedule(float(step))
+        _same_batch(a, b)
+        if not a.seqs:
+            if next_request == len(requests) and not lazy.has_unfinished():
+                break
+            continue
+        if tokens == "per row":
+            sampled = [_token(seq, 0.02) for seq in b.seqs]  # from the eager side's rows: they are up to date
+        else:
+            sampled = [EOS if tokens != "one" and step % 31 == 30 else 9] * len(a.seqs)
+        owing_before = len(lazy._steady._log_times)
+        done_a = lazy.postprocess(a, sampled, float(step) + 0.5)
+        done_b = eager.postprocess(b, sampled, float(step) + 0.5)
+        lazy_steps += len(lazy._steady._log_times) > owing_before
+        assert [s.seq_id for s in done_a] == [s.seq_id for s in done_b]
+        assert [(s.finish_reason, list(s.token_ids), list(s.token_times_s), s.num_computed_tokens) for s in done_a] \
+            == [(s.finish_reason, list(s.token_ids), list(s.token_times_s), s.num_computed_tokens) for s in done_b]
+    lazy.settle_tokens()
+    _same_state(lazy, eager)
+    if tokens == "per row":
+        assert lazy_steps == 0
+    elif num_blocks == 500 and budget == 512 and policy == "mixed" and not settle_every:
+        assert lazy_steps > 0  # some steps owed their tokens
+
+
+def test_a_sequence_owes_the_steps_since_it_was_filed():
+    """Exact debts: two sequences filed at different steps owe from their own, settle to the same tokens, times
+    and counts as appended ones, and the batch's context sums count what they owe."""
+    steady = SteadyDecodes(16, False, lazy=True)
+    seqs = []
+    for i, computed in enumerate((40, 70)):
+        seq = Sequence(i, list(range(8, 8 + computed + 1)), SamplingParams(max_tokens=200))
+        seq.num_computed_tokens = computed
+        seq.block_table = [0, 1, 2, 3, 4]  # room for 80 tokens: no block boundary for a while
+        seq.status = SequenceStatus.RUNNING
+        seqs.append(seq)
+    steady.file(seqs[0])
+    steady.log_step(9, 1.0)  # the first owing step: seqs[0] owes from it
+    steady.log_step(9, 2.0)
+    steady.file(seqs[1])  # filed now: owes from the next step on
+    steady.log_step(9, 3.0)
+    assert steady.owed_context() == (3 + 1, 70 + 1)  # 40 + 3 = 43 and 70 + 1 = 71: the longer is 71
+    steady.settle(seqs[0])
+    assert (seqs[0].num_computed_tokens, list(seqs[0].token_ids[-4:]), list(seqs[0].token_times_s)) == \
+        (43, [48, 9, 9, 9], [1.0, 2.0, 3.0])
+    assert steady.owed_context() == (1, 71)
+    steady.settle_all()
+    assert (seqs[1].num_computed_tokens, list(seqs[1].token_times_s)) == (71, [3.0])
+    assert steady.owed_context() == (0, -1)
+    steady.log_step(9, 4.0)  # a new episode: both owe from it
+    assert steady.owed_context() == (2, 72)
+    steady.left(seqs[0])  # leaving settles it
+    assert (seqs[0].num_computed_tokens, list(seqs[0].token_times_s)) == (44, [1.0, 2.0, 3.0, 4.0])
+    assert steady.owed_context() == (1, 72)

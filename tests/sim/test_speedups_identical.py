@@ -131,3 +131,56 @@ def test_token_times_kept_as_step_ends_give_the_same_requests(case, monkeypatch)
         assert 0 < len(spans) < len(long_enough)
     else:
         assert len(spans) == len(long_enough)
+
+
+LAZY_CASES = {
+    "overloaded": {},
+    "overloaded, preemptions": {"num_gpu_blocks": 2400, "block_size": 16},
+    "prefix router": {"num_replicas": 3, "router": "prefix"},
+    "least outstanding": {"num_replicas": 2, "router": "lor"},
+    "round robin": {"num_replicas": 2, "router": "rr"},
+    "nano": {"policy": "nano"},
+    "stopped early": {},
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAZY_CASES))
+def test_lazy_tokens_give_the_outputs_of_tokens_appended_each_step(case, monkeypatch):
+    """A large batch's plain rows owing their tokens while requests wait (engine.core.steady_decodes, lazy tokens)
+    change no output, byte for byte: overloaded replicas (every step with a queue), preemptions, every router, the
+    nano policy, and a run a watch stops while sequences still owe (their rows are written unfinished)."""
+    from analysis.capacity.certain_miss import CertainMiss
+    from analysis.slo import SLO
+    from engine.core.steady_decodes import SteadyDecodes
+
+    trace = load_trace(SHAREGPT).head(700).with_qps(150.0)  # past saturation: requests queue, batches are large
+    config = SimConfig(**LAZY_CASES[case])
+
+    def run(lazy_tokens: bool):
+        watch = None
+        if case == "stopped early":
+            watch = CertainMiss(trace.requests["arrival_s"].to_numpy(), 0.0, 1e9, [SLO("ttft", "p90", 0.5)])
+        return simulate(trace, config, lazy_tokens=lazy_tokens, watch=watch)
+
+    logged = []
+    log_step = SteadyDecodes.log_step
+    monkeypatch.setattr(SteadyDecodes, "log_step", lambda self, *args: (logged.append(1), log_step(self, *args)))
+    lazy = run(True)
+    num_lazy_steps = len(logged)
+    assert num_lazy_steps > 50  # the lazy steps were taken
+    eager = run(False)
+    assert len(logged) == num_lazy_steps  # none more: the flag is off
+    assert lazy.requests_table().equals(eager.requests_table())
+    assert lazy.steps_table().equals(eager.steps_table())
+    if case == "stopped early":
+        assert lazy.stopped_s is not None and lazy.stopped_s == eager.stopped_s
+        unfinished = [row for row in lazy.request_rows if row[_finish_column()] is None]
+        assert unfinished  # in flight when it stopped, some of them owing tokens until written
+    if "num_gpu_blocks" in LAZY_CASES[case]:
+        assert sum(lazy.requests_table().column("num_preemptions").to_pylist()) > 0
+
+
+def _finish_column() -> int:
+    from engine.core.records import REQUEST_COLUMNS
+
+    return [c.name for c in REQUEST_COLUMNS].index("finish_s")

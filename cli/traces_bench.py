@@ -201,7 +201,7 @@ def result_rows(results: list[BenchResult], requests, origin_s: float) -> list[t
             result.cached_tokens,  # only when the server's usage reports it
             None,  # preemptions: unseen by a client
             result.recorded_reason,
-            None,
+            result.reject_reason,
             times,
         ))
     return rows

@@ -31,6 +31,7 @@ import numpy as np
 
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.messages import counted
 from sim.bands import MEAN_EPISODE_S, SLOW_OVER_NORMAL, SLOW_SHARE_RANGE
 from sim.batch_features import read_steps
 from sim.files import read_json_input, read_parquet_table
@@ -359,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.add:
         merged = profile["serving"]
         lo, hi = merged["host_factor_range"]
-        print(f"{len(merged['sessions'])} machine sessions: the profile prices with host factor "
+        print(f"{counted(len(merged['sessions']), 'machine session')}: the profile prices with host factor "
               f"{merged['host_factor']}, device factor {merged['device_factor']} and decode factor "
               f"{merged['decode_factor']} (their means); host factors "
               f"span {lo}-{hi}")

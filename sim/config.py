@@ -14,6 +14,11 @@ from sim.host_speed import parse_host_slowdown
 from sim.router import ROUTERS
 
 MAX_REPLICAS = 10_000  # 100 times the largest fleet benchmarked (benchmarks/sim_million.py: 64)
+# The most sequences or tokens a simulated step or sequence may be allowed (the engine stops below 2**31, its int32
+# kernels; the simulator takes larger limits for timing studies): the most tokens a run's tables hold for a request
+# (analysis.schema.MAX_TOKENS). --max-num-seqs 10**20 simulated, and capacity.parquet got an Int128 column that
+# pyarrow cannot read.
+MAX_SIM_LIMIT = 2**40
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +48,10 @@ class SimConfig(EngineConfig):
         check(self.num_replicas <= MAX_REPLICAS, f"num_replicas must be at most {MAX_REPLICAS:,}, got "
               f"{self.num_replicas}", "num_replicas")
         check_choice("router", self.router, tuple(ROUTERS))
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+            value = getattr(self, name)
+            check(value is None or value <= MAX_SIM_LIMIT, f"{name} must be at most 2**40 ({MAX_SIM_LIMIT:,}), got "
+                  f"{value}", name)
         parse_host_slowdown(self.host_slowdown)  # validates the spec (and the file, if one is named)
 
     @property

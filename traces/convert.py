@@ -44,6 +44,9 @@ def convert(fmt: str, source: str | Path, options: ConvertOptions = _DEFAULT_OPT
         requests = requests.head(min(options.limit, requests.height))  # polars refuses n beyond 2**64
     if converted.arrivals_assigned:
         _check_drawn_arrivals(fmt, source, requests["arrival_s"].max(), options)
+    elif options.seed is not None:  # a vidur file with arrived_at: its arrivals are rescaled, and --seed went unread
+        raise TraceError(f"{source}: --seed {options.seed}: the file records its arrival times ({fmt}'s arrived_at), "
+                         "so none are drawn and it would change nothing; convert without --seed")
     trace = Trace.from_frame(requests, f"{source} (converted from {fmt})", converted.hash_block_size)
     if options.qps is not None and not converted.arrivals_assigned:
         arrivals = trace.requests["arrival_s"]
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{', '.join(sharegpt_only)} only {verb} to the sharegpt format (its text is tokenized and its "
                      f"turns spaced); {args.format} traces give token counts, not text or conversations")
     options = ConvertOptions(
-        limit=args.limit, tokenizer=args.tokenizer, qps=args.qps, seed=0 if args.seed is None else args.seed,
+        limit=args.limit, tokenizer=args.tokenizer, qps=args.qps, seed=args.seed,
         think_time_s=args.think_time_s, think_time_cv=args.think_time_cv,
     )
     source, output = Path(args.source), Path(args.output)

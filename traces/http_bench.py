@@ -32,6 +32,12 @@ CUT_REASONS = tuple(r.value for r in FinishReason if r.is_cut)
 # What a "length" short of max_tokens is recorded as when the server names no limit: the context length is the one
 # limit at which OpenAI-compatible servers (vLLM, SGLang) end an output early with "length".
 DEFAULT_CUT_BY = FinishReason.MAX_MODEL_LEN.value
+# What a 400 answer says of a prompt the deployment can never serve: ours "prompt 0 cannot be served: prompt has N
+# tokens, more than max_model_len=M" (or a text that "cannot fit in max_model_len"), vLLM "This model's maximum
+# context length is M tokens" or "... longer than the maximum model length of M", SGLang "... longer than the
+# model's context length". engine.replay and sim.replay record such a request as rejected (never admitted, no
+# latency), so a served run counted it as failed where the simulation of the same trace counted it as rejected.
+NEVER_SERVED_PHRASES = ("cannot be served", "cannot fit in max_model_len", "context length", "maximum model length")
 
 
 @dataclass(frozen=True)
@@ -59,9 +65,11 @@ class BenchResult:
     finish_reason: str | None = None
     cut_by: str | None = None  # the limit that cut the output short of max_tokens (finish reason "length")
     error: str | None = None
+    reject_reason: str | None = None  # the server refused the prompt as one it can never serve (not a failure)
 
     @property
     def ok(self) -> bool:
+        """Not failed: served, or rejected as never servable (as the engine's records tell the two apart)."""
         return self.error is None
 
     @property
@@ -69,6 +77,8 @@ class BenchResult:
         """The run's finish reason: a cut output says it was cut (by which limit), as the engine's records do."""
         if not self.ok:
             return "error"
+        if self.reject_reason is not None:
+            return FinishReason.REJECTED.value
         return self.cut_by or self.finish_reason
 
 
@@ -100,6 +110,11 @@ def _short(text: str) -> str:
 
 def _error_message(status: int, body: bytes) -> str:
     """``HTTP 400: <the server's message>`` from an OpenAI-style error body, or the body's start."""
+    return f"HTTP {status}: {_server_message(body) or 'no body'}"
+
+
+def _server_message(body: bytes) -> str:
+    """The message of an OpenAI-style error body, or the body's start, on one line."""
     text = body.decode("utf-8", errors="replace")
     try:
         parsed = json.loads(text)
@@ -108,7 +123,7 @@ def _error_message(status: int, body: bytes) -> str:
         text = str(message if message is not None else error)
     except (json.JSONDecodeError, AttributeError):
         pass
-    return f"HTTP {status}: {_short(text) or 'no body'}"
+    return _short(text)
 
 
 def _count(value: object) -> int | None:
@@ -181,7 +196,12 @@ async def _send(session: aiohttp.ClientSession, target: BenchTarget, request: Be
     result.send_s = clock()
     async with session.post(target.completions_url, json=target.body(request)) as response:
         if response.status != 200:
-            result.error = _error_message(response.status, await response.read())
+            body = await response.read()
+            message = _server_message(body)
+            if response.status == 400 and any(phrase in message.lower() for phrase in NEVER_SERVED_PHRASES):
+                result.reject_reason = message
+            else:
+                result.error = _error_message(response.status, body)
             return
         done = await _stream(response, result, clock)
         content_type = response.content_type

@@ -6,9 +6,10 @@ import sys
 
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
-from engine.core.messages import escape_controls
+from engine.core.messages import counted, escape_controls
 from traces.errors import TraceError
 from traces.schema import load_trace
+from traces.summary import shown_span
 
 
 @exit_130_on_interrupt()
@@ -31,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         span_s = float(requests["arrival_s"][-1] - requests["arrival_s"][0])
         extras = [c for c in requests.columns if c not in ("request_id", "arrival_s", "prompt_tokens", "output_tokens")]
         print(
-            f"{path}: {len(trace)} requests over {span_s:.3f} s, mean prompt {requests['prompt_tokens'].mean():.1f}, "
+            f"{escape_controls(path)}: {counted(len(trace), 'request')} over {shown_span(span_s)} s, "
+            f"mean prompt {requests['prompt_tokens'].mean():.1f}, "
             f"mean output {requests['output_tokens'].mean():.1f} tokens, other columns {extras}"
             + (f", hash_block_size {trace.hash_block_size}" if trace.hash_block_size else "")
         )

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import math
 
+from engine.core.messages import counted
 from traces.schema import Trace
+
+
+def shown_span(span_s: float) -> str:
+    """Seconds to three decimals, or three significant digits below a millisecond: not 0.000 for a span."""
+    return f"{span_s:.3f}" if span_s == 0 or span_s >= 0.001 else f"{span_s:.3g}"
 
 
 def describe(trace: Trace, destination: str, dropped: str = "") -> str:
@@ -19,9 +25,8 @@ def describe(trace: Trace, destination: str, dropped: str = "") -> str:
         rate = f"{rate_per_s:.3f} req/s" if 0.1 <= rate_per_s < 1e6 else f"{rate_per_s:.3g} req/s"
         if math.isinf(rate_per_s):
             rate = "a rate beyond 1e308 req/s"
-    shown_span = f"{span_s:.3f}" if span_s == 0 or span_s >= 0.001 else f"{span_s:.3g}"  # not 0.000 for a span
     parts = [
-        f"wrote {len(trace)} requests to {destination}: span {shown_span} s ({rate})",
+        f"wrote {counted(len(trace), 'request')} to {destination}: span {shown_span(span_s)} s ({rate})",
         f"mean prompt {requests['prompt_tokens'].mean():.1f} tokens",
         f"mean output {requests['output_tokens'].mean():.1f} tokens",
     ]
@@ -29,7 +34,7 @@ def describe(trace: Trace, destination: str, dropped: str = "") -> str:
         # A null session id is a request of its own (BurstGPT's API calls), as analysis.capacity reads it; n_unique
         # counted all of them as one session.
         sessions = requests["session_id"]
-        parts.append(f"{sessions.drop_nulls().n_unique() + sessions.null_count()} sessions")
+        parts.append(counted(sessions.drop_nulls().n_unique() + sessions.null_count(), "session"))
     if dropped:
         parts.append(dropped)
     return ", ".join(parts)

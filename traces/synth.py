@@ -19,6 +19,7 @@ import polars as pl
 
 from engine.core.config_args import OneLineErrorParser, nonempty
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.messages import counted
 from traces.arrivals import arrival_times_s
 from traces.files import refuse_to_replace
 from traces.lengths import MAX_LENGTH, LengthDist, parse_length_dist
@@ -232,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: -o {args.output}: {exc.strerror or exc}\n")
     # First turns, not prompts: a turn whose output alone overflows is cut there (its prompt kept), and the line said
     # "prompts cut" of prompts left whole.
-    cut = f"{num_cut} first turns cut to fit --max-context-tokens {args.max_context_tokens}" if num_cut else ""
+    cut = (f"{counted(num_cut, 'first turn')} cut to fit --max-context-tokens {args.max_context_tokens}"
+           if num_cut else "")
     print(describe(trace, args.output, cut))
     return 0
 

@@ -47,8 +47,10 @@ from sim.hardware import get_gpu
 from sim.router import ROUTERS
 
 
-def comma_list(parse_item: Callable[[str], object]) -> Callable[[str], tuple]:
-    """An argparse type for ``a,b,c``; argparse prefixes its errors with the option's name."""
+def comma_list(parse_item: Callable[[str], object],
+               identity: Callable[[object], object] | None = None) -> Callable[[str], tuple]:
+    """An argparse type for ``a,b,c``; argparse prefixes its errors with the option's name. ``identity`` maps a
+    value to what makes two values one (a model's folder: a shipped name and its path are one model)."""
 
     def parse(text: str) -> tuple:
         items = [item.strip() for item in text.split(",")]
@@ -58,6 +60,13 @@ def comma_list(parse_item: Callable[[str], object]) -> Callable[[str], tuple]:
         duplicates = sorted({str(v) for v in values if values.count(v) > 1})
         if duplicates:
             raise argparse.ArgumentTypeError(f"{', '.join(duplicates)} given twice in {text!r}")
+        if identity is not None:
+            first_of: dict = {}
+            for value in values:
+                same = first_of.setdefault(identity(value), value)
+                if same != value:
+                    raise argparse.ArgumentTypeError(f"{same} and {value} in {text!r} are the same "
+                                                     f"({identity(value)}); give it once")
         return values
 
     return parse
@@ -142,6 +151,14 @@ def model_name(text: str) -> str:
     return text
 
 
+def model_identity(name: str) -> Path:
+    """The folder a --model value reads: qwen3-0.6b and engine/configs/qwen3-0.6b were swept as two models, each
+    configuration simulated twice under two names."""
+    from engine.core.model_config import resolve_model_dir
+
+    return resolve_model_dir(name).resolve()
+
+
 def gpu_name(text: str) -> str:
     try:
         return get_gpu(text).name
@@ -210,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
                          [name for name in field_names(SimConfig) if name not in SWEEP_AXES])
     add_config_arguments(
         parser.add_argument_group("sweep (comma lists; their cross product is swept)"), SimConfig, list(SWEEP_AXES),
-        types={name: comma_list(parse_item) for name, parse_item in SWEEP_ITEM_TYPES.items()},
+        types={name: comma_list(parse_item, model_identity if name == "model" else None)
+               for name, parse_item in SWEEP_ITEM_TYPES.items()},
     )
     search = parser.add_argument_group("search")
     search.add_argument("--qps-min", type=rate, default=None,

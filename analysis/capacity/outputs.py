@@ -11,6 +11,7 @@ import polars as pl
 from analysis.capacity.plan import CapacityRun
 from analysis.capacity.report import write_capacity_report
 from analysis.stats import round_sig
+from engine.core.messages import counted
 from sim.files import write_parquet_frame
 
 
@@ -94,7 +95,8 @@ def write_outputs(run: CapacityRun, out_dir: Path) -> None:
     write_capacity_report(
         out_dir / "report.html", run, title=f"Capacity of {Path(run.trace_path).name} under {slo_text}",
         subtitle=(
-            f"{run.num_requests} requests in {run.num_sessions} sessions (recorded at {run.trace_qps:.4g} req/s), "
+            f"{counted(run.num_requests, 'request')} in {counted(run.num_sessions, 'session')} "
+            f"(recorded at {run.trace_qps:.4g} req/s), "
             f"resampled into a stream of at least {run.workload.min_duration_s:g} s and "
             f"{run.workload.min_requests} requests at each QPS tried (think times: {run.workload.think_times}); "
             f"the first {run.workload.warmup_fraction:.0%} is not measured; {len(run.seeds)} seed(s)"

@@ -194,6 +194,12 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
 
     # A swept option is a tuple of values; left at its default it is the config's single default.
     axes = {field: v if isinstance(v, tuple) else (v,) for field in SWEEP_AXES for v in [getattr(args, field)]}
+    if len(axes["router"]) > 1 and max(axes["num_replicas"]) == 1:
+        # A router chooses between replicas: with one, --router rr,lor searched the same configuration twice and
+        # reported two "configurations" (and two replica answers) that are one.
+        _fail(parser, f"--router {','.join(axes['router'])}: a router chooses between replicas, and every "
+                      "configuration has --replicas 1, so each router would simulate the same configuration; give "
+                      "one router, or --replicas with a count above 1")
     # The first value of each swept list makes the base config; expand_configs replaces them per configuration.
     scalar = argparse.Namespace(**{**vars(args), **{field: values[0] for field, values in axes.items()}})
     try:

@@ -21,6 +21,7 @@ from analysis.compare.request_join import RequestJoin, join_requests
 from analysis.compare.step_diff import ScheduleDiff, compare_schedules
 from analysis.compare.tables import error_table_markdown
 from analysis.metrics import has_step_log
+from engine.core.messages import counted
 from sim.files import write_parquet_frame
 
 # Config keys that differ between any two runs and say nothing about the setup.
@@ -179,7 +180,7 @@ def markdown_document(comparison: Comparison) -> str:
     cost_model = f" (cost model: `{sim.cost_model}`)" if sim.cost_model else ""
     intro = (
         f"Simulation `{sim.name}`{cost_model} vs real `{real.name}`; "
-        f"relative error = (sim - real) / real; {comparison.join.num_matched} requests matched.\n\n"
+        f"relative error = (sim - real) / real; {counted(comparison.join.num_matched, 'request')} matched.\n\n"
     )
     return intro + error_table_markdown(comparison.rows, real.name, sim.name)
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 import polars as pl
 
 from analysis.schema import conform_requests, conform_steps
+from engine.core.messages import counted
 from engine.core.records import SCHEDULE_COLUMNS
 
 STEP_KEY: tuple[str, ...] = ("replica", "step")
@@ -83,17 +84,18 @@ class ScheduleDiff:
         if self.steps is None:
             return f"schedule diff: n/a ({self.unavailable})"
         if self.identical:
-            text = f"schedules identical: {self.steps.num_compared} steps"
+            text = f"schedules identical: {counted(self.steps.num_compared, 'step')}"
             if self.requests is not None:
-                text += f", {self.requests.num_compared} requests (same placement, tokens, cached tokens, preemptions)"
+                text += (f", {counted(self.requests.num_compared, 'request')} (same placement, tokens, cached tokens, "
+                         "preemptions)")
             return text
         lines = ["schedules differ"]
         if self.steps.identical:
-            lines.append(f"steps identical: {self.steps.num_compared} steps")
+            lines.append(f"steps identical: {counted(self.steps.num_compared, 'step')}")
         lines += _describe_table(self.steps, "steps", SCHEDULE_COLUMNS)
         if self.requests is not None:
             if self.requests.identical:
-                lines.append(f"requests identical: {self.requests.num_compared} requests")
+                lines.append(f"requests identical: {counted(self.requests.num_compared, 'request')}")
             lines += _describe_table(self.requests, "requests", REQUEST_SCHEDULE_COLUMNS)
         return "\n".join(lines)
 

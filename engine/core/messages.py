@@ -25,3 +25,9 @@ def escape_controls(text: object) -> str:
 def exception_line(exc: BaseException, limit_chars: int | None = 400) -> str:
     """``exc`` as one line: its type and its message's words, at most ``limit_chars`` characters."""
     return one_line(f"{type(exc).__name__}: {exc}", limit_chars)
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 request``, ``2 requests``: a count with its noun in the number the count takes ("wrote 1 requests",
+    "dropped 1 turns" read as typos). ``plural`` where adding an s is wrong."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"

@@ -34,7 +34,8 @@ class FakeOpenAI:
     stop_after: int | None = None  # at most this many tokens, then finish reason "stop" (a server ignoring ignore_eos)
     cut_after: int | None = None  # at most this many tokens, then finish reason "length" (a server's context limit)
     cut_by: str | None = None  # sent in the choice that finishes a cut output, as our server does
-    # max_tokens -> "400", "500" or "drop" (the connection closes after the first token)
+    # max_tokens -> "400", "500", "drop" (the connection closes after the first token) or "context" (vLLM's 400 for a
+    # request beyond the model's context)
     failures: dict[int, str] = field(default_factory=dict)
     model: str = "fake-model"
     received: list[Received] = field(default_factory=list)
@@ -60,6 +61,10 @@ class FakeOpenAI:
         failure = self.failures.get(body.get("max_tokens"))
         if failure == "400":
             return web.json_response({"error": {"message": "prompt too long", "type": "BadRequestError",
+                                                "code": 400}}, status=400)
+        if failure == "context":
+            return web.json_response({"error": {"message": "This model's maximum context length is 40960 tokens. "
+                                                "However, you requested 50000 tokens.", "type": "BadRequestError",
                                                 "code": 400}}, status=400)
         if failure == "500":
             return web.Response(status=500, text="Internal Server Error")

@@ -51,7 +51,7 @@ def test_convert_cli(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (
         f"wrote 2 requests to {out}: span 4.315 s (0.232 req/s), mean prompt 385.0 tokens, "
-        "mean output 76.5 tokens, dropped 1 requests with 0 prompt or 0 output tokens"
+        "mean output 76.5 tokens, dropped 1 request with 0 prompt or 0 output tokens"
     )
     assert load_trace(out).requests["prompt_tokens"].to_list() == [374, 396]
 

@@ -35,7 +35,7 @@ def test_2023_sample_sorted_stably_with_100ns_resolution(tmp_path: Path) -> None
     assert requests["arrival_s"].to_list() == pytest.approx([0.0, 4.314579, 4.314579, 4.541877], abs=1e-9)
     assert requests["prompt_tokens"].to_list() == [374, 396, 12, 879]
     assert requests["output_tokens"].to_list() == [44, 109, 3, 55]
-    assert dropped == "dropped 1 requests with 0 prompt or 0 output tokens"
+    assert dropped == "dropped 1 request with 0 prompt or 0 output tokens"
 
 
 def test_seventh_fractional_digit_is_kept(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ def test_burstgpt_sample_drops_failures_and_keeps_model(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("limit", "kept", "dropped"), [
     (1, [0], ""),
     (2, [0, 3], ""),  # the failure at 45 s comes after the second kept request (32 s): --limit never reached it
-    (3, [0, 3, 2], "dropped 1 requests (0 response tokens are failures) with 0 prompt or 0 output tokens"),
+    (3, [0, 3, 2], "dropped 1 request (0 response tokens are failures) with 0 prompt or 0 output tokens"),
     (4, [0, 3, 2], "dropped 2 requests (0 response tokens are failures) with 0 prompt or 0 output tokens"),
 ])
 def test_burstgpt_limit_counts_the_drops_it_went_through(tmp_path: Path, limit: int, kept: list[int],
@@ -104,7 +104,7 @@ def test_vidur_with_arrivals(tmp_path: Path) -> None:
     assert trace.requests["arrival_s"].to_list() == [0.0, 4.314579, 4.710427]
     assert trace.requests["prompt_tokens"].to_list() == [374, 396, 91]
     assert trace.requests["request_id"].to_list() == [0, 1, 3]
-    assert "dropped 1 requests" in dropped
+    assert "dropped 1 request" in dropped
 
 
 def test_vidur_arrivals_start_at_zero(tmp_path: Path) -> None:

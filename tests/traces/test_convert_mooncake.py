@@ -33,7 +33,7 @@ def test_sample(tmp_path: Path) -> None:
     assert requests["arrival_s"].to_list() == [0.0, 0.0, 2.75]
     assert requests["prompt_tokens"].to_list() == [600, 1100, 10]
     assert requests["hash_ids"].to_list() == [[0, 1], [0, 1, 2], [4]]
-    assert dropped == "dropped 1 requests with 0 prompt or 0 output tokens"
+    assert dropped == "dropped 1 request with 0 prompt or 0 output tokens"
     a, b = (trace.prompt_token_ids(row, 1000) for row in (0, 1))
     assert a == b[:600]  # shared blocks 0 and 1 (block 1 partial in the first request)
 
@@ -47,7 +47,7 @@ def test_epoch_timestamps_start_at_zero(tmp_path: Path) -> None:
     trace, dropped = convert("mooncake", _write(tmp_path, text))
     assert trace.requests["request_id"].to_list() == [2, 0, 3]  # the earliest (0 output tokens) is dropped
     assert trace.requests["arrival_s"].to_list() == [0.0, 1.5, 2.999]
-    assert dropped == "dropped 1 requests with 0 prompt or 0 output tokens"
+    assert dropped == "dropped 1 request with 0 prompt or 0 output tokens"
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,7 @@ def test_azure_2024_layout_whole_seconds_and_offsets(tmp_path: Path) -> None:
             "2024-05-12 00:00:01.500000+00:00,617,0\n")  # 0 generated tokens: dropped and counted
     trace, dropped = convert("azure", _write(tmp_path / "AzureLLMInferenceTrace_conv_1week.csv", text))
     assert _rows(trace) == [(1, 0.0, 584, 3), (0, 0.001163, 1452, 3), (2, 1.0, 862, 38)]
-    assert dropped == "dropped 1 requests with 0 prompt or 0 output tokens"
+    assert dropped == "dropped 1 request with 0 prompt or 0 output tokens"
 
 
 def test_azure_2025_multimodal_gzip_keeps_the_image_count(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_burstgpt_1_layout_drops_failures(tmp_path: Path) -> None:
     assert _rows(trace) == [(0, 0.0, 472, 18), (2, 113.0, 417, 505)]
     assert trace.requests["model"].to_list() == ["ChatGPT", "GPT-4"]
     assert "session_id" not in trace.requests.columns
-    assert dropped == "dropped 1 requests (0 response tokens are failures) with 0 prompt or 0 output tokens"
+    assert dropped == "dropped 1 request (0 response tokens are failures) with 0 prompt or 0 output tokens"
 
 
 BURSTGPT_3 = (
@@ -140,7 +140,7 @@ def test_burstgpt_3_keeps_sessions_and_elapsed_times(tmp_path: Path, capsys: pyt
     session = "1722ac82-0a46-4bf0-aa08-89794e7a2b3f"
     assert trace.requests["session_id"].to_list() == [session, None, session, None]
     assert trace.requests["elapsed_s"].to_list() == [43.0, 2.0, 8.0, 3.0]
-    assert dropped == "dropped 1 requests (0 response tokens are failures) with 0 prompt or 0 output tokens"
+    assert dropped == "dropped 1 request (0 response tokens are failures) with 0 prompt or 0 output tokens"
     assert convert_main(["burstgpt", str(source), "-o", str(tmp_path / "b.parquet")]) == 0
     assert ", 3 sessions, " in capsys.readouterr().out  # each API call is a session of its own
 
@@ -166,7 +166,7 @@ def test_mooncake_fast25_layout_gzip_with_trailing_blank_lines(tmp_path: Path) -
     assert _rows(trace) == [(0, 0.0, 6755, 500), (1, 0.0, 7319, 490), (2, 3.052, 2287, 316)]
     assert trace.requests["hash_ids"].to_list()[2] == [0, 42, 43, 44, 45]
     assert trace.hash_block_size == 512
-    assert dropped == "dropped 1 requests with 0 prompt or 0 output tokens"
+    assert dropped == "dropped 1 request with 0 prompt or 0 output tokens"
 
 
 def test_mooncake_whole_float_lengths_are_integers(tmp_path: Path) -> None:
@@ -232,7 +232,7 @@ def test_sharegpt_v3_layout(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
     trace, dropped = convert("sharegpt", _write(tmp_path / "ShareGPT_V3_unfiltered_cleaned_split.json",
                                                 json.dumps(V3, indent=2)), _options(tiny_tokenizer_dir))
     assert _requests(trace) == V3_REQUESTS
-    assert dropped == "dropped 1 turns whose prompt or answer has 0 tokens"
+    assert dropped == "dropped 1 turn whose prompt or answer has 0 tokens"
 
 
 def test_sharegpt_json_lines_with_bom_crlf_and_blank_lines(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
@@ -269,7 +269,7 @@ def test_sharegpt_chat_style_messages(tmp_path: Path, tiny_tokenizer_dir: Path) 
     trace, dropped = convert("sharegpt", _write(tmp_path / "chat.json", json.dumps(data)),
                              _options(tiny_tokenizer_dir))
     assert _requests(trace) == [("u1", 0, word_ids("a trace hello"), 2)]
-    assert dropped == "dropped 1 turns whose prompt or answer has 0 tokens"
+    assert dropped == "dropped 1 turn whose prompt or answer has 0 tokens"
 
 
 def test_sharegpt_llama_factory_function_calls(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:

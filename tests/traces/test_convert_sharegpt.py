@@ -57,7 +57,7 @@ def _by_session_turn(trace) -> dict:
 def test_turns_become_requests_whose_history_is_an_exact_prefix(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
     trace, dropped = convert("sharegpt", _write(tmp_path, CONVERSATIONS), _options(tiny_tokenizer_dir))
     assert len(trace) == 4
-    assert dropped == "dropped 1 turns whose prompt or answer has 0 tokens"
+    assert dropped == "dropped 1 turn whose prompt or answer has 0 tokens"
     rows = _by_session_turn(trace)
     assert set(rows) == {("c0", 0), ("c0", 1), ("c0", 2), ("c1", 0)}
     ids = trace.requests["prompt_token_ids"].to_list()
@@ -115,7 +115,7 @@ def test_limit_counts_requests(tmp_path: Path, tiny_tokenizer_dir: Path) -> None
 
 @pytest.mark.parametrize(("limit", "dropped"), [
     (3, ""),  # c0's three requests: c1's dropped turn comes after them
-    (4, "dropped 1 turns whose prompt or answer has 0 tokens"),
+    (4, "dropped 1 turn whose prompt or answer has 0 tokens"),
 ])
 def test_limit_counts_the_dropped_turns_before_the_last_kept_request(tmp_path: Path, tiny_tokenizer_dir: Path,
                                                                      limit: int, dropped: str) -> None:

@@ -93,5 +93,5 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     requests = requests.with_columns(arrival_s=pl.Series(offsets_ns.to_numpy() / 1e9)).select(
         "request_id", "arrival_s", "prompt_tokens", "output_tokens",
         pl.exclude("request_id", "arrival_s", "prompt_tokens", "output_tokens", "time"))
-    requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "requests")
+    requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "request{s}")
     return Converted(requests, kept_before_drops=kept_before_drops, drop_note=drop_note)

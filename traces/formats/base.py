@@ -15,9 +15,13 @@ class ConvertOptions:
     limit: int | None = None  # keep the first N requests by arrival
     tokenizer: str | None = None  # local Hugging Face tokenizer directory (sharegpt)
     qps: float | None = None  # requests/s: Poisson arrivals (sharegpt, vidur without times) or rescale
-    seed: int = 0
+    seed: int | None = None  # of drawn arrivals (0 when None); given, a trace whose arrivals are recorded refuses it
     think_time_s: float = 30.0  # mean gap between turns of one conversation (sharegpt)
     think_time_cv: float = 1.0  # 1 = exponential think times, 0 = fixed
+
+    @property
+    def arrival_seed(self) -> int:
+        return 0 if self.seed is None else self.seed
 
 
 def _no_drops() -> np.ndarray:
@@ -34,14 +38,14 @@ class Converted:
     # (arrival order; file order for sharegpt). --limit N then counts only the drops among the rows it went
     # through, those before the N-th kept request, not the whole file's.
     kept_before_drops: np.ndarray = field(default_factory=_no_drops)
-    drop_note: str = "dropped {} requests with 0 prompt or 0 output tokens"  # {} is the count
+    drop_note: str = "dropped {} request{s} with 0 prompt or 0 output tokens"  # {} is the count, {s} its plural s
     arrivals_assigned: bool = False  # True when arrivals were drawn at --qps, not recorded
 
     def drop_reason(self, limit: int | None = None) -> str:
         """The summary line's phrase for the drops among the first `limit` requests ('' when there are none)."""
         drops = self.kept_before_drops
         num_dropped = len(drops) if limit is None else int((drops < limit).sum())
-        return self.drop_note.format(num_dropped) if num_dropped else ""
+        return self.drop_note.format(num_dropped, s="" if num_dropped == 1 else "s") if num_dropped else ""
 
 
 def drop_zero_lengths(frame: pl.DataFrame, what: str) -> tuple[pl.DataFrame, np.ndarray, str]:
@@ -49,7 +53,7 @@ def drop_zero_lengths(frame: pl.DataFrame, what: str) -> tuple[pl.DataFrame, np.
 
     Returns the kept rows, stably sorted by arrival (the order convert keeps, in which --limit counts drops), for
     each dropped row how many kept rows precede it (Converted.kept_before_drops) and the summary line's phrase for
-    a count.
+    a count (``what`` names the rows, "request{s}": ``{s}`` is the plural s).
     """
     frame = frame.sort("arrival_s", maintain_order=True)
     empty = ((frame["prompt_tokens"] == 0) | (frame["output_tokens"] == 0)).to_numpy()

@@ -60,5 +60,5 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     ).hstack([frame[source].alias(name) for source, name in _EXTRAS.items() if source in frame.columns]
              + _sessions(frame) + _elapsed(path, frame))
     requests = requests.with_columns(pl.col("arrival_s") - pl.col("arrival_s").min())
-    requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "requests (0 response tokens are failures)")
+    requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "request{s} (0 response tokens are failures)")
     return Converted(requests, kept_before_drops=kept_before_drops, drop_note=drop_note)

@@ -119,6 +119,6 @@ def read(path: Path, options: ConvertOptions) -> Converted:
         pl.col("request_id").cast(pl.Int64),
         arrival_s=pl.Series((timestamps_ms - timestamps_ms.min()) / 1000.0),
     ).select("request_id", "arrival_s", "prompt_tokens", "output_tokens", "hash_ids")
-    requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "requests")
+    requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "request{s}")
     return Converted(requests, hash_block_size=MOONCAKE_BLOCK_TOKENS, kept_before_drops=kept_before_drops,
                      drop_note=drop_note)

@@ -276,14 +276,14 @@ def read(path: Path, options: ConvertOptions) -> Converted:
         arrival_s=pl.Series(_arrivals_s(requests["turn"].to_numpy(), options)),
     )
     return Converted(requests, kept_before_drops=np.array(kept_before_drops, dtype=np.int64),
-                     drop_note="dropped {} turns whose prompt or answer has 0 tokens", arrivals_assigned=True)
+                     drop_note="dropped {} turn{s} whose prompt or answer has 0 tokens", arrivals_assigned=True)
 
 
 def _arrivals_s(turns: np.ndarray, options: ConvertOptions) -> np.ndarray:
     """Arrival of every request: its conversation's Poisson start plus think times."""
     first = np.flatnonzero(turns == 0)
     num_conversations = len(first)
-    start_rng, think_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(options.seed).spawn(2))
+    start_rng, think_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(options.arrival_seed).spawn(2))
     conversation_rate = options.qps * num_conversations / len(turns)
     starts = arrival_times_s(num_conversations, conversation_rate, 1.0, start_rng)
     thinks = gamma_gaps_s(len(turns), options.think_time_s, options.think_time_cv, think_rng)

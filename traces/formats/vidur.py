@@ -39,12 +39,12 @@ def read(path: Path, options: ConvertOptions) -> Converted:
             "output_tokens": int_column(path, frame, "num_decode_tokens"),
         }
     )
-    requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "requests")
+    requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "request{s}")
     assigned = not recorded and options.qps is not None
     if assigned:
         if requests.height == 0:
             raise TraceError(f"{path}: every request was dropped; nothing to assign arrivals to")
-        rng = np.random.default_rng(options.seed)
+        rng = np.random.default_rng(options.arrival_seed)
         requests = requests.with_columns(
             arrival_s=pl.Series(arrival_times_s(requests.height, options.qps, 1.0, rng))
         )

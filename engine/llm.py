@@ -5,8 +5,9 @@ from __future__ import annotations
 import gc
 import numbers
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from collections.abc import Sequence as Seq
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import FinishReason, Sequence
 from engine.options import EngineOptions
 
-Prompt = str | list[int]
+Prompt = str | list[int] | Mapping  # a mapping: vLLM's {"prompt": text} or {"prompt_token_ids": ids}
 
 
 @dataclass(frozen=True)
@@ -87,16 +88,34 @@ def _short(value: object) -> str:
 
 
 def _prompt_list(prompts) -> list:
-    """``prompts`` as a list of prompts: a string or a sequence of ints is one prompt. Bytes were taken as token ids
-    (b"hi" as [104, 105]), a generator failed on its first index, and None or an int raised a TypeError."""
-    if isinstance(prompts, str):
+    """``prompts`` as a list of prompts: a string, a sequence of ints or a vLLM prompt dict is one prompt. Bytes were
+    taken as token ids (b"hi" as [104, 105]), a generator failed on its first index, and None or an int raised a
+    TypeError."""
+    if isinstance(prompts, (str, Mapping)):
         return [prompts]
-    if isinstance(prompts, (bytes, bytearray)) or not hasattr(prompts, "__iter__"):
+    if isinstance(prompts, (bytes, bytearray, AbstractSet)) or not hasattr(prompts, "__iter__"):
         raise ValueError(f"prompts is {_short(prompts)}; {_PROMPT_TYPES}, or a list of those")
     prompts = list(prompts)  # a generator, a tuple, a numpy array
     if prompts and isinstance(prompts[0], numbers.Integral) and not isinstance(prompts[0], bool):
         return [prompts]  # a single prompt of token ids
     return prompts
+
+
+_PROMPT_DICT_KEYS = ("prompt", "prompt_token_ids")
+
+
+def _unwrap_prompt_dict(index: int, prompt: Mapping) -> object:
+    """vLLM's prompt dicts, ``{"prompt": text}`` and ``{"prompt_token_ids": ids}``, as the text or ids they hold. A dict
+    was iterated as its keys: {"prompt_token_ids": [1, 2]} alone was the text "prompt_token_ids", without a word."""
+    keys = sorted(map(str, prompt))
+    if len(keys) != 1 or keys[0] not in _PROMPT_DICT_KEYS:
+        raise ValueError(f"prompt {index} is a dict with keys {_short(keys)}; expected one key, 'prompt' (text) or "
+                         "'prompt_token_ids' (as vLLM's prompt dicts; their other keys are not supported)")
+    value = prompt[keys[0]]
+    if (keys[0] == "prompt") != isinstance(value, str):
+        raise ValueError(f"prompt {index}'s {keys[0]!r} is {_short(value)}; expected "
+                         f"{'a string' if keys[0] == 'prompt' else 'a list of token ids'}")
+    return value
 
 
 def _check_unicode(index: int, text: str) -> None:
@@ -128,8 +147,15 @@ class LLM:
                 raise FileNotFoundError(
                     f"{model_dir} has no *.safetensors weights; pass load_format='dummy' for random weights"
                 )
-        generation_eos = generation_eos_token_ids(model_dir)  # read before the weights load: a bad file fails at once
+        # read before the weights load: a bad file fails at once
+        generation_eos = generation_eos_token_ids(model_dir, self.shape.vocab_size)
         self.tokenizer = load_tokenizer(model_dir)
+        tokenizer_eos = None if self.tokenizer is None else self.tokenizer.eos_token_id
+        if tokenizer_eos is not None and not 0 <= tokenizer_eos < self.shape.vocab_size:
+            # the model can never sample it: as an eos id of config.json outside the vocabulary, it stopped nothing
+            raise ValueError(f"{model_dir}: the tokenizer's eos_token ({self.tokenizer.eos_token!r}) has id "
+                             f"{tokenizer_eos}, outside the model's vocabulary [0, {self.shape.vocab_size}) "
+                             "(config.json's vocab_size); the tokenizer does not belong to this model")
         self.max_model_len = opts.max_model_len or self.shape.max_position_embeddings
         check_host_memory(opts, self.shape)
         if opts.tensor_parallel_size > 1:
@@ -152,12 +178,14 @@ class LLM:
 
     # ---- inputs ---------------------------------------------------------------------------------
     def _token_ids(self, index: int, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, Mapping):
+            prompt = _unwrap_prompt_dict(index, prompt)
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError(f"prompt {index} is text but {self.model_dir} has no tokenizer; pass token ids")
             _check_unicode(index, prompt)
             ids = self.tokenizer.encode(prompt)
-        elif isinstance(prompt, (bytes, bytearray)) or not hasattr(prompt, "__iter__"):
+        elif isinstance(prompt, (bytes, bytearray, AbstractSet, Mapping)) or not hasattr(prompt, "__iter__"):
             raise ValueError(f"prompt {index} is {_short(prompt)}; {_PROMPT_TYPES}")
         else:
             bad = next((t for t in prompt if not isinstance(t, numbers.Integral) or isinstance(t, bool)), None)
@@ -282,20 +310,33 @@ class LLM:
         index_of = {s.seq_id: i for i, s in enumerate(seqs)}
         sent = {s.seq_id: 0 for s in seqs}
         open_ids = set(index_of)
+
+        def events(candidates) -> Iterator[StreamEvent]:
+            for seq in candidates:
+                if seq.seq_id not in open_ids:
+                    continue  # another caller's request, or one already reported finished
+                produced = seq.num_completion_tokens
+                if produced > sent[seq.seq_id] or seq.is_finished:
+                    new = seq.completion_token_ids[sent[seq.seq_id] :]
+                    sent[seq.seq_id] = produced
+                    if seq.is_finished:
+                        open_ids.discard(seq.seq_id)
+                    reason = seq.finish_reason.value if seq.finish_reason else None
+                    yield StreamEvent(index_of[seq.seq_id], new, seq.is_finished, reason, seq.error)
+
+        num_steps = len(self.engine.step_log)
         try:
-            while open_ids and self.engine.has_unfinished_requests():
+            while open_ids:
+                if len(self.engine.step_log) != num_steps or not self.engine.has_unfinished_requests():
+                    # Steps of another caller (a generate() or another stream while this one waited between events)
+                    # ran these requests too, and may have finished them: their tokens and their final event were
+                    # lost, the stream ending without finished=True, as it looked only at the batches of its own steps.
+                    yield from events([s for s in seqs if s.seq_id in open_ids])
+                    if not open_ids or not self.engine.has_unfinished_requests():
+                        break
                 batch, _ = self.engine.step()
-                for seq in batch.seqs:
-                    if seq.seq_id not in open_ids:
-                        continue  # another caller's request, or one already reported finished
-                    produced = seq.num_completion_tokens
-                    if produced > sent[seq.seq_id] or seq.is_finished:
-                        new = seq.completion_token_ids[sent[seq.seq_id] :]
-                        sent[seq.seq_id] = produced
-                        if seq.is_finished:
-                            open_ids.discard(seq.seq_id)
-                        reason = seq.finish_reason.value if seq.finish_reason else None
-                        yield StreamEvent(index_of[seq.seq_id], new, seq.is_finished, reason, seq.error)
+                num_steps = len(self.engine.step_log)
+                yield from events(batch.seqs)
         finally:
             self._abort_unfinished(seqs)
 

@@ -66,11 +66,19 @@ class _SizeReader:
             raise ValueError(f"{self.source}: {key!r} is {value!r}; expected true or false")
         return value
 
-    def token_ids(self, key: str) -> tuple[int, ...]:
+    def token_ids(self, key: str, vocab_size: int | None = None) -> tuple[int, ...]:
+        """Token ids, each below ``vocab_size`` where it is known: an end-of-sequence id outside the vocabulary can
+        never be sampled, and generation ran on to max_tokens without a word. Refused, as vLLM refuses stop_token_ids
+        outside the vocabulary (and onnxruntime-genai such an eos_token_id); a config.json whose vocab_size is wrong
+        is refused here too, not only by its checkpoint's shapes."""
         value = self.config.get(key)
         ids = value if isinstance(value, list) else ([] if value is None else [value])
         if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < _VOCAB_LIMIT for i in ids):
             raise ValueError(f"{self.source}: {key!r} is {value!r}; expected a token id or a list of them")
+        bad = next((i for i in ids if vocab_size is not None and i >= vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"{self.source}: {key!r} has {bad}, outside the vocabulary [0, {vocab_size}) "
+                             "(vocab_size); it could never end a generation")
         return tuple(ids)
 
 
@@ -154,7 +162,7 @@ def resolve_model_dir(model: str | Path) -> Path:
     )
 
 
-def generation_eos_token_ids(model_dir: Path) -> tuple[int, ...]:
+def generation_eos_token_ids(model_dir: Path, vocab_size: int | None = None) -> tuple[int, ...]:
     """The end-of-sequence ids of the model's generation_config.json (none without one). Instruct models list more
     there than config.json does (Qwen's chat models end a turn with <|im_end|> and end text with <|endoftext|>, only
     the first in config.json); vLLM stops on them all, and a model that ended its answer with another ran on until
@@ -170,7 +178,7 @@ def generation_eos_token_ids(model_dir: Path) -> tuple[int, ...]:
         raise ValueError(f"{source}: cannot read it ({exc.strerror or exc})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{source}: top level is a JSON {json_type_name(config)}; expected an object")
-    return _SizeReader(config, str(source)).token_ids("eos_token_id")
+    return _SizeReader(config, str(source)).token_ids("eos_token_id", vocab_size)
 
 
 @dataclass(frozen=True)
@@ -229,6 +237,16 @@ class ModelShape:
                              f"{', '.join(str(k) for k in SUPPORTED_ROPE_TYPES if k)}")
         if kind == "llama3":
             _check_llama3_scaling(rope_scaling, source)
+        vocab_size = size.get("vocab_size", limit=_VOCAB_LIMIT)
+        # Rotary embeddings turn pairs of dimensions: an odd head_dim failed every request in the engine (a shape
+        # error in each step), and one of 0 derived from more heads than hidden_size was said to be head_dim's own.
+        derived = hidden // num_heads
+        if config.get("head_dim") is None and (derived == 0 or derived % 2):
+            raise ValueError(f"{source}: 'hidden_size' ({hidden}) // 'num_attention_heads' ({num_heads}) is {derived}; "
+                             "without a 'head_dim' that is the head dimension, and rotary embeddings need an even one")
+        head_dim = size.get("head_dim", derived)
+        if head_dim % 2:
+            raise ValueError(f"{source}: 'head_dim' is {head_dim}; rotary embeddings need an even head dimension")
         return cls(
             name=name,
             architecture=arch,
@@ -237,8 +255,8 @@ class ModelShape:
             num_layers=size.get("num_hidden_layers"),
             num_heads=num_heads,
             num_kv_heads=num_kv_heads,
-            head_dim=size.get("head_dim", hidden // num_heads),
-            vocab_size=size.get("vocab_size", limit=_VOCAB_LIMIT),
+            head_dim=head_dim,
+            vocab_size=vocab_size,
             max_position_embeddings=size.get("max_position_embeddings", DEFAULT_MAX_POSITION_EMBEDDINGS[arch]),
             tie_word_embeddings=size.flag("tie_word_embeddings", False),
             # Qwen2 has q/k/v biases and no q/k norms; Qwen3 the reverse; Llama neither. Qwen2's are there whatever
@@ -250,7 +268,7 @@ class ModelShape:
             # rope_parameters' rope_theta of 0 was taken for "unset" and became 10000 without a word
             rope_theta=size.positive_float("rope_theta", _rope_theta(rope, source)),
             rope_scaling=rope_scaling,
-            eos_token_ids=size.token_ids("eos_token_id"),
+            eos_token_ids=size.token_ids("eos_token_id", vocab_size),
             torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),
         )
 

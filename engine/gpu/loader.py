@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from engine.core.json_errors import json_type_name
 from engine.core.messages import one_line
 from engine.core.model_config import ModelShape
 
@@ -17,8 +19,36 @@ def _default_loader(param: nn.Parameter, loaded: torch.Tensor, shard_id: object 
     param.data.copy_(loaded)
 
 
+INDEX_NAME = "model.safetensors.index.json"
+
+
+def _checkpoint_files(model_dir: Path) -> list[Path]:
+    """The *.safetensors files to load: those model.safetensors.index.json maps tensors to where it is there, as vLLM
+    does. Every file in the folder was loaded, so a stale one beside the shards (a model.safetensors of an earlier
+    save) overwrote the tensors it shares with them, whichever file sorted last, without a word."""
+    index = Path(model_dir) / INDEX_NAME
+    if not index.is_file():
+        return sorted(Path(model_dir).glob("*.safetensors"))
+    try:
+        content = json.loads(index.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{index}: not valid JSON ({exc})") from None
+    if not isinstance(content, dict):
+        raise ValueError(f"{index}: top level is a JSON {json_type_name(content)}; expected an object")
+    weight_map = content.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(f, str) for f in weight_map.values()):
+        raise ValueError(f"{index}: 'weight_map' is {one_line(repr(weight_map), 60)}; expected an object mapping "
+                         "tensor names to the *.safetensors files that hold them")
+    files = sorted({Path(model_dir) / name for name in weight_map.values()})
+    missing = next((f for f in files if not f.is_file()), None)
+    if missing is not None:
+        raise FileNotFoundError(f"{index}: maps tensors to {missing.name}, which is not in {model_dir} (a shard "
+                                "missing from the download?)")
+    return files
+
+
 def load_safetensors(model: nn.Module, model_dir: Path) -> None:
-    files = sorted(Path(model_dir).glob("*.safetensors"))
+    files = _checkpoint_files(model_dir)
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {model_dir} (use load_format='dummy' for random weights)")
     params = dict(model.named_parameters(remove_duplicate=False))
@@ -26,11 +56,17 @@ def load_safetensors(model: nn.Module, model_dir: Path) -> None:
     shape = getattr(model, "shape", None)
     tied = shape is not None and shape.tie_word_embeddings
     loaded_names: set[str] = set()
+    file_of: dict[str, Path] = {}
     for file in files:
         with _open(file) as f:
             for name in f.keys():
                 if "rotary_emb.inv_freq" in name:
                     continue
+                if name in file_of:  # which copy counted was the order of the file names
+                    raise ValueError(f"{file}: checkpoint tensor {name!r} is in {file_of[name].name} too; expected "
+                                     f"each tensor in one file (a stale file beside the shards? {INDEX_NAME} names "
+                                     "the files to load)")
+                file_of[name] = file
                 # A tied model's LM head is its embedding (one parameter): a checkpoint's lm_head.weight, where it has
                 # one, is skipped, as vLLM does. It was loaded into that shared parameter, so whichever of the two came
                 # last was both the embedding and the head: lm_head's, from a shard after the embedding's.

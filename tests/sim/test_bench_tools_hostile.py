@@ -148,7 +148,7 @@ def test_throughput_refuses_what_the_engine_or_the_workload_cannot_run(args, mes
 
 def test_throughput_refuses_a_model_whose_vocabulary_the_token_ids_overrun(tmp_path):
     config = json.loads((REPO / "engine" / "configs" / "qwen3-0.6b" / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**config, "vocab_size": 1000}))
+    (tmp_path / "config.json").write_text(json.dumps({**config, "vocab_size": 1000, "eos_token_id": 999}))
     refused(["benchmarks/throughput.py", "--model", str(tmp_path)],
             f"--model {tmp_path}: vocab_size 1000; the workload's token ids go up to 10000")
 

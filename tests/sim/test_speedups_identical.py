@@ -167,7 +167,7 @@ def test_lazy_tokens_give_the_outputs_of_tokens_appended_each_step(case, monkeyp
     monkeypatch.setattr(SteadyDecodes, "log_step", lambda self, *args: (logged.append(1), log_step(self, *args)))
     lazy = run(True)
     num_lazy_steps = len(logged)
-    assert num_lazy_steps > 50  # the lazy steps were taken
+    assert num_lazy_steps > 20  # the lazy steps were taken
     eager = run(False)
     assert len(logged) == num_lazy_steps  # none more: the flag is off
     assert lazy.requests_table().equals(eager.requests_table())

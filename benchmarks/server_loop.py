@@ -75,16 +75,23 @@ def pickle_ms(num_requests: int, repeat: int = 200) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def main() -> int:
-    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineErrorParser(prog="python benchmarks/server_loop.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    # As typed (not a Path): check_output_path reads a trailing '/' as a folder, which Path would drop.
+    parser.add_argument("--json", default=None, metavar="OUT", help="also write the figures here")
+    args = parser.parse_args(argv)
     for name in ("requests", "max_tokens", "repeat"):  # 0 divided by zero after the runs
         if getattr(args, name) < 1:
             parser.exit(2, f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}\n")
+    from sim.files import check_output_path, write_text_atomic
+
+    # Before the runs: a folder was an IsADirectoryError traceback after them, and --json "" wrote nothing at exit 0.
+    problem = args.json is not None and check_output_path(args.json, "--json", [])
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
     runs = [one_run(args.requests, args.max_tokens) for _ in range(args.repeat)]
     tuple_ms, dataclass_ms = pickle_ms(args.requests)
     result = {
@@ -96,8 +103,9 @@ def main() -> int:
         "pickle_updates_as_dataclasses_ms": dataclass_ms,
     }
     print(json.dumps(result, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    if args.json is not None:  # whole or not at all, its folder made if missing
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(args.json), json.dumps(result, indent=2) + "\n")
     return 0
 
 

@@ -34,7 +34,12 @@ def run(cmd: list[str], log: Path) -> float:
     print("$", " ".join(cmd), flush=True)
     started = time.perf_counter()
     with log.open("w") as out:
-        subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=True)
+        status = subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
+    if status != 0:  # a CalledProcessError traceback, which did not say where the child's own error went
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        last = lines[-1].removeprefix("error: ") if lines else "no output"
+        print(f"error: {cmd[2]} exited with status {status}: {last} (its output: {log})", file=sys.stderr)
+        sys.exit(2)
     return time.perf_counter() - started
 
 
@@ -52,8 +57,8 @@ def histogram_means(metrics_text: str) -> dict[str, float]:
     return {name.removeprefix("vllm:"): 1e3 * sums[name] / counts[name] for name in sums if counts.get(name)}
 
 
-def main() -> int:
-    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineErrorParser(prog="python benchmarks/serving_overhead.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("trace")
     parser.add_argument("--qps", type=float, required=True)
     parser.add_argument("--limit", type=int, required=True)
@@ -64,10 +69,22 @@ def main() -> int:
     parser.add_argument("--skip-inproc", action="store_true", help="only the served run")
     parser.add_argument("--engine-args", nargs=argparse.REMAINDER, default=["--load-format", "dummy"],
                         help="further engine options for both runs, last (default: --load-format dummy)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    from sim.files import check_output_path, existing_parent, write_text_atomic
     from traces.schema import load_trace
 
-    try:  # here, not in the child replay: its failure was a CalledProcessError traceback
+    # Here, not in the child replay or bench (their failure was a CalledProcessError traceback), and before the runs:
+    # --json onto the trace replaced it after them, and a folder was a traceback there.
+    if not 0 < args.qps < float("inf") or args.limit < 1:
+        parser.exit(2, f"error: --qps must be a finite number > 0 and --limit >= 1, got {args.qps:g} and "
+                       f"{args.limit}\n")
+    problem = check_output_path(args.json, "--json", [Path(args.trace)])
+    blocked = Path(args.out_dir) if Path(args.out_dir).exists() else existing_parent(Path(args.out_dir))
+    if not problem and blocked is not None and not blocked.is_dir():
+        problem = f"--out-dir {args.out_dir}: {blocked} is a file; expected a folder"
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
+    try:
         load_trace(args.trace)
     except ValueError as exc:
         parser.exit(2, f"error: {exc}\n")
@@ -123,7 +140,8 @@ def main() -> int:
             "e2e_p50_ratio": served["e2e_ms"]["p50"] / inproc["e2e_ms"]["p50"],
             "targets": {"tpot_p50_overhead_max": 0.05, "ttft_p50_overhead_max_ms": 10.0},
         }
-    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(Path(args.json), json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("served_vs_inproc", "http_overhead_same_requests_ms") if k in result},
                      indent=2))
     return 0

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from sim.files import read_json_input  # noqa: E402
 from validation.compare_all import HEADLINE, PLAN, TRACES  # noqa: E402
 
 
@@ -39,6 +40,25 @@ def _gpu_runs(results: Path, name: str) -> list[str]:
     return runs + repeats
 
 
+def _read_summary(path: Path) -> dict:
+    """A committed GPU summary with what the table reads of it; ValueError naming the file otherwise (a damaged one
+    was a JSONDecodeError, KeyError or TypeError traceback, after the simulations of the runs before it)."""
+    try:
+        summary = json.loads(read_json_input(path))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable summary.json ({exc})") from None
+    config = summary.get("config") if isinstance(summary, dict) else None
+    blocks = config.get("num_gpu_blocks") if isinstance(config, dict) else None
+    if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 1:
+        raise ValueError(f"{path}: config.num_gpu_blocks is {blocks!r}; expected an integer >= 1 (a GPU run's "
+                         "summary.json, as compare_all copies it)")
+    for key in HEADLINE:
+        value = _value(summary, key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ValueError(f"{path}: {key} is {str(value)[:40]}; expected a number (a GPU run's summary.json)")
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bands", default="20", help="seeded replays per run (default: %(default)s)")
@@ -49,10 +69,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from analysis.band_stats import flat_bands, inside
     from cli.sim_replay import main as sim_replay
+    from sim.files import check_output_path, write_text_atomic
 
     if not any(_gpu_runs(Path(args.results), name) for name in PLAN):
         # Nothing to check: going on replaced the committed bands.md with an empty table at exit 0.
         parser.exit(2, f"error: --results {args.results}: no <run>/real_summary.json of the plan; nothing written\n")
+    # Every GPU summary read, and the outputs' place checked, before the first simulation: a damaged summary or an
+    # --out that is a file was a traceback after the simulations before it.
+    paths = [Path(args.results) / run / "real_summary.json" for name in PLAN for run in _gpu_runs(Path(args.results),
+                                                                                                 name)]
+    try:
+        summaries = {path.parent.name: _read_summary(path) for path in paths}
+    except ValueError as exc:
+        parser.exit(2, f"error: {exc}\n")
+    problem = next(filter(None, (check_output_path(Path(args.out) / name, "--out", paths)
+                                 for name in ("bands.md", "bands.json"))), None)
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
     lines = ["| run | figure | GPU | sim | band p5 | band median | band p95 | GPU inside |",
              "|:---|:---|---:|---:|---:|---:|---:|:---:|"]
     totals = []
@@ -62,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = _gpu_runs(Path(args.results), name)
             if not runs:
                 continue
-            first = json.loads((Path(args.results) / runs[0] / "real_summary.json").read_text())
+            first = summaries[runs[0]]
             out = Path(tmp) / name
             # One band per configuration: every GPU run of it (the repeats too) is checked against the same band.
             sim_replay([str(TRACES / trace), *options, "--num-gpu-blocks", str(first["config"]["num_gpu_blocks"]),
@@ -71,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             bands = flat_bands(sim)
             codes = ", ".join(w["code"] for w in sim["warnings"]) or "none"
             for run in runs:
-                real = json.loads((Path(args.results) / run / "real_summary.json").read_text())
+                real = summaries[run]
                 label = description + (f", repeat {run[len(name) + 1:]}" if run != name else "")
                 num_inside = 0
                 for key in HEADLINE:
@@ -91,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             + (f" --results {args.results}" if Path(args.results) != ROOT / "validation" / "results" else "")
             + "`).\n\n" + "\n".join(totals) + "\n\n"
             + "\n".join(lines) + "\n")
-    (out_dir / "bands.md").write_text(text)
-    (out_dir / "bands.json").write_text(json.dumps({"bands": args.bands, "results": str(args.results),
+    write_text_atomic(out_dir / "bands.md", text)
+    write_text_atomic(out_dir / "bands.json", json.dumps({"bands": args.bands, "results": str(args.results),
                                                     "rows": rows}, indent=1) + "\n")
     return 0
 

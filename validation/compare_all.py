@@ -93,6 +93,22 @@ def _runs(real_root: Path):
 NEAR_SATURATION = frozenset({"b-azure-p95", "e-prefill-p95", "f-decode-p95"})
 
 
+def _clobbered_run(real_root: Path, outputs: dict[str, Path]) -> str | None:
+    """Why an output folder the runs would be removed and remade in (``OPTION/<run>``, ``OPTION/<run>-vs-<first>``)
+    is, or holds, one of the GPU runs; None when none is. --sim-out or --results given as the --real folder
+    removed each GPU run and wrote the simulation (or the comparison) in its place."""
+    for name, _, _, _, first in _runs(real_root):
+        real = real_root / name
+        if not real.is_dir():
+            continue
+        for option, root in outputs.items():
+            for out in (root / name, *([root / f"{name}-vs-{first}"] if first and option == "--results" else [])):
+                if out.resolve() == real.resolve() or out.resolve() in real.resolve().parents:
+                    return (f"{option} {root}: {out} would replace the GPU run {real}; expected a folder apart from "
+                            f"--real {real_root}")
+    return None
+
+
 def _compare(compare_main, real: Path, other: Path, out: Path) -> tuple[dict, bool | None]:
     """``analysis.compare`` of ``other`` (a simulation or a repeated GPU run) against ``real`` into ``out``, remade
     whole: its metrics by key, and whether the two schedules were identical."""
@@ -167,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
 
         sim_root, results = sim_root / "diagnosis", results / "diagnosis"
         sim_root.mkdir(parents=True, exist_ok=True)
+    clobbered = _clobbered_run(real_root, {"--sim-out": sim_root, "--results": results})
+    if clobbered:
+        parser.exit(2, f"error: {clobbered}\n")
     rows = []
     by_run: dict[str, dict] = {}  # planned run -> its name, sim-vs-GPU metrics per GPU run, and spreads
     for name, description, trace, options, first in _runs(real_root):

@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from sim.files import read_json_input  # noqa: E402
 from validation.compare_all import NEAR_SATURATION  # noqa: E402  the ~95 % runs of the plan
 from validation.fidelity_summary import LATENCY_FIGURES as LATENCIES  # noqa: E402
 
@@ -36,10 +37,19 @@ def run_errors(results: Path, excluded: set[str]) -> dict[str, list[float]]:
         run = path.parent.name
         if "-vs-" in run or run in excluded or f"{results}:{run}" in excluded:
             continue
-        metrics = {m["key"]: m.get("rel_error") for m in json.loads(path.read_text())["metrics"]}
+        # ValueError naming the file, for main to print as one line at exit 2: a damaged compare.json was a
+        # traceback, and a missing figure an exit 1 (SystemExit with a message).
+        try:
+            metrics = {m["key"]: m.get("rel_error") for m in json.loads(read_json_input(path))["metrics"]}
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{path}: not a compare.json of analysis.compare ({type(exc).__name__}: {exc})") from None
         missing = [k for k in LATENCIES if metrics.get(k) is None]
         if missing:
-            raise SystemExit(f"error: {path}: no relative error for {', '.join(missing)}")
+            raise ValueError(f"{path}: no relative error for {', '.join(missing)}")
+        bad = [k for k in LATENCIES if not isinstance(metrics[k], (int, float)) or isinstance(metrics[k], bool)]
+        if bad:
+            raise ValueError(f"{path}: the relative error of {bad[0]} is {str(metrics[bad[0]])[:40]}; expected a "
+                             "number")
         out[run] = [float(metrics[k]) for k in LATENCIES]
     return out
 
@@ -64,10 +74,20 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not dirs:
             parser.error(f"{spec!r}: expected LABEL=RESULTS_DIR[,RESULTS_DIR...]")
         below, near, runs = [], [], 0
+        seen: set[Path] = set()
         for results in map(Path, dirs.split(",")):
+            if results.resolve() in seen:  # its runs counted twice in the label's figures
+                parser.exit(2, f"error: {spec}: {results} is given twice; give each folder once\n")
+            seen.add(results.resolve())
             if not results.is_dir():
                 parser.error(f"{results}: not a folder (expected a compare_all --results folder)")
-            for run, errors in run_errors(results, excluded).items():
+            if not any(results.glob("*/compare.json")):  # a mistyped folder was "0 runs" at exit 0
+                parser.error(f"{results}: no RUN/compare.json (expected a compare_all --results folder)")
+            try:
+                by_run = run_errors(results, excluded)
+            except ValueError as exc:
+                parser.exit(2, f"error: {exc}\n")
+            for run, errors in by_run.items():
                 runs += 1
                 (near if near_saturation(run) else below).extend(errors)
         print(f"{label}: {runs} runs; below saturation {stats(below)}; ~95 % {stats(near)}")

@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from sim.files import read_json_input  # noqa: E402
 from validation.compare_all import HEADLINE  # noqa: E402  the figures, in the order every validation table has them
 
 CLASSES = (("light", ("-light",)), ("~70 %", ("-p70", "c-mooncake")), ("~95 %", ("-p95",)),
@@ -116,24 +117,55 @@ def to_markdown(summary: list[dict], sources: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _checked_rows(rows: list) -> list[dict]:
+    """bands.json's rows, each with the fields the tables read (ValueError naming the first that lacks one): a row
+    without its GPU figure, or with a string for it, was a KeyError or TypeError traceback."""
+    for i, row in enumerate(rows):
+        ok = (isinstance(row, dict) and isinstance(row.get("config"), str) and isinstance(row.get("figure"), str)
+              and all(isinstance(row.get(k, ""), (int, float, type(None))) and not isinstance(row.get(k), bool)
+                      for k in ("gpu", "sim")) and isinstance(row.get("inside", ""), (bool, type(None))))
+        if not ok:
+            raise ValueError(f"rows[{i}] is {json.dumps(row)[:80]}; expected config and figure (text), gpu and sim "
+                             "(numbers or null) and inside (true, false or null)")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("bands", nargs="+", help="bands.json files written by validation/band_check.py")
     parser.add_argument("--out", default=None, help="also write the table here (and the figures as JSON beside it)")
     args = parser.parse_args(argv)
+    from sim.files import check_output_path, write_text_atomic
+
+    # Before anything is read or printed: --out bands.md beside the bands.json it read replaced that input with the
+    # summary's JSON, --out FILE.json was overwritten by the JSON written beside itself, and a folder was a traceback.
+    figures = args.out and Path(args.out).with_suffix(".json")
+    inputs = [Path(path) for path in args.bands]
+    problem = args.out is not None and (
+        check_output_path(args.out, "--out", inputs)
+        or (f"--out {args.out}: the figures go beside it as {figures}; expected a name not ending in .json (FILE.md)"
+            if figures == Path(args.out) else check_output_path(figures, f"--out {args.out}: its JSON", inputs)))
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
+    seen: dict[Path, str] = {}
+    for path in args.bands:  # its GPU runs would count twice in every figure
+        if Path(path).resolve() in seen:
+            parser.exit(2, f"error: {path} is given twice (also as {seen[Path(path).resolve()]}); give each once\n")
+        seen[Path(path).resolve()] = path
     rows = []
     for path in args.bands:
         try:
-            rows += json.loads(Path(path).read_text())["rows"]
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            rows += _checked_rows(json.loads(read_json_input(Path(path)))["rows"])
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             parser.exit(2, f"error: {path}: not a bands.json of validation/band_check.py ({exc})\n")
     summary, shapes = summarize(rows), summarize_shapes(rows)
     text = to_markdown(summary, args.bands) + shapes_markdown(shapes)
     print(text, end="")
     if args.out:
         out = Path(args.out)
-        out.write_text(text)
-        out.with_suffix(".json").write_text(json.dumps({"by_load": summary, "by_shape": shapes}, indent=1) + "\n")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out, text)
+        write_text_atomic(figures, json.dumps({"by_load": summary, "by_shape": shapes}, indent=1) + "\n")
     return 0
 
 

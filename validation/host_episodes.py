@@ -53,14 +53,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("diag", help="folder with the replay run (with --step-timings) and smi.csv")
     parser.add_argument("--window-s", type=float, default=2.0)
     args = parser.parse_args(argv)
+    if not 0 < args.window_s < float("inf"):  # 0, NaN or inf was an IndexError traceback, a negative one a wrong table
+        parser.exit(2, f"error: --window-s must be a finite number of seconds > 0, got {args.window_s}\n")
     diag = Path(args.diag)
     runs = [p.parent for p in diag.glob("*/steps.parquet")]
     if not runs:
         parser.exit(2, f"error: no */steps.parquet under {diag}\n")
-    steps = pl.read_parquet(runs[0] / "steps.parquet")
+    try:
+        steps = pl.read_parquet(runs[0] / "steps.parquet")
+    except (OSError, pl.exceptions.PolarsError) as exc:  # a damaged table was a polars traceback
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        parser.exit(2, f"error: {runs[0] / 'steps.parquet'}: not a readable replay table ({reason})\n")
     if "host_launch_ms" not in steps.columns:
         parser.exit(2, f"error: {runs[0]} was not replayed with --step-timings\n")
+    missing = [c for c in ("start_s", "num_prefill_tokens", "num_decode_seqs", "host_prepare_ms", "gpu_forward_ms")
+               if c not in steps.columns]
+    if missing:  # a ColumnNotFoundError traceback
+        parser.exit(2, f"error: {runs[0] / 'steps.parquet'}: no column {missing[0]}; expected an engine.replay step "
+                       "log with --step-timings\n")
     table = window_table(steps, args.window_s)
+    if table.is_empty():  # np.percentile's IndexError traceback
+        parser.exit(2, f"error: {runs[0]}: no {args.window_s:g}-s window holds both eager and decode steps; nothing to "
+                       "compare (a longer --window-s?)\n")
     with pl.Config(tbl_rows=200, tbl_cols=20, float_precision=2):
         print(table)
     launch = table["eager_launch_ms"].to_numpy()

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 import polars as pl  # noqa: E402
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from sim.files import existing_parent  # noqa: E402
 from traces.convert import ConvertOptions, convert  # noqa: E402
 from traces.schema import save_trace  # noqa: E402
 
@@ -67,8 +68,7 @@ HELDOUT_LONG_OUTPUT = ["--qps", "10", "--arrival", "gamma", "--cv", "2",
                        "--output-dist", "lognormal:median=800,sigma=0.6,max=4000", "--seed", "12"]
 
 
-def slice_of(fmt: str, src: Path, start: int, count: int, out: Path) -> None:
-    trace, _ = convert(fmt, src, ConvertOptions())
+def slice_of(trace, start: int, count: int, out: Path) -> None:
     requests = trace.requests.slice(start, count)
     requests = requests.with_columns(pl.col("arrival_s") - requests["arrival_s"][0])
     save_trace(requests, out, hash_block_size=trace.hash_block_size)
@@ -94,17 +94,31 @@ def main(argv: list[str] | None = None) -> int:
         if not (Path(args.shared) / name).is_file():  # a TraceError traceback after the first trace was written
             parser.exit(2, f"error: --shared {args.shared}: no {name}; expected the folder of the public traces\n")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    blocked = out if out.exists() else existing_parent(out)
+    if blocked is not None and not blocked.is_dir():  # a FileExistsError traceback
+        parser.exit(2, f"error: --out {out}: {blocked} is a file; expected the folder the traces go to\n")
     shared = Path(args.shared)
+    sources = {"azure": shared / "azure_llm_2023_conv.csv", "mooncake": shared / "mooncake_conversation.jsonl"}
+    traces = {fmt: convert(fmt, path, ConvertOptions())[0] for fmt, path in sources.items()}
+    slices = {  # file -> (trace format, its start option, start, count)
+        "azure_conv_slice.parquet": ("azure", "--azure-start", args.azure_start, args.azure_count),
+        "mooncake_slice.parquet": ("mooncake", "--mooncake-start", args.mooncake_start, args.mooncake_count),
+        "azure_conv_calibration.parquet": ("azure", "--azure-calibration-start", args.azure_calibration_start,
+                                           args.azure_count),
+        "mooncake_calibration.parquet": ("mooncake", "--mooncake-calibration-start", args.mooncake_calibration_start,
+                                         args.mooncake_count),
+    }
+    for fmt, option, start, count in slices.values():
+        # A slice past the end was an IndexError traceback (after the first traces were written), one reaching past
+        # it a shorter slice than asked for, at exit 0.
+        size = traces[fmt].requests.height
+        if start + count > size:
+            parser.exit(2, f"error: {option} {start} with --{fmt}-count {count}: {sources[fmt]} holds "
+                           f"{size} requests; expected start + count <= {size}\n")
+    out.mkdir(parents=True, exist_ok=True)
     bench_workload(out / "bench_workload.parquet")
-    slice_of("azure", shared / "azure_llm_2023_conv.csv", args.azure_start, args.azure_count,
-             out / "azure_conv_slice.parquet")
-    slice_of("mooncake", shared / "mooncake_conversation.jsonl", args.mooncake_start, args.mooncake_count,
-             out / "mooncake_slice.parquet")
-    slice_of("azure", shared / "azure_llm_2023_conv.csv", args.azure_calibration_start, args.azure_count,
-             out / "azure_conv_calibration.parquet")
-    slice_of("mooncake", shared / "mooncake_conversation.jsonl", args.mooncake_calibration_start, args.mooncake_count,
-             out / "mooncake_calibration.parquet")
+    for name, (fmt, _, start, count) in slices.items():
+        slice_of(traces[fmt], start, count, out / name)
     synthesised(out / "prefill_heavy.parquet", PREFILL_HEAVY)
     synthesised(out / "decode_heavy.parquet", DECODE_HEAVY)
     synthesised(out / "heldout_longctx.parquet", HELDOUT_LONG_CONTEXT, 1200)

@@ -213,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-num-seqs", type=int, default=32,
                         help="requests given to the peer (default: %(default)s)")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the results here")
+    parser.add_argument("--cpu", action="store_true",
+                        help="run where no CUDA GPU is found, on the CPU (slowly: the default workload takes many "
+                        "minutes, and its figure is not the GPU's)")
     args = parser.parse_args(argv)
     check_args(parser, args)  # before torch is imported or a GPU touched
     from engine.core.model_config import resolve_model_dir
@@ -223,6 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     if problem:  # a folder or an unwritable path failed after the whole run
         parser.exit(2, f"error: {problem}\n")
 
+    import torch
+
+    if not torch.cuda.is_available() and not args.cpu:  # the engine fell back to the CPU without a word, for hours
+        parser.exit(2, "error: this benchmark times the engine on a CUDA GPU and found none; pass --cpu to run it on "
+                       "the CPU anyway (slowly)\n")
     prompts, params = workload(args.num_seqs, args.max_input_len, args.max_output_len)
     results = {"workload": {"num_seqs": args.num_seqs, "prompt_tokens": sum(map(len, prompts)),
                             "max_output_tokens": sum(p.max_tokens for p in params)}}

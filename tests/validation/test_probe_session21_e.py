@@ -336,3 +336,16 @@ def test_serving_overhead_names_a_failed_child_run_in_one_line(tmp_path):
     assert line == (f"error: engine.replay exited with status 2: --block-size: block_size must be a power of two "
                     f"from 16 to 256, got 3 (its output: {out / 'inproc.log'})")
     assert not (tmp_path / "r.json").exists()
+
+
+def test_throughput_without_a_gpu_says_so_instead_of_running_on_the_cpu_for_hours():
+    """benchmarks/throughput.py ran the engine on the CPU without a word where no CUDA GPU was found (the default
+    workload did not finish within minutes); --cpu still runs it there."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: the benchmark runs on it")
+    proc = subprocess.run([sys.executable, "benchmarks/throughput.py", "--num-seqs", "1"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr == ("error: this benchmark times the engine on a CUDA GPU and found none; pass --cpu to run "
+                           "it on the CPU anyway (slowly)\n")

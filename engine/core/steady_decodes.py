@@ -24,9 +24,12 @@ entries from the position at which it was filed: its ``token_ids``, ``token_time
 ``num_computed_tokens`` lag by that many. ``settle`` pays one sequence's debt (two extends and an addition), and
 whatever reads a running sequence's tokens or counts must settle it first: the scheduler does for every row it
 handles itself (due, leaving, forgotten), and a reader of the whole batch (a quiet window's planner, the
-simulator's stop) calls ``settle_all``. A step whose rows sample different tokens (the GPU engine's) settles
-everything and appends row by row, as without. The sums of the batch's contexts the scheduler needs each step
-come from running totals, not from the rows (``owed_context``).
+simulator's stop) calls ``settle_all``. The scheduler owes only while requests queue, step after step (past
+saturation: no quiet window forms then, so debts grow for many steps before anything reads the rows; Scheduler.
+_postprocess_steady says why not otherwise); a step whose rows sample different tokens settles everything and
+appends row by row, as without. The GPU engine never asks for it (its runner reads every row's last token). The
+sums of the batch's contexts the scheduler needs each step come from running totals, not from the rows
+(``owed_context``).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def default_out_dir(prefix: str, name: str) -> Path:
 def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", inputs: Iterable[Path] = ()) -> None:
     """Refuse a target that is a file, or a non-empty folder unless ``overwrite`` and it is an earlier run's,
     or one that is or holds one of the command's ``inputs`` (an input run folder is itself an earlier run's:
-    analysis.compare A B --out A --overwrite replaced A with the comparison)."""
+    analysis.compare A B --out A --overwrite replaced A with the comparison), or lies inside an input folder."""
     resolved = Path(target).resolve()
     absolute = Path(os.path.abspath(target))
     for given in inputs:
@@ -61,6 +61,11 @@ def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", input
         for source, folder in ((Path(given).resolve(), resolved), (Path(os.path.abspath(given)), absolute)):
             if source == folder or folder in source.parents:
                 raise OutDirError(f"{option} {target} is or holds the input {source}; write the output elsewhere")
+            # An input run folder is read whole (analysis.compare A B --out A/cmp put a folder into run A, which
+            # sim.replay --out A --overwrite then refused as a file no run wrote): inputs are never written to.
+            if source in folder.parents and source.is_dir():
+                raise OutDirError(f"{option} {target} is inside the input folder {source}; write the output "
+                                  "elsewhere")
     if target.exists() and not target.is_dir():
         raise OutDirError(f"{option} {target} exists and is not a folder")
     parent = existing_parent(target)

@@ -18,6 +18,7 @@ from analysis.runs import read_meta, read_slos, with_latency_columns, write_summ
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt
+from engine.core.messages import escape_controls
 from sim.files import RUN_FILES, read_parquet_frame
 
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, pl.exceptions.PolarsError) as exc:
             parser.exit(2, f"error: {exc}\n")
         if not args.quiet:
-            print_out(f"{run_dir}:\n{format_summary_table(summary)}")
+            print_out(f"{escape_controls(run_dir)}:\n{format_summary_table(summary)}")
     return 0
 
 

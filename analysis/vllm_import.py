@@ -46,6 +46,7 @@ from analysis.schema import (
 from engine.core.config_args import OneLineErrorParser, nonempty
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.json_errors import json_problem
+from engine.core.messages import escape_controls
 from sim.files import read_json_input
 
 PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --out {args.out}: {exc.strerror or exc}\n")
     if not args.quiet:
         print_out(format_summary_table(summary))
-        print_out(f"outputs in {args.out}/")
+        print_out(f"outputs in {escape_controls(args.out)}/")  # a newline in --out: one line
     return 0
 
 

@@ -165,5 +165,6 @@ def main(argv: list[str] | None = None) -> int:
             print(format_bands(bands))
         if summary["warnings"]:
             print(format_warnings(summary["warnings"]))
-        print(f"cost model: {result.cost_model_name}; simulated in {result.wall_s:.1f} s wall; outputs in {out_dir}/")
+        print(f"cost model: {result.cost_model_name}; simulated in {result.wall_s:.1f} s wall; "
+              f"outputs in {escape_controls(out_dir)}/")  # a newline in --out: still one line
     return 0

@@ -30,7 +30,7 @@ from cli.replay_args import (
 )
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
-from engine.core.messages import one_line
+from engine.core.messages import escape_controls, one_line
 from engine.core.sampling_params import MAX_TEMPERATURE
 from sim.limits import format_warnings
 
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         with staged_out_dir(out_dir, overwrite=args.overwrite, inputs=input_files(args)) as stage:
             summary, results = _bench_into(stage, url, trace, tokenizer, slos, args)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: nothing written to {out_dir}", file=sys.stderr)
+        print(f"\ninterrupted: nothing written to {escape_controls(out_dir)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (OutDirError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.report.summary_table import format_summary_table
 
         print(format_summary_table(summary))
-        print(f"served by {url} (model {summary['config']['model']}); outputs in {out_dir}/")
+        print(f"served by {url} (model {summary['config']['model']}); outputs in {escape_controls(out_dir)}/")
     return EXIT_ALL_FAILED if results and all(not r.ok for r in results) else 0
 
 

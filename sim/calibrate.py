@@ -31,7 +31,7 @@ import numpy as np
 
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
-from engine.core.messages import counted
+from engine.core.messages import counted, escape_controls
 from sim.bands import MEAN_EPISODE_S, SLOW_OVER_NORMAL, SLOW_SHARE_RANGE
 from sim.batch_features import read_steps
 from sim.files import read_json_input, read_parquet_table
@@ -349,8 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     device = (f", device factor {s['device_factor']}" if s["device_factor"] != 1.0 else
               f" (no device factor: the eager steps' host shares spread {s['eager_host_share_spread']:.2f}, under "
               f"{MIN_HOST_SHARE_SPREAD:g}; give runs with both short and long prompts)")
-    print(f"{path}: host factor {s['host_factor']}{device} from {s['num_eager_steps']} eager steps, decode factor "
-          f"{s['decode_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
+    print(f"{escape_controls(path)}: host factor {s['host_factor']}{device} from {s['num_eager_steps']} eager steps, "
+          f"decode factor {s['decode_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
           f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their "
           f"decode time)")
     if s["eager_host_share"] < MIN_HOST_SHARE and s["device_factor"] == 1.0:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt
+from engine.core.messages import escape_controls
 from sim.profiled_cost_model import describe_held_out, fit_profile, read_profile, write_profile
 
 
@@ -18,7 +19,15 @@ def main(argv: list[str] | None = None) -> int:
     # Every profile is read and refitted before any is written: a bad one later on the command line left the ones
     # before it rewritten, after an error that said nothing of them.
     fitted = []
-    for path in map(Path, args.profiles):
+    seen: dict[Path, str] = {}
+    for given in args.profiles:
+        path = Path(given)
+        # As sim.calibrate refuses a run folder given twice: the same file (by any spelling) was refitted and
+        # rewritten once per mention, and printed as many times as if it were several profiles.
+        if path.resolve() in seen:
+            parser.exit(2, f"error: profile {given} is given twice (also as {seen[path.resolve()]}); give each "
+                           "profile once\n")
+        seen[path.resolve()] = given
         try:
             profile = read_profile(path)  # its errors name the file
         except ValueError as exc:
@@ -35,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.exit(2, f"error: {exc}\n")
         held = profile["fit"]["held_out"]
         by_family = f" by family {held['mean_abs_rel_error_by_family']}" if held.get("num_points") else ""
-        print(f"{path}: {len(profile['points'])} points; {describe_held_out(held)}{by_family}")
+        print(f"{escape_controls(path)}: {len(profile['points'])} points; {describe_held_out(held)}{by_family}")
     return 0
 
 

@@ -31,6 +31,7 @@ from typing import Protocol
 
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.messages import escape_controls
 
 MAX_WINDOWS = 1_000_000  # rows of an extracted timeline
 SLOW_WINDOW = 1.3  # a window this much slower than the grid counts as slow in the summary line
@@ -391,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --out {args.out}: {exc.strerror or exc}\n")
     values = timeline.slowdowns
     slow = sum(v > SLOW_WINDOW for v in values) / len(values)
-    print(f"{args.out}: {len(values)} windows of {args.window_s:g} s; slowdown min {min(values):.2f}, "
+    print(f"{escape_controls(args.out)}: {len(values)} windows of {args.window_s:g} s; slowdown min {min(values):.2f}, "
           f"median {sorted(values)[len(values) // 2]:.2f}, max {max(values):.2f}; {slow:.0%} of windows over "
           f"{SLOW_WINDOW}x")
     return 0

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {escape_controls(exc)}", file=sys.stderr)  # a path's newline too: one line
         return 2
     except OSError as exc:
-        print(f"error: -o {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"error: -o {escape_controls(args.output)}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     print(describe(trace, args.output, dropped))
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from engine.core.messages import counted
+from engine.core.messages import counted, escape_controls
 from traces.schema import Trace
 
 
@@ -26,7 +26,9 @@ def describe(trace: Trace, destination: str, dropped: str = "") -> str:
         if math.isinf(rate_per_s):
             rate = "a rate beyond 1e308 req/s"
     parts = [
-        f"wrote {counted(len(trace), 'request')} to {destination}: span {shown_span(span_s)} s ({rate})",
+        # a newline in the path (-o) printed the line over two
+        f"wrote {counted(len(trace), 'request')} to {escape_controls(destination)}: "
+        f"span {shown_span(span_s)} s ({rate})",
         f"mean prompt {requests['prompt_tokens'].mean():.1f} tokens",
         f"mean output {requests['output_tokens'].mean():.1f} tokens",
     ]

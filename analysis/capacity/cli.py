@@ -42,6 +42,7 @@ from analysis.slo import SLO, parse_slos
 from engine.core.config import SCHEDULING_POLICIES
 from engine.core.config_args import OneLineErrorParser, add_config_arguments, field_names
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.messages import escape_controls
 from sim.config import SimConfig
 from sim.hardware import get_gpu
 from sim.router import ROUTERS
@@ -364,11 +365,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {exc}; nothing written\n")
     if not args.quiet:
         print_out(format_table(run))
-        num_sims = sum(r.num_simulations for r in run.results)
+        num_sims = sum(r.num_simulations_run for r in run.results)  # a search shared by configurations once
         where = f"Ray cluster {args.ray}" if args.ray else f"{run.num_jobs} local process(es)"
         if run.num_run_ahead:
             where += (f" ({run.num_run_ahead} run ahead of their search's verdicts on idle ones, "
                       f"{run.num_run_ahead_used} of them used)")
         print_out(f"cost model: {run.cost_model_text}; {num_sims} simulations in {run.wall_s:.1f} s wall on {where}; "
-                  f"outputs in {out_dir}/")
+                  f"outputs in {escape_controls(out_dir)}/")  # a newline in --out: one line
     return 0

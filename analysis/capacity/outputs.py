@@ -101,7 +101,8 @@ def write_outputs(run: CapacityRun, out_dir: Path) -> None:
             f"{run.workload.min_requests} requests at each QPS tried (think times: {run.workload.think_times}); "
             f"the first {run.workload.warmup_fraction:.0%} is not measured; {len(run.seeds)} seed(s)"
             f"{' (each a band replay: max QPS p5-p95 in capacity.json)' if run.band_replays else ''}; "
-            f"{sum(r.num_simulations for r in run.results)} simulations; cost model: {run.cost_model_text}{estimate}. "
+            f"{sum(r.num_simulations_run for r in run.results)} simulations; "
+            f"cost model: {run.cost_model_text}{estimate}. "
             "Costs use illustrative list prices (edit them below)."
         ),
     )

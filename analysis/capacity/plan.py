@@ -23,6 +23,7 @@ from analysis.capacity.sweep import (
     expand_configs,
     family_label,
     run_sweep,
+    search_identity,
     varying_axes,
 )
 from analysis.capacity.workload import MAX_STREAM_REQUESTS, SessionLibrary, WorkloadParams, max_stream_qps
@@ -259,8 +260,9 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
     slos: tuple[SLO, ...] = args.slo
     # More processes than simulations that can run at once would only pay start-up time: a search's round, and the
     # jobs a plain bisection may run ahead of its verdicts (analysis.capacity.speculation).
+    num_searched = len({search_identity(config) for config in plan.configs})  # configurations searched as one, once
     num_jobs = max(1, min(args.jobs or default_num_jobs(),
-                          len(plan.configs) * len(plan.seeds) * workers_per_search(plan.params.candidates_per_round)))
+                          num_searched * len(plan.seeds) * workers_per_search(plan.params.candidates_per_round)))
     try:
         executor = make_executor(plan.library, plan.workload, slos, num_jobs, args.ray, plan.configs,
                                  args.ray_connect_timeout_s)

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.capacity.bisection import CapacitySearch, SearchOutcome, SearchParams
-from analysis.capacity.point import PointJob, PointResult
+from analysis.capacity.point import PROBE_MIN_REQUESTS, PointJob, PointResult
 from analysis.capacity.speculation import job_identity, jobs_ahead
 from analysis.process_pools import interrupts_held
 from engine.core.config import ConfigError
 from engine.core.config_args import flag_of
+from engine.core.messages import counted
 from sim.config import SimConfig
 
 # SimConfig field -> the CLI option that lists its values; the cross product follows this order.
@@ -89,6 +90,15 @@ def family_label(config: SimConfig, varying: Iterable[str]) -> str:
 
 def _options_text(config: SimConfig, names: Iterable[str]) -> str:
     return " ".join(_LABEL_FORMATS[name].format(getattr(config, name)) for name in names)
+
+
+def search_identity(config: SimConfig) -> SimConfig:
+    """What a search of ``config`` simulates: with one replica every request goes to it whichever the router, so
+    configurations that differ only by router are one search (--replicas 1,2 --router rr,lor searched the
+    one-replica configuration once per router, each time with the same verdicts)."""
+    if config.num_replicas == 1:
+        return dataclasses.replace(config, router=SimConfig.__dataclass_fields__["router"].default)
+    return config
 
 
 def varying_axes(configs: Sequence[SimConfig]) -> list[str]:
@@ -173,6 +183,9 @@ class ConfigResult:
     searches: tuple[SeedSearch, ...]
     notes: tuple[str, ...] = ()
     band_replays: bool = False  # each seed's search is a band replay (--bands): report p5-p95, not the range
+    # The configuration whose searches these are (see `search_identity`), None where they were run for this one: its
+    # simulations are reported with each configuration they answer for, and counted once in a run's total.
+    same_search_as: int | None = None
 
     @property
     def median_search(self) -> SeedSearch:
@@ -251,6 +264,11 @@ class ConfigResult:
         return sum(len(s.points) + len(s.checks) for s in self.searches)
 
     @property
+    def num_simulations_run(self) -> int:
+        """The simulations run for this configuration: none where it shares another's searches."""
+        return self.num_simulations if self.same_search_as is None else 0
+
+    @property
     def all_notes(self) -> tuple[str, ...]:
         notes = list(self.notes)
         for search in self.searches:
@@ -259,6 +277,14 @@ class ConfigResult:
             if search.kind == "not_confirmed":
                 notes.append(f"{prefix}{search.max_qps:.4g} req/s was not confirmed on a stream twice as long "
                              f"({len(search.checks)} check(s) failed): the answer depends on the simulated duration")
+            answer = next((p for p in search.points if p.qps == search.max_qps), None)
+            if answer is not None and answer.num_requests < ANSWER_MIN_REQUESTS:
+                notes.append(f"{prefix}{search.max_qps:.4g} req/s was judged on only "
+                             f"{counted(answer.num_requests, 'measured request')} (of "
+                             f"{counted(answer.stream_requests, 'request')} simulated; the rest was warm-up, "
+                             f"--warmup-fraction): SLO percentiles and the stability check over fewer than "
+                             f"{ANSWER_MIN_REQUESTS} requests are noise, so the answer says little; raise "
+                             "--min-requests or --min-duration-s, or lower --warmup-fraction")
         return tuple(notes)
 
     @property
@@ -267,6 +293,15 @@ class ConfigResult:
         if self.max_qps is None:
             return None
         return next(p for p in self.points if p.qps == self.max_qps)
+
+
+# An answer judged on fewer measured requests than this gets a note (in the printed table and capacity.json): a p90
+# and the stability check over a handful of requests are noise, and stability never counts a shortfall of fewer than
+# stability.NOISE_REQUESTS (a 100-request stream with --warmup-fraction 0.99 reported a capacity judged on 2 requests,
+# one of them unfinished). The same minimum as the early-stop probe's; the defaults (3,000 requests, a quarter of
+# warm-up) measure about 2,250. A note rather than a refusal: how many requests a window holds depends on the QPS
+# (--min-duration-s), known only once simulated, and short streams are what the tests sweep.
+ANSWER_MIN_REQUESTS = PROBE_MIN_REQUESTS
 
 
 # Each failed T-versus-2T check sends the search below the answer; after this many the answer stays unconfirmed.
@@ -365,7 +400,10 @@ def run_sweep(
     ``run_ahead_counts``, when given, gets how many were (``run_ahead``) and how many of them a search took (``used``).
     """
     labels = list(labels) if labels is not None else [config_label(c, varying_axes(configs)) for c in configs]
-    keys = [(index, seed) for index in range(len(configs)) for seed in seeds]
+    # Configurations that simulate alike are searched once, as the first of them (results are per configuration).
+    first_with: dict[SimConfig, int] = {}
+    searched_as = [first_with.setdefault(search_identity(config), index) for index, config in enumerate(configs)]
+    keys = [(index, seed) for index in range(len(configs)) if searched_as[index] == index for seed in seeds]
     searches = {key: CapacitySearch(params) for key in keys}
     points: dict[tuple[int, int], dict[float, PointResult]] = {key: {} for key in keys}
     checks: dict[tuple[int, int], list[PointResult]] = {key: [] for key in keys}
@@ -523,10 +561,12 @@ def run_sweep(
     results = []
     for index, config in enumerate(configs):
         per_seed = []
+        searched = searched_as[index]
         for seed in seeds:
-            outcome = searches[(index, seed)].outcome()
-            tried = tuple(points[(index, seed)][qps] for qps, _ in outcome.points)
-            per_seed.append(SeedSearch(seed, outcome, tried, tuple(checks[(index, seed)])))
-        results.append(ConfigResult(index, config, labels[index], tuple(per_seed), band_replays=band_replays))
+            outcome = searches[(searched, seed)].outcome()
+            tried = tuple(points[(searched, seed)][qps] for qps, _ in outcome.points)
+            per_seed.append(SeedSearch(seed, outcome, tried, tuple(checks[(searched, seed)])))
+        results.append(ConfigResult(index, config, labels[index], tuple(per_seed), band_replays=band_replays,
+                                    same_search_as=None if searched == index else searched))
     extra = superlinear_notes(results, params.tolerance)
     return [dataclasses.replace(r, notes=(extra[r.index],)) if r.index in extra else r for r in results]

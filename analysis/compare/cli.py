@@ -23,6 +23,7 @@ from analysis.formatting import LATENCY_LABELS, format_percent
 from analysis.outdir import OutDirError, default_out_dir, out_folder, staged_out_dir
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.messages import escape_controls
 
 EXIT_OK, EXIT_SCHEDULE_DIFFERS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -108,7 +109,8 @@ def load_and_compare(args: argparse.Namespace, inputs: list[Path]):
 def print_comparison(comparison, real, sim, check_schedule: bool) -> None:
     """The comparison as text on stdout (print_out: a reader that leaves early stops nothing)."""
     cost_model = f" (cost model: {sim.cost_model})" if sim.cost_model else ""
-    print_out(f"sim {sim.path}{cost_model} vs real {real.path}; rel. error = (sim - real) / real")
+    print_out(f"sim {escape_controls(sim.path)}{cost_model} vs real {escape_controls(real.path)}; "
+              "rel. error = (sim - real) / real")
     differences = format_config_differences(comparison.config_differences)
     if differences:
         print_out(differences)
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(EXIT_BAD_INPUT, f"error: cannot write to {out_dir}: {exc.strerror or exc}\n")
     # Printed once the outputs are in place: a reader that stops early (| head) can no longer cost them.
     print_comparison(comparison, real, sim, check_schedule=args.schedule or args.require_identical_schedule)
-    print_out(f"outputs in {out_dir}/")
+    print_out(f"outputs in {escape_controls(out_dir)}/")  # a newline in --out: one line
     if args.require_identical_schedule and not comparison.schedule.identical:
         return EXIT_SCHEDULE_DIFFERS
     return EXIT_OK

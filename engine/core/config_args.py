@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import NoReturn
 
 from engine.core.config import ConfigError
+from engine.core.messages import escape_controls
 
 
 class _StoreOnce(argparse._StoreAction):
@@ -64,6 +65,14 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message} (--help lists the options)\n")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        """Exit with ``message`` kept to one line: a path it names (--out, a trace) may hold a newline, which printed
+        the error over two lines; control characters are escaped as repr writes them (the final newline kept)."""
+        if message:
+            ending = "\n" if message.endswith("\n") else ""
+            message = escape_controls(message.removesuffix("\n")) + ending
+        super().exit(status, message)
 
 
 def nonempty(text: str) -> str:

@@ -39,13 +39,39 @@ def _count(value: object) -> int | None:
     return value if _is_int(value) else None
 
 
+class _RepeatedKey(Exception):
+    """A JSON object of a line names a key twice (not a ValueError: those are the JSON's own read errors)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """``json.loads``' object_pairs_hook: the object as a dict, refusing a key given twice. json keeps the last
+    value of a repeated key with no word, so {"timestamp": 1, "timestamp": 2} became an arrival at 2 ms whichever
+    of the two the file meant."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
+    return record
+
+
 def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int, list[int]]:
     """(timestamp ms, input_length, output_length, hash_ids) of one line."""
     def fail(problem: str) -> TraceError:
         return TraceError(f"{path}: line {line_no}: {problem}")
 
     try:
-        record = json.loads(line)
+        record = json.loads(line, object_pairs_hook=_unique_keys)
+    except _RepeatedKey as exc:
+        key = exc.key if len(exc.key) <= 60 else exc.key[:60] + "..."  # repr escapes a newline in it
+        raise fail(f"key {key!r} appears twice in one object; expected each key once (JSON would keep the last "
+                   "value silently)") from None
     except json.JSONDecodeError as exc:
         raise fail(f"not valid JSON ({exc.msg} at column {exc.colno}){_layout_hint(line_no, line)}") from None
     except RecursionError:  # arrays nested thousands deep: no record looks like that

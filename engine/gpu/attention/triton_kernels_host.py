@@ -101,8 +101,13 @@ def prefill_num_splits(num_programs: int, max_k_len: int, block_n: int, num_sms:
 
 def reachable_decode_splits(num_kv_heads: int, max_model_len: int, max_num_seqs: int,
                             num_sms: int) -> list[DecodeSplits]:
-    """Every ``DecodeSplits`` a decode batch of 1 to ``max_num_seqs`` rows gets: each is a kernel variant."""
-    found = {decode_splits(n, num_kv_heads, max_model_len, num_sms) for n in range(1, max_num_seqs + 1)}
+    """Every ``DecodeSplits`` a decode batch of 1 to ``max_num_seqs`` rows gets: each is a kernel variant.
+
+    Only ``fill_splits`` depends on the batch size, and it is 1 from ``4 * num_sms / num_kv_heads`` rows on (a
+    batch that large already has four programs per multiprocessor), so batches over ``4 * num_sms`` rows add no
+    variant: looping up to ``max_num_seqs`` (the engine takes up to 2**31 - 1) stalled the warm-up."""
+    last_distinct_rows = min(max_num_seqs, max(1, 4 * num_sms))
+    found = {decode_splits(n, num_kv_heads, max_model_len, num_sms) for n in range(1, last_distinct_rows + 1)}
     return sorted(found, key=lambda s: (s.num_splits, s.fill_splits, s.num_long_seqs))
 
 

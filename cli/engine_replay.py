@@ -199,7 +199,12 @@ def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Na
     from engine.core.sampling_params import SamplingParams
     from engine.llm import LLM
 
-    with LLM(options.model, **{k: v for k, v in vars(options).items() if k != "model"}) as llm:
+    # generation_config 'vllm': every replayed request carries its own SamplingParams (the trace's output length with
+    # ignore_eos, --temperature, greedy by default), which are used as they are, as in vLLM; the model's defaults would
+    # set nothing here. Applied instead of --temperature they would change the replay's timing (top_k/top_p filters sort
+    # the vocabulary of every row in every step), and a run would no longer compare with earlier runs or the simulator.
+    with LLM(options.model, generation_config="vllm",
+             **{k: v for k, v in vars(options).items() if k != "model"}) as llm:
         if args.warmup_requests:
             # Short prompts within max_model_len: the warm-up must never be what a small limit rejects.
             longest = max(1, min(64 + 32 * (args.warmup_requests - 1), llm.config.max_seq_len - 16))

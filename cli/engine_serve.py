@@ -18,8 +18,9 @@ from pathlib import Path
 from cli.engine_replay import cpu_fallback_note
 from cli.replay_args import add_config_groups
 from engine.core.config_args import OneLineErrorParser, build_config
+from engine.core.generation_defaults import read_generation_defaults
 from engine.core.interrupt import EXIT_INTERRUPTED, NOTHING_WRITTEN
-from engine.core.model_config import ModelShape
+from engine.core.model_config import ModelShape, resolve_model_dir
 from engine.options import EngineOptions
 from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
 
@@ -42,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
     server.add_argument("--port", type=int, default=8000, help="port (0: any free port; default 8000)")
+    # Not an engine option (EngineOptions): engine.replay sets every request's sampling itself and has no use for it.
+    server.add_argument("--generation-config", default="auto", metavar="{auto,vllm,FOLDER}",
+                        help="default sampling parameters of requests that leave them out, as vLLM's option: auto "
+                             "takes temperature, top_p, top_k and max_new_tokens (as max_tokens) from the model's "
+                             "generation_config.json; vllm ignores the file (temperature 1, top_p 1, top_k off); a "
+                             "folder reads its generation_config.json (default auto)")
     server.add_argument("--served-model-name", default=None,
                         help="the model name clients send (default: --model as given)")
     server.add_argument("--max-waiting-requests", type=int, default=DEFAULT_MAX_WAITING_REQUESTS,
@@ -101,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             # The model's config is read here too (no torch, milliseconds): a bad --model or --max-model-len was named
             # only after the engine process had started, as "--model M: ValueError: max_model_len=...".
             options.check_model(ModelShape.load(options.model))
+            # So is its generation config: a default no request could take is refused here, naming the file and field.
+            defaults = read_generation_defaults(resolve_model_dir(options.model), args.generation_config,
+                                                option="--generation-config")
             # engine.replay's note: with --device auto and no CUDA device the server ran on the CPU without a word
             note = cpu_fallback_note(options, "engine.serve")
             sock = _bind(args.host, args.port)
@@ -108,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.exit(2, f"error: {exc}\n")
         if note:
             print(note, file=sys.stderr, flush=True)
+        for line in defaults.report("--generation-config vllm"):  # as vLLM warns that the model overrode its defaults
+            print(line, file=sys.stderr, flush=True)
         import asyncio
         import functools
 
@@ -123,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
         prometheus_client.disable_created_metrics()  # vLLM's scrape has no *_created series either
         model_name = args.served_model_name or options.model
-        engine = EngineClient(functools.partial(load_llm, options.model,
-                                                {k: v for k, v in vars(options).items() if k != "model"},
-                                                args.warmup_requests),
+        llm_options = {**{k: v for k, v in vars(options).items() if k != "model"},
+                       "generation_config": args.generation_config}
+        engine = EngineClient(functools.partial(load_llm, options.model, llm_options, args.warmup_requests),
                               model_name=model_name, max_waiting_requests=args.max_waiting_requests)
     except KeyboardInterrupt:
         if sock is not None:

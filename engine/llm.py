@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import numbers
 import time
 from collections.abc import Iterator, Mapping
@@ -11,6 +12,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core.generation_defaults import LOGGER_NAME, read_generation_defaults
 from engine.core.host_memory import host_memory_available
 from engine.core.llm_engine import LLMEngine
 from engine.core.messages import exception_line, one_line
@@ -130,9 +132,11 @@ def _check_unicode(index: int, text: str) -> None:
 
 class LLM:
     """``LLM(model, **options)``; ``model`` is an HF model directory or a shipped config name
-    (with load_format="dummy")."""
+    (with load_format="dummy"). ``generation_config`` is vLLM's: 'auto' takes the default sampling parameters of
+    ``generate(prompts)`` without sampling params from the model's generation_config.json
+    (``get_default_sampling_params``), 'vllm' ignores the file, a folder reads its generation_config.json."""
 
-    def __init__(self, model: str, **options: object) -> None:
+    def __init__(self, model: str, *, generation_config: str = "auto", **options: object) -> None:
         if not isinstance(model, (str, Path)):  # None reached pathlib as a TypeError that named no parameter
             raise ValueError(f"model must be a shipped model config name or a model folder, got {_short(model)}")
         self.options = opts = EngineOptions.from_kwargs(str(model), **options)
@@ -149,6 +153,9 @@ class LLM:
                 )
         # read before the weights load: a bad file fails at once
         generation_eos = generation_eos_token_ids(model_dir, self.shape.vocab_size)
+        self.generation_defaults = read_generation_defaults(model_dir, generation_config)
+        for line in self.generation_defaults.report("generation_config='vllm'"):
+            logging.getLogger(LOGGER_NAME).warning(line)  # vLLM warns that the model overrode its defaults, too
         self.tokenizer = load_tokenizer(model_dir)
         tokenizer_eos = None if self.tokenizer is None else self.tokenizer.eos_token_id
         if tokenizer_eos is not None and not 0 <= tokenizer_eos < self.shape.vocab_size:
@@ -202,10 +209,16 @@ class LLM:
                              f"[0, {self.shape.vocab_size})")
         return ids
 
+    def get_default_sampling_params(self) -> SamplingParams:
+        """What ``generate`` and ``stream`` use without sampling params, as vLLM's: the model's generation config's
+        temperature, top_p, top_k and max_new_tokens (as max_tokens) over SamplingParams' own defaults. A
+        SamplingParams passed in is used as it is, as in vLLM."""
+        return self.generation_defaults.sampling_params()
+
     def _add_all(self, prompts: Seq[Prompt], sampling_params) -> list[Sequence]:
         prompts = _prompt_list(prompts)
         if sampling_params is None:
-            sampling_params = SamplingParams()
+            sampling_params = self.get_default_sampling_params()
         if isinstance(sampling_params, SamplingParams):
             self._check_stop_token_ids("sampling_params", sampling_params)
             sampling_params = [sampling_params] * len(prompts)

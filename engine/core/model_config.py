@@ -170,6 +170,12 @@ def generation_eos_token_ids(model_dir: Path, vocab_size: int | None = None) -> 
     source = Path(model_dir) / "generation_config.json"
     if not source.is_file():
         return ()
+    return _SizeReader(read_generation_config(source), str(source)).token_ids("eos_token_id", vocab_size)
+
+
+def read_generation_config(source: Path) -> dict:
+    """A generation_config.json as a dict; a file that is not a JSON object is one line naming it. Its eos ids and
+    its sampling defaults (engine.core.generation_defaults) are read from here."""
     try:
         config = json.loads(source.read_bytes())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -178,7 +184,7 @@ def generation_eos_token_ids(model_dir: Path, vocab_size: int | None = None) -> 
         raise ValueError(f"{source}: cannot read it ({exc.strerror or exc})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{source}: top level is a JSON {json_type_name(config)}; expected an object")
-    return _SizeReader(config, str(source)).token_ids("eos_token_id", vocab_size)
+    return config
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine.core.generation_defaults import GenerationDefaults
 from engine.core.json_errors import json_problem
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import Scheduler
@@ -74,6 +75,8 @@ class ServerState:
     model_dir: str
     rejection_reason_for: object  # the scheduler's own check: why a prompt of n tokens can never be served
     longest_token_chars: int | None = None  # the tokenizer's longest token, in characters (None: unknown)
+    # What a request that leaves temperature, top_p, top_k or max_tokens out gets (the model's generation config)
+    defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -111,7 +114,8 @@ def build_app(engine: EngineClient, tokenizer=None, *,
         # encodes only read it.
         tokenizer.encode("x")
     state = ServerState(engine, tokenizer, engine.model_name, config.max_model_len, info.vocab_size, info.model_dir,
-                        Scheduler(config).rejection_reason_for, _longest_token_chars(tokenizer))
+                        Scheduler(config).rejection_reason_for, _longest_token_chars(tokenizer),
+                        info.generation_defaults)
     model_name = engine.model_name
 
     @asynccontextmanager
@@ -380,8 +384,9 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
     refused as "max_tokens must be >= 1", a field it had not sent)."""
     max_model_len = state.max_model_len
     room = max_model_len - num_prompt_tokens
-    if max_tokens is None:
-        max_tokens = room
+    defaults = state.defaults
+    if max_tokens is None:  # the generation config's max_new_tokens, within the room left (as vLLM: the least)
+        max_tokens = room if defaults.max_tokens is None else min(room, defaults.max_tokens)
     elif max_tokens < 1:
         raise bad_request(f"{max_tokens_param} must be >= 1, got {max_tokens}", max_tokens_param)
     elif max_tokens > room:  # vLLM refuses these too, rather than cutting the answer short
@@ -398,13 +403,14 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
         if not 0 <= seed < 2**64:
             raise bad_request(f"seed must be an integer in [0, 2**64), got {seed}", "seed")
         seed = (seed + copy) % 2**64  # n copies of one prompt sample differently, reproducibly
-    top_k = -1 if body.top_k is None else body.top_k
+    # A field the request leaves out (or sends as null) takes the model's default; one it sets keeps its value.
+    top_k = defaults.top_k if body.top_k is None else body.top_k
     if top_k < -1:
         raise bad_request(f"top_k must be -1 or 0 (off) or >= 1, got {top_k}", "top_k")
     try:
         return SamplingParams(
-            temperature=1.0 if body.temperature is None else body.temperature,
-            top_p=1.0 if body.top_p is None else body.top_p,
+            temperature=defaults.temperature if body.temperature is None else body.temperature,
+            top_p=defaults.top_p if body.top_p is None else body.top_p,
             top_k=top_k,
             max_tokens=max_tokens,
             ignore_eos=body.ignore_eos,

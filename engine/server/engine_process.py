@@ -30,6 +30,7 @@ from multiprocessing.connection import Connection
 from typing import NamedTuple
 
 from engine.core.config import EngineConfig
+from engine.core.generation_defaults import LOGGER_NAME, GenerationDefaults
 from engine.core.interrupt import exit_with_parent
 from engine.core.messages import exception_line
 from engine.core.sequence import Sequence
@@ -48,6 +49,7 @@ class EngineInfo:
     config: EngineConfig  # resolved: num_gpu_blocks and max_model_len known
     vocab_size: int
     model_dir: str
+    generation_defaults: GenerationDefaults = GenerationDefaults()  # of requests that leave sampling fields out
 
 
 class StepStats(NamedTuple):
@@ -111,7 +113,9 @@ def run_engine(factory: Callable[[], object], commands: Connection, messages: Co
         engine = llm.engine
         gc.collect()
         gc.freeze()  # the model and the warm-up's leftovers: out of the collector's sight, as engine.replay does
-        messages.send(("ready", EngineInfo(engine.config, llm.shape.vocab_size, str(llm.model_dir))))
+        # A factory without generation defaults (the tests' scripted engines) gets vLLM's neutral ones.
+        defaults = getattr(llm, "generation_defaults", GenerationDefaults())
+        messages.send(("ready", EngineInfo(engine.config, llm.shape.vocab_size, str(llm.model_dir), defaults)))
     except BaseException as exc:  # noqa: BLE001 - whatever stopped the load is the server's one-line error
         _report(messages, exc)
         return
@@ -248,6 +252,8 @@ def load_llm(model: str, options: dict, warmup_requests: int = 0) -> object:
     ``warmup_requests`` short requests so the first clients do not pay for kernel compilation."""
     from engine.llm import LLM
 
+    # engine.serve printed what the model's generation config sets before this process started: not twice
+    logging.getLogger(LOGGER_NAME).setLevel(logging.ERROR)
     llm = LLM(model, **options)
     llm.warm_up(warmup_requests)
     return llm

@@ -351,7 +351,7 @@ class Scheduler:
             return None
         due = steady.due()
         if steady.lazy:
-            for seq in due:  # their rows are read below (settled: they owe nothing, though they still count as owing)
+            for seq in due:  # their rows are read below: paid up (take_due then takes them out of the debtors)
                 steady.settle(seq)
         specials = [*due, *steady.unsteady]
         if len(specials) > _MAX_SPECIAL_ROWS:
@@ -497,7 +497,7 @@ class Scheduler:
                 for row in rows:
                     self._postprocess_row(seqs[row], new_tokens[row], token_ids[row], now_s, finished)
                 return
-            steady.settle_all()  # rows that sample different tokens: each appended its own, as without
+            steady.settle_all()  # not a lazy step (none waiting, or rows sampled different tokens): as without
         if eos:  # which rows stop is _postprocess_row's to say (ignore_eos)
             rows = sorted({*rows, *(i for i, token_id in enumerate(token_ids) if token_id in eos)})
         start = 0

@@ -19,7 +19,7 @@ from cli.engine_replay import cpu_fallback_note
 from cli.replay_args import add_config_groups
 from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.generation_defaults import read_generation_defaults
-from engine.core.interrupt import EXIT_INTERRUPTED, NOTHING_WRITTEN
+from engine.core.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, NOTHING_WRITTEN
 from engine.core.model_config import ModelShape, resolve_model_dir
 from engine.options import EngineOptions
 from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
@@ -63,6 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                         help="server log level (default warning: no line per request)")
     return parser
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived while the model loads (a BaseException, as KeyboardInterrupt: no `except Exception` takes it)."""
+
+
+def _terminated_while_loading(signum, frame) -> None:
+    raise _Terminated
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -146,16 +154,24 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     stop_kwargs: dict = {}
     try:  # whatever happens once the engine process exists, it is stopped: it is not a daemon, exit would wait on it
+        # SIGTERM while the model loads (minutes for a large one; what systemd, Kubernetes and `timeout` send) killed
+        # the server without a word, and its engine process only through Linux's parent-death signal: as Ctrl-C
+        previous_sigterm = signal.signal(signal.SIGTERM, _terminated_while_loading)
         try:
             info = engine.start()
             tokenizer = load_tokenizer(Path(info.model_dir))
         except (RuntimeError, ValueError, OSError) as exc:
             parser.exit(2, f"error: --model {options.model}: {exc}\n")
-        except KeyboardInterrupt:  # Ctrl-C while the model loads: the engine process is not waited for
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup
+        except (KeyboardInterrupt, _Terminated) as exc:  # the engine process is not waited for
+            for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not interrupt the cleanup
+                signal.signal(sig, signal.SIG_IGN)
             stop_kwargs = {"timeout_s": 0}
-            print("interrupted while loading the model", file=sys.stderr)
-            return 130
+            terminated = isinstance(exc, _Terminated)
+            print(f"{'terminated' if terminated else 'interrupted'} while loading the model", file=sys.stderr)
+            return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        finally:
+            if signal.getsignal(signal.SIGTERM) is _terminated_while_loading:
+                signal.signal(signal.SIGTERM, previous_sigterm)
         host, port = sock.getsockname()[:2]
         app = build_app(engine, tokenizer, max_request_body_bytes=args.max_request_body_bytes)
         # On shutdown, streams still open get SHUTDOWN_GRACE_S to finish, then are ended with a 503 (uvicorn would

@@ -532,7 +532,9 @@ class _Response:
                     return JSONResponse({}, status_code=499)
             task.result()
         except _Failed as exc:
-            if exc.shutdown:  # the engine still runs its choices: free them, as a stream's end does
+            # The engine still runs the choices that did not fail (or all of them, at a shutdown): free them, as a
+            # stream's end does; left, a request of several prompts ran the rest to their end for nobody.
+            if not all(c.finished for c in self.choices):
                 self.state.engine.abort(stream)
             raise exc.api_error() from exc
         finally:

@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import logging
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -49,14 +50,20 @@ class RequestStream:
         queue = self.queue
         while self.num_open:
             if queue.empty():
+                # asyncio.wait, not wait_for: on Python 3.11 wait_for swallows a cancel that lands as an update arrives,
+                # and the reader of a request whose client had left waited on a dropped stream for the server's life
+                getter = asyncio.ensure_future(queue.get())
                 try:
-                    update = await asyncio.wait_for(queue.get(), timeout=1.0)
-                except asyncio.TimeoutError:
+                    await asyncio.wait((getter,), timeout=1.0)
+                finally:
+                    getter.cancel()  # (a no-op once it has its update)
+                if not getter.done() or getter.cancelled():
                     if not is_alive():
                         for _ in range(self.num_open):
                             yield Update(self.key, -1, [], True, "error", "the engine process stopped")
                         return
                     continue
+                update = getter.result()
             else:
                 update = queue.get_nowait()
             if update.finished:
@@ -128,7 +135,8 @@ class EngineClient:
             return
         self._stopping = True
         try:
-            self._commands.send(("stop",))
+            if self._commands is not None:  # (None: interrupted while the process started)
+                self._commands.send(("stop",))
         except OSError:
             pass
         self._process.join(timeout=timeout_s)
@@ -212,13 +220,26 @@ class EngineClient:
             try:
                 message = messages.recv()
             except (EOFError, OSError):
-                message = ("error", f"the engine process exited (code {self._process.exitcode})")
+                self._wait_for_exit()
+                message = ("error", None)  # the exit code is read on the event loop (_on_message)
             try:
                 self._loop.call_soon_threadsafe(self._on_message, message)
             except RuntimeError:  # the event loop has closed: the server is shutting down
                 return
             if message[0] == "error":
                 return
+
+    def _wait_for_exit(self, timeout_s: float = 5.0) -> None:
+        """Until the engine process has exited, without reaping it (the event loop does, as is_alive does): its pipe
+        closes as it exits, before its exit code is known, and the error said "exited (code None)"."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if os.waitid(os.P_PID, self._process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return
+            except (ChildProcessError, AttributeError):  # reaped already; or no waitid (not POSIX)
+                return
+            time.sleep(0.01)
 
     def _counted_at_abort(self, update: Update) -> bool:
         """A finished choice's update that was on its way when the server aborted it (and counted it then)."""
@@ -253,10 +274,16 @@ class EngineClient:
                 if not aborted:
                     del self._aborted[key]
         elif kind == "error":
-            self.error = self.error or message[1]
+            reason = message[1] or f"the engine process exited (code {self._process.exitcode})"
+            self.error = self.error or reason
             if not self._stopping:
-                _log.error("the engine stopped: %s", message[1])
+                _log.error("the engine stopped: %s", reason)
+            num_failed = 0
             for stream in self._streams.values():
+                num_failed += stream.num_unfinished
+                stream.num_unfinished = 0
                 for _ in range(stream.num_open):
                     stream.queue.put_nowait(Update(stream.key, -1, [], True, "error", self.error))
             self._streams.clear()
+            # Nothing runs in a stopped engine: its last step's gauges stayed for the server's life
+            self.metrics.on_engine_stopped(num_failed)

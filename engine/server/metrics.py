@@ -86,6 +86,15 @@ class ServerMetrics:
         stop string ended them ("stop", as vLLM, whose engine checks stop strings itself)."""
         self._success.labels(model_name=self._model, finished_reason=reason).inc(num_choices)
 
+    def on_engine_stopped(self, num_failed: int) -> None:
+        """The engine process stopped: nothing runs, waits or holds blocks any more, and the ``num_failed`` choices it
+        had not finished count as errors (as one the engine failed itself)."""
+        self.running.set(0)
+        self.waiting.set(0)
+        self.kv_usage.set(0)
+        if num_failed:
+            self._success.labels(model_name=self._model, finished_reason="error").inc(num_failed)
+
     def on_finished(self, update) -> None:
         """A finished choice's update (with its ``timing``)."""
         reason = update.finish_reason or "unknown"

@@ -390,10 +390,13 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
     elif max_tokens < 1:
         raise bad_request(f"{max_tokens_param} must be >= 1, got {max_tokens}", max_tokens_param)
     elif max_tokens > room:  # vLLM refuses these too, rather than cutting the answer short
+        # A completion that leaves max_tokens out asks for OpenAI's default 16: said so, or the client was told of a
+        # field it never sent.
+        unset = max_tokens_param not in getattr(body, "model_fields_set", {max_tokens_param})
         raise bad_request(
             f"this model's maximum context length is {max_model_len} tokens; the request asks for "
             f"{num_prompt_tokens + max_tokens} ({num_prompt_tokens} in the prompt, {max_tokens_param}={max_tokens} to "
-            "generate)", max_tokens_param)
+            f"generate{', the default: the request does not set it' if unset else ''})", max_tokens_param)
     stop_token_ids = body.stop_token_ids or ()
     bad = next((t for t in stop_token_ids if not 0 <= t < state.vocab_size), None)
     if bad is not None:

@@ -886,3 +886,16 @@ def test_the_limit_is_enforced_over_http_before_the_body_is_read() -> None:
                 assert conn.recv(65536).startswith(b"HTTP/1.1 200 OK")
     finally:
         engine.stop()  # the app's shutdown stopped it already, unless the server never started
+
+
+def test_a_completion_without_max_tokens_is_told_the_16_it_asks_for_is_the_default(served) -> None:
+    """A completion leaves max_tokens out: it asks for OpenAI's default 16, and the refusal named max_tokens=16 as
+    if the client had sent it."""
+    client = served(tokenizer=CharTokenizer())
+    r = client.post("/v1/completions", json={"prompt": [1] * 250})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == {**r.json()["error"], "param": "max_tokens", "message": (
+        "this model's maximum context length is 256 tokens; the request asks for 266 (250 in the prompt, "
+        "max_tokens=16 to generate, the default: the request does not set it)")}
+    r = client.post("/v1/completions", json={"prompt": [1] * 250, "max_tokens": 16})  # sent: said as it was
+    assert r.json()["error"]["message"].endswith("max_tokens=16 to generate)")

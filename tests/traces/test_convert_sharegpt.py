@@ -215,3 +215,17 @@ def test_every_conversation_is_a_session_of_its_own(tmp_path: Path, tiny_tokeniz
     trace, _ = convert("sharegpt", _write(tmp_path, data), _options(tiny_tokenizer_dir))
     sessions = trace.requests.sort("request_id")["session_id"].to_list()
     assert sessions == ["a", "a#1", "2", "2#3", "4", "5", "7"]
+
+
+@pytest.mark.parametrize("layout", ["one document", "json lines"])
+def test_a_repeated_key_is_refused_not_read_as_its_last_value(tmp_path: Path, tiny_tokenizer_dir: Path,
+                                                              layout: str) -> None:
+    """A turn whose "value" is given twice became its second text without a word (json keeps the last value)."""
+    turn = '{"from": "human", "value": "hello there", "value": "bye"}'
+    conversation = '{"id": "a", "conversations": [' + turn + ', {"from": "gpt", "value": "hi"}]}'
+    path = tmp_path / "sharegpt.json"
+    path.write_text(f"[{conversation}]" if layout == "one document" else f'{{"id": "b", "conversations": []}}\n'
+                    f"{conversation}\n")
+    where = "sharegpt.json" if layout == "one document" else "sharegpt.json: line 2"
+    with pytest.raises(TraceError, match=rf"{where}: key 'value' appears twice in one object; expected each key once"):
+        convert("sharegpt", path, _options(tiny_tokenizer_dir))

@@ -65,3 +65,25 @@ def drop_zero_lengths(frame: pl.DataFrame, what: str) -> tuple[pl.DataFrame, np.
 def row_ids(num: int) -> np.ndarray:
     """Request ids that point back to the source: the 0-based record index in the file."""
     return np.arange(num, dtype=np.int64)
+
+
+class RepeatedKey(Exception):
+    """A JSON object names a key twice (not a ValueError: those are the JSON's own read errors)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """``json.loads``' object_pairs_hook: the object as a dict, refusing a key given twice. json keeps the last
+    value of a repeated key with no word, so a Mooncake line's {"timestamp": 1, "timestamp": 2} became an arrival
+    at 2 ms whichever of the two the file meant, and a ShareGPT turn's second "value" replaced its first."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RepeatedKey(key)
+            seen.add(key)
+    return record

@@ -18,7 +18,7 @@ import polars as pl
 from engine.core.config import cdiv
 from engine.core.json_errors import json_problem
 from traces.errors import TraceError
-from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths
+from traces.formats.base import Converted, ConvertOptions, RepeatedKey, drop_zero_lengths, unique_keys
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 from traces.validation import MAX_ARRIVAL_S
 
@@ -39,36 +39,14 @@ def _count(value: object) -> int | None:
     return value if _is_int(value) else None
 
 
-class _RepeatedKey(Exception):
-    """A JSON object of a line names a key twice (not a ValueError: those are the JSON's own read errors)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """``json.loads``' object_pairs_hook: the object as a dict, refusing a key given twice. json keeps the last
-    value of a repeated key with no word, so {"timestamp": 1, "timestamp": 2} became an arrival at 2 ms whichever
-    of the two the file meant."""
-    record = dict(pairs)
-    if len(record) != len(pairs):
-        seen = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _RepeatedKey(key)
-            seen.add(key)
-    return record
-
-
 def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int, list[int]]:
     """(timestamp ms, input_length, output_length, hash_ids) of one line."""
     def fail(problem: str) -> TraceError:
         return TraceError(f"{path}: line {line_no}: {problem}")
 
     try:
-        record = json.loads(line, object_pairs_hook=_unique_keys)
-    except _RepeatedKey as exc:
+        record = json.loads(line, object_pairs_hook=unique_keys)
+    except RepeatedKey as exc:
         key = exc.key if len(exc.key) <= 60 else exc.key[:60] + "..."  # repr escapes a newline in it
         raise fail(f"key {key!r} appears twice in one object; expected each key once (JSON would keep the last "
                    "value silently)") from None

@@ -40,7 +40,7 @@ from engine.core.json_errors import json_problem, json_type_name
 from engine.core.messages import one_line
 from traces.arrivals import arrival_times_s, gamma_gaps_s
 from traces.errors import TraceError
-from traces.formats.base import Converted, ConvertOptions
+from traces.formats.base import Converted, ConvertOptions, RepeatedKey, unique_keys
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 
 USER_ROLES = frozenset({"human", "user"})
@@ -81,7 +81,11 @@ def _parse_json(path: Path, text: str, line: int | None = None) -> Any:
     """One JSON document (the whole file, or one line of a JSON Lines file, numbered `line`)."""
     where = f"{path}: line {line}" if line is not None else f"{path}"
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except RepeatedKey as exc:  # a turn's second "value" replaced its first, without a word
+        key = exc.key if len(exc.key) <= 60 else exc.key[:60] + "..."
+        raise TraceError(f"{where}: key {key!r} appears twice in one object; expected each key once (JSON would "
+                         "keep the last value silently)") from None
     except RecursionError:  # arrays nested thousands deep: no conversation list looks like that
         raise TraceError(f"{where}: JSON nested too deeply to read; expected a list of conversations") from None
     except json.JSONDecodeError as exc:

@@ -29,6 +29,12 @@ from engine.server.launch import ServerDidNotStart, start_server, stop_server  #
 STARTUP_TIMEOUT_S = 600
 
 
+def last_line(log: Path) -> str:
+    """A child's last line of output (its one-line error, "error: " taken off), or "no output"."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.is_file() else []
+    return lines[-1].removeprefix("error: ") if lines else "no output"
+
+
 def run(cmd: list[str], log: Path) -> float:
     """Run ``cmd`` from the repository root, its output in ``log``; returns its wall time."""
     print("$", " ".join(cmd), flush=True)
@@ -36,9 +42,7 @@ def run(cmd: list[str], log: Path) -> float:
     with log.open("w") as out:
         status = subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
     if status != 0:  # a CalledProcessError traceback, which did not say where the child's own error went
-        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-        last = lines[-1].removeprefix("error: ") if lines else "no output"
-        print(f"error: {cmd[2]} exited with status {status}: {last} (its output: {log})", file=sys.stderr)
+        print(f"error: {cmd[2]} exited with status {status}: {last_line(log)} (its output: {log})", file=sys.stderr)
         sys.exit(2)
     return time.perf_counter() - started
 
@@ -100,8 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         run(commands["inproc"], out / "inproc.log")
     try:
         server, url = start_server(engine_args, cwd=ROOT, log=out / "serve.log", timeout_s=STARTUP_TIMEOUT_S)
-    except ServerDidNotStart:
-        raise SystemExit(f"the server did not start; see {out / 'serve.log'}") from None
+    except ServerDidNotStart:  # exit 1 without "error:", where a failed child run says why in one line
+        log = out / "serve.log"
+        print(f"error: engine.serve did not start: {last_line(log)} (its output: {log})", file=sys.stderr)
+        return 2
     commands["serve"] = [str(a) for a in server.args]  # the argv start_server really ran
     print("$", " ".join(commands["serve"]), flush=True)
     try:

@@ -349,3 +349,16 @@ def test_throughput_without_a_gpu_says_so_instead_of_running_on_the_cpu_for_hour
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr == ("error: this benchmark times the engine on a CUDA GPU and found none; pass --cpu to run "
                            "it on the CPU anyway (slowly)\n")
+
+
+def test_serving_overhead_names_why_the_server_did_not_start(tmp_path):
+    """A server that did not start ended the script at status 1 with a line that was not an error line."""
+    pytest.importorskip("fastapi")
+    proc = subprocess.run([sys.executable, "benchmarks/serving_overhead.py", "traces/sharegpt.parquet", "--qps", "1",
+                           "--limit", "2", "--skip-inproc", "--out-dir", str(tmp_path / "o"), "--json",
+                           str(tmp_path / "o.json"), "--engine-args", "--max-num-seqs", "0"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr == ("error: engine.serve did not start: --max-num-seqs: max_num_seqs must be an integer >= 1, "
+                           f"got 0 (its output: {tmp_path / 'o' / 'serve.log'})\n")
+    assert not (tmp_path / "o.json").exists()

@@ -226,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((f"{description}: this GPU run vs the first (real-vs-real spread)", spread, identical))
             planned["spreads"].append(spread)
 
+    if not rows:  # every run skipped (--host-timelines with offline runs only): an empty table replaced errors.md
+        parser.exit(2, f"error: --real {real_root}: no run to compare"
+                       f"{' with --host-timelines (offline runs have no host timeline)' if args.host_timelines else ''}"
+                       "; nothing written\n")
     lines = ["| run | " + " | ".join(HEADLINE) + " | preemptions real / sim | prefix hits sim - real | same schedule |",
              "|:---" + "|---:" * (len(HEADLINE) + 2) + "|:---:|"]
     for description, metrics, identical in rows:

@@ -114,6 +114,19 @@ def test_compare_all_refuses_outputs_in_the_gpu_runs_folder_and_leaves_them(tmp_
     assert (real / "a-bench-nano" / "requests.parquet").read_bytes() == b"the GPU run" and calls == []
 
 
+def test_compare_all_with_host_timelines_and_only_offline_runs_writes_nothing(tmp_path, capsys):
+    """Every run skipped (offline runs have no host timeline): an empty diagnosis/errors.md at exit 0."""
+    real = tmp_path / "real"
+    (real / "a-bench-nano").mkdir(parents=True)
+    (real / "a-bench-nano" / "requests.parquet").write_bytes(b"the GPU run")
+    argv = ["--real", str(real), "--sim-out", str(tmp_path / "sim"), "--results", str(tmp_path / "results"),
+            "--host-timelines"]
+    line = cli_error(compare_all.main, argv, capsys)
+    assert line == (f"error: --real {real}: no run to compare with --host-timelines (offline runs have no host "
+                    "timeline); nothing written")
+    assert not (tmp_path / "results" / "diagnosis" / "errors.md").exists()
+
+
 # --- band_check ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("content", "message"), [

@@ -349,10 +349,7 @@ class Scheduler:
         steady = self._steady
         if not steady.consistent_with(running):
             return None
-        due = steady.due()
-        if steady.lazy:
-            for seq in due:  # their rows are read below: paid up (take_due then takes them out of the debtors)
-                steady.settle(seq)
+        due = steady.due()  # (paid up, lazy tokens: their rows are read below)
         specials = [*due, *steady.unsteady]
         if len(specials) > _MAX_SPECIAL_ROWS:
             return None

@@ -74,9 +74,14 @@ class SteadyDecodes:
         return len(self.steady) + len(self.unsteady) == len(running)
 
     def due(self) -> list[Sequence]:
-        """The steady sequences whose row the coming advance must handle itself (left filed: see ``take_due``)."""
+        """The steady sequences whose row the coming advance must handle itself (left filed: see ``take_due``), their
+        debts paid (lazy tokens): the scheduler reads their rows next."""
         advance, steady = self.advance, self.steady
-        return [seq for seq in self._calendar.get(advance, ()) if steady.get(seq) == advance]
+        due = [seq for seq in self._calendar.get(advance, ()) if steady.get(seq) == advance]
+        if self._owing:
+            for seq in due:
+                self.settle(seq)
+        return due
 
     def take_due(self, due: list[Sequence]) -> None:
         """The coming advance handles the rows of ``due`` (what ``due()`` gave): they go unsteady until their row is

@@ -40,6 +40,16 @@ def _request(i: int, rng: random.Random) -> tuple[list[int], SamplingParams]:
     return prompt, params
 
 
+def _arrive(schedulers, requests: list, arrivals: list[int], next_request: int, step: int) -> int:
+    """Add the requests arriving by ``step`` to every scheduler (each its own Sequence); the next one not yet added."""
+    while next_request < len(requests) and arrivals[next_request] <= step:
+        prompt, params = requests[next_request]
+        for scheduler in schedulers:
+            scheduler.add(Sequence(next_request, prompt, params))
+        next_request += 1
+    return next_request
+
+
 def _token(seq: Sequence, eos_rate: float) -> int:
     """The token a request samples at its current length: the same in both schedulers."""
     rng = random.Random(seq.seq_id * 1_000_003 + len(seq.token_ids))
@@ -113,11 +123,7 @@ def test_the_large_batch_path_schedules_as_the_per_row_loop(seed, block_size, nu
     next_request = 0
     steady_steps = 0
     for step in range(700):
-        while next_request < len(requests) and arrivals[next_request] <= step:
-            prompt, params = requests[next_request]
-            for side in (fast, slow):
-                side.scheduler.add(Sequence(next_request, prompt, params))
-            next_request += 1
+        next_request = _arrive((fast.scheduler, slow.scheduler), requests, arrivals, next_request, step)
         if windows and step % 23 == 22:
             # Both apply the same quiet window (or neither can): the fast side must then know its rows afresh.
             assert _quiet_run(fast.scheduler, 9, 25) == _quiet_run(slow.scheduler, 9, 25)
@@ -211,11 +217,7 @@ def test_lazy_tokens_schedule_and_finish_as_tokens_appended_each_step(seed, bloc
     next_request = 0
     lazy_steps = 0
     for step in range(900):
-        while next_request < len(requests) and arrivals[next_request] <= step:
-            prompt, params = requests[next_request]
-            for scheduler in (lazy, eager):
-                scheduler.add(Sequence(next_request, prompt, params))
-            next_request += 1
+        next_request = _arrive((lazy, eager), requests, arrivals, next_request, step)
         if windows and step % 23 == 22:
             finished = _quiet_run(lazy, 9, 25)
             assert finished == _quiet_run(eager, 9, 25)

@@ -74,6 +74,13 @@ class RepeatedKey(Exception):
         super().__init__(key)
         self.key = key
 
+    @property
+    def problem(self) -> str:
+        """What is wrong, for an error line that names the file (and line) before it."""
+        key = self.key if len(self.key) <= 60 else self.key[:60] + "..."  # repr escapes a newline in it
+        return f"key {key!r} appears twice in one object; expected each key once (JSON would keep the last value " \
+               "silently)"
+
 
 def unique_keys(pairs: list[tuple[str, object]]) -> dict:
     """``json.loads``' object_pairs_hook: the object as a dict, refusing a key given twice. json keeps the last

@@ -47,9 +47,7 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
     try:
         record = json.loads(line, object_pairs_hook=unique_keys)
     except RepeatedKey as exc:
-        key = exc.key if len(exc.key) <= 60 else exc.key[:60] + "..."  # repr escapes a newline in it
-        raise fail(f"key {key!r} appears twice in one object; expected each key once (JSON would keep the last "
-                   "value silently)") from None
+        raise fail(exc.problem) from None
     except json.JSONDecodeError as exc:
         raise fail(f"not valid JSON ({exc.msg} at column {exc.colno}){_layout_hint(line_no, line)}") from None
     except RecursionError:  # arrays nested thousands deep: no record looks like that

@@ -83,9 +83,7 @@ def _parse_json(path: Path, text: str, line: int | None = None) -> Any:
     try:
         return json.loads(text, object_pairs_hook=unique_keys)
     except RepeatedKey as exc:  # a turn's second "value" replaced its first, without a word
-        key = exc.key if len(exc.key) <= 60 else exc.key[:60] + "..."
-        raise TraceError(f"{where}: key {key!r} appears twice in one object; expected each key once (JSON would "
-                         "keep the last value silently)") from None
+        raise TraceError(f"{where}: {exc.problem}") from None
     except RecursionError:  # arrays nested thousands deep: no conversation list looks like that
         raise TraceError(f"{where}: JSON nested too deeply to read; expected a list of conversations") from None
     except json.JSONDecodeError as exc:

@@ -21,12 +21,20 @@ def _joined(chunks: list[np.ndarray]) -> np.ndarray:
     return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
+# The token every simulated sequence "samples": an id no prompt holds (traces refuse negative ids, and synthesised ones
+# lie in [0, vocab)). It was 0: a prompt with a block of zeros after another request's prompt (stored
+# prompt_token_ids) hit that request's generated blocks in the prefix cache, cached tokens the engine, whose model
+# samples real tokens, never had, and the offline schedules parted.
+SIMULATED_TOKEN_ID = -1
+
+
 class CostModelRunner:
     """Samples a fixed token for every sequence: output lengths come from the trace (as with ignore_eos),
-    and since block hashes chain over the prompt, equal generated tokens never fake a prefix-cache hit.
-    With a ``host_speed``, each step's host-bound part is scaled by its slowdown at the step's start."""
+    and since block hashes chain over the prompt and the token is one no prompt holds, generated tokens never fake
+    a prefix-cache hit on a prompt. With a ``host_speed``, each step's host-bound part is scaled by its slowdown at
+    the step's start."""
 
-    def __init__(self, cost_model: CostModel, token_id: int = 0, host_speed: HostSpeed | None = None,
+    def __init__(self, cost_model: CostModel, token_id: int = SIMULATED_TOKEN_ID, host_speed: HostSpeed | None = None,
                  clock: Clock | None = None) -> None:
         if host_speed is not None and clock is None:
             raise ValueError("a host speed that varies over time needs the simulation clock")

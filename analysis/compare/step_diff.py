@@ -14,14 +14,17 @@ from dataclasses import asdict, dataclass, field
 
 import polars as pl
 
-from analysis.schema import conform_requests, conform_steps
+from analysis.schema import STEPS_SCHEMA, conform, conform_requests
 from engine.core.messages import counted
-from engine.core.records import SCHEDULE_COLUMNS
+from engine.core.records import OPTIONAL_STEP_COLUMNS, SCHEDULE_COLUMNS
 
 STEP_KEY: tuple[str, ...] = ("replica", "step")
+# finish_reason too: a request cut by another limit (max_model_len vs kv_capacity) at the same length, or one that
+# stopped where the other was cut, was scheduled differently, and the diff said "identical".
 REQUEST_SCHEDULE_COLUMNS: tuple[str, ...] = (
-    "replica", "prompt_tokens", "output_tokens", "cached_tokens", "num_preemptions",
+    "replica", "prompt_tokens", "output_tokens", "cached_tokens", "num_preemptions", "finish_reason",
 )
+_STEPS_SCHEMA = {**STEPS_SCHEMA, **{column: pl.Int64() for column in OPTIONAL_STEP_COLUMNS}}
 SIM_SUFFIX = "_sim"
 _IN_REAL, _IN_SIM, _ORDER = "__in_real", "__in_sim", "__order"
 
@@ -51,6 +54,7 @@ class TableDiff:
     num_differing: int
     differing_columns: dict[str, int] = field(default_factory=dict)
     first_difference: RowDifference | None = None
+    columns: tuple[str, ...] = ()  # the columns compared
 
     @property
     def identical(self) -> bool:
@@ -92,11 +96,11 @@ class ScheduleDiff:
         lines = ["schedules differ"]
         if self.steps.identical:
             lines.append(f"steps identical: {counted(self.steps.num_compared, 'step')}")
-        lines += _describe_table(self.steps, "steps", SCHEDULE_COLUMNS)
+        lines += _describe_table(self.steps, "steps", self.steps.columns)
         if self.requests is not None:
             if self.requests.identical:
                 lines.append(f"requests identical: {counted(self.requests.num_compared, 'request')}")
-            lines += _describe_table(self.requests, "requests", REQUEST_SCHEDULE_COLUMNS)
+            lines += _describe_table(self.requests, "requests", self.requests.columns)
         return "\n".join(lines)
 
 
@@ -130,7 +134,8 @@ def _diff_tables(real: pl.DataFrame, sim: pl.DataFrame, key: tuple[str, ...], co
     if differing.height:
         first = _first_difference(differing.row(0, named=True), joined, key, columns)
     return TableDiff(num_real=real.height, num_sim=sim.height, num_compared=compared.height,
-                     num_differing=differing.height, differing_columns=differing_columns, first_difference=first)
+                     num_differing=differing.height, differing_columns=differing_columns, first_difference=first,
+                     columns=tuple(columns))
 
 
 def _first_difference(
@@ -150,14 +155,20 @@ def compare_schedules(real_steps: pl.DataFrame, sim_steps: pl.DataFrame, real_re
                       sim_requests: pl.DataFrame | None = None) -> ScheduleDiff:
     """Compare two runs' schedules step by step (per replica), and per request when both tables are given.
 
-    Steps are matched on (replica, step) and compared on `SCHEDULE_COLUMNS`;
-    requests on `request_id` and compared on `REQUEST_SCHEDULE_COLUMNS`
-    (placement, token counts, prefix-cache hits and preemptions). A step or
+    Steps are matched on (replica, step) and compared on `SCHEDULE_COLUMNS` and the
+    `OPTIONAL_STEP_COLUMNS` both runs logged; requests on `request_id` and compared on
+    `REQUEST_SCHEDULE_COLUMNS` (placement, token counts, prefix-cache hits, preemptions and finish reason). A step or
     request present on one side only counts as a difference.
     """
-    step_columns = (*STEP_KEY, *SCHEDULE_COLUMNS)
-    steps = _diff_tables(conform_steps(real_steps, step_columns), conform_steps(sim_steps, step_columns), STEP_KEY,
-                         SCHEDULE_COLUMNS, order_by="step")
+    # The batch's composition too, where both runs logged it (runs recorded before these columns lack them): two
+    # steps of equal token totals but other rows (which sequence got which chunk, the longest decode context) were
+    # "identical" here, though the cost model prices them differently and tests/engine/test_replay.py had to compare
+    # those columns itself.
+    compared = (*SCHEDULE_COLUMNS, *(column for column in OPTIONAL_STEP_COLUMNS
+                                     if column in real_steps.columns and column in sim_steps.columns))
+    step_columns = (*STEP_KEY, *compared)
+    steps = _diff_tables(conform(real_steps, _STEPS_SCHEMA, "steps", step_columns),
+                         conform(sim_steps, _STEPS_SCHEMA, "steps", step_columns), STEP_KEY, compared, order_by="step")
     if real_requests is None or sim_requests is None:
         return ScheduleDiff(steps=steps)
     request_columns = ("request_id", "arrival_s", *REQUEST_SCHEDULE_COLUMNS)

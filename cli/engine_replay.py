@@ -218,6 +218,7 @@ def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Na
         wall_s = time.perf_counter() - started
         config = {
             **vars(options),
+            **llm.ran_with,  # 'auto' resolved: what ran, not what was left to the engine
             "trace": args.trace,
             "offline": args.offline,
             "temperature": args.temperature,
@@ -227,7 +228,7 @@ def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Na
             "time_scale": args.time_scale,
             "limit": args.limit,
             "replay_wall_s": round(wall_s, 3),
-            "device": _device_name(),
+            "device": _device_name(llm.runner.device),
             "host": host_info(),
         }
         steps = steps_table(engine.step_log, llm.runner.step_timings)
@@ -248,7 +249,9 @@ def _out_of_memory(exc: BaseException) -> bool:
             or "can't allocate memory" in text or "out of memory" in text)
 
 
-def _device_name() -> str:
+def _device_name(device) -> str:
+    """The GPU's name, or "cpu": of the device the engine ran on (a --device cpu run on a GPU host was recorded as
+    run on the GPU)."""
     import torch
 
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -176,6 +176,7 @@ class LLM:
         eos = set(self.shape.eos_token_ids) | set(generation_eos)
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             eos.add(int(self.tokenizer.eos_token_id))
+        self.load_format = load_format  # what 'auto' became (ran_with)
         self.config = opts.resolved(num_gpu_blocks=self.runner.num_gpu_blocks, max_model_len=self.max_model_len)
         self.engine = LLMEngine(self.config, self.runner, eos_token_ids=eos)
         # The model, graphs and tokenizer live as long as the engine: moved out of the collector's sight,
@@ -364,6 +365,19 @@ class LLM:
         prompts = [[(7 * i + j) % vocab_size for j in range(min(64 + 32 * i, longest))] for i in range(num_requests)]
         self.generate(prompts, SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)
         self.engine.reset()
+
+    @property
+    def ran_with(self) -> dict[str, str | None]:
+        """The choices options left to 'auto', as made: a run folder says what ran (bfloat16 on cuda:0, random
+        weights, triton attention), not 'auto' for each. ``distributed_backend`` is None for one process."""
+        runner = self.runner
+        return {
+            "device": str(runner.device),
+            "dtype": str(runner.dtype).removeprefix("torch."),
+            "load_format": self.load_format,
+            "attention_backend": runner.attention_backend_name,
+            "distributed_backend": getattr(runner, "distributed_backend_name", None),
+        }
 
     def close(self) -> None:
         close = getattr(self.runner, "close", None)

@@ -186,7 +186,8 @@ class TensorParallelRunner(ModelRunner):
         atexit.register(self.close)
         try:
             _wait_for_workers(store, self._workers)
-            _init(0, world_size, store, _backend(options, device.type), device, COLLECTIVE_TIMEOUT)
+            self.distributed_backend_name = _backend(options, device.type)  # what 'auto' became, for the run folder
+            _init(0, world_size, store, self.distributed_backend_name, device, COLLECTIVE_TIMEOUT)
             super().__init__(options, shape, model_dir, ParallelContext(0, world_size), device=device)
         except BaseException:
             self._broken = "start-up failed"

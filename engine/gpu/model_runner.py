@@ -141,6 +141,7 @@ class ModelRunner:
         backend_name = options.attention_backend
         if backend_name == "auto":
             backend_name = default_backend(self.device.type)
+        self.attention_backend_name = backend_name  # what 'auto' became: a run folder records what ran
         self.backend = get_backend(backend_name, self.device.type)
         self.timings = StepTimings()
         # Per-step (prepare, launch, wait, GPU forward, GPU sampling) seconds, when a list is put here.

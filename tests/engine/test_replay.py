@@ -64,6 +64,11 @@ def test_offline_simulation_forms_the_real_batches(tiny_qwen3, shared_prefix_tra
     real = json.loads((tmp_path / "real" / "summary.json").read_text())
     assert real["num_finished"] == 24 and real["config"]["num_gpu_blocks"] == 30 and real["cost_model"] == "measured"
     assert set(real["config"]["host"]) == {"cpu", "num_cpus", "node"}  # what sim.calibrate compares with the profile
+    # What ran, not the 'auto' the options left (the tiny model has weights; one process: no collectives).
+    ran = {key: real["config"][key] for key in ("device", "dtype", "load_format", "attention_backend",
+                                                 "distributed_backend")}
+    assert ran == {"device": "cpu", "dtype": "float32", "load_format": "safetensors", "attention_backend": "torch",
+                   "distributed_backend": None}
 
 
 def test_online_replay_waits_for_arrivals(tiny_qwen3, shared_prefix_trace, tmp_path):

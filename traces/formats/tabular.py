@@ -192,7 +192,10 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
             raise TraceError(not_utf8_error(path) or f"{path}: not a readable CSV file ({reason})") from None
         if reason == "empty CSV":
             raise TraceError(f"{path}: the file is empty; expected a CSV file with a header line") from None
-        where = _first_malformed_line(path)  # polars names no line for a ragged row or an open quote
+        # polars names no line for a ragged row, an open quote or a quote inside an unquoted field (which the csv
+        # module reads as a literal character, so it finds nothing: the error was "CSV malformed: expected 0 rows,
+        # actual 1 rows, in chunk starting at row_offset 0", naming neither the line nor what was wrong).
+        where = _first_malformed_line(path) or _first_stray_quote_or_cr(path)
         if where:
             raise TraceError(f"{path}: {where}") from None
         raise TraceError(f"{path}: not a readable CSV file ({reason})") from None
@@ -289,6 +292,47 @@ def _first_malformed_line(path: Path) -> str | None:
     except csv.Error as exc:
         problem = "a quoted field is never closed" if "end of data" in str(exc) else str(exc)
         return f"line {start}: {problem}; expected a CSV record of {width} fields"
+    except READ_ERRORS:
+        return None
+    return None
+
+
+def _first_stray_quote_or_cr(path: Path) -> str | None:
+    """'line N: ...' for the first quote inside a field that does not open with one (`Chat"GPT`), or for the first bare
+    carriage return (CR) that ends a record in the middle of a file of LF lines; None if there is neither. polars
+    refuses both (a stray quote opens a quoted span that runs on into the next lines; a bare CR is no line end to it,
+    so two records read as one with too many fields) where the csv module reads the quote as a character and the CR
+    as a line end, so _first_malformed_line finds nothing. Lines are counted by their LF; lines without a quote are
+    skipped whole; only errors ask."""
+    in_quotes, record_line, field, field_start, closed = False, 1, 1, True, False
+    line_no, bare_cr = 1, None  # bare_cr: the line of a CR that ended the last piece read, unless an LF follows
+    try:
+        with open_text(path, newline="") as handle:  # newline="": a piece ends at LF, CRLF or a CR alone
+            for piece in handle:
+                if bare_cr is not None and piece not in ("\n", "\r\n", "\r"):  # CR CR LF is a line end, not text
+                    return (f"line {bare_cr}: a bare carriage return (CR) ends a record in the middle of the line; "
+                            "expected LF or CRLF line endings throughout (tr '\\r' '\\n' makes every CR a line end; "
+                            "the blank lines that leaves are skipped)")
+                bare_cr = None
+                if not in_quotes:  # a new record (a quoted field may hold line breaks)
+                    record_line, field, field_start, closed = line_no, 1, True, False
+                for char in piece if '"' in piece or in_quotes else ():
+                    if in_quotes:
+                        if char == '"':
+                            in_quotes, closed = False, True
+                    elif char == '"':
+                        if not (field_start or closed):  # closed: a doubled quote ("") inside a quoted field
+                            return (f"line {record_line}: field {field} holds a quote (\") inside a value that does "
+                                    "not start with one; expected a value without quotes, or one enclosed in quotes "
+                                    "with each inner quote doubled (\"\")")
+                        in_quotes, field_start, closed = True, False, False
+                    elif char == ",":
+                        field, field_start, closed = field + 1, True, False
+                    elif char not in "\r\n":
+                        field_start, closed = False, False
+                if piece.endswith("\r") and not in_quotes:
+                    bare_cr = line_no
+                line_no += piece.endswith("\n")
     except READ_ERRORS:
         return None
     return None

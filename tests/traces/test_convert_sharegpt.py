@@ -229,3 +229,12 @@ def test_a_repeated_key_is_refused_not_read_as_its_last_value(tmp_path: Path, ti
     where = "sharegpt.json" if layout == "one document" else "sharegpt.json: line 2"
     with pytest.raises(TraceError, match=rf"{where}: key 'value' appears twice in one object; expected each key once"):
         convert("sharegpt", path, _options(tiny_tokenizer_dir))
+
+
+def test_an_lmsys_conversation_id_names_the_session(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
+    """lmsys-chat-1m exports name a conversation by "conversation_id" (no "id"): the session was its list index."""
+    conversation = {"conversation_id": "33f01939a744455c869cb234afca47f1", "model": "vicuna-13b", "turn": 1,
+                    "conversation": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "fine"}]}
+    trace, _ = convert("sharegpt", _write(tmp_path, [conversation, {**conversation, "id": "x"}]),
+                       _options(tiny_tokenizer_dir))
+    assert trace.requests.sort("request_id")["session_id"].to_list() == ["33f01939a744455c869cb234afca47f1", "x"]

@@ -23,8 +23,9 @@ are dropped and counted (their messages stay in the history).
 Arrivals: conversations start as a seeded Poisson process at rate qps / (mean requests
 per conversation), so the long-run request rate is --qps; each later turn arrives a think
 time (gamma, mean --think-time-s, CV --think-time-cv) after the previous turn's arrival.
-request_id numbers requests in file order; session_id is the conversation's "id" (its index in the
-list when it has none; an id already taken by an earlier conversation gets "#index" appended).
+request_id numbers requests in file order; session_id is the conversation's "id" (lmsys-chat-1m's
+"conversation_id"; its index in the list when it has neither; an id already taken by an earlier
+conversation gets "#index" appended).
 """
 
 from __future__ import annotations
@@ -132,7 +133,10 @@ def _messages(path: Path, index: int, item: object, line: int | None = None) -> 
     at = f"{path}: line {line}:" if line is not None else f"{path}:"
     if not isinstance(item, dict):
         raise TraceError(f"{at} conversation {index}: expected an object, got {type(item).__name__}")
-    session = str(index) if item.get("id") is None else str(item["id"])  # null is no id either
+    # lmsys-chat-1m and its exports name the conversation "conversation_id" and have no "id": its own id, not the
+    # list index, is what a user looks the session up by.
+    given = item.get("id") if item.get("id") is not None else item.get("conversation_id")
+    session = str(index) if given is None else str(given)  # null is no id either
     where = f"{at} conversation {index} (id {session!r})"
     if not session.isascii():  # the parquet's session_id is UTF-8: a lone surrogate failed its write, unnamed
         try:

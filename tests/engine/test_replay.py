@@ -67,8 +67,10 @@ def test_offline_simulation_forms_the_real_batches(tiny_qwen3, shared_prefix_tra
     # What ran, not the 'auto' the options left (the tiny model has weights; one process: no collectives).
     ran = {key: real["config"][key] for key in ("device", "dtype", "load_format", "attention_backend",
                                                  "distributed_backend")}
-    assert ran == {"device": "cpu", "dtype": "float32", "load_format": "safetensors", "attention_backend": "torch",
-                   "distributed_backend": None}
+    cuda = torch.cuda.is_available()  # where the engine's 'auto' picks the GPU (on the device machine)
+    assert ran == {"device": torch.cuda.get_device_name(0) if cuda else "cpu",
+                   "dtype": "bfloat16" if cuda else "float32", "load_format": "safetensors",
+                   "attention_backend": "triton" if cuda else "torch", "distributed_backend": None}
 
 
 def test_online_replay_waits_for_arrivals(tiny_qwen3, shared_prefix_trace, tmp_path):

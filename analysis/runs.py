@@ -22,7 +22,7 @@ import pyarrow as pa
 from analysis.band_stats import check_bands
 from analysis.metrics import add_latency_columns, is_timed_by_client, summarize
 from analysis.schema import MAX_TIME_S
-from analysis.slo import SLO
+from analysis.slo import SLO, limit_s_from_ms
 from engine.core.json_errors import json_problem, json_type_name
 from sim.files import write_parquet_frame, write_parquet_table, write_text_atomic
 
@@ -185,7 +185,7 @@ def read_slos(run_dir: Path) -> tuple[SLO, ...] | None:
         if isinstance(limit_ms, bool) or not isinstance(limit_ms, (int, float)):  # null, "5", true: not a limit
             raise ValueError(f"{path}: slos_ms entry {key!r} is {json.dumps(limit_ms)[:60]}; expected a number of ms")
         try:
-            slos.append(SLO(metric, statistic, float(limit_ms) / 1e3))
+            slos.append(SLO(metric, statistic, limit_s_from_ms(limit_ms)))  # as --slo parses LIMITms
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{path}: slos_ms entry {key!r}: {exc}") from None
     return tuple(slos)

@@ -85,7 +85,8 @@ def test_writes_the_three_outputs_with_the_documented_keys(sweep_dirs: dict[int,
     assert frame.height == sum(r["num_simulations"] for r in records)
     for column in ("config_id", "num_replicas", "qps", "seed", "duration_scale", "feasible", "meets_slos", "stable",
                    "stability_completion_ratio", "stability_backlog_growth_fraction", "goodput_rps", "max_qps",
-                   "max_qps_kind", "is_max_qps", "ttft_p90_ms", "tpot_p90_ms", "ttft_p99_ms",
+                   "max_qps_kind", "is_max_qps", "slo_ttft_p90_ms", "slo_tpot_p90_ms", "ttft_p90_ms", "tpot_p90_ms",
+                   "ttft_p99_ms",
                    "cost_per_million_output_tokens_usd"):
         assert column in frame.columns
     assert frame.filter(pl.col("is_max_qps")).height == 4  # one per (configuration, seed)

@@ -15,6 +15,11 @@ makes one chunk more than the output tokens, it gives the TTFT but no token time
 first token into its ITL, we do not, so such a run's ITL figures (``mean_itl_ms``, ...) are not the file's own; the
 config's ``chat_role_chunks`` counts the requests concerned (TTFT, TPOT and E2E are vLLM's).
 
+SGLang's ``python -m sglang.bench_serving --output-details`` writes the same lists (no ``latencies`` nor
+``start_times``) as one JSON line per run, appended: a file of one run reads the same (``analysis.compare`` takes
+its ``.jsonl`` name too); one of several is refused. An infinite ``request_rate`` or ``burstiness`` (SGLang's
+default rate, vLLM's ``--burstiness inf``, written as ``Infinity``) is recorded as ``"inf"``, as vLLM writes its rate.
+
 What no version records is missing, never 0: queue time (first scheduled), cached tokens, preemptions,
 the step log, finish reasons beyond success (a success is marked "length": vLLM cannot tell a stop from
 the end of ``max_tokens``). Request ids are the positions in the file unless a trace names them.
@@ -94,6 +99,10 @@ def _list(path: Path, data: dict, key: str, n: int | None) -> list | None:
     return values
 
 
+def _is_zero(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+
+
 def _is_chat(data: dict) -> bool:
     """Whether the file timed a chat endpoint (backend or endpoint_type ``openai-chat``): there the first chunk
     streamed is the role's (``{"role": "assistant", "content": ""}``), which vLLM times as the first token."""
@@ -109,7 +118,15 @@ def load_json(path: Path) -> dict:
         raise VllmResultError(f"{path}: is a directory; expected a vllm bench serve result file") from None
     except RecursionError:
         raise VllmResultError(f"{path}: JSON nested too deeply to read; expected a vllm bench serve result") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data" and exc.doc[exc.pos:].lstrip().startswith("{"):
+            # vLLM's --append-result and SGLang's bench_serving (always) append one JSON line per run: "Extra data:
+            # line 2 column 1" said nothing of that.
+            raise VllmResultError(f"{path}: holds more than one result (a JSON value ends on line {exc.lineno - 1} "
+                                  "and another follows: runs appended by --append-result or SGLang's bench_serving); "
+                                  "expected one run: keep that run's line in a file of its own") from None
+        raise VllmResultError(f"{path}: not a readable JSON file ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
         detail = getattr(exc, "strerror", None) or exc
         raise VllmResultError(f"{path}: not a readable JSON file ({detail})") from None
     except ValueError as exc:  # an integer of 5000 digits: the message named no file
@@ -165,6 +182,11 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
         if not isinstance(gaps, list):
             raise VllmResultError(f"{path}: 'itls' item {i}: expected a list of gaps in seconds")
         gaps = [_number(path, "itls", i, gap) for gap in gaps]
+        if error is None and ttft == 0 and not gaps and _is_zero(output_lens[i]):
+            # vLLM's record of a failure whose error is "" (an HTTP error answered without a reason phrase: vLLM
+            # stores `response.reason or ""`): its defaults, ttft 0.0, no gaps, output length 0. Read as a success
+            # it refused the whole file (one chunk, 0 output tokens), where vLLM counted it as failed.
+            error = "failed (the file records no first token and no error message)"
         arrival = starts[i] - origin if starts is not None else 0.0
         row = {"request_id": request_ids[i] if request_ids is not None else str(i), "replica": 0,
                "arrival_s": arrival, "first_scheduled_s": None, "cached_tokens": None, "num_preemptions": None,
@@ -208,6 +230,11 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
     _check_completed(path, data, requests)
     config = {key: data.get(key) for key in ("backend", "model_id", "tokenizer_id", "num_prompts", "request_rate",
                                               "burstiness", "max_concurrency", "date", "label") if key in data}
+    for key in ("request_rate", "burstiness"):
+        # An infinite rate or burstiness is a setting, not a bad number: SGLang writes its default rate as the JSON
+        # token Infinity, vLLM its --burstiness inf (it writes only request_rate as "inf"). Both files were refused.
+        if isinstance(config.get(key), float) and config[key] == math.inf:
+            config[key] = "inf"
     where = non_finite_key(config, "config")
     if where is not None:  # vLLM writes an infinite request rate as "inf"; a NaN here was written into summary.json
         raise VllmResultError(f"{path}: {where.removeprefix('config.')!r} is NaN or Infinity; expected a finite "

@@ -138,7 +138,8 @@ def _read_summary(path: Path) -> dict:
 def load_run(path: str | Path, label: str) -> RunData:
     """Read and check one replay folder; `label` ("real" or "sim") names it in tables and legends."""
     path = Path(path)
-    if path.is_file() and path.suffix == ".json":
+    # SGLang's bench_serving names its result file .jsonl (one JSON line per run): it was "not a directory".
+    if path.is_file() and path.suffix in (".json", ".jsonl"):
         return _load_vllm_result(path, label)
     if not path.exists():
         raise CompareInputError(f"{path}: no such directory")

@@ -489,7 +489,7 @@ class _Response:
             new_ids = new_ids[:-1]
         text = choice.detokenizer.add(new_ids)
         if choice.detokenizer.stopped and not update.finished:  # a stop string ends this choice here
-            self.state.engine.abort(stream, update.index, reason="stop")
+            self.state.engine.abort(stream, update.index, reason="stop", num_tokens=len(choice.token_ids))
             choice.finished, choice.finish_reason = True, "stop"
             return text
         if update.finished:

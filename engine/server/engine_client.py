@@ -39,6 +39,9 @@ class RequestStream:
     num_open: int  # choices whose last update the handler has not yet read
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     num_unfinished: int = -1  # choices whose last update has not yet arrived from the engine
+    # ... and the indices of those whose last update did arrive (and was counted): a stop string the handler reads
+    # in an earlier update of such a choice ends nothing more
+    arrived: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.num_unfinished < 0:
@@ -87,6 +90,9 @@ class EngineClient:
         # way (finished in the step the abort missed) must not be counted a second time. request key -> its aborted
         # choice indices (None: all of them).
         self._aborted: dict[int, set[int] | None] = {}
+        # Choices a stop string ended, until the engine's timing of them arrives for the request metrics: (request key,
+        # choice index) -> completion tokens served (the engine may have run on before the abort landed).
+        self._stopped: dict[tuple[int, int], int] = {}
         self._keys = itertools.count()
         self.metrics = ServerMetrics(model_name)
         self._num_submitted = 0  # choices sent to the engine ...
@@ -169,10 +175,18 @@ class EngineClient:
         self._send(("add", stream.key, prompts, params, time.time()))
         return stream
 
-    def abort(self, stream: RequestStream, index: int | None = None, reason: str = "abort") -> None:
+    def abort(self, stream: RequestStream, index: int | None = None, reason: str = "abort",
+              num_tokens: int | None = None) -> None:
         """Finish the request's open choices (or only ``index``) and free their blocks at the engine's next step
         boundary; no update follows for them. ``reason`` is what the metrics count them under: "abort" for a client
-        that left, "stop" for a choice a stop string ended."""
+        that left, "stop" for a choice a stop string ended, after ``num_tokens`` completion tokens: such a choice is
+        a finished request in the latency and length metrics too, as in vLLM."""
+        if index is not None and index in stream.arrived:
+            # The engine finished this choice (max_tokens, eos) in a step the event loop took in before the handler
+            # read the update holding the stop string: counted then, and it was counted again here.
+            return
+        if index is not None and reason == "stop" and num_tokens is not None:
+            self._stopped[(stream.key, index)] = num_tokens
         if index is None:
             self._streams.pop(stream.key, None)
             self._aborted[stream.key] = None
@@ -188,6 +202,7 @@ class EngineClient:
             self._send(("abort", stream.key, index))
         else:
             self._aborted.pop(stream.key, None)  # nothing more will come from a dead engine
+            self._stopped.pop((stream.key, index), None)
 
     def end_open_requests(self, reason: str) -> int:
         """End every open request with ``reason`` (finish reason "shutdown") and refuse new ones: the server is shutting
@@ -246,6 +261,12 @@ class EngineClient:
         aborted = self._aborted.get(update.key, ())
         return aborted is None or update.index in aborted
 
+    def _on_stopped(self, key: int, index: int, num_prompt_tokens: int, timing) -> None:
+        """The engine's timing of a choice a stop string ended, counted once, cut to the tokens served."""
+        num_tokens = self._stopped.pop((key, index), None)
+        if num_tokens is not None:
+            self.metrics.on_ended_by_stop_string(num_prompt_tokens, timing, num_tokens)
+
     def _on_message(self, message: tuple) -> None:
         kind = message[0]
         if kind == "step":
@@ -253,19 +274,31 @@ class EngineClient:
             self._num_waiting = stats.num_waiting
             streams = self._streams
             num_generated = 0
+            aborted = self._aborted
             for fields in updates:
-                num_generated += len(fields[2])
                 update = Update(*fields)
+                # Tokens the engine ran on for a choice the server had already ended (a stop string, a client that
+                # left) reach nobody: vLLM counts none of them, and each stop string here added a step or more of
+                # tokens to vllm:generation_tokens_total beyond what was served.
+                if not aborted or not self._counted_at_abort(update):
+                    num_generated += len(fields[2])
                 stream = streams.get(update.key)
                 if update.finished and not self._counted_at_abort(update):
                     self.metrics.on_finished(update)
                     if stream is not None:
                         stream.num_unfinished -= 1
+                        stream.arrived.add(update.index)
+                elif update.finished and self._stopped:  # a stop string ended it as the engine finished it anyway
+                    self._on_stopped(update.key, update.index, update.num_prompt_tokens, update.timing)
                 if stream is not None:
                     stream.queue.put_nowait(update)
             self.metrics.on_step(stats, num_generated)
         elif kind == "aborted":  # the engine took the abort in: no update of those choices follows
-            _, key, index = message
+            key, index = message[1], message[2]
+            for ended in message[3] if len(message) > 3 else ():
+                self._on_stopped(key, *ended)
+            if index is not None:
+                self._stopped.pop((key, index), None)  # (its engine update was counted, or there is none)
             aborted = self._aborted.get(key)
             if index is None:
                 self._aborted.pop(key, None)
@@ -285,5 +318,6 @@ class EngineClient:
                 for _ in range(stream.num_open):
                     stream.queue.put_nowait(Update(stream.key, -1, [], True, "error", self.error))
             self._streams.clear()
+            self._stopped.clear()
             # Nothing runs in a stopped engine: its last step's gauges stayed for the server's life
             self.metrics.on_engine_stopped(num_failed)

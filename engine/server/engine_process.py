@@ -10,7 +10,9 @@ Protocol. Commands (server -> engine) are tuples drained at every step boundary,
 very next step after it arrives; while nothing runs the loop blocks on the pipe:
 ``("add", key, prompts, params, arrival)``, ``("abort", key, index | None)``, ``("stop",)``. Messages
 (engine -> server): ``("ready", EngineInfo)`` once, then per step ``("step", num_drained, StepStats,
-updates)`` with one update per request choice that produced tokens or finished, and ``("error", message)``
+updates)`` with one update per request choice that produced tokens or finished, ``("aborted", key, index,
+ended)`` once an abort is taken in (``ended``: (index, prompt tokens, ``Timing``) of a choice a stop string ended),
+and ``("error", message)``
 when the loop dies. Updates travel as plain tuples of ``Update``'s fields (a dataclass pickles 20-40x
 slower: benchmarks/server_loop.py), and the metrics are kept by the server's process from these
 messages: every microsecond spent here is a microsecond every running request waits for its next token.
@@ -195,12 +197,18 @@ class _Loop:
 
     def abort(self, key: int, index: int | None) -> None:
         seqs = self.seqs.get(key, [])
+        # One choice is aborted only when a stop string ended it in the server: a finished request to the metrics (as
+        # in vLLM, whose engine checks stop strings), whose prompt, latencies and length were never counted.
+        ended = []
         for seq in seqs if index is None else seqs[index:index + 1]:
             if not seq.is_finished:
+                if index is not None:
+                    ended.append((index, seq.num_prompt_tokens,
+                                  Timing(seq.arrival_s, seq.first_scheduled_s, seq.token_times_s)))
                 self.engine.abort_request(seq)
             self.forget(seq)
         self.send_state([])  # the gauges must see the freed blocks even if no step follows
-        self.messages.send(("aborted", key, index))  # after it no update of these choices comes (metrics)
+        self.messages.send(("aborted", key, index, ended))  # after it no update of these choices comes (metrics)
 
     def send_state(self, updates: list[tuple], num_preempted: int = 0, num_batched_tokens: int = 0) -> None:
         """The queues and cache as they are now, with a step's updates (or outside a step: no preemptions, no

@@ -8,6 +8,8 @@ its own registry (no process-wide globals).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # Buckets follow vLLM's (seconds; tokens), so histograms line up with a vLLM deployment's.
@@ -99,9 +101,20 @@ class ServerMetrics:
         """A finished choice's update (with its ``timing``)."""
         reason = update.finish_reason or "unknown"
         self._success.labels(model_name=self._model, finished_reason=_VLLM_REASONS.get(reason, reason)).inc()
-        self.prompt_tokens.inc(update.num_prompt_tokens)
-        self.prompt_len.observe(update.num_prompt_tokens)
-        timing = update.timing
+        self._observe(update.num_prompt_tokens, update.timing)
+
+    def on_ended_by_stop_string(self, num_prompt_tokens: int, timing, num_tokens: int) -> None:
+        """A choice a stop string ended after ``num_tokens`` tokens (counted under "stop" by on_aborted): a finished
+        request, as in vLLM. It was left out of every metric but request_success: prompt tokens, TTFT, e2e latency,
+        lengths. Its tokens past ``num_tokens`` (run before the abort landed) were never served."""
+        if timing is not None:
+            timing = SimpleNamespace(arrival_s=timing.arrival_s, first_scheduled_s=timing.first_scheduled_s,
+                                     token_times_s=timing.token_times_s[:num_tokens])
+        self._observe(num_prompt_tokens, timing)
+
+    def _observe(self, num_prompt_tokens: int, timing) -> None:
+        self.prompt_tokens.inc(num_prompt_tokens)
+        self.prompt_len.observe(num_prompt_tokens)
         if timing is None:
             return
         times = timing.token_times_s

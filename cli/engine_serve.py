@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default 8)")
     server.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                         help="server log level (default warning: no line per request)")
+    server.add_argument("--keep-alive-on-engine-death", action="store_true",
+                        help="when the engine process stops on its own (a crash, out of memory, killed), keep the "
+                             "server up, answering 503 (/health too), instead of shutting it down with exit code 1 "
+                             "as vLLM does (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH), so a supervisor restarts it")
     return parser
 
 
@@ -153,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         print(NOTHING_WRITTEN, file=sys.stderr)
         return EXIT_INTERRUPTED
     stop_kwargs: dict = {}
+    died: list[str] = []  # why the engine process stopped on its own, if it did
     try:  # whatever happens once the engine process exists, it is stopped: it is not a daemon, exit would wait on it
         # SIGTERM while the model loads (minutes for a large one; what systemd, Kubernetes and `timeout` send) killed
         # the server without a word, and its engine process only through Linux's parent-death signal: as Ctrl-C
@@ -182,6 +187,15 @@ def main(argv: list[str] | None = None) -> int:
             engine.end_open_requests, "the server is shutting down and ended this request before it finished"))
         display_host = f"[{host}]" if ":" in host else host
 
+        def shut_down_on_engine_death(reason: str) -> None:
+            # A server whose engine is gone can only answer 503 for ever: a supervisor restarting on exit (systemd,
+            # Kubernetes) never learnt of it. Requests in flight were already answered with the engine's error.
+            died.append(reason)
+            server.should_exit = True
+
+        if not args.keep_alive_on_engine_death:
+            engine.on_engine_death = shut_down_on_engine_death
+
         async def serve() -> None:
             task = asyncio.ensure_future(server.serve(sockets=[sock]))
             while not server.started and not task.done():
@@ -198,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sock.close()
         engine.stop(**stop_kwargs)
+    if died:
+        print(f"error: the engine stopped ({died[0]}), so the server shut down (--keep-alive-on-engine-death keeps it "
+              "up, answering 503)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -100,6 +100,9 @@ class EngineClient:
         self._num_waiting = 0  # the engine's waiting queue after its last step
         self._stopping = False
         self._closing: str | None = None  # set once the server ends its open requests (end_open_requests): no new ones
+        # Called on the event loop, with the reason, when the engine process stops without being asked to (it crashed,
+        # was killed, ran out of memory): the server then shuts down, as vLLM's does (engine.serve).
+        self.on_engine_death: Callable[[str], object] | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def start(self, timeout_s: float = 600.0) -> EngineInfo:
@@ -321,3 +324,5 @@ class EngineClient:
             self._stopped.clear()
             # Nothing runs in a stopped engine: its last step's gauges stayed for the server's life
             self.metrics.on_engine_stopped(num_failed)
+            if not self._stopping and self.on_engine_death is not None:
+                self.on_engine_death(self.error)

@@ -1,0 +1,75 @@
+"""A server whose engine process died shuts down with exit code 1, as vLLM's does, so a supervisor restarts it; it
+stayed up answering 503 for ever. --keep-alive-on-engine-death keeps the old behaviour."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+SERVING = "serving on "
+
+
+def _engine_process(server_pid: int) -> int:
+    children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
+    engines = [int(c) for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    assert len(engines) == 1, children
+    return engines[0]
+
+
+def _start(model_dir: str, *extra: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "engine.serve", "--model", model_dir, "--device", "cpu",
+                             "--port", "0", "--warmup-requests", "0", *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        if line.startswith(SERVING):
+            return proc, line[len(SERVING):].strip()
+        assert time.monotonic() < deadline
+    proc.kill()
+    raise AssertionError(f"the server did not start: exit {proc.wait()}")
+
+
+def test_a_server_whose_engine_died_exits_1_with_the_reason(tiny_qwen3) -> None:
+    proc, url = _start(tiny_qwen3[0])
+    try:
+        assert httpx.get(f"{url}/health").status_code == 200
+        os.kill(_engine_process(proc.pid), signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    assert out.strip().splitlines()[-1] == ("error: the engine stopped (the engine process exited (code -9)), so the "
+                                            "server shut down (--keep-alive-on-engine-death keeps it up, answering "
+                                            "503)"), out
+    assert "Traceback" not in out
+
+
+def test_keep_alive_on_engine_death_answers_503_until_stopped(tiny_qwen3) -> None:
+    proc, url = _start(tiny_qwen3[0], "--keep-alive-on-engine-death")
+    try:
+        os.kill(_engine_process(proc.pid), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while (health := httpx.get(f"{url}/health")).status_code == 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert health.status_code == 503 and "exited (code -9)" in health.json()["error"]["message"]
+        assert proc.poll() is None  # still up
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out

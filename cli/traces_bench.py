@@ -107,6 +107,11 @@ def _check_args(args: argparse.Namespace) -> None:
     if not args.endpoint.startswith("/"):  # it is appended to the URL: "v1/completions" made every request fail
         raise ValueError(f"--endpoint {args.endpoint!r}: expected a path that starts with '/', such as "
                          "/v1/completions")
+    if args.endpoint.rstrip("/").endswith("/chat/completions"):
+        # The client sends completions bodies (a prompt, not messages): every request was a 400 and the run exit 1.
+        raise ValueError(f"--endpoint {args.endpoint!r}: a chat endpoint takes messages, and this client sends "
+                         "completions requests (a prompt of token ids or text); expected a completions path such as "
+                         "/v1/completions")
     if args.tokenizer and args.prompt_format != "text":
         raise ValueError("--tokenizer is for --prompt-format text; token-id prompts need no tokenizer")
 

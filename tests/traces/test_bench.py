@@ -217,6 +217,9 @@ def _free_port() -> int:
     # every request failed on 'http://127.0.0.1:PORTv1/completions', and the run was written
     (["{url}", "{trace}", "--endpoint", "v1/completions"],
      "--endpoint 'v1/completions': expected a path that starts with '/', such as /v1/completions"),
+    # the client sends completions bodies: every request was a 400, the run written and exit 1
+    (["{url}", "{trace}", "--endpoint", "/v1/chat/completions"],
+     "--endpoint '/v1/chat/completions': a chat endpoint takes messages, and this client sends completions requests"),
     # a TypeError traceback from transformers
     (["{url}", "{trace}", "--prompt-format", "text", "--tokenizer", "{trace}"],
      "--tokenizer {trace}: is a file; expected a Hugging Face tokenizer directory or name"),

@@ -6,7 +6,7 @@ import gc
 import logging
 import numbers
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Sequence as Seq
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -137,6 +137,7 @@ class LLM:
     (``get_default_sampling_params``), 'vllm' ignores the file, a folder reads its generation_config.json."""
 
     def __init__(self, model: str, *, generation_config: str = "auto", **options: object) -> None:
+        self._closed = False
         if not isinstance(model, (str, Path)):  # None reached pathlib as a TypeError that named no parameter
             raise ValueError(f"model must be a shipped model config name or a model folder, got {_short(model)}")
         self.options = opts = EngineOptions.from_kwargs(str(model), **options)
@@ -216,7 +217,15 @@ class LLM:
         SamplingParams passed in is used as it is, as in vLLM."""
         return self.generation_defaults.sampling_params()
 
+    def _check_open(self) -> None:
+        """After close() the runner has no model: each request of a generate() or stream() finished as an 'error'
+        (TypeError: 'NoneType' object is not callable), with a traceback logged per step, instead of one clear line."""
+        if self._closed:
+            raise RuntimeError("this LLM is closed (close() or the end of its with block released its model); "
+                               "create a new LLM")
+
     def _add_all(self, prompts: Seq[Prompt], sampling_params) -> list[Sequence]:
+        self._check_open()
         prompts = _prompt_list(prompts)
         if sampling_params is None:
             sampling_params = self.get_default_sampling_params()
@@ -263,22 +272,28 @@ class LLM:
         self,
         prompts: Seq[Prompt] | Prompt,
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
-        use_tqdm: bool = True,
+        use_tqdm: bool | Callable[..., object] = True,
     ) -> list[dict]:
         """Outputs in input order: ``{"text", "token_ids", "finish_reason", "error"}`` (text is None without
         a tokenizer; finish_reason says whether a request stopped, got max_tokens, was cut by a limit
         (``max_model_len``, ``kv_capacity``, ``token_budget``) or failed (``error``, with its message)).
-        A failing request finishes alone; the engine keeps serving the others."""
+        A failing request finishes alone; the engine keeps serving the others. ``use_tqdm`` may be a tqdm-like
+        factory, as in vLLM."""
         seqs = self._add_all(prompts, sampling_params)
         progress = None
-        if use_tqdm:
-            from tqdm.auto import tqdm
-
-            progress = tqdm(total=len(seqs), desc="generating", dynamic_ncols=True)
         prefill_tps = decode_tps = 0.0
         ours = {s.seq_id for s in seqs}
         remaining = len(seqs)
         try:
+            # Inside the try: a failing or interrupted progress bar (its first import takes a while) left this call's
+            # requests queued in the engine, run by the next call and counted as unfinished.
+            if use_tqdm:
+                if callable(use_tqdm):  # vLLM's use_tqdm: a tqdm-like factory (was taken as True, and ignored)
+                    progress = use_tqdm(total=len(seqs), desc="generating", dynamic_ncols=True)
+                else:
+                    from tqdm.auto import tqdm
+
+                    progress = tqdm(total=len(seqs), desc="generating", dynamic_ncols=True)
             while remaining and self.engine.has_unfinished_requests():
                 start = time.perf_counter()
                 batch, finished = self.engine.step()
@@ -357,6 +372,7 @@ class LLM:
     def warm_up(self, num_requests: int = 8) -> None:
         """Run ``num_requests`` short requests of growing length, so kernels compile and caches fill before
         anything is timed; the engine starts over afterwards (its step log and prefix cache emptied)."""
+        self._check_open()
         if num_requests <= 0:
             return
         # Short prompts within max_model_len: the warm-up must never be what a small limit rejects.
@@ -380,6 +396,7 @@ class LLM:
         }
 
     def close(self) -> None:
+        self._closed = True
         close = getattr(self.runner, "close", None)
         if close is not None:
             close()

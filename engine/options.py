@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 
-from engine.core.config import EngineConfig, check, check_choice, check_int, option
+from engine.core.config import ConfigError, EngineConfig, check, check_choice, check_int, option
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
@@ -19,6 +19,13 @@ INT32_LIMIT = 2**31
 # leading zero: 'cuda:x', 'cuda:-1', 'cuda:1.5' and 'cuda:0 ' passed the option check and were a torch traceback.
 CUDA_DEVICE = re.compile(r"cuda:(0|[1-9][0-9]{0,2})")
 MAX_CUDA_INDEX = 127
+# vLLM's other spellings of a dtype (its LLM(dtype="half") and a torch.dtype); refused here as not among DTYPES.
+_DTYPE_ALIASES = {"half": "float16", "float": "float32"}
+
+
+class UnknownOptionError(ConfigError, TypeError):
+    """An option ``LLM`` does not take. vLLM's LLM raises a TypeError for one (EngineArgs' unexpected keyword
+    argument): code written for it that catches TypeError let this ValueError through. Both, so neither misses it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,10 +47,17 @@ class EngineOptions(EngineConfig):
         known = {f.name for f in fields(cls)} - {"model"}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise ValueError(f"unknown option(s) {', '.join(unknown)}; supported: {', '.join(sorted(known))}")
+            raise UnknownOptionError(None, f"unknown option(s) {', '.join(unknown)}; supported: "
+                                           f"{', '.join(sorted(known))}")
+        dtype = kwargs.get("dtype")
+        if type(dtype).__name__ == "dtype" and type(dtype).__module__ == "torch":  # torch.bfloat16 as vLLM takes it
+            dtype = str(dtype).removeprefix("torch.")
+        if isinstance(dtype, str):
+            kwargs["dtype"] = _DTYPE_ALIASES.get(dtype, dtype)
         return cls(model=model, **kwargs)
 
     def __post_init__(self) -> None:
+        self._plain_ints(("max_cuda_graph_batch_size", "max_cuda_graph_tokens"))
         super().__post_init__()
         # An empty --model was read as the current folder: "model directory . has no config.json".
         check(isinstance(self.model, str) and self.model.strip() != "",
@@ -60,6 +74,9 @@ class EngineOptions(EngineConfig):
         check_choice("distributed_backend", self.distributed_backend, DISTRIBUTED_BACKENDS)
         if self.device == "cpu":  # 'auto' is checked once resolved (check_device_type), where torch is loaded
             self.check_device_type("cpu")
+        # "no" (any string, any number) was taken as true without a word: CUDA graphs off where they were asked for.
+        check(isinstance(self.enforce_eager, bool), f"enforce_eager must be true or false, got {self.enforce_eager!r}",
+              "enforce_eager")
         check_int("max_cuda_graph_batch_size", self.max_cuda_graph_batch_size)
         check_int("max_cuda_graph_tokens", self.max_cuda_graph_tokens, minimum=0)
         # The runner hands token offsets, sequence lengths and rows to its kernels as int32 (the simulator, which has

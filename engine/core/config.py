@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -69,7 +70,21 @@ class EngineConfig:
         False, "accept --max-model-len beyond the model's max_position_embeddings (timing studies with dummy "
         "weights, as vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN; outputs past the trained context are unreliable)")
 
+    # The integer settings: a numpy integer (a sweep table's row, a config read with numpy) is taken as the int it is.
+    # np.int64(128) as max_model_len was refused as "must be an integer", and np.int64(16) as block_size passed its
+    # check but made num_gpu_blocks a numpy integer the resolved config refused, naming num_gpu_blocks, which nobody
+    # had passed.
+    INTEGER_FIELDS: ClassVar[tuple[str, ...]] = ("max_num_seqs", "max_num_batched_tokens", "block_size",
+                                                 "num_gpu_blocks", "max_model_len", "tensor_parallel_size", "seed")
+
+    def _plain_ints(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if type(value) is not int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                object.__setattr__(self, name, int(value))
+
     def __post_init__(self) -> None:
+        self._plain_ints(EngineConfig.INTEGER_FIELDS)
         check_choice("policy", self.policy, SCHEDULING_POLICIES)
         for name in ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size"):
             check_int(name, getattr(self, name))
@@ -82,7 +97,8 @@ class EngineConfig:
         check_int("seed", self.seed, minimum=0)
         check(self.seed < 2**63, f"seed must be below 2**63, got {self.seed}", "seed")
         sizes = self.SUPPORTED_BLOCK_SIZES
-        check(self.block_size in sizes,
+        # An int: 16.0 == 16 passed the membership test and failed in the KV cache's allocation, a torch TypeError.
+        check(isinstance(self.block_size, int) and not isinstance(self.block_size, bool) and self.block_size in sizes,
               f"block_size must be a power of two from {sizes[0]} to {sizes[-1]}, got {self.block_size!r}",
               "block_size")
         for name in ("enable_prefix_caching", "allow_long_max_model_len"):

@@ -35,7 +35,7 @@ class SamplingParams:
     top_p: float = 1.0
     max_tokens: int = 16
     ignore_eos: bool = False
-    stop_token_ids: frozenset[int] | tuple[int, ...] = ()  # any ints; kept as a frozenset
+    stop_token_ids: frozenset[int] | tuple[int, ...] | None = ()  # any ints (None: none); kept as a frozenset
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -67,7 +67,9 @@ class SamplingParams:
         ids = self.stop_token_ids
         if isinstance(ids, frozenset):
             return
-        if type(ids) is tuple and not ids:  # the default, on every request (== () broadcast a numpy array)
+        # () is the default, on every request (== () broadcast a numpy array); None is vLLM's default
+        # (stop_token_ids: list[int] | None = None): code passing it through was refused.
+        if ids is None or (type(ids) is tuple and not ids):
             object.__setattr__(self, "stop_token_ids", _NO_STOP_IDS)
             return
         if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):

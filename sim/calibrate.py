@@ -23,7 +23,9 @@ sessions' factors, and ``sim.replay --bands`` draws each replay's machine from t
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -63,6 +65,7 @@ MIN_HOST_SHARE_SPREAD = 0.2
 CLIENT_TIMING = "client-side timing"
 HOST_FACTOR_BOUNDS = (0.25, 4.0)  # beyond these a factor says more about the runs than about a machine
 DEVICE_FACTOR_BOUNDS = (0.5, 2.0)
+DECODE_FACTOR_BOUNDS = (0.5, 2.0)
 
 
 def check_step_durations(run_dir: Path, num_steps: int) -> None:
@@ -143,7 +146,10 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     for run_dir in run_dirs:
         steps = read_steps(run_dir, periods=True)  # the simulator runs steps back to back: match their periods
         check_step_durations(run_dir, len(steps))
-        runs.append({"run": Path(run_dir).name, "num_steps": len(steps), "host": _run_host(Path(run_dir))})
+        # The folder's own name, however it was spelled: given as '.', a run was recorded as "" (and printed as
+        # "from  (the grid model ..."), which --add's check for a run added twice then matched on nothing but ''.
+        runs.append({"run": Path(os.path.abspath(run_dir)).name, "num_steps": len(steps),
+                     "host": _run_host(Path(run_dir))})
         host_bound.append([])
         for f, real, start in steps:
             if _is_graph_step(f, model.max_graph_bs):
@@ -170,7 +176,7 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     predicted_s = float(model.combine(floor_s, gpu_s).sum())  # the eager steps' time, uncalibrated
     serving = {
         "host_factor": round(k, 4),
-        "decode_factor": round(max(0.5, min(2.0, decode_k)), 4),
+        "decode_factor": round(max(DECODE_FACTOR_BOUNDS[0], min(DECODE_FACTOR_BOUNDS[1], decode_k)), 4),
         # The eager steps' device part's factor (1: not fitted, see fit_eager_factors).
         "device_factor": round(device_k, 4),
         "runs": runs,
@@ -284,6 +290,21 @@ def _other_deployment(run_dir: Path, profile: dict) -> str | None:
     return None
 
 
+def _steps_digest(run_dir: Path) -> str | None:
+    """A hash of a run folder's steps.parquet, None where it cannot be read (named later, where the steps are)."""
+    path = Path(run_dir) / "steps.parquet"
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
 def _run_host(run_dir: Path) -> dict | None:
     """The host an engine.replay folder was recorded on (its summary.json's config.host), None if not recorded."""
     config = _summary(run_dir).get("config")
@@ -303,10 +324,19 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.profile)
     runs = [Path(r) for r in args.runs]
     seen: dict[Path, str] = {}
+    contents: dict[str, str] = {}
     for run in runs:
         if run.resolve() in seen:  # its steps would count twice
             parser.exit(2, f"error: run folder {run} is given twice (also as {seen[run.resolve()]})\n")
         seen[run.resolve()] = str(run)
+        digest = _steps_digest(run)
+        if digest is not None and digest in contents:
+            # A copy of a run (another folder, the same steps.parquet) counted its steps twice, as one run given
+            # twice did: the factors were fitted with its steps weighted double, at exit 0.
+            parser.exit(2, f"error: run folder {run} holds the same steps.parquet as {contents[digest]}; give each run "
+                           "once\n")
+        if digest is not None:
+            contents[digest] = str(run)
         simulated = _simulated_by(run)
         if simulated:  # its step times are a cost model's: calibrating on them would fit the model to itself
             parser.exit(2, f"error: run folder {run} is a simulation (cost model {simulated}); calibrate on "
@@ -346,9 +376,19 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
     s = session
-    device = (f", device factor {s['device_factor']}" if s["device_factor"] != 1.0 else
-              f" (no device factor: the eager steps' host shares spread {s['eager_host_share_spread']:.2f}, under "
-              f"{MIN_HOST_SHARE_SPREAD:g}; give runs with both short and long prompts)")
+    if s["device_factor"] != 1.0:
+        device = f", device factor {s['device_factor']}"
+    elif grid_fit["eager"].get("form", "max") != "sum":  # fit_eager_factors fits none for it
+        device = " (no device factor: the profile's eager steps take the larger of their host and device parts)"
+    elif s["eager_host_share_spread"] < MIN_HOST_SHARE_SPREAD:
+        device = (f" (no device factor: the eager steps' host shares spread {s['eager_host_share_spread']:.2f}, "
+                  f"under {MIN_HOST_SHARE_SPREAD:g}; give runs with both short and long prompts)")
+    else:
+        # The pair fitted on these runs left its bounds (or could not be solved): fit_eager_factors fell back to the
+        # host factor alone. The line said the shares spread "0.21, under 0.2", and asked for runs it already had.
+        device = (f" (no device factor: the host and device pair these runs fit lies outside host "
+                  f"{HOST_FACTOR_BOUNDS[0]:g}-{HOST_FACTOR_BOUNDS[1]:g} and device {DEVICE_FACTOR_BOUNDS[0]:g}-"
+                  f"{DEVICE_FACTOR_BOUNDS[1]:g}; the host factor alone is fitted)")
     print(f"{escape_controls(path)}: host factor {s['host_factor']}{device} from {s['num_eager_steps']} eager steps, "
           f"decode factor {s['decode_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
           f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their "
@@ -357,6 +397,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: the eager steps are device-bound (their host part is {s['eager_host_share']:.0%} of their "
               f"predicted time): host factor {s['host_factor']} was fitted to the device part's error, not the "
               "host's speed; check it against a validation run, or keep the uncalibrated profile")
+    # A factor at its bound is not what the runs measured: the steps ran beyond it (another deployment unrecorded in
+    # a summary.json, a damaged step log), and the line above gave 0.25 or 2.0 as if fitted.
+    for name, bounds in (("host_factor", HOST_FACTOR_BOUNDS), ("decode_factor", DECODE_FACTOR_BOUNDS)):
+        if s[name] in bounds:
+            print(f"warning: {name.replace('_', ' ')} {s[name]} is at its bound ({bounds[0]:g}-{bounds[1]:g}): the "
+                  "runs' steps lie beyond it, and the profile prices them at the bound; check that the runs are of "
+                  "this profile's deployment")
     if args.add:
         merged = profile["serving"]
         lo, hi = merged["host_factor_range"]

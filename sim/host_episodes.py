@@ -38,6 +38,11 @@ def fit_host_episodes(runs: list[list[tuple[float, float, float]]], window_s: fl
             continue
         values = np.array(list(windows.values()))
         normal = float(np.median(values[values <= np.median(values)]))
+        if not normal > 0:
+            # Most windows' host-bound steps took no time beyond their grid device time (a host part of 0 s): the run
+            # has no normal speed to measure slow windows against. Its slow ones were divided by 0, a
+            # ZeroDivisionError traceback from sim.calibrate after all the runs were read.
+            continue
         slow = {w for w, v in windows.items() if v > SLOW_WINDOW * normal}
         shares.append(len(slow) / len(windows))
         num_windows += len(windows)

@@ -74,6 +74,11 @@ def _nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Least squares with every coefficient >= 0 (drop the most negative column until none is)."""
     active = list(range(x.shape[1]))
     coef = np.zeros(x.shape[1])
+    if x.shape[0] == 0:
+        # No points to fit on (the eager max form's regime holding none of a grid's one or two eager points): every
+        # coefficient 0. Each such grid was refused with numpy's "zero-size array to reduction operation maximum
+        # which has no identity", which said nothing of the profile.
+        return coef
     while active:
         scale = np.maximum(np.abs(x[:, active]).max(axis=0), 1e-12)
         sol, *_ = np.linalg.lstsq(x[:, active] / scale, y, rcond=None)
@@ -104,6 +109,12 @@ def _fit_decode(points: list[dict]) -> dict:
             b, a = np.polyfit(x, y, 1)
             b = max(b, 0.0)
             a = float(np.mean(y - b * x))
+            if a < 0:
+                # Times that grow faster than in proportion to the context (a short context's step measured as
+                # fast as nothing) gave a negative intercept: sim.fit_profile wrote it at exit 0, and every replay
+                # then refused the profile ('fit.graph_decode.intercept_s ... expected >= 0'). The line through
+                # the origin instead: the non-negative least-squares fit of a + b x once a is held at 0.
+                a, b = 0.0, max(float(x @ y / (x @ x)), 0.0)
             slopes.append(b)
         else:
             a, b = float(y.mean()), None
@@ -269,9 +280,15 @@ def _check_engine_options(profile: dict) -> None:
         raise ValueError("field 'engine_options' is missing or not an object")
     for field in ("cuda_graph_sizes", "piecewise_graph_sizes"):
         sizes = options.get(field) or []
-        if not isinstance(sizes, list) or not all(is_count(b) and b >= 1 for b in sizes) or sizes != sorted(sizes):
+        # CUDA graph sizes are bounded as check_fit bounds the fitted max_graph_batch_size: the decode model keeps one
+        # entry per batch size up to the largest graph, and cuda_graph_sizes [1, 2**40] was a MemoryError traceback in
+        # sim.fit_profile and sim.calibrate (a fit every replay would have refused anyway).
+        largest = _MAX_GRAPH_BATCH_SIZE if field == "cuda_graph_sizes" else 2**53  # piecewise: token counts, bisected
+        if not isinstance(sizes, list) or not all(is_count(b) and 1 <= b <= largest for b in sizes) \
+                or sizes != sorted(sizes):
+            shown = f"from 1 to {largest}" if field == "cuda_graph_sizes" else ">= 1"
             raise ValueError(f"field 'engine_options.{field}' is {str(sizes)[:80]}; expected an increasing list of "
-                             "sizes >= 1")
+                             f"sizes {shown}")
     for field in ("block_size", "max_num_batched_tokens", "max_num_seqs"):  # compared with the run's (sim.limits)
         value = options.get(field)
         if value is not None and not (is_count(value) and value >= 1):

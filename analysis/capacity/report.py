@@ -384,7 +384,9 @@ def write_capacity_report(path: Path, run: CapacityRun, title: str, subtitle: st
                          "tokens_per_s": e.output_tokens_per_s, "latency_ms": e.pareto_latency_ms,
                          "answer": r.is_answer}
                         for r, e in zip(results, economics)]}
-    data_json = json.dumps(data).replace("</", "<\\/")
+    # Every "<" as \u003c, not only "</": a label with "<!--<script>" (a --model folder named so) put the page's
+    # parser in the script's double-escaped state, which then swallowed this block's </script> and every chart.
+    data_json = json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     rows = [[label, format_number(needed.num_replicas if needed else None, "d", missing="none"),
              needed.note if needed else "-"]
             for label, needed in replicas_needed_by_family(run.family_labels, economics).items()]

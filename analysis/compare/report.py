@@ -58,6 +58,17 @@ COMPARE_CHART_TITLES: dict[str, str] = {
 }
 MAX_SCATTER_POINTS = 8000
 LOG_AXIS_MIN_RATIO = 100.0  # use log axes when a scatter's values span more than this factor
+# A request id in a hover label: plotly reads its text as HTML-like markup (an id "<b>x</b>" showed as a bold x) and
+# copies it into the page once per point and panel (8,000 ids of 10,000 characters made a 240 MB page): escaped and
+# cut to this many characters, the page stays bounded whatever the trace's ids.
+MAX_HOVER_ID_CHARS = 64
+
+
+def hover_id(request_id: object) -> str:
+    text = str(request_id)
+    if len(text) > MAX_HOVER_ID_CHARS:
+        text = text[:MAX_HOVER_ID_CHARS - 1] + "\u2026"
+    return html.escape(text)
 
 
 def time_origin_s(run: RunData) -> float:
@@ -109,7 +120,8 @@ def request_scatter_figure(join: RequestJoin) -> go.Figure:
             keep = tail_preserving_sample(np.abs(sim - real), MAX_SCATTER_POINTS)
             fig.add_trace(
                 go.Scattergl(
-                    x=real[keep], y=sim[keep], text=pairs["request_id"].to_numpy()[keep], mode="markers",
+                    x=real[keep], y=sim[keep], text=[hover_id(i) for i in pairs["request_id"].to_numpy()[keep]],
+                    mode="markers",
                     name="requests", legendgroup="requests", showlegend=col == 1,
                     marker={"size": 4, "opacity": 0.6, "color": "#636EFA"},
                     hovertemplate=f"request %{{text}}<br>real {label}: %{{x:.3f}} ms<br>sim {label}: %{{y:.3f}} ms"

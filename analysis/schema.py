@@ -93,7 +93,8 @@ def _check_cast_source(series: pl.Series, target: pl.DataType, name: str) -> Non
         source, target = source.inner, target.inner
     if not target.is_numeric():
         return
-    if source == pl.Boolean or source in (pl.Utf8, pl.Categorical):
+    # A Duration or Datetime casts to its count of micro- (or nano-) seconds: times a million-fold, summarized as s.
+    if source == pl.Boolean or source in (pl.Utf8, pl.Categorical) or source.is_temporal():
         raise ValueError(f"{name} table: column {series.name!r} holds {shown_source} values that do not convert to "
                          f"{shown_target}")
     if target.is_integer() and source.is_float():
@@ -116,6 +117,7 @@ def conform_steps(steps: pl.DataFrame | None, columns: Iterable[str] | None = No
 
 # Counts no request can have below zero; a negative one came from a hand-edited or corrupt table.
 _COUNT_COLUMNS = ("prompt_tokens", "output_tokens", "cached_tokens", "num_preemptions")
+_KNOWN_COUNT_COLUMNS = ("prompt_tokens", "output_tokens")
 # The most tokens an admitted request can count (a rejected one records the prompt it was refused for, however
 # long): far above any model's context, and small enough that a run's totals stay within int64 (two output counts
 # of 2**62 summed to a negative total, written as the run's output throughput).
@@ -164,6 +166,11 @@ def check_requests(frame: pl.DataFrame) -> None:
                 else pl.Series([True] * frame.height, dtype=pl.Boolean))
     for column in _COUNT_COLUMNS:
         if column in columns:
+            # Every run knows each request's prompt and output lengths (cached tokens and preemptions a served
+            # run may not): a null one was summed as 0, the totals and output throughput silently short.
+            row = _first(frame[column].is_null()) if column in _KNOWN_COUNT_COLUMNS else None
+            if row is not None:
+                _fail("requests", column, row, None, "an integer >= 0")
             row = _first(frame[column] < 0)
             if row is not None:
                 _fail("requests", column, row, frame[column][row], "an integer >= 0")
@@ -171,6 +178,7 @@ def check_requests(frame: pl.DataFrame) -> None:
             if row is not None:
                 _fail("requests", column, row, frame[column][row], f"at most 2**40 ({MAX_TOKENS:,}) for a request "
                       "that was not rejected")
+    _check_cached_tokens(frame)
     if "finish_reason" in columns:
         row = _first(~frame["finish_reason"].is_in(FINISH_REASONS) | frame["finish_reason"].is_null())
         if row is not None:
@@ -240,6 +248,16 @@ def _check_token_times(frame: pl.DataFrame) -> None:
                              "token (a streamed chunk of several counts once)")
 
 
+def _check_cached_tokens(frame: pl.DataFrame) -> None:
+    """Raise ValueError naming the first row with more cached than prompt tokens: the cache holds prompt blocks, and
+    such rows were summarized as a prefix-cache hit rate above 100 %."""
+    if {"cached_tokens", "prompt_tokens"} <= set(frame.columns):
+        row = _first(frame["cached_tokens"] > frame["prompt_tokens"])
+        if row is not None:
+            _fail("requests", "cached_tokens", row, frame["cached_tokens"][row], f"at most prompt_tokens "
+                  f"({frame['prompt_tokens'][row]}): a cached token is a prompt token")
+
+
 def check_steps(frame: pl.DataFrame) -> None:
     """Raise ValueError naming the column and first row of a conformed step table with a step that took less
     than no time (``conform`` refuses NaN and unbounded times), a negative id or count, or a KV usage outside 0-1."""
@@ -247,6 +265,18 @@ def check_steps(frame: pl.DataFrame) -> None:
         row = _first(frame["duration_s"] < 0)
         if row is not None:
             _fail("steps", "duration_s", row, frame["duration_s"][row], "a duration >= 0 seconds")
+    for column in STEPS_SCHEMA:  # an engine writes every value of a step: a null kv_usage was a mean KV usage of 0
+        if column in frame.columns:
+            row = _first(frame[column].is_null())
+            if row is not None:
+                _fail("steps", column, row, None, "a value in every step")
+    if {"replica", "step"} <= set(frame.columns):  # a step given twice was counted twice (compare refused it)
+        first = _first(frame.select(pl.struct("replica", "step").is_duplicated()).to_series())
+        if first is not None:
+            replica, step = frame["replica"][first], frame["step"][first]
+            later = int(((frame["replica"] == replica) & (frame["step"] == step)).arg_true()[1])
+            _fail("steps", "step", later, step, f"one row per step of a replica (replica {replica}, step {step} is "
+                  f"also at row {first})")
     for column, dtype in STEPS_SCHEMA.items():  # ids and counts: a negative step or batch is no step a run took
         if dtype == pl.Int64 and column in frame.columns:
             row = _first(frame[column] < 0)

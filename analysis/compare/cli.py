@@ -12,6 +12,7 @@ Exit codes: 0 done, 1 schedules differ under --require-identical-schedule,
 from __future__ import annotations
 
 import argparse
+import errno
 from pathlib import Path
 
 from analysis.compare.comparison import check_same_requests, compare_runs, name_positional_requests, write_outputs
@@ -126,10 +127,24 @@ def print_comparison(comparison, real, sim, check_schedule: bool) -> None:
         print_out(comparison.schedule.describe())
 
 
+def _is_link_loop(path: Path) -> bool:
+    """Whether resolving ``path`` meets a symbolic link loop (Python 3.11 raises RuntimeError, 3.13 OSError)."""
+    try:
+        path.resolve(strict=False)
+    except RuntimeError:
+        return True
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 @exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    for given in (args.real_dir, args.sim_dir, args.out):  # Path.resolve raised a RuntimeError traceback on a loop
+        if given is not None and _is_link_loop(Path(given)):
+            parser.exit(EXIT_BAD_INPUT, f"error: {escape_controls(given)}: a symbolic link loop; expected a folder\n")
     both_names = f"{Path(args.real_dir).resolve().name}-vs-{Path(args.sim_dir).resolve().name}"
     out_dir = Path(args.out) if args.out else default_out_dir("compare", both_names)
     inputs = [Path(args.real_dir), Path(args.sim_dir)]

@@ -77,6 +77,7 @@ def test_a_vllm_result_given_as_sim_dir_is_refused(tmp_path, capsys) -> None:
 def test_ids_with_other_prompt_lengths_are_not_paired(tmp_path, capsys) -> None:
     real = gpu_run(tmp_path / "real")
     other = real_requests().with_columns(pl.Series("prompt_tokens", [100, 7, 9]))  # r1, r2: other requests
+    other = other.with_columns(pl.min_horizontal("cached_tokens", "prompt_tokens").alias("cached_tokens"))
     sim = write_run(tmp_path / "sim", other, sim_steps(), {"cost_model": "roofline-estimate"})
     out_dir = tmp_path / "out"
     code, out, _ = run(compare_main, [str(real), str(sim), "--out", str(out_dir), "--no-report",
@@ -93,7 +94,8 @@ def test_ids_with_other_prompt_lengths_are_not_paired(tmp_path, capsys) -> None:
 def test_runs_of_two_traces_share_no_request(tmp_path, capsys) -> None:
     """Both traces number their requests alike: every pair was another request's (+507 % E2E)."""
     real = gpu_run(tmp_path / "real")
-    rows = [{**row, "prompt_tokens": 7} for row in sim_requests().iter_rows(named=True)]
+    rows = [{**row, "prompt_tokens": 7, "cached_tokens": min(row["cached_tokens"], 7)}
+            for row in sim_requests().iter_rows(named=True)]
     sim = write_run(tmp_path / "sim", requests_frame(rows), sim_steps(), {"cost_model": "roofline-estimate"})
     out_dir = tmp_path / "out"
     code, out, _ = run(compare_main, [str(real), str(sim), "--out", str(out_dir), "--allow-different-requests"],

@@ -52,7 +52,10 @@ class LengthDist:
             values = rng.geometric(1.0 / p["mean"], size=num).astype(np.float64)
         else:  # pragma: no cover - parse_length_dist only builds known kinds
             raise AssertionError(self.kind)
-        upper = p.get("max", math.inf)
+        # Without max= the draws are capped at MAX_LENGTH (beyond any model's context): uncapped, a lognormal draw
+        # past 2**63 (median=2**40,sigma=10) cast to int64 as -2**63 (a RuntimeWarning, then a misleading "token
+        # counts must be >= 1" error), and draws up to 2**63 were written silently, or summed past int64 in sessions.
+        upper = p.get("max", MAX_LENGTH)
         return np.clip(values, 1, upper).astype(np.int64)
 
     def mean(self) -> float:
@@ -63,11 +66,13 @@ class LengthDist:
         if self.kind == "uniform":
             return (p["low"] + p["high"]) / 2
         if self.kind == "lognormal":
-            return _lognormal_sample_mean(_lognormal_mu(p), p["sigma"], p.get("max", math.inf))
+            return _lognormal_sample_mean(_lognormal_mu(p), p["sigma"], p.get("max", MAX_LENGTH))  # sample's cap
         prob = 1.0 / p["mean"]
         cap = p.get("max")
-        if cap is None:
-            return p["mean"]
+        if cap is None:  # sample caps at MAX_LENGTH: mean=1e12 keeps 2/3 of its mean; a usual mean is unchanged
+            cap = MAX_LENGTH
+            if (1 - prob) ** cap == 0:
+                return p["mean"]
         if cap > _SUMMED_CAP:  # E[min(X, cap)] in closed form: summing 10^12 terms would not end
             return float((1 - (1 - prob) ** cap) / prob)
         ks = np.arange(1, int(cap))
@@ -111,9 +116,12 @@ def _lognormal_survival_integral(mu: float, sigma: float, low: float, high: floa
 
     at_high = 0.0 if high == math.inf else high * upper_tail(z_of(high, 0.0))
     at_low = low * upper_tail(z_of(low, 0.0))
-    partial_mean = math.exp(mu + sigma**2 / 2) * (
-        upper_tail(z_of(low, sigma**2)) - (0.0 if high == math.inf else upper_tail(z_of(high, sigma**2)))
-    )
+    # P(a < Z < b) from the tails that are small: Q(a) - Q(b) with both near 1 (sigma=10: a and b below -10) lost
+    # every digit, times exp(mu + sigma**2 / 2) ~ 1e33, and the mean of median=2**40,sigma=10 came out 8 % low.
+    a, b = z_of(low, sigma**2), (math.inf if high == math.inf else z_of(high, sigma**2))
+    # (Only where both tails are near 1, b <= 0: elsewhere Q(a) - Q(b) keeps its digits, and its value as before.)
+    between = upper_tail(-b) - upper_tail(-a) if b <= 0 else upper_tail(a) - upper_tail(b)
+    partial_mean = math.exp(mu + sigma**2 / 2) * between
     return at_high - at_low + partial_mean
 
 

@@ -132,10 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--qps", type=float, required=True, help="mean request rate, requests per second")
     parser.add_argument(
         "--arrival", choices=("poisson", "gamma"), default="poisson",
-        help="inter-arrival process: poisson (exponential gaps) or gamma (burstiness set by --cv)",
+        help="inter-arrival process: poisson (exponential gaps) or gamma (burstiness set by --cv); with --multi-turn, "
+             "of the sessions' starts (a session's later turns follow its think times)",
     )
     parser.add_argument(
-        "--cv", type=float, default=None, help="coefficient of variation of gamma gaps (1 = Poisson, >1 bursty)"
+        "--cv", type=float, default=None,
+        help="coefficient of variation of gamma gaps (1 = Poisson, >1 bursty; vLLM's --burstiness is 1/cv**2); with "
+             "--multi-turn, of the gaps between sessions' starts, not between requests",
     )
     parser.add_argument(
         "--prompt-dist", default="sharegpt", help=f"prompt length (per user message with --multi-turn): {DIST_HELP}"

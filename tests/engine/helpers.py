@@ -67,3 +67,33 @@ def run_to_completion(engine: LLMEngine, max_steps: int = 10_000) -> int:
         steps += 1
         assert steps < max_steps, "engine did not drain"
     return steps
+
+
+# ---- engine.serve as a process (Linux: reads /proc) ------------------------------------------------------------------
+def serve_process(model_dir: str, *args: str):
+    """``python -m engine.serve`` on the CPU, any free port, stdout and stderr merged as text."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "engine.serve", "--model", model_dir, "--device", "cpu",
+                             "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"})
+
+
+def process_cmdline(pid: int) -> str:
+    """A process's command line, "" once it is gone."""
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except FileNotFoundError:
+        return ""
+
+
+def engine_processes(server_pid: int) -> list[int]:
+    """The server's spawned children (its engine process, once started)."""
+    from pathlib import Path
+
+    children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
+    return [int(c) for c in children if "spawn_main" in process_cmdline(int(c))]

@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -25,6 +23,7 @@ from engine.server.api import build_app  # noqa: E402
 from engine.server.engine_client import EngineClient  # noqa: E402
 from engine.server.signals import Server  # noqa: E402
 from tests.engine import test_server_api  # noqa: E402
+from tests.engine.helpers import engine_processes, process_cmdline, serve_process  # noqa: E402
 from tests.engine.test_server_api import ScriptedRunner, scripted_llm, wait_until_idle  # noqa: E402
 
 served = test_server_api.served  # the fixture: a scripted engine process behind the app, through a TestClient
@@ -95,32 +94,18 @@ def test_a_whole_request_that_failed_aborts_its_other_choices(served) -> None:
     assert m["vllm:generation_tokens_total"] < 100
 
 
-def _children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except FileNotFoundError:
-        return ""
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigterm_while_the_model_loads_is_one_line_and_exit_143(tiny_qwen3) -> None:
     """Ctrl-C while the model loads was one line and exit 130; SIGTERM (what systemd, Kubernetes and `timeout` send)
     killed the server without a word, its engine process left to Linux's parent-death signal."""
     model_dir, _ = tiny_qwen3
-    proc = subprocess.Popen([sys.executable, "-m", "engine.serve", "--model", model_dir, "--device", "cpu",
-                             "--port", "0", "--warmup-requests", "1000"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"})
+    proc = serve_process(model_dir, "--warmup-requests", "1000")
     try:
         deadline = time.monotonic() + 60
         engines: list[int] = []
         while not engines:  # the engine process is loading (a thousand warm-up requests: seconds on a CPU)
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-            engines = [c for c in _children(proc.pid) if "spawn_main" in _cmdline(c)]
+            engines = engine_processes(proc.pid)
             time.sleep(0.05)
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
@@ -130,7 +115,7 @@ def test_sigterm_while_the_model_loads_is_one_line_and_exit_143(tiny_qwen3) -> N
             proc.kill()
     assert proc.returncode == 143, out
     assert out.strip().splitlines() == ["terminated while loading the model"], out
-    assert not _cmdline(engines[0]) or "\nState:\tZ" in Path(f"/proc/{engines[0]}/status").read_text()
+    assert not process_cmdline(engines[0]) or "\nState:\tZ" in Path(f"/proc/{engines[0]}/status").read_text()
 
 
 def test_an_engine_that_died_leaves_no_requests_running_in_the_metrics() -> None:

@@ -8,29 +8,26 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
+from tests.engine.helpers import engine_processes, serve_process  # noqa: E402
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 SERVING = "serving on "
 
 
 def _engine_process(server_pid: int) -> int:
-    children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
-    engines = [int(c) for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-    assert len(engines) == 1, children
+    engines = engine_processes(server_pid)
+    assert len(engines) == 1, engines
     return engines[0]
 
 
 def _start(model_dir: str, *extra: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "engine.serve", "--model", model_dir, "--device", "cpu",
-                             "--port", "0", "--warmup-requests", "0", *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"})
+    proc = serve_process(model_dir, "--warmup-requests", "0", *extra)
     deadline = time.monotonic() + 120
     for line in proc.stdout:
         if line.startswith(SERVING):

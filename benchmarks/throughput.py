@@ -41,7 +41,8 @@ def workload(num_seqs: int, max_input_len: int, max_output_len: int, seed: int =
 def engine_options(args) -> dict:
     """The options ``engine.LLM`` is given (those left out take the engine's defaults)."""
     options = dict(load_format="dummy", max_model_len=args.max_model_len, policy=args.policy,
-                   enforce_eager=args.enforce_eager, tensor_parallel_size=args.tensor_parallel_size)
+                   enforce_eager=args.enforce_eager, tensor_parallel_size=args.tensor_parallel_size,
+                   run_ahead=not args.no_run_ahead)
     for name in ("block_size", "max_num_batched_tokens", "max_cuda_graph_tokens"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
@@ -106,7 +107,8 @@ def run_engine(args, prompts, params) -> dict:
     engine = llm.engine
     runner = llm.runner
     timings = runner.timings
-    for name in ("num_steps", "num_graph_steps", "num_piecewise_steps", "num_prepared_steps"):
+    for name in ("num_steps", "num_graph_steps", "num_piecewise_steps", "num_prepared_steps", "num_ran_ahead_steps",
+                 "num_discarded_ahead_steps"):
         setattr(timings, name, 0)
     if args.no_prepare_ahead:
         runner.prepare_ahead = False
@@ -146,6 +148,9 @@ def run_engine(args, prompts, params) -> dict:
         "num_graph_steps": timings.num_graph_steps,
         "num_piecewise_steps": timings.num_piecewise_steps,
         "num_prepared_steps": timings.num_prepared_steps,
+        "run_ahead": runner.run_ahead,
+        "num_ran_ahead_steps": timings.num_ran_ahead_steps,
+        "num_discarded_ahead_steps": timings.num_discarded_ahead_steps,
         "num_gpu_blocks": runner.num_gpu_blocks,
         "init_s": init_s,
         "per_step_ms": {
@@ -209,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                              "engine's)")
     parser.add_argument("--no-prepare-ahead", action="store_true",
                         help="plan every decode step after the step before it (the runner's NextDecode off)")
+    parser.add_argument("--no-run-ahead", action="store_true",
+                        help="launch no decode step before the one before it is postprocessed (the engine's "
+                             "run_ahead off)")
     parser.add_argument("--peer", action="store_true", help="also time transformers' generate_batch on a subset")
     parser.add_argument("--peer-num-seqs", type=int, default=32,
                         help="requests given to the peer (default: %(default)s)")
@@ -237,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     results["engine"] = engine = run_engine(args, prompts, params)
     print(f"engine: {engine['output_tokens']} output tokens in {engine['wall_s']:.2f} s = "
           f"{engine['output_tok_per_s']:.0f} tok/s ({engine['num_steps']} steps, "
-          f"{engine['num_graph_steps']} graph replays, "
+          f"{engine['num_graph_steps']} graph replays, {engine['num_ran_ahead_steps']} launched ahead, "
           f"{engine['num_gpu_blocks']} KV blocks)")
     if engine["num_requests_short"]:
         print(f"WARNING: requests that did not get every token asked for: {engine['num_requests_short']}")

@@ -73,6 +73,8 @@ def replay(llm, trace, args) -> tuple[list, object]:
     next_index = 0
     num_requests = len(prompts)
     last_report = time.perf_counter()
+    if hasattr(engine.runner, "arrivals_pending"):  # a request arrived mid-step: hold back a step launched ahead
+        engine.runner.arrivals_pending = lambda: next_index < num_requests and arrivals[next_index] <= clock.now()
     while next_index < num_requests or engine.has_unfinished_requests():
         now = clock.now()
         while next_index < num_requests and arrivals[next_index] <= now:

@@ -35,6 +35,10 @@ class EngineOptions(EngineConfig):
     dtype: str = option("auto", "weights and activations (auto: bfloat16 on CUDA, float32 on CPU)", choices=DTYPES)
     load_format: str = option("auto", "weights: the model dir's safetensors, or random", choices=LOAD_FORMATS)
     enforce_eager: bool = option(False, "no CUDA graphs")
+    run_ahead: bool = option(True, "launch no step before the one before it is postprocessed (by default, on one "
+                             "device, the next decode step of the same batch is launched while the host postprocesses "
+                             "and schedules this one; a step whose batch turns out otherwise is computed again)",
+                             flag="--no-run-ahead")
     attention_backend: str = option("auto", "attention kernels", choices=ATTENTION_BACKENDS)
     max_cuda_graph_batch_size: int = option(512, "largest decode batch captured as a CUDA graph")
     max_cuda_graph_tokens: int = option(8192, "largest prefill or mixed step (batched tokens) replayed as piecewise "
@@ -75,8 +79,9 @@ class EngineOptions(EngineConfig):
         if self.device == "cpu":  # 'auto' is checked once resolved (check_device_type), where torch is loaded
             self.check_device_type("cpu")
         # "no" (any string, any number) was taken as true without a word: CUDA graphs off where they were asked for.
-        check(isinstance(self.enforce_eager, bool), f"enforce_eager must be true or false, got {self.enforce_eager!r}",
-              "enforce_eager")
+        for name in ("enforce_eager", "run_ahead"):
+            check(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}",
+                  name)
         check_int("max_cuda_graph_batch_size", self.max_cuda_graph_batch_size)
         check_int("max_cuda_graph_tokens", self.max_cuda_graph_tokens, minimum=0)
         # The runner hands token offsets, sequence lengths and rows to its kernels as int32 (the simulator, which has

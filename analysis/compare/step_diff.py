@@ -16,7 +16,7 @@ import polars as pl
 
 from analysis.schema import STEPS_SCHEMA, conform, conform_requests
 from engine.core.messages import counted
-from engine.core.records import OPTIONAL_STEP_COLUMNS, SCHEDULE_COLUMNS
+from engine.core.records import OPTIONAL_SCHEDULE_COLUMNS, OPTIONAL_STEP_COLUMNS, SCHEDULE_COLUMNS
 
 STEP_KEY: tuple[str, ...] = ("replica", "step")
 # finish_reason too: a request cut by another limit (max_model_len vs kv_capacity) at the same length, or one that
@@ -156,7 +156,8 @@ def compare_schedules(real_steps: pl.DataFrame, sim_steps: pl.DataFrame, real_re
     """Compare two runs' schedules step by step (per replica), and per request when both tables are given.
 
     Steps are matched on (replica, step) and compared on `SCHEDULE_COLUMNS` and the
-    `OPTIONAL_STEP_COLUMNS` both runs logged; requests on `request_id` and compared on
+    `OPTIONAL_SCHEDULE_COLUMNS` both runs logged (not ``ran_ahead``: how a runner ran a step, not what it ran);
+    requests on `request_id` and compared on
     `REQUEST_SCHEDULE_COLUMNS` (placement, token counts, prefix-cache hits, preemptions and finish reason). A step or
     request present on one side only counts as a difference.
     """
@@ -164,7 +165,7 @@ def compare_schedules(real_steps: pl.DataFrame, sim_steps: pl.DataFrame, real_re
     # steps of equal token totals but other rows (which sequence got which chunk, the longest decode context) were
     # "identical" here, though the cost model prices them differently and tests/engine/test_replay.py had to compare
     # those columns itself.
-    compared = (*SCHEDULE_COLUMNS, *(column for column in OPTIONAL_STEP_COLUMNS
+    compared = (*SCHEDULE_COLUMNS, *(column for column in OPTIONAL_SCHEDULE_COLUMNS
                                      if column in real_steps.columns and column in sim_steps.columns))
     step_columns = (*STEP_KEY, *compared)
     steps = _diff_tables(conform(real_steps, _STEPS_SCHEMA, "steps", step_columns),

@@ -119,6 +119,7 @@ class LLMEngine:
             len(scheduler.waiting),
             scheduler.block_manager.num_used_blocks,
             len(finished),
+            output.ran_ahead,
         )
         if finished:
             self.runner.release(finished)

@@ -323,11 +323,14 @@ class QuietRun:
         step_log = self.engine.step_log
         bounds, lefts, starts, ends = window.bounds, window.lefts, self.starts, self.ends
         last_segment = len(window.batches) - 1
+        # Whether the runner launches a step that repeats its batch ahead of it (no one waits in a window).
+        ran_ahead = int(getattr(self.engine.runner, "runs_decode_ahead", False))
         for j, (bs, contexts, longest) in enumerate(window.batches):
             first, end = bounds[j], bounds[j + 1]
             num_finishing = lefts.count(end)  # in the segment's last step
             # Requests routed here during the last step (the window was cut after it) wait after it.
             num_waiting = len(self.engine.scheduler.waiting) if j == last_segment else 0
             step_log.extend_quiet(bs, contexts, longest, used_after_step[first:end], float(starts[first]),
-                                  ends[first:end], num_finishing, num_waiting, 0 if j else window.continues_first)
+                                  ends[first:end], num_finishing, num_waiting, 0 if j else window.continues_first,
+                                  ran_ahead)
         return finished

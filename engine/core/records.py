@@ -54,6 +54,8 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("prefill_attention_pairs", "int64", "batch", "(query, key) pairs of the prefill chunks"),
     Column("max_decode_context_tokens", "int64", "batch", "the longest decode context"),
     Column("continues_batch", "int64", "batch", "1: decode-only, the same sequences as the step before (decode-only)"),
+    Column("ran_ahead", "int64", "runner", "1: launched on the device during the step before, its host work overlapped "
+                                           "with that step's (the GPU runner's run-ahead)"),
     Column("start_s", "float64", "clock", "when the step was scheduled"),
     Column("duration_s", "float64", "clock", "from scheduling to the end of postprocess"),
     Column("kv_usage", "float64", "derived", "num_kv_blocks_used / the cache's blocks"),
@@ -64,7 +66,9 @@ SCHEDULE_COLUMNS: tuple[str, ...] = tuple(c.name for c in STEP_COLUMNS[2:14])
 # What a step's cost depends on: every batch column (the cost model's features).
 BATCH_COLUMNS: tuple[str, ...] = tuple(c.name for c in STEP_COLUMNS if c.source == "batch")
 # Newer columns: optional when reading runs recorded before they existed.
-OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("prefill_attention_pairs", "max_decode_context_tokens", "continues_batch")
+# The batch's make-up (a schedule diff compares them where both runs logged them), then how the runner ran the step.
+OPTIONAL_SCHEDULE_COLUMNS: tuple[str, ...] = ("prefill_attention_pairs", "max_decode_context_tokens", "continues_batch")
+OPTIONAL_STEP_COLUMNS: tuple[str, ...] = (*OPTIONAL_SCHEDULE_COLUMNS, "ran_ahead")
 
 # Requests. Every column is a Sequence attribute at the time it finished (token_times_s: one time per
 # output token).
@@ -89,7 +93,7 @@ SERVED_FINISH_REASONS: tuple[str, ...] = tuple(r.value for r in FinishReason if 
 
 # Columns a quiet run keeps as one number per run (num_seqs, the first context, ...), expanded by to_arrow.
 _RUN_FIELDS = ("row", "num_steps", "num_seqs", "decode_context_tokens", "max_decode_context_tokens",
-               "num_finished_last", "num_waiting_last", "continues_first")
+               "num_finished_last", "num_waiting_last", "continues_first", "ran_ahead")
 
 
 class StepLog:
@@ -114,7 +118,7 @@ class StepLog:
         self._batch_appenders = tuple(c[name].append for name in BATCH_COLUMNS)
         self._batch_values = attrgetter(*BATCH_COLUMNS)  # one C call reads them all off the batch
         self._appenders = tuple(c[name].append for name in (
-            "num_running", "num_waiting", "num_kv_blocks_used", "num_finished", "start_s", "duration_s"))
+            "num_running", "num_waiting", "num_kv_blocks_used", "num_finished", "start_s", "duration_s", "ran_ahead"))
         self._append_preempted = c["num_preempted"].append
 
     def __len__(self) -> int:
@@ -135,26 +139,28 @@ class StepLog:
         num_waiting: int,
         num_kv_blocks_used: int,
         num_finished: int,
+        ran_ahead: int = 0,
     ) -> None:
         for append, value in zip(self._batch_appenders, self._batch_values(batch)):
             append(value)
         self._append_preempted(len(batch.preempted))
-        for append, value in zip(self._appenders,
-                                 (num_running, num_waiting, num_kv_blocks_used, num_finished, start_s, duration_s)):
+        for append, value in zip(self._appenders, (num_running, num_waiting, num_kv_blocks_used, num_finished,
+                                                   start_s, duration_s, ran_ahead)):
             append(value)
 
     def extend_quiet(self, num_seqs: int, decode_context_tokens: int, max_decode_context_tokens: int,
                      num_kv_blocks_used: array, start_s: float, ends_s: np.ndarray, num_finished_last: int = 0,
-                     num_waiting_last: int = 0, continues_first: int = 0) -> None:
+                     num_waiting_last: int = 0, continues_first: int = 0, ran_ahead: int = 0) -> None:
         """The rows of a run of quiet decode steps (engine.core.quiet_window), as record() would write them:
         the same batch every step, each context one token longer than in the step before,
         ``num_finished_last`` sequences finishing in the last step and ``num_waiting_last`` requests waiting
         after it (they arrived during it: a window is cut after the step a request arrives in), and
-        ``continues_first`` the first step's ``continues_batch`` (every later step continues its batch). The first step
+        ``continues_first`` the first step's ``continues_batch`` (every later step continues its batch), ``ran_ahead``
+        that of each step that continues its batch (the runner launches such steps ahead, 1, or not, 0). The first step
         starts at ``start_s`` and each later one when the one before ends; ``ends_s`` (float64) is copied in as a
         buffer, ``num_kv_blocks_used`` is an array('q')."""
         self._runs.extend((len(self), len(ends_s), num_seqs, decode_context_tokens, max_decode_context_tokens,
-                           num_finished_last, num_waiting_last, continues_first))
+                           num_finished_last, num_waiting_last, continues_first, ran_ahead))
         self._run_starts_s.append(start_s)
         self._quiet_kv_blocks_used.extend(num_kv_blocks_used)
         self._quiet_ends_s.frombytes(ends_s.tobytes())
@@ -172,7 +178,7 @@ class StepLog:
         runs = np.frombuffer(self._runs, dtype=np.int64).reshape(-1, len(_RUN_FIELDS))
         if not len(runs):
             return values
-        rows, lengths, num_seqs, contexts, longest, finished_last, waiting_last, continues_first = runs.T
+        rows, lengths, num_seqs, contexts, longest, finished_last, waiting_last, continues_first, runs_ahead = runs.T
         num_runs = len(runs)
         # Segments in row order: the recorded steps before each run one by one, then the run; then the steps after.
         after_previous = np.zeros(num_runs, dtype=np.int64)
@@ -239,6 +245,9 @@ class StepLog:
         continues = expand(values["continues_batch"], 1)  # a quiet step after the first repeats the batch before it
         continues[rows] = continues_first
         values["continues_batch"] = continues
+        ran_ahead = expand(values["ran_ahead"], runs_ahead)  # as continues_batch, where the runner launches ahead
+        ran_ahead[rows] = continues_first * runs_ahead
+        values["ran_ahead"] = ran_ahead
         values["num_running"][lasts] -= finished_last
         values["num_finished"][lasts] = finished_last
         values["num_waiting"][lasts] = waiting_last

@@ -28,6 +28,7 @@ class RequestError(Exception):
 class RunnerOutput:
     token_ids: list[int]  # one per batch sequence; ignored where the sequence samples nothing this step
     duration_s: float | None = None  # predicted step time (simulator); None: the clock measures it
+    ran_ahead: bool = False  # launched during the step before, its host work overlapped (step log's ran_ahead)
 
 
 class Runner(Protocol):

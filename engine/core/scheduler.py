@@ -59,6 +59,11 @@ class ScheduledBatch:
     # token on): a runner can plan it while the previous step runs (the GPU runner's NextDecode does, and the
     # cost model prices the others higher). Set by Scheduler.schedule.
     continues_batch: int = 0
+    # True when the next step can admit no request unless one of this step's sequences finishes: none waits, or the
+    # running batch is at max_num_seqs. Then a decode-only step in which none finishes is followed by the same batch,
+    # each row one token on (bar a preemption): a runner may launch that step before this one is postprocessed (the
+    # GPU runner's run-ahead). Set by Scheduler.schedule.
+    next_admits_none: bool = False
     # Set by the scheduler's large-batch path (postprocess reads them; a runner may ignore them): rows
     # [0, steady_rows) are the running list, each a plain decode but the rows listed in special_rows (ascending).
     special_rows: list[int] | None = None
@@ -225,6 +230,7 @@ class Scheduler:
         """Pick this step's work; ``now_s`` stamps the first scheduling of newly admitted requests."""
         self._now_s = now_s
         batch = self._schedule()
+        batch.next_admits_none = not self.waiting or len(self.running) >= self.config.max_num_seqs
         if batch.num_prefill_seqs or not batch.seqs:
             self._last_decode_seqs = None
         else:

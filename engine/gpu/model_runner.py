@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -55,6 +56,9 @@ class StepTimings:
     num_graph_steps: int = 0
     num_piecewise_steps: int = 0
     num_prepared_steps: int = 0  # decode steps whose plan was prepared during the step before (NextDecode)
+    num_ran_ahead_steps: int = 0  # decode steps launched on the device during the step before (RanAhead)
+    num_discarded_ahead_steps: int = 0  # steps launched ahead for a batch that turned out otherwise (computed again)
+    num_held_ahead_steps: int = 0  # steps not launched ahead because a request was arriving (arrivals_pending)
 
 
 @dataclass
@@ -100,6 +104,35 @@ class NextDecode:
     sampling: SamplingRows | None
     boundary_rows: list[int]
     graph_host: tuple[np.ndarray, np.ndarray] | None  # _graph_host's arrays, when the plan replays a graph
+
+
+@dataclass
+class RanAhead:
+    """The next step, launched on the device right behind this one, before this one's tokens reach the host (as
+    vLLM's async scheduling and SGLang's overlap scheduler hide the host's work behind the device's). Launched
+    only after a decode-only step in which every row samples, none reaches its length limit and no request can be
+    admitted next (``ScheduledBatch.next_admits_none``): the next batch is then this one, each row one token on,
+    unless a row samples a stop token, a request is aborted or the cache must preempt. Its input ids are this step's
+    sampled ids, copied on the device. A row whose next token opens a block the scheduler has not allocated yet
+    writes that token's K/V into a scratch block outside the block manager's, which its block table points to;
+    ``_take_ran_ahead`` copies the scratch block into the block the scheduler then allocates.
+
+    The scheduler decides as it always does: ``run`` uses this step only when the batch it is given is exactly the
+    one launched (the NextDecode check), so the schedule and the tokens are those of the engine without it. When
+    the batch is otherwise the launched step is thrown away, its random word handed back, and the batch computed
+    afresh. What it wrote is harmless: each row's K/V for its next position, with the right token, into a slot of
+    a block the sequence held and that no prefix-cache entry covers (the block is not full before that token), or
+    into a scratch block; a later step that reuses the slot writes it again first (one stream orders them)."""
+
+    positions: list[int]
+    plan: StepPlan
+    sampling: SamplingRows | None
+    boundary_rows: list[int]
+    scratch_blocks: list[int]
+    tokens: torch.Tensor | None
+    fetched: object  # its sampled ids on their way to the host (_fetch_tokens)
+    step_bits: int | None  # the random word its sampling drew
+    events: list
 
 
 def resolve_device(options: EngineOptions) -> torch.device:
@@ -151,7 +184,19 @@ class ModelRunner:
         self.prepare_ahead = True  # NextDecode on; benchmarks turn it off to measure what it saves
         self._is_cuda = self.device.type == "cuda"
         self._num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count if self._is_cuda else 1
-        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)] if self._is_cuda else []
+        self._events = self._event_set()
+        self._ahead_events = self._event_set()  # the step launched ahead records its own
+        # Run-ahead (RanAhead) on one device: tensor-parallel workers run the plans the driver broadcasts, and a
+        # step launched ahead has no plan of its own ids to send. Benchmarks may turn it off after construction.
+        self.run_ahead = options.run_ahead and not parallel.enabled
+        self._ran_ahead: RanAhead | None = None
+        # Whoever feeds the engine requests while it steps (a server's engine loop, a trace replay) may say here
+        # whether one has come since the step was scheduled: the next batch would then admit it, and a step launched
+        # ahead would be computed in vain, one step of device time before the new request's. Asked once the
+        # step's forward is done, just before the launch, so that the window a request can still slip in by is the
+        # step's sampling alone. None: nothing arrives between steps (offline generate).
+        self.arrivals_pending: Callable[[], bool] | None = None
+        self._returned_bits: int | None = None  # a discarded step's random word, for the step computed instead
 
         torch.manual_seed(options.seed)
         default_dtype = torch.get_default_dtype()
@@ -173,8 +218,11 @@ class ModelRunner:
         if self._is_cuda and not options.enforce_eager and piecewise_tokens > 0:
             # Static buffers first, so that the KV cache is sized around them.
             self.piecewise = PiecewiseGraphs(self.model, piecewise_tokens, self.device, self.dtype)
+        self.num_scratch_blocks = self._num_scratch_blocks() if self.run_ahead else 0
         self.num_gpu_blocks = self._size_kv_cache()
-        self._allocate_kv_cache(self.num_gpu_blocks)
+        # The scratch blocks follow the block manager's (ids num_gpu_blocks and up), which never hands them out.
+        self._allocate_kv_cache(self.num_gpu_blocks + self.num_scratch_blocks)
+        self._scratch_blocks = list(range(self.num_gpu_blocks, self.num_gpu_blocks + self.num_scratch_blocks))
         if self._is_cuda and not options.enforce_eager:
             self._capture_graphs()
         if self._is_cuda:
@@ -196,6 +244,13 @@ class ModelRunner:
         _log.info("attention kernels: %d variants ready in %.1f s", count, time.perf_counter() - started)
 
     # ---- KV cache -------------------------------------------------------------------------------
+    def _num_scratch_blocks(self) -> int:
+        """Scratch blocks for the rows of a step launched ahead whose next token opens a block (RanAhead): about
+        rows / block_size such rows a step when positions are spread, so twice that and four more (six blocks for
+        256 rows of 256-token blocks); a step with more (rows in lockstep) is not launched ahead."""
+        max_rows = self.options.max_num_seqs
+        return min(max_rows, 2 * cdiv(max_rows, self.block_size) + 4)
+
     def _block_bytes(self) -> int:
         element = torch.empty((), dtype=self.dtype).element_size()
         return 2 * self.shape.num_layers * self.num_kv_heads * self.block_size * self.shape.head_dim * element
@@ -245,6 +300,7 @@ class ModelRunner:
         graph_pool = int(1.25 * activations) if self.piecewise is not None else 0
         available = total * opts.gpu_memory_utilization - used - activations - graph_pool
         num_blocks = self.parallel.min_across_ranks(int(available // self._block_bytes()), self.device)
+        num_blocks -= self.num_scratch_blocks
         self.graph_pool_reserved_bytes = graph_pool
         if opts.num_gpu_blocks is not None:
             if opts.num_gpu_blocks > num_blocks:
@@ -436,9 +492,10 @@ class ModelRunner:
         return SamplingRows([seqs[row] for row in plan.sample_rows], self.shape.vocab_size)
 
     @torch.inference_mode()
-    def execute(self, inputs: StepInputs, sampling: SamplingTensors | None) -> torch.Tensor | None:
+    def execute(self, inputs: StepInputs, sampling: SamplingTensors | None,
+                events: list | None = None) -> torch.Tensor | None:
         """Forward, logits where sampled, sampling; returns token ids (None on ranks other than the first)."""
-        events = self._events if self._is_cuda else None
+        events = (events or self._events) if self._is_cuda else None
         if events:
             events[0].record()
         if inputs.graph_batch_size:
@@ -460,30 +517,51 @@ class ModelRunner:
             events[2].record()
         return tokens
 
+    def _event_set(self) -> list:
+        return [torch.cuda.Event(enable_timing=True) for _ in range(3)] if self.device.type == "cuda" else []
+
+    def _step_bits(self) -> int:
+        """The unseeded rows' random word for a step: the one a discarded step launched ahead drew, else the next
+        of the runner's stream (so the words go to the steps computed in the order they would without run-ahead)."""
+        bits, self._returned_bits = self._returned_bits, None
+        return self._rng.getrandbits(32) if bits is None else bits
+
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
         t0 = time.perf_counter()
-        ready = self._take_next_decode(batch)
-        if ready is None:
-            plan = self.plan(batch)
-            rows = self._sampling_rows(batch, plan)
-            graph_host = None
+        ahead = self._take_ran_ahead(batch)
+        if ahead is not None:  # launched during the step before: its work is on the device already
+            plan, rows, tokens, fetched = ahead.plan, ahead.sampling, ahead.tokens, ahead.fetched
+            self._events, self._ahead_events = ahead.events, self._events
+            self.timings.num_ran_ahead_steps += 1
+            t1 = time.perf_counter()
         else:
-            plan, rows, graph_host = ready.plan, ready.sampling, ready.graph_host
-            self.timings.num_prepared_steps += 1
-        # Sampling inputs first: a request that cannot be sampled fails here, before the tensor-parallel
-        # workers are told to run the step.
-        sampling = rows.tensors(self._rng.getrandbits(32), self.device) if rows is not None else None
-        self.broadcast_plan(plan)
-        inputs = self.materialize(plan, graph_host)
-        t1 = time.perf_counter()
-        tokens = self.execute(inputs, sampling)
+            ready = self._take_next_decode(batch)
+            if ready is None:
+                plan = self.plan(batch)
+                rows = self._sampling_rows(batch, plan)
+                graph_host = None
+            else:
+                plan, rows, graph_host = ready.plan, ready.sampling, ready.graph_host
+                self.timings.num_prepared_steps += 1
+            # Sampling inputs first: a request that cannot be sampled fails here, before the tensor-parallel
+            # workers are told to run the step.
+            sampling = rows.tensors(self._step_bits(), self.device) if rows is not None else None
+            self.broadcast_plan(plan)
+            inputs = self.materialize(plan, graph_host)
+            t1 = time.perf_counter()
+            tokens = self.execute(inputs, sampling)
+            fetched = self._fetch_tokens(tokens)
         t_launched = time.perf_counter()
-        if self.prepare_ahead and not batch.num_prefill_seqs and len(plan.sample_rows) == len(batch.seqs):
+        held = False
+        if self._may_run_ahead(batch, plan, tokens):
+            self._ran_ahead, held = self._launch_ahead(batch, plan, rows, tokens)
+        if (self._ran_ahead is None and not held and self.prepare_ahead and not batch.num_prefill_seqs
+                and len(plan.sample_rows) == len(batch.seqs)):
             self._next_decode = self._prepare_next_decode(batch, plan, rows)  # while the GPU runs this step
         token_ids = [-1] * len(batch.seqs)
         if tokens is not None:
-            for row, token in zip(plan.sample_rows, tokens.tolist()):
+            for row, token in zip(plan.sample_rows, self._host_tokens(fetched)):
                 token_ids[row] = token
         t2 = time.perf_counter()
         timings = self.timings
@@ -503,7 +581,118 @@ class ModelRunner:
             timings.num_graph_steps += 1
         elif plan.piecewise_size:
             timings.num_piecewise_steps += 1
-        return RunnerOutput(token_ids)
+        return RunnerOutput(token_ids, ran_ahead=ahead is not None)
+
+    # ---- run-ahead ------------------------------------------------------------------------------
+    def _may_run_ahead(self, batch: ScheduledBatch, plan: StepPlan, tokens: torch.Tensor | None) -> bool:
+        """Whether the next step is this batch again, each row one token on, unless a row samples a stop token (or
+        a request is aborted, or a block must be preempted for): see RanAhead."""
+        if not (self.run_ahead and tokens is not None and batch.next_admits_none and not batch.num_prefill_seqs
+                and not plan.piecewise_size and len(plan.sample_rows) == len(batch.seqs)):
+            return False
+        # A row whose token this step brings to its length limit finishes (Scheduler._postprocess_row).
+        return all(len(seq.token_ids) + 1 < seq.max_num_tokens for seq in batch.seqs)
+
+    def _launch_ahead(self, batch: ScheduledBatch, plan: StepPlan, rows: SamplingRows | None,
+                      tokens: torch.Tensor) -> tuple[RanAhead | None, bool]:
+        """Launch the next step of this batch behind this one (see RanAhead); None where it cannot be, with True
+        where it was held back for a request arriving (``arrivals_pending``)."""
+        bs = self.block_size
+        positions = [p + 1 for p in plan.positions]
+        boundary_rows = [row for row, p in enumerate(positions) if p % bs == 0]
+        if len(boundary_rows) > len(self._scratch_blocks):
+            return None, False
+        scratch = self._scratch_blocks[: len(boundary_rows)]
+        tables = plan.decode_tables.copy()  # this step's plan keeps its own, still being read
+        slots = []
+        for seq, p in zip(batch.seqs, positions):
+            slots.append(seq.block_table[p // bs] * bs + p % bs if p % bs else -1)
+        for row, block in zip(boundary_rows, scratch):
+            tables[row, positions[row] // bs] = block
+            slots[row] = block * bs
+        num_rows = len(positions)
+        nxt = StepPlan(ids=[0] * num_rows, positions=positions, slots=slots, num_decode=plan.num_decode,
+                       decode_tables=tables, logits_indices=plan.logits_indices, sample_rows=plan.sample_rows,
+                       graph_bs=plan.graph_bs)
+        sampling_rows = rows.advanced() if rows is not None else None
+        bits = sampling = None
+        if sampling_rows is not None:
+            bits = self._step_bits()
+            try:
+                sampling = sampling_rows.tensors(bits, self.device)
+            except Exception:  # noqa: BLE001 - the step computed afresh meets it and fails its request (RequestError)
+                self._returned_bits = bits
+                return None, False
+        inputs = self.materialize(nxt)
+        # This step's sampled ids are the next step's inputs, copied on the device: the host has not seen them.
+        if nxt.graph_bs:
+            self._graph_ids[:num_rows].copy_(tokens)
+        else:
+            inputs.input_ids = tokens
+        # A full batch admits nobody next step: what arrives meanwhile waits either way.
+        if self.arrivals_pending is not None and len(positions) < self.options.max_num_seqs:
+            if self._is_cuda:
+                self._events[1].synchronize()  # this step's forward is done; its logits and sampling remain
+            if self.arrivals_pending():
+                self.timings.num_held_ahead_steps += 1
+                self._returned_bits = bits
+                return None, True
+        events = self._ahead_events
+        next_tokens = self.execute(inputs, sampling, events)
+        return RanAhead(positions, nxt, sampling_rows, boundary_rows, scratch, next_tokens,
+                        self._fetch_tokens(next_tokens), bits, events), False
+
+    def _fetch_tokens(self, tokens: torch.Tensor | None) -> object:
+        """Start copying a step's sampled ids to the host, behind its sampling alone: ``tolist()`` waits for every
+        kernel launched so far, and so for the step launched ahead behind it too (the host then idled as long)."""
+        if tokens is None or not self._is_cuda:
+            return tokens
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return host, done
+
+    @staticmethod
+    def _host_tokens(fetched) -> list[int]:
+        """The ids ``_fetch_tokens`` started copying, once there."""
+        if isinstance(fetched, tuple):
+            host, done = fetched
+            done.synchronize()
+            return host.tolist()
+        return fetched.tolist()
+
+    def _take_ran_ahead(self, batch: ScheduledBatch) -> RanAhead | None:
+        """The step launched ahead, if ``batch`` is the batch it was launched for; else None, the launched step
+        thrown away (its random word handed back)."""
+        ahead, self._ran_ahead = self._ran_ahead, None
+        if ahead is None:
+            return None
+        seqs = batch.seqs
+        if not batch.continues_batch or [s.num_computed_tokens for s in seqs] != ahead.positions:
+            if ahead.step_bits is not None:
+                self._returned_bits = ahead.step_bits
+            self.timings.num_discarded_ahead_steps += 1
+            return None
+        self._next_decode = None
+        if ahead.boundary_rows:
+            bs = self.block_size
+            plan = ahead.plan
+            blocks = []
+            for row in ahead.boundary_rows:  # the blocks the scheduler allocated for those tokens: the plan's now
+                p = ahead.positions[row]
+                block = seqs[row].block_table[p // bs]
+                blocks.append(block)
+                plan.decode_tables[row, p // bs] = block
+                plan.slots[row] = block * bs
+            self._copy_blocks(ahead.scratch_blocks, blocks)
+        return ahead
+
+    def _copy_blocks(self, sources: list[int], targets: list[int]) -> None:
+        """Copy whole KV blocks, every layer's K and V (on the stream, behind the step that wrote them)."""
+        source = self._to_device(sources, torch.int64)
+        target = self._to_device(targets, torch.int64)
+        self.kv_cache.index_copy_(2, target, self.kv_cache.index_select(2, source))
 
     def _prepare_next_decode(self, batch: ScheduledBatch, plan: StepPlan, rows: SamplingRows | None) -> NextDecode:
         bs = self.block_size

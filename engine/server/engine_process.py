@@ -146,6 +146,8 @@ class _Loop:
 
     def run(self) -> None:
         engine, commands = self.engine, self.commands
+        if hasattr(engine.runner, "arrivals_pending"):  # a command waiting: hold back a step launched ahead
+            engine.runner.arrivals_pending = commands.poll
         while self.running:
             while commands.poll():
                 self.handle(commands.recv())

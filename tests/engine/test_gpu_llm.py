@@ -55,6 +55,7 @@ TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two C
     "options",
     [
         dict(),
+        dict(run_ahead=False),
         dict(enforce_eager=True, max_num_batched_tokens=256),
         dict(max_num_batched_tokens=256),
         dict(max_cuda_graph_tokens=0),
@@ -62,7 +63,8 @@ TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two C
         dict(max_model_len=16384),
         pytest.param(dict(tensor_parallel_size=2), marks=TWO_GPUS),
     ],
-    ids=["graphs-mixed", "eager-chunked", "piecewise-chunked", "decode-graphs-only", "nano", "graphs-long-splits",
+    ids=["graphs-mixed", "graphs-mixed-planned-ahead", "eager-chunked", "piecewise-chunked", "decode-graphs-only",
+         "nano", "graphs-long-splits",
          "tp2"],
 )
 def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch):
@@ -89,23 +91,34 @@ def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch
 
     llm = LLM(path, **{"max_model_len": 2048, **options})
     try:
-        # A step's plan is either made in run() or prepared during the step before (NextDecode); both pass
-        # through materialize, so the sampled rows are keyed there, against the batch run() was given.
+        # A step's plan is made in run(), prepared during the step before (NextDecode) or launched during the step
+        # before (run-ahead, one token further on than the batch run() was given); each passes through
+        # materialize, so the sampled rows are keyed there.
         real_run, real_materialize = llm.runner.run, llm.runner.materialize
+        real_launch_ahead = llm.runner._launch_ahead
         current = []
+        ahead = [0]
 
         def recording_run(batch):
             current[:] = [batch]
             return real_run(batch)
 
+        def recording_launch_ahead(*args):
+            ahead[0] = 1
+            try:
+                return real_launch_ahead(*args)
+            finally:
+                ahead[0] = 0
+
         def recording_materialize(plan, graph_host=None):
             seqs = current[0].seqs
-            pending[:] = [(seqs[r].request_id, seqs[r].num_tokens) for r in plan.sample_rows]
+            pending[:] = [(seqs[r].request_id, seqs[r].num_tokens + ahead[0]) for r in plan.sample_rows]
             return real_materialize(plan, graph_host)
 
         monkeypatch.setattr(model_runner_module, "sample", recording_sample)
         monkeypatch.setattr(llm.runner, "run", recording_run)
         monkeypatch.setattr(llm.runner, "materialize", recording_materialize)
+        monkeypatch.setattr(llm.runner, "_launch_ahead", recording_launch_ahead)
         greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
         ours = [o["token_ids"] for o in llm.generate(prompts, greedy, use_tqdm=False)]
         if options.get("tensor_parallel_size", 1) == 1:
@@ -114,7 +127,11 @@ def test_bf16_engine_matches_transformers(qwen3_06b_shaped, options, monkeypatch
             eager_prefill = options.get("enforce_eager") or options.get("max_cuda_graph_tokens") == 0
             expected = 0 if eager_prefill else timings.num_steps - timings.num_graph_steps
             assert timings.num_piecewise_steps == expected > 0 or eager_prefill
-            assert timings.num_prepared_steps > 0  # the logits below include steps planned ahead
+            # The logits below include steps launched ahead (run-ahead), or planned ahead without it.
+            if options.get("run_ahead", True):
+                assert timings.num_ran_ahead_steps > 0
+            else:
+                assert timings.num_prepared_steps > 0 and timings.num_ran_ahead_steps == 0
     finally:
         llm.close()
         del llm

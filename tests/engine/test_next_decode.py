@@ -14,7 +14,7 @@ from engine import LLM, SamplingParams  # noqa: E402
 
 
 def test_a_prepared_next_step_equals_a_fresh_plan_of_the_batch(tiny_qwen3, monkeypatch) -> None:
-    llm = LLM(tiny_qwen3[0], block_size=16, max_model_len=256, num_gpu_blocks=64, seed=3)
+    llm = LLM(tiny_qwen3[0], block_size=16, max_model_len=256, num_gpu_blocks=64, seed=3, run_ahead=False)
     runner = llm.runner
     real_take = runner._take_next_decode
     used: list[int] = []  # boundary rows of each prepared step that was used
@@ -54,7 +54,7 @@ def test_a_prepared_next_step_equals_a_fresh_plan_of_the_batch(tiny_qwen3, monke
     steps = llm.engine.step_log.to_arrow()
     assert runner.timings.num_prepared_steps == len(used) == sum(steps.column("continues_batch").to_pylist())
     # The same requests planned afresh every step give the same tokens.
-    again = LLM(tiny_qwen3[0], block_size=16, max_model_len=256, num_gpu_blocks=64, seed=3)
+    again = LLM(tiny_qwen3[0], block_size=16, max_model_len=256, num_gpu_blocks=64, seed=3, run_ahead=False)
     monkeypatch.setattr(again.runner, "_take_next_decode", lambda batch: None)
     assert [s.token_ids for s in seqs] == [s.token_ids for s in _serve(again.engine, prompts, params)]
 
@@ -80,7 +80,7 @@ def test_a_prepared_graph_step_stages_the_inputs_a_fresh_one_would(tiny_qwen3, m
 
     from engine.gpu.attention.triton_kernels_host import DecodeSplits
 
-    llm = LLM(tiny_qwen3[0], block_size=16, max_model_len=256, num_gpu_blocks=64, seed=3)
+    llm = LLM(tiny_qwen3[0], block_size=16, max_model_len=256, num_gpu_blocks=64, seed=3, run_ahead=False)
     runner = llm.runner
     monkeypatch.setattr(runner, "graphs", {16: None})
     monkeypatch.setattr(runner, "_graph_sizes", [16], raising=False)

@@ -278,9 +278,14 @@ def _other_deployment(run_dir: Path, profile: dict) -> str | None:
         return None
     # A profile without a model is named by what reads it (host_speed's was said to have model 'None').
     model = profile.get("model")
+    # An engine that launches decode steps ahead takes less time for them than the profile of one that does not
+    # prices (and the other way round): its step times would fit the factors to the other engine.
+    features = profile.get("engine_features")
+    profile_ahead = features.get("runs_decode_ahead") if isinstance(features, dict) else None
     pairs = (("model", config.get("model"), None if model is None else Path(str(model)).name),
              ("tensor-parallel size", config.get("tensor_parallel_size"), profile.get("tensor_parallel_size")),
-             ("device", config.get("device"), profile.get("device")))
+             ("device", config.get("device"), profile.get("device")),
+             ("run-ahead", _on_off(config.get("run_ahead")), _on_off(profile_ahead)))
     for what, run_value, profile_value in pairs:
         if run_value is None or profile_value is None:
             continue
@@ -288,6 +293,10 @@ def _other_deployment(run_dir: Path, profile: dict) -> str | None:
         if run_text.lower() != str(profile_value).lower():
             return f"{what} {run_text}, not the profile's {profile_value}"
     return None
+
+
+def _on_off(value: object) -> str | None:
+    return {True: "on", False: "off"}.get(value) if isinstance(value, bool) else None
 
 
 def _steps_digest(run_dir: Path) -> str | None:

@@ -159,15 +159,27 @@ def measure_once(engine, injector: StateInjector, point: GridPoint, decode_steps
     they are (see DECODE_STEPS)."""
     block_size = engine.scheduler.block_manager.block_size
     bs, ctx = point.decode
+    # An engine that runs ahead launches a decode step during the step before when nothing arrives meanwhile; in
+    # serving a request that joins the batch holds that launch back (ModelRunner.arrivals_pending). So here too:
+    # the grid's requests "arrive" before every step but those a decode point times one after another, or the
+    # untimed decode step of a mixed point would launch a step its prefill then throws away, and a prefill point
+    # timed after a decode point would wait for the decode step launched after that point's last timed step.
+    holding = [True]
+    runner = engine.runner
+    if hasattr(runner, "arrivals_pending"):
+        runner.arrivals_pending = lambda: holding[0]
     if point.family in ("decode", "decode_skewed"):
         num_long, long_ctx = point.long_decode
         for _ in range(bs):  # a warm-up step, then the timed ones
             injector.add(row_context(ctx, block_size, decode_steps + 1) - 1, 1, max_tokens=decode_steps + 7)
         for _ in range(num_long):
             injector.add(row_context(long_ctx, block_size, decode_steps + 1) - 1, 1, max_tokens=decode_steps + 7)
+        holding[0] = False
         time_step(engine)  # untimed: it also files the rows as plain decodes (engine.core.steady_decodes)
-        # Each repeats the batch before it, from the plan prepared during it.
-        timed = [time_step(engine) for _ in range(decode_steps)]
+        # Each repeats the batch before it, from the plan prepared (or the step launched) during it.
+        timed = [time_step(engine) for _ in range(decode_steps - 1)]
+        holding[0] = True  # the last launches none after it
+        timed.append(time_step(engine))
         features, _, checked = timed[0]
         sample = (features, sum(t for _, t, _ in timed) / decode_steps, checked)
     else:
@@ -328,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     # Decode steps that continue the step before's batch run from a plan prepared during that step (the
     # runner's NextDecode): the 'decode' family measures those, 'decode_after_eager' the others.
     prepares_decode_ahead = bool(getattr(llm.runner, "prepare_ahead", False))
+    # ... or, with run-ahead, launched during that step: the 'decode' family then times those (none waits).
+    runs_decode_ahead = bool(getattr(llm.runner, "run_ahead", False))
     llm.close()
     profile = {
         "model": llm.shape.name if args.model.count("/") == 0 else args.model,
@@ -337,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "host": host_info(),
         "measured_at": time.strftime("%Y-%m-%d"),
-        "engine_features": {"prepares_decode_ahead": prepares_decode_ahead, "sampler": "gumbel one pass"},
+        "engine_features": {"prepares_decode_ahead": prepares_decode_ahead, "runs_decode_ahead": runs_decode_ahead,
+                            "sampler": "gumbel one pass"},
         "decode_steps_per_sample": args.decode_steps,
         "engine_options": {
             "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,

@@ -5,7 +5,9 @@ Two regimes, as the engine runs them:
   (KV tokens read), with a and b fitted per measured bucket size and interpolated between them. An engine
   that plans the next decode step while the current one runs (its profile's ``engine_features``) does so
   only for a step that repeats the batch before it (``continues_batch``); the others pay their planning:
-  a surcharge c + d x (batch size), fitted on the grid's decode steps right after a prefill;
+  a surcharge c + d x (batch size), fitted on the grid's decode steps right after a prefill. An engine that runs
+  ahead (``engine_features.runs_decode_ahead``: it launches such a step during the step before) was timed so on
+  the grid's decode points, and the simulator marks those steps ``ran_ahead`` in its step log;
 - every other step (prefill or mixed) is a host part and a device part, each linear with non-negative
   coefficients. An engine that replays prefill and mixed steps as piecewise CUDA graphs (profiles
   that list ``piecewise_graph_sizes``) launches a step in ~2 ms whatever its size, and keeps the GPU
@@ -546,6 +548,9 @@ def fit_profile(profile: dict) -> dict:
     # (every fourth, in grid order), which the simulator needs as much as the rest.
     final = _fit(points, max_graph_bs, sizes, piecewise_sizes, ahead)
     final["graph_sizes"] = sizes
+    # An engine that launches a step repeating its batch before the step before is postprocessed (run-ahead): its
+    # 'decode' points time such steps, and its step logs mark them (ran_ahead), as the simulator's then do.
+    final["runs_decode_ahead"] = isinstance(features, dict) and features.get("runs_decode_ahead") is True
     final_model = ProfiledCostModel(final, name="fit")
     all_errors = [abs(final_model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in points]
     final["held_out"] = fit["held_out"]
@@ -562,6 +567,7 @@ class ProfiledCostModel:
     def __init__(self, fit: dict, name: str) -> None:
         self.name = name
         self.fit = fit
+        self.runs_decode_ahead = fit.get("runs_decode_ahead") is True
         decode = fit["graph_decode"]
         sizes = sorted(fit.get("graph_sizes") or decode["batch_sizes"])
         self.max_graph_bs = fit["max_graph_batch_size"]

@@ -39,6 +39,9 @@ class CostModelRunner:
         if host_speed is not None and clock is None:
             raise ValueError("a host speed that varies over time needs the simulation clock")
         self.cost_model = cost_model
+        # Whether the engine modelled launches a step that repeats its batch during the step before (its profile
+        # says so: the GPU runner's run-ahead); the step log's ran_ahead marks those steps.
+        self.runs_decode_ahead = getattr(cost_model, "runs_decode_ahead", False)
         self.token_id = token_id
         self.host_speed = host_speed
         self.clock = clock
@@ -48,7 +51,8 @@ class CostModelRunner:
         if self.host_speed is not None:
             start_s = self.clock.now()  # the only reader of the time
             self.host_speed.forget_before(start_s)
-        return RunnerOutput([self.token_id] * len(batch.seqs), self.duration_at(batch, start_s))
+        return RunnerOutput([self.token_id] * len(batch.seqs), self.duration_at(batch, start_s),
+                            self.runs_decode_ahead and batch.continues_batch == 1)
 
     def duration_at(self, batch: ScheduledBatch, start_s: float) -> float:
         """The predicted time of a step that starts at ``start_s`` (the host may run slower at times)."""

@@ -117,10 +117,12 @@ def test_cli_refuses_a_run_timed_by_a_client(tmp_path, capsys):
     ({"model": "qwen3-8b", "tensor_parallel_size": 1}, "model qwen3-8b, not the profile's qwen3-0.6b"),
     ({"model": "/models/qwen3-0.6b", "tensor_parallel_size": 2}, "tensor-parallel size 2, not the profile's 1"),
     ({"model": "qwen3-0.6b", "device": "NVIDIA A100-SXM4-80GB"}, "device NVIDIA A100-SXM4-80GB, not the profile's"),
+    # The shipped profile's engine runs decode steps ahead; an engine.replay --no-run-ahead run's are longer.
+    ({"model": "qwen3-0.6b", "run_ahead": False}, "run-ahead off, not the profile's on"),
 ])
 def test_cli_refuses_runs_of_another_deployment(tmp_path, capsys, config, message):
-    """A GPU run of another model, tensor-parallel size or device calibrated the profile to it without a word (the
-    factors are clamped to 0.25-4, so nothing looked wrong); the profile is left as it was."""
+    """A GPU run of another model, tensor-parallel size, device or run-ahead calibrated the profile to it without a
+    word (the factors are clamped to 0.25-4, so nothing looked wrong); the profile is left as it was."""
     profile = tmp_path / "p.json"
     shutil.copy(PROFILE, profile)
     run = _fake_run(tmp_path / "run", host=1.0, decode=1.0)

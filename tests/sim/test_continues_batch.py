@@ -81,3 +81,24 @@ def test_no_surcharge_is_fitted_for_an_engine_that_plans_every_step_itself():
     assert fit_profile(profile)["graph_decode"]["unprepared_s"] == [0.0, 0.0]
     profile["engine_features"] = "yes"  # hostile: not an object, and not a traceback
     assert fit_profile(profile)["graph_decode"]["unprepared_s"] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("runs_ahead", [True, False])
+def test_the_simulator_marks_the_steps_an_engine_that_runs_ahead_launches_during_the_step_before(runs_ahead, tmp_path):
+    """A profile of an engine with run-ahead (engine_features.runs_decode_ahead) models one that launches every step
+    repeating its batch during the step before (the GPU runner does so where none waits, as in every such step of a
+    window): the simulated step log's ran_ahead is continues_batch, stepped and fast-forwarded alike. A profile of
+    an engine without it marks none."""
+    profile = json.loads(PROFILE.read_text())
+    assert profile["engine_features"]["runs_decode_ahead"] is True and profile["fit"]["runs_decode_ahead"] is True
+    if not runs_ahead:
+        profile["engine_features"]["runs_decode_ahead"] = False
+        profile["fit"] = fit_profile(profile)
+        assert profile["fit"]["runs_decode_ahead"] is False
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile))
+    result = simulate(load_trace(SHAREGPT).head(400).with_qps(20.0), SimConfig(cost_model=str(path)))
+    steps = result.steps_table()
+    continues, ran_ahead = (steps.column(c).to_numpy() for c in ("continues_batch", "ran_ahead"))
+    assert continues.sum() > 100 and result.num_fast_forward_steps > 100
+    assert np.array_equal(ran_ahead, continues if runs_ahead else np.zeros_like(continues))

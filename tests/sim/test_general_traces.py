@@ -9,6 +9,7 @@ against requests.parquet; and the saturation warning of a fleet, weighed per rep
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -125,9 +126,10 @@ def test_a_single_request(tmp_path: Path) -> None:
     assert requests.height == 1 and steps.height == 1 and summary["num_steps"] == 1
     assert summary["num_finished"] == 1 and summary["finish_reasons"] == {"length": 1}
     ttft_ms = requests["ttft_s"][0] * 1e3
-    assert summary["ttft_ms"] == summary["e2e_ms"] == {"p50": pytest.approx(ttft_ms), "p90": pytest.approx(ttft_ms),
-                                                       "p99": pytest.approx(ttft_ms), "mean": pytest.approx(ttft_ms)}
-    assert summary["duration_s"] == pytest.approx(requests["ttft_s"][0])  # from its arrival, not from 0
+    # summary.json keeps six significant digits: half a unit of the sixth is 5e-6 of the value.
+    close = pytest.approx(ttft_ms, rel=5e-6)
+    assert summary["ttft_ms"] == summary["e2e_ms"] == {"p50": close, "p90": close, "p99": close, "mean": close}
+    assert summary["duration_s"] == pytest.approx(requests["ttft_s"][0], rel=5e-6)  # from its arrival, not from 0
     assert summary["tpot_ms"]["p50"] is None and summary["itl_ms"]["p50"] is None  # one token has no gaps
 
 
@@ -303,11 +305,15 @@ def _fleet_saturation(num_requests: int, replicas: int, qps: float) -> list[dict
 def test_a_fleet_is_past_saturation_as_each_of_its_replicas_is() -> None:
     # Four replicas at four times the load of one: each queue grows as the one replica's does, and each is
     # weighed against the requests it was given (against all of the fleet's, no fleet of ten ever warned).
+    # (A replica of the four gets every fourth request, its arrivals a 1/240 s shift of the one replica's: the last
+    # third of the arrivals may hold one request fewer, and the trend moves by as little.)
     one = _fleet_saturation(200, 1, 60.0)
     four = _fleet_saturation(800, 4, 240.0)
-    assert [(w["value"], w["limit"]) for w in one] == [(w["value"], w["limit"]) for w in four] == [(17.2, 6.7)]
+    assert [(w["value"], w["limit"]) for w in one] == [(12.0, 6.7)]
+    assert len(four) == 1 and four[0]["value"] == pytest.approx(12.0, abs=0.2)
+    assert four[0]["limit"] in (6.6, 6.7)
     assert "of the 67 that arrived then" in one[0]["message"]
-    assert "of the 67 that were queued on it then" in four[0]["message"]
+    assert re.search(r"of the 6[67] that were queued on it then", four[0]["message"])
 
 
 def test_saturation_of_crafted_queues_on_ten_replicas() -> None:
@@ -328,7 +334,7 @@ def test_rejected_requests_are_not_counted_as_queued() -> None:
     requests = result.requests_table()
     warning = saturation_warning(pl.from_arrow(result.steps_table()), requests.column("arrival_s").to_numpy(),
                                  queued_replicas(requests))
-    assert [(w["value"], w["limit"]) for w in warning] == [(17.2, 6.7)]
+    assert [(w["value"], w["limit"]) for w in warning] == [(12.0, 6.7)]
 
 
 def test_the_cli_warns_of_a_saturated_fleet(tmp_path: Path) -> None:
@@ -336,7 +342,7 @@ def test_the_cli_warns_of_a_saturated_fleet(tmp_path: Path) -> None:
     trace = write_trace(tmp_path / "t.parquet", [200] * n, [300] * n, [i / 240 for i in range(n)])
     _, _, summary = _replay(tmp_path, trace, "--replicas", 4, "--max-num-seqs", 32)
     saturated = [w for w in summary["warnings"] if w["code"] == "past_saturation"]
-    assert [w["limit"] for w in saturated] == [6.7]
+    assert [w["limit"] for w in saturated] == [6.6]  # 10 % of the 66 queued on replica 0 in the last third
 
 
 def test_outputs_name_every_request_of_a_string_id_trace(tmp_path: Path) -> None:

@@ -555,7 +555,12 @@ class ModelRunner:
         t_launched = time.perf_counter()
         held = False
         if self._may_run_ahead(batch, plan, tokens):
-            self._ran_ahead, held = self._launch_ahead(batch, plan, rows, tokens)
+            try:
+                self._ran_ahead, held = self._launch_ahead(batch, plan, rows, tokens)
+            except Exception as exc:  # noqa: BLE001 - this step's tokens are computed: the next is planned afresh
+                _log.warning("launching the next step ahead failed (%s: %s); it runs when scheduled",
+                             type(exc).__name__, exc, exc_info=True)
+                self._ran_ahead = None
         if (self._ran_ahead is None and not held and self.prepare_ahead and not batch.num_prefill_seqs
                 and len(plan.sample_rows) == len(batch.seqs)):
             self._next_decode = self._prepare_next_decode(batch, plan, rows)  # while the GPU runs this step
@@ -615,14 +620,19 @@ class ModelRunner:
                        decode_tables=tables, logits_indices=plan.logits_indices, sample_rows=plan.sample_rows,
                        graph_bs=plan.graph_bs)
         sampling_rows = rows.advanced() if rows is not None else None
-        bits = sampling = None
-        if sampling_rows is not None:
-            bits = self._step_bits()
-            try:
-                sampling = sampling_rows.tensors(bits, self.device)
-            except Exception:  # noqa: BLE001 - the step computed afresh meets it and fails its request (RequestError)
-                self._returned_bits = bits
-                return None, False
+        bits = self._step_bits() if sampling_rows is not None else None
+        try:
+            return self._launch_planned(nxt, sampling_rows, bits, tokens, boundary_rows, scratch)
+        except Exception:  # the step computed afresh meets it (a request it cannot sample fails there, RequestError)
+            self._returned_bits = bits
+            raise
+
+    def _launch_planned(self, nxt: StepPlan, sampling_rows: SamplingRows | None, bits: int | None,
+                        tokens: torch.Tensor, boundary_rows: list[int],
+                        scratch: list[int]) -> tuple[RanAhead | None, bool]:
+        sampling = sampling_rows.tensors(bits, self.device) if sampling_rows is not None else None
+        positions = nxt.positions
+        num_rows = len(positions)
         inputs = self.materialize(nxt)
         # This step's sampled ids are the next step's inputs, copied on the device: the host has not seen them.
         if nxt.graph_bs:
@@ -832,6 +842,7 @@ class ModelRunner:
         """Release graphs, the KV cache and the weights now rather than at garbage collection."""
         self.graphs.clear()
         self.piecewise = None
+        self._ran_ahead = self._next_decode = None
         self.__dict__.pop("_graph_outputs", None)
         self.__dict__.pop("_graph_meta", None)
         if getattr(self, "model", None) is not None:

@@ -124,3 +124,25 @@ def test_run_ahead_is_an_option(tiny_qwen3) -> None:
     assert llm.engine.config.num_gpu_blocks == 64
     with pytest.raises(ConfigError, match="run_ahead must be true or false, got 'no'"):
         _llm(tiny_qwen3[0], run_ahead="no")
+
+
+def test_a_launch_ahead_that_fails_costs_the_step_before_nothing(tiny_qwen3, monkeypatch) -> None:
+    """The step whose successor could not be launched ahead keeps its tokens; the successor runs when scheduled, with
+    the random word the failed launch drew (unseeded sampled rows get the tokens they would without run-ahead)."""
+    prompts = _prompts((5, 14, 15, 30))
+    params = [SamplingParams(max_tokens=20, ignore_eos=True, temperature=0.8) for _ in prompts]
+    off = _llm(tiny_qwen3[0], run_ahead=False)
+    expected = _outcome(off, _serve(off.engine, prompts, params))
+    on = _llm(tiny_qwen3[0], run_ahead=True)
+    calls = [0]
+    real_launch = on.runner._launch_planned
+
+    def failing_every_third(*args):
+        calls[0] += 1
+        if calls[0] % 3 == 0:
+            raise RuntimeError("out of memory (simulated)")
+        return real_launch(*args)
+
+    monkeypatch.setattr(on.runner, "_launch_planned", failing_every_third)
+    assert _outcome(on, _serve(on.engine, prompts, params)) == expected
+    assert calls[0] >= 6 and on.runner.timings.num_ran_ahead_steps > 0

@@ -643,7 +643,13 @@ class ModelRunner:
         if self.arrivals_pending is not None and len(positions) < self.options.max_num_seqs:
             if self._is_cuda:
                 self._events[1].synchronize()  # this step's forward is done; its logits and sampling remain
-            if self.arrivals_pending():
+            try:
+                pending = self.arrivals_pending()
+            except Exception as exc:  # noqa: BLE001 - a hint that fails must not fail the step already computed
+                _log.warning("arrivals_pending failed (%s: %s): the next step is not launched ahead",
+                             type(exc).__name__, exc)
+                pending = True
+            if pending:
                 self.timings.num_held_ahead_steps += 1
                 self._returned_bits = bits
                 return None, True

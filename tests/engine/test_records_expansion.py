@@ -22,10 +22,12 @@ def _recorded(rng: random.Random, log: StepLog, rows: list[dict], clock: list[fl
     start, duration = clock[0], rng.uniform(0.001, 0.05)
     engine = {"num_running": rng.randrange(0, 64), "num_waiting": rng.randrange(0, 9),
               "num_kv_blocks_used": rng.randrange(0, 100), "num_finished": rng.randrange(0, 4)}
+    ran_ahead = rng.randrange(2)
     log.record(batch, start, duration, engine["num_running"], engine["num_waiting"], engine["num_kv_blocks_used"],
-               engine["num_finished"])
+               engine["num_finished"], ran_ahead)
     rows.append({**{name: getattr(batch, name) for name in BATCH_COLUMNS}, **engine,
-                 "num_preempted": len(batch.preempted), "start_s": start, "duration_s": duration})
+                 "num_preempted": len(batch.preempted), "start_s": start, "duration_s": duration,
+                 "ran_ahead": ran_ahead})
     clock[0] = start + duration
 
 
@@ -36,7 +38,9 @@ def _quiet(rng: random.Random, log: StepLog, rows: list[dict], clock: list[float
     start = clock[0] + rng.choice([0.0, rng.uniform(0.0, 0.5)])  # a run may start after an idle gap
     ends = np.cumsum([rng.uniform(0.001, 0.03) for _ in range(length)]) + start
     blocks = array("q", (rng.randrange(0, 100) for _ in range(length)))
-    log.extend_quiet(seqs, context, longest, blocks, start, ends, finished_last, waiting_last, continues_first)
+    ran_ahead = rng.randrange(2)  # whether the runner launches a step that repeats its batch ahead
+    log.extend_quiet(seqs, context, longest, blocks, start, ends, finished_last, waiting_last, continues_first,
+                     ran_ahead)
     for k in range(length):
         last = k == length - 1
         step_start = start if k == 0 else float(ends[k - 1])
@@ -46,7 +50,8 @@ def _quiet(rng: random.Random, log: StepLog, rows: list[dict], clock: list[float
             "num_running": seqs - (finished_last if last else 0), "num_waiting": waiting_last if last else 0,
             "num_kv_blocks_used": blocks[k], "num_preempted": 0, "num_finished": finished_last if last else 0,
             "prefill_attention_pairs": 0, "max_decode_context_tokens": longest + k,
-            "continues_batch": continues_first if k == 0 else 1, "start_s": step_start,
+            "continues_batch": continues_first if k == 0 else 1,
+            "ran_ahead": ran_ahead * (continues_first if k == 0 else 1), "start_s": step_start,
             "duration_s": float(ends[k]) - step_start,
         })
     clock[0] = float(ends[-1])

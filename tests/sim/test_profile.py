@@ -70,3 +70,45 @@ def test_row_context_keeps_the_timed_steps_off_block_boundaries():
             positions = range(shifted - 1, shifted - 1 + steps)
             assert 0 <= shifted - ctx < 16
             assert all(p % 16 not in (0, 15) for p in positions), (ctx, steps)
+
+
+def test_the_profiler_launches_steps_ahead_only_between_a_decode_points_timed_steps():
+    """A step launched ahead behind a point's last timed step made the next point wait for it (a 16-token prefill
+    after a full-batch decode point took 15 ms instead of 2.2); one launched from a mixed point's untimed decode
+    step was thrown away by its prefill and waited for. Only the steps a decode point times one after another are
+    launched ahead (from the untimed step on), the last of them launching none."""
+    from types import SimpleNamespace
+
+    from sim.profile import GridPoint, measure_once
+
+    launches = []
+
+    class Runner:
+        run_ahead = True
+
+    class Engine:
+        def __init__(self):
+            self.runner = Runner()
+            self.scheduler = SimpleNamespace(block_manager=SimpleNamespace(block_size=16))
+
+        def step(self):
+            launches.append(self.runner.run_ahead)
+            from engine.core.scheduler import ScheduledBatch
+            return ScheduledBatch(), []
+
+    class Injector:
+        def add(self, *args, **kwargs):
+            pass
+
+        def clear(self):
+            pass
+
+    engine = Engine()
+    measure_once(engine, Injector(), GridPoint("decode", decode=(4, 100)), decode_steps=3)
+    assert launches == [True, True, True, False] and engine.runner.run_ahead is True
+    launches.clear()
+    measure_once(engine, Injector(), GridPoint("mixed", decode=(4, 100), prefill=((0, 64),)))
+    assert launches == [False, False] and engine.runner.run_ahead is True
+    launches.clear()
+    measure_once(engine, Injector(), GridPoint("prefill", prefill=((0, 16),)))
+    assert launches == [False] and engine.runner.run_ahead is True

@@ -602,23 +602,14 @@ class ModelRunner:
                       tokens: torch.Tensor) -> tuple[RanAhead | None, bool]:
         """Launch the next step of this batch behind this one (see RanAhead); None where it cannot be, with True
         where it was held back for a request arriving (``arrivals_pending``)."""
-        bs = self.block_size
-        positions = [p + 1 for p in plan.positions]
-        boundary_rows = [row for row, p in enumerate(positions) if p % bs == 0]
+        nxt, boundary_rows = self._plan_one_token_on(batch, plan)
         if len(boundary_rows) > len(self._scratch_blocks):
             return None, False
         scratch = self._scratch_blocks[: len(boundary_rows)]
-        tables = plan.decode_tables.copy()  # this step's plan keeps its own, still being read
-        slots = []
-        for seq, p in zip(batch.seqs, positions):
-            slots.append(seq.block_table[p // bs] * bs + p % bs if p % bs else -1)
-        for row, block in zip(boundary_rows, scratch):
-            tables[row, positions[row] // bs] = block
-            slots[row] = block * bs
-        num_rows = len(positions)
-        nxt = StepPlan(ids=[0] * num_rows, positions=positions, slots=slots, num_decode=plan.num_decode,
-                       decode_tables=tables, logits_indices=plan.logits_indices, sample_rows=plan.sample_rows,
-                       graph_bs=plan.graph_bs)
+        bs = self.block_size
+        for row, block in zip(boundary_rows, scratch):  # their tokens' K/V go to a scratch block meanwhile
+            nxt.decode_tables[row, nxt.positions[row] // bs] = block
+            nxt.slots[row] = block * bs
         sampling_rows = rows.advanced() if rows is not None else None
         bits = self._step_bits() if sampling_rows is not None else None
         try:
@@ -633,6 +624,7 @@ class ModelRunner:
         sampling = sampling_rows.tensors(bits, self.device) if sampling_rows is not None else None
         positions = nxt.positions
         num_rows = len(positions)
+        nxt.ids = [0] * num_rows  # placeholders: the ids are this step's sampled ones, below
         inputs = self.materialize(nxt)
         # This step's sampled ids are the next step's inputs, copied on the device: the host has not seen them.
         if nxt.graph_bs:
@@ -685,7 +677,7 @@ class ModelRunner:
         if ahead is None:
             return None
         seqs = batch.seqs
-        if not batch.continues_batch or [s.num_computed_tokens for s in seqs] != ahead.positions:
+        if not _repeats(batch, ahead.positions):
             if ahead.step_bits is not None:
                 self._returned_bits = ahead.step_bits
             self.timings.num_discarded_ahead_steps += 1
@@ -711,29 +703,31 @@ class ModelRunner:
         self.kv_cache.index_copy_(2, target, self.kv_cache.index_select(2, source))
 
     def _prepare_next_decode(self, batch: ScheduledBatch, plan: StepPlan, rows: SamplingRows | None) -> NextDecode:
+        nxt, boundary_rows = self._plan_one_token_on(batch, plan)
+        graph_host = self._graph_host(nxt) if nxt.graph_bs else None
+        sampling = rows.advanced() if rows is not None else None
+        return NextDecode(nxt.positions, nxt, sampling, boundary_rows, graph_host)
+
+    def _plan_one_token_on(self, batch: ScheduledBatch, plan: StepPlan) -> tuple[StepPlan, list[int]]:
+        """The plan of ``batch`` one token on, from this decode step's ``plan`` (no ids: they are sampled now), and
+        the rows whose next token opens a block the scheduler has not allocated yet (their slot -1, their block
+        table shared with this plan's unless they exist, when it is a copy for the caller to patch)."""
         bs = self.block_size
-        seqs = batch.seqs
         positions = [p + 1 for p in plan.positions]
         boundary_rows = [row for row, p in enumerate(positions) if p % bs == 0]
-        slots = [s.block_table[p // bs] * bs + p % bs if p % bs else -1 for s, p in zip(seqs, positions)]
-        tables = plan.decode_tables
+        slots = [s.block_table[p // bs] * bs + p % bs if p % bs else -1 for s, p in zip(batch.seqs, positions)]
+        tables = plan.decode_tables.copy() if boundary_rows else plan.decode_tables  # this step's plan keeps its own
         nxt = StepPlan(ids=[], positions=positions, slots=slots, num_decode=plan.num_decode, decode_tables=tables,
                        logits_indices=plan.logits_indices, sample_rows=plan.sample_rows, graph_bs=plan.graph_bs,
                        piecewise_size=plan.piecewise_size)
-        if boundary_rows:
-            nxt.decode_tables = tables = tables.copy()  # patched when used: this step's plan keeps its own
-        graph_host = self._graph_host(nxt) if nxt.graph_bs else None
-        sampling = rows.advanced() if rows is not None else None
-        return NextDecode(positions, nxt, sampling, boundary_rows, graph_host)
+        return nxt, boundary_rows
 
     def _take_next_decode(self, batch: ScheduledBatch) -> NextDecode | None:
         """The prepared next step, completed, if ``batch`` is the batch it was prepared for; else None."""
         nxt, self._next_decode = self._next_decode, None
-        if nxt is None or not batch.continues_batch:
+        if nxt is None or not _repeats(batch, nxt.positions):
             return None
         seqs = batch.seqs
-        if [s.num_computed_tokens for s in seqs] != nxt.positions:
-            return None
         plan = nxt.plan
         bs = self.block_size
         plan.ids = ids = [s.token_ids[p] for s, p in zip(seqs, nxt.positions)]
@@ -858,3 +852,9 @@ class ModelRunner:
         self.model = None
         if self._is_cuda:
             torch.cuda.empty_cache()
+
+
+def _repeats(batch: ScheduledBatch, positions: list[int]) -> bool:
+    """Whether ``batch`` is the decode batch a step was planned (or launched) for: the scheduler says it repeats the
+    last batch, and each row computes the position planned."""
+    return bool(batch.continues_batch) and [s.num_computed_tokens for s in batch.seqs] == positions

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -79,6 +80,17 @@ def serve_process(model_dir: str, *args: str):
     return subprocess.Popen([sys.executable, "-m", "engine.serve", "--model", model_dir, "--device", "cpu",
                              "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"})
+
+
+@contextmanager
+def killed_on_exit(proc):
+    """Run the block with ``proc`` (a server process); kill it if the block leaves it running (an assertion failed,
+    or a wait timed out), so that no test leaves a server behind."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def process_cmdline(pid: int) -> str:

@@ -23,7 +23,7 @@ from engine.server.api import build_app  # noqa: E402
 from engine.server.engine_client import EngineClient  # noqa: E402
 from engine.server.signals import Server  # noqa: E402
 from tests.engine import test_server_api  # noqa: E402
-from tests.engine.helpers import engine_processes, process_cmdline, serve_process  # noqa: E402
+from tests.engine.helpers import engine_processes, killed_on_exit, process_cmdline, serve_process  # noqa: E402
 from tests.engine.test_server_api import ScriptedRunner, scripted_llm, wait_until_idle  # noqa: E402
 
 served = test_server_api.served  # the fixture: a scripted engine process behind the app, through a TestClient
@@ -100,7 +100,7 @@ def test_sigterm_while_the_model_loads_is_one_line_and_exit_143(tiny_qwen3) -> N
     killed the server without a word, its engine process left to Linux's parent-death signal."""
     model_dir, _ = tiny_qwen3
     proc = serve_process(model_dir, "--warmup-requests", "1000")
-    try:
+    with killed_on_exit(proc):
         deadline = time.monotonic() + 60
         engines: list[int] = []
         while not engines:  # the engine process is loading (a thousand warm-up requests: seconds on a CPU)
@@ -110,9 +110,6 @@ def test_sigterm_while_the_model_loads_is_one_line_and_exit_143(tiny_qwen3) -> N
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 143, out
     assert out.strip().splitlines() == ["terminated while loading the model"], out
     assert not process_cmdline(engines[0]) or "\nState:\tZ" in Path(f"/proc/{engines[0]}/status").read_text()

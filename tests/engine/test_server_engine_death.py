@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
-from tests.engine.helpers import engine_processes, serve_process  # noqa: E402
+from tests.engine.helpers import engine_processes, killed_on_exit, serve_process  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -39,13 +39,10 @@ def _start(model_dir: str, *extra: str) -> tuple[subprocess.Popen, str]:
 
 def test_a_server_whose_engine_died_exits_1_with_the_reason(tiny_qwen3) -> None:
     proc, url = _start(tiny_qwen3[0])
-    try:
+    with killed_on_exit(proc):
         assert httpx.get(f"{url}/health").status_code == 200
         os.kill(_engine_process(proc.pid), signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 1, out
     assert out.strip().splitlines()[-1] == ("error: the engine stopped (the engine process exited (code -9)), so the "
                                             "server shut down (--keep-alive-on-engine-death keeps it up, answering "
@@ -55,7 +52,7 @@ def test_a_server_whose_engine_died_exits_1_with_the_reason(tiny_qwen3) -> None:
 
 def test_keep_alive_on_engine_death_answers_503_until_stopped(tiny_qwen3) -> None:
     proc, url = _start(tiny_qwen3[0], "--keep-alive-on-engine-death")
-    try:
+    with killed_on_exit(proc):
         os.kill(_engine_process(proc.pid), signal.SIGKILL)
         deadline = time.monotonic() + 30
         while (health := httpx.get(f"{url}/health")).status_code == 200:
@@ -65,8 +62,5 @@ def test_keep_alive_on_engine_death_answers_503_until_stopped(tiny_qwen3) -> Non
         assert proc.poll() is None  # still up
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0, out
     assert "Traceback" not in out

@@ -38,6 +38,7 @@ from sim.bands import MEAN_EPISODE_S, SLOW_OVER_NORMAL, SLOW_SHARE_RANGE
 from sim.batch_features import read_steps
 from sim.files import read_json_input, read_parquet_table
 from sim.host_episodes import fit_host_episodes
+from sim.limits import grid_range
 from sim.profiled_cost_model import (
     ProfiledCostModel,
     _check_serving,
@@ -66,6 +67,11 @@ CLIENT_TIMING = "client-side timing"
 HOST_FACTOR_BOUNDS = (0.25, 4.0)  # beyond these a factor says more about the runs than about a machine
 DEVICE_FACTOR_BOUNDS = (0.5, 2.0)
 DECODE_FACTOR_BOUNDS = (0.5, 2.0)
+# A graph bucket's serving extra (fit_decode_extras) is measured from this many steps that repeat their batch; fewer
+# leave it to the nearest measured bucket's.
+MIN_BUCKET_STEPS = 50
+# No decode step is a second longer than the grid's price of it: more says the runs are not this deployment's.
+MAX_DECODE_EXTRA_S = 1.0
 
 
 def check_step_durations(run_dir: Path, num_steps: int) -> None:
@@ -137,11 +143,45 @@ def fit_eager_factors(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray
     return host, device
 
 
+def fit_decode_extras(graph_sizes: list[int], buckets: np.ndarray, residual_s: np.ndarray) -> dict | None:
+    """Per CUDA-graph bucket, the mean time serving decode steps took beyond the grid's price (``residual_s``: real
+    minus predicted, for steps that repeat their batch, each in graph bucket ``buckets``), held at 0 or above.
+
+    Why not one factor on every decode step: the grid times decode steps whose sequences all hold the same context;
+    serving batches mix short and long ones, and the split-KV kernel then waits for the ranges of the longest. On one
+    H200 machine start (qwen3-0.6b, five runs of two traces) that cost about 0.02 ms a step at 16 rows or fewer, 0.2 at
+    17-32 and 0.35-0.45 above, much the same on every trace and at every load, while the step itself takes 1.6-5 ms:
+    one factor fitted on the Azure calibration slice (large batches) priced the prefill-heavy trace's small batches
+    8 % long, and the decode steps of the ~95 % load run 5 % short of what extras fitted on the same slice give.
+
+    A bucket with fewer than MIN_BUCKET_STEPS steps takes the extra of the nearest bucket that has them (the larger
+    one on a tie); None when no bucket has them."""
+    measured = {}
+    for size in graph_sizes:
+        mask = buckets == size
+        if mask.sum() >= MIN_BUCKET_STEPS:
+            measured[size] = (float(np.clip(residual_s[mask].mean(), 0.0, MAX_DECODE_EXTRA_S)), int(mask.sum()))
+    if not measured:
+        return None
+    order = {size: i for i, size in enumerate(graph_sizes)}
+    extras, counts = [], []
+    for size in graph_sizes:
+        nearest = min(measured, key=lambda m: (abs(order[m] - order[size]), -m))
+        extras.append(round(measured[nearest][0], 7))
+        counts.append(measured[size][1] if size in measured else 0)
+    return {"batch_sizes": list(graph_sizes), "extra_s": extras, "num_steps": counts}
+
+
 def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None) -> dict:
     """The ``serving`` block for ``profile``: host factor and what it was fitted on. ``grid_fit`` is the
     profile's fit without serving factors, when the caller has it already."""
     model = ProfiledCostModel(grid_fit or fit_profile({**profile, "serving": None}), "grid")
     floors, gpus, reals, decode_pred, decode_real = [], [], [], 0.0, 0.0
+    graph_sizes = sorted(model.fit.get("graph_sizes") or model.fit["graph_decode"]["batch_sizes"])
+    decode_buckets, decode_residuals = [], []  # steps that repeat their batch: fit_decode_extras
+    # ... within the grid's decode contexts: beyond them the model extrapolates (Mooncake's 16-60k contexts at 8-16
+    # rows missed by 0.2-0.3 ms a step), an error of another kind than the extras measure.
+    grid_limits = grid_range(profile)
     runs, host_bound = [], []
     for run_dir in run_dirs:
         steps = read_steps(run_dir, periods=True)  # the simulator runs steps back to back: match their periods
@@ -153,8 +193,15 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
         host_bound.append([])
         for f, real, start in steps:
             if _is_graph_step(f, model.max_graph_bs):
-                decode_pred += model.predict(f)
+                predicted = model.predict(f)
+                decode_pred += predicted
                 decode_real += real
+                bucket = next(s for s in graph_sizes if s >= f["num_decode_seqs"])
+                within = (f["max_decode_context_tokens"] <= grid_limits.longest_decode_context
+                          and f["decode_context_tokens"] <= grid_limits.decode_kv_tokens)
+                if f["continues_batch"] and within:  # the extras price only such steps (ProfiledCostModel)
+                    decode_buckets.append(bucket)
+                    decode_residuals.append(real - predicted)
             else:
                 floor, gpu = model.eager_parts(f)
                 floors.append(floor)
@@ -171,8 +218,15 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
                          "step times")
     floor_s, gpu_s, real_s = np.array(floors), np.array(gpus), np.array(reals)
     k, device_k = fit_eager_factors(floor_s, gpu_s, real_s, model.eager_form)
-    # Decode steps (CUDA graph replays): one factor on the whole prediction, to match their total time.
-    decode_k = decode_real / decode_pred if decode_pred else 1.0
+    # Decode steps (CUDA graph replays): the extras per bucket where the runs hold enough steps that repeat their
+    # batch, then one factor on the grid's price so that all of them (after a prefill or a finish too) take their
+    # total time: about 1 with the extras.
+    extras = fit_decode_extras(graph_sizes, np.array(decode_buckets), np.array(decode_residuals))
+    extra_total_s = 0.0
+    if extras is not None:
+        per_bucket = dict(zip(extras["batch_sizes"], extras["extra_s"]))
+        extra_total_s = float(sum(per_bucket[b] for b in decode_buckets))
+    decode_k = (decode_real - extra_total_s) / decode_pred if decode_pred else 1.0
     predicted_s = float(model.combine(floor_s, gpu_s).sum())  # the eager steps' time, uncalibrated
     serving = {
         "host_factor": round(k, 4),
@@ -188,6 +242,8 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
         "eager_host_share_spread": round(host_share_spread(floor_s, gpu_s), 4),
         "decode_time_ratio_uncalibrated": round(decode_pred / decode_real, 4) if decode_real else None,
     }
+    if extras is not None:
+        serving["decode_extra_s"] = extras
     # Whether the factors carry a difference of machines as well as of conditions (None: not recorded).
     # Recorded by sim.profile as an object; anything else (a hand-edited string or list) counts as not recorded: it
     # was a traceback at the end, after the calibrated profile had been written.
@@ -226,6 +282,16 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
     if hosts.max() - hosts.min() > 0.02:
         slope = float(np.polyfit(hosts, decodes, 1)[0])
         merged["host_share"] = round(min(1.0, max(0.0, slope)), 4)
+    extras = [s["decode_extra_s"] for s in sessions if s.get("decode_extra_s")]
+    if extras:
+        # Per bucket, the mean over the sessions that measured extras (sessions calibrated before them had none).
+        merged["decode_extra_s"] = {
+            "batch_sizes": extras[-1]["batch_sizes"],
+            "extra_s": [round(float(np.mean([np.interp(b, e["batch_sizes"], e["extra_s"]) for e in extras])), 7)
+                        for b in extras[-1]["batch_sizes"]],
+            "num_steps": [int(sum(dict(zip(e["batch_sizes"], e.get("num_steps") or [])).get(b, 0) for e in extras))
+                          for b in extras[-1]["batch_sizes"]],
+        }
     episodes = [s["host_episodes"] for s in sessions if s.get("host_episodes")]
     if episodes:
         # A hand-written session may lack a value: sim.bands' default stands in for it, as when it replays.

@@ -413,6 +413,7 @@ def _check_serving(serving: object, where: str, session: bool = False) -> None:
             raise ValueError(f"field '{where}.{name}' is {str(span)[:80]}; expected [low, high], "
                              f"0 < low <= high <= {_MAX_COEFFICIENT:g}")
     _check_host_episodes(serving.get("host_episodes"), f"{where}.host_episodes")
+    _check_decode_extras(serving.get("decode_extra_s"), f"{where}.decode_extra_s")
     runs = serving.get("runs", [])
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
         raise ValueError(f"field '{where}.runs' is {str(runs)[:80]}; expected a list of objects (the runs it was "
@@ -430,6 +431,22 @@ def _check_serving(serving: object, where: str, session: bool = False) -> None:
     for name in ("host_factor", "decode_factor"):  # sim.calibrate writes both; the cost model's name quotes one
         if (serving or session) and name not in serving:  # a block without them was a KeyError traceback
             raise ValueError(f"field '{where}.{name}' is missing; expected a finite number > 0")
+
+
+def _check_decode_extras(extras: object, where: str) -> None:
+    """Raise ValueError naming what of ``serving.decode_extra_s`` (sim.calibrate's seconds per graph bucket) the
+    cost model cannot price with; absent is fine."""
+    if extras is None:
+        return
+    if not isinstance(extras, dict):
+        raise ValueError(f"field '{where}' is {str(extras)[:80]}; expected an object written by sim.calibrate")
+    sizes, values = extras.get("batch_sizes"), extras.get("extra_s")
+    if (not isinstance(sizes, list) or not sizes or not all(is_count(b) and b > 0 for b in sizes)
+            or sizes != sorted(set(sizes))):
+        raise ValueError(f"field '{where}.batch_sizes' is {str(sizes)[:80]}; expected increasing batch sizes >= 1")
+    if not isinstance(values, list) or len(values) != len(sizes) or not all(_is_seconds(v) and v <= 1 for v in values):
+        raise ValueError(f"field '{where}.extra_s' is {str(values)[:80]}; expected one number of seconds from 0 to 1 "
+                         f"per batch size ({len(sizes)})")
 
 
 def _check_host_episodes(episodes: object, where: str) -> None:
@@ -598,6 +615,16 @@ class ProfiledCostModel:
         if share is None:
             share = (self.decode_factor - 1.0) / (self.host_factor - 1.0) if abs(self.host_factor - 1.0) > 0.01 else 0.5
         self.host_share = min(1.0, max(0.0, float(share)))
+        # Seconds a serving decode step that repeats its batch takes beyond the calibrated grid's price, per graph
+        # bucket (sim.calibrate's decode_extra_s; 0 where not calibrated): the grid times equal contexts, serving
+        # batches mix them. A step that does not repeat its batch keeps the grid's price (its planning surcharge,
+        # measured after a prefill): with the extra too, held-out runs' such steps came out 5-11 % long.
+        extra = serving.get("decode_extra_s")
+        self._decode_extra_s = [0.0] * (self.max_graph_bs + 1)
+        if extra:
+            for bs in range(1, self.max_graph_bs + 1):
+                bucket = next((s for s in sizes if s >= bs), sizes[-1])
+                self._decode_extra_s[bs] = float(np.interp(bucket, extra["batch_sizes"], extra["extra_s"]))
         eager = fit["eager"]
         self.eager_form = eager.get("form", "max")
         self._piecewise_sizes = list(eager.get("piecewise_graph_sizes") or [])
@@ -663,9 +690,11 @@ class ProfiledCostModel:
         slowdown = self.host_factor if host_slowdown is None else host_slowdown
         if _is_graph_step(f, self.max_graph_bs):
             # Step logs recorded before max_decode_context_tokens or continues_batch: priced as they were then.
+            continues = f.get("continues_batch", 1)
             grid = self._decode_grid(f["num_decode_seqs"], f["decode_context_tokens"],
-                                     f.get("max_decode_context_tokens", 0), f.get("continues_batch", 1))
-            return self._decode_scale(slowdown) * grid
+                                     f.get("max_decode_context_tokens", 0), continues)
+            price = self._decode_scale(slowdown) * grid
+            return price + self._decode_extra_s[f["num_decode_seqs"]] if continues else price
         floor, gpu = self.eager_parts(f)
         return max(float(self.combine(slowdown * floor, self.device_factor * gpu)), self._min_s)
 
@@ -681,8 +710,9 @@ class ProfiledCostModel:
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
         # hot path: a decode step at the calibrated host speed skips the features dict
         if host_slowdown is None and batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:
-            return self.decode_factor * self._decode_grid(batch.num_decode_seqs, batch.decode_context_tokens,
-                                                          batch.max_decode_context_tokens, batch.continues_batch)
+            price = self.decode_factor * self._decode_grid(batch.num_decode_seqs, batch.decode_context_tokens,
+                                                           batch.max_decode_context_tokens, batch.continues_batch)
+            return price + self._decode_extra_s[batch.num_decode_seqs] if batch.continues_batch else price
         return self.predict(batch_features(batch), host_slowdown)
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:
@@ -696,7 +726,15 @@ class ProfiledCostModel:
         grid = self._decode_grid(bs, batch.decode_context_tokens, batch.max_decode_context_tokens, 1)
         if not batch.continues_batch:
             grid[0] = grid[0] + self._unprepared_s[bs]  # the one addition _decode_grid makes for that step alone
-        return (self.decode_factor if host_slowdown is None else self._decode_scale(host_slowdown)) * grid
+        scale = self.decode_factor if host_slowdown is None else self._decode_scale(host_slowdown)
+        price = scale * grid
+        # step_time_s's arithmetic, element by element: the extra on the steps that repeat their batch
+        extra_s = self._decode_extra_s[bs]
+        if batch.continues_batch:
+            price = price + extra_s
+        else:
+            price[1:] = price[1:] + extra_s
+        return price
 
 
 def calibration_label(serving: dict) -> str:

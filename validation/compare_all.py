@@ -165,9 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sim-out", default=str(ROOT / "validation" / "runs" / "sim"), help="where simulated runs go")
     parser.add_argument("--results", default=str(ROOT / "validation" / "results"), help="small outputs to commit")
     parser.add_argument("--cost-model", default="auto", help="passed to sim.replay (default: %(default)s)")
+    parser.add_argument("--bands", type=int, default=0, metavar="N",
+                        help="also simulate N seeded replays per run (sim.replay --bands) and count the headline "
+                             "figures of each GPU run inside their p5-p95 band (default: none)")
     parser.add_argument("--host-timelines", action="store_true",
                         help="diagnosis: simulate each run with the host-slowdown timeline read off that run")
     args = parser.parse_args(argv)
+    if args.bands < 0 or args.bands == 1:
+        parser.exit(2, f"error: --bands must be 0 (none) or at least 2 replays, got {args.bands}\n")
 
     from analysis.compare.cli import main as compare_main
     from analysis.summarize import summarize_run_dir
@@ -213,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:  # no host-bound eager step to read the speed from: the calibrated average
                 print(f"{name}: {exc}; simulated with the calibrated average")
         sim_replay([str(TRACES / trace), *options, "--num-gpu-blocks", str(real_config["num_gpu_blocks"]),
-                    "--cost-model", args.cost_model, *extra, "--out", str(sim), "--quiet", "--no-report"])
+                    "--cost-model", args.cost_model, *extra, *(["--bands", str(args.bands)] if args.bands else []),
+                    "--out", str(sim), "--quiet", "--no-report"])
         out = results / name
         metrics, identical = _compare(compare_main, real, sim, out)
         shutil.copy(real / "summary.json", out / "real_summary.json")
@@ -230,15 +236,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --real {real_root}: no run to compare"
                        f"{' with --host-timelines (offline runs have no host timeline)' if args.host_timelines else ''}"
                        "; nothing written\n")
-    lines = ["| run | " + " | ".join(HEADLINE) + " | preemptions real / sim | prefix hits sim - real | same schedule |",
-             "|:---" + "|---:" * (len(HEADLINE) + 2) + "|:---:|"]
+    band_column = " real in p5-p95 band |" if args.bands else ""
+    lines = ["| run | " + " | ".join(HEADLINE) + " | preemptions real / sim | prefix hits sim - real | same schedule |"
+             + band_column, "|:---" + "|---:" * (len(HEADLINE) + 2) + "|:---:|" + ("---:|" if args.bands else "")]
     for description, metrics, identical in rows:
         errors = {key: m["rel_error"] for key, m in metrics.items()}
         cells = [f"{errors[k]:+.1%}" if errors.get(k) is not None else "n/a" for k in HEADLINE]
         preempt, hits = metrics.get("num_preemptions", {}), metrics.get("prefix_cache_hit_rate", {})
         cells.append(f"{preempt.get('real', 'n/a')} / {preempt.get('sim', 'n/a')}")
         cells.append(f"{100 * hits['diff']:+.2f} pp" if hits.get("diff") is not None else "n/a")
-        lines.append(f"| {description} | " + " | ".join(cells) + f" | {'yes' if identical else 'no'} |")
+        cells.append("yes" if identical else "no")
+        if args.bands:  # a real-vs-real row has no band: its 'sim' is another GPU run
+            banded = [metrics[k]["in_band"] for k in HEADLINE if metrics.get(k, {}).get("in_band") is not None]
+            cells.append(f"{sum(banded)} of {len(banded)}" if banded else "n/a")
+        lines.append(f"| {description} | " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n" + _target_table(by_run)
     results.mkdir(parents=True, exist_ok=True)
     what = ("Diagnosis: each run simulated with the host-slowdown timeline read off that same run (not a prediction). "

@@ -54,7 +54,7 @@ def _library() -> SessionLibrary:
     return SessionLibrary.from_trace(load_trace(SHAREGPT))
 
 
-@pytest.mark.parametrize("qps", [60.0, 44.0])
+@pytest.mark.parametrize("qps", [60.0, 46.0])
 def test_an_overloaded_point_stops_with_the_verdict_of_the_whole_run(qps) -> None:
     library = _library()
     slos = parse_slos("ttft_p90=2s,tpot_p90=100ms")

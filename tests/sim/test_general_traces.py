@@ -311,8 +311,8 @@ def test_a_fleet_is_past_saturation_as_each_of_its_replicas_is() -> None:
     # third of the arrivals may hold one request fewer, and the trend moves by as little.)
     one = _fleet_saturation(200, 1, 60.0)
     four = _fleet_saturation(800, 4, 240.0)
-    assert [(w["value"], w["limit"]) for w in one] == [(12.0, 6.7)]
-    assert len(four) == 1 and four[0]["value"] == pytest.approx(12.0, abs=0.2)
+    assert [(w["value"], w["limit"]) for w in one] == [(12.8, 6.7)]
+    assert len(four) == 1 and four[0]["value"] == pytest.approx(12.8, abs=0.2)
     assert four[0]["limit"] in (6.6, 6.7)
     assert "of the 67 that arrived then" in one[0]["message"]
     assert re.search(r"of the 6[67] that were queued on it then", four[0]["message"])
@@ -336,7 +336,7 @@ def test_rejected_requests_are_not_counted_as_queued() -> None:
     requests = result.requests_table()
     warning = saturation_warning(pl.from_arrow(result.steps_table()), requests.column("arrival_s").to_numpy(),
                                  queued_replicas(requests))
-    assert [(w["value"], w["limit"]) for w in warning] == [(12.0, 6.7)]
+    assert [(w["value"], w["limit"]) for w in warning] == [(12.8, 6.7)]
 
 
 def test_the_cli_warns_of_a_saturated_fleet(tmp_path: Path) -> None:

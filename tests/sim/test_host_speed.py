@@ -192,7 +192,8 @@ def test_profiled_model_scales_only_the_host_bound_parts():
     assert min(grid, slow) <= between <= max(grid, slow) or model.host_factor < 1 and between < grid
     decode = _batch_features(64, 1024)
     grid_decode = ProfiledCostModel({**fit, "serving": None}, "grid").predict(decode)
-    assert model.predict(decode) == pytest.approx(model.decode_factor * grid_decode)  # calibrated by default
+    # Calibrated by default: the decode factor, and the serving extra of the step's graph bucket (it repeats its batch)
+    assert model.predict(decode) == pytest.approx(model.decode_factor * grid_decode + model._decode_extra_s[64])
     # Another host speed moves decode steps along a line of slope host_share through the calibrated point.
     assert model.predict(decode, 2.0) - model.predict(decode) == pytest.approx(
         model.host_share * (2.0 - model.host_factor) * grid_decode)

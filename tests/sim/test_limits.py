@@ -104,8 +104,8 @@ def test_an_overloaded_run_is_past_saturation(tmp_path: Path, capsys: pytest.Cap
     out = tmp_path / "out"
     assert replay_main([str(trace), "--out", str(out), "--no-report"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    warning = {"code": "past_saturation", "value": 143.9, "limit": 20.0,  # 10 % of the 200 arrivals in 3.99-5.99 s
-               "message": "replica 0's waiting queue grew by 144 requests (+72.09/s, least-squares trend; 291 -> 433 "
+    warning = {"code": "past_saturation", "value": 143.5, "limit": 20.0,  # 10 % of the 200 arrivals in 3.99-5.99 s
+               "message": "replica 0's waiting queue grew by 143 requests (+71.85/s, least-squares trend; 290 -> 431 "
                           "waiting) over the last third of the arrivals (4.0-6.0 s), at least 10% of the 200 that "
                           "arrived then: the load exceeds what it serves, and latencies grow with the run's length"}
     assert summary["warnings"] == [warning]

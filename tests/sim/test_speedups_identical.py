@@ -86,7 +86,7 @@ def test_quiet_step_ends_equal_the_step_by_step_sums(kind, host, num_seqs, conte
 def test_large_batches_schedule_as_the_general_path_does(options, monkeypatch):
     from engine.core.scheduler import Scheduler
 
-    trace = load_trace(SHAREGPT).head(600).with_qps(40.0)  # near capacity: batches of a hundred and more
+    trace = load_trace(SHAREGPT).head(600).with_qps(43.0)  # near capacity: batches of a hundred and more
     config = SimConfig(**options)
     fast = simulate(trace, config)
     monkeypatch.setattr(Scheduler, "steady_plain_decodes", False)  # every row looked at, every step

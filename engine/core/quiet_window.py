@@ -196,10 +196,25 @@ class QuietRun:
         first_end_s = float(ends[0])
         # One pass over the batch, the block manager's two step counts inlined: in a large batch's short windows
         # (~145 sequences, ~7 steps) the calls and a second pass for the tokens were most of this constructor.
+        # Most of such a batch (16-token blocks) computes all the window's tokens strictly inside the block it is in:
+        # from an offset 0 < o < block_size - steps in it, a sequence holds that block already (its tokens at offsets
+        # 0 .. o - 1 are computed), opens none (decode_steps_to_new_block >= block_size - o > steps) and fills none
+        # (decode_steps_to_full_block >= block_size - 1 - o >= steps) unless full blocks wait to be registered
+        # (checked). It takes only its tokens, without the arithmetic below that finds no event (-15 to -25 % of
+        # this constructor's time).
+        inside_below = block_size - steps
         for index, seq in enumerate(running):
             computed = seq.num_computed_tokens
             starting.append(computed)
             left = lefts[index]
+            if (left > steps and 0 < computed % block_size < inside_below
+                    and (not caching or (computed + 1) // block_size <= seq.num_registered_blocks)):
+                lasts.append(steps)
+                seq.token_ids.extend(tokens)
+                seq.token_times_s.extend(token_times_s)
+                if seq.first_token_s is None:
+                    seq.first_token_s = first_end_s
+                continue
             last = left if left < steps else steps
             lasts.append(last)
             # (Most windows are shorter than a block: the ranges below are mostly empty, and checked first.)

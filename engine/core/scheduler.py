@@ -111,6 +111,14 @@ class ScheduledBatch:
             self.prefill_attention_pairs += num_new_tokens * context + num_new_tokens * (num_new_tokens + 1) // 2
 
 
+def _index_near_end(running: list[Sequence], seq: Sequence, start: int) -> int:
+    """``running.index(seq)``, looked for from ``start`` on first (ValueError if it is not running)."""
+    try:
+        return running.index(seq, start)
+    except ValueError:
+        return running.index(seq)
+
+
 class Scheduler:
     # Plain decode tokens skip append_slots when it would do nothing (see _advance_running); False sends every
     # sequence through it, the general path the inlined case must match (tests compare the two).
@@ -372,7 +380,12 @@ class Scheduler:
         if num_tokens > budget or num_blocks > block_manager.num_free_blocks:
             return None
         try:
-            positions = sorted(map(running.index, specials))  # by identity: Sequence defines no equality
+            # By identity (Sequence defines no equality), each search reading every row before the one it finds. The
+            # unsteady rows are mostly the requests admitted since the last step, the running list's last rows: looked
+            # for among its last len(unsteady) rows first, not behind the whole batch.
+            tail = num_rows - len(steady.unsteady)
+            positions = sorted([*map(running.index, due), *(_index_near_end(running, seq, tail)
+                                                            for seq in steady.unsteady)])
         except ValueError:  # one is not running: the bookkeeping is off (running edited directly); row by row
             return None
         steady.take_due(due)

@@ -42,7 +42,7 @@ from engine.core.sequence import Sequence, SequenceStatus
 
 class SteadyDecodes:
     __slots__ = ("advance", "steady", "unsteady", "_calendar", "_block_size", "_caching", "lazy", "_owed_from",
-                 "_owed_sum", "_keys", "_log_tokens", "_log_times", "_owing")
+                 "_owed_sum", "_keys", "_keys_max", "_log_tokens", "_log_times", "_owing")
 
     def __init__(self, block_size: int, caching: bool, lazy: bool = False) -> None:
         self.lazy = lazy
@@ -53,6 +53,10 @@ class SteadyDecodes:
         self._owed_from: dict[Sequence, int] = {}
         self._owed_sum = 0
         self._keys: dict[Sequence, int] = {}
+        # The largest of _keys' values, None when not known (recomputed then): owed_context needs it every lazy step,
+        # and a pass over a batch of ~250 sequences each step was ~1 % of a capacity sweep. It changes only when the
+        # debtors do: a sequence filed raises it, and only dropping the one that holds it makes it unknown.
+        self._keys_max: int | None = None
         self._log_tokens = array("i")  # entry i: the i-th lazy step's token ...
         self._log_times = array("d")  # ... and its time
         self._block_size = block_size
@@ -141,7 +145,9 @@ class SteadyDecodes:
             end = len(self._log_times)
             self._owed_from[seq] = end
             self._owed_sum += end
-            self._keys[seq] = computed - end
+            self._keys[seq] = key = computed - end
+            if self._keys_max is not None and key > self._keys_max:
+                self._keys_max = key
         # Filed there already (its row handled between advances, e.g. an ignored eos): listed once, or the advance
         # would handle its row twice. A sequence's advances only grow: they mark token positions, which move only
         # at the advance that handles them.
@@ -163,6 +169,7 @@ class SteadyDecodes:
             self._owing = True
             self._owed_from = dict.fromkeys(self.steady, 0)
             self._keys = {seq: seq.num_computed_tokens for seq in self.steady}
+            self._keys_max = None
             self._owed_sum = 0
         self._log_tokens.append(token_id)
         self._log_times.append(now_s)
@@ -201,6 +208,7 @@ class SteadyDecodes:
         self._owing = False
         self._owed_from = {}
         self._keys = {}
+        self._keys_max = None
         self._owed_sum = 0
         del tokens[:]
         del times[:]
@@ -211,7 +219,9 @@ class SteadyDecodes:
         if not self._owed_from:
             return 0, -1
         end = len(self._log_times)
-        return len(self._owed_from) * end - self._owed_sum, max(self._keys.values()) + end
+        if self._keys_max is None:
+            self._keys_max = max(self._keys.values())
+        return len(self._owed_from) * end - self._owed_sum, self._keys_max + end
 
     def _stop_owing(self, seq: Sequence) -> None:
         """``seq`` is no longer steady: settled, and out of the debtors."""
@@ -220,4 +230,5 @@ class SteadyDecodes:
             return
         self.settle(seq)
         self._owed_sum -= self._owed_from.pop(seq)
-        del self._keys[seq]
+        if self._keys.pop(seq) == self._keys_max:  # (another may hold the same value: recomputed all the same)
+            self._keys_max = None

@@ -81,6 +81,9 @@ def one_run(url: str, requests, max_concurrency: int | None) -> dict:
             "send_late_ms_max": round(float(late_ms.max()), 3)}
 
 
+MAX_ITL_MS = 1000.0  # a served stream's gaps are milliseconds; a second a chunk is already a slow server
+
+
 def main() -> int:
     parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace")
@@ -93,9 +96,11 @@ def main() -> int:
     parser.add_argument("--json", default=None, metavar="OUT", help="write the results here")
     args = parser.parse_args()
 
-    if args.limit < 1 or args.repeats < 1 or args.max_output_tokens < 1 or not 0 <= args.itl_ms < float("inf"):
-        parser.exit(2, "error: --limit, --repeats and --max-output-tokens must be >= 1 and --itl-ms a finite "
-                       "number >= 0\n")
+    # --itl-ms is bounded, not only finite: the fake server sleeps that long between chunks, and 1e308 (or any
+    # gap of hours) left the benchmark waiting with no end and no word.
+    if args.limit < 1 or args.repeats < 1 or args.max_output_tokens < 1 or not 0 <= args.itl_ms <= MAX_ITL_MS:
+        parser.exit(2, "error: --limit, --repeats and --max-output-tokens must be >= 1 and --itl-ms a number from 0 "
+                       f"to {MAX_ITL_MS:g}\n")
     if not 0 < args.qps < float("inf"):
         parser.exit(2, f"error: --qps must be a finite number > 0, got {args.qps}\n")
     # 0 silently meant no cap at all, and a negative cap was a ValueError traceback from asyncio.Semaphore.

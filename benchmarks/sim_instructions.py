@@ -84,14 +84,23 @@ def main(argv: list[str] | None = None) -> int:
                              "benchmarks/sim_million.py runs)")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the figures here")
     args = parser.parse_args(argv)
-    if args.replicas < 1:
-        parser.exit(2, f"error: --replicas must be >= 1, got {args.replicas}\n")
+    from sim.config import MAX_REPLICAS
     from sim.router import ROUTERS
+
+    # The simulator's own bound, here: beyond it the child under valgrind failed, and the one line quoted only
+    # valgrind's instruction count ("valgrind ... failed (exit 1): ==657== I refs: ..."), not what was wrong.
+    if not 1 <= args.replicas <= MAX_REPLICAS:
+        parser.exit(2, f"error: --replicas must be from 1 to {MAX_REPLICAS:,}, got {args.replicas}\n")
 
     if args.router is not None and args.router not in ROUTERS:
         parser.exit(2, f"error: --router {args.router!r}: expected one of {', '.join(ROUTERS)}\n")
     if args.limit < 1:
         parser.exit(2, f"error: --limit must be >= 1, got {args.limit}\n")
+    if args.sessions:
+        from benchmarks.sim_million import MAX_REQUESTS
+
+        if args.limit > MAX_REQUESTS:  # drawn as sim_million's: a numpy MemoryError traceback (218 TiB at 1e14)
+            parser.exit(2, f"error: --limit with --sessions must be at most {MAX_REQUESTS:,}, got {args.limit}\n")
     if args.qps is not None and not (args.qps > 0 and args.qps < float("inf")):
         parser.exit(2, f"error: --qps must be a finite number > 0, got {args.qps}\n")
     trees = [Path(t).resolve() for t in (args.tree or ["."])]

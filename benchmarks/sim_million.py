@@ -36,6 +36,7 @@ from engine.core.config_args import OneLineErrorParser  # noqa: E402
 TARGET_S = 120.0
 TARGET_PEAK_BYTES = 4 * 2**30
 HASH_BLOCK_SIZE = 256
+MAX_REQUESTS = 10_000_000  # ten times the full run (its 1M take ~4 GiB): beyond, the draws exhaust memory
 
 
 def peak_rss_bytes() -> int:
@@ -122,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.requests < 1 or args.replicas < 1 or not 0 < args.qps_per_replica < float("inf"):
         parser.exit(2, "error: --requests and --replicas must be >= 1 and --qps-per-replica a finite number > 0\n")
+    # Ten times the benchmark's size, as analysis.capacity holds one simulation to: 1e14 requests was a numpy
+    # MemoryError traceback (218 TiB) while the sessions were drawn.
+    if args.requests > MAX_REQUESTS:
+        parser.exit(2, f"error: --requests must be at most {MAX_REQUESTS:,}, got {args.requests}\n")
     if args.seed < 0:  # numpy's "expected non-negative integer" traceback
         parser.exit(2, f"error: --seed must be an integer >= 0, got {args.seed}\n")
     from sim.files import check_output_path, write_text_atomic
@@ -133,14 +138,21 @@ def main(argv: list[str] | None = None) -> int:
     if problem:  # an IsADirectoryError traceback after the whole simulation
         parser.exit(2, f"error: {problem}\n")
 
+    from engine.core.config import ConfigError
     from sim.config import SimConfig
     from sim.simulator import simulate
 
+    try:  # before the sessions are drawn: --replicas 100000 was a ConfigError traceback after them
+        config = SimConfig(num_replicas=args.replicas, router=args.router)
+    except ConfigError as exc:
+        parser.exit(2, f"error: --replicas: {exc}\n")
     commit = _git_commit()  # at the start: the code that runs is what was imported then
     cpu_started, started = time.process_time(), time.perf_counter()
-    trace = synthesize_sessions(args.requests, args.qps_per_replica * args.replicas, args.seed)
+    try:
+        trace = synthesize_sessions(args.requests, args.qps_per_replica * args.replicas, args.seed)
+    except ValueError as exc:  # a TraceError: --qps-per-replica 1e-300 put arrivals past the schema's bound
+        parser.exit(2, f"error: --qps-per-replica {args.qps_per_replica:g}: {exc}\n")
     synth_cpu_s, synth_wall_s = time.process_time() - cpu_started, time.perf_counter() - started
-    config = SimConfig(num_replicas=args.replicas, router=args.router)
     cpu_started, started = time.process_time(), time.perf_counter()
     result = simulate(trace, config)
     sim_cpu_s, sim_wall_s = time.process_time() - cpu_started, time.perf_counter() - started

@@ -51,6 +51,9 @@ class HostSpeed(Protocol):
 MIN_SLOWDOWN, MAX_SLOWDOWN = 1e-3, 1e3
 # Steps last milliseconds: shorter episodes change nothing measurable, and 1e-300 s ones never ended drawing.
 MIN_EPISODE_S = 1e-3
+# A profile's recorded slow share (serving.host_episodes.slow_share_range) is 0 or at least this: a smaller one is
+# none, and its normal periods' mean (MEAN_S / share) overflowed a float.
+MIN_SLOW_SHARE = 1e-9
 # A gap between queries of this many mean episode cycles is drawn no further (it could take forever, e.g. up
 # to an arrival at 1e300 s): the state after it is independent of the one before (their correlation is below
 # exp(-4 * cycles)), so the process restarts. A million cycles drew 2e6 periods per idle gap: 20 requests 2,000 s
@@ -206,10 +209,17 @@ class HostSpeedEpisodes:
         if slow < normal:  # the slow periods would be the fast ones: the arguments are swapped
             raise ValueError(f"episodes need SLOW >= NORMAL (SLOW is the slowdown of the slow periods); got NORMAL "
                              f"{normal:g}, SLOW {slow:g}")
+        mean_normal_s = mean_episode_s * (1.0 - fraction) / fraction if fraction > 0 else float("inf")
+        # The normal periods' mean must be a float: MEAN_S 1e308 at FRACTION 0.1 (or any MEAN_S at FRACTION 1e-320)
+        # overflowed it to inf, and the first draw, expovariate(1 / inf), was a ZeroDivisionError traceback mid-run.
+        if fraction > 0 and not math.isfinite(mean_normal_s):
+            raise ValueError(f"FRACTION {fraction:g} and MEAN_S {mean_episode_s:g} s make the normal "
+                             "periods' mean, MEAN_S * (1 - FRACTION) / FRACTION, overflow; expected a larger FRACTION "
+                             "(or 0, for no slow periods) or a smaller MEAN_S")
         self.normal, self.slow, self.fraction, self.mean_episode_s = normal, slow, fraction, mean_episode_s
         self.name = f"episodes:{normal:g},{slow:g},{fraction:g},{mean_episode_s:g}"
         self._rng = random.Random(seed)
-        self._mean_normal_s = mean_episode_s * (1.0 - fraction) / fraction if fraction > 0 else float("inf")
+        self._mean_normal_s = mean_normal_s
         self._ends_s: list[float] = []  # end of each period; even index: normal, odd: slow
         self._horizon_s = 0.0
         # Start as a host already running is found: slow with probability `fraction` (exponential periods are
@@ -274,9 +284,10 @@ def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
                 seed += extra
             normal, slow, fraction, mean_s = (finite_float(p) for p in parts)
         except ValueError:
+            # The SEED's bound is the one checked above: "an integer >= 0" refused 2**62 without saying why.
             raise ValueError(
                 f"--host-slowdown {spec!r}: expected episodes:NORMAL,SLOW,FRACTION,MEAN_S (four finite numbers) "
-                "and optionally ,SEED (an integer >= 0)"
+                "and optionally ,SEED (an integer from 0 to 2**62 - 1)"
             ) from None
         try:
             return HostSpeedEpisodes(normal, slow, fraction, mean_s, seed)

@@ -452,7 +452,7 @@ def _check_decode_extras(extras: object, where: str) -> None:
 def _check_host_episodes(episodes: object, where: str) -> None:
     """Raise ValueError naming the first value of ``serving.host_episodes`` (sim.calibrate's record of the host's
     slow episodes, from which sim.bands draws its replays') that no episodes process takes; each may be absent."""
-    from sim.host_speed import MAX_SLOWDOWN, MIN_EPISODE_S  # it imports this module
+    from sim.host_speed import MAX_SLOWDOWN, MIN_EPISODE_S, MIN_SLOW_SHARE  # it imports this module
 
     if episodes is None:
         return
@@ -467,6 +467,12 @@ def _check_host_episodes(episodes: object, where: str) -> None:
             or not span[0] <= span[1] < 1:
         raise ValueError(f"field '{where}.slow_share_range' is {str(span)[:80]}; expected [low, high], "
                          "0 <= low <= high < 1")
+    # A band replay's slow share is drawn from this range, and its normal periods last MEAN_S * (1 - share) / share
+    # on average: a share of 1e-320 overflowed that to inf and every --bands replay failed with a traceback. A share
+    # below one in a billion is none (sim.calibrate writes 0 for a host without slow episodes).
+    if any(0 < v < MIN_SLOW_SHARE for v in span):
+        raise ValueError(f"field '{where}.slow_share_range' is {str(span)[:80]}; expected shares of 0 or from "
+                         f"{MIN_SLOW_SHARE:g} (below that there are no slow episodes: write 0)")
     mean_s = episodes.get("mean_episode_s", 1.0)
     if not _is_seconds(mean_s) or mean_s < MIN_EPISODE_S:
         raise ValueError(f"field '{where}.mean_episode_s' is {mean_s!r}; expected a number of seconds from "

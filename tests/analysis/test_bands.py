@@ -199,7 +199,7 @@ def test_an_episodes_seed_must_be_a_non_negative_integer(tmp_path: Path, capsys:
         replay_main([str(SHAREGPT), "--limit", "5", "--out", str(tmp_path / "out"),
                      "--host-slowdown", "episodes:1,2,0.3,3,-1"])
     assert exited.value.code == 2
-    assert "optionally ,SEED (an integer >= 0)" in capsys.readouterr().err
+    assert "optionally ,SEED (an integer from 0 to 2**62 - 1)" in capsys.readouterr().err
 
 
 def test_the_cli_and_the_report_show_bands_and_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -148,11 +148,12 @@ def fit_decode_extras(graph_sizes: list[int], buckets: np.ndarray, residual_s: n
     minus predicted, for steps that repeat their batch, each in graph bucket ``buckets``), held at 0 or above.
 
     Why not one factor on every decode step: the grid times decode steps whose sequences all hold the same context;
-    serving batches mix short and long ones, and the split-KV kernel then waits for the ranges of the longest. On one
-    H200 machine start (qwen3-0.6b, five runs of two traces) that cost about 0.02 ms a step at 16 rows or fewer, 0.2 at
-    17-32 and 0.35-0.45 above, much the same on every trace and at every load, while the step itself takes 1.6-5 ms:
-    one factor fitted on the Azure calibration slice (large batches) priced the prefill-heavy trace's small batches
-    8 % long, and the decode steps of the ~95 % load run 5 % short of what extras fitted on the same slice give.
+    serving batches mix short and long ones, and the split-KV kernel then waits for the ranges of the longest. On three
+    H200 machine starts (qwen3-0.6b, Azure, prefill-heavy and Mooncake traces) that cost about 0.02 ms a step at 16
+    rows or fewer, 0.2 at 17-32 and 0.4 above, the same on every trace, load and start, while the step itself takes
+    1.6-5 ms. One factor fitted on the Azure calibration slice (17-48 rows) priced a light Azure run's and the
+    prefill-heavy trace's small batches 8 % long; extras fitted on the same slice priced every held-out run's such
+    steps within 2 % (validation/results/decode-extras-2026-12-04).
 
     A bucket with fewer than MIN_BUCKET_STEPS steps takes the extra of the nearest bucket that has them (the larger
     one on a tie); None when no bucket has them."""

@@ -165,14 +165,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sim-out", default=str(ROOT / "validation" / "runs" / "sim"), help="where simulated runs go")
     parser.add_argument("--results", default=str(ROOT / "validation" / "results"), help="small outputs to commit")
     parser.add_argument("--cost-model", default="auto", help="passed to sim.replay (default: %(default)s)")
-    parser.add_argument("--bands", type=int, default=0, metavar="N",
+    parser.add_argument("--bands", default=None, metavar="N",
                         help="also simulate N seeded replays per run (sim.replay --bands) and count the headline "
                              "figures of each GPU run inside their p5-p95 band (default: none)")
     parser.add_argument("--host-timelines", action="store_true",
                         help="diagnosis: simulate each run with the host-slowdown timeline read off that run")
     args = parser.parse_args(argv)
-    if args.bands < 0 or args.bands == 1:
-        parser.exit(2, f"error: --bands must be 0 (none) or at least 2 replays, got {args.bands}\n")
+    if args.bands is not None:
+        from sim.bands import check_num_replays
+
+        try:  # sim.replay's own bound, checked before any run: past it every run's replay would have failed in turn
+            args.bands = check_num_replays(args.bands)
+        except ValueError as exc:
+            parser.exit(2, f"error: {exc}\n")
 
     from analysis.compare.cli import main as compare_main
     from analysis.summarize import summarize_run_dir

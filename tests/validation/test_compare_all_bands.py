@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from sim.bands import MAX_REPLAYS
 from tests.traces.helpers import cli_error
 from validation import compare_all
 
@@ -18,7 +19,7 @@ def _gpu_run(root, name: str) -> None:
     (run / "summary.json").write_text(json.dumps({"config": {"num_gpu_blocks": 300}}))
 
 
-@pytest.mark.parametrize("bands", ["1", "-2"])
+@pytest.mark.parametrize("bands", ["1", "-2", "0", "two", "100000000"])
 def test_a_band_of_fewer_than_two_replays_is_refused_before_any_work(tmp_path, capsys, monkeypatch, bands):
     import cli.sim_replay
 
@@ -27,8 +28,9 @@ def test_a_band_of_fewer_than_two_replays_is_refused_before_any_work(tmp_path, c
     _gpu_run(tmp_path / "real", "b-azure-p70")
     argv = ["--real", str(tmp_path / "real"), "--sim-out", str(tmp_path / "sim"), "--results", str(tmp_path / "r"),
             "--bands", bands]
-    assert cli_error(compare_all.main, argv, capsys) == (f"error: --bands must be 0 (none) or at least 2 replays, "
-                                                         f"got {bands}")
+    assert cli_error(compare_all.main, argv, capsys) == (f"error: --bands must be an integer from 2 to {MAX_REPLAYS} "
+                                                         f"(the number of seeded replays; a band needs at least two), "
+                                                         f"got {bands!r}")
     assert calls == [] and not (tmp_path / "r").exists()
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from analysis.stats import round_sig
+from engine.core.messages import shown
 
 
 def band_of(values: list[float]) -> dict[str, float]:
@@ -37,12 +38,12 @@ def check_bands(bands: object) -> None:
     median, p5 or p95 is not a finite number or out of order: a hand-edited one was a KeyError or TypeError
     traceback where analysis.compare and the report read it."""
     if not isinstance(bands, Mapping) or not isinstance(bands.get("metrics"), Mapping):
-        raise ValueError(f"'bands' is {str(bands)[:60]}; expected an object with 'metrics' (sim.replay --bands')")
+        raise ValueError(f"'bands' is {shown(bands, 60)}; expected an object with 'metrics' (sim.replay --bands')")
     for key, band in flat_bands({"bands": bands}).items():
         values = [band.get(stat) for stat in ("p5", "median", "p95")]
         if not all(isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) for v in values) \
                 or not values[0] <= values[1] <= values[2]:
-            raise ValueError(f"the band of {key!r} is {str(band)[:80]}; expected finite numbers p5 <= median <= p95")
+            raise ValueError(f"the band of {key!r} is {shown(band)}; expected finite numbers p5 <= median <= p95")
 
 
 def inside(band: Mapping[str, float], value: float | int | None) -> bool | None:

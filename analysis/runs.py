@@ -24,6 +24,7 @@ from analysis.metrics import add_latency_columns, is_timed_by_client, summarize
 from analysis.schema import MAX_TIME_S
 from analysis.slo import SLO, limit_s_from_ms
 from engine.core.json_errors import json_problem, json_type_name
+from engine.core.messages import shown
 from sim.files import write_parquet_frame, write_parquet_table, write_text_atomic
 
 # Step-log columns with few distinct values: parquet's dictionary encoding shrinks them. On every column
@@ -133,7 +134,7 @@ def check_meta(meta: dict, path: Path) -> None:
     for key, value in meta.items():
         if isinstance(value, bool) or (value is not None and not isinstance(value, _META_TYPES[key])):
             expected = " or ".join(t.__name__ for t in _META_TYPES[key])
-            raise ValueError(f"{path}: {key!r} is {str(value)[:60]}; expected {expected}")
+            raise ValueError(f"{path}: {key!r} is {shown(value, 60)}; expected {expected}")
     duration_s = meta.get("recorded_duration_s")
     if duration_s is not None and not 0 < duration_s <= MAX_TIME_S:  # NaN too: summarize wrote it back, not JSON
         raise ValueError(f"{path}: 'recorded_duration_s' is {duration_s!r}; expected the run's duration, a number of "
@@ -143,7 +144,7 @@ def check_meta(meta: dict, path: Path) -> None:
         raise ValueError(f"{path}: {where!r} is NaN or Infinity; expected a finite number, a string or null")
     for i, warning in enumerate(meta.get("warnings") or []):
         if not isinstance(warning, dict) or not all(isinstance(warning.get(k), str) for k in ("code", "message")):
-            raise ValueError(f"{path}: warnings[{i}] is {str(warning)[:60]}; expected an object with a 'code' and "
+            raise ValueError(f"{path}: warnings[{i}] is {shown(warning, 60)}; expected an object with a 'code' and "
                              "a 'message'")
     if meta.get("bands") is not None:
         try:
@@ -177,13 +178,14 @@ def read_slos(run_dir: Path) -> tuple[SLO, ...] | None:
     if limits is None or limits == {}:
         return None
     if not isinstance(limits, dict):  # was taken for "no SLOs": the re-summary dropped the run's goodput silently
-        raise ValueError(f"{path}: slos_ms is {json.dumps(limits)[:60]}; expected an object of "
+        raise ValueError(f"{path}: slos_ms is {shown(json.dumps(limits), 60)}; expected an object of "
                          "metric_statistic: limit in ms, such as {\"ttft_p90\": 2000}")
     slos = []
     for key, limit_ms in limits.items():
         metric, _, statistic = str(key).partition("_")
         if isinstance(limit_ms, bool) or not isinstance(limit_ms, (int, float)):  # null, "5", true: not a limit
-            raise ValueError(f"{path}: slos_ms entry {key!r} is {json.dumps(limit_ms)[:60]}; expected a number of ms")
+            raise ValueError(f"{path}: slos_ms entry {key!r} is {shown(json.dumps(limit_ms), 60)}; expected a number "
+                             "of ms")
         try:
             slos.append(SLO(metric, statistic, limit_s_from_ms(limit_ms)))  # as --slo parses LIMITms
         except (TypeError, ValueError) as exc:

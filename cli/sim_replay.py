@@ -157,14 +157,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {exc}; nothing written to {out_dir}\n")
     except KeyboardInterrupt:  # the staged folder was removed, the band replays stopped
         parser.exit(130, f"interrupted: nothing written to {out_dir}\n")
-    if not args.quiet:
-        print(format_summary_table(summary))
-        if bands is not None:
-            from analysis.bands import format_bands
+    try:
+        if not args.quiet:
+            print(format_summary_table(summary))
+            if bands is not None:
+                from analysis.bands import format_bands
 
-            print(format_bands(bands))
-        if summary["warnings"]:
-            print(format_warnings(summary["warnings"]))
-        print(f"cost model: {result.cost_model_name}; simulated in {result.wall_s:.1f} s wall; "
-              f"outputs in {escape_controls(out_dir)}/")  # a newline in --out: still one line
+                print(format_bands(bands))
+            if summary["warnings"]:
+                print(format_warnings(summary["warnings"]))
+            print(f"cost model: {result.cost_model_name}; simulated in {result.wall_s:.1f} s wall; "
+                  f"outputs in {escape_controls(out_dir)}/")  # a newline in --out: still one line
+    except KeyboardInterrupt:  # the outputs are in place, whole: the decorator's line would say nothing was written
+        parser.exit(130, f"interrupted: the outputs in {escape_controls(out_dir)}/ are complete; only this summary "
+                         "was cut\n")
     return 0

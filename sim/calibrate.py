@@ -286,12 +286,15 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
     extras = [s["decode_extra_s"] for s in sessions if s.get("decode_extra_s")]
     if extras:
         # Per bucket, the mean over the sessions that measured extras (sessions calibrated before them had none).
+        # One interpolation and one lookup table per session: per bucket and session, they read each session's
+        # lists anew (a time that grew with their square).
+        sizes = extras[-1]["batch_sizes"]
+        means = np.mean([np.interp(sizes, e["batch_sizes"], e["extra_s"]) for e in extras], axis=0)
+        counts = [dict(zip(e["batch_sizes"], e.get("num_steps") or [])) for e in extras]
         merged["decode_extra_s"] = {
-            "batch_sizes": extras[-1]["batch_sizes"],
-            "extra_s": [round(float(np.mean([np.interp(b, e["batch_sizes"], e["extra_s"]) for e in extras])), 7)
-                        for b in extras[-1]["batch_sizes"]],
-            "num_steps": [int(sum(dict(zip(e["batch_sizes"], e.get("num_steps") or [])).get(b, 0) for e in extras))
-                          for b in extras[-1]["batch_sizes"]],
+            "batch_sizes": sizes,
+            "extra_s": [round(float(m), 7) for m in means],
+            "num_steps": [int(sum(c.get(b, 0) for c in counts)) for b in sizes],
         }
     episodes = [s["host_episodes"] for s in sessions if s.get("host_episodes")]
     if episodes:
@@ -480,6 +483,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: {name.replace('_', ' ')} {s[name]} is at its bound ({bounds[0]:g}-{bounds[1]:g}): the "
                   "runs' steps lie beyond it, and the profile prices them at the bound; check that the runs are of "
                   "this profile's deployment")
+    # An extra held at its bound is no more measured than a factor at its bound: the line above says nothing of
+    # extras, and an extra of a second a step (runs of another deployment) was written without a word.
+    extras = s.get("decode_extra_s") or {"batch_sizes": [], "extra_s": [], "num_steps": []}
+    at_bound = [str(b) for b, e, n in zip(extras["batch_sizes"], extras["extra_s"], extras["num_steps"])
+                if n and e >= MAX_DECODE_EXTRA_S]  # the buckets measured: the others take the nearest one's
+    if at_bound:
+        print(f"warning: the decode extra of graph batch size {', '.join(at_bound)} is at its bound "
+              f"({MAX_DECODE_EXTRA_S:g} s a step): the runs' decode steps lie beyond it; check that the runs are of "
+              "this profile's deployment")
     if args.add:
         merged = profile["serving"]
         lo, hi = merged["host_factor_range"]

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.json_errors import json_type_name
+from engine.core.messages import shown
 from engine.core.scheduler import ScheduledBatch
 from sim.batch_features import batch_features, is_count
 from sim.files import read_json_input, write_text_atomic
@@ -255,7 +256,7 @@ def check_profile(profile: object) -> None:
         times = p.get("times_s")  # the timed repeats: sim.bands draws each step's noise from them
         if times is not None and (not isinstance(times, list)
                                   or not all(_is_seconds(t) and t > 0 for t in times)):
-            raise ValueError(f"{where}: 'times_s' is {str(times)[:80]}; expected a list of the repeats' times, "
+            raise ValueError(f"{where}: 'times_s' is {shown(times)}; expected a list of the repeats' times, "
                              f"finite numbers of seconds > 0, at most {_MAX_COEFFICIENT:g}")
 
 
@@ -267,13 +268,13 @@ def _check_deployment(profile: object) -> None:
     for field in ("model", "gpu"):
         value = profile.get(field)
         if not isinstance(value, str) or not value:
-            shown = "missing" if field not in profile else f"{str(value)[:80]!r}"
-            raise ValueError(f"field '{field}' is {shown}; expected the {field} it was measured on, a non-empty "
+            text = "missing" if field not in profile else f"{shown(value)!r}"
+            raise ValueError(f"field '{field}' is {text}; expected the {field} it was measured on, a non-empty "
                              "string")
     size = profile.get("tensor_parallel_size")
     if not (is_count(size) and size >= 1):  # a string "1" was read as 1 by int()
-        shown = "missing" if "tensor_parallel_size" not in profile else f"{size!r}"
-        raise ValueError(f"field 'tensor_parallel_size' is {shown}; expected an integer >= 1")
+        text = "missing" if "tensor_parallel_size" not in profile else f"{size!r}"
+        raise ValueError(f"field 'tensor_parallel_size' is {text}; expected an integer >= 1")
 
 
 def _check_engine_options(profile: dict) -> None:
@@ -288,9 +289,9 @@ def _check_engine_options(profile: dict) -> None:
         largest = _MAX_GRAPH_BATCH_SIZE if field == "cuda_graph_sizes" else 2**53  # piecewise: token counts, bisected
         if not isinstance(sizes, list) or not all(is_count(b) and 1 <= b <= largest for b in sizes) \
                 or sizes != sorted(sizes):
-            shown = f"from 1 to {largest}" if field == "cuda_graph_sizes" else ">= 1"
-            raise ValueError(f"field 'engine_options.{field}' is {str(sizes)[:80]}; expected an increasing list of "
-                             f"sizes {shown}")
+            bounds = f"from 1 to {largest}" if field == "cuda_graph_sizes" else ">= 1"
+            raise ValueError(f"field 'engine_options.{field}' is {shown(sizes)}; expected an increasing list of "
+                             f"sizes {bounds}")
     for field in ("block_size", "max_num_batched_tokens", "max_num_seqs"):  # compared with the run's (sim.limits)
         value = options.get(field)
         if value is not None and not (is_count(value) and value >= 1):
@@ -314,7 +315,7 @@ def _is_seconds(value: object) -> bool:
 
 def _check_coefficients(values: object, where: str, length: int) -> None:
     if not isinstance(values, list) or len(values) != length or not all(_is_seconds(v) for v in values):
-        raise ValueError(f"field '{where}' is {str(values)[:80]}; expected a list of {length} finite numbers >= 0, "
+        raise ValueError(f"field '{where}' is {shown(values)}; expected a list of {length} finite numbers >= 0, "
                          f"at most {_MAX_COEFFICIENT:g} s")
 
 
@@ -336,7 +337,7 @@ def check_fit(profile: dict) -> None:
     # An engine without CUDA graphs (max_graph_batch_size 0, e.g. on a CPU) measures no graph decode steps.
     if not isinstance(sizes, list) or (largest > 0 and not sizes) or not all(is_count(b) and b >= 1 for b in sizes) \
             or sizes != sorted(set(sizes)):
-        raise ValueError(f"field 'fit.graph_decode.batch_sizes' is {str(sizes)[:80]}; expected an increasing list "
+        raise ValueError(f"field 'fit.graph_decode.batch_sizes' is {shown(sizes)}; expected an increasing list "
                          "of batch sizes >= 1")
     for name in ("intercept_s", "per_kv_token_s"):
         _check_coefficients(decode.get(name), f"fit.graph_decode.{name}", len(sizes))
@@ -352,10 +353,10 @@ def check_fit(profile: dict) -> None:
         _check_coefficients(decode["unprepared_s"], "fit.graph_decode.unprepared_s", 2)
     graph_sizes = fit.get("graph_sizes")
     if graph_sizes is not None and (not isinstance(graph_sizes, list) or not all(is_count(b) for b in graph_sizes)):
-        raise ValueError(f"field 'fit.graph_sizes' is {str(graph_sizes)[:80]}; expected a list of sizes >= 0")
+        raise ValueError(f"field 'fit.graph_sizes' is {shown(graph_sizes)}; expected a list of sizes >= 0")
     pieces = eager.get("piecewise_graph_sizes") or []  # a text or unsorted list was a traceback in the cost model
     if not isinstance(pieces, list) or not all(is_count(b) and b >= 1 for b in pieces) or pieces != sorted(pieces):
-        raise ValueError(f"field 'fit.eager.piecewise_graph_sizes' is {str(pieces)[:80]}; expected an increasing list "
+        raise ValueError(f"field 'fit.eager.piecewise_graph_sizes' is {shown(pieces)}; expected an increasing list "
                          "of sizes >= 1")
     if eager.get("form", "max") not in ("sum", "max"):
         raise ValueError(f"field 'fit.eager.form' is {eager.get('form')!r}; expected 'sum' or 'max'")
@@ -367,7 +368,7 @@ def check_fit(profile: dict) -> None:
         # none, meant coefficients fitted on one set of features priced on another, at changed prices unsaid.
         names = eager.get(f"{part}_basis")
         if names is not None and names != list(basis):
-            raise ValueError(f"field 'fit.eager.{part}_basis' is {str(names)[:120]}; expected {list(basis)}, the "
+            raise ValueError(f"field 'fit.eager.{part}_basis' is {shown(names, 120)}; expected {list(basis)}, the "
                              f"features of form {form!r}; refit it with python -m sim.fit_profile")
         _check_coefficients(eager.get(f"{part}_coef"), f"fit.eager.{part}_coef", len(basis))
     # The cost model prices steps with the copy under 'fit' (ProfiledCostModel reads fit.serving); the top-level
@@ -387,9 +388,26 @@ def _serving_difference(top: dict | None, fitted: dict | None) -> str | None:
     if top is None or fitted is None:
         present, absent = ("fit.serving", "serving") if top is None else ("serving", "fit.serving")
         return f"field '{present}' holds a calibration and field '{absent}' none"
-    key = next(k for k in sorted(set(top) | set(fitted), key=str) if top.get(k) != fitted.get(k))
-    shown = ["missing" if key not in d else str(d[key])[:40] for d in (top, fitted)]
-    return f"field 'serving.{key}' is {shown[0]} but field 'fit.serving.{key}' is {shown[1]}"
+    # Down to the first value that differs: two decode_extra_s objects that differed in one bucket's extra were quoted
+    # whole, cut at the same 40 characters, and the message showed the same text twice.
+    path = ""
+    while isinstance(top, dict) and isinstance(fitted, dict):
+        key = next(k for k in sorted(set(top) | set(fitted), key=str)
+                   if top.get(k, _MISSING) != fitted.get(k, _MISSING))
+        path += f".{key}"
+        if key not in top or key not in fitted:
+            break
+        top, fitted = top[key], fitted[key]
+    else:
+        if isinstance(top, list) and isinstance(fitted, list) and len(top) == len(fitted):
+            i = next(i for i, (a, b) in enumerate(zip(top, fitted)) if a != b)
+            path, top, fitted = f"{path}[{i}]", top[i], fitted[i]
+        return f"field 'serving{path}' is {shown(top, 40)} but field 'fit.serving{path}' is {shown(fitted, 40)}"
+    text = ["missing" if key not in d else shown(d[key], 40) for d in (top, fitted)]
+    return f"field 'serving{path}' is {text[0]} but field 'fit.serving{path}' is {text[1]}"
+
+
+_MISSING = object()  # a key absent from one copy of the calibration: unlike any value the other can hold
 
 
 def _check_serving(serving: object, where: str, session: bool = False) -> None:
@@ -397,7 +415,7 @@ def _check_serving(serving: object, where: str, session: bool = False) -> None:
     NaN, below zero or beyond any real step, or is missing (from a non-empty block, or any ``session``)."""
     serving = serving or {}
     if not isinstance(serving, dict):
-        raise ValueError(f"field '{where}' is {str(serving)[:80]}; expected an object written by sim.calibrate")
+        raise ValueError(f"field '{where}' is {shown(serving)}; expected an object written by sim.calibrate")
     for name in ("host_factor", "decode_factor", "device_factor"):
         value = serving.get(name, 1.0)
         if not _is_seconds(value) or value == 0:
@@ -410,13 +428,13 @@ def _check_serving(serving: object, where: str, session: bool = False) -> None:
         span = serving.get(name, [1.0, 1.0])
         if (not isinstance(span, list) or len(span) != 2 or not all(_is_seconds(v) and v > 0 for v in span)
                 or span[0] > span[1]):
-            raise ValueError(f"field '{where}.{name}' is {str(span)[:80]}; expected [low, high], "
+            raise ValueError(f"field '{where}.{name}' is {shown(span)}; expected [low, high], "
                              f"0 < low <= high <= {_MAX_COEFFICIENT:g}")
     _check_host_episodes(serving.get("host_episodes"), f"{where}.host_episodes")
     _check_decode_extras(serving.get("decode_extra_s"), f"{where}.decode_extra_s")
     runs = serving.get("runs", [])
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
-        raise ValueError(f"field '{where}.runs' is {str(runs)[:80]}; expected a list of objects (the runs it was "
+        raise ValueError(f"field '{where}.runs' is {shown(runs)}; expected a list of objects (the runs it was "
                          "calibrated on)")
     if "num_eager_steps" in serving and not is_count(serving["num_eager_steps"]):
         raise ValueError(f"field '{where}.num_eager_steps' is {serving['num_eager_steps']!r}; expected an integer "
@@ -424,7 +442,7 @@ def _check_serving(serving: object, where: str, session: bool = False) -> None:
     sessions = serving.get("sessions")  # sim.calibrate --add averages over them and appends one
     if sessions is not None:
         if not isinstance(sessions, list) or not all(isinstance(x, dict) for x in sessions):
-            raise ValueError(f"field '{where}.sessions' is {str(sessions)[:80]}; expected a list of objects written "
+            raise ValueError(f"field '{where}.sessions' is {shown(sessions)}; expected a list of objects written "
                              "by sim.calibrate --add")
         for i, session in enumerate(sessions):
             _check_serving(session, f"{where}.sessions[{i}]", session=True)
@@ -439,13 +457,23 @@ def _check_decode_extras(extras: object, where: str) -> None:
     if extras is None:
         return
     if not isinstance(extras, dict):
-        raise ValueError(f"field '{where}' is {str(extras)[:80]}; expected an object written by sim.calibrate")
+        raise ValueError(f"field '{where}' is {shown(extras)}; expected an object written by sim.calibrate")
     sizes, values = extras.get("batch_sizes"), extras.get("extra_s")
-    if (not isinstance(sizes, list) or not sizes or not all(is_count(b) and b > 0 for b in sizes)
+    # Bounded as the graphs are (check_fit): sim.calibrate writes one per graph bucket. A hand-made list of 200,000
+    # sizes took 8 s to load, and sim.calibrate --add's merge of such lists grew with their square.
+    if (not isinstance(sizes, list) or not sizes or not all(is_count(b) and 1 <= b <= _MAX_GRAPH_BATCH_SIZE
+                                                            for b in sizes)
             or sizes != sorted(set(sizes))):
-        raise ValueError(f"field '{where}.batch_sizes' is {str(sizes)[:80]}; expected increasing batch sizes >= 1")
+        raise ValueError(f"field '{where}.batch_sizes' is {shown(sizes)}; expected increasing batch sizes from 1 to "
+                         f"{_MAX_GRAPH_BATCH_SIZE}")
     if not isinstance(values, list) or len(values) != len(sizes) or not all(_is_seconds(v) and v <= 1 for v in values):
-        raise ValueError(f"field '{where}.extra_s' is {str(values)[:80]}; expected one number of seconds from 0 to 1 "
+        raise ValueError(f"field '{where}.extra_s' is {shown(values)}; expected one number of seconds from 0 to 1 "
+                         f"per batch size ({len(sizes)})")
+    # The steps each bucket's extra was measured on: sim.calibrate --add sums them over the sessions, and a number,
+    # text or NaN there was a TypeError traceback (or "cannot convert float NaN to integer") after the runs were read.
+    counts = extras.get("num_steps", [])
+    if not isinstance(counts, list) or len(counts) not in (0, len(sizes)) or not all(is_count(c) for c in counts):
+        raise ValueError(f"field '{where}.num_steps' is {shown(counts)}; expected one step count (an integer >= 0) "
                          f"per batch size ({len(sizes)})")
 
 
@@ -457,7 +485,7 @@ def _check_host_episodes(episodes: object, where: str) -> None:
     if episodes is None:
         return
     if not isinstance(episodes, dict):
-        raise ValueError(f"field '{where}' is {str(episodes)[:80]}; expected an object written by sim.calibrate")
+        raise ValueError(f"field '{where}' is {shown(episodes)}; expected an object written by sim.calibrate")
     ratio = episodes.get("slow_over_normal", 1.0)
     if not _is_seconds(ratio) or not 1 <= ratio <= MAX_SLOWDOWN:
         raise ValueError(f"field '{where}.slow_over_normal' is {ratio!r}; expected a number from 1 to "
@@ -465,13 +493,13 @@ def _check_host_episodes(episodes: object, where: str) -> None:
     span = episodes.get("slow_share_range", [0.0, 0.0])
     if not isinstance(span, list) or len(span) != 2 or not all(_is_seconds(v) for v in span) \
             or not span[0] <= span[1] < 1:
-        raise ValueError(f"field '{where}.slow_share_range' is {str(span)[:80]}; expected [low, high], "
+        raise ValueError(f"field '{where}.slow_share_range' is {shown(span)}; expected [low, high], "
                          "0 <= low <= high < 1")
     # A band replay's slow share is drawn from this range, and its normal periods last MEAN_S * (1 - share) / share
     # on average: a share of 1e-320 overflowed that to inf and every --bands replay failed with a traceback. A share
     # below one in a billion is none (sim.calibrate writes 0 for a host without slow episodes).
     if any(0 < v < MIN_SLOW_SHARE for v in span):
-        raise ValueError(f"field '{where}.slow_share_range' is {str(span)[:80]}; expected shares of 0 or from "
+        raise ValueError(f"field '{where}.slow_share_range' is {shown(span)}; expected shares of 0 or from "
                          f"{MIN_SLOW_SHARE:g} (below that there are no slow episodes: write 0)")
     mean_s = episodes.get("mean_episode_s", 1.0)
     if not _is_seconds(mean_s) or mean_s < MIN_EPISODE_S:
@@ -627,10 +655,9 @@ class ProfiledCostModel:
         # measured after a prefill): with the extra too, held-out runs' such steps came out 5-11 % long.
         extra = serving.get("decode_extra_s")
         self._decode_extra_s = [0.0] * (self.max_graph_bs + 1)
-        if extra:
-            for bs in range(1, self.max_graph_bs + 1):
-                bucket = next((s for s in sizes if s >= bs), sizes[-1])
-                self._decode_extra_s[bs] = float(np.interp(bucket, extra["batch_sizes"], extra["extra_s"]))
+        if extra:  # one interpolation for every batch size: once per batch size, it read the lists anew each time
+            buckets = [next((s for s in sizes if s >= bs), sizes[-1]) for bs in range(1, self.max_graph_bs + 1)]
+            self._decode_extra_s[1:] = np.interp(buckets, extra["batch_sizes"], extra["extra_s"]).tolist()
         eager = fit["eager"]
         self.eager_form = eager.get("form", "max")
         self._piecewise_sizes = list(eager.get("piecewise_graph_sizes") or [])

@@ -1,8 +1,6 @@
 """``python -m sim.replay TRACE``: the command lives in the application layer, ``cli.sim_replay``."""
 
 if __name__ == "__main__":
-    import sys
+    from engine.core.interrupt import run_command
 
-    from cli.sim_replay import main
-
-    sys.exit(main())
+    run_command("cli.sim_replay")  # a Ctrl-C while its imports load, or once its outputs are complete: see there

@@ -181,6 +181,14 @@ def build_sessions(
         lead_s = 4 * config.turns.mean() * kept_share * config.think_time_s if warmup_s is None else warmup_s
         # Every session started in the warm-up is drawn: bound them, or a huge warm-up (or think time) never ends.
         warmup_sessions = lead_s / mean_start_gap_s
+        if warmup_s is None and not warmup_sessions <= MAX_WARMUP_SESSIONS:
+            # The default warm-up (4 x mean turns x think time) draws 4 x think_time_s x qps sessions: the error named
+            # warmup_s, an option not given, at the inf the default overflowed to (think_time_s 1e308).
+            raise ValueError(
+                f"think_time_s {config.think_time_s:g} at qps {qps:g} makes the default warm-up draw "
+                f"{warmup_sessions:.3g} sessions before the trace starts; expected think_time_s at most "
+                f"{MAX_WARMUP_SESSIONS / (4 * qps):.6g} s at this qps (or give warmup_s)"
+            )
         if not warmup_sessions <= MAX_WARMUP_SESSIONS:
             raise ValueError(
                 f"warmup_s {lead_s:g} at qps {qps:g} would draw {warmup_sessions:.3g} sessions before the "

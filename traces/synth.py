@@ -58,8 +58,11 @@ class SynthConfig:
             if not 0 <= getattr(self, name) < math.inf:
                 raise ValueError(f"{name} (a coefficient of variation) must be a finite number >= 0, "
                                  f"got {getattr(self, name)}")
-        if not 0 < self.think_time_s < math.inf:
-            raise ValueError(f"think_time_s must be a finite number > 0, got {self.think_time_s}")
+        # A turn arrives its think time after the one before: past MAX_ARRIVAL_S no later turn can be in a trace, and
+        # 1e308 with --warmup-s 0 overflowed the arrivals to inf (a numpy RuntimeWarning over two lines, exit 0).
+        if not 0 < self.think_time_s <= MAX_ARRIVAL_S:
+            raise ValueError(f"think_time_s must be a finite number > 0, at most {MAX_ARRIVAL_S:g} s, got "
+                             f"{self.think_time_s}")
         if not 1 <= self.hash_block_size <= MAX_HASH_BLOCK_SIZE:  # 2**70: OverflowError
             raise ValueError(f"hash_block_size must be from 1 to {MAX_HASH_BLOCK_SIZE}, got {self.hash_block_size}")
         if not 2 <= self.max_context_tokens <= MAX_LENGTH:  # 10**20 was an OverflowError in the int64 cut arithmetic

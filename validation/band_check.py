@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from engine.core.messages import shown  # noqa: E402
 from sim.files import read_json_input  # noqa: E402
 from validation.compare_all import HEADLINE, PLAN, TRACES  # noqa: E402
 
@@ -55,7 +56,7 @@ def _read_summary(path: Path) -> dict:
     for key in HEADLINE:
         value = _value(summary, key)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise ValueError(f"{path}: {key} is {str(value)[:40]}; expected a number (a GPU run's summary.json)")
+            raise ValueError(f"{path}: {key} is {shown(value, 40)}; expected a number (a GPU run's summary.json)")
     return summary
 
 

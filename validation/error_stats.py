@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from engine.core.messages import shown  # noqa: E402
 from sim.files import read_json_input  # noqa: E402
 from validation.compare_all import NEAR_SATURATION  # noqa: E402  the ~95 % runs of the plan
 from validation.fidelity_summary import LATENCY_FIGURES as LATENCIES  # noqa: E402
@@ -48,7 +49,7 @@ def run_errors(results: Path, excluded: set[str]) -> dict[str, list[float]]:
             raise ValueError(f"{path}: no relative error for {', '.join(missing)}")
         bad = [k for k in LATENCIES if not isinstance(metrics[k], (int, float)) or isinstance(metrics[k], bool)]
         if bad:
-            raise ValueError(f"{path}: the relative error of {bad[0]} is {str(metrics[bad[0]])[:40]}; expected a "
+            raise ValueError(f"{path}: the relative error of {bad[0]} is {shown(metrics[bad[0]], 40)}; expected a "
                              "number")
         out[run] = [float(metrics[k]) for k in LATENCIES]
     return out

@@ -122,6 +122,31 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
     return decorate
 
 
+def _exit_with(status: int, signum, frame) -> None:
+    for stream in (sys.stdout, sys.stderr):  # what main printed is flushed; os._exit skips Python's own flush
+        try:
+            stream.flush()
+        except (OSError, ValueError, RuntimeError):  # closed, or the signal came in the middle of a write
+            pass
+    os._exit(status)
+
+
+def exit_when_done(status: object) -> None:
+    """``sys.exit(status)`` of a command whose ``main`` has returned ``status``: its outputs are complete and its lines
+    printed, and the status stands. A Ctrl-C while the interpreter then shuts down (exit handlers, freeing torch and
+    numpy: a large part of a second) gave status 130 and no line over a complete output folder, or "Exception ignored
+    in atexit callback" and a KeyboardInterrupt traceback. From here on Ctrl-C is ignored (SIG_IGN, which the
+    interpreter's finalization keeps, where it resets handlers written in Python to the default: status 130 again),
+    and SIGTERM ends the process at once, with the status."""
+    code = 0 if status is None else status if isinstance(status, int) else 1  # sys.exit's codes
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, functools.partial(_exit_with, code))
+    except ValueError:  # not the main thread
+        pass
+    sys.exit(status)
+
+
 def run_command(module: str) -> None:
     """``sys.exit(main())`` of the command that lives in ``module`` (``python -m engine.serve`` runs
     ``cli.engine_serve``): a Ctrl-C (or SIGTERM) while its imports load, before ``main`` runs (torch alone takes
@@ -136,7 +161,7 @@ def run_command(module: str) -> None:
         raise SystemExit(EXIT_TERMINATED if _Terminated.received else EXIT_INTERRUPTED) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-    sys.exit(main())
+    exit_when_done(main())
 
 
 def exit_with_parent() -> None:

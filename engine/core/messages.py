@@ -22,6 +22,13 @@ def escape_controls(text: object) -> str:
     return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in str(text))
 
 
+def shown(value: object, limit_chars: int = 80) -> str:
+    """``value`` as a one-line error quotes it: on one line, its control characters escaped, cut to at most
+    ``limit_chars`` characters and then ending in "..." (an error cut a hand-edited list at 80 characters with no sign
+    that it went on, and the part shown could read as the whole value)."""
+    return one_line(escape_controls(value), limit_chars)
+
+
 def exception_line(exc: BaseException, limit_chars: int | None = 400) -> str:
     """``exc`` as one line: its type and its message's words, at most ``limit_chars`` characters."""
     return one_line(f"{type(exc).__name__}: {exc}", limit_chars)

@@ -137,7 +137,7 @@ def test_sessions_average_their_extras_per_bucket():
 
 @pytest.mark.parametrize("extras, message", [
     ("0.3 ms", "expected an object written by sim.calibrate"),
-    ({"batch_sizes": [32, 16], "extra_s": [0.0, 0.0]}, "expected increasing batch sizes >= 1"),
+    ({"batch_sizes": [32, 16], "extra_s": [0.0, 0.0]}, "expected increasing batch sizes from 1 to 65536"),
     ({"batch_sizes": [16, 32], "extra_s": [0.0]}, "expected one number of seconds from 0 to 1 per batch size (2)"),
     ({"batch_sizes": [16, 32], "extra_s": [0.0, float("nan")]}, "expected one number of seconds from 0 to 1"),
     ({"batch_sizes": [16, 32], "extra_s": [0.0, -1e-4]}, "expected one number of seconds from 0 to 1"),

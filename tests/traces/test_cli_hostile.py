@@ -348,7 +348,7 @@ def test_convert_json_integer_of_5000_digits_names_the_file(tmp_path, capsys, ti
     (["--multi-turn", "--warmup-s", "nan"], "--warmup-s"),  # these four hung
     (["--multi-turn", "--warmup-s", "inf"], "--warmup-s"),
     (["--multi-turn", "--warmup-s", "1e308"], "--warmup-s"),
-    (["--multi-turn", "--think-time-s", "1e308"], "--warmup-s"),
+    (["--multi-turn", "--think-time-s", "1e308"], "--think-time-s"),
     (["--multi-turn", "--think-time-s", "inf"], "--think-time-s"),
     # OverflowError tracebacks; the geometric cap built a 10^12-element array to take its mean
     (["--prompt-dist", "lognormal:mean=1e308,sigma=1e308"], "mean must be a finite number up to 2**40"),

@@ -17,6 +17,7 @@ import polars as pl
 
 from engine.core.config import cdiv
 from engine.core.json_errors import json_problem
+from engine.core.messages import shown
 from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions, RepeatedKey, drop_zero_lengths, unique_keys
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
@@ -71,7 +72,7 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
         lengths.append(value)
     hash_ids = record["hash_ids"]
     if not isinstance(hash_ids, list) or not all(_is_int(h) for h in hash_ids):
-        raise fail(f"field 'hash_ids' is not a list of integers (each within int64): {str(hash_ids)[:80]}")
+        raise fail(f"field 'hash_ids' is not a list of integers (each within int64): {shown(hash_ids)}")
     expected = cdiv(lengths[0], MOONCAKE_BLOCK_TOKENS)
     if len(hash_ids) != expected:
         raise fail(

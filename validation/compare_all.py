@@ -112,7 +112,7 @@ def _clobbered_run(real_root: Path, outputs: dict[str, Path]) -> str | None:
 def _compare(compare_main, real: Path, other: Path, out: Path) -> tuple[dict, bool | None]:
     """``analysis.compare`` of ``other`` (a simulation or a repeated GPU run) against ``real`` into ``out``, remade
     whole: its metrics by key, and whether the two schedules were identical."""
-    if out.exists():
+    if out.exists():  # derived from two runs that stay (and holds the summaries copied in, which --overwrite refuses)
         shutil.rmtree(out)
     compare_main([str(real), str(other), "--out", str(out), "--no-report"])
     (out / "compare.parquet").unlink(missing_ok=True)  # large, and derived from the two runs
@@ -208,9 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (real / "summary.json").is_file():
             summarize_run_dir(real)
         real_config = json.loads((real / "summary.json").read_text())["config"]
-        sim = sim_root / name
-        if sim.exists():
-            shutil.rmtree(sim)
+        sim = sim_root / name  # replaced by sim.replay --overwrite once the new run is whole (kept if it fails)
         extra = []
         if args.host_timelines:
             profile = timeline_profile(real_config, args.cost_model)
@@ -224,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: {exc}; simulated with the calibrated average")
         sim_replay([str(TRACES / trace), *options, "--num-gpu-blocks", str(real_config["num_gpu_blocks"]),
                     "--cost-model", args.cost_model, *extra, *(["--bands", str(args.bands)] if args.bands else []),
-                    "--out", str(sim), "--quiet", "--no-report"])
+                    "--out", str(sim), "--overwrite", "--quiet", "--no-report"])
         out = results / name
         metrics, identical = _compare(compare_main, real, sim, out)
         shutil.copy(real / "summary.json", out / "real_summary.json")

@@ -68,3 +68,25 @@ def test_bands_are_asked_of_the_simulator_and_counted_per_run(tmp_path, capsys, 
     errors_table = table.split("Against the target")[0]
     rows = [line for line in errors_table.splitlines() if line.startswith("| (b) Azure conv, ~70%")]
     assert [row.rsplit("|", 2)[-2].strip() for row in rows] == ["5 of 6", "5 of 6", "n/a"]
+
+
+def test_a_replay_that_fails_leaves_the_runs_earlier_simulation(tmp_path, monkeypatch):
+    """The simulation folder was removed before sim.replay ran: a replay that then failed (a trace missing, a bad
+    option) lost it. sim.replay --overwrite replaces it only once the new run is whole."""
+    import cli.sim_replay
+
+    calls = []
+
+    def failing_replay(argv):
+        calls.append(argv)
+        raise SystemExit(2)
+
+    monkeypatch.setattr(cli.sim_replay, "main", failing_replay)
+    _gpu_run(tmp_path / "real", "b-azure-p70")
+    earlier = tmp_path / "sim" / "b-azure-p70"
+    earlier.mkdir(parents=True)
+    (earlier / "summary.json").write_text('{"earlier": true}')
+    with pytest.raises(SystemExit):
+        compare_all.main(["--real", str(tmp_path / "real"), "--sim-out", str(tmp_path / "sim"), "--results",
+                          str(tmp_path / "r")])
+    assert "--overwrite" in calls[0] and (earlier / "summary.json").read_text() == '{"earlier": true}'

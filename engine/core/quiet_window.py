@@ -196,8 +196,9 @@ class QuietRun:
         first_end_s = float(ends[0])
         # One pass over the batch, the block manager's two step counts inlined: in a large batch's short windows
         # (~145 sequences, ~7 steps) the calls and a second pass for the tokens were most of this constructor.
-        # Most of such a batch (16-token blocks) computes all the window's tokens strictly inside the block it is in:
-        # from an offset 0 < o < block_size - steps in it, a sequence holds that block already (its tokens at offsets
+        # Most of such a batch computes all the window's tokens strictly inside the block it is in (with 256-token
+        # blocks and windows of a few steps, nearly all of it): from an offset 0 < o < block_size - steps in it, a
+        # sequence holds that block already (its tokens at offsets
         # 0 .. o - 1 are computed), opens none (decode_steps_to_new_block >= block_size - o > steps) and fills none
         # (decode_steps_to_full_block >= block_size - 1 - o >= steps) unless full blocks wait to be registered
         # (checked). It takes only its tokens, without the arithmetic below that finds no event (-15 to -25 % of

@@ -197,11 +197,10 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
                 predicted = model.predict(f)
                 decode_pred += predicted
                 decode_real += real
-                bucket = next(s for s in graph_sizes if s >= f["num_decode_seqs"])
                 within = (f["max_decode_context_tokens"] <= grid_limits.longest_decode_context
                           and f["decode_context_tokens"] <= grid_limits.decode_kv_tokens)
                 if f["continues_batch"] and within:  # the extras price only such steps (ProfiledCostModel)
-                    decode_buckets.append(bucket)
+                    decode_buckets.append(model.graph_bucket(f["num_decode_seqs"]))
                     decode_residuals.append(real - predicted)
             else:
                 floor, gpu = model.eager_parts(f)

@@ -624,10 +624,12 @@ class ProfiledCostModel:
         self.max_graph_bs = fit["max_graph_batch_size"]
         measured = np.array(decode["batch_sizes"], dtype=float)
         # Per decode batch size: the graph bucket it is padded to, then that bucket's interpolated a and b.
+        self._graph_bucket = [0] + [next((s for s in sizes if s >= bs), sizes[-1])
+                                    for bs in range(1, self.max_graph_bs + 1)]
         self._decode_a = [0.0] * (self.max_graph_bs + 1)
         self._decode_b = [0.0] * (self.max_graph_bs + 1)
         for bs in range(1, self.max_graph_bs + 1):
-            bucket = next((s for s in sizes if s >= bs), sizes[-1])
+            bucket = self._graph_bucket[bs]
             self._decode_a[bs] = float(np.interp(bucket, measured, decode["intercept_s"]))
             self._decode_b[bs] = float(np.interp(bucket, measured, decode["per_kv_token_s"]))
         per_excess_s = float(decode.get("per_excess_context_token_s", 0.0))
@@ -656,7 +658,7 @@ class ProfiledCostModel:
         extra = serving.get("decode_extra_s")
         self._decode_extra_s = [0.0] * (self.max_graph_bs + 1)
         if extra:  # one interpolation for every batch size: once per batch size, it read the lists anew each time
-            buckets = [next((s for s in sizes if s >= bs), sizes[-1]) for bs in range(1, self.max_graph_bs + 1)]
+            buckets = self._graph_bucket[1:]
             self._decode_extra_s[1:] = np.interp(buckets, extra["batch_sizes"], extra["extra_s"]).tolist()
         eager = fit["eager"]
         self.eager_form = eager.get("form", "max")
@@ -696,6 +698,10 @@ class ProfiledCostModel:
         if profile.get("serving"):
             name += f", serving-calibrated ({calibration_label(profile['serving'])})"
         return cls(fit, name)
+
+    def graph_bucket(self, num_decode_seqs: int) -> int:
+        """The CUDA-graph batch size a decode step of ``num_decode_seqs`` rows (1 to max_graph_bs) is padded to."""
+        return self._graph_bucket[num_decode_seqs]
 
     def eager_parts(self, f: dict) -> tuple[float, float]:
         """A prefill or mixed step's host part and device time at the grid's host speed (``combine`` adds them

@@ -621,7 +621,11 @@ class ModelRunner:
     def _launch_planned(self, nxt: StepPlan, sampling_rows: SamplingRows | None, bits: int | None,
                         tokens: torch.Tensor, boundary_rows: list[int],
                         scratch: list[int]) -> tuple[RanAhead | None, bool]:
-        sampling = sampling_rows.tensors(bits, self.device) if sampling_rows is not None else None
+        try:
+            sampling = sampling_rows.tensors(bits, self.device) if sampling_rows is not None else None
+        except Exception:  # noqa: BLE001 - a request it cannot sample: the step computed afresh fails it (RequestError)
+            self._returned_bits = bits  # quietly: a bad request is no launch failure worth a logged traceback
+            return None, False
         positions = nxt.positions
         num_rows = len(positions)
         nxt.ids = [0] * num_rows  # placeholders: the ids are this step's sampled ones, below

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from engine.core.json_errors import json_problem
 from engine.core.messages import one_line
 from engine.core.sequence import FinishReason
 
@@ -118,12 +119,11 @@ def _server_message(body: bytes) -> str:
     text = body.decode("utf-8", errors="replace")
     try:
         parsed = json.loads(text)
-        error = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
-        message = error.get("message") if isinstance(error, dict) else None
-        text = str(message if message is not None else error)
-    except (json.JSONDecodeError, AttributeError):
-        pass
-    return _short(text)
+    except (ValueError, RecursionError):  # also nested thousands deep, or an integer of thousands of digits
+        return _short(text)  # (those were a traceback out of the whole replay, or the request's error)
+    error = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
+    message = error.get("message") if isinstance(error, dict) else None
+    return _short(str(message if message is not None else error))
 
 
 def _count(value: object) -> int | None:
@@ -150,6 +150,8 @@ def _on_event(data: str, result: BenchResult, now_s: float) -> bool:
         event = json.loads(data)
     except json.JSONDecodeError:
         raise ValueError(f"not a JSON event: {_short(data)}") from None
+    except (ValueError, RecursionError) as exc:  # nested too deeply (a traceback out of the replay), a huge integer
+        raise ValueError(f"not a JSON event ({json_problem(exc)}): {_short(data)}") from None
     if not isinstance(event, dict):
         raise ValueError(f"not a JSON object event: {_short(data)}")
     if event.get("error") is not None:  # servers report a failure mid-stream as an error event
@@ -315,13 +317,15 @@ async def first_model(base_url: str, timeout_s: float = 30.0) -> str:
             async with session.get(url) as response:
                 if response.status != 200:
                     raise ValueError(f"{url}: {_error_message(response.status, await response.read())}")
-                listing = await response.json(content_type=None)
+                body = await response.read()
     except asyncio.TimeoutError:  # its message is empty: say what timed out
         raise ValueError(f"{url}: cannot reach the server (no answer within {timeout_s:g} s)") from None
     except (aiohttp.ClientError, OSError) as exc:
         raise ValueError(f"{url}: cannot reach the server ({type(exc).__name__}: {exc})") from None
-    except json.JSONDecodeError:
-        raise ValueError(f"{url}: the answer is not JSON") from None
+    try:
+        listing = json.loads(body)
+    except (ValueError, RecursionError) as exc:  # nested too deeply was a traceback, a huge integer Python's own advice
+        raise ValueError(f"{url}: the answer is not JSON ({json_problem(exc)})") from None
     models = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(models, list) or not models or not isinstance(models[0], dict) or "id" not in models[0]:
         raise ValueError(f"{url}: the server lists no model; pass --model")

@@ -58,7 +58,18 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.seed must be an integer in [0, 2**64), got {self.seed!r}")
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"SamplingParams.ignore_eos must be True or False, got {self.ignore_eos!r}")
+        self._as_python_numbers()
         self._set_stop_token_ids()
+
+    def _as_python_numbers(self) -> None:
+        """Numpy scalars (and other numbers.Real) as Python ints and floats: a seed of np.int8(5) failed its request in
+        the sampler (seed & 0xFFFFFFFF overflowed int8), and max_tokens np.uint64(2**64 - 1) wrapped around when added
+        to the prompt's length, a request of one token finished as "length"."""
+        for name, kind in (("temperature", float), ("top_p", float), ("top_k", int), ("max_tokens", int),
+                           ("seed", int)):
+            value = getattr(self, name)
+            if type(value) is not int and type(value) is not float and value is not None:
+                object.__setattr__(self, name, kind(value))
 
     def _set_stop_token_ids(self) -> None:
         """Kept as a frozenset: each generated token is looked up in it, and a request's 100,000 ids in a tuple cost

@@ -42,6 +42,17 @@ GPU_BASIS = ("one", "tokens", "attention_pairs", "kv_tokens_read")
 
 SUM_FLOOR_BASIS = ("one", "num_seqs", "extra_prefill_seqs", "has_decode_rows")
 SUM_GPU_BASIS = ("padded_tokens", "attention_pairs", "decode_kv_tokens", "prefill_kv_tokens")
+# A fit's optional fifth device feature: the padded tokens beyond a knot (the fit's 'tokens_knot'), for matmuls whose
+# time per token grows with the step. qwen3-8b's grid took 22.7, 22.3, 24.1 and 27.3 us a token at 1k, 2k, 4k and 8k
+# tokens (one prompt each) and 23.8 at 4 x 2k: the four-term line priced its 1k steps 5-10 % long and its 8k ones 7 %
+# short, and the GPU runs' prefills of 3k+ tokens 5-8 % short on both its Azure slices. A hinge, not a square: beyond
+# the grid's largest step it grows at the last slope measured, not ever faster.
+TOKENS_BEYOND_KNOT = "padded_tokens_beyond_knot"
+# Knots tried: the piecewise graph sizes from this one to below the largest. The one with the smallest training error
+# is kept where its hinge coefficient is above 0 and it removes at least MIN_KNOT_GAIN of the line's squared error
+# (qwen3-8b's grid: 74 %; qwen3-0.6b's: under 1 %, a line kept, which an extra term would only bend to the noise).
+MIN_TOKENS_KNOT = 512
+MIN_KNOT_GAIN = 0.1
 
 
 def _sum_floor_row(f: dict) -> list[float]:
@@ -50,14 +61,18 @@ def _sum_floor_row(f: dict) -> list[float]:
     return [1.0, f["num_seqs"], max(0, f["num_prefill_seqs"] - 1), 1.0 if f["num_decode_seqs"] else 0.0]
 
 
-def _sum_gpu_row(f: dict, sizes: list[int]) -> list[float]:
+def _sum_gpu_row(f: dict, sizes: list[int], knot: int = 0) -> list[float]:
     """Device time: matmuls over the tokens padded to the step's graph bucket, prefill attention pairs, KV
-    tokens read by decode rows and by prefill chunks (their cached prefix and themselves)."""
+    tokens read by decode rows and by prefill chunks (their cached prefix and themselves); with a ``knot``, also
+    the padded tokens beyond it (TOKENS_BEYOND_KNOT)."""
     tokens = f["num_prefill_tokens"] + f["num_decode_seqs"]
     if sizes and tokens <= sizes[-1]:
         tokens = sizes[bisect.bisect_left(sizes, tokens)]
-    return [tokens, f["prefill_attention_pairs"], f["decode_context_tokens"],
-            f["prefill_context_tokens"] + f["num_prefill_tokens"]]
+    row = [tokens, f["prefill_attention_pairs"], f["decode_context_tokens"],
+           f["prefill_context_tokens"] + f["num_prefill_tokens"]]
+    if knot:
+        row.append(max(tokens - knot, 0))
+    return row
 
 
 def _floor_row(f: dict) -> list[float]:
@@ -152,15 +167,31 @@ def _fit_eager(points: list[dict], iterations: int = 8) -> dict:
 
 
 def _fit_sum(points: list[dict], sizes: list[int]) -> dict:
-    """t = host + gpu, one non-negative least-squares fit in relative error over both parts' features."""
+    """t = host + gpu, one non-negative least-squares fit in relative error over both parts' features; with the
+    tokens-beyond-a-knot term where one of the knots tried fits the points clearly better (MIN_TOKENS_KNOT,
+    MIN_KNOT_GAIN)."""
     floor_x = np.array([_sum_floor_row(p["features"]) for p in points], dtype=float)
-    gpu_x = np.array([_sum_gpu_row(p["features"], sizes) for p in points], dtype=float)
-    x = np.hstack([floor_x, gpu_x])
     y = np.array([p["median_s"] for p in points], dtype=float)
-    coef = _nonnegative_lstsq(x / y[:, None], np.ones_like(y))
     n = floor_x.shape[1]
-    return {"form": "sum", "floor_basis": list(SUM_FLOOR_BASIS), "floor_coef": coef[:n].tolist(),
-            "gpu_basis": list(SUM_GPU_BASIS), "gpu_coef": coef[n:].tolist(), "piecewise_graph_sizes": sizes}
+    fits = []  # (squared relative error, knot, coefficients); knot 0: the line
+    for knot in [0, *(s for s in sizes[:-1] if s >= MIN_TOKENS_KNOT)]:
+        gpu_x = np.array([_sum_gpu_row(p["features"], sizes, knot) for p in points], dtype=float)
+        x = np.hstack([floor_x, gpu_x]) / y[:, None]
+        coef = _nonnegative_lstsq(x, np.ones_like(y))
+        if knot == 0 or coef[-1] > 0:  # a hinge held at 0 is the line again
+            fits.append((float(((x @ coef - 1.0) ** 2).sum()), knot, coef))
+    best = min(fits, key=lambda fit: fit[0])
+    line_error = fits[0][0]
+    # (A line that fits to within rounding, relative errors ~1e-15, is kept whatever a hinge's rounding says.)
+    if best[0] > (1.0 - MIN_KNOT_GAIN) * line_error or line_error <= 1e-20 * len(y):
+        best = fits[0]
+    _, knot, coef = best
+    fit = {"form": "sum", "floor_basis": list(SUM_FLOOR_BASIS), "floor_coef": coef[:n].tolist(),
+           "gpu_basis": list(SUM_GPU_BASIS), "gpu_coef": coef[n:].tolist(), "piecewise_graph_sizes": sizes}
+    if knot:
+        fit["gpu_basis"].append(TOKENS_BEYOND_KNOT)
+        fit["tokens_knot"] = knot
+    return fit
 
 
 def _excess_context(num_seqs: int, context_tokens, longest):
@@ -363,6 +394,13 @@ def check_fit(profile: dict) -> None:
     form = eager.get("form", "max")
     bases = {"floor": SUM_FLOOR_BASIS, "gpu": SUM_GPU_BASIS} if form == "sum" else {"floor": FLOOR_BASIS,
                                                                                       "gpu": GPU_BASIS}
+    knot = eager.get("tokens_knot")
+    if knot is not None:
+        largest_piece = pieces[-1] if pieces else 0
+        if form != "sum" or not is_count(knot) or not 1 <= knot < largest_piece:
+            raise ValueError(f"field 'fit.eager.tokens_knot' is {shown(knot)}; expected a number of tokens from 1 to "
+                             f"below the largest piecewise graph size ({largest_piece}), in a fit of form 'sum'")
+        bases["gpu"] = (*SUM_GPU_BASIS, TOKENS_BEYOND_KNOT)
     for part, basis in bases.items():
         # The coefficients are priced on the form's own features (eager_parts): names of another form's, or of
         # none, meant coefficients fitted on one set of features priced on another, at changed prices unsaid.
@@ -663,6 +701,7 @@ class ProfiledCostModel:
         eager = fit["eager"]
         self.eager_form = eager.get("form", "max")
         self._piecewise_sizes = list(eager.get("piecewise_graph_sizes") or [])
+        self._tokens_knot = int(eager.get("tokens_knot") or 0)  # 0: a fit without the hinge term
         self._floor_coef = np.array(eager["floor_coef"], dtype=float)
         self._gpu_coef = np.array(eager["gpu_coef"], dtype=float)
         self._min_s = float(min(decode["intercept_s"])) if decode["intercept_s"] else 1e-4
@@ -708,7 +747,7 @@ class ProfiledCostModel:
         up, or takes the larger for an engine that launched such steps eagerly)."""
         if self.eager_form == "sum":
             return (float(np.dot(self._floor_coef, _sum_floor_row(f))),
-                    float(np.dot(self._gpu_coef, _sum_gpu_row(f, self._piecewise_sizes))))
+                    float(np.dot(self._gpu_coef, _sum_gpu_row(f, self._piecewise_sizes, self._tokens_knot))))
         return float(np.dot(self._floor_coef, _floor_row(f))), float(np.dot(self._gpu_coef, _gpu_row(f)))
 
     def combine(self, host_s, gpu_s):

@@ -65,6 +65,8 @@ PLAN: dict[str, tuple[str, str, list[str]]] = {
     **{f"g-azure-8b-{name}": (f"(g) qwen3-8b, Azure conv, ~{share}% ({qps} req/s)", "azure_conv_slice.parquet",
                               [*_online(qps, limit), "--model", "qwen3-8b"])
        for name, share, qps, limit in (("light", 20, 4, 400), ("p70", 70, 12.5, 1200))},
+    "g-prefill-8b-p70": ("(g) qwen3-8b, prefill-heavy, ~70% (12 req/s)", "prefill_heavy.parquet",
+                         [*_online(12, 1000), "--model", "qwen3-8b"]),
     # Held out (fourteenth session): shapes no calibration or profile point was chosen for, and the main job's trace.
     "h-longctx-p70": ("(h) long context (~6k prompts), ~70% (9 req/s)", "heldout_longctx.parquet", _online(9, 1000)),
     "h-longctx-p90": ("(h) long context (~6k prompts), ~90% (11.5 req/s)", "heldout_longctx.parquet",

@@ -124,6 +124,8 @@ model-8b)
   # (g) A second model: qwen3-8b on the Azure slice at ~20 and ~70 % of the ~18 req/s the simulator puts its
   # saturation at (QPS_8B_LIGHT 4, QPS_8B_70 12.5), and its calibration slice (g-cal-azure-8b, QPS_8B_CAL 12.5).
   replay_loads g-azure-8b azure_conv_slice.parquet qwen3-8b "light:${QPS_8B_LIGHT:-4}:400" "p70:${QPS_8B_70:-12.5}:1200"
+  # The prefill-heavy trace at ~70 % of the ~17 req/s the simulator saturates qwen3-8b at (QPS_8B_PH_70 12).
+  replay_loads g-prefill-8b prefill_heavy.parquet qwen3-8b "p70:${QPS_8B_PH_70:-12}:1000"
   replay_loads g-cal azure_conv_calibration.parquet qwen3-8b "azure-8b:${QPS_8B_CAL:-12.5}:1200"
   ;;
 kv-pressure)

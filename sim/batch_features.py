@@ -101,7 +101,8 @@ def read_steps(run_dir: Path, periods: bool = False) -> list[tuple[dict, float, 
 
 def _check_step_order_columns(table, path: Path) -> None:
     """ValueError naming the first of STEP_ORDER_COLUMNS present in ``table`` that is not integers from 0 to 2**53,
-    with the row of its first bad value (checked on the whole column at once: a run has up to millions of steps)."""
+    with the row of its first bad value (checked on the whole column at once: a run has up to millions of steps), or
+    the first row that repeats a step of its replica."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -117,6 +118,18 @@ def _check_step_order_columns(table, path: Path) -> None:
             row = int(rows[0])
             raise ValueError(f"{path}: row {row}: column {name!r} is {column[row].as_py()!r}; expected an integer "
                              "from 0 to 2**53")
+    if "replica" in table.column_names and "step" in table.column_names:
+        # A step given twice was counted twice: sim.calibrate fitted its factors with that step's time weighted double
+        # (analysis.summarize and analysis.compare refuse such a log).
+        keys = np.stack([table.column("replica").to_numpy(), table.column("step").to_numpy()], axis=1)
+        _, first_rows, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        first_of_row = first_rows[inverse.reshape(-1)]
+        again = np.flatnonzero(first_of_row != np.arange(len(keys)))
+        if len(again):
+            row = int(again[0])
+            replica, step = (int(v) for v in keys[row])
+            raise ValueError(f"{path}: row {row}: column 'step' is {step}; expected one row per step of a replica "
+                             f"(replica {replica}, step {step} is also at row {int(first_of_row[row])})")
 
 
 def went_straight_on(replica: np.ndarray, num_running: np.ndarray, num_waiting: np.ndarray) -> np.ndarray:

@@ -474,6 +474,13 @@ def _check_serving(serving: object, where: str, session: bool = False) -> None:
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
         raise ValueError(f"field '{where}.runs' is {shown(runs)}; expected a list of objects (the runs it was "
                          "calibrated on)")
+    for i, run in enumerate(runs):  # sim.calibrate --add tells a run added again by these: a list was a TypeError
+        if "run" in run and not isinstance(run["run"], str):
+            raise ValueError(f"field '{where}.runs[{i}].run' is {shown(run['run'])}; expected the run's folder name, "
+                             "a string")
+        if "num_steps" in run and not is_count(run["num_steps"]):
+            raise ValueError(f"field '{where}.runs[{i}].num_steps' is {shown(run['num_steps'])}; expected the run's "
+                             "step count, an integer >= 0")
     if "num_eager_steps" in serving and not is_count(serving["num_eager_steps"]):
         raise ValueError(f"field '{where}.num_eager_steps' is {serving['num_eager_steps']!r}; expected an integer "
                          ">= 0")
@@ -543,6 +550,11 @@ def _check_host_episodes(episodes: object, where: str) -> None:
     if not _is_seconds(mean_s) or mean_s < MIN_EPISODE_S:
         raise ValueError(f"field '{where}.mean_episode_s' is {mean_s!r}; expected a number of seconds from "
                          f"{MIN_EPISODE_S:g} to {_MAX_COEFFICIENT:g}")
+    # The windows they were measured over: sim.calibrate --add sums them over the sessions, and a text or null was a
+    # TypeError traceback, NaN "cannot convert float NaN to integer", after the runs were read.
+    if "num_windows" in episodes and not is_count(episodes["num_windows"]):
+        raise ValueError(f"field '{where}.num_windows' is {shown(episodes['num_windows'])}; expected a number of "
+                         "windows (an integer >= 0)")
 
 
 def read_profile(path: Path) -> dict:

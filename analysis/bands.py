@@ -16,7 +16,14 @@ import polars as pl
 from analysis.band_stats import band_of, flat_bands
 from analysis.formatting import format_float
 from analysis.metrics import summarize
-from analysis.process_pools import interrupts_held, spawn_pool, stop_pool
+from analysis.process_pools import (
+    interrupts_held,
+    read_start_up_file,
+    remove_start_up_file,
+    spawn_pool,
+    stop_pool,
+    write_start_up_file,
+)
 from analysis.runs import with_latency_columns
 from analysis.slo import SLO
 from sim.bands import band_model, band_replay
@@ -54,10 +61,11 @@ def replay_metrics(trace, config: SimConfig, index: int, slos: tuple[SLO, ...] |
 _WORKER: dict[str, object] = {}
 
 
-def _init_worker(trace, config: SimConfig, slos) -> None:
+def _init_worker(args_path: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool on Ctrl-C
     # Born with SIGINT blocked (run_bands): a Ctrl-C that reached it while it started is pending, and now ignored.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    trace, config, slos = read_start_up_file(args_path)
     _WORKER["args"] = (trace, config)
     _WORKER["slos"] = slos
 
@@ -76,22 +84,30 @@ def run_bands(trace, config: SimConfig, num_replays: int, *, slos: tuple[SLO, ..
     indices = range(num_replays)
     if num_jobs > 1 and num_replays > 1:
         results = []
-        pool = spawn_pool(min(num_jobs, num_replays), _init_worker, (trace, config, slos))
+        # The trace reaches the workers through a file, as the capacity sweep's sessions do: as start-up data (a
+        # third of a megabyte for 500 requests) it filled the pipe to a new worker, and a SIGTERM sent to the
+        # whole process group (timeout, a supervisor) killed that worker while it imported: this process then
+        # wrote forever to the pipe of a worker that had died, and never stopped.
+        args_path = write_start_up_file((trace, config, slos), "bands-")
         try:
-            # Ctrl-C waits until every worker is started and every replay queued: the workers are spawned in here
-            # with SIGINT blocked, so that a terminal's Ctrl-C (sent to the whole process group) cannot interrupt
-            # one while it imports, which printed its traceback and left this process writing forever to the pipe
-            # of a worker that had died.
-            with interrupts_held(block_sigint=True):
-                replays = pool.map(_replay_in_worker, indices)
-            for metrics in replays:
-                results.append(metrics)
-                if on_replay_done is not None:
-                    on_replay_done()
-        except BaseException:  # Ctrl-C or a failed replay: stop the others now rather than wait for every one
-            stop_pool(pool)
-            raise
-        pool.shutdown(wait=True)
+            pool = spawn_pool(min(num_jobs, num_replays), _init_worker, (args_path,))
+            try:
+                # Ctrl-C waits until every worker is started and every replay queued: the workers are spawned in
+                # here with SIGINT blocked, so that a terminal's Ctrl-C (sent to the whole process group) cannot
+                # interrupt one while it imports, which printed its traceback and left this process writing forever
+                # to the pipe of a worker that had died.
+                with interrupts_held(block_sigint=True):
+                    replays = pool.map(_replay_in_worker, indices)
+                for metrics in replays:
+                    results.append(metrics)
+                    if on_replay_done is not None:
+                        on_replay_done()
+            except BaseException:  # Ctrl-C or a failed replay: stop the others now rather than wait for every one
+                stop_pool(pool)
+                raise
+            pool.shutdown(wait=True)
+        finally:  # the workers are gone: stopped, or done
+            remove_start_up_file(args_path)
     else:
         results = []
         for i in indices:

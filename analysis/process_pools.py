@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import signal
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -116,3 +118,28 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
                 manager.join(timeout=5.0)
     finally:
         threading.excepthook = shown
+
+
+def write_start_up_file(data: object, prefix: str) -> str:
+    """``data`` pickled to a new temporary file, whose path a pool's workers get as start-up data instead of ``data``
+    itself (``read_start_up_file``): megabytes of start-up data go down the pipe to each new worker, which kept the
+    pool waiting until the worker had imported its modules, and forever where a signal killed the worker meanwhile.
+    The caller removes the file (``remove_start_up_file``) once the pool is done."""
+    descriptor, path = tempfile.mkstemp(prefix=prefix, suffix=".pickle")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            pickle.dump(data, file, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:  # (a full disk, Ctrl-C): no file left behind
+        remove_start_up_file(path)
+        raise
+    return path
+
+
+def read_start_up_file(path: str) -> object:
+    with open(path, "rb") as file:
+        return pickle.load(file)
+
+
+def remove_start_up_file(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from engine.core.config_args import OneLineErrorParser
+from engine.core.config_args import OneLineErrorParser, nonempty
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.messages import escape_controls
 
@@ -365,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         description="Extract a host-slowdown timeline from a GPU replay, for sim.replay --host-slowdown FILE.csv.",
     )
     parser.add_argument("run", help="engine.replay output folder (its steps.parquet)")
-    parser.add_argument("--profile", required=True, help="the measured profile JSON of that model and GPU")
+    # nonempty: "" was Path(""), the current folder: "cost model .: not a readable profile (IsADirectoryError ...)"
+    parser.add_argument("--profile", required=True, type=nonempty,
+                        help="the measured profile JSON of that model and GPU")
     parser.add_argument("--window-s", type=float, default=2.0, help="window length in seconds (default: %(default)s)")
     parser.add_argument("--out", required=True, help="CSV to write (start_s,slowdown)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")

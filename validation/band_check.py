@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from engine.core.config_args import OneLineErrorParser, nonempty  # noqa: E402
 from engine.core.messages import shown  # noqa: E402
 from sim.files import read_json_input  # noqa: E402
 from validation.compare_all import HEADLINE, PLAN, TRACES  # noqa: E402
@@ -63,9 +63,10 @@ def _read_summary(path: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bands", default="20", help="seeded replays per run (default: %(default)s)")
-    parser.add_argument("--out", default=str(ROOT / "validation" / "results" / "bands"),
+    # nonempty: "" was Path(""), the current folder, where bands.md and bands.json were written.
+    parser.add_argument("--out", type=nonempty, default=str(ROOT / "validation" / "results" / "bands"),
                         help="where bands.md and bands.json go")
-    parser.add_argument("--results", default=str(ROOT / "validation" / "results"),
+    parser.add_argument("--results", type=nonempty, default=str(ROOT / "validation" / "results"),
                         help="folder of the runs' committed GPU summaries (<run>/real_summary.json)")
     args = parser.parse_args(argv)
     from analysis.band_stats import flat_bands, inside

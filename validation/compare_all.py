@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from engine.core.config_args import OneLineErrorParser, nonempty  # noqa: E402
 
 TRACES = ROOT / "validation" / "traces"
 
@@ -163,9 +163,13 @@ def timeline_profile(real_config: dict, cost_model: str = "auto") -> Path | None
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--real", default=str(ROOT / "validation" / "runs" / "real"), help="GPU run folders")
-    parser.add_argument("--sim-out", default=str(ROOT / "validation" / "runs" / "sim"), help="where simulated runs go")
-    parser.add_argument("--results", default=str(ROOT / "validation" / "results"), help="small outputs to commit")
+    # nonempty: "" was Path(""), the current folder: --results "" wrote errors.md and the figures into it.
+    parser.add_argument("--real", type=nonempty, default=str(ROOT / "validation" / "runs" / "real"),
+                        help="GPU run folders")
+    parser.add_argument("--sim-out", type=nonempty, default=str(ROOT / "validation" / "runs" / "sim"),
+                        help="where simulated runs go")
+    parser.add_argument("--results", type=nonempty, default=str(ROOT / "validation" / "results"),
+                        help="small outputs to commit")
     parser.add_argument("--cost-model", default="auto", help="passed to sim.replay (default: %(default)s)")
     parser.add_argument("--bands", default=None, metavar="N",
                         help="also simulate N seeded replays per run (sim.replay --bands) and count the headline "

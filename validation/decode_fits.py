@@ -22,7 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from engine.core.config_args import OneLineErrorParser, nonempty  # noqa: E402
 from sim.batch_features import read_steps  # noqa: E402
 from sim.profiled_cost_model import (  # noqa: E402
     ProfiledCostModel,
@@ -72,10 +72,12 @@ def ratios(name: str, predicted: np.ndarray, rows: np.ndarray) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="validation GPU runs (engine.replay folders)")
-    parser.add_argument("--calibration", nargs="+", type=Path, required=True, help="calibration GPU runs")
+    # Read as typed, then made Paths: Path("") is ".", a run folder nobody typed (".: no requests.parquet").
+    parser.add_argument("runs", nargs="+", help="validation GPU runs (engine.replay folders)")
+    parser.add_argument("--calibration", nargs="+", type=nonempty, required=True, help="calibration GPU runs")
     parser.add_argument("--profile", default=None, help="profile JSON (default: the shipped qwen3-0.6b)")
     args = parser.parse_args(argv)
+    args.runs, args.calibration = [Path(run) for run in args.runs], [Path(run) for run in args.calibration]
     # Bad input is one line and exit 2: a missing, empty or garbled profile (or a folder) was a traceback.
     for run in [*args.calibration, *args.runs]:
         missing = next((name for name in ("requests.parquet", "steps.parquet") if not (run / name).is_file()), None)

@@ -35,6 +35,55 @@ CASES = {  # name: (prefill chunks (cached, new), decode rows, their context, de
 }
 
 
+ENGINE_OPTIONS = dict(load_format="dummy", max_num_seqs=256, max_num_batched_tokens=8192, block_size=256)
+MAX_TOKENS = 8  # what each injected sequence may generate beyond the decode steps before the timed one
+
+
+def longest_sequence(block_size: int) -> int:
+    """The most tokens one sequence of the cases may hold: a prefill chunk, or a decode row, and its max_tokens."""
+    from sim.profile import row_context
+
+    longest = 0
+    for prefill, num_decode, context, steps_before, _ in CASES.values():
+        longest = max(longest, *(cached + new + MAX_TOKENS for cached, new in prefill))
+        if num_decode:
+            longest = max(longest, row_context(context, block_size, steps_before + 1) + steps_before + MAX_TOKENS)
+    return longest
+
+
+def check_args(parser, args) -> None:
+    """Exit 2 with one line naming the option, before torch is imported: an unknown --model, a --max-model-len out
+    of range or too short for the cases, and a --json that cannot be written were tracebacks, the last two after the
+    model was built (on a GPU, after every sample was taken)."""
+    from engine.core.config import ConfigError
+    from engine.core.model_config import ModelShape, resolve_model_dir
+    from engine.options import EngineOptions
+    from sim.files import check_output_path
+
+    if args.samples < 1:
+        parser.exit(2, f"error: --samples must be >= 1, got {args.samples}\n")
+    try:
+        options = EngineOptions.from_kwargs(args.model, max_model_len=args.max_model_len, **ENGINE_OPTIONS)
+    except ConfigError as exc:  # names its field: max_model_len must be an integer >= 1, got 0
+        flag = f"--{exc.field.replace('_', '-')}: " if exc.field else ""
+        parser.exit(2, f"error: {flag}{exc}\n")
+    try:
+        shape = ModelShape.load(args.model)
+    except (OSError, ValueError) as exc:  # FileNotFoundError for an unknown name; ValueError for a bad config.json
+        parser.exit(2, f"error: --model {args.model}: {exc}\n")
+    if args.max_model_len > shape.max_position_embeddings:
+        parser.exit(2, f"error: --max-model-len {args.max_model_len} is more than {shape.name}'s "
+                       f"max_position_embeddings; expected <= {shape.max_position_embeddings}\n")
+    longest = longest_sequence(options.block_size)
+    if args.max_model_len < longest:  # the cases' sequences did not fit: a RuntimeError after the model was built
+        parser.exit(2, f"error: --max-model-len {args.max_model_len} is below the longest sequence the cases build "
+                       f"({longest} tokens); expected >= {longest}\n")
+    problem = args.json is not None and check_output_path(args.json, "--json",
+                                                          [resolve_model_dir(args.model) / "config.json"])
+    if problem:  # an empty --json was no file written, without a word; a folder failed after every sample
+        parser.exit(2, f"error: {problem}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-0.6b")
@@ -42,14 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=12, help="timed samples per case (default: %(default)s)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the medians (ms) to this file")
     args = parser.parse_args(argv)
-    if args.samples < 1:
-        parser.exit(2, f"error: --samples must be >= 1, got {args.samples}\n")
+    check_args(parser, args)
+    import torch
+
+    if not torch.cuda.is_available():  # the engine fell back to the CPU without a word: many minutes, no GPU figure
+        parser.exit(2, "error: this script times engine steps on a CUDA GPU and found none\n")
 
     from engine.llm import LLM
+    from sim.files import write_text_atomic
     from sim.profile import StateInjector, row_context, time_step
 
-    llm = LLM(args.model, load_format="dummy", max_num_seqs=256, max_num_batched_tokens=8192, block_size=256,
-              max_model_len=args.max_model_len)
+    llm = LLM(args.model, max_model_len=args.max_model_len, **ENGINE_OPTIONS)
     engine, runner = llm.engine, llm.runner
     injector = StateInjector(engine, llm.shape.vocab_size)
     block_size = engine.scheduler.block_manager.block_size
@@ -57,13 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     def sample(prefill, num_decode: int, context: int, steps_before: int, ahead: bool) -> float:
         runner.run_ahead = False
         for _ in range(num_decode):
-            injector.add(row_context(context, block_size, steps_before + 1) - 1, 1, max_tokens=steps_before + 8)
+            injector.add(row_context(context, block_size, steps_before + 1) - 1, 1,
+                         max_tokens=steps_before + MAX_TOKENS)
         for i in range(steps_before):
             runner.run_ahead = ahead and i < steps_before - 1  # the last launches none: the prefill joins after it
             time_step(engine)
         runner.run_ahead = False
         for cached, new in prefill:
-            injector.add(cached, new, max_tokens=8)
+            injector.add(cached, new, max_tokens=MAX_TOKENS)
         _, elapsed_s, _ = time_step(engine)
         injector.clear()
         return elapsed_s
@@ -78,9 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     llm.close()
     for name, ms in medians_ms.items():
         print(f"{name:28s} {ms:8.3f} ms")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"model": args.model, "max_model_len": args.max_model_len,
-                                               "samples": args.samples, "median_step_ms": medians_ms}, indent=1) + "\n")
+    if args.json is not None:  # whole or not at all, its folder made if missing
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(args.json), json.dumps({"model": args.model, "max_model_len": args.max_model_len,
+                                                       "samples": args.samples, "median_step_ms": medians_ms},
+                                                      indent=1) + "\n")
     return 0
 
 

@@ -47,17 +47,22 @@ def _points(path: Path) -> dict[tuple, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(description=__doc__.splitlines()[0])
-    parser.add_argument("a", type=Path)
-    parser.add_argument("b", type=Path)
+    # As typed, not Path: the parser refuses an empty one, where Path("") was ".: cannot read the profile".
+    parser.add_argument("a")
+    parser.add_argument("b")
     parser.add_argument("--family", help="also list every point of this family")
     args = parser.parse_args(argv)
     try:  # bad input is exit 2 and one line, as for every tool (SystemExit with a message was exit 1)
-        a, b = _points(args.a), _points(args.b)
+        a, b = _points(Path(args.a)), _points(Path(args.b))
     except ValueError as exc:
         parser.exit(2, f"error: {exc}\n")
     common = [k for k in a if k in b]
     if not common:
         parser.exit(2, f"error: {args.a} and {args.b} share no grid point; expected two profiles of one grid\n")
+    families = sorted({k[0] for k in common})
+    if args.family is not None and args.family not in families:  # it printed the list's heading over no point
+        parser.exit(2, f"error: --family {args.family!r}: no common grid point of that family; expected one of "
+                       f"{', '.join(families)}\n")
     groups: dict[tuple[str, str], list[float]] = {}
     for k in common:
         rows = k[1][0] + k[3][0]

@@ -6,11 +6,8 @@ Each implements `analysis.capacity.sweep.Executor`, the interface the sweep's dr
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pickle
 import signal
-import tempfile
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -18,7 +15,14 @@ from concurrent.futures import Future
 from analysis.capacity.point import PointJob, PointResult, evaluate_point
 from analysis.capacity.sweep import Executor
 from analysis.capacity.workload import SessionLibrary, WorkloadParams
-from analysis.process_pools import interrupts_held, spawn_pool, stop_pool
+from analysis.process_pools import (
+    interrupts_held,
+    read_start_up_file,
+    remove_start_up_file,
+    spawn_pool,
+    stop_pool,
+    write_start_up_file,
+)
 from analysis.slo import SLO
 from sim.config import SimConfig
 
@@ -55,9 +59,7 @@ def _init_worker(library_path: str, workload: WorkloadParams, slos: tuple[SLO, .
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):  # a Ctrl-C that reached it while it started is pending: now ignored
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    with open(library_path, "rb") as file:
-        library = pickle.load(file)
-    _WORKER_STATE["args"] = (library, workload, slos)
+    _WORKER_STATE["args"] = (read_start_up_file(library_path), workload, slos)
     _WORKER_STATE["dropped"] = dropped
 
 
@@ -74,11 +76,6 @@ def _evaluate_in_worker(job: PointJob, ticket: int) -> PointResult:
     return evaluate_point(*_WORKER_STATE["args"], job, on_request_done=stop_if_dropped)
 
 
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
 class LocalExecutor(Executor):
     """A pool of `num_jobs` local processes (`analysis.process_pools.spawn_pool`). The trace's sessions reach the
     workers through a temporary file, not with their start-up data: the pool writes that data from `submit`, where
@@ -87,10 +84,9 @@ class LocalExecutor(Executor):
     """
 
     def __init__(self, library: SessionLibrary, workload: WorkloadParams, slos: Sequence[SLO], num_jobs: int) -> None:
-        descriptor, path = tempfile.mkstemp(prefix="capacity-sessions-", suffix=".pickle")
-        self._remove_library = weakref.finalize(self, _remove, path)  # by close, else when collected or at exit
-        with os.fdopen(descriptor, "wb") as file:
-            pickle.dump(library, file, protocol=pickle.HIGHEST_PROTOCOL)
+        path = write_start_up_file(library, "capacity-sessions-")
+        # by close, else when collected or at exit
+        self._remove_library = weakref.finalize(self, remove_start_up_file, path)
         import multiprocessing
 
         # Written here, read by the workers (given to them as they start): which running jobs to drop.

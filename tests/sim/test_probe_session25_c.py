@@ -1,0 +1,66 @@
+"""Session 25, probe C: hostile input and signals to sim.replay's advanced options (--bands, --host-slowdown,
+--router, --cost-model): hangs, tracebacks, wrong exit codes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from analysis.capacity.executors import default_num_jobs
+from tests.sim.helpers import SHAREGPT
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(default_num_jobs() < 2, reason="the band replays run in a pool only with two cores or more")
+@pytest.mark.parametrize("delay_s", [0.0, 0.4, 0.8, 1.2])
+def test_sigterm_to_the_process_group_while_the_band_pool_starts_stops_the_replay(tmp_path, delay_s):
+    """`timeout` and supervisors send SIGTERM to the whole process group: a band worker still importing died of it
+    while the replay wrote the trace (its start-up data, a third of a megabyte here) into the worker's pipe, which
+    no one read any more: sim.replay --bands hung until killed (SIGTERM again did nothing)."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sim.replay", str(SHAREGPT), "--limit", "500", "--out", str(out), "--no-report",
+         "--bands", "4"],
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stderr.read1(4096), b"")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    try:
+        while b"bands:" not in b"".join(chunks):  # the pool is being started now
+            assert proc.poll() is None and time.monotonic() < deadline, b"".join(chunks)[-500:]
+            time.sleep(0.01)
+        time.sleep(delay_s)
+        terminated = time.perf_counter()
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=10) == 143
+        elapsed_s = time.perf_counter() - terminated
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    reader.join(timeout=5)
+    stderr = b"".join(chunks).decode()
+    assert stderr.splitlines()[-1] == f"interrupted: nothing written to {out}" and "Traceback" not in stderr
+    assert elapsed_s < 2.0, f"took {elapsed_s:.1f} s to stop"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("profile", ["", " "])
+def test_host_speed_refuses_an_empty_profile_option(tmp_path, capsys, profile):
+    """--profile "" was Path(""), the current folder: the line named a folder nobody typed ("cost model .: not a
+    readable profile (IsADirectoryError ...)"), as decode_fits and step_errors no longer do."""
+    from sim.host_speed import main as host_speed_main
+    from tests.traces.helpers import cli_error
+
+    line = cli_error(host_speed_main, [str(tmp_path), "--profile", profile, "--out", str(tmp_path / "t.csv")], capsys)
+    assert line == "error: argument --profile: is empty; name a file (--help lists the options)"
+    assert list(tmp_path.iterdir()) == []

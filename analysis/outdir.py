@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sim.files import RUN_FILES, existing_parent
-from traces.files import staging_path
+from traces.files import make_folders, remove_empty, staging_path
 
 
 class OutDirError(ValueError):
@@ -53,7 +53,12 @@ def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", input
     """Refuse a target that is a file, or a non-empty folder unless ``overwrite`` and it is an earlier run's,
     or one that is or holds one of the command's ``inputs`` (an input run folder is itself an earlier run's:
     analysis.compare A B --out A --overwrite replaced A with the comparison), or lies inside an input folder."""
-    resolved = Path(target).resolve()
+    try:
+        resolved = Path(target).resolve()
+    except (RuntimeError, OSError) as exc:  # a symbolic link loop: Python 3.11 raised RuntimeError (a traceback)
+        if isinstance(exc, OSError) and exc.errno != errno.ELOOP:
+            raise OutDirError(f"{option} {target}: {exc.strerror or exc}") from None
+        raise OutDirError(f"{option} {target}: a symbolic link loop; expected a folder") from None
     absolute = Path(os.path.abspath(target))
     for given in inputs:
         # Resolved, and also as typed: an input reached through a link inside the target (q/requests.parquet
@@ -100,56 +105,39 @@ def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out",
     check_out_dir(Path(target), overwrite=overwrite, option=option, inputs=inputs)
     target = Path(target).resolve()  # "." has no name to put a staging folder beside
     stage = staging_path(target, "partial")
+    old = staging_path(target, "old")
     created: list[Path] = []
     try:
-        _make_folders(target.parent, created)
+        make_folders(target.parent, created)
         shutil.rmtree(stage, ignore_errors=True)
         stage.mkdir()
     except OSError as exc:
-        _remove_empty(created)
+        remove_empty(created)
         raise OutDirError(f"{option} {target}: cannot write there ({exc.strerror or exc})") from None
     written = False
     try:
         yield stage
-        old = staging_path(target, "old")
-        if overwrite and target.exists():
-            target.rename(old)
         try:
+            if overwrite and target.exists():
+                target.rename(old)
             # One rename, which fails on a non-empty folder: a run that wrote the target meanwhile (two commands
             # given one --out) is never replaced without --overwrite, nor mixed with this one.
             stage.rename(target)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
-                raise
-            if old.exists() and not target.exists():  # the earlier run --overwrite was to replace: back in place
+        except BaseException as exc:
+            # The earlier run --overwrite was to replace goes back in place: on any failed rename, or a Ctrl-C
+            # between the two, which left it hidden as .OUT.old-PID and no OUT at all.
+            if old.exists() and not target.exists():
                 old.rename(target)
             shutil.rmtree(old, ignore_errors=True)
+            if not isinstance(exc, OSError) or exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR,
+                                                                 errno.EISDIR):
+                raise
             raise OutDirError(f"{option} {target} was written by another command while this one ran; nothing of "
                               f"this run was kept (give each run its own {option})") from None
-        shutil.rmtree(old, ignore_errors=True)
         written = True
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-        if not written:  # --out new/deeper/run with a bad trace left new/deeper/ behind, empty
-            _remove_empty(created)
-
-
-def _make_folders(folder: Path, made: list[Path]) -> None:
-    """``mkdir -p folder``, putting each folder it makes at the front of ``made`` (deepest first) as it goes, so a
-    run that fails, even half way through making them, can take them back."""
-    missing = []
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    for parent in reversed(missing):
-        parent.mkdir(exist_ok=True)
-        made.insert(0, parent)
-
-
-def _remove_empty(folders: Iterable[Path]) -> None:
-    """Remove ``folders`` (deepest first) while they are empty: never anything another command put in them."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
+        if written:  # the earlier run this one replaced
+            shutil.rmtree(old, ignore_errors=True)
+        else:  # --out new/deeper/run with a bad trace left new/deeper/ behind, empty
+            remove_empty(created)

@@ -7,7 +7,6 @@ cost model and trace.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -17,7 +16,7 @@ from analysis.report.summary_table import format_summary_table
 from analysis.runs import read_meta, read_slos, with_latency_columns, write_summary
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.config_args import OneLineErrorParser
-from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt
+from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt, exit_when_done
 from engine.core.messages import escape_controls
 from sim.files import RUN_FILES, read_parquet_frame
 
@@ -107,4 +106,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_when_done(main())  # a Ctrl-C or SIGTERM once the outputs are complete leaves the status alone

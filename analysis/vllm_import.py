@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +48,7 @@ from analysis.schema import (
     empty_frame,
 )
 from engine.core.config_args import OneLineErrorParser, nonempty
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
 from engine.core.json_errors import json_problem
 from engine.core.messages import escape_controls
 from sim.files import read_json_input
@@ -341,4 +340,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_when_done(main())  # a Ctrl-C or SIGTERM once the outputs are complete leaves the status alone

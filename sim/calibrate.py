@@ -26,13 +26,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from engine.core.config_args import OneLineErrorParser
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
 from engine.core.messages import counted, escape_controls
 from sim.bands import MEAN_EPISODE_S, SLOW_OVER_NORMAL, SLOW_SHARE_RANGE
 from sim.batch_features import read_steps
@@ -404,9 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     seen: dict[Path, str] = {}
     contents: dict[str, str] = {}
     for run in runs:
-        if run.resolve() in seen:  # its steps would count twice
-            parser.exit(2, f"error: run folder {run} is given twice (also as {seen[run.resolve()]})\n")
-        seen[run.resolve()] = str(run)
+        real = Path(os.path.realpath(run))  # Path.resolve raised a RuntimeError traceback on a symbolic link loop
+        if real in seen:  # its steps would count twice
+            parser.exit(2, f"error: run folder {run} is given twice (also as {seen[real]})\n")
+        seen[real] = str(run)
         digest = _steps_digest(run)
         if digest is not None and digest in contents:
             # A copy of a run (another folder, the same steps.parquet) counted its steps twice, as one run given
@@ -505,4 +505,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_when_done(main())  # a Ctrl-C or SIGTERM once the outputs are complete leaves the status alone

@@ -4,6 +4,7 @@ the inputs."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -134,5 +135,16 @@ def read_parquet_frame(path: Path) -> pl.DataFrame:
 
 
 def write_parquet_frame(frame: pl.DataFrame, path: Path, **options) -> None:
+    """An I/O error of the write (a full disk) is OSError, as pyarrow's: polars raised its own ComputeError ('File out
+    of specification: underlying IO error: No space left on device (os error 28)'), a traceback past the commands'
+    one-line handling of a full disk."""
+    import polars as pl
+
     with open(path, "wb") as handle:
-        frame.write_parquet(handle, **options)
+        try:
+            frame.write_parquet(handle, **options)
+        except pl.exceptions.PolarsError as exc:
+            code = re.search(r"\(os error (\d+)\)", str(exc))
+            if code is None:
+                raise
+            raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from None

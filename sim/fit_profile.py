@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
+import os
 from pathlib import Path
 
 from engine.core.config_args import OneLineErrorParser
-from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt
+from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt, exit_when_done
 from engine.core.messages import escape_controls
 from sim.profiled_cost_model import describe_held_out, fit_profile, read_profile, write_profile
 
@@ -24,10 +24,10 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(given)
         # As sim.calibrate refuses a run folder given twice: the same file (by any spelling) was refitted and
         # rewritten once per mention, and printed as many times as if it were several profiles.
-        if path.resolve() in seen:
-            parser.exit(2, f"error: profile {given} is given twice (also as {seen[path.resolve()]}); give each "
-                           "profile once\n")
-        seen[path.resolve()] = given
+        real = Path(os.path.realpath(path))  # Path.resolve raised a RuntimeError traceback on a symbolic link loop
+        if real in seen:
+            parser.exit(2, f"error: profile {given} is given twice (also as {seen[real]}); give each profile once\n")
+        seen[real] = given
         try:
             profile = read_profile(path)  # its errors name the file
         except ValueError as exc:
@@ -49,4 +49,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_when_done(main())  # a Ctrl-C or SIGTERM once the outputs are complete leaves the status alone

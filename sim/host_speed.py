@@ -24,13 +24,12 @@ import csv
 import json
 import math
 import random
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from engine.core.config_args import OneLineErrorParser, nonempty
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
 from engine.core.messages import escape_controls
 
 MAX_WINDOWS = 1_000_000  # rows of an extracted timeline
@@ -418,4 +417,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_when_done(main())  # a Ctrl-C or SIGTERM once the outputs are complete leaves the status alone

@@ -30,7 +30,7 @@ import numpy as np
 
 from engine.core.config import cdiv
 from engine.core.config_args import OneLineErrorParser
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
 from sim.batch_features import batch_features
@@ -387,4 +387,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_when_done(main())  # a Ctrl-C or SIGTERM once the outputs are complete leaves the status alone

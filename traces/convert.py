@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from engine.core.config_args import OneLineErrorParser, nonempty
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
 from engine.core.messages import escape_controls
 from traces.errors import TraceError
 from traces.files import refuse_to_replace
@@ -159,4 +159,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_when_done(main())  # a Ctrl-C or SIGTERM once the outputs are complete leaves the status alone

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,8 +39,31 @@ def refuse_to_replace(path: str | Path, overwrite: bool) -> None:
     if isinstance(path, str) and path.endswith(tuple({os.sep, os.altsep or os.sep})):
         raise IsADirectoryError(errno.EISDIR, "ends with a path separator, naming a folder; expected a parquet file "
                                 "path", path)
-    if not overwrite and Path(path).is_file():
+    # A link to nothing (dangling, or a loop) is a name too, replaced by the rename as a file is: sim's outputs
+    # (sim.files.check_output_path) refused it already.
+    if not overwrite and (Path(path).is_file() or (Path(path).is_symlink() and not Path(path).exists())):
         raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it", str(path))
+
+
+def make_folders(folder: Path, made: list[Path]) -> None:
+    """``mkdir -p folder``, putting each folder it makes at the front of ``made`` (deepest first) as it goes, so a
+    run that fails, even half way through making them, can take them back."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for parent in reversed(missing):
+        parent.mkdir(exist_ok=True)
+        made.insert(0, parent)
+
+
+def remove_empty(folders: Iterable[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty: never anything another command put in them."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def open_parquet(path: str | Path) -> pq.ParquetFile:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from engine.core.config_args import OneLineErrorParser
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
 from engine.core.messages import counted, escape_controls
 from traces.errors import TraceError
 from traces.schema import load_trace
@@ -41,4 +41,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_when_done(main())  # a Ctrl-C or SIGTERM once the outputs are complete leaves the status alone

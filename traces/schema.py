@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from engine.core.messages import one_line
 from traces.errors import TraceError, row_error
-from traces.files import open_parquet, staging_path
+from traces.files import make_folders, open_parquet, remove_empty, staging_path
 from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
 from traces.validation import MAX_ARRIVAL_S, MAX_HASH_BLOCK_SIZE, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, validate
 
@@ -286,12 +286,17 @@ def save_trace(trace_or_df: Trace | pl.DataFrame, path: str | Path, hash_block_s
         metadata[HASH_BLOCK_SIZE_KEY] = str(trace.hash_block_size).encode("ascii")
     table = table.replace_schema_metadata(metadata or None)
     _check_writable_target(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # Written beside the target and renamed over it: an interrupted write never leaves half a trace.
     partial = staging_path(path, "partial")  # shortened where .NAME.partial-PID would exceed a file name's limit
+    made: list[Path] = []
+    written = False
     try:
+        make_folders(path.parent, made)
         with open(partial, "wb") as handle:  # pyarrow parses a path as a UTF-8 URI: a name with another byte failed
             pq.write_table(table, handle, compression="zstd", compression_level=9)
         os.replace(partial, path)
+        written = True
     finally:
         partial.unlink(missing_ok=True)
+        if not written:  # -o new/deeper/t.parquet on a full disk, or interrupted, left new/deeper/ behind, empty
+            remove_empty(made)

@@ -11,14 +11,13 @@ from __future__ import annotations
 import argparse
 import math
 import re
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from engine.core.config_args import OneLineErrorParser, nonempty
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
 from engine.core.messages import counted
 from traces.arrivals import arrival_times_s
 from traces.files import refuse_to_replace
@@ -256,4 +255,4 @@ def _with_option_names(message: str) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_when_done(main())  # a Ctrl-C or SIGTERM once the outputs are complete leaves the status alone

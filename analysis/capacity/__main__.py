@@ -1,8 +1,7 @@
 """``python -m analysis.capacity``: see `analysis.capacity.cli`."""
 
 if __name__ == "__main__":  # importing this module (as tests/test_layers.py does) must not run the command
-    import sys
-
     from analysis.capacity.cli import main
+    from engine.core.interrupt import exit_when_done
 
-    sys.exit(main())
+    exit_when_done(main())  # a Ctrl-C or SIGTERM once the outputs are complete leaves the status alone

@@ -8,8 +8,10 @@ it killed the process at once and left its hidden staging folder (``.OUT.partial
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
+import errno
 import functools
 import importlib
 import multiprocessing
@@ -18,8 +20,11 @@ import signal
 import sys
 from collections.abc import Callable
 
+from engine.core.messages import escape_controls
+
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM
+EXIT_BAD_INPUT = 2  # every command's status for an input or option it cannot use
 
 NOTHING_WRITTEN = "interrupted: nothing written"
 EACH_FILE_WHOLE = "interrupted: files finished before it are written, none in part"
@@ -106,6 +111,16 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
                 interrupted = True
                 print(f"\n{message}" if sys.stderr.isatty() else message, file=sys.stderr)
                 raise SystemExit(EXIT_TERMINATED if _Terminated.received else EXIT_INTERRUPTED) from None
+            except OSError as exc:
+                if exc.errno != errno.ENAMETOOLONG:
+                    raise
+                # A path given with a name past the file system's limit: Path.exists() and is_file() raise on it
+                # (Python 3.11 passes over only a missing file), and each command's first check of an input or an
+                # output met it as a traceback. A staged output was removed as the error unwound, as on any other.
+                named = "" if exc.filename is None else f"{escape_controls(exc.filename)}: "
+                print(f"error: {named}{exc.strerror}; expected a path whose names are at most 255 bytes each (4096 in "
+                      "all)", file=sys.stderr)
+                raise SystemExit(EXIT_BAD_INPUT) from None
             except SystemExit as exc:
                 interrupted = exc.code in (EXIT_INTERRUPTED, EXIT_TERMINATED)
                 if exc.code == EXIT_INTERRUPTED and _Terminated.received:
@@ -136,15 +151,26 @@ def exit_when_done(status: object) -> None:
     printed, and the status stands. A Ctrl-C while the interpreter then shuts down (exit handlers, freeing torch and
     numpy: a large part of a second) gave status 130 and no line over a complete output folder, or "Exception ignored
     in atexit callback" and a KeyboardInterrupt traceback. From here on Ctrl-C is ignored (SIG_IGN, which the
-    interpreter's finalization keeps, where it resets handlers written in Python to the default: status 130 again),
-    and SIGTERM ends the process at once, with the status."""
+    interpreter's finalization keeps, where it resets handlers written in Python to the default: status 130 again).
+    SIGTERM ends the process at once, with the status, while the threads still running are waited for; from the exit
+    handlers on it is ignored too: the finalization reset its handler to the default as well, and a SIGTERM while
+    torch and numpy were freed killed the process with status 143 and no line over complete outputs."""
     code = 0 if status is None else status if isinstance(status, int) else 1  # sys.exit's codes
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, functools.partial(_exit_with, code))
     except ValueError:  # not the main thread
         pass
+    else:
+        atexit.register(_ignore_sigterm)  # registered last, so the first exit handler to run
     sys.exit(status)
+
+
+def _ignore_sigterm() -> None:
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        pass
 
 
 def run_command(module: str) -> None:

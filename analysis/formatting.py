@@ -8,6 +8,9 @@ partial or empty summaries (e.g. a run where every request was rejected) still r
 from __future__ import annotations
 
 import math
+import re
+
+from engine.core.messages import escape_controls
 
 # Latency metric -> its label in tables and charts, in the order they list metrics. The key is the
 # stem of a summary's `<name>_ms` entry, of an SLO (`ttft_p90`) and, for all but ITL (the pooled
@@ -53,3 +56,18 @@ def format_float(value: float, sign: bool = False) -> str:
     if decimals > _MAX_DECIMALS or magnitude >= 12:
         return f"{value:{plus}.{SIGNIFICANT_DIGITS}g}"
     return f"{value:{plus}.{max(0, decimals)}f}"
+
+
+def markdown_cell(text: object) -> str:
+    """``text`` as a Markdown table cell: control characters escaped (a newline in a run folder's name ended the row
+    mid-cell) and each ``|`` as ``\\|`` (it began another cell)."""
+    return escape_controls(text).replace("|", "\\|")
+
+
+def markdown_code(text: object) -> str:
+    """``text`` as a Markdown code span, its control characters escaped: fenced by one backtick more than its longest
+    run of them, and padded where it starts or ends with one (a backtick in a cost model's name closed the span)."""
+    text = escape_controls(text)
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"

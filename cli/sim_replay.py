@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(format_bands(bands))
             if summary["warnings"]:
                 print(format_warnings(summary["warnings"]))
-            print(f"cost model: {result.cost_model_name}; simulated in {result.wall_s:.1f} s wall; "
+            print(f"cost model: {escape_controls(result.cost_model_name)}; simulated in {result.wall_s:.1f} s wall; "
                   f"outputs in {escape_controls(out_dir)}/")  # a newline in --out: still one line
     except KeyboardInterrupt:  # the outputs are in place, whole: the decorator's line would say nothing was written
         parser.exit(130, f"interrupted: the outputs in {escape_controls(out_dir)}/ are complete; only this summary "

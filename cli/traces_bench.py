@@ -233,7 +233,7 @@ def format_failures(results: list[BenchResult]) -> str:
     for result in failed:
         if result.error not in seen:
             seen.add(result.error)
-            lines.append(f"  request {result.request_id!r}: {result.error}")
+            lines.append(f"  request {result.request_id!r}: {escape_controls(result.error)}")  # a server's words
         if len(seen) == NUM_ERRORS_SHOWN:
             break
     return "\n".join(lines)
@@ -279,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.report.summary_table import format_summary_table
 
         print(format_summary_table(summary))
-        print(f"served by {url} (model {summary['config']['model']}); outputs in {escape_controls(out_dir)}/")
+        model = escape_controls(summary["config"]["model"])  # as the server named it in /v1/models
+        print(f"served by {escape_controls(url)} (model {model}); outputs in {escape_controls(out_dir)}/")
     return EXIT_ALL_FAILED if results and all(not r.ok for r in results) else 0
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from engine.core.messages import escape_controls
 from engine.core.model_config import ModelShape
 from sim.config import SimConfig
 from sim.cost_model import num_kv_blocks_for
@@ -244,5 +245,6 @@ def run_warnings(config: SimConfig, model: ModelShape, steps: pl.DataFrame, arri
 
 
 def format_warnings(warnings: list[dict]) -> str:
-    """One line per warning, for the CLI ("" without any)."""
-    return "\n".join(f"warning [{w['code']}]: {w['message']}" for w in warnings)
+    """One line per warning, for the CLI ("" without any); control characters escaped (a --model folder's name
+    holding an ANSI escape or a newline is quoted in the message)."""
+    return "\n".join(escape_controls(f"warning [{w['code']}]: {w['message']}") for w in warnings)

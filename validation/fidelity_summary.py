@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from analysis.formatting import markdown_cell, markdown_code  # noqa: E402
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.files import read_json_input  # noqa: E402
 from validation.compare_all import HEADLINE  # noqa: E402  the figures, in the order every validation table has them
@@ -103,13 +104,13 @@ def shapes_markdown(shapes: list[dict]) -> str:
 
 def to_markdown(summary: list[dict], sources: list[str]) -> str:
     lines = ["Signed error of the simulation (shipped profile) against each GPU run, (sim - GPU) / GPU, per load and "
-             "figure, over " + ", ".join(f"`{s}`" for s in sources) + " (`python validation/fidelity_summary.py`).",
+             "figure, over " + ", ".join(map(markdown_code, sources)) + " (`python validation/fidelity_summary.py`).",
              "",
              "| load | figure | GPU runs | median error | largest error | within 3 % | within 10 % | inside p5-p95 |",
              "|:---|:---|---:|---:|---:|---:|---:|---:|"]
     for s in summary:
         n = s["num_runs"]
-        lines.append(f"| {s['load']} | {s['figure']} | {n} | {100 * s['median_error']:+.1f}% | "
+        lines.append(f"| {s['load']} | {markdown_cell(s['figure'])} | {n} | {100 * s['median_error']:+.1f}% | "
                      f"{100 * s['largest_error']:+.1f}% | {s['within_3pct']} of {n} | {s['within_10pct']} of {n} | "
                      f"{s['inside_band']} of {n} |")
     inside, total = sum(s["inside_band"] for s in summary), sum(s["num_runs"] for s in summary)

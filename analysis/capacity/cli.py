@@ -301,7 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def format_table(run: CapacityRun) -> str:
     """The printed summary: one line per configuration, then replicas needed."""
-    width = max([len("configuration")] + [len(r.label) for r in run.results]) + 2
+    # Labels name --model folders: their control characters escaped (an ANSI escape or a newline was printed raw).
+    labels = [escape_controls(r.label) for r in run.results]
+    width = max([len("configuration")] + [len(label) for label in labels]) + 2
     slo_headers = [f"{s.label} ms" for s in run.slos]
     header = f"{'configuration':<{width}}{'max QPS':>10}{'seeds':>14}{'sims':>6}{'goodput':>10}"
     header += "".join(f"{h:>13}" for h in slo_headers) + f"{'done/arr':>10}{'backlog+':>10}"
@@ -309,10 +311,10 @@ def format_table(run: CapacityRun) -> str:
     lines = [header]
     notes = []
     kinds = set()
-    for r, e in zip(run.results, run.economics):
+    for r, e, label in zip(run.results, run.economics, labels):
         p = r.point_at_max
         stability = p.stability if p else {}
-        line = f"{r.label:<{width}}{r.answer_text:>10}{r.spread_text:>14}"
+        line = f"{label:<{width}}{r.answer_text:>10}{r.spread_text:>14}"
         line += f"{r.num_simulations:>6}{format_number(p.goodput_rps if p else None, '.4g'):>10}"
         line += "".join(f"{format_number(p.slo_values_ms.get(s.key) if p else None, '.4g'):>13}" for s in run.slos)
         line += f"{format_number(stability.get('completion_ratio'), '.3f'):>10}"
@@ -320,7 +322,7 @@ def format_table(run: CapacityRun) -> str:
         cost = e.cost_per_million_output_tokens_usd
         line += f"{format_number(cost, '.4g', prefix='$'):>11}{'yes' if e.on_pareto_front else '':>8}"
         lines.append(line)
-        notes += [f"  {r.label}: {note}" for note in r.all_notes]
+        notes += [f"  {label}: {escape_controls(note)}" for note in r.all_notes]
         kinds.add(r.kind)
     spread = ("band replays: their p5-p95 (the perturbations of sim.replay --bands)" if run.band_replays
               else "seeds: their range")
@@ -333,7 +335,7 @@ def format_table(run: CapacityRun) -> str:
     lines.append(f"replicas needed for {run.target_qps:.4g} req/s:")
     for label, needed in replicas_needed_by_family(run.family_labels, run.economics).items():
         count = format_number(needed.num_replicas if needed else None, "d", missing="none")
-        lines.append(f"  {label}: {count} ({needed.note if needed else '-'})")
+        lines.append(f"  {escape_controls(label)}: {count} ({escape_controls(needed.note) if needed else '-'})")
     return "\n".join(lines)
 
 
@@ -370,6 +372,6 @@ def main(argv: list[str] | None = None) -> int:
         if run.num_run_ahead:
             where += (f" ({run.num_run_ahead} run ahead of their search's verdicts on idle ones, "
                       f"{run.num_run_ahead_used} of them used)")
-        print_out(f"cost model: {run.cost_model_text}; {num_sims} simulations in {run.wall_s:.1f} s wall on {where}; "
-                  f"outputs in {escape_controls(out_dir)}/")  # a newline in --out: one line
+        print_out(f"cost model: {escape_controls(run.cost_model_text)}; {num_sims} simulations in {run.wall_s:.1f} s "
+                  f"wall on {where}; outputs in {escape_controls(out_dir)}/")  # a newline in --out: one line
     return 0

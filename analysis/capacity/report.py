@@ -22,7 +22,7 @@ from analysis.capacity.point import PointResult
 from analysis.capacity.sweep import ANSWER, ANSWER_KINDS, ConfigResult
 from analysis.formatting import format_number
 from analysis.report.figures import PALETTE
-from analysis.report.html_page import table_html, write_html
+from analysis.report.html_page import html_text, table_html, write_html
 from analysis.slo import SLO
 
 CHART_HEIGHT_PX = 460
@@ -119,7 +119,7 @@ def latency_figure(results: Sequence[ConfigResult], slos: Sequence[SLO]) -> go.F
                                                                          "color": _color(result.index)},
                 customdata=[[_point_hover(p), p.num_rejected, p.goodput_rps] for p in points],
                 hovertemplate=(
-                    f"{html.escape(result.label)}<br>offered load: %{{x:.4g}} req/s<br>{slo.label}: %{{y:.4g}} ms"
+                    f"{html_text(result.label)}<br>offered load: %{{x:.4g}} req/s<br>{slo.label}: %{{y:.4g}} ms"
                     "<br>%{customdata[0]}<br>rejected: %{customdata[1]}; goodput: %{customdata[2]:.4g} req/s"
                     "<extra></extra>"
                 ),
@@ -151,7 +151,7 @@ def goodput_figure(results: Sequence[ConfigResult]) -> go.Figure:
             x=[p.qps for p in points], y=[p.goodput_rps for p in points], mode="markers", name=result.label,
             marker={"symbol": _symbols(points), "size": 10, "color": _color(result.index)},
             customdata=[[p.num_finished, p.num_requests, _point_hover(p)] for p in points],
-            hovertemplate=f"{html.escape(result.label)}<br>offered load: %{{x:.4g}} req/s"
+            hovertemplate=f"{html_text(result.label)}<br>offered load: %{{x:.4g}} req/s"
             "<br>goodput: %{y:.4g} req/s (measured window)<br>finished: %{customdata[0]} / %{customdata[1]}"
             "<br>%{customdata[2]}<extra></extra>",
         ))
@@ -329,7 +329,7 @@ _EDITOR_SCRIPT = """
 
 
 def _cell(text: str, attrs: str = "") -> str:
-    return f"<td{attrs}>{html.escape(text)}</td>"
+    return f"<td{attrs}>{html_text(text)}</td>"
 
 
 def _results_table(results: Sequence[ConfigResult], economics: Sequence[ConfigEconomics], slos: Sequence[SLO]) -> str:
@@ -390,7 +390,7 @@ def write_capacity_report(path: Path, run: CapacityRun, title: str, subtitle: st
     rows = [[label, format_number(needed.num_replicas if needed else None, "d", missing="none"),
              needed.note if needed else "-"]
             for label, needed in replicas_needed_by_family(run.family_labels, economics).items()]
-    header = f'<p class="subtitle">{html.escape(subtitle)}</p>\n'
+    header = f'<p class="subtitle">{html_text(subtitle)}</p>\n'
     header += _results_table(results, economics, run.slos)
     header += table_html(rows, ["configuration (all replica counts)", "replicas needed", "how"],
                          f"Replicas needed for {run.target_qps:.4g} req/s")

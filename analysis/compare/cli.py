@@ -49,7 +49,8 @@ def format_config_differences(differences: dict[str, dict]) -> str:
     """One line listing differing config keys, or "" when the configs agree."""
     if not differences:
         return ""
-    items = ", ".join(f"{key} real={values['real']!r} sim={values['sim']!r}" for key, values in differences.items())
+    items = ", ".join(f"{escape_controls(key)} real={values['real']!r} sim={values['sim']!r}"
+                      for key, values in differences.items())
     return f"config differences: {items}"
 
 
@@ -109,7 +110,7 @@ def load_and_compare(args: argparse.Namespace, inputs: list[Path]):
 
 def print_comparison(comparison, real, sim, check_schedule: bool) -> None:
     """The comparison as text on stdout (print_out: a reader that leaves early stops nothing)."""
-    cost_model = f" (cost model: {sim.cost_model})" if sim.cost_model else ""
+    cost_model = f" (cost model: {escape_controls(sim.cost_model)})" if sim.cost_model else ""
     print_out(f"sim {escape_controls(sim.path)}{cost_model} vs real {escape_controls(real.path)}; "
               "rel. error = (sim - real) / real")
     differences = format_config_differences(comparison.config_differences)
@@ -121,7 +122,7 @@ def print_comparison(comparison, real, sim, check_schedule: bool) -> None:
         num_inside = sum(row.in_band for row in judged)
         print_out(f"real inside the simulation's p5-p95 band: {num_inside} of {len(judged)} metrics")
     for warning in sim.metadata.get("warnings") or []:  # the simulation's own limits (sim.limits)
-        print_out(f"sim warning [{warning.get('code')}]: {warning.get('message')}")
+        print_out(escape_controls(f"sim warning [{warning.get('code')}]: {warning.get('message')}"))
     print_out(format_request_summary(comparison.join))
     if check_schedule or comparison.schedule.unavailable:
         print_out(comparison.schedule.describe())

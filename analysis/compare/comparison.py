@@ -20,8 +20,9 @@ from analysis.compare.report import write_compare_report
 from analysis.compare.request_join import RequestJoin, join_requests
 from analysis.compare.step_diff import ScheduleDiff, compare_schedules
 from analysis.compare.tables import error_table_markdown
+from analysis.formatting import markdown_code
 from analysis.metrics import has_step_log
-from engine.core.messages import counted
+from engine.core.messages import counted, escape_controls
 from sim.files import write_parquet_frame
 
 # Config keys that differ between any two runs and say nothing about the setup.
@@ -160,7 +161,7 @@ def compare_runs(real: RunData, sim: RunData) -> Comparison:
     join = join_requests(real.requests, sim.requests, real_name=str(real.path), sim_name=str(sim.path))
     without_log = [run for run in (real, sim) if run.timed_by_client or not has_step_log(run.requests, run.steps)]
     if without_log:
-        names = " and ".join(f"{run.label} ({run.path})" for run in without_log)
+        names = " and ".join(f"{run.label} ({escape_controls(run.path)})" for run in without_log)  # printed
         schedule = ScheduleDiff(steps=None, unavailable=f"{names} logged no engine steps: a run served over "
                                 "HTTP or imported from another tool")
     else:
@@ -177,9 +178,9 @@ def compare_runs(real: RunData, sim: RunData) -> Comparison:
 def markdown_document(comparison: Comparison) -> str:
     """compare.md: one context line and the error table, ready to paste into a README."""
     real, sim = comparison.real, comparison.sim
-    cost_model = f" (cost model: `{sim.cost_model}`)" if sim.cost_model else ""
-    intro = (
-        f"Simulation `{sim.name}`{cost_model} vs real `{real.name}`; "
+    cost_model = f" (cost model: {markdown_code(sim.cost_model)})" if sim.cost_model else ""
+    intro = (  # names quoted as code spans: a newline, a backtick or a control character in one stays inside
+        f"Simulation {markdown_code(sim.name)}{cost_model} vs real {markdown_code(real.name)}; "
         f"relative error = (sim - real) / real; {counted(comparison.join.num_matched, 'request')} matched.\n\n"
     )
     return intro + error_table_markdown(comparison.rows, real.name, sim.name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analysis.compare.error_table import MetricRow
-from analysis.formatting import format_float, format_percent
+from analysis.formatting import format_float, format_percent, markdown_cell
 from analysis.report.html_page import table_html
 
 NOT_AVAILABLE = "n/a"
@@ -93,7 +93,7 @@ def error_table_markdown(rows: Sequence[MetricRow], real_name: str = "real", sim
     """A GitHub-flavoured Markdown table (numbers right-aligned), ready to paste into a README."""
 
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+        return "| " + " | ".join(map(markdown_cell, cells)) + " |"
 
     headers = ("metric", f"real ({real_name})", f"sim ({sim_name})", "diff (sim - real)", "rel. error")
     band_headers, cells = table_cells(rows)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.core.messages import escape_controls
 from sim.files import write_bytes_atomic
 
 if TYPE_CHECKING:  # plotly is imported only to draw: tables and summaries need none (the GPU image lacks it)
@@ -53,6 +54,13 @@ WEBGL_FALLBACK_JS = """(function () {
 })();"""
 
 
+def html_text(text: object) -> str:
+    """``text`` (a trace's file name, a run's model, a summary.json string) as escaped HTML text, its control
+    characters written as repr writes them: an ANSI escape or a carriage return in a name went into the page raw, which
+    HTML does not allow (a parse error, shown as a box or nothing)."""
+    return html.escape(escape_controls(text))
+
+
 def _figure_div(fig: go.Figure) -> str:
     height = fig.layout.height
     return fig.to_html(full_html=False, include_plotlyjs=False, config=_PLOT_CONFIG, default_width="100%",
@@ -69,10 +77,10 @@ def write_html(figures: Sequence[go.Figure], path: str | Path, title: str, heade
     divs = "\n".join(f'<div class="figure">{_figure_div(fig)}</div>' for fig in figures)
     page = (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<title>{html.escape(title)}</title>\n<style>{PAGE_STYLE}</style>\n"
+        f"<title>{html_text(title)}</title>\n<style>{PAGE_STYLE}</style>\n"
         f'<script type="text/javascript">{get_plotlyjs()}</script>\n'
         f'<script type="text/javascript">{WEBGL_FALLBACK_JS}</script>\n</head>\n<body>\n'
-        f"<header>\n<h1>{html.escape(title)}</h1>\n{header_html}\n</header>\n"
+        f"<header>\n<h1>{html_text(title)}</h1>\n{header_html}\n</header>\n"
         f"<main>\n{divs}\n</main>\n</body>\n</html>\n"
     )
     # A path given on the command line may hold bytes that are not UTF-8 (a surrogate in Python's str): shown
@@ -85,8 +93,8 @@ def table_html(rows: Sequence[Sequence[str]], header: Sequence[str] | None = Non
                raw_cells: bool = False) -> str:
     """An HTML table in the pages' `summary` style; cells are escaped text, or trusted `<td>` HTML
     with `raw_cells` (for cells with attributes)."""
-    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    head = "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>" if header else ""
-    cells = (("".join(row) if raw_cells else "".join(f"<td>{html.escape(cell)}</td>" for cell in row)) for row in rows)
+    cap = f"<caption>{html_text(caption)}</caption>" if caption else ""
+    head = "<thead><tr>" + "".join(f"<th>{html_text(h)}</th>" for h in header) + "</tr></thead>" if header else ""
+    cells = (("".join(row) if raw_cells else "".join(f"<td>{html_text(cell)}</td>" for cell in row)) for row in rows)
     body = "".join(f"<tr>{row}</tr>" for row in cells)
     return f'<table class="summary">{cap}{head}<tbody>{body}</tbody></table>'

@@ -3,12 +3,11 @@ bands (``analysis.bands``). Empty for a run that has neither (a GPU run, or a si
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
 
 from analysis.band_stats import flat_bands
 from analysis.formatting import format_float
-from analysis.report.html_page import table_html
+from analysis.report.html_page import html_text, table_html
 
 
 def limits_section_html(summary: Mapping) -> str:
@@ -24,5 +23,5 @@ def limits_section_html(summary: Mapping) -> str:
         varied = "; ".join(f"{what}: {how}" for what, how in (bands.get("varied") or {}).items())
         parts.append(table_html(rows, ["metric", "p5", "median", "p95"],
                                 caption=f"prediction bands over {bands.get('num_replays')} seeded replays"))
-        parts.append(f'<p class="subtitle">varied: {html.escape(varied)}</p>')
+        parts.append(f'<p class="subtitle">varied: {html_text(varied)}</p>')
     return "\n".join(parts)

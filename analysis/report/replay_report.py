@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import polars as pl
 from analysis.formatting import LATENCY_LABELS, SERVICE_LATENCIES
 from analysis.metrics import add_latency_columns, is_finished, latency_samples_s
 from analysis.report.figures import Series, histogram_figure, latency_cdf_figure, timeseries_figure
-from analysis.report.html_page import write_html
+from analysis.report.html_page import html_text, write_html
 from analysis.report.limits_section import limits_section_html
 from analysis.report.summary_table import summary_table_html
 from analysis.schema import conform_requests, conform_steps
@@ -121,7 +120,7 @@ def write_report(
     `summary` is `analysis.metrics.summarize(requests, steps)`, passed in so the caller computes it once for the
     CLI, JSON and report; `subtitle` is a line of context such as "cost model: roofline-estimate".
     """
-    header = f'<p class="subtitle">{html.escape(subtitle)}</p>\n' if subtitle else ""
+    header = f'<p class="subtitle">{html_text(subtitle)}</p>\n' if subtitle else ""
     header += summary_table_html(summary)
     header += limits_section_html(summary)  # a simulated run's warnings and prediction bands, if any
     return write_html(report_figures(requests, steps), path, title, header)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.core.messages import one_line
+from engine.core.messages import escape_controls, one_line
 from engine.core.model_config import read_generation_config
 from engine.core.sampling_params import SamplingParams
 
@@ -57,13 +57,14 @@ class GenerationDefaults:
         """The lines that say what the file set and what of it is not applied (none when it set nothing);
         ``ignore_hint`` says how to run without it (an option, or a keyword of LLM)."""
         lines = []
+        source = escape_controls(self.source)  # a model folder's name may hold a newline or an ANSI escape
         if self.from_file:
             values = ", ".join(f"{name}={value}" for name, value in self.as_dict().items())
-            lines.append(f"{self.source}: the model's generation config sets the default sampling parameters of "
+            lines.append(f"{source}: the model's generation config sets the default sampling parameters of "
                          f"requests that leave them out: {values} (as vLLM does; {ignore_hint} ignores the file)")
         if self.not_applied:
             values = ", ".join(f"{name}={one_line(repr(value), 40)}" for name, value in self.not_applied)
-            lines.append(f"note: {self.source}: {values} not applied: the engine does not implement "
+            lines.append(f"note: {source}: {values} not applied: the engine does not implement "
                          f"{'it' if len(self.not_applied) == 1 else 'them'} (vLLM would)")
         return lines
 

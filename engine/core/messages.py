@@ -16,10 +16,15 @@ def one_line(text: object, limit_chars: int | None = None) -> str:
     return line[:limit_chars - 3] + "..."
 
 
+# The bidirectional embeddings, overrides and isolates (U+202A-202E, U+2066-2069): a name holding one reorders the
+# text after it on a terminal or in a Markdown table ("Trojan source"), so a printed path or run name reads as another.
+_BIDI_CONTROLS = frozenset(map(chr, [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]))
+
+
 def escape_controls(text: object) -> str:
-    """``text`` with its control characters escaped as repr writes them (a newline as \\n): a file name holding a
-    newline, quoted in an error, printed that error over two lines."""
-    return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in str(text))
+    """``text`` with its control characters escaped as repr writes them (a newline as \\n, a right-to-left override as
+    \\u202e): a file name holding a newline, quoted in an error, printed that error over two lines."""
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS else c for c in str(text))
 
 
 def shown(value: object, limit_chars: int = 80) -> str:

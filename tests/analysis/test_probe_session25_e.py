@@ -155,10 +155,11 @@ def test_capacity_prints_a_model_folder_and_profile_name_on_their_lines(tmp_path
 @pytest.mark.parametrize("name", ["a b", "q'\"x", "h#1", "p%20", "w?x", "é\u202e😀"])
 def test_compare_out_folder_names_reach_the_files(tmp_path, capsys, name) -> None:
     """--out names with spaces, quotes, #, %, ? and unicode: the outputs land in that folder and its name is printed
-    as given."""
+    as given (a bidirectional override escaped: it would reorder the line)."""
     real, sim = _hostile_pair(tmp_path)
     out = tmp_path / name
     assert compare_main([str(real), str(sim), "--out", str(out)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"outputs in {out}/"
+    shown = str(out).replace("\u202e", "\\u202e")
+    assert capsys.readouterr().out.splitlines()[-1] == f"outputs in {shown}/"
     assert sorted(p.name for p in out.iterdir()) == ["compare.json", "compare.md", "compare.parquet", "report.html"]
     json.loads((out / "compare.json").read_text())

@@ -53,30 +53,17 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
     """Exit 2 with one line naming the option for what the engine or the workload cannot run with: each was a
     traceback after torch was imported and the model built (or an out-of-range token id on the GPU), or requests
     silently cut or rejected, the tokens per second then of a smaller workload than the one printed."""
-    from engine.core.config import ConfigError
-    from engine.core.model_config import ModelShape
-    from engine.options import EngineOptions
+    from engine.options import script_options_or_exit
 
     minimums = {"num_seqs": 1, "max_input_len": MIN_LEN, "max_output_len": MIN_LEN, "peer_num_seqs": 1}
     for name, minimum in minimums.items():  # 0 divided by zero after the run; below MIN_LEN an empty range
         if getattr(args, name) < minimum:
             why = f" (lengths are drawn uniform in [{MIN_LEN}, N], as nano-vLLM's bench.py)" if minimum > 1 else ""
             parser.exit(2, f"error: --{name.replace('_', '-')} must be >= {minimum}{why}, got {getattr(args, name)}\n")
-    try:
-        options = EngineOptions.from_kwargs(args.model, **engine_options(args))
-    except ConfigError as exc:  # names its field: --block-size 3 is "block_size must be a power of two ..."
-        flag = f"--{exc.field.replace('_', '-')}: " if exc.field else ""
-        parser.exit(2, f"error: {flag}{exc}\n")
-    try:
-        shape = ModelShape.load(args.model)
-    except (OSError, ValueError) as exc:  # FileNotFoundError for an unknown name; ValueError for a bad config.json
-        parser.exit(2, f"error: --model {args.model}: {exc}\n")
+    options, shape = script_options_or_exit(parser, args.model, **engine_options(args))
     if shape.vocab_size <= MAX_TOKEN_ID:
         parser.exit(2, f"error: --model {args.model}: vocab_size {shape.vocab_size}; the workload's token ids go up to "
                        f"{MAX_TOKEN_ID}, expected a vocab_size > {MAX_TOKEN_ID}\n")
-    if args.max_model_len > shape.max_position_embeddings:
-        parser.exit(2, f"error: --max-model-len {args.max_model_len} is more than {shape.name}'s "
-                       f"max_position_embeddings; expected <= {shape.max_position_embeddings}\n")
     try:
         options.check_model(shape)
     except ValueError as exc:  # the heads, intermediate size or vocabulary not divisible by the ranks

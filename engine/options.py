@@ -108,3 +108,24 @@ def _cuda_index(device: str) -> int | None:
     if match is None or int(match.group(1)) > MAX_CUDA_INDEX:
         return None
     return int(match.group(1))
+
+
+def script_options_or_exit(parser, model: str, **kwargs):
+    """For a benchmark or validation script, before torch is imported: ``(EngineOptions.from_kwargs(model, **kwargs),
+    the model's ModelShape)``, or exit 2 with one line naming the option (``--block-size: ...``, ``--model NAME:
+    ...``, a --max-model-len beyond the model's positions): each was a traceback after the model was built."""
+    from engine.core.model_config import ModelShape
+
+    try:
+        options = EngineOptions.from_kwargs(model, **kwargs)
+    except ConfigError as exc:  # names its field: --block-size 3 is "block_size must be a power of two ..."
+        flag = f"--{exc.field.replace('_', '-')}: " if exc.field else ""
+        parser.exit(2, f"error: {flag}{exc}\n")
+    try:
+        shape = ModelShape.load(model)
+    except (OSError, ValueError) as exc:  # FileNotFoundError for an unknown name; ValueError for a bad config.json
+        parser.exit(2, f"error: --model {model}: {exc}\n")
+    if options.max_model_len > shape.max_position_embeddings:
+        parser.exit(2, f"error: --max-model-len {options.max_model_len} is more than {shape.name}'s "
+                       f"max_position_embeddings; expected <= {shape.max_position_embeddings}\n")
+    return options, shape

@@ -820,6 +820,8 @@ class ProfiledCostModel:
         price = scale * grid
         # step_time_s's arithmetic, element by element: the extra on the steps that repeat their batch
         extra_s = self._decode_extra_s[bs]
+        if not extra_s:  # uncalibrated, or a bucket without one: adding 0.0 to positive prices changes no float
+            return price
         if batch.continues_batch:
             price = price + extra_s
         else:

@@ -55,25 +55,13 @@ def check_args(parser, args) -> None:
     """Exit 2 with one line naming the option, before torch is imported: an unknown --model, a --max-model-len out
     of range or too short for the cases, and a --json that cannot be written were tracebacks, the last two after the
     model was built (on a GPU, after every sample was taken)."""
-    from engine.core.config import ConfigError
-    from engine.core.model_config import ModelShape, resolve_model_dir
-    from engine.options import EngineOptions
+    from engine.core.model_config import resolve_model_dir
+    from engine.options import script_options_or_exit
     from sim.files import check_output_path
 
     if args.samples < 1:
         parser.exit(2, f"error: --samples must be >= 1, got {args.samples}\n")
-    try:
-        options = EngineOptions.from_kwargs(args.model, max_model_len=args.max_model_len, **ENGINE_OPTIONS)
-    except ConfigError as exc:  # names its field: max_model_len must be an integer >= 1, got 0
-        flag = f"--{exc.field.replace('_', '-')}: " if exc.field else ""
-        parser.exit(2, f"error: {flag}{exc}\n")
-    try:
-        shape = ModelShape.load(args.model)
-    except (OSError, ValueError) as exc:  # FileNotFoundError for an unknown name; ValueError for a bad config.json
-        parser.exit(2, f"error: --model {args.model}: {exc}\n")
-    if args.max_model_len > shape.max_position_embeddings:
-        parser.exit(2, f"error: --max-model-len {args.max_model_len} is more than {shape.name}'s "
-                       f"max_position_embeddings; expected <= {shape.max_position_embeddings}\n")
+    options, _ = script_options_or_exit(parser, args.model, max_model_len=args.max_model_len, **ENGINE_OPTIONS)
     longest = longest_sequence(options.block_size)
     if args.max_model_len < longest:  # the cases' sequences did not fit: a RuntimeError after the model was built
         parser.exit(2, f"error: --max-model-len {args.max_model_len} is below the longest sequence the cases build "

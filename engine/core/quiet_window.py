@@ -198,11 +198,10 @@ class QuietRun:
         # (~145 sequences, ~7 steps) the calls and a second pass for the tokens were most of this constructor.
         # Most of such a batch computes all the window's tokens strictly inside the block it is in (with 256-token
         # blocks and windows of a few steps, nearly all of it): from an offset 0 < o < block_size - steps in it, a
-        # sequence holds that block already (its tokens at offsets
-        # 0 .. o - 1 are computed), opens none (decode_steps_to_new_block >= block_size - o > steps) and fills none
-        # (decode_steps_to_full_block >= block_size - 1 - o >= steps) unless full blocks wait to be registered
-        # (checked). It takes only its tokens, without the arithmetic below that finds no event (-15 to -25 % of
-        # this constructor's time).
+        # sequence holds that block already (its tokens at offsets 0 .. o - 1 are computed), opens none
+        # (decode_steps_to_new_block >= block_size - o > steps) and fills none (decode_steps_to_full_block >=
+        # block_size - 1 - o >= steps) unless full blocks wait to be registered (checked). It takes only its tokens,
+        # without the arithmetic below that finds no event (-15 to -25 % of this constructor's time).
         inside_below = block_size - steps
         for index, seq in enumerate(running):
             computed = seq.num_computed_tokens

@@ -72,3 +72,38 @@ def test_reusing_freed_memory_restores_the_prompt_settings_and_changes_no_result
     assert mapped_inside is False  # within: from the heap
     assert mapped_after is True  # the prompt settings again: a block this large gets its own mapping
     del held_inside, held_after
+
+
+_READ_NUMPY_HUGEPAGE = (  # numpy's switch returns its previous value: set it back, print what it was
+    "from sim.memory import numpy_on_small_pages\n"
+    "{call}"
+    "try:\n"
+    "    from numpy._core.multiarray import _set_madvise_hugepage\n"
+    "except ImportError:\n"
+    "    from numpy.core.multiarray import _set_madvise_hugepage\n"
+    "was = _set_madvise_hugepage(True)\n"
+    "_set_madvise_hugepage(was)\n"
+    "print(was)\n"
+)
+
+
+@pytest.mark.parametrize(("env", "call", "expected"), [
+    # Asked once a simulation starts, or outputs are written: numpy's large arrays no longer ask for huge pages.
+    ({}, "from sim.memory import return_freed_memory_promptly\nreturn_freed_memory_promptly()\n", "False"),
+    ({}, "from sim.memory import reusing_freed_memory\nwith reusing_freed_memory():\n    pass\n", "False"),
+    # The user's own choice stands.
+    ({"NUMPY_MADVISE_HUGEPAGE": "1"}, "numpy_on_small_pages()\n", "True"),
+], ids=["simulation", "outputs", "user-says-huge-pages"])
+def test_numpy_stops_asking_for_huge_pages_unless_the_user_says(env: dict, call: str, expected: str) -> None:
+    """Writing the Azure trace's outputs took ~3 s of system time on huge pages the kernel compacted memory for, 0.2 s
+    on small ones (sim.memory.numpy_on_small_pages); numpy's default asks for huge pages, so this failed before."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    environment = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"} | env
+    done = subprocess.run([sys.executable, "-c", _READ_NUMPY_HUGEPAGE.format(call=call)], capture_output=True,
+                          text=True, env=environment, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import polars as pl
 
-from analysis.schema import STEPS_SCHEMA, conform, conform_requests
+from analysis.schema import STEPS_SCHEMA, conform, conform_requests, repeated_keys
 from engine.core.messages import counted
 from engine.core.records import OPTIONAL_SCHEDULE_COLUMNS, OPTIONAL_STEP_COLUMNS, SCHEDULE_COLUMNS
 
@@ -113,8 +113,8 @@ def _diff_tables(real: pl.DataFrame, sim: pl.DataFrame, key: tuple[str, ...], co
     arrival rather than the smallest id string.
     """
     for frame, side in ((real, "real"), (sim, "sim")):
-        repeated = frame.select(*key).is_duplicated()
-        if repeated.any():
+        repeated = repeated_keys(frame, key)
+        if repeated is not None:
             example = frame.filter(repeated).row(0, named=True)
             raise ValueError(f"{side} table repeats key {', '.join(f'{k}={example[k]}' for k in key)}")
     left = real.select(*key, *columns, pl.col(order_by).alias(_ORDER)).with_columns(pl.lit(True).alias(_IN_REAL))

@@ -117,6 +117,8 @@ def _diff_tables(real: pl.DataFrame, sim: pl.DataFrame, key: tuple[str, ...], co
         if repeated is not None:
             example = frame.filter(repeated).row(0, named=True)
             raise ValueError(f"{side} table repeats key {', '.join(f'{k}={example[k]}' for k in key)}")
+    if _aligned(real, sim, key):
+        return _diff_aligned(real, sim, key, columns, order_by)
     left = real.select(*key, *columns, pl.col(order_by).alias(_ORDER)).with_columns(pl.lit(True).alias(_IN_REAL))
     right = sim.select(*key, *columns, pl.col(order_by).alias(_ORDER)).with_columns(pl.lit(True).alias(_IN_SIM))
     joined = left.join(right, on=list(key), how="full", coalesce=True, suffix=SIM_SUFFIX)
@@ -136,6 +138,36 @@ def _diff_tables(real: pl.DataFrame, sim: pl.DataFrame, key: tuple[str, ...], co
     return TableDiff(num_real=real.height, num_sim=sim.height, num_compared=compared.height,
                      num_differing=differing.height, differing_columns=differing_columns, first_difference=first,
                      columns=tuple(columns))
+
+
+def _aligned(real: pl.DataFrame, sim: pl.DataFrame, key: tuple[str, ...]) -> bool:
+    """Whether both tables hold the same keys, none null, in the same order: one trace replayed twice, or a run and
+    its simulation that took the same steps. Row i of one then is row i of the other."""
+    return real.height == sim.height and all(
+        real[name].null_count() == 0 and real[name].equals(sim[name]) for name in key)
+
+
+def _diff_aligned(real: pl.DataFrame, sim: pl.DataFrame, key: tuple[str, ...], columns: tuple[str, ...],
+                  order_by: str) -> TableDiff:
+    """``_diff_tables`` of two ``_aligned`` tables, row against row: the same counts and first difference without the
+    join, which copied both tables' compared columns into one (1.78M steps of the Azure trace: ~0.5 GB and 0.3 CPU s
+    more)."""
+    flags = pl.DataFrame([real[column].ne_missing(sim[column]).alias(column) for column in columns])
+    counts = flags.sum().row(0, named=True) if real.height else {}
+    differs = flags.select(pl.any_horizontal(pl.all())).to_series() if real.height else pl.Series([], dtype=pl.Boolean)
+    num_differing = int(differs.sum())
+    first = None
+    if num_differing:
+        # The smallest order_by, ties by key: the row the joined path's sort puts first.
+        candidates = real.select(*key, pl.col(order_by).alias(_ORDER)).with_row_index("__row").filter(differs)
+        row = int(candidates.sort(_ORDER, *key, nulls_last=True)["__row"][0])
+        first = RowDifference(key={name: real[name][row] for name in key},
+                              columns=tuple(column for column in columns if flags[column][row]),
+                              real_row={column: real[column][row] for column in columns},
+                              sim_row={column: sim[column][row] for column in columns})
+    return TableDiff(num_real=real.height, num_sim=sim.height, num_compared=real.height, num_differing=num_differing,
+                     differing_columns={column: int(count) for column, count in counts.items() if count},
+                     first_difference=first, columns=tuple(columns))
 
 
 def _first_difference(

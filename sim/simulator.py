@@ -13,18 +13,20 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from heapq import heappush
 from operator import itemgetter
 from typing import Protocol
 
 import numpy as np
 import simpy
+from simpy.events import URGENT
 
 from engine.core.host_memory import host_memory_available
 from engine.core.llm_engine import LLMEngine
 from engine.core.model_config import ModelShape
 from engine.core.quiet_window import QuietRun, plan_quiet_window
 from engine.core.records import REQUEST_COLUMNS, request_row
-from engine.core.sequence import Sequence
+from engine.core.sequence import FinishReason, Sequence
 from sim.config import SimConfig
 from sim.cost_model import CostModel, RooflineCostModel
 from sim.hardware import get_gpu
@@ -57,6 +59,29 @@ def delay_to(now_s: float, target_s: float) -> float | None:
             return delay_s
         delay_s = math.nextafter(delay_s, math.inf if reached < target_s else -math.inf)
     return None
+
+
+class SimEnvironment(simpy.Environment):
+    """simpy's environment, able to schedule an event at a given time: ``schedule`` adds a delay to ``now``, and no
+    delay from 0.2 s adds up to exactly 0.9 s (one ulp under or over it)."""
+
+    def schedule_at(self, event: simpy.Event, priority: int, at_s: float) -> None:
+        heappush(self._queue, (at_s, priority, next(self._eid), event))  # as schedule() pushes it, at ``at_s``
+
+
+class Arrival(simpy.Event):
+    """A request's arrival: at exactly ``at_s`` (a delay added to the previous arrival's time could round next to
+    it, and a request reached an idle replica one ulp before it arrived, a negative queue time), and before every
+    step that ends at that instant (simpy's urgent priority, as its own process starts). Otherwise which of the two
+    came first was simpy's order of scheduling, which a quiet window changes (its end is scheduled at its start, a
+    step's at the step's): a request arriving just as a step ended was taken by the next step in one run and waited
+    a step longer in the fast-forwarded one."""
+
+    def __init__(self, env: SimEnvironment, at_s: float) -> None:
+        super().__init__(env)
+        self._ok = True  # triggered, as simpy's own Timeout and Initialize set it
+        self._value = None
+        env.schedule_at(self, URGENT, at_s)
 
 
 class RunWatch(Protocol):
@@ -212,7 +237,7 @@ def simulate(
     model = config.model_shape
     sched_config = config.resolved_for(model)
     cost_model = cost_model or make_cost_model(config, model)
-    env = simpy.Environment()
+    env = SimEnvironment()
     clock = SimClock(env)
     engines = [
         LLMEngine(
@@ -229,6 +254,7 @@ def simulate(
     ]
     wakeups: list[simpy.Event | None] = [None] * len(engines)
     rows: list[tuple] = []
+    rejected_rows: list[tuple] = []  # after the served ones, at the end (see the sort there)
     router = make_router(config.router)
 
     # Every step's end time, per replica (a window's as planned, taken back where it is cut): a finished request's
@@ -239,7 +265,10 @@ def simulate(
         for seq in seqs:
             if seq.error is not None:  # the cost model failed: a bug to surface, not a request to record
                 raise RuntimeError(f"simulating request {seq.request_id} failed: {seq.error}")
-            rows.append(compact_token_times(request_row(seq), step_ends_s[seq.replica]))
+            if seq.finish_reason is FinishReason.REJECTED:
+                rejected_rows.append(request_row(seq))
+            else:
+                rows.append(compact_token_times(request_row(seq), step_ends_s[seq.replica]))
         if on_request_done is not None and seqs:
             on_request_done(len(seqs))
 
@@ -382,7 +411,7 @@ def simulate(
             next_arrival_s[0] = arrival_s
             next_arrival_index[0] = i
             if arrival_s > env.now:
-                yield env.timeout(arrival_s - env.now)
+                yield Arrival(env, arrival_s)
             # Every replica has the same limits: a request none can serve is turned away before routing,
             # and before its prompt is built.
             seq = requests.reject_unservable(engines[0], i)
@@ -448,7 +477,11 @@ def simulate(
             if run is not None:
                 done(run.advance(stopped_s))
     # By finish time, then replica: the order the step loop records them in, except for finishes at the same
-    # instant on two replicas (simpy's order, which differs once a window records its finishes at its start).
+    # instant on two replicas (simpy's order, which differs once a window records its finishes at its start). A
+    # request turned away at the very instant a step ends comes after that step's finishes (the sort keeps the
+    # order of equal keys): a window records those before the clock reaches them, the step loop after the arrival
+    # that comes first, and the rows' order differed.
+    rows.extend(rejected_rows)
     rows.sort(key=_FINISH_THEN_REPLICA)
     if stopped_s is not None:  # the requests in flight, unfinished, after the finished ones
         for engine in engines:

@@ -50,6 +50,61 @@ def _print_any_path() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+class _ReaderGoneSafe:
+    """A command's stdout or stderr whose writes go to /dev/null once its reader has gone (``python -m sim.replay
+    TRACE | head``): the command carries on to its end with its status, its files being its outputs, where a
+    BrokenPipeError traceback ended it (status 1) between the outputs and the lines about them."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._discard()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._discard()
+
+    def _discard(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())  # what the stream still buffers is written there too
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _guard_against_a_gone_reader() -> tuple:
+    """Put ``_ReaderGoneSafe`` around sys.stdout and sys.stderr where they are files; returns what they were."""
+    was = (sys.stdout, sys.stderr)
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            stream.fileno()
+        except (AttributeError, OSError, ValueError):  # None, or a stream in memory (a test's capture)
+            continue
+        if not isinstance(stream, _ReaderGoneSafe):
+            setattr(sys, name, _ReaderGoneSafe(stream))
+    return was
+
+
+def _end_guard(was: tuple) -> None:
+    """Flush what main printed through the guard (a reader gone then is no error at exit, which Python reports with
+    status 120), then put the streams back."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, _ReaderGoneSafe):
+            stream.flush()
+    sys.stdout, sys.stderr = was
+
+
 def _interrupted_before_main(signum, frame) -> None:
     print(NOTHING_WRITTEN, file=sys.stderr)
     raise SystemExit(128 + signum)  # unwinds the imports quietly: no traceback
@@ -105,6 +160,7 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
             except ValueError:  # not the main thread: leave signals alone
                 previous = None
             interrupted = False
+            streams = _guard_against_a_gone_reader()
             try:
                 return main(*args, **kwargs)
             except KeyboardInterrupt:
@@ -127,6 +183,7 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
                     raise SystemExit(EXIT_TERMINATED) from None
                 raise
             finally:
+                _end_guard(streams)
                 if previous is not None:
                     signal.signal(signal.SIGTERM, previous)
                 if interrupted:

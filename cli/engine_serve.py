@@ -15,7 +15,7 @@ import socket
 import sys
 from pathlib import Path
 
-from cli.engine_replay import cpu_fallback_note
+from cli.engine_replay import MAX_WARMUP_REQUESTS, cpu_fallback_note
 from cli.replay_args import add_config_groups
 from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.generation_defaults import read_generation_defaults
@@ -25,7 +25,6 @@ from engine.options import EngineOptions
 from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
 
 DEFAULT_MAX_WAITING_REQUESTS = 4096
-MAX_WARMUP_REQUESTS = 1000
 SHUTDOWN_GRACE_S = 10
 # Requests still open after the grace period are ended with a 503 (a stream: an error event, then [DONE]), and get this
 # long to send it before uvicorn cancels what is left.
@@ -100,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
                        "--model is used)\n")
     if not 0 <= args.port <= 65535:
         parser.exit(2, f"error: --port must be from 0 to 65535, got {args.port}\n")
+    # engine.replay's limit and line: the same warm-up (LLM.warm_up), refused at 1,001 here and taken to 10,000 there
     if not 0 <= args.warmup_requests <= MAX_WARMUP_REQUESTS:
-        parser.exit(2, f"error: --warmup-requests must be from 0 to {MAX_WARMUP_REQUESTS}, "
+        parser.exit(2, f"error: --warmup-requests must be an integer from 0 to {MAX_WARMUP_REQUESTS}, "
                        f"got {args.warmup_requests}\n")
     if args.max_waiting_requests < 1:
         parser.exit(2, f"error: --max-waiting-requests must be >= 1, got {args.max_waiting_requests}\n")

@@ -16,7 +16,7 @@ from engine.core.generation_defaults import LOGGER_NAME, read_generation_default
 from engine.core.host_memory import host_memory_available
 from engine.core.llm_engine import LLMEngine
 from engine.core.messages import exception_line, one_line
-from engine.core.model_config import ModelShape, generation_eos_token_ids, resolve_model_dir
+from engine.core.model_config import CONFIG_DIR, ModelShape, generation_eos_token_ids, resolve_model_dir
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import FinishReason, Sequence
 from engine.options import EngineOptions
@@ -148,7 +148,9 @@ class LLM:
         load_format = opts.load_format
         if load_format == "auto":
             load_format = "safetensors" if any(model_dir.glob("*.safetensors")) else "dummy"
-            if load_format == "dummy" and model_dir.parent.name != "configs":
+            # Only a shipped config (engine/configs/NAME) runs on random weights unasked: any folder whose parent was
+            # named "configs" did, a weightless /data/configs/MODEL served noise without a word.
+            if load_format == "dummy" and model_dir.resolve().parent != CONFIG_DIR:
                 raise FileNotFoundError(
                     f"{model_dir} has no *.safetensors weights; pass load_format='dummy' for random weights"
                 )

@@ -23,6 +23,12 @@ MAX_CUDA_INDEX = 127
 _DTYPE_ALIASES = {"half": "float16", "float": "float32"}
 
 
+def canonical_dtype(name: object) -> object:
+    """``name`` as one of DTYPES where it is one of vLLM's other spellings ("half"); anything else as it is (the
+    options' check refuses it). One rule for LLM(dtype=...) and --dtype: LLM took "half" and --dtype refused it."""
+    return _DTYPE_ALIASES.get(name, name) if isinstance(name, str) else name
+
+
 class UnknownOptionError(ConfigError, TypeError):
     """An option ``LLM`` does not take. vLLM's LLM raises a TypeError for one (EngineArgs' unexpected keyword
     argument): code written for it that catches TypeError let this ValueError through. Both, so neither misses it."""
@@ -32,7 +38,8 @@ class UnknownOptionError(ConfigError, TypeError):
 class EngineOptions(EngineConfig):
     model: str = option("qwen3-0.6b", "shipped model config name or HF model dir")
     device: str = option("auto", "cuda, cuda:N or cpu (auto: cuda when available)")
-    dtype: str = option("auto", "weights and activations (auto: bfloat16 on CUDA, float32 on CPU)", choices=DTYPES)
+    dtype: str = option("auto", "weights and activations (auto: bfloat16 on CUDA, float32 on CPU; half and float "
+                        "as vLLM spells float16 and float32)", choices=DTYPES, parse=canonical_dtype)
     load_format: str = option("auto", "weights: the model dir's safetensors, or random", choices=LOAD_FORMATS)
     enforce_eager: bool = option(False, "no CUDA graphs")
     run_ahead: bool = option(True, "launch no step before the one before it is postprocessed (by default, on one "
@@ -55,13 +62,13 @@ class EngineOptions(EngineConfig):
                                            f"{', '.join(sorted(known))}")
         dtype = kwargs.get("dtype")
         if type(dtype).__name__ == "dtype" and type(dtype).__module__ == "torch":  # torch.bfloat16 as vLLM takes it
-            dtype = str(dtype).removeprefix("torch.")
-        if isinstance(dtype, str):
-            kwargs["dtype"] = _DTYPE_ALIASES.get(dtype, dtype)
+            kwargs["dtype"] = str(dtype).removeprefix("torch.")
         return cls(model=model, **kwargs)
 
     def __post_init__(self) -> None:
         self._plain_ints(("max_cuda_graph_batch_size", "max_cuda_graph_tokens"))
+        self._plain_scalars(("enforce_eager", "run_ahead"))
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))  # "half" as float16, however the options came
         super().__post_init__()
         # An empty --model was read as the current folder: "model directory . has no config.json".
         check(isinstance(self.model, str) and self.model.strip() != "",

@@ -24,7 +24,8 @@ MAX_SIM_LIMIT = 2**40
 @dataclass(frozen=True, kw_only=True)
 class SimConfig(EngineConfig):
     model: str = option("qwen3-0.6b", "shipped model config name or HF model dir")
-    gpu: str = option("h200", "GPU type", choices=tuple(sorted(GPUS)))
+    # Any case, as the config takes it (get_gpu): analysis.capacity took --gpu H200 and sim.replay refused it.
+    gpu: str = option("h200", "GPU type", choices=tuple(sorted(GPUS)), parse=str.lower)
     num_replicas: int = option(1, "number of engine replicas", flag="--replicas")
     router: str = option("rr", "request router", choices=tuple(sorted(ROUTERS)))
     cost_model: str = option(
@@ -39,8 +40,10 @@ class SimConfig(EngineConfig):
         super().__post_init__()
         check(isinstance(self.model, str) and bool(self.model), f"model must be a name or a folder, got {self.model!r}",
               "model")
+        check(isinstance(self.gpu, str), f"gpu must be a GPU name ({', '.join(GPUS)}), got {self.gpu!r}", "gpu")
         try:
-            get_gpu(self.gpu)
+            # Recorded as the GPU's own name (H200 as h200), as analysis.capacity records it.
+            object.__setattr__(self, "gpu", get_gpu(self.gpu).name)
         except ValueError as exc:
             raise ConfigError("gpu", str(exc)) from None
         check_int("num_replicas", self.num_replicas)

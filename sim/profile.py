@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.config import cdiv
-from engine.core.config_args import OneLineErrorParser
+from engine.core.config_args import OneLineErrorParser, add_config_arguments
 from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
+from engine.options import EngineOptions
 from sim.batch_features import batch_features
 from sim.hardware import host_info
 
@@ -245,6 +246,12 @@ def _point_record(point: GridPoint, samples: list[tuple[dict, float, int]]) -> d
     }
 
 
+# The engine options a profile is measured at, as the engine's config defines them (defaults, help, checks).
+ENGINE_OPTIONS = ("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "block_size",
+                  "allow_long_max_model_len", "device")
+# The longest sequence of the grid unless --max-model-len says otherwise, as the shipped profiles were measured; a model
+# of a shorter context gets its own (the fixed 32768 default was refused for it, naming an option sim.profile lacked).
+PROFILE_MAX_MODEL_LEN = 32768
 MAX_REPEATS = 10_000  # timed steps per grid point: 2**70 measured the first point forever
 # Decode steps in a row behind each sample of a decode point; row_context keeps them all inside their KV blocks. One
 # (a step timed alone) stays the default: four in a row, alternated with one on a machine start (2026-12-03,
@@ -259,7 +266,6 @@ MAX_DECODE_STEPS = 8
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse bad options (exit 2, one line naming the option) before anything is loaded or measured."""
     from engine.core.model_config import ModelShape, resolve_model_dir
-    from engine.options import EngineOptions
     from sim.files import check_output_path
     from sim.hardware import GPUS
 
@@ -275,11 +281,13 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     problem = check_output_path(args.out, "--out", [], overwrite=args.overwrite)  # as typed: a trailing '/' is a folder
     if problem:
         parser.exit(2, f"error: {problem}\n")
-    names = ("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "device")
+    names = (*ENGINE_OPTIONS, "max_model_len")
     try:
         shape = ModelShape.load(resolve_model_dir(args.model))
     except (ValueError, OSError) as exc:
         parser.exit(2, f"error: --model {args.model}: {exc}\n")
+    if args.max_model_len is None:
+        args.max_model_len = min(PROFILE_MAX_MODEL_LEN, shape.max_position_embeddings)
     try:
         options = EngineOptions.from_kwargs(args.model, load_format="dummy", **{n: getattr(args, n) for n in names})
         options.check_model(shape)
@@ -301,17 +309,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="h200", help="name stored in the profile, matched by sim.replay --gpu")
     parser.add_argument("--out", required=True, help="profile JSON to write")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (a shipped profile, say)")
-    parser.add_argument("--tensor-parallel-size", type=int, default=1)
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    parser.add_argument("--block-size", type=int, default=256)
-    parser.add_argument("--max-model-len", type=int, default=32768)
+    add_config_arguments(parser, EngineOptions, ENGINE_OPTIONS)  # the engine's own defaults, as every replay has them
+    parser.add_argument("--max-model-len", type=int, default=None,
+                        help=f"longest prompt+output in tokens (default: the model's, at most {PROFILE_MAX_MODEL_LEN})")
     parser.add_argument("--repeats", type=int, default=5,
                         help="timed steps per grid point, one in each pass over the grid")
     parser.add_argument("--decode-steps", type=int, default=DECODE_STEPS,
                         help="decode steps in a row timed for each sample of a decode point (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="a coarse grid (for smoke tests)")
-    parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
     _check_args(parser, args)  # every bad option fails here, before the model loads and the grid is measured
 
@@ -325,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model, load_format="dummy", max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
         max_model_len=args.max_model_len, tensor_parallel_size=args.tensor_parallel_size, device=args.device,
+        allow_long_max_model_len=args.allow_long_max_model_len,
     )
     engine = llm.engine
     max_kv_tokens = engine.config.kv_capacity_tokens // 2

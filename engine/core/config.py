@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -21,9 +22,12 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def option(default: object, help: str, *, flag: str | None = None, choices: tuple | None = None):
-    """A config field with what its command-line option needs: help text, flag (default: --field-name), choices."""
-    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices})
+def option(default: object, help: str, *, flag: str | None = None, choices: tuple | None = None,
+           parse: Callable[[str], object] | None = None):
+    """A config field with what its command-line option needs: help text, flag (default: --field-name), choices, and
+    ``parse``, which reads the typed text as the config reads a value (a spelling the config takes, made canonical
+    before argparse checks the choices): a spelling the config takes must not be refused by the command line."""
+    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices, "parse": parse})
 
 
 class ConfigError(ValueError):
@@ -83,8 +87,21 @@ class EngineConfig:
             if type(value) is not int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
                 object.__setattr__(self, name, int(value))
 
+    # The same for the share and the switches: np.float32(0.5) as gpu_memory_utilization was refused as "must be in
+    # (0, 1], got np.float32(0.5)" (not a float subclass, as np.float64 is), and np.False_ as enable_prefix_caching as
+    # "must be true or false, got np.False_".
+    SCALAR_FIELDS: ClassVar[tuple[str, ...]] = ("gpu_memory_utilization", "enable_prefix_caching",
+                                                "allow_long_max_model_len")
+
+    def _plain_scalars(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:  # a numpy scalar, not an array
+                object.__setattr__(self, name, value.item())
+
     def __post_init__(self) -> None:
         self._plain_ints(EngineConfig.INTEGER_FIELDS)
+        self._plain_scalars(EngineConfig.SCALAR_FIELDS)
         check_choice("policy", self.policy, SCHEDULING_POLICIES)
         for name in ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size"):
             check_int(name, getattr(self, name))

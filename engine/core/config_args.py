@@ -105,7 +105,8 @@ def add_config_arguments(parser, cls, names: Iterable[str] | None = None, *,
         if str(f.type) == "bool":
             parser.add_argument(flag, dest=f.name, action="store_false" if f.default else "store_true", help=help_text)
             continue
-        kind = (types or {}).get(f.name) or (float if "float" in str(f.type) else int if "int" in str(f.type) else str)
+        kind = ((types or {}).get(f.name) or f.metadata.get("parse")
+                or (float if "float" in str(f.type) else int if "int" in str(f.type) else str))
         choices = f.metadata.get("choices") if f.name not in (types or {}) else None
         parser.add_argument(
             flag, dest=f.name, type=kind, default=f.default, choices=list(choices) if choices else None,

@@ -288,7 +288,10 @@ class ModelShape:
             raise ValueError(f"{source}: not valid JSON ({exc})") from None
         except OSError as exc:  # a folder or an unreadable file named config.json
             raise ValueError(f"{source}: cannot read it ({exc.strerror or exc})") from None
-        name = model_dir.name if model_dir.parent != CONFIG_DIR else str(model)
+        # The folder's name, however it was named: a shipped config given as its folder (LLM passes the resolved one)
+        # was named by its whole path, so engine errors spelt out /.../engine/configs/qwen3-0.6b, profiles recorded it
+        # and the simulator, finding no profile under that name, priced --model /.../qwen3-0.6b with the roofline.
+        name = model_dir.name
         return cls.from_config_dict(config, name=name, source=str(source))
 
     # ---- derived sizes (per model, before tensor parallelism) ------------------------------------

@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                              "pressure")
     parser.add_argument("--num-gpu-blocks", type=int, default=None,
                         help="KV blocks per replica (default: sized from GPU memory)")
+    parser.add_argument("--host-slowdown", default=None,
+                        help="as sim.replay's (e.g. episodes:1,1.6,0.25,4, a host whose speed varies, as --bands draws "
+                             "it; default: calibrated)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin to one CPU core")
     parser.add_argument("--no-report", action="store_true", help="leave report.html out of the output-writing time")
     parser.add_argument("--compare-fast-forward", action="store_true",
@@ -129,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     from sim.config import SimConfig
     from sim.files import check_output_path, write_text_atomic
 
-    options = {name: value for name, value in (("block_size", args.block_size),
-                                               ("num_gpu_blocks", args.num_gpu_blocks)) if value is not None}
+    options = {name: value for name, value in (("block_size", args.block_size), ("num_gpu_blocks", args.num_gpu_blocks),
+                                               ("host_slowdown", args.host_slowdown)) if value is not None}
     try:
         config = SimConfig(**options)
     except ValueError as exc:  # a ConfigError names its field: --block-size 3 is "--block-size: block_size must ..."

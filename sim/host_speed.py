@@ -44,6 +44,10 @@ class HostSpeed(Protocol):
     def forget_before(self, now_s: float) -> None:
         """The simulation's clock is at ``now_s``: no step starts before it again (so no query comes before it)."""
 
+    def piece_at(self, t_s: float) -> tuple[float, float]:
+        """(``slowdown_at(t_s)``, the time it holds until): every query from ``t_s`` up to (not at) that time gives
+        the same slowdown, so a run of steps starting then is priced with one (sim.runner's array passes)."""
+
 
 # A host this many times faster or slower than the profiling grid is no serving host; beyond it step times
 # overflow or underflow the run's sums (1e308 gave infinite latencies and numpy overflow warnings).
@@ -89,6 +93,9 @@ class ConstantHostSpeed:
     def forget_before(self, now_s: float) -> None:
         """Nothing drawn, nothing to forget."""
 
+    def piece_at(self, t_s: float) -> tuple[float, float]:
+        return self.slowdown, math.inf
+
 
 class HostSpeedTimeline:
     """Piecewise constant: ``slowdowns[i]`` from ``starts_s[i]`` until the next start."""
@@ -107,6 +114,10 @@ class HostSpeedTimeline:
 
     def slowdown_at(self, t_s: float) -> float:
         return self.slowdowns[max(0, bisect.bisect_right(self.starts_s, t_s) - 1)]
+
+    def piece_at(self, t_s: float) -> tuple[float, float]:
+        row = bisect.bisect_right(self.starts_s, t_s)  # the rows that start by t_s; the next one ends its value
+        return self.slowdowns[max(0, row - 1)], self.starts_s[row] if row < len(self.starts_s) else math.inf
 
     def forget_before(self, now_s: float) -> None:
         """The timeline is the user's file, bounded by it: kept whole."""
@@ -248,6 +259,15 @@ class HostSpeedEpisodes:
             self._ends_s.append(self._horizon_s)
         period = bisect.bisect_right(self._ends_s, t_s)
         return self.slow if period % 2 else self.normal
+
+    def piece_at(self, t_s: float) -> tuple[float, float]:
+        """The period ``t_s`` falls in and its end. A later query before that end draws nothing (the periods are
+        drawn past it already, and a restart needs a gap of MAX_CYCLES_DRAWN cycles from them), so it gives the same
+        slowdown whether asked or not."""
+        slowdown = self.slowdown_at(t_s)
+        if self.fraction == 0:
+            return slowdown, math.inf
+        return slowdown, self._ends_s[bisect.bisect_right(self._ends_s, t_s)]
 
     def forget_before(self, now_s: float) -> None:
         """Drop the periods that ended by ``now_s``, in an even number: a period's parity (normal or slow) is its

@@ -78,7 +78,10 @@ class CostModelRunner:
         first_s = self.duration_at(batch, start_s)
         fit = (horizon_s - start_s) / first_s if first_s > 0 else math.inf
         num_steps = max_steps if fit >= max_steps else min(max_steps, int(fit) + 1)
-        if num_steps <= _MIN_ARRAY_STEPS or run_s is None or not (host is None or isinstance(host, ConstantHostSpeed)):
+        # A host speed that varies is piecewise constant (sim.host_speed): each array pass prices the steps that start
+        # within one piece, at its slowdown, as the steps taken one by one ask it at their starts.
+        pieces = host is not None and not isinstance(host, ConstantHostSpeed)
+        if num_steps <= _MIN_ARRAY_STEPS or run_s is None or (pieces and not hasattr(host, "piece_at")):
             end_s = start_s + first_s
             if max_steps < 1:
                 return np.empty(0)
@@ -90,7 +93,8 @@ class CostModelRunner:
             batch.step_index += 1
             ends = [end_s, *self._step_ends_one_by_one(batch, end_s, max_steps - 1, horizon_s, cross_horizon)]
             return np.array(ends, dtype=np.float64)
-        slowdown = None if host is None else host.slowdown
+        slowdown = None if host is None or pieces else host.slowdown
+        piece_end_s = math.inf  # the first step start another slowdown applies to
         bs = batch.num_decode_seqs
         first_context, first_longest = batch.decode_context_tokens, batch.max_decode_context_tokens
         first_index = batch.step_index
@@ -98,6 +102,27 @@ class CostModelRunner:
         num_done = 0
         chunks = []
         while True:
+            if pieces:
+                slowdown, piece_end_s = host.piece_at(t_s)
+                # Sized to the piece too (a margin of a step): a pass prices every step it holds, kept or not.
+                fit = (piece_end_s - t_s) / first_s if first_s > 0 else math.inf
+                num_steps = num_steps if fit >= num_steps else min(num_steps, int(fit) + 2)
+                if num_steps <= _MIN_ARRAY_STEPS:  # a short piece (episodes of milliseconds): steps one by one,
+                    # each asking its own start's slowdown, for as many as an array pass is worth
+                    batch.decode_context_tokens = first_context + bs * num_done
+                    batch.max_decode_context_tokens = first_longest + num_done
+                    batch.step_index = first_index + num_done
+                    count = min(max_steps - num_done, _MIN_ARRAY_STEPS)
+                    ends = self._step_ends_one_by_one(batch, t_s, count, horizon_s, cross_horizon)
+                    chunks.append(np.array(ends, dtype=np.float64))
+                    num_done += len(ends)
+                    if len(ends) < count or num_done == max_steps or ends[-1] >= horizon_s:  # the horizon, or all
+                        return _joined(chunks)
+                    t_s = ends[-1]
+                    batch.continues_batch = 1
+                    fit = (horizon_s - t_s) / first_s if first_s > 0 else math.inf
+                    num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
+                    continue
             batch.decode_context_tokens = np.arange(first_context + bs * num_done,
                                                     first_context + bs * (num_done + num_steps), bs, dtype=np.int64)
             batch.max_decode_context_tokens = np.arange(first_longest + num_done, first_longest + num_done + num_steps,
@@ -122,6 +147,18 @@ class CostModelRunner:
             np.add.accumulate(ends_s, out=ends_s)
             # Ends only grow (every duration is positive): the first that would end too late, by bisection.
             reached = int(ends_s.searchsorted(horizon_s))
+            # Step k > 0 starts at ends_s[k - 1]: those from the piece's end on are priced again by the next pass.
+            in_piece = 1 + int(ends_s[:-1].searchsorted(piece_end_s)) if pieces else num_steps
+            if in_piece < num_steps and in_piece <= reached:
+                chunks.append(ends_s[:in_piece])
+                num_done += in_piece
+                if num_done == max_steps:
+                    return _joined(chunks)
+                t_s = float(ends_s[in_piece - 1])
+                batch.continues_batch = 1
+                fit = (horizon_s - t_s) / first_s
+                num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
+                continue
             if reached < num_steps and cross_horizon:
                 chunks.append(ends_s[:reached + 1])  # and the step that ends at or after the horizon
                 return _joined(chunks)

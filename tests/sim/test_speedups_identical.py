@@ -12,7 +12,7 @@ from engine.core.scheduler import ScheduledBatch
 from sim.config import SimConfig
 from sim.cost_model import RooflineCostModel
 from sim.hardware import get_gpu
-from sim.host_speed import ConstantHostSpeed
+from sim.host_speed import ConstantHostSpeed, HostSpeedEpisodes, HostSpeedTimeline
 from sim.profiled_cost_model import ProfiledCostModel, find_profile
 from sim.runner import CostModelRunner
 from sim.simulator import simulate
@@ -79,6 +79,49 @@ def test_quiet_step_ends_equal_the_step_by_step_sums(kind, host, num_seqs, conte
         else:
             assert crossed == one_by_one
 
+
+
+_TIME_VARYING_HOSTS = {  # a fresh one per run: episodes are drawn as they are asked for
+    "episodes of 4 s": lambda: HostSpeedEpisodes(1.0, 1.6, 0.25, 4.0, seed=3),
+    "episodes of 20 ms": lambda: HostSpeedEpisodes(0.9, 1.5, 0.4, 0.02, seed=5),
+    "episodes of 1 ms": lambda: HostSpeedEpisodes(0.9, 1.2, 0.5, 0.001, seed=7),
+    "timeline": lambda: HostSpeedTimeline([0.0, 12.40, 12.400001, 12.9, 30.0], [1.0, 1.4, 0.8, 1.2, 1.7]),
+}
+
+
+@pytest.mark.parametrize("host", sorted(_TIME_VARYING_HOSTS))
+@pytest.mark.parametrize("kind", ["profiled", "roofline"])
+@pytest.mark.parametrize("num_seqs, context, longest", [(1, 900, 900), (37, 20_000, 3_000)])
+def test_quiet_step_ends_with_a_varying_host_equal_the_step_by_step_sums(kind, host, num_seqs, context, longest):
+    """A host speed that varies is priced in array passes too, one per stretch of constant speed (each step at its
+    start's slowdown): the same floats as one call per step, which every such run took before."""
+    cost_model = _cost_model(kind)
+
+    class Clock:
+        def now(self) -> float:
+            return 12.0
+
+    def runner() -> CostModelRunner:
+        return CostModelRunner(cost_model, host_speed=_TIME_VARYING_HOSTS[host](), clock=Clock())
+
+    def batch() -> ScheduledBatch:
+        b = ScheduledBatch(seqs=[None] * num_seqs, num_new_tokens=[1] * num_seqs, num_decode_seqs=num_seqs)
+        b.decode_context_tokens, b.max_decode_context_tokens = context, longest
+        return b
+
+    start_s = 12.345678
+    for max_steps, horizon_s in ((3, float("inf")), (5000, float("inf")), (5000, 13.0), (20_000, 40.0)):
+        for cross_horizon in (False, True):
+            vectorised = runner().quiet_step_ends_s(batch(), start_s, max_steps, horizon_s, cross_horizon).tolist()
+            one_by_one = runner()._step_ends_one_by_one(batch(), start_s, max_steps, horizon_s, cross_horizon)
+            assert vectorised == one_by_one  # the same floats, not merely close ones
+    if host in ("episodes of 4 s", "timeline"):  # stretches of many steps: priced in passes, not a call per step
+        calls = []
+        model = runner()
+        model.duration_at = lambda batch, start_s: calls.append(start_s) or cost_model.step_time_s(
+            batch, model.host_speed.slowdown_at(start_s))
+        model.quiet_step_ends_s(batch(), start_s, 5000, float("inf"))
+        assert len(calls) < 500
 
 
 @pytest.mark.parametrize("options", [{}, {"block_size": 16, "num_gpu_blocks": 400},
@@ -184,3 +227,23 @@ def _finish_column() -> int:
     from engine.core.records import REQUEST_COLUMNS
 
     return [c.name for c in REQUEST_COLUMNS].index("finish_s")
+
+
+@pytest.mark.parametrize("host_slowdown", ["episodes:1,1.6,0.25,4", "episodes:0.9,1.5,0.4,0.02"])
+@pytest.mark.parametrize("band", [None, 2], ids=["replay", "band-replay"])
+def test_windows_under_a_varying_host_give_the_step_by_step_outputs(host_slowdown, band):
+    """Whole runs, windows priced per stretch of host speed against the step loop, on two replicas behind the
+    prefix router, at a light load (long windows) and a heavy one; a band replay adds per-step noise keyed by the
+    step's place in its log."""
+    from sim.bands import band_replay
+
+    config = SimConfig(num_replicas=2, router="prefix", host_slowdown=host_slowdown)
+    cost_model = None
+    if band is not None:
+        config, cost_model = band_replay(config, band)
+    for qps in (2.0, 30.0):
+        trace = load_trace(SHAREGPT).head(300).with_qps(qps)
+        windows = simulate(trace, config, cost_model=cost_model)
+        steps = simulate(trace, config, cost_model=cost_model, fast_forward=False)
+        assert windows.requests_table().equals(steps.requests_table())
+        assert windows.steps_table().equals(steps.steps_table())

@@ -2,7 +2,7 @@
 
 Columns `TIMESTAMP`, `ContextTokens`, `GeneratedTokens`. The 2023 files write times as
 `2023-11-16 18:15:46.6805900` (7 fractional digits, no zone); the 2024 files as
-`2024-05-10 00:00:00.009930+00:00`. Arrival = time - earliest time, at nanosecond
+`2024-05-10 00:00:00.009930+00:00`. Arrival = time - earliest time kept, at nanosecond
 resolution, after a stable sort by time. Requests with 0 context or 0 generated tokens
 are dropped and counted. request_id is the 0-based data row in the CSV.
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from traces.errors import TraceError
-from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids
+from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids, time_origin
 from traces.formats.tabular import int_column, line_of_row, read_csv_text
 
 _ZONE_SUFFIX = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
@@ -87,10 +87,12 @@ def read(path: Path, options: ConvertOptions) -> Converted:
         columns["num_images"] = int_column(path, frame, IMAGES_COLUMN)
     requests = pl.DataFrame(columns).sort("time", maintain_order=True)
     _check_span(path, requests)
-    # Nanoseconds in polars (a Python datetime would drop the 100 ns digit), divided in numpy, which rounds correctly:
-    # polars multiplies by 1e-9, which gave 1.0000000000000001e-07 s for 100 ns and 0.052000000000000005 for 52 ms.
-    offsets_ns = requests.select((pl.col("time") - pl.col("time").first()).dt.total_nanoseconds()).to_series()
-    requests = requests.with_columns(arrival_s=pl.Series(offsets_ns.to_numpy() / 1e9)).select(
+    # Nanoseconds since 1970 (a Python datetime would drop the 100 ns digit; _check_span keeps their differences within
+    # int64), divided in numpy, which rounds correctly: polars multiplies by 1e-9, which gave 1.0000000000000001e-07 s
+    # for 100 ns and 0.052000000000000005 for 52 ms.
+    times_ns = requests["time"].dt.epoch("ns").to_numpy()
+    origin_ns = time_origin(times_ns, requests["prompt_tokens"].to_numpy(), requests["output_tokens"].to_numpy())
+    requests = requests.with_columns(arrival_s=pl.Series((times_ns - origin_ns) / 1e9)).select(
         "request_id", "arrival_s", "prompt_tokens", "output_tokens",
         pl.exclude("request_id", "arrival_s", "prompt_tokens", "output_tokens", "time"))
     requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "request{s}")

@@ -48,6 +48,20 @@ class Converted:
         return self.drop_note.format(num_dropped, s="" if num_dropped == 1 else "s") if num_dropped else ""
 
 
+def time_origin(times: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> np.generic:
+    """The time that becomes arrival 0: the earliest time of a request drop_zero_lengths keeps (of every row when it
+    keeps none, and convert refuses the trace). From the earliest row of all, a failed request first in the file (a
+    BurstGPT row with 0 response tokens) left the trace starting at its gap, not at 0: a replay sat idle that long,
+    and --qps rescaled every gap but that one."""
+    kept = _servable(prompt_tokens, output_tokens)
+    return times[kept].min() if kept.any() else times.min()
+
+
+def _servable(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray:
+    """The rows drop_zero_lengths keeps: at least one prompt and one output token."""
+    return (prompt_tokens > 0) & (output_tokens > 0)
+
+
 def drop_zero_lengths(frame: pl.DataFrame, what: str) -> tuple[pl.DataFrame, np.ndarray, str]:
     """Remove requests with no prompt or no output tokens, which no engine can serve.
 
@@ -56,7 +70,7 @@ def drop_zero_lengths(frame: pl.DataFrame, what: str) -> tuple[pl.DataFrame, np.
     a count (``what`` names the rows, "request{s}": ``{s}`` is the plural s).
     """
     frame = frame.sort("arrival_s", maintain_order=True)
-    empty = ((frame["prompt_tokens"] == 0) | (frame["output_tokens"] == 0)).to_numpy()
+    empty = ~_servable(frame["prompt_tokens"].to_numpy(), frame["output_tokens"].to_numpy())
     kept_before = np.cumsum(~empty) - ~empty
     note = f"dropped {{}} {what} with 0 prompt or 0 output tokens"
     return frame.filter(pl.Series(~empty)), kept_before[empty].astype(np.int64), note

@@ -3,8 +3,8 @@
 Columns `Timestamp` (seconds from 0:00 of the first day), `Model` (ChatGPT or GPT-4),
 `Request tokens`, `Response tokens`, `Total tokens`, `Log Type` (Conversation log or API
 log). Rows with 0 response tokens are failed requests and are dropped (and counted), as
-are rows with 0 request tokens. Arrival = Timestamp - earliest Timestamp after a stable
-sort. `Model` and `Log Type` are kept as the extra columns `model` and `log_type` so a
+are rows with 0 request tokens. Arrival = Timestamp - earliest Timestamp of a request kept,
+after a stable sort. `Model` and `Log Type` are kept as the extra columns `model` and `log_type` so a
 replay can select one service. request_id is the 0-based data row in the CSV.
 
 Release v1.2's `BurstGPT_3.csv` adds `Session ID` (a UUID shared by the turns of one
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids
+from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids, time_origin
 from traces.formats.tabular import float_column, int_column, read_csv_text
 from traces.validation import MAX_ARRIVAL_S
 
@@ -59,6 +59,7 @@ def read(path: Path, options: ConvertOptions) -> Converted:
         }
     ).hstack([frame[source].alias(name) for source, name in _EXTRAS.items() if source in frame.columns]
              + _sessions(frame) + _elapsed(path, frame))
-    requests = requests.with_columns(pl.col("arrival_s") - pl.col("arrival_s").min())
+    origin_s = time_origin(*(requests[name].to_numpy() for name in ("arrival_s", "prompt_tokens", "output_tokens")))
+    requests = requests.with_columns(pl.col("arrival_s") - origin_s)
     requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "request{s} (0 response tokens are failures)")
     return Converted(requests, kept_before_drops=kept_before_drops, drop_note=drop_note)

@@ -2,7 +2,7 @@
 
 JSON lines with `timestamp` (ms), `input_length`, `output_length` and `hash_ids`, each
 naming one 512-token block of the prompt (the last may be partial). Arrival = timestamp -
-earliest timestamp, as for the other formats: a file of epoch milliseconds starts at 0 too.
+earliest timestamp kept, as for the other formats: a file of epoch milliseconds starts at 0 too.
 hash_ids are kept with hash_block_size 512, so replays can synthesize prompts that
 share the prefixes the trace records. Requests with 0 input or 0 output tokens are
 dropped and counted. request_id is the 0-based record index in the file.
@@ -19,7 +19,7 @@ from engine.core.config import cdiv
 from engine.core.json_errors import json_problem
 from engine.core.messages import shown
 from traces.errors import TraceError
-from traces.formats.base import Converted, ConvertOptions, RepeatedKey, drop_zero_lengths, unique_keys
+from traces.formats.base import Converted, ConvertOptions, RepeatedKey, drop_zero_lengths, time_origin, unique_keys
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 from traces.validation import MAX_ARRIVAL_S
 
@@ -118,9 +118,10 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     # Subtracted in ms, then scaled: epoch milliseconds (~1.7e12) keep their exact differences this way. numpy
     # divides correctly rounded; polars multiplies by 1/1000, which gave 5.9990000000000006 for 5999 ms.
     timestamps_ms = requests["timestamp_ms"].to_numpy()
+    origin_ms = time_origin(timestamps_ms, requests["prompt_tokens"].to_numpy(), requests["output_tokens"].to_numpy())
     requests = requests.with_columns(
         pl.col("request_id").cast(pl.Int64),
-        arrival_s=pl.Series((timestamps_ms - timestamps_ms.min()) / 1000.0),
+        arrival_s=pl.Series((timestamps_ms - origin_ms) / 1000.0),
     ).select("request_id", "arrival_s", "prompt_tokens", "output_tokens", "hash_ids")
     requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "request{s}")
     return Converted(requests, hash_block_size=MOONCAKE_BLOCK_TOKENS, kept_before_drops=kept_before_drops,

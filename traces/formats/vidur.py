@@ -1,7 +1,7 @@
 """Vidur simulator traces (Agrawal et al., MLSys 2024; microsoft/vidur data/processed_traces).
 
 Columns `num_prefill_tokens`, `num_decode_tokens` and, in replay traces, `arrived_at`
-(seconds); arrival = arrived_at - earliest arrived_at, as for the other formats. Without
+(seconds); arrival = arrived_at - earliest arrived_at kept, as for the other formats. Without
 `arrived_at` every request arrives at 0, unless `--qps` is given, in which case arrivals
 are a seeded Poisson process at that rate. Requests with 0 prefill
 or 0 decode tokens are dropped and counted. request_id is the 0-based data row.
@@ -16,7 +16,7 @@ import polars as pl
 
 from traces.arrivals import arrival_times_s
 from traces.errors import TraceError
-from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids
+from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids, time_origin
 from traces.formats.tabular import float_column, int_column, read_csv_text
 from traces.validation import MAX_ARRIVAL_S
 
@@ -28,15 +28,18 @@ def read(path: Path, options: ConvertOptions) -> Converted:
     recorded = "arrived_at" in frame.columns
     if recorded:
         arrivals = float_column(path, frame, "arrived_at", minimum=0.0, maximum=MAX_ARRIVAL_S)
-        arrivals = arrivals - arrivals.min()  # a file of wall-clock seconds starts at 0, as vidur replays it
     else:
         arrivals = pl.Series("arrival_s", np.zeros(frame.height))
+    prompt_tokens = int_column(path, frame, "num_prefill_tokens")
+    output_tokens = int_column(path, frame, "num_decode_tokens")
+    if recorded:  # a file of wall-clock seconds starts at 0, as vidur replays it
+        arrivals = arrivals - time_origin(arrivals.to_numpy(), prompt_tokens.to_numpy(), output_tokens.to_numpy())
     requests = pl.DataFrame(
         {
             "request_id": row_ids(frame.height),
             "arrival_s": arrivals,
-            "prompt_tokens": int_column(path, frame, "num_prefill_tokens"),
-            "output_tokens": int_column(path, frame, "num_decode_tokens"),
+            "prompt_tokens": prompt_tokens,
+            "output_tokens": output_tokens,
         }
     )
     requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "request{s}")

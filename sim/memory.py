@@ -58,7 +58,7 @@ def numpy_on_small_pages() -> bool:
     Where the kernel defragments synchronously for regions that ask (``defrag`` = ``madvise``, its default), the
     first touch of each 2 MiB page can wait for memory to be compacted. Writing the Azure trace's outputs (1.78M
     steps, ~550 MB of short-lived arrays) took 2.9-3.1 CPU s of system time with huge pages and 0.2 s without, on
-    a 2-core VM where the kernel had to compact to find them; the user time is the same. A simulation's arrays are
+    a 2-core VM where the kernel had to compact to find them; the user time was within 0.1 s. A simulation's arrays are
     written or reduced once, so the TLB misses huge pages save do not show."""
     if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         return False

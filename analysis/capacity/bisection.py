@@ -161,8 +161,10 @@ class CapacitySearch:
             self._finish(converged=False)  # a lower load fails alike
         elif self._lo is None and self._hi is not None and self._has_bound("qps_min"):
             self._finish(converged=False)  # even --qps-min fails
-        elif self._hi is None and self._lo is not None and (self._has_bound("qps_max") or self._lo in self._bursts):
-            self._finish(converged=False)  # even --qps-max passes, or the trace is too short to load it further
+        elif self._hi is None and self._lo is not None and self._lo in (self.params.qps_max, *self._bursts):
+            # --qps-max itself passed, or the trace is too short to load it further. Not merely "a bound is given":
+            # with --max-iterations 1 only --qps-min was tried, and the search ended saying --qps-max had passed.
+            self._finish(converged=False)
 
     def revise(self, qps: float) -> None:
         """A longer simulation of `qps`, which passed, failed: count it as a failure and search on below it.
@@ -248,10 +250,11 @@ class CapacitySearch:
                 "stopped there (streams of a few requests may never load the configuration: see --min-requests "
                 "and --min-duration-s)")
         elif self._hi is None:
-            if p.qps_max is not None:
+            if self._lo == p.qps_max:
                 bound, advice = "--qps-max", "raise --qps-max"
-            else:
-                bound, advice = "the highest QPS tried", "raise --max-iterations or set --qps-max"
+            else:  # the budget ran out below --qps-max (or with none given): it was never tried
+                bound = "the highest QPS tried"
+                advice = "raise --max-iterations" + (" or set --qps-max" if p.qps_max is None else "")
             self._notes.append(f"capacity is at least {self._lo:.4g} req/s ({bound} met the SLOs); {advice}")
         elif not converged:
             precision = (self._hi - self._lo) / self._lo

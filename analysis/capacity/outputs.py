@@ -27,8 +27,8 @@ def config_record(run: CapacityRun, index: int) -> dict:
         "max_qps_by_seed": {str(seed): qps for seed, qps in result.max_qps_by_seed.items()},
         "max_qps_spread": None if result.spread is None else {"min": result.spread[0], "max": result.spread[1]},
         "max_qps_band": result.band,
-        "converged": result.outcome.converged,
-        "monotone": result.outcome.monotone,
+        "converged": result.converged,
+        "monotone": result.monotone,
         "notes": list(result.all_notes),
         "num_simulations": result.num_simulations,
         "cost_model": run.cost_models[index],
@@ -60,7 +60,10 @@ def point_rows(run: CapacityRun) -> list[dict]:
     figures flattened."""
     rows = []
     for result, econ in zip(run.results, run.economics):
-        options = dataclasses.asdict(result.config)
+        # The configuration's --seed (host-speed episodes, band replays) as config_seed: as ``seed`` the stream's
+        # seed below overwrote it, so a sweep run with --seed 7 had every row say seed 0.
+        options = {("config_seed" if name == "seed" else name): value
+                   for name, value in dataclasses.asdict(result.config).items()}
         simulations = [(search, i, point) for search in result.searches
                        for i, point in enumerate(search.points + search.checks)]
         for search, iteration, point in simulations:

@@ -256,6 +256,17 @@ class ConfigResult:
         return self.median_search.outcome
 
     @property
+    def converged(self) -> bool:
+        """Every seed's bracket closed to the tolerance. The median seed's alone said "converged": true beside a
+        max_qps_kind of "bracket" (the least certain seed's, as `kind` takes it)."""
+        return all(s.outcome.converged for s in self.searches)
+
+    @property
+    def monotone(self) -> bool:
+        """No seed's search saw a load pass above one that failed (the median seed's alone hid another's)."""
+        return all(s.outcome.monotone for s in self.searches)
+
+    @property
     def points(self) -> tuple[PointResult, ...]:
         """The median seed's points, in the order tried."""
         return self.median_search.points

@@ -23,12 +23,13 @@ from cli.replay_args import (
     slos_from_args,
 )
 from engine.core.config_args import OneLineErrorParser, build_config
+from engine.core.host_memory import host_memory_available
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.messages import escape_controls
 from sim.config import SimConfig
 from sim.limits import format_warnings, queued_replicas, run_warnings
-from sim.memory import reusing_freed_memory
-from sim.simulator import SimResult, make_cost_model, simulate
+from sim.memory import max_steps_to_write, reusing_freed_memory
+from sim.simulator import SimResult, StepLimitError, make_cost_model, simulate
 from traces.requests import RequestMemoryError
 
 
@@ -129,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 progress = tqdm(total=len(trace), unit="req", desc="simulating", mininterval=0.5, file=sys.stderr)
             try:
-                result = simulate(trace, config, on_request_done=progress.update if progress else None)
+                result = simulate(trace, config, on_request_done=progress.update if progress else None,
+                                  max_steps=max_steps_to_write(host_memory_available()))
             finally:  # on an error too: its line then starts a line of its own
                 if progress is not None:
                     progress.close()
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     except OutDirError as exc:
         parser.exit(2, f"error: {exc}\n")
-    except RequestMemoryError as exc:  # before the run, or at the request's arrival: the staged folder was removed
+    except (RequestMemoryError, StepLimitError) as exc:  # before or during the run: the staged folder was removed
         parser.exit(2, f"error: {exc}; nothing written to {out_dir}\n")
     except KeyboardInterrupt:  # the staged folder was removed, the band replays stopped
         parser.exit(130, f"interrupted: nothing written to {out_dir}\n")

@@ -32,7 +32,7 @@ from sim.cost_model import CostModel, RooflineCostModel
 from sim.hardware import get_gpu
 from sim.host_speed import parse_host_slowdown
 from sim.limits import chosen_profile
-from sim.memory import return_freed_memory_promptly
+from sim.memory import BYTES_PER_STEP_WRITTEN, return_freed_memory_promptly
 from sim.profiled_cost_model import ProfiledCostModel, calibration_label
 from sim.router import make_router
 from sim.runner import CostModelRunner
@@ -45,6 +45,8 @@ _MIN_WINDOW_STEPS = 4
 # request, whenever the router sends one) its plan is sized by the windows before it: twice the steps the last one
 # ran when it was cut, twice its plan when it was not, within these bounds. A longer plan costs more of the steps a
 # cut throws away (with a time-varying host speed each planned step is a cost-model call), a shorter one more plans.
+# A run with a step limit (simulate's max_steps) counts its steps once per this many arrivals and finishes.
+_STEP_CHECK_EVERY = 256
 _LAZY_MIN_STEPS = 16
 _LAZY_MAX_STEPS = 512
 
@@ -82,6 +84,11 @@ class Arrival(simpy.Event):
         self._ok = True  # triggered, as simpy's own Timeout and Initialize set it
         self._value = None
         env.schedule_at(self, URGENT, at_s)
+
+
+class StepLimitError(ValueError):
+    """A run whose step log grew past what its outputs can be written in (``simulate(max_steps=...)``): stopped then,
+    with the limit named, where the kernel's out-of-memory killer ended it later without a word."""
 
 
 class RunWatch(Protocol):
@@ -223,6 +230,7 @@ def simulate(
     fast_forward: bool = True,
     watch: RunWatch | None = None,
     lazy_tokens: bool = True,
+    max_steps: int | None = None,
 ) -> SimResult:
     """Run ``trace`` (a ``traces.schema.Trace``) to completion; every request finishes or is rejected.
 
@@ -230,7 +238,8 @@ def simulate(
     ``lazy_tokens`` a large batch's plain decode rows owe their tokens instead of getting them appended each step
     (engine.core.steady_decodes): the outputs are identical either way, only faster with them. ``watch`` may stop the
     run early (``RunWatch``; ``SimResult.stopped_s`` says when); a watch that never stops it changes nothing of its
-    outputs.
+    outputs. ``max_steps``: StepLimitError once the replicas' step logs together pass it (checked every
+    _STEP_CHECK_EVERY arrivals and finishes).
     """
     started = time.perf_counter()
     return_freed_memory_promptly()
@@ -261,7 +270,25 @@ def simulate(
     # token times are kept as a run of them where they are one (StepEnds), not as an array of their own.
     step_ends_s = [array("d") for _ in engines]
 
+    checks_left = [_STEP_CHECK_EVERY]
+
+    def check_steps(count: int) -> None:
+        """StepLimitError once the step logs pass ``max_steps`` (every step has an end time in ``step_ends_s``)."""
+        checks_left[0] -= count
+        if checks_left[0] > 0:
+            return
+        checks_left[0] = _STEP_CHECK_EVERY
+        num_steps = sum(map(len, step_ends_s))
+        if num_steps > max_steps:
+            raise StepLimitError(
+                f"the simulation reached {num_steps:,} engine steps across its replicas, and writing its outputs "
+                f"(a row per step, the summary and the report) needs about {BYTES_PER_STEP_WRITTEN} bytes a step: "
+                f"more than the {max_steps:,} steps this host's available memory holds; replay fewer requests "
+                "(--limit) or a shorter span of the trace")
+
     def done(seqs: list[Sequence]) -> None:
+        if max_steps is not None:
+            check_steps(len(seqs))
         for seq in seqs:
             if seq.error is not None:  # the cost model failed: a bug to surface, not a request to record
                 raise RuntimeError(f"simulating request {seq.request_id} failed: {seq.error}")
@@ -408,6 +435,8 @@ def simulate(
 
     def arrivals(env: simpy.Environment):
         for i, arrival_s in enumerate(requests.arrivals_s):
+            if max_steps is not None:
+                check_steps(1)
             next_arrival_s[0] = arrival_s
             next_arrival_index[0] = i
             if arrival_s > env.now:

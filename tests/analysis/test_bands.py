@@ -281,3 +281,30 @@ def test_ctrl_c_to_the_process_group_while_the_pool_starts_is_one_line(tmp_path:
     stderr = b"".join(chunks).decode()
     assert stderr.splitlines()[-1] == f"interrupted: nothing written to {out}" and "Traceback" not in stderr
     assert not out.exists()
+
+
+def test_a_band_replay_builds_no_step_table_and_gives_the_figures_one_would(monkeypatch):
+    """The step table (a row per step) was built in every band worker though no banded figure reads it: as much
+    memory per worker as the run's outputs. The figures are those of a summary given the table."""
+    import polars as pl
+
+    from analysis.bands import banded_metrics, replay_metrics
+    from analysis.metrics import summarize
+    from analysis.runs import with_latency_columns
+    from analysis.slo import parse_slos
+    from sim.bands import band_replay
+    from sim.simulator import SimResult, simulate
+    from traces.schema import load_trace
+
+    trace = load_trace(SHAREGPT).head(200).with_qps(20.0)
+    config, slos = SimConfig(num_gpu_blocks=200), parse_slos("ttft_p90=200ms")
+    replay_config, cost_model = band_replay(config, 1)
+    result = simulate(trace, replay_config, cost_model=cost_model)
+    requests = with_latency_columns(pl.from_arrow(result.requests_table()))
+    expected = banded_metrics(summarize(requests, pl.from_arrow(result.steps_table()), slos))
+
+    def refused(self):
+        raise AssertionError("a band replay built its step table")
+
+    monkeypatch.setattr(SimResult, "steps_table", refused)
+    assert replay_metrics(trace, config, 1, slos) == expected

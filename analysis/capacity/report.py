@@ -110,16 +110,25 @@ def latency_figure(results: Sequence[ConfigResult], slos: Sequence[SLO]) -> go.F
     for row, slo in enumerate(slos, start=1):
         values_all: list[float | None] = [slo.limit_ms]
         for result in results:
+            values_all += [p.slo_values_ms.get(slo.key) for p in _plotted_points(result)]
+        # A point that missed with no value (unbounded: requests unfinished, or a run stopped early on a certain miss)
+        # is drawn above every value of the panel and said so on hover; left out (plotly drops a None), a search's
+        # failures at those loads were missing from the chart. A point with no samples that met the SLOs stays out.
+        above_ms = 1.5 * max(v for v in values_all if v is not None)
+        for result in results:
             points = _plotted_points(result)
             values = [p.slo_values_ms.get(slo.key) for p in points]
-            values_all += values
+            unbounded = [v is None and not p.meets_slos for p, v in zip(points, values)]
+            shown = [f"above {format_number(slo.limit_ms, '.4g')} ms, unbounded (drawn at the top)" if beyond
+                     else "no samples" if v is None else f"{v:.4g} ms" for v, beyond in zip(values, unbounded)]
             fig.add_trace(go.Scatter(
-                x=[p.qps for p in points], y=values, mode="markers", name=result.label,
-                legendgroup=result.label, showlegend=row == 1, marker={"symbol": _symbols(points), "size": 10,
-                                                                         "color": _color(result.index)},
-                customdata=[[_point_hover(p), p.num_rejected, p.goodput_rps] for p in points],
+                x=[p.qps for p in points], y=[above_ms if beyond else v for v, beyond in zip(values, unbounded)],
+                mode="markers",
+                name=result.label, legendgroup=result.label, showlegend=row == 1,
+                marker={"symbol": _symbols(points), "size": 10, "color": _color(result.index)},
+                customdata=[[_point_hover(p), p.num_rejected, p.goodput_rps, text] for p, text in zip(points, shown)],
                 hovertemplate=(
-                    f"{html_text(result.label)}<br>offered load: %{{x:.4g}} req/s<br>{slo.label}: %{{y:.4g}} ms"
+                    f"{html_text(result.label)}<br>offered load: %{{x:.4g}} req/s<br>{slo.label}: %{{customdata[3]}}"
                     "<br>%{customdata[0]}<br>rejected: %{customdata[1]}; goodput: %{customdata[2]:.4g} req/s"
                     "<extra></extra>"
                 ),

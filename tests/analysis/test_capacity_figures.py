@@ -33,3 +33,26 @@ def test_cost_and_pareto_mark_what_is_not_an_answer() -> None:
     assert list(points.marker.symbol) == ["circle", "circle-open"]
     assert list(points.text) == ["c0", "c1 (lower bound)"]
     assert list(front.text) == ["c0"]  # the bound is cheaper and faster, but never on the front
+
+
+def test_a_miss_without_a_value_is_drawn_above_the_panel() -> None:
+    """A load that missed with its statistic unbounded (a run stopped early on a certain miss: slo_values_ms None)
+    was left out of the latency chart, so a search's failures at those loads did not show (probe J, session 26)."""
+    import dataclasses
+
+    from analysis.capacity.report import latency_figure
+    from analysis.capacity.sweep import ConfigResult, SeedSearch
+    from analysis.slo import parse_slos
+    from tests.analysis.capacity_results import point_result
+
+    passed = point_result(10.0, 400.0)
+    missed = dataclasses.replace(point_result(20.0, 0.0), feasible=False, meets_slos=False, stopped_early=True,
+                                 slo_values_ms={"ttft_p90": None})
+    no_samples = dataclasses.replace(point_result(5.0, 0.0), slo_values_ms={"ttft_p90": None})  # met, nothing to draw
+    search = SeedSearch(0, config_result(0, SimConfig(), 10.0).searches[0].outcome, (passed, missed, no_samples), ())
+    result = ConfigResult(0, SimConfig(), "c0", (search,))
+    points = latency_figure([result], parse_slos("ttft_p90=1s")).data[0]
+    assert list(points.x) == [5.0, 10.0, 20.0]
+    assert list(points.y) == [None, 400.0, 1500.0]  # 1.5 x the largest of the panel (the 1,000 ms limit)
+    assert [row[3] for row in points.customdata] == ["no samples", "400 ms",
+                                                     "above 1000 ms, unbounded (drawn at the top)"]

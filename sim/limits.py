@@ -10,10 +10,11 @@ naming the limit and the run's figure, and the two figures. Warnings describe th
   exceeds what the deployment serves, and latencies grow with the run's length instead of settling.
 - ``kv_blocks_beyond_memory``: ``--num-gpu-blocks`` asks for more KV blocks than all of the GPU's memory holds
   beside the model's weights and activations (a what-if the simulator runs, but no real engine could).
-- ``no_profile``: no measured profile for this model, GPU and tensor-parallel size: the step times are the
-  roofline estimate. ``profile_engine_options``: the profile was measured with other engine options (block
-  size, token budget, batch size limit), which change step times. A profile of another model, GPU or
-  tensor-parallel size is an error before the run (``ProfiledCostModel.load``), not a warning.
+- ``no_profile``: no measured profile for this model, GPU and tensor-parallel size (or a --model folder named as a
+  profiled model holds another one): the step times are the roofline estimate. ``profile_engine_options``: the
+  profile was measured with other engine options (block size, token budget, batch size limit), which change step
+  times. A profile of another model, GPU or tensor-parallel size is an error before the run
+  (``ProfiledCostModel.load``), not a warning.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 import polars as pl
 
 from engine.core.messages import escape_controls
-from engine.core.model_config import ModelShape
+from engine.core.model_config import CONFIG_DIR, ModelShape, shipped_models
 from sim.config import SimConfig
 from sim.cost_model import num_kv_blocks_for
 from sim.files import read_json_input
@@ -41,6 +42,9 @@ QUEUE_GROWTH_SHARE = 0.1
 MIN_QUEUE_GROWTH = 5
 # Engine options that change step times (a profile measured with others prices other steps).
 TIMED_OPTIONS = ("block_size", "max_num_batched_tokens", "max_num_seqs")
+# The model's settings that change step times: a profile prices the model it was measured on and no other.
+TIMED_SHAPE = ("architecture", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+               "head_dim", "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -89,8 +93,21 @@ def chosen_profile(config: SimConfig, model: ModelShape) -> Path | None:
     if config.cost_model == "roofline":
         return None
     if config.cost_model == "auto":
+        if other_model_of_that_name(model) is not None:
+            return None
         return find_profile(model.name, config.gpu, config.tensor_parallel_size)
     return Path(config.cost_model)
+
+
+def other_model_of_that_name(model: ModelShape) -> str | None:
+    """How ``model``, from a folder named as a shipped config, differs from that config in what step times depend on
+    (None: it does not, or no shipped config has its name). Profiles are found by the folder's name: a folder named
+    qwen3-0.6b holding another model's config.json was priced by qwen3-0.6b's measured step times, without a word."""
+    if model.name not in shipped_models():
+        return None
+    shipped = ModelShape.load(CONFIG_DIR / model.name)
+    return next((f"{field} {getattr(model, field)}, not {getattr(shipped, field)}" for field in TIMED_SHAPE
+                 if getattr(model, field) != getattr(shipped, field)), None)
 
 
 def profile_warnings(config: SimConfig, model: ModelShape, profile: dict | None) -> list[dict]:
@@ -100,6 +117,11 @@ def profile_warnings(config: SimConfig, model: ModelShape, profile: dict | None)
             return [warning("no_profile", "cost model: the roofline estimate (--cost-model roofline), not measured "
                                           "step times; its latencies are not validated against a GPU")]
         looked = profile_path(model.name, config.gpu, config.tensor_parallel_size).relative_to(REPO)
+        other = other_model_of_that_name(model)
+        if other is not None:
+            return [warning("no_profile", f"the model is named {model.name} but is another model ({other}), so "
+                                          f"{looked} does not price it: step times are the roofline estimate, not "
+                                          "validated against a GPU")]
         return [warning("no_profile", f"no measured profile for {model.name} on {config.gpu} at tensor-parallel "
                                       f"size {config.tensor_parallel_size} ({looked} does not exist): step times are "
                                       "the roofline estimate, not validated against a GPU")]

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.core.json_errors import json_type_name
+from engine.core.json_errors import json_problem, json_type_name
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
@@ -176,15 +177,35 @@ def generation_eos_token_ids(model_dir: Path, vocab_size: int | None = None) -> 
 def read_generation_config(source: Path) -> dict:
     """A generation_config.json as a dict; a file that is not a JSON object is one line naming it. Its eos ids and
     its sampling defaults (engine.core.generation_defaults) are read from here."""
-    try:
-        config = json.loads(source.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{source}: not valid JSON ({exc})") from None
-    except OSError as exc:
-        raise ValueError(f"{source}: cannot read it ({exc.strerror or exc})") from None
+    config = read_model_json(source)
     if not isinstance(config, dict):
         raise ValueError(f"{source}: top level is a JSON {json_type_name(config)}; expected an object")
     return config
+
+
+# config.json and generation_config.json hold a few KB, a sharded checkpoint's index some hundred KB: a larger file is
+# none of them (1 GB of brackets took 2 GB of memory before JSON refused it, and a sparse file of 100 GB all of that).
+MAX_MODEL_JSON_BYTES = 64 * 2**20
+
+
+def read_model_json(source: Path) -> object:
+    """The parsed JSON of a model folder's file (config.json, generation_config.json, the checkpoint's index); one
+    line naming the file where it cannot be: arrays nested thousands deep were a RecursionError traceback and an
+    integer of 5000 digits Python's message alone, naming no file."""
+    try:
+        size_bytes = source.stat().st_size
+        data = None if size_bytes > MAX_MODEL_JSON_BYTES else source.read_bytes()
+    except OSError as exc:  # a folder or an unreadable file of that name
+        raise ValueError(f"{source}: cannot read it ({exc.strerror or exc})") from None
+    if data is None:
+        raise ValueError(f"{source}: {size_bytes:,} bytes; expected a JSON file of at most "
+                         f"{MAX_MODEL_JSON_BYTES // 2**20} MiB")
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:  # its line and column, which json_problem leaves out
+        raise ValueError(f"{source}: not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8, too long a number, nested too deeply
+        raise ValueError(f"{source}: not valid JSON ({json_problem(exc)})") from None
 
 
 @dataclass(frozen=True)
@@ -282,16 +303,12 @@ class ModelShape:
     def load(cls, model: str | Path) -> ModelShape:
         model_dir = resolve_model_dir(model)
         source = model_dir / "config.json"
-        try:
-            config = json.loads(source.read_bytes())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{source}: not valid JSON ({exc})") from None
-        except OSError as exc:  # a folder or an unreadable file named config.json
-            raise ValueError(f"{source}: cannot read it ({exc.strerror or exc})") from None
+        config = read_model_json(source)
         # The folder's name, however it was named: a shipped config given as its folder (LLM passes the resolved one)
         # was named by its whole path, so engine errors spelt out /.../engine/configs/qwen3-0.6b, profiles recorded it
-        # and the simulator, finding no profile under that name, priced --model /.../qwen3-0.6b with the roofline.
-        name = model_dir.name
+        # and the simulator, finding no profile under that name, priced --model /.../qwen3-0.6b with the roofline. Made
+        # absolute first (links not followed): '.' and '..' have no name of their own, and --model . was the model ''.
+        name = Path(os.path.abspath(model_dir)).name
         return cls.from_config_dict(config, name=name, source=str(source))
 
     # ---- derived sizes (per model, before tensor parallelism) ------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -10,7 +9,7 @@ from torch import nn
 
 from engine.core.json_errors import json_type_name
 from engine.core.messages import one_line
-from engine.core.model_config import ModelShape
+from engine.core.model_config import ModelShape, read_model_json
 
 
 def _default_loader(param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
@@ -29,10 +28,7 @@ def _checkpoint_files(model_dir: Path) -> list[Path]:
     index = Path(model_dir) / INDEX_NAME
     if not index.is_file():
         return sorted(Path(model_dir).glob("*.safetensors"))
-    try:
-        content = json.loads(index.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{index}: not valid JSON ({exc})") from None
+    content = read_model_json(index)
     if not isinstance(content, dict):
         raise ValueError(f"{index}: top level is a JSON {json_type_name(content)}; expected an object")
     weight_map = content.get("weight_map")
@@ -91,14 +87,25 @@ def load_safetensors(model: nn.Module, model_dir: Path) -> None:
                 except (RuntimeError, ValueError) as exc:  # a shape no check above foresaw: name the tensor
                     raise ValueError(f"{file}: checkpoint tensor {name!r} of shape {tuple(tensor.shape)} does not "
                                      f"load: {exc}") from None
-                loaded_names.add(target)
+                loaded_names.add(name)
     # The LM head is the embedding's only when tie_word_embeddings says so: an untied model's missing lm_head.weight
     # was passed over, and every logit came from an uninitialised matrix (all tokens 0), without a word.
-    missing = [n for n in params if n not in loaded_names
+    # Counted by checkpoint tensor, not by parameter: a fused parameter (qkv_proj, gate_up_proj) counted as loaded once
+    # any of its parts was, and a checkpoint without k_proj or up_proj ran on the uninitialised rest, without a word.
+    missing = [n for param in params for n in _checkpoint_names(param, packed) if n not in loaded_names
                and not (n == "lm_head.weight" and tied and "model.embed_tokens.weight" in loaded_names)]
     if missing:
         untied = " (config.json's tie_word_embeddings is false)" if "lm_head.weight" in missing and not tied else ""
         raise ValueError(f"{model_dir}: checkpoint lacks {len(missing)} parameters, e.g. {missing[:3]}{untied}")
+
+
+def _checkpoint_names(param: str, packed: dict[str, tuple[str, object]]) -> list[str]:
+    """The HF checkpoint tensors that fill the parameter ``param``: one, or each part of a fused one."""
+    parts = [fragment for fragment, (fused, _) in packed.items() if f".{fused}." in param]
+    if not parts:
+        return [param]
+    fused = packed[parts[0]][0]
+    return [param.replace(f".{fused}.", f".{fragment}.") for fragment in parts]
 
 
 def _open(file: Path):
@@ -106,6 +113,12 @@ def _open(file: Path):
     model folder's name, not the file's (a sharded checkpoint has many)."""
     from safetensors import safe_open
 
+    # A FIFO named *.safetensors blocked the load forever (safe_open waits for a writer); a folder so named was
+    # "No such device (os error 19)".
+    if not file.is_file():
+        why = ("does not exist (a broken link?)" if not file.exists()
+               else "is not a regular file (a folder, FIFO or device)")
+        raise ValueError(f"{file}: {why}; expected a safetensors file")
     try:
         return safe_open(str(file), framework="pt", device="cpu")
     except Exception as exc:  # noqa: BLE001 - SafetensorError, OSError: the file is not one to read

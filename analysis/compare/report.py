@@ -19,7 +19,13 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from analysis.compare.inputs import RunData
-from analysis.compare.request_join import PER_REQUEST_METRICS, REAL_SUFFIX, SIM_SUFFIX, RequestJoin
+from analysis.compare.request_join import (
+    PER_REQUEST_METRICS,
+    REAL_SUFFIX,
+    SIM_SUFFIX,
+    RequestJoin,
+    finished_on_both_sides,
+)
 from analysis.compare.tables import error_table_html
 from analysis.formatting import LATENCY_LABELS, format_percent
 from analysis.metrics import add_latency_columns, is_finished
@@ -108,7 +114,7 @@ def request_scatter_figure(join: RequestJoin) -> go.Figure:
                         subplot_titles=[LATENCY_LABELS[key] for key in PER_REQUEST_METRICS])
     for col, key in enumerate(PER_REQUEST_METRICS, start=1):
         label = LATENCY_LABELS[key]
-        pairs = join.frame.select(
+        pairs = join.frame.filter(finished_on_both_sides()).select(  # the pairs the errors are of
             "request_id",
             (pl.col(f"{key}_s{REAL_SUFFIX}") * MS_PER_S).alias("real"),
             (pl.col(f"{key}_s{SIM_SUFFIX}") * MS_PER_S).alias("sim"),

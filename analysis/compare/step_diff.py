@@ -205,8 +205,13 @@ def compare_schedules(real_steps: pl.DataFrame, sim_steps: pl.DataFrame, real_re
     if real_requests is None or sim_requests is None:
         return ScheduleDiff(steps=steps)
     request_columns = ("request_id", "arrival_s", *REQUEST_SCHEDULE_COLUMNS)
-    real, sim = (conform_requests(frame, request_columns).with_columns(pl.col("request_id").cast(pl.Utf8))
-                 for frame in (real_requests, sim_requests))
+    # Arrivals from each run's first one: a GPU run's clock need not start at 0 like the simulator's, and the first
+    # difference is the earliest by arrival taken from either side (a request one run lacks has only the other's):
+    # a GPU run at t = 1000 s beside a simulation of more requests named a sim-only request 20 s into the run first,
+    # before one that differed 0.3 s into it.
+    real, sim = (conform_requests(frame, request_columns).with_columns(
+        pl.col("request_id").cast(pl.Utf8), pl.col("arrival_s") - pl.col("arrival_s").min())
+        for frame in (real_requests, sim_requests))
     requests = _diff_tables(real, sim, ("request_id",), REQUEST_SCHEDULE_COLUMNS, order_by="arrival_s")
     return ScheduleDiff(steps=steps, requests=requests)
 

@@ -140,6 +140,24 @@ def early_stops_warnings(results: list[BenchResult], requests) -> list[dict]:
     return warnings
 
 
+def bundled_tokens_warnings(results: list[BenchResult]) -> list[dict]:
+    """A summary warning when served streams carried several tokens in a chunk (the usage counts more tokens than
+    chunks with text): the client sees one time per chunk, so the run's ITL is the gap between chunks (as vLLM's
+    bench measures it) where a simulated replay's is the gap between tokens; TPOT, from the token counts, is per
+    token in both. Unsaid, a server streaming 4 tokens a chunk compared with the simulator at 4x its ITL."""
+    bundled = [r for r in results if r.ok and r.reject_reason is None
+               and r.output_tokens > len(r.chunk_times_s) - r.closes_finish_only]
+    if not bundled:
+        return []
+    example = bundled[0]
+    num_chunks = len(example.chunk_times_s) - example.closes_finish_only
+    return [{"code": "tokens_bundled_in_chunks", "value": len(bundled),
+             "message": f"{len(bundled)} of {len(results)} requests were streamed with several tokens in a chunk "
+                        f"(e.g. request {example.request_id!r}: {example.output_tokens} tokens in {num_chunks} "
+                        "chunks): their token times are the chunks', so ITL is the gap between chunks, not between "
+                        "tokens as a simulated replay's; compare TPOT instead"}]
+
+
 def _short_outputs_warning(code: str, found: list, num_results: int, verb: str, how: str, why: str) -> dict:
     """A warning about ``found`` (result, tokens asked) pairs whose outputs ended short of the trace's lengths."""
     example, asked = found[0]
@@ -314,7 +332,7 @@ def _bench_into(out_dir: Path, url: str, trace, tokenizer, slos, args: argparse.
         "request_timeout_s": args.request_timeout_s, "qps": args.qps, "time_scale": args.time_scale,
         "limit": args.limit, "offline": args.offline,
     }
-    warnings = early_stops_warnings(results, requests)
+    warnings = early_stops_warnings(results, requests) + bundled_tokens_warnings(results)
     summary = write_run(
         out_dir, requests_table(results, requests, origin_s), StepLog().to_arrow(),
         {"cost_model": f"served over HTTP ({CLIENT_TIMING})", "trace": str(args.trace), "config": config,

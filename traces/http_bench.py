@@ -9,7 +9,9 @@ not drift with the number of requests in flight), at most ``max_concurrency`` at
 ``/v1/completions`` with ``stream_options.include_usage``. Timing follows vLLM's ``bench serve``: the first
 streamed chunk that carries a choice is the first token, every later one a token time (a chunk that
 bundles several tokens counts once: the client cannot split it), the last one the end of the request.
-Token counts come from the ``usage`` chunk, or from the chunks counted when the server sends none.
+Token counts come from the ``usage`` chunk, or from the chunks counted when the server sends none. A chunk
+without text that closes the stream with the finish reason, or opens it, is no token where the counts say so
+(``_drop_tokenless_chunk``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class BenchResult:
     cut_by: str | None = None  # the limit that cut the output short of max_tokens (finish reason "length")
     error: str | None = None
     reject_reason: str | None = None  # the server refused the prompt as one it can never serve (not a failure)
+    # Chunks that may carry no token: the first one without text or finish reason (a role chunk's kind), the last
+    # one without text but with the finish reason.
+    opens_without_text: bool = False
+    closes_finish_only: bool = False
 
     @property
     def ok(self) -> bool:
@@ -164,6 +170,10 @@ def _on_event(data: str, result: BenchResult, now_s: float) -> bool:
     if choices:
         result.chunk_times_s.append(now_s)
         reason = choices[0].get("finish_reason") if isinstance(choices[0], dict) else None
+        has_text = _has_text(choices[0])
+        if len(result.chunk_times_s) == 1:
+            result.opens_without_text = not has_text and reason is None
+        result.closes_finish_only = not has_text and reason is not None
         if reason is not None:
             result.finish_reason = str(reason)
             cut_by = choices[0].get("cut_by")  # our server's extension; kept only when it names a limit
@@ -172,6 +182,35 @@ def _on_event(data: str, result: BenchResult, now_s: float) -> bool:
     if isinstance(usage, dict):
         _read_usage(usage, result)
     return False
+
+
+def _has_text(choice: object) -> bool:
+    """Whether a streamed choice carries text (a completion's ``text``, or a chat ``delta``'s ``content``)."""
+    if not isinstance(choice, dict):
+        return False
+    text = choice.get("text")
+    if text is None and isinstance(choice.get("delta"), dict):
+        text = choice["delta"].get("content")
+    return bool(text)
+
+
+def _drop_tokenless_chunk(result: BenchResult, max_tokens: int) -> None:
+    """Count the tokens of a served stream, and leave in ``chunk_times_s`` no opening chunk that carried none.
+
+    Without usage, a closing chunk with only the finish reason is no token (vLLM's bench counts the text's tokens
+    then, and that chunk has none): counted, a 5-token output was 6 tokens, and one the server cut read as complete.
+    With usage, one chunk more than its count is the closing finish-only chunk if there is one (the request still
+    ends at it: ``result_rows`` drops its time), else an opening chunk without text: taken for the last chunk, that
+    opening chunk was the first token (a TTFT of the role chunk's time) and the last token's time was lost."""
+    times = result.chunk_times_s
+    if result.output_tokens is None:
+        num_tokens = len(times) - (result.closes_finish_only and len(times) > 1)
+        if num_tokens > max_tokens and result.opens_without_text:
+            del times[0]
+            num_tokens -= 1
+        result.output_tokens = num_tokens
+    elif len(times) == result.output_tokens + 1 and result.opens_without_text and not result.closes_finish_only:
+        del times[0]
 
 
 async def _stream(response: aiohttp.ClientResponse, result: BenchResult, clock: Callable[[], float]) -> bool:
@@ -259,8 +298,8 @@ async def _one(session: aiohttp.ClientSession, target: BenchTarget, request: Ben
         result.error = f"no complete answer within the per-request timeout of {target.timeout_s:g} s"
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         result.error = f"{type(exc).__name__}: {_short(str(exc)) or 'connection lost'}"
-    if result.error is None and result.output_tokens is None:
-        result.output_tokens = len(result.chunk_times_s)  # no usage chunk: one token per chunk
+    if result.error is None:
+        _drop_tokenless_chunk(result, request.max_tokens)  # its tokens counted; an opening chunk of none left out
     if result.error is None and result.finish_reason == "length" and result.output_tokens < request.max_tokens:
         # "length" short of max_tokens is a limit of the server's (its context length): counted as a plain "length",
         # the output was a complete one and the run's summary said no request was cut

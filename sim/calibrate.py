@@ -163,13 +163,48 @@ def fit_decode_extras(graph_sizes: list[int], buckets: np.ndarray, residual_s: n
             measured[size] = (float(np.clip(residual_s[mask].mean(), 0.0, MAX_DECODE_EXTRA_S)), int(mask.sum()))
     if not measured:
         return None
-    order = {size: i for i, size in enumerate(graph_sizes)}
-    extras, counts = [], []
-    for size in graph_sizes:
-        nearest = min(measured, key=lambda m: (abs(order[m] - order[size]), -m))
-        extras.append(round(measured[nearest][0], 7))
-        counts.append(measured[size][1] if size in measured else 0)
+    nearest = _nearest_measured(graph_sizes, list(measured))
+    extras = [round(measured[nearest[size]][0], 7) for size in graph_sizes]
+    counts = [measured[size][1] if size in measured else 0 for size in graph_sizes]
     return {"batch_sizes": list(graph_sizes), "extra_s": extras, "num_steps": counts}
+
+
+def _nearest_measured(graph_sizes: list[int], measured: list[int]) -> dict[int, int]:
+    """Per graph bucket, the measured bucket whose extra it takes: itself, or the nearest one (the larger on a tie)."""
+    order = {size: i for i, size in enumerate(graph_sizes)}
+    return {size: min(measured, key=lambda m: (abs(order[m] - order[size]), -m)) for size in graph_sizes}
+
+
+def fit_decode_factor(graph_sizes: list[int], buckets: np.ndarray, real_s: np.ndarray, grid_s: np.ndarray,
+                      total_real_s: float, total_grid_s: float, num_steps: int) -> float:
+    """The factor on the grid's price of decode steps that the extras are measured beside: the k for which, once each
+    bucket's extra is its steps' mean of real - k x grid (``real_s``, ``grid_s``: the steps that repeat their batch,
+    each in graph bucket ``buckets``), the decode steps of the runs (``num_steps`` of them, ``total_real_s`` and
+    ``total_grid_s`` in all) take their time in total. The extras then match their buckets' steps on average and k the
+    others' (after a prefill, a finish or a preemption; beyond the grid's contexts); the extras are linear in k, so it
+    is solved in closed form.
+
+    Measured at k = 1, the extras took a serving machine's factor on the grid for a constant: steps planted at 1.05x
+    the grid (plus extras) came back as decode factor 1.017 and extras 0.07-0.1 ms too large, and the calibrated
+    profile priced those runs' new-batch steps 3 % short and their repeating ones 1.5 % long.
+
+    1 (the extras measured at the grid's price, as before k was fitted beside them) where no bucket has
+    MIN_BUCKET_STEPS steps or fewer than MIN_BUCKET_STEPS steps are left to tell k by."""
+    counts = {size: int((buckets == size).sum()) for size in graph_sizes}
+    measured = [size for size in graph_sizes if counts[size] >= MIN_BUCKET_STEPS]
+    if not measured or num_steps - len(buckets) < MIN_BUCKET_STEPS:
+        return 1.0
+    nearest = _nearest_measured(graph_sizes, measured)
+    means = {m: (float(real_s[buckets == m].mean()), float(grid_s[buckets == m].mean())) for m in measured}
+    # The runs' decode time as k and the extras price it: k x total_grid_s + sum over repeating steps of their
+    # bucket's extra, mean real - k x mean grid (of the nearest measured bucket's steps).
+    priced_real_s = sum(counts[size] * means[nearest[size]][0] for size in graph_sizes)
+    priced_grid_s = sum(counts[size] * means[nearest[size]][1] for size in graph_sizes)
+    rest_grid_s = total_grid_s - priced_grid_s
+    if not rest_grid_s > 0:
+        return 1.0
+    k = (total_real_s - priced_real_s) / rest_grid_s
+    return float(min(DECODE_FACTOR_BOUNDS[1], max(DECODE_FACTOR_BOUNDS[0], k)))
 
 
 def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None) -> dict:
@@ -178,7 +213,8 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     model = ProfiledCostModel(grid_fit or fit_profile({**profile, "serving": None}), "grid")
     floors, gpus, reals, decode_pred, decode_real = [], [], [], 0.0, 0.0
     graph_sizes = sorted(model.fit.get("graph_sizes") or model.fit["graph_decode"]["batch_sizes"])
-    decode_buckets, decode_residuals = [], []  # steps that repeat their batch: fit_decode_extras
+    decode_buckets, decode_reals, decode_grids = [], [], []  # steps that repeat their batch: fit_decode_extras
+    num_decode_steps = 0
     # ... within the grid's decode contexts: beyond them the model extrapolates (Mooncake's 16-60k contexts at 8-16
     # rows missed by 0.2-0.3 ms a step), an error of another kind than the extras measure.
     grid_limits = grid_range(profile)
@@ -196,11 +232,13 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
                 predicted = model.predict(f)
                 decode_pred += predicted
                 decode_real += real
+                num_decode_steps += 1
                 within = (f["max_decode_context_tokens"] <= grid_limits.longest_decode_context
                           and f["decode_context_tokens"] <= grid_limits.decode_kv_tokens)
                 if f["continues_batch"] and within:  # the extras price only such steps (ProfiledCostModel)
                     decode_buckets.append(model.graph_bucket(f["num_decode_seqs"]))
-                    decode_residuals.append(real - predicted)
+                    decode_reals.append(real)
+                    decode_grids.append(predicted)
             else:
                 floor, gpu = model.eager_parts(f)
                 floors.append(floor)
@@ -212,15 +250,23 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     if not reals:
         raise ValueError(f"{', '.join(map(str, run_dirs))}: no eager steps to calibrate on (only CUDA-graph decode "
                          "steps); expected replays with prefills")
+    if len(reals) < MIN_RUN_STEPS:
+        # The host factor is fitted on these alone: a run of 12 steps, 2 of them prefills, was calibrated on those 2
+        # (and one long decode run with a single prefill would be too), at exit 0.
+        raise ValueError(f"{', '.join(map(str, run_dirs))}: {counted(len(reals), 'eager step')} (with a prefill); "
+                         f"expected at least {MIN_RUN_STEPS} to fit the host factor on")
     if not sum(reals) > 0:
         raise ValueError(f"{', '.join(map(str, run_dirs))}: the eager steps took 0 s in all; expected measured "
                          "step times")
     floor_s, gpu_s, real_s = np.array(floors), np.array(gpus), np.array(reals)
     k, device_k = fit_eager_factors(floor_s, gpu_s, real_s, model.eager_form)
     # Decode steps (CUDA graph replays): the extras per bucket where the runs hold enough steps that repeat their
-    # batch, then one factor on the grid's price so that all of them (after a prefill or a finish too) take their
-    # total time: about 1 with the extras.
-    extras = fit_decode_extras(graph_sizes, np.array(decode_buckets), np.array(decode_residuals))
+    # batch, measured beside the factor on the grid's price (fit_decode_factor), then that factor so that all of them
+    # (after a prefill or a finish too) take their total time: about 1 with the extras.
+    buckets, repeat_real_s, repeat_grid_s = np.array(decode_buckets), np.array(decode_reals), np.array(decode_grids)
+    beside_k = fit_decode_factor(graph_sizes, buckets, repeat_real_s, repeat_grid_s, decode_real, decode_pred,
+                                 num_decode_steps)
+    extras = fit_decode_extras(graph_sizes, buckets, repeat_real_s - beside_k * repeat_grid_s)
     extra_total_s = 0.0
     if extras is not None:
         per_bucket = dict(zip(extras["batch_sizes"], extras["extra_s"]))

@@ -769,11 +769,14 @@ class ProfiledCostModel:
 
     def host_time(self, f: dict, real_s: float) -> tuple[float, float] | None:
         """For a step whose host part outweighs its device part on the grid: (the real time its host part took,
-        the grid's host part), whose ratio is the host's slowdown; None for device-bound steps."""
+        the grid's host part), whose ratio is the host's slowdown; None for device-bound steps. The device part
+        taken off is the one this model prices (its calibrated device factor): a host slowdown read off a run scales
+        the host part beside it (predict). With the grid's device time instead, a profile calibrated to device x0.89
+        read a host at 0.90x as 0.86x, and sim.replay priced that run's steps short."""
         floor, gpu = self.eager_parts(f)
         if floor <= 0 or floor < gpu:
             return None
-        return (max(real_s - gpu, 0.0), floor) if self.eager_form == "sum" else (real_s, floor)
+        return (max(real_s - self.device_factor * gpu, 0.0), floor) if self.eager_form == "sum" else (real_s, floor)
 
     def predict(self, f: dict, host_slowdown: float | None = None) -> float:
         """Step time for features ``f`` at ``host_slowdown`` against the grid (default: the calibrated average)."""

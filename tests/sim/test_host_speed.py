@@ -211,9 +211,11 @@ def test_one_long_context_costs_extra_only_in_large_batches():
 
 
 def test_timeline_from_a_replay_reads_the_slowdown_of_its_host_bound_steps(tmp_path):
-    """A fake replay whose host-bound eager steps take 1x the grid time for 4 s, then 2x."""
+    """A fake replay whose host-bound eager steps take 1x the grid time for 4 s, then 2x (their device part at the
+    profile's calibrated device factor: the timeline's slowdown scales the host part beside it)."""
     fit = json.loads(PROFILE.read_text())["fit"]
     grid = ProfiledCostModel({**fit, "serving": None}, "grid")
+    device_factor = ProfiledCostModel.load(PROFILE).device_factor
     rows = []
     for i in range(40):
         f = _batch_features(8, 512, prefill=64)
@@ -221,7 +223,7 @@ def test_timeline_from_a_replay_reads_the_slowdown_of_its_host_bound_steps(tmp_p
         slowdown = 1.0 if start < 4.0 else 2.0
         host, gpu = grid.eager_parts(f)
         rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "step": i, "start_s": start,
-                     "duration_s": float(grid.combine(slowdown * host, gpu))})
+                     "duration_s": float(grid.combine(slowdown * host, device_factor * gpu))})
     run = tmp_path / "run"
     run.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), run / "steps.parquet")

@@ -328,11 +328,17 @@ def test_a_local_pool_stops_a_dropped_job_that_runs_already(small_trace) -> None
     executor = LocalExecutor(small_trace, WorkloadParams(min_duration_s=7200.0, min_requests=150), SLOS, num_jobs=1)
     try:
         waiting = executor.submit(PointJob(BASE, 2.0, 0, probe=False))  # two hours of arrivals: seconds to simulate
-        queued = executor.submit(PointJob(BASE, 2.0, 1, probe=False))
+        # The pool hands its call queue a job more than its workers, marked running as it does (not cancellable):
+        # two behind the first, so that the next one surely waits (with one behind, whether it could still be
+        # cancelled depended on the pool's thread, and the test failed on a loaded machine).
+        handed = [executor.submit(PointJob(BASE, 2.0, seed, probe=False)) for seed in (1, 2)]
+        queued = executor.submit(PointJob(BASE, 2.0, 3, probe=False))
         deadline = time.monotonic() + 120
         while not waiting.running() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert waiting.running()
+        for future in handed:
+            executor.drop(future)
         assert executor.drop(queued) and queued.cancelled()  # never started
         dropped_at = time.monotonic()
         assert not executor.drop(waiting)

@@ -24,7 +24,11 @@ MASK32 = 0xFFFFFFFF
 # int64 arithmetic, which the kernel uses for the same reason: both compute the very same bits).
 MIX_M1 = 0x7FEB352D
 MIX_M2 = 0x4C9F6B5B
-UNIT_24 = 1.0 / (1 << 24)
+# The uniform draws are (m + 0.5) / 2**23 for the top 23 bits m of a hash: every one is exact in float32 (24-bit
+# significand), so it lies strictly inside (0, 1). With 24 bits, m + 0.5 needs 25: (2**24 - 1) + 0.5 rounded up to
+# 2**24, u to 1.0 and the noise to +inf, so one token in 2**24 won whatever its logit (about 1 % of the rows of a
+# 151936-token vocabulary drew a uniformly random token, even under top_k=1, where -inf + inf is a NaN argmax takes).
+UNIT_23 = 1.0 / (1 << 23)
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
@@ -42,10 +46,10 @@ def row_keys(words: torch.Tensor) -> torch.Tensor:
 
 
 def gumbel_noise(keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """[rows] keys -> [rows, vocab] float32 Gumbel noise, -log(-log(u)) with u on a 2**-24 grid in (0, 1)."""
+    """[rows] keys -> [rows, vocab] float32 Gumbel noise, -log(-log(u)), u = (m + 0.5) / 2**23 (finite: UNIT_23)."""
     vocab = torch.arange(vocab_size, dtype=torch.int64, device=keys.device)
     bits = mix32(mix32(vocab).unsqueeze(0) ^ keys.unsqueeze(1))
-    uniform = ((bits >> 8).to(torch.float32) + 0.5) * UNIT_24
+    uniform = ((bits >> 9).to(torch.float32) + 0.5) * UNIT_23
     return -torch.log(-torch.log(uniform))
 
 
@@ -152,9 +156,12 @@ def _apply_top_k_top_p(logits: torch.Tensor, top_ks: torch.Tensor, top_ps: torch
     kth = sorted_logits.gather(1, (k - 1).unsqueeze(1))
     sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
     probs = sorted_logits.softmax(dim=-1)
-    # Drop a token when the tokens ranked above it already reach top_p (the top token always stays).
-    mass_before = probs.cumsum(dim=-1) - probs
-    drop = mass_before >= top_ps.unsqueeze(1)
+    # Drop a token when the tokens ranked above it already reach top_p (the top token always stays), i.e. when it and
+    # those below it hold at most 1 - top_p, as HF and vLLM test it. Summed from the least likely token up: a float32
+    # sum from the top reached 1.0 with tokens left (with top_k 150000 of 151936, top_p 1.0 kept only the first
+    # 44212), and top_p 1.0 must keep every token.
+    mass_from = probs.flip(-1).cumsum(dim=-1).flip(-1)
+    drop = mass_from <= 1.0 - top_ps.unsqueeze(1)
     drop[:, 0] = False  # a top_p that is 0 in float32 (1e-50) would drop the top token too, leaving only -inf
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)

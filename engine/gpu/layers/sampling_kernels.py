@@ -16,14 +16,14 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from engine.gpu.layers.sampler import MIX_M1, MIX_M2, UNIT_24
+from engine.gpu.layers.sampler import MIX_M1, MIX_M2, UNIT_23
 from engine.gpu.triton_launch import BoundKernel
 
 CHUNK_TOKENS = 8192
 BLOCK_TOKENS = 1024
 MIX_M1_C = tl.constexpr(MIX_M1)
 MIX_M2_C = tl.constexpr(MIX_M2)
-UNIT_24_C = tl.constexpr(UNIT_24)
+UNIT_23_C = tl.constexpr(UNIT_23)
 # Triton's interpreter (the CPU tests of this kernel) has no libdevice; its tl.log is numpy's, exact too.
 # On the GPU tl.log is an approximation, hence libdevice there.
 EXACT_LOG = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
@@ -66,7 +66,7 @@ def _gumbel_argmax_chunk_kernel(
         x = tl.load(Logits + row * stride_row + index, mask=mask, other=float("-inf")).to(tl.float32)
         if temperature > 0:
             bits = _mix32(_mix32(index.to(tl.int64)) ^ key)
-            uniform = ((bits >> 8).to(tl.float32) + 0.5) * UNIT_24_C
+            uniform = ((bits >> 9).to(tl.float32) + 0.5) * UNIT_23_C  # exact, inside (0, 1): see UNIT_23
             noise = -_log(-_log(uniform))
             x = tl.math.div_rn(x, temperature) + noise
         x = tl.where(mask, x, float("-inf"))

@@ -46,22 +46,31 @@ def _cost_model(kind: str):
     return RooflineCostModel(ModelShape.load("qwen3-8b"), get_gpu("h200"))
 
 
+class _FixedClock:
+    def __init__(self, now_s: float) -> None:
+        self._now_s = now_s
+
+    def now(self) -> float:
+        return self._now_s
+
+
+def _decode_batch(num_seqs: int, context: int, longest: int) -> ScheduledBatch:
+    """A decode-only batch of ``num_seqs`` rows holding ``context`` tokens in all, the longest ``longest``."""
+    batch = ScheduledBatch(seqs=[None] * num_seqs, num_new_tokens=[1] * num_seqs, num_decode_seqs=num_seqs)
+    batch.decode_context_tokens, batch.max_decode_context_tokens = context, longest
+    return batch
+
+
 @pytest.mark.parametrize("host", [None, 1.7])
 @pytest.mark.parametrize("kind", ["profiled", "roofline"])
 @pytest.mark.parametrize("num_seqs, context, longest", [(1, 900, 900), (37, 20_000, 3_000), (256, 400_000, 9_000)])
 def test_quiet_step_ends_equal_the_step_by_step_sums(kind, host, num_seqs, context, longest):
     cost_model = _cost_model(kind)
-
-    class Clock:
-        def now(self) -> float:
-            return 0.0
-
-    runner = CostModelRunner(cost_model, host_speed=None if host is None else ConstantHostSpeed(host), clock=Clock())
+    runner = CostModelRunner(cost_model, host_speed=None if host is None else ConstantHostSpeed(host),
+                             clock=_FixedClock(0.0))
 
     def batch() -> ScheduledBatch:
-        b = ScheduledBatch(seqs=[None] * num_seqs, num_new_tokens=[1] * num_seqs, num_decode_seqs=num_seqs)
-        b.decode_context_tokens, b.max_decode_context_tokens = context, longest
-        return b
+        return _decode_batch(num_seqs, context, longest)
 
     start_s = 12.345678
     for max_steps, horizon_s in ((3, float("inf")), (5000, float("inf")), (5000, 13.0), (70_000, 40.0)):
@@ -97,17 +106,11 @@ def test_quiet_step_ends_with_a_varying_host_equal_the_step_by_step_sums(kind, h
     start's slowdown): the same floats as one call per step, which every such run took before."""
     cost_model = _cost_model(kind)
 
-    class Clock:
-        def now(self) -> float:
-            return 12.0
-
     def runner() -> CostModelRunner:
-        return CostModelRunner(cost_model, host_speed=_TIME_VARYING_HOSTS[host](), clock=Clock())
+        return CostModelRunner(cost_model, host_speed=_TIME_VARYING_HOSTS[host](), clock=_FixedClock(12.0))
 
     def batch() -> ScheduledBatch:
-        b = ScheduledBatch(seqs=[None] * num_seqs, num_new_tokens=[1] * num_seqs, num_decode_seqs=num_seqs)
-        b.decode_context_tokens, b.max_decode_context_tokens = context, longest
-        return b
+        return _decode_batch(num_seqs, context, longest)
 
     start_s = 12.345678
     for max_steps, horizon_s in ((3, float("inf")), (5000, float("inf")), (5000, 13.0), (20_000, 40.0)):

@@ -45,10 +45,10 @@ _MIN_WINDOW_STEPS = 4
 # request, whenever the router sends one) its plan is sized by the windows before it: twice the steps the last one
 # ran when it was cut, twice its plan when it was not, within these bounds. A longer plan costs more of the steps a
 # cut throws away (with a time-varying host speed each planned step is a cost-model call), a shorter one more plans.
-# A run with a step limit (simulate's max_steps) counts its steps once per this many arrivals and finishes.
-_STEP_CHECK_EVERY = 256
 _LAZY_MIN_STEPS = 16
 _LAZY_MAX_STEPS = 512
+# A run with a step limit (simulate's max_steps) counts its steps once per this many arrivals and finishes.
+_STEP_CHECK_EVERY = 256
 
 
 def delay_to(now_s: float, target_s: float) -> float | None:

@@ -27,8 +27,9 @@ def test_sigterm_to_the_process_group_while_the_band_pool_starts_stops_the_repla
     no one read any more: sim.replay --bands hung until killed (SIGTERM again did nothing)."""
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sim.replay", str(SHAREGPT), "--limit", "500", "--out", str(out), "--no-report",
-         "--bands", "4"],
+        # The whole trace and eight replays: the band pool's work must outlast the longest delay below (500 requests
+        # and four replays finished within 1.2 s once band replays built no step table and priced windows in passes).
+        [sys.executable, "-m", "sim.replay", str(SHAREGPT), "--out", str(out), "--no-report", "--bands", "8"],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stderr.read1(4096), b"")), daemon=True)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-import numpy as np
 import polars as pl
 
 from engine.core.records import OPTIONAL_STEP_COLUMNS, REQUEST_COLUMNS, SERVED_FINISH_REASONS, STEP_COLUMNS
 from engine.core.sequence import FinishReason
+from sim.batch_features import repeated_step
 from traces.validation import MAX_RUN_TIME_S
 
 FINISHED_REASONS: tuple[str, ...] = SERVED_FINISH_REASONS
@@ -136,31 +136,6 @@ def _first(mask: pl.Series) -> int | None:
     """The first row where ``mask`` is true, or None."""
     rows = mask.fill_null(False).arg_true()
     return int(rows[0]) if len(rows) else None
-
-
-def repeated_keys(frame: pl.DataFrame, key: Iterable[str]) -> pl.Series | None:
-    """Which rows hold a ``key`` another row also holds (a boolean Series), or None when no key repeats.
-
-    Runs write their step logs in key order (replica, then step): integer keys that strictly increase row by row
-    repeat nothing, which one pass over the columns shows; hashing every row's key for ``is_duplicated`` took 0.2 s
-    a table of the Azure trace's 1.78M steps, and analysis.compare asked four times. Other tables (string ids, rows
-    out of order, nulls) are hashed."""
-    key = list(key)
-    if frame.height < 2:
-        return None
-    columns = [frame[name] for name in key]
-    if all(column.dtype.is_integer() and not column.null_count() for column in columns):
-        later = np.zeros(frame.height - 1, dtype=bool)  # row i + 1's key is above row i's, in the columns so far
-        tied = np.ones(frame.height - 1, dtype=bool)  # ... or equal to it
-        for column in columns:
-            values = column.to_numpy()
-            later |= tied & (values[1:] > values[:-1])
-            tied &= values[1:] == values[:-1]
-        if later.all():
-            return None
-    repeated = frame.select(pl.struct(*key).is_duplicated() if len(key) > 1 else pl.col(key[0]).is_duplicated())
-    repeated = repeated.to_series()
-    return repeated if repeated.any() else None
 
 
 def _fail(name: str, column: str, row: int, value: object, expected: str) -> None:
@@ -297,11 +272,9 @@ def check_steps(frame: pl.DataFrame) -> None:
             if row is not None:
                 _fail("steps", column, row, None, "a value in every step")
     if {"replica", "step"} <= set(frame.columns):  # a step given twice was counted twice (compare refused it)
-        repeated = repeated_keys(frame, ("replica", "step"))
-        if repeated is not None:
-            first = _first(repeated)
-            replica, step = frame["replica"][first], frame["step"][first]
-            later = int(((frame["replica"] == replica) & (frame["step"] == step)).arg_true()[1])
+        found = repeated_step(frame)
+        if found is not None:
+            later, replica, step, first = found
             _fail("steps", "step", later, step, f"one row per step of a replica (replica {replica}, step {step} is "
                   f"also at row {first})")
     for column, dtype in STEPS_SCHEMA.items():  # ids and counts: a negative step or batch is no step a run took

@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass, field
 
 import polars as pl
 
-from analysis.schema import STEPS_SCHEMA, conform, conform_requests, repeated_keys
+from analysis.schema import STEPS_SCHEMA, conform, conform_requests
 from engine.core.messages import counted
 from engine.core.records import OPTIONAL_SCHEDULE_COLUMNS, OPTIONAL_STEP_COLUMNS, SCHEDULE_COLUMNS
+from sim.batch_features import STEP_KEY, repeated_keys
 
-STEP_KEY: tuple[str, ...] = ("replica", "step")
 # finish_reason too: a request cut by another limit (max_model_len vs kv_capacity) at the same length, or one that
 # stopped where the other was cut, was scheduled differently, and the diff said "identical".
 REQUEST_SCHEDULE_COLUMNS: tuple[str, ...] = (

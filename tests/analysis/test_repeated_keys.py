@@ -1,4 +1,4 @@
-"""analysis.schema.repeated_keys: the rows whose key repeats, found in one pass when the keys are written in order
+"""sim.batch_features.repeated_keys: the rows whose key repeats, found in one pass when the keys are written in order
 and by hashing otherwise; both ways must give the same answer as polars' is_duplicated."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.schema import check_steps, repeated_keys
+from analysis.schema import check_steps
+from sim.batch_features import repeated_keys
 
 
 def _expected(frame: pl.DataFrame, key: list[str]) -> list[bool] | None:

@@ -338,11 +338,13 @@ def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
 def timeline_from_run(
     run_dir: Path, profile_path: Path, window_s: float = 2.0, min_steps: int = 100, min_steps_per_window: int = 3
 ) -> HostSpeedTimeline:
-    """The host slowdown of a GPU replay over time: per window, the median of real / grid-predicted time of
-    its host-bound eager steps (the grid model uncalibrated); a window with fewer than
-    ``min_steps_per_window`` of them keeps the last value. Too few such steps in all: an error. A step's real time
-    is its period where the engine went straight on, as ``sim.calibrate`` reads it: the timeline replaces the host
-    factor fitted so, and the loop's work between steps is time the back-to-back simulator counts in its steps."""
+    """The host slowdown of a GPU replay over time: per window, the median over its host-bound eager steps of their
+    host part (real time less the profile's calibrated device part, ProfiledCostModel.host_time) over the grid's;
+    a window with fewer than ``min_steps_per_window`` of them keeps the last value. Too few such steps in all: an
+    error. A step's real time is its period where the engine went straight on, as ``sim.calibrate`` reads it: the
+    timeline replaces the host factor fitted so, and the loop's work between steps is time the back-to-back simulator
+    counts in its steps (read as durations, 0.1 ms of loop work a step gave 1.00x where sim.calibrate gave 1.03x, and
+    a replay with the timeline came out 2.5 % faster than the calibrated one)."""
 
     from sim.batch_features import read_steps
     from sim.host_episodes import run_windows  # it imports this module
@@ -350,9 +352,7 @@ def timeline_from_run(
 
     model = ProfiledCostModel.load(Path(profile_path))  # eager_parts is at the grid's speed, calibrated or not
     host_bound = []
-    # Periods, not durations: a run's 0.1 ms of loop work a step read as a host at 1.00x where sim.calibrate's host
-    # factor on the same run was 1.03, and a replay with the timeline came out 2.5 % faster than the calibrated one.
-    for f, real, start in read_steps(run_dir, periods=True):
+    for f, real, start in read_steps(run_dir, periods=True):  # periods: see the docstring
         if _is_graph_step(f, model.max_graph_bs):
             continue
         host = model.host_time(f, real)

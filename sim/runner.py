@@ -21,6 +21,13 @@ def _joined(chunks: list[np.ndarray]) -> np.ndarray:
     return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
+def _steps_within(span_s: float, step_s: float, max_steps: int) -> int:
+    """The steps an array pass is sized for: those of ``step_s`` that start within ``span_s`` (one more than fit, a
+    short guess costing only another pass), at most ``max_steps``."""
+    fit = span_s / step_s if step_s > 0 else math.inf
+    return max_steps if fit >= max_steps else min(max_steps, int(fit) + 1)
+
+
 # The token every simulated sequence "samples": an id no prompt holds (traces refuse negative ids, and synthesised ones
 # lie in [0, vocab)). It was 0: a prompt with a block of zeros after another request's prompt (stored
 # prompt_token_ids) hit that request's generated blocks in the prefix cache, cached tokens the engine, whose model
@@ -76,8 +83,7 @@ class CostModelRunner:
         # only grow; a short guess only costs another array pass). Short runs are summed one by one: many plans
         # end within a few steps (the next arrival is that close), and an array pass costs some fifteen numpy calls.
         first_s = self.duration_at(batch, start_s)
-        fit = (horizon_s - start_s) / first_s if first_s > 0 else math.inf
-        num_steps = max_steps if fit >= max_steps else min(max_steps, int(fit) + 1)
+        num_steps = _steps_within(horizon_s - start_s, first_s, max_steps)
         # A host speed that varies is piecewise constant (sim.host_speed): each array pass prices the steps that start
         # within one piece, at its slowdown, as the steps taken one by one ask it at their starts.
         pieces = host is not None and not isinstance(host, ConstantHostSpeed)
@@ -101,17 +107,21 @@ class CostModelRunner:
         t_s = start_s
         num_done = 0
         chunks = []
+
+        def as_step(n: int) -> None:
+            """The batch as the run's step ``n`` (scalars), for sums taken one step at a time from there."""
+            batch.decode_context_tokens = first_context + bs * n
+            batch.max_decode_context_tokens = first_longest + n
+            batch.step_index = first_index + n
+
         while True:
             if pieces:
                 slowdown, piece_end_s = host.piece_at(t_s)
-                # Sized to the piece too (a margin of a step): a pass prices every step it holds, kept or not.
-                fit = (piece_end_s - t_s) / first_s if first_s > 0 else math.inf
-                num_steps = num_steps if fit >= num_steps else min(num_steps, int(fit) + 2)
+                # Sized to the piece too (a step's margin more): a pass prices every step it holds, kept or not.
+                num_steps = _steps_within(piece_end_s - t_s + first_s, first_s, num_steps)
                 if num_steps <= _MIN_ARRAY_STEPS:  # a short piece (episodes of milliseconds): steps one by one,
                     # each asking its own start's slowdown, for as many as an array pass is worth
-                    batch.decode_context_tokens = first_context + bs * num_done
-                    batch.max_decode_context_tokens = first_longest + num_done
-                    batch.step_index = first_index + num_done
+                    as_step(num_done)
                     count = min(max_steps - num_done, _MIN_ARRAY_STEPS)
                     ends = self._step_ends_one_by_one(batch, t_s, count, horizon_s, cross_horizon)
                     chunks.append(np.array(ends, dtype=np.float64))
@@ -120,8 +130,7 @@ class CostModelRunner:
                         return _joined(chunks)
                     t_s = ends[-1]
                     batch.continues_batch = 1
-                    fit = (horizon_s - t_s) / first_s if first_s > 0 else math.inf
-                    num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
+                    num_steps = _steps_within(horizon_s - t_s, first_s, max_steps - num_done)
                     continue
             batch.decode_context_tokens = np.arange(first_context + bs * num_done,
                                                     first_context + bs * (num_done + num_steps), bs, dtype=np.int64)
@@ -132,9 +141,7 @@ class CostModelRunner:
             batch.step_index = first_index + num_done
             durations_s = run_s(batch, slowdown)  # the first step of the first pass as the batch says, the rest 1
             if durations_s is None:  # the cost model takes no arrays for this batch
-                batch.decode_context_tokens = first_context + bs * num_done
-                batch.max_decode_context_tokens = first_longest + num_done
-                batch.step_index = first_index + num_done
+                as_step(num_done)
                 chunks.append(np.array(self._step_ends_one_by_one(batch, t_s, max_steps - num_done, horizon_s,
                                                                   cross_horizon), dtype=np.float64))
                 return _joined(chunks)
@@ -156,8 +163,7 @@ class CostModelRunner:
                     return _joined(chunks)
                 t_s = float(ends_s[in_piece - 1])
                 batch.continues_batch = 1
-                fit = (horizon_s - t_s) / first_s
-                num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
+                num_steps = _steps_within(horizon_s - t_s, first_s, max_steps - num_done)
                 continue
             if reached < num_steps and cross_horizon:
                 chunks.append(ends_s[:reached + 1])  # and the step that ends at or after the horizon
@@ -168,8 +174,7 @@ class CostModelRunner:
                 return _joined(chunks)
             t_s = float(ends_s[-1])
             batch.continues_batch = 1
-            fit = (horizon_s - t_s) / first_s
-            num_steps = max_steps - num_done if fit >= max_steps else min(max_steps - num_done, int(fit) + 1)
+            num_steps = _steps_within(horizon_s - t_s, first_s, max_steps - num_done)
 
     def _step_ends_one_by_one(self, batch: ScheduledBatch, start_s: float, max_steps: int,
                               horizon_s: float, cross_horizon: bool = False) -> list[float]:

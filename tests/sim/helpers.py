@@ -169,3 +169,18 @@ def assert_steps_within_limits(
         ends = (group["start_s"] + group["duration_s"]).head(group.height - 1)
         starts = group["start_s"].tail(group.height - 1)
         assert (starts >= ends - 1e-9).all(), f"replica {replica}: steps overlap in time"
+
+
+def save_tiny_qwen3(folder: Path, max_position_embeddings: int) -> Path:
+    """A tiny random Qwen3 saved under ``folder`` (seeded), for sim.profile on the CPU; skips without torch."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
+    )
+    transformers.Qwen3ForCausalLM(config).save_pretrained(folder)
+    return folder

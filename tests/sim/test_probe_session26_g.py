@@ -21,6 +21,7 @@ from cli.sim_replay import build_parser, config_from_args
 from engine.core.model_config import CONFIG_DIR, ModelShape
 from sim.config import SimConfig
 from sim.simulator import make_cost_model
+from tests.sim.helpers import save_tiny_qwen3
 
 
 @pytest.mark.parametrize("model", ["qwen3-0.6b", "engine/configs/qwen3-0.6b", str(CONFIG_DIR / "qwen3-0.6b")])
@@ -59,16 +60,10 @@ def test_numpy_scalars_are_taken_as_the_values_they_hold() -> None:
 def test_sim_profile_defaults_to_a_short_models_own_context(tmp_path) -> None:
     """Its 32768 default was refused for a model of 512 positions ('--allow-long-max-model-len accepts it', an option
     sim.profile refused); now the model's own, at most 32768, and --allow-long-max-model-len is an option."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
     from sim.profile import main as profile_main
 
-    torch.manual_seed(0)
-    cfg = transformers.Qwen3Config(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=512, tie_word_embeddings=True,
-    )
-    transformers.Qwen3ForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    save_tiny_qwen3(tmp_path / "model", max_position_embeddings=512)
     common = ["--model", str(tmp_path / "model"), "--device", "cpu", "--quick", "--repeats", "1", "--max-num-seqs",
               "16", "--max-num-batched-tokens", "512"]
     assert profile_main([*common, "--out", str(tmp_path / "a.json")]) == 0

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from tests.sim.helpers import save_tiny_qwen3
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
 
 
 @pytest.mark.parametrize("decode_steps", [1, 3])
@@ -16,12 +18,7 @@ def test_profile_cli_measures_every_family_and_fits(tmp_path, decode_steps):
     from sim.profile import row_context
     from sim.profiled_cost_model import ProfiledCostModel
 
-    torch.manual_seed(0)
-    cfg = transformers.Qwen3Config(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=20000, tie_word_embeddings=True,
-    )
-    transformers.Qwen3ForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    save_tiny_qwen3(tmp_path / "model", max_position_embeddings=20000)
     out = tmp_path / "profile.json"
     assert profile_main([
         "--model", str(tmp_path / "model"), "--device", "cpu", "--quick", "--repeats", "1", "--max-model-len", "20000",

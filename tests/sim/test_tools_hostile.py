@@ -20,7 +20,7 @@ from sim.fit_profile import main as fit_main
 from sim.host_speed import main as host_speed_main
 from sim.profile import main as profile_main
 from sim.profiled_cost_model import find_profile, write_profile
-from tests.sim.helpers import REPO
+from tests.sim.helpers import REPO, save_tiny_qwen3
 from tests.sim.test_calibrate import _fake_run
 from tests.traces.helpers import cli_error
 
@@ -494,16 +494,10 @@ def test_profile_without_cuda_is_one_line_unless_asked_for_the_cpu(tmp_path, cap
 def test_profile_measures_only_the_grid_points_its_kv_blocks_hold(tmp_path, capsys, monkeypatch):
     """Each sequence holds whole blocks: a cache of few large blocks held fewer sequences than its token count said,
     and the first such grid point ended the run in 'RuntimeError: grid point does not fit the KV cache'."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
     from engine.gpu.model_runner import ModelRunner
 
-    torch.manual_seed(0)
-    cfg = transformers.Qwen3Config(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=20000, tie_word_embeddings=True,
-    )
-    transformers.Qwen3ForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    save_tiny_qwen3(tmp_path / "model", max_position_embeddings=20000)
     monkeypatch.setattr(ModelRunner, "_size_kv_cache", lambda self: 40)  # 40 blocks of 256 tokens, as a small CPU cache
     out = tmp_path / "profile.json"
     assert profile_main(["--model", str(tmp_path / "model"), "--device", "cpu", "--quick", "--repeats", "1",

@@ -250,35 +250,17 @@ def test_ctrl_c_during_the_band_replays_stops_them_and_writes_nothing(tmp_path: 
 def test_ctrl_c_to_the_process_group_while_the_pool_starts_is_one_line(tmp_path: Path, delay_s: float) -> None:
     # A terminal's Ctrl-C reaches the whole process group: a worker still importing printed a KeyboardInterrupt
     # traceback and died, and the replay then hung writing to its pipe (until killed).
-    import os
     import signal
-    import subprocess
     import sys
-    import threading
-    import time
+
+    from tests.signals import signal_group_after
 
     out = tmp_path / "out"
-    proc = subprocess.Popen(
+    status, stderr, _ = signal_group_after(
         [sys.executable, "-m", "sim.replay", str(SHAREGPT), "--limit", "300", "--qps", "50", "--out", str(out),
          "--no-report", "--bands", "50"],
-        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        start_new_session=True)
-    chunks: list[bytes] = []
-    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stderr.read1(4096), b"")), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 120
-    try:
-        while b"bands:" not in b"".join(chunks):  # the pool is being started now
-            assert proc.poll() is None and time.monotonic() < deadline, b"".join(chunks)[-500:]
-            time.sleep(0.02)
-        time.sleep(delay_s)
-        os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=30) == 130
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    reader.join(timeout=5)
-    stderr = b"".join(chunks).decode()
+        b"bands:", delay_s, signal.SIGINT, Path(__file__).resolve().parents[2], start_timeout_s=120)  # pool starting
+    assert status == 130
     assert stderr.splitlines()[-1] == f"interrupted: nothing written to {out}" and "Traceback" not in stderr
     assert not out.exists()
 

@@ -20,6 +20,7 @@ from analysis.capacity.workload import SessionLibrary, WorkloadParams
 from analysis.process_pools import interrupts_held
 from analysis.slo import parse_slos
 from sim.config import SimConfig
+from tests.signals import signal_group_after
 from traces.schema import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,26 +58,10 @@ def test_ctrl_c_to_the_process_group_while_the_workers_start_is_one_line(tmp_pat
     # started a worker, it cut the worker's start-up data short ("pickle data was truncated" from the worker); sent
     # to the group, a worker still importing printed its own KeyboardInterrupt traceback.
     out = tmp_path / "capacity"
-    proc = subprocess.Popen([*SWEEP, "--out", str(out)], cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    chunks: list[bytes] = []
-    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stderr.read1(4096), b"")), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 120
-    try:
-        while b"sweeping" not in b"".join(chunks):  # the progress bar: the sweep is starting the pool's workers now
-            assert proc.poll() is None and time.monotonic() < deadline, b"".join(chunks)[-500:]
-            time.sleep(0.02)
-        time.sleep(delay_s)
-        interrupted = time.perf_counter()
-        os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=30) == 130
-        elapsed_s = time.perf_counter() - interrupted
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    reader.join(timeout=5)
-    stderr = b"".join(chunks).decode()
+    # "sweeping": the progress bar; the sweep is starting the pool's workers now
+    status, stderr, elapsed_s = signal_group_after([*SWEEP, "--out", str(out)], b"sweeping", delay_s, signal.SIGINT,
+                                                   REPO, start_timeout_s=120)
+    assert status == 130
     assert stderr.splitlines()[-1] == INTERRUPTED and "Traceback" not in stderr and "Error" not in stderr, stderr
     assert elapsed_s < 2.0, f"took {elapsed_s:.1f} s to stop"
     assert list(tmp_path.iterdir()) == []

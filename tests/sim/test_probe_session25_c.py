@@ -3,17 +3,14 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from analysis.capacity.executors import default_num_jobs
+from tests.signals import signal_group_after
 from tests.sim.helpers import SHAREGPT
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -26,30 +23,12 @@ def test_sigterm_to_the_process_group_while_the_band_pool_starts_stops_the_repla
     while the replay wrote the trace (its start-up data, a third of a megabyte here) into the worker's pipe, which
     no one read any more: sim.replay --bands hung until killed (SIGTERM again did nothing)."""
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        # The whole trace and eight replays: the band pool's work must outlast the longest delay below (500 requests
-        # and four replays finished within 1.2 s once band replays built no step table and priced windows in passes).
+    # The whole trace and eight replays: the band pool's work must outlast the longest delay (500 requests and four
+    # replays finished within 1.2 s once band replays built no step table and priced windows in passes).
+    status, stderr, elapsed_s = signal_group_after(
         [sys.executable, "-m", "sim.replay", str(SHAREGPT), "--out", str(out), "--no-report", "--bands", "8"],
-        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    chunks: list[bytes] = []
-    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stderr.read1(4096), b"")), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 60
-    try:
-        while b"bands:" not in b"".join(chunks):  # the pool is being started now
-            assert proc.poll() is None and time.monotonic() < deadline, b"".join(chunks)[-500:]
-            time.sleep(0.01)
-        time.sleep(delay_s)
-        terminated = time.perf_counter()
-        os.killpg(proc.pid, signal.SIGTERM)
-        assert proc.wait(timeout=10) == 143
-        elapsed_s = time.perf_counter() - terminated
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    reader.join(timeout=5)
-    stderr = b"".join(chunks).decode()
+        b"bands:", delay_s, signal.SIGTERM, REPO_ROOT, exit_timeout_s=10)  # "bands:": the pool is being started now
+    assert status == 143
     assert stderr.splitlines()[-1] == f"interrupted: nothing written to {out}" and "Traceback" not in stderr
     assert elapsed_s < 2.0, f"took {elapsed_s:.1f} s to stop"
     assert not out.exists()

@@ -46,6 +46,7 @@ from sim.profiled_cost_model import (
     read_profile,
     write_profile,
 )
+from traces.files import ends_as_parquet
 
 # A run this short says nothing about a host's speed; one step could hold a factor of 4 (the clamp) by itself.
 MIN_RUN_STEPS = 10
@@ -421,6 +422,11 @@ def _steps_digest(run_dir: Path) -> str | None:
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as f:
+            # A file that is no parquet is named where the steps are read: a sparse 100 GB one was hashed first, for
+            # minutes, before that one line.
+            if not ends_as_parquet(f, os.fstat(f.fileno()).st_size):
+                return None
+            f.seek(0)
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
     except OSError:

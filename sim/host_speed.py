@@ -361,15 +361,18 @@ def timeline_from_run(
     if len(host_bound) < min_steps:
         raise ValueError(f"{run_dir}: {len(host_bound)} host-bound eager steps, too few (< {min_steps}) to read the "
                          f"host's speed from")
+    steps = Path(run_dir) / "steps.parquet"
+    reach_s = max(h[-1] for h in host_bound)
+    # One row per window up to the last: bound them, or a tiny window never finishes. Before the steps are put in
+    # windows: a window so short that a start over it overflows a float (--window-s 1e-320) was an OverflowError
+    # traceback there.
+    if reach_s / window_s >= MAX_WINDOWS:
+        raise ValueError(f"{steps}: column 'start_s' reaches {reach_s:.4g} s, which --window-s {window_s:g} cuts into "
+                         f"more than {MAX_WINDOWS:,} windows, the most a timeline holds (use a longer window)")
     by_window = run_windows(host_bound, window_s, min_steps_per_window)
     if not by_window:
         raise ValueError(f"{run_dir}: no {window_s:g}-s window has {min_steps_per_window} host-bound eager steps")
-    steps = Path(run_dir) / "steps.parquet"
     last = max(by_window)
-    if last >= MAX_WINDOWS:  # one row per window up to the last: bound them, or a tiny window never finishes
-        raise ValueError(f"{steps}: column 'start_s' reaches {max(h[-1] for h in host_bound):.4g} s, which --window-s "
-                         f"{window_s:g} cuts into {last + 1:.3g} windows; expected at most {MAX_WINDOWS:,} (use a "
-                         "longer window)")
     times, values, value = [], [], by_window[min(by_window)]
     for w in range(last + 1):
         value = by_window.get(w, value)  # a window without enough steps keeps the last value

@@ -7,7 +7,7 @@ import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -66,17 +66,37 @@ def remove_empty(folders: Iterable[Path]) -> None:
             return
 
 
+# A parquet file ends with its footer's length (4 bytes) and a magic number: PAR1, or PARE for an encrypted footer.
+PARQUET_MAGICS = (b"PAR1", b"PARE")
+# What arrow says of a file of 8 bytes or more that ends otherwise (the readers' messages quote it).
+PARQUET_FOOTER_PROBLEM = ("Parquet magic bytes not found in footer. Either the file is corrupted or this is not a "
+                          "parquet file.")
+
+
+def ends_as_parquet(handle: BinaryIO, size: int) -> bool:
+    """Whether the open file ``handle`` of ``size`` bytes ends with a parquet magic number, read from its last bytes
+    alone; True for one under 8 bytes too, whose size arrow names itself, as cheaply."""
+    if size < 8:
+        return True
+    handle.seek(size - 4)
+    return handle.read(4) in PARQUET_MAGICS
+
+
 def open_parquet(path: str | Path) -> pq.ParquetFile:
     """The parquet file at ``path``, read whole into memory arrow owns (one copy), through a Python handle (pyarrow
     parses a path string as a URI, in UTF-8). Read straight from the handle, arrow's reader threads held the
     handle's Python buffers and could release the last one after the read had returned: a command that failed
     right after reading (too few steps) aborted at exit, refused the GIL (exit 134 after its error line, about
-    every other run)."""
+    every other run). A file that does not end as a parquet file does is refused before it is read (arrow's own
+    words): a sparse 100 GB file named as a trace was read whole, until the machine's memory ran out."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
+        if not ends_as_parquet(handle, size):
+            raise pa.ArrowInvalid(PARQUET_FOOTER_PROBLEM)
+        handle.seek(0)
         data = pa.allocate_buffer(size)
         with memoryview(data) as view:
             filled = 0

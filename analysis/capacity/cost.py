@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from engine.core.json_errors import json_problem
 from sim.files import read_json_input
 from sim.hardware import GPUS
 
@@ -82,6 +83,8 @@ def _json_prices(text: str, source: str) -> dict[str, float]:
         pairs = json.loads(text, object_pairs_hook=list)  # the top level starts with '{': an object
     except json.JSONDecodeError as exc:
         raise ValueError(f"{source}: not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # nested thousands deep was a traceback, 5000 digits named no file
+        raise ValueError(f"{source}: not valid JSON ({json_problem(exc)})") from None
     prices: dict[str, float] = {}
     for name, value in pairs:
         _add_price(prices, *_parse_price(str(name), value, source), source)

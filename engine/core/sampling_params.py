@@ -54,6 +54,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_k must be -1 or 0 (off) or >= 1, got {self.top_k!r}")
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"SamplingParams.max_tokens must be an int >= 1, got {self.max_tokens!r}")
+        if _is_int(self.seed) and self.seed == -1:  # vLLM's "no seed": code passing it through was refused
+            object.__setattr__(self, "seed", None)
         if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed < 2**64):
             raise ValueError(f"SamplingParams.seed must be an integer in [0, 2**64), got {self.seed!r}")
         if not isinstance(self.ignore_eos, bool):

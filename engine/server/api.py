@@ -92,12 +92,17 @@ class _Choice:
     """What one choice has produced so far."""
 
     detokenizer: IncrementalDetokenizer
+    prompt_token_ids: list[int]
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     cut_by: str | None = None
-    num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     finished: bool = False
+    prompt_ids_sent: bool = False  # return_token_ids: the prompt's ids went out (a stream sends them once)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
 
 
 def build_app(engine: EngineClient, tokenizer=None, *,
@@ -242,7 +247,8 @@ def _check_num_choices(state: ServerState, n: int, num_prompts: int) -> None:
 
 
 def _check_model(state: ServerState, model: str | None) -> None:
-    if model is not None and model != state.model_name:
+    # An empty name asks for the served model, as in vLLM (which checks a name only when one is given): it was a 404.
+    if model and model != state.model_name:
         raise APIError(404, f"the model '{model}' does not exist; this server serves '{state.model_name}'",
                        param="model")
 
@@ -402,9 +408,11 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
     if bad is not None:
         raise bad_request(f"stop_token_ids has {bad}, outside the vocabulary", "stop_token_ids")
     seed = body.seed
+    if seed == -1:  # vLLM's "no seed" (its SamplingParams takes -1 as None), what clients send for a random draw
+        seed = None
     if seed is not None:
         if not 0 <= seed < 2**64:
-            raise bad_request(f"seed must be an integer in [0, 2**64), got {seed}", "seed")
+            raise bad_request(f"seed must be -1 (no seed) or an integer in [0, 2**64), got {seed}", "seed")
         seed = (seed + copy) % 2**64  # n copies of one prompt sample differently, reproducibly
     # A field the request leaves out (or sends as null) takes the model's default; one it sets keeps its value.
     top_k = defaults.top_k if body.top_k is None else body.top_k
@@ -446,8 +454,7 @@ async def _serve(state: ServerState, request: Request, body: _Sampling, prompts:
         stream = state.engine.submit(choice_prompts, params)
     except (ServerOverloaded, EngineDead) as exc:
         raise APIError(503, str(exc)) from exc
-    choices = [_Choice(IncrementalDetokenizer(state.tokenizer, stop), num_prompt_tokens=len(ids))
-               for ids in choice_prompts]
+    choices = [_Choice(IncrementalDetokenizer(state.tokenizer, stop), ids) for ids in choice_prompts]
     response = _Response(state, body, request_id, choices, chat, num_prompts=len(prompts))
     if body.stream:
         return StreamingResponse(response.events(stream), media_type="text/event-stream",
@@ -512,14 +519,24 @@ class _Response:
                 "prompt_tokens_details": {"cached_tokens": sum(c.num_cached_tokens for c in firsts)}}
 
     def _choice_extras(self, choice: _Choice, token_ids: list[int]) -> dict:
-        """What a choice carries beyond OpenAI's fields: the limit that cut it, and ``token_ids`` (all of them in a
-        whole response, a chunk's new ones in a stream) when asked for."""
+        """What a choice carries beyond OpenAI's fields: the limit that cut it, and when asked for, ``token_ids`` (all
+        of them in a whole response, a chunk's new ones in a stream) and a completion's ``prompt_token_ids`` (in a
+        stream's first chunk of the choice only), as vLLM's return_token_ids gives them; a chat response carries its
+        prompt's itself (_prompt_ids). The prompt's were left out: a client that asked got half, without a word."""
         extras = {}
         if choice.finished and choice.cut_by is not None:
             extras["cut_by"] = choice.cut_by
         if self.body.return_token_ids:
+            if not self.chat and not choice.prompt_ids_sent:
+                extras["prompt_token_ids"] = choice.prompt_token_ids
+                choice.prompt_ids_sent = True
             extras["token_ids"] = list(token_ids)
         return extras
+
+    def _prompt_ids(self, index: int) -> dict:
+        """A chat response's (or stream chunk's) ``prompt_token_ids`` when asked for, as vLLM's: the rendered template's
+        tokens, which the client cannot rebuild without the server's template."""
+        return {"prompt_token_ids": self.choices[index].prompt_token_ids} if self.body.return_token_ids else {}
 
     # -- whole --
     async def collect(self, stream: RequestStream, request: Request) -> JSONResponse:
@@ -553,7 +570,8 @@ class _Response:
             body.update(self._choice_extras(c, c.token_ids))
             out_choices.append(body)
         return JSONResponse({"id": self.request_id, "object": self.object, "created": self.created,
-                             "model": self.state.model_name, "choices": out_choices, "usage": self._usage()})
+                             "model": self.state.model_name, "choices": out_choices, "usage": self._usage(),
+                             **(self._prompt_ids(0) if self.chat else {})})
 
     async def _consume(self, stream: RequestStream) -> None:
         async for update in stream.updates(lambda: self.state.engine.is_alive):
@@ -589,6 +607,8 @@ class _Response:
                  "created": self.created, "model": self.state.model_name, "choices": [choice]}
         if self.body.include_usage:
             chunk["usage"] = self._usage() if self.body.continuous_usage else None
+        if first:  # a chat choice's role chunk: its first
+            chunk.update(self._prompt_ids(index))
         return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
 
     async def events(self, stream: RequestStream) -> AsyncIterator[str]:

@@ -116,7 +116,7 @@ class _Sampling(_NullMeansDefault):
     repetition_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     min_tokens: int = 0
-    return_token_ids: bool = False  # vLLM's extension: the completion's token ids on each choice
+    return_token_ids: bool = False  # vLLM's extension: the completion's and the prompt's token ids (api.py)
     # vLLM takes response_format on completions too (as structured output): it was ignored there, and a client that
     # asked for JSON got free text.
     response_format: dict[str, Any] | None = None
@@ -268,8 +268,9 @@ class ChatCompletionRequest(_Sampling):
     def check_supported(self) -> None:
         super().check_supported()
         self._refuse_extensions(_UNSUPPORTED_CHAT_EXTENSIONS)
-        if self.logprobs or self.top_logprobs:
-            raise bad_request("logprobs is not supported by this engine", "logprobs")
+        if self.logprobs or self.top_logprobs:  # (top_logprobs alone was refused as "logprobs", a field not sent)
+            name = "logprobs" if self.logprobs else "top_logprobs"
+            raise bad_request(f"{name} is not supported by this engine", name)
         if self.tools:
             raise bad_request("tools are not supported by this engine", "tools")
         # Asking for a tool call (or the deprecated function calling) without tools was ignored: the client got text

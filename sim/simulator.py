@@ -336,7 +336,7 @@ def simulate(
     # arrival, and cut after its step in progress when the request is routed to it. Its windows then end only at
     # its own next request, not at every arrival anywhere.
     lazy = fast_forward and routed_to is None
-    runs: list[QuietRun | None] = [None] * len(engines)  # each replica's window in progress
+    runs: list[QuietRun | None] = [None] * len(engines)  # each replica's window in progress (lazy or not)
     arrivals_np = np.asarray(requests.arrivals_s, dtype=np.float64)
     next_arrival_index = [0]  # the first arrival not yet taken in
 
@@ -413,13 +413,14 @@ def simulate(
                         lazy_steps = min(max(2 * window.num_steps, _LAZY_MIN_STEPS), _LAZY_MAX_STEPS)
                     runs[index] = None
                     done(run.finish())
-                elif window.end_s >= horizon:  # it ends after a request arrives: its last row counts it waiting
-                    yield env.timeout(delay_s)
-                    done(run.finish())
                 else:
-                    # Its finishes are recorded now, ahead of the clock: rows are put in finish order at the end.
-                    done(run.finish())
+                    # Finished at its end (a request arriving during it waits, counted in its last row), and held in
+                    # runs until then: a watch that stops the run mid-window takes only the steps before the stop
+                    # (QuietRun.stop). Finished at its start, a stopped run had the window's later finishes too.
+                    runs[index] = run
                     yield env.timeout(delay_s)
+                    runs[index] = None
+                    done(run.finish())
                 fast_forwarded[0] += window.num_steps
                 try_window = window.stopped_by_horizon
                 last_step_s = float(run.ends[-1] - run.starts[-1])
@@ -502,14 +503,14 @@ def simulate(
     if stopped_s is None:
         env.run()
     else:
-        for run in runs:  # windows applied lazily: their finishes before now, as the step loop would have them
+        for run in runs:  # windows in progress: their steps before now, as the step loop would have them
             if run is not None:
-                done(run.advance(stopped_s))
+                done(run.stop(stopped_s))
     # By finish time, then replica: the order the step loop records them in, except for finishes at the same
-    # instant on two replicas (simpy's order, which differs once a window records its finishes at its start). A
-    # request turned away at the very instant a step ends comes after that step's finishes (the sort keeps the
-    # order of equal keys): a window records those before the clock reaches them, the step loop after the arrival
-    # that comes first, and the rows' order differed.
+    # instant on two replicas (simpy's order, which differs once a window records its finishes at its end, or at
+    # an arrival that reads it). A request turned away at the very instant a step ends comes after that step's
+    # finishes (the sort keeps the order of equal keys): a window records those at another moment than the step loop
+    # (after the arrival, which comes first), and the rows' order differed.
     rows.extend(rejected_rows)
     rows.sort(key=_FINISH_THEN_REPLICA)
     if stopped_s is not None:  # the requests in flight, unfinished, after the finished ones

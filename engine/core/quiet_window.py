@@ -163,7 +163,8 @@ class QuietRun:
     scheduled before ``t`` has taken its blocks and registered its full blocks (a step does so when it is
     scheduled, at its start), and every step that ended before ``t`` has finished its sequences (at its end).
     ``cut(t)`` ends the window after the step in progress at ``t`` (a request arrived: the step after it schedules
-    that request), and ``finish()`` applies the rest and writes the window's step-log rows, at the window's end.
+    that request), ``stop(t)`` ends it where a stopped simulation leaves it (its steps that ended before ``t``),
+    and ``finish()`` applies the rest and writes the window's step-log rows, at the window's end.
     A step that starts or ends exactly at ``t`` is the caller's to avoid: which comes first then depends on
     its event loop's order. The tokens and token times of the whole window are appended up front (a cut takes
     back those of the steps it drops): nothing reads them before the window's end but the block hashes of the
@@ -301,11 +302,30 @@ class QuietRun:
     def cut(self, t_s: float) -> bool:
         """End the window after the step in progress at ``t_s`` (after ``advance(t_s)``); False if that is its
         last step already."""
-        window = self.window
         steps = int(np.searchsorted(self.ends, t_s)) + 1  # steps 0 .. k, where ends[k - 1] < t_s <= ends[k]
-        if steps >= window.num_steps:
+        if steps >= self.window.num_steps:
             return False
-        del self._events[bisect_left(self._events, (steps,)):]  # none of them is applied: they start after t_s
+        self._keep(steps)  # none of the dropped steps' events is applied: they start after t_s
+        return True
+
+    def stop(self, t_s: float) -> list[Sequence]:
+        """The window as the step loop leaves it where the simulation stops at ``t_s`` (a watch stopped it): its steps
+        that ended before ``t_s`` applied and written to the step log, the step in progress then scheduled (its
+        blocks taken) but not postprocessed (no token, no row), none after it. Returns the sequences that finished
+        since the last ``advance``. Applied whole instead, the window gave the run's in-flight requests tokens from
+        after the stop, and finished some of them after it; planned up to its end and never finished, its steps
+        were missing from the step log, the stop's finishes with them."""
+        finished = self.advance(t_s)
+        steps = int(np.searchsorted(self.ends, t_s))  # the steps that ended before t_s: ends[steps - 1] < t_s
+        if steps < self.window.num_steps:
+            self._keep(steps)
+        return finished + self.finish()
+
+    def _keep(self, steps: int) -> None:
+        """Make the window its first ``steps`` steps: the later ones' tokens taken back, and those of their events
+        not applied dropped (the step in progress at a stop has taken its blocks: kept taken, as the step loop has)."""
+        window = self.window
+        del self._events[max(self._next, bisect_left(self._events, (steps,))):]
         lefts = window.lefts
         for index, seq in enumerate(self._running):
             last = self._lasts[index]
@@ -314,13 +334,14 @@ class QuietRun:
                 del seq.token_ids[kept - last:]
                 del seq.token_times_s[kept - last:]
                 self._lasts[index] = kept
+                if not seq.token_times_s:  # its first token was to come in the window (kept = 0: at a stop only)
+                    seq.first_token_s = None
+        window.end_s = float(self.ends[steps - 1] if steps else self.starts[0])  # (none: where its first step began)
         self.starts, self.ends = self.starts[:steps], self.ends[:steps]
         window.num_steps = steps
-        window.end_s = float(self.ends[-1])
         window.stopped_by_horizon = True
         window.bounds = _cut_segments(window.bounds, window.batches, steps)
         self.next_event_s = self._event_s(self._next)
-        return True
 
     def finish(self) -> list[Sequence]:
         """Apply the rest of the window and write its step-log rows; returns the sequences that finished in it

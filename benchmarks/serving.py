@@ -63,6 +63,13 @@ def replay(tree: Path, trace: Path, qps: float, limit: int, extra: list[str], ou
     }
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (a function of its own: the bisection's tests stand a GPU in for it)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _rate_pair(parser: argparse.ArgumentParser, text: str, option: str) -> tuple[float, float]:
     try:
         lo, hi = (float(x) for x in text.split(","))
@@ -116,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         engines = {"before": (before, []), "now": (REPO, [])}
     else:
         engines = {"eager-prefill": (REPO, ["--max-cuda-graph-tokens", "0"]), "piecewise": (REPO, [])}
+    # After the options (each refused on its own first), before the trace is made: without a GPU every engine.replay
+    # fell back to the CPU with only a note, each probe ran for hours, and the JSON gave the CPU's rates as capacities.
+    if not cuda_available():
+        parser.exit(2, "error: this benchmark times engine.replay on a CUDA GPU and found none\n")
     results: dict = {"model": args.model, "trace": args.trace or "synthetic prefill-heavy (seed 7)",
                      "num_requests": args.num_requests, "ttft_p90_ms_limit": args.ttft_p90_ms,
                      "warmup_requests": args.warmup_requests,

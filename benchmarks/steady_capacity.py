@@ -33,8 +33,10 @@ sys.path.insert(0, str(REPO))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from engine.core.json_errors import json_type_name  # noqa: E402
+from engine.core.messages import shown  # noqa: E402
 
 TRACE = str(REPO / "traces" / "sharegpt.parquet")
+TRACE_NAME = "traces/sharegpt.parquet"  # as the figures name it
 SLO = "ttft_p90=2s,tpot_p90=100ms"
 TARGET_ERROR = 0.05
 TARGET_RATIO = (1.8, 2.1)
@@ -136,6 +138,11 @@ def _load_figures(parser: argparse.ArgumentParser, path: str) -> dict:
     if not isinstance(configs, dict) or not all(isinstance(c, dict) for c in configs.values()):
         parser.exit(2, f"error: --json {path}: 'default.configs' is not an object of objects; expected this script's "
                        "figures\n")
+    # Every file this script writes names its trace and SLO: another script's figures (capacity_speed's, sim_speed's)
+    # were kept, this script's parts merged among them and the file rewritten so, at exit 0.
+    if figures and (figures.get("trace"), figures.get("slo")) != (TRACE_NAME, SLO):
+        parser.exit(2, f"error: --json {path}: holds no \"trace\": \"{TRACE_NAME}\" and \"slo\": \"{SLO}\" (its keys: "
+                       f"{shown(', '.join(figures), 60)}); expected this script's figures or a new file\n")
     return figures
 
 
@@ -202,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                        "give --reference-centres, or a --json holding a 'default' part\n")
     jobs = ["--jobs", str(args.jobs)] if args.jobs else []
     common = ["--replicas", "1,2"] + jobs
-    figures.update({"trace": "traces/sharegpt.parquet", "slo": SLO, "python": platform.python_version(),
+    figures.update({"trace": TRACE_NAME, "slo": SLO, "python": platform.python_version(),
                     "cpu_count": os.cpu_count()})
 
     def save() -> None:

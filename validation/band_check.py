@@ -12,6 +12,7 @@ each of its repeats (``<run>-b/real_summary.json``, ...) against the same band.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -57,6 +58,8 @@ def _read_summary(path: Path) -> dict:
         value = _value(summary, key)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ValueError(f"{path}: {key} is {shown(value, 40)}; expected a number (a GPU run's summary.json)")
+        if not math.isfinite(value):  # json reads NaN: bands.json then held NaN (not JSON) and "nan" rows, at exit 0
+            raise ValueError(f"{path}: {key} is {value}; expected a finite number (a GPU run's summary.json)")
     return summary
 
 

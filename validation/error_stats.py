@@ -13,6 +13,7 @@ was fitted on is not a validation of it.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -32,11 +33,12 @@ def near_saturation(run: str) -> bool:
 
 
 def run_errors(results: Path, excluded: set[str]) -> dict[str, list[float]]:
-    """{run folder name: its latency figures' relative errors} of one compare_all results folder."""
+    """{run folder name: its latency figures' relative errors} of one compare_all results folder, less the runs
+    ``excluded`` names (``RUN``, or ``RESOLVED_DIR:RUN``)."""
     out = {}
     for path in sorted(results.glob("*/compare.json")):
         run = path.parent.name
-        if "-vs-" in run or run in excluded or f"{results}:{run}" in excluded:
+        if "-vs-" in run or run in excluded or f"{results.resolve()}:{run}" in excluded:
             continue
         # ValueError naming the file, for main to print as one line at exit 2: a damaged compare.json was a
         # traceback, and a missing figure an exit 1 (SystemExit with a message).
@@ -51,6 +53,10 @@ def run_errors(results: Path, excluded: set[str]) -> dict[str, list[float]]:
         if bad:
             raise ValueError(f"{path}: the relative error of {bad[0]} is {shown(metrics[bad[0]], 40)}; expected a "
                              "number")
+        # json reads NaN and Infinity: the label's mean and largest error were "nan %" at exit 0.
+        bad = [k for k in LATENCIES if not math.isfinite(metrics[k])]
+        if bad:
+            raise ValueError(f"{path}: the relative error of {bad[0]} is {metrics[bad[0]]}; expected a finite number")
         out[run] = [float(metrics[k]) for k in LATENCIES]
     return out
 
@@ -69,12 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="+", help="LABEL=RESULTS_DIR[,RESULTS_DIR...]")
     parser.add_argument("--exclude", default="", help="runs to leave out: RUN or RESULTS_DIR:RUN, comma-separated")
     args = parser.parse_args(argv)
-    excluded = {e for e in args.exclude.split(",") if e}
+    labels: list[tuple[str, list[Path]]] = []
     for spec in args.models:
         label, sep, dirs = spec.partition("=")
         if not sep or not dirs:
             parser.error(f"{spec!r}: expected LABEL=RESULTS_DIR[,RESULTS_DIR...]")
-        below, near, runs = [], [], 0
         seen: set[Path] = set()
         for results in map(Path, dirs.split(",")):
             if results.resolve() in seen:  # its runs counted twice in the label's figures
@@ -84,6 +89,25 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"{results}: not a folder (expected a compare_all --results folder)")
             if not any(results.glob("*/compare.json")):  # a mistyped folder was "0 runs" at exit 0
                 parser.error(f"{results}: no RUN/compare.json (expected a compare_all --results folder)")
+        labels.append((label, list(map(Path, dirs.split(",")))))
+    # Each --exclude names a run of a folder given, its RESULTS_DIR matched as a folder, not as text: a mistyped run,
+    # or a folder spelled otherwise than in LABEL=RESULTS_DIR (with a trailing '/', or ./DIR), left the calibration
+    # run in the figures without a word.
+    given = {(folder.resolve(), path.parent.name) for _, folders in labels for folder in folders
+             for path in folder.glob("*/compare.json")}
+    excluded = set()
+    for entry in filter(None, args.exclude.split(",")):
+        where, sep, run = entry.rpartition(":")
+        if sep and Path(where).resolve() not in {folder for folder, _ in given}:
+            parser.exit(2, f"error: --exclude {entry}: {where} is none of the RESULTS_DIRs given; expected RUN or "
+                           "RESULTS_DIR:RUN\n")
+        if not any(name == run and (not sep or Path(where).resolve() == folder) for folder, name in given):
+            parser.exit(2, f"error: --exclude {entry}: {where if sep else 'no RESULTS_DIR given'} holds no "
+                           f"{run}/compare.json; expected a run to leave out\n")
+        excluded.add(f"{Path(where).resolve()}:{run}" if sep else run)
+    for label, folders in labels:
+        below, near, runs = [], [], 0
+        for results in folders:
             try:
                 by_run = run_errors(results, excluded)
             except ValueError as exc:

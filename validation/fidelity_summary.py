@@ -12,6 +12,7 @@ A second table gives the same per trace shape (and model) and load, over the lat
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -120,14 +121,16 @@ def to_markdown(summary: list[dict], sources: list[str]) -> str:
 
 def _checked_rows(rows: list) -> list[dict]:
     """bands.json's rows, each with the fields the tables read (ValueError naming the first that lacks one): a row
-    without its GPU figure, or with a string for it, was a KeyError or TypeError traceback."""
+    without its GPU figure, or with a string for it, was a KeyError or TypeError traceback, and a NaN or infinite
+    one (json reads them) printed "+nan%" and a median over it at exit 0."""
     for i, row in enumerate(rows):
         ok = (isinstance(row, dict) and isinstance(row.get("config"), str) and isinstance(row.get("figure"), str)
               and all(isinstance(row.get(k, ""), (int, float, type(None))) and not isinstance(row.get(k), bool)
-                      for k in ("gpu", "sim")) and isinstance(row.get("inside", ""), (bool, type(None))))
+                      and math.isfinite(row[k] if row[k] is not None else 0) for k in ("gpu", "sim"))
+              and isinstance(row.get("inside", ""), (bool, type(None))))
         if not ok:
             raise ValueError(f"rows[{i}] is {json.dumps(row)[:80]}; expected config and figure (text), gpu and sim "
-                             "(numbers or null) and inside (true, false or null)")
+                             "(finite numbers or null) and inside (true, false or null)")
     return rows
 
 

@@ -26,6 +26,7 @@ def _run(tmp_path: Path, monkeypatch, capacities: dict[str, float], *options: st
     its replays stood in for by engines of these capacities: (the JSON it wrote, the replays it asked for)."""
     calls: list = []
     monkeypatch.setattr(serving, "replay", _fake_replay(capacities, calls))
+    monkeypatch.setattr(serving, "cuda_available", lambda: True)  # the replays stood in for need no GPU either
     (tmp_path / "before" / "engine").mkdir(parents=True)
     (tmp_path / "before" / "engine" / "replay.py").write_text("")
     trace = tmp_path / "t.parquet"

@@ -10,6 +10,7 @@ on a subset of the same workload, measured in the same run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import sys
@@ -27,7 +28,9 @@ MIN_LEN = 100
 MAX_TOKEN_ID = 10000
 
 
-def workload(num_seqs: int, max_input_len: int, max_output_len: int, seed: int = 0):
+def workload(num_seqs: int, max_input_len: int, max_output_len: int, seed: int = 0, top_k_every: int = 0):
+    """``top_k_every`` N > 0: every N-th request also asks for top_k 50 and top_p 0.9 (a batch of filtered and
+    unfiltered rows, sampled in two passes); the lengths drawn are the same."""
     random.seed(seed)
     prompts = [[random.randint(0, MAX_TOKEN_ID) for _ in range(random.randint(MIN_LEN, max_input_len))]
                for _ in range(num_seqs)]
@@ -35,6 +38,9 @@ def workload(num_seqs: int, max_input_len: int, max_output_len: int, seed: int =
         SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=random.randint(MIN_LEN, max_output_len))
         for _ in range(num_seqs)
     ]
+    if top_k_every > 0:
+        params = [dataclasses.replace(p, top_k=50, top_p=0.9) if i % top_k_every == 0 else p
+                  for i, p in enumerate(params)]
     return prompts, params
 
 
@@ -55,7 +61,8 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
     silently cut or rejected, the tokens per second then of a smaller workload than the one printed."""
     from engine.options import script_options_or_exit
 
-    minimums = {"num_seqs": 1, "max_input_len": MIN_LEN, "max_output_len": MIN_LEN, "peer_num_seqs": 1}
+    minimums = {"top_k_every": 0, "num_seqs": 1, "max_input_len": MIN_LEN, "max_output_len": MIN_LEN,
+                "peer_num_seqs": 1}
     for name, minimum in minimums.items():  # 0 divided by zero after the run; below MIN_LEN an empty range
         if getattr(args, name) < minimum:
             why = f" (lengths are drawn uniform in [{MIN_LEN}, N], as nano-vLLM's bench.py)" if minimum > 1 else ""
@@ -204,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-run-ahead", action="store_true",
                         help="launch no decode step before the one before it is postprocessed (the engine's "
                              "run_ahead off)")
+    parser.add_argument("--top-k-every", type=int, default=0, metavar="N",
+                        help="every N-th request also samples with top_k 50, top_p 0.9 (default 0: none)")
     parser.add_argument("--peer", action="store_true", help="also time transformers' generate_batch on a subset")
     parser.add_argument("--peer-num-seqs", type=int, default=32,
                         help="requests given to the peer (default: %(default)s)")
@@ -226,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() and not args.cpu:  # the engine fell back to the CPU without a word, for hours
         parser.exit(2, "error: this benchmark times the engine on a CUDA GPU and found none; pass --cpu to run it on "
                        "the CPU anyway (slowly)\n")
-    prompts, params = workload(args.num_seqs, args.max_input_len, args.max_output_len)
-    results = {"workload": {"num_seqs": args.num_seqs, "prompt_tokens": sum(map(len, prompts)),
+    prompts, params = workload(args.num_seqs, args.max_input_len, args.max_output_len, top_k_every=args.top_k_every)
+    results = {"workload": {"num_seqs": args.num_seqs, "top_k_every": args.top_k_every,
+                            "prompt_tokens": sum(map(len, prompts)),
                             "max_output_tokens": sum(p.max_tokens for p in params)}}
     results["engine"] = engine = run_engine(args, prompts, params)
     print(f"engine: {engine['output_tokens']} output tokens in {engine['wall_s']:.2f} s = "

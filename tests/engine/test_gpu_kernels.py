@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -289,3 +290,38 @@ def test_gumbel_argmax_kernel_draws_the_reference_tokens(vocab_size, rows):
     got = gumbel_argmax(logits, temperatures, words)
     assert torch.equal(got, sample_reference(logits, temperatures, words))
     assert torch.equal(got[temperatures == 0], logits[temperatures == 0].float().argmax(-1))
+
+
+@pytest.mark.parametrize("vocab_size,dtype", [(151_936, torch.bfloat16), (151_936, torch.float32),
+                                              (1000, torch.float32), (5000, torch.bfloat16)])
+def test_top_k_top_p_floors_keep_the_reference_tokens(vocab_size, dtype):
+    """Top-k and top-p as a floor per row (a search, no sort) keep the torch path's tokens and draw its tokens
+    (tests/engine/sampling_checks.py says where equal logits may differ)."""
+    from engine.gpu.layers.sampling_kernels import FLOOR_BLOCK, FLOOR_PIVOTS, filter_floors, gumbel_argmax
+    from tests.engine.sampling_checks import check_floors
+
+    # The engine's search shape at both warp counts it uses, and others benchmarks/sampling.py times.
+    shapes = ((FLOOR_PIVOTS, FLOOR_BLOCK, 8), (FLOOR_PIVOTS, FLOOR_BLOCK, 4), (8, 1024, 8), (16, 1024, 8))
+    for seed, (pivots, block, num_warps) in enumerate(shapes):
+        check_floors(functools.partial(filter_floors, pivots=pivots, block=block, num_warps=num_warps), gumbel_argmax,
+                     vocab_size, dtype, "cuda", seed)
+
+
+@pytest.mark.parametrize("rows", [1, 48, 49, 130])
+def test_sample_sorts_small_filtered_batches_and_finds_floors_for_larger_ones(rows):
+    """``sample`` takes the sort up to SORT_MAX_ROWS rows with filters and the floors past it, each drawing exactly
+    what that path draws; float32 logits without ties, so both paths agree too."""
+    from engine.gpu.layers.sampler import MASK32, SORT_MAX_ROWS, SamplingTensors, sample, sample_reference
+    from engine.gpu.layers.sampling_kernels import filter_floors, gumbel_argmax
+
+    assert SORT_MAX_ROWS == 48
+    gen = torch.Generator(device="cuda").manual_seed(rows)
+    logits = torch.randn(rows, 151_936, generator=gen, device="cuda") * 4
+    params = SamplingTensors([0.6] * rows, [20 if r % 3 else -1 for r in range(rows)], [0.95] * rows,
+                             [(7, r, MASK32) for r in range(rows)], torch.device("cuda"))
+    sorted_ = sample_reference(logits, params.temperatures, params.words, params.top_ks, params.top_ps)
+    floors = gumbel_argmax(logits, params.temperatures, params.words,
+                           filter_floors(logits, params.temperatures, params.top_ks, params.top_ps))
+    got = sample(logits, params)
+    assert torch.equal(got, sorted_ if rows <= SORT_MAX_ROWS else floors)
+    assert torch.equal(floors, sorted_)

@@ -10,8 +10,11 @@ its seed's halves and the number of tokens it has generated, so its draws depend
 on its batch, its row, a preemption, nor on which path sampled it. Unseeded rows use a per-step value
 from the runner's own random stream and their row. Nothing is kept per request, and on CUDA one pass
 of a Triton kernel over the logits samples every row (``sampling_kernels``), where the torch path
-below made about ten passes. Rows with top-k or top-p go through the torch path, which computes the
-same noise.
+below made about ten passes. Top-k and top-p become a floor per row there (the smallest logit they keep),
+found by a search over the row's values without sorting it (``filter_floors``); the torch path sorts, and
+both keep the same tokens except where logits tie at the top_p boundary (the sort splits the tie, the floor
+keeps it whole) or a token's mass sits on the boundary within float32 rounding (summed in another order).
+Small batches with filters still sort, which is faster there (``SORT_MAX_ROWS``).
 """
 
 from __future__ import annotations
@@ -179,21 +182,27 @@ def sample_reference(logits: torch.Tensor, temperatures: torch.Tensor, words: to
     return torch.where(is_greedy, logits.argmax(dim=-1), sampled)
 
 
+# Up to this many rows a batch with filters sorts. On an H200, 151,936-token vocabulary (benchmarks/sampling.py,
+# benchmarks/results/sampling-h200-2026-12-05.json): at 32 rows the sort took 1.5-1.7 ms and the floors (search
+# and draw) 1.5-2.2; at 128 rows the sort 4.8 ms and the floors 1.5-2.2. The floors' passes cost the same up to
+# one row an SM, the sort grows with the rows; they cross near 50 rows.
+SORT_MAX_ROWS = 48
+
+
 def sample(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
     """logits: [rows, vocab] -> token ids [rows] (int64)."""
     if params.all_greedy:
         return logits.argmax(dim=-1)  # the argmax of bf16 values is that of their float32 copies
+    filtered = bool(params.filtered_rows)
     if logits.is_cuda:
-        from engine.gpu.layers.sampling_kernels import gumbel_argmax
+        from engine.gpu.layers.sampling_kernels import filter_floors, gumbel_argmax
 
-        tokens = gumbel_argmax(logits, params.temperatures, params.words)
-    else:
-        tokens = sample_reference(logits, params.temperatures, params.words)
-    rows = params.filtered_rows
-    if rows:
-        if len(rows) == params.num_rows:
-            return sample_reference(logits, params.temperatures, params.words, params.top_ks, params.top_ps)
-        index = torch.tensor(rows, dtype=torch.int64, device=logits.device)
-        tokens[index] = sample_reference(logits[index], params.temperatures[index], params.words[index],
-                                         params.top_ks[index], params.top_ps[index])
-    return tokens
+        # Top-k and top-p as a floor per row, found without sorting the rows; no host sync either way.
+        if not filtered:
+            return gumbel_argmax(logits, params.temperatures, params.words)
+        if params.num_rows > SORT_MAX_ROWS:
+            floors = filter_floors(logits, params.temperatures, params.top_ks, params.top_ps)
+            return gumbel_argmax(logits, params.temperatures, params.words, floors)
+    if filtered:  # the reference's filters keep every token of a row without top-k or top-p that could be drawn
+        return sample_reference(logits, params.temperatures, params.words, params.top_ks, params.top_ps)
+    return sample_reference(logits, params.temperatures, params.words)

@@ -50,7 +50,8 @@ FLOORS = INTERPRETED + """
 from engine.gpu.layers.sampling_kernels import filter_floors, gumbel_argmax
 from tests.engine.sampling_checks import check_floors
 for vocab, dtype, seed, pivots, block in ((1000, torch.float32, 1, 16, 1024), (3000, torch.bfloat16, 2, 4, 2048),
-                                          (5000, torch.float32, 3, 4, 2048), (2500, torch.float32, 4, 8, 512)):
+                                          (5000, torch.float32, 3, 4, 2048), (2500, torch.float32, 4, 8, 512),
+                                          (1000, torch.bfloat16, 5, 4, 2048)):  # a block past the vocabulary
     check_floors(lambda *a: filter_floors(*a, pivots=pivots, block=block), gumbel_argmax, vocab, dtype, "cpu", seed)
 print("ok")
 """

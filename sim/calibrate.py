@@ -43,6 +43,7 @@ from sim.profiled_cost_model import (
     _check_serving,
     _is_graph_step,
     fit_profile,
+    max_host_share,
     read_profile,
     write_profile,
 )
@@ -327,7 +328,10 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
     }
     if hosts.max() - hosts.min() > 0.02:
         slope = float(np.polyfit(hosts, decodes, 1)[0])
-        merged["host_share"] = round(min(1.0, max(0.0, slope)), 4)
+        # No steeper than the line through the origin (max_host_share), which the cost model refuses: decode steps
+        # would be priced at or below zero on a fast enough host.
+        merged["host_share"] = min(round(min(1.0, max(0.0, slope)), 4),
+                                   max_host_share(merged["decode_factor"], merged["host_factor"]))
     extras = [s["decode_extra_s"] for s in sessions if s.get("decode_extra_s")]
     if extras:
         # Per bucket, the mean over the sessions that measured extras (sessions calibrated before them had none).

@@ -102,10 +102,13 @@ def chosen_profile(config: SimConfig, model: ModelShape) -> Path | None:
 def other_model_of_that_name(model: ModelShape) -> str | None:
     """How ``model``, from a folder named as a shipped config, differs from that config in what step times depend on
     (None: it does not, or no shipped config has its name). Profiles are found by the folder's name: a folder named
-    qwen3-0.6b holding another model's config.json was priced by qwen3-0.6b's measured step times, without a word."""
-    if model.name not in shipped_models():
+    qwen3-0.6b holding another model's config.json was priced by qwen3-0.6b's measured step times, without a word.
+    The name is matched in any case, as ProfiledCostModel.load matches a profile's: a folder Qwen3-0.6B holding
+    another model took --cost-model sim/profiles/h200/qwen3-0.6b.json at exit 0."""
+    name = next((s for s in shipped_models() if s.lower() == model.name.lower()), None)
+    if name is None:
         return None
-    shipped = ModelShape.load(CONFIG_DIR / model.name)
+    shipped = ModelShape.load(CONFIG_DIR / name)
     return next((f"{field} {getattr(model, field)}, not {getattr(shipped, field)}" for field in TIMED_SHAPE
                  if getattr(model, field) != getattr(shipped, field)), None)
 

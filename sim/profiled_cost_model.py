@@ -338,6 +338,12 @@ _MAX_GRAPH_BATCH_SIZE = 2**16
 _MAX_COEFFICIENT = 1e3
 
 
+# Nor does serving run a thousand times faster than the grid: the fastest host --host-slowdown takes
+# (sim.host_speed.MIN_SLOWDOWN, which imports this module). Factors of 1e-300 (> 0, as checked before) priced every
+# decode step at 1e-303 s, and a replay of 200 ShareGPT requests on one H200 served 266,509 tokens/s at exit 0.
+_MIN_FACTOR = 1e-3
+
+
 def _is_seconds(value: object) -> bool:
     """A finite, non-negative number (a coefficient in seconds per unit) up to _MAX_COEFFICIENT: NaN, infinities,
     negatives and text would price steps at NaN or below zero, which the event loop cannot schedule."""
@@ -385,10 +391,31 @@ def check_fit(profile: dict) -> None:
     graph_sizes = fit.get("graph_sizes")
     if graph_sizes is not None and (not isinstance(graph_sizes, list) or not all(is_count(b) for b in graph_sizes)):
         raise ValueError(f"field 'fit.graph_sizes' is {shown(graph_sizes)}; expected a list of sizes >= 0")
+    # The graphs the engine captured (engine_options, what sim.limits tells graph steps from eager ones by) are the
+    # ones the fit pads decode steps to (fit.graph_sizes) and up to which it prices them as graphs
+    # (fit.max_graph_batch_size), as sim.fit_profile writes all three. Edited apart, they priced decode steps
+    # unsaid: graph_sizes [1, 2, 4, 8] priced a 256-row step of qwen3-8b as an 8-row graph (26 % short), and
+    # max_graph_batch_size 512 a 400-row step as a 256-row graph, half its eager price.
+    options = profile.get("engine_options") if isinstance(profile.get("engine_options"), dict) else {}  # checked
+    measured = options.get("cuda_graph_sizes") or [0]  # sim.fit_profile's graph_sizes of an engine without graphs
+    if largest != max(measured):
+        raise ValueError(f"field 'fit.max_graph_batch_size' is {largest}; expected the largest of field "
+                         f"'engine_options.cuda_graph_sizes', {max(measured)} (refit it with python -m "
+                         "sim.fit_profile)")
+    if graph_sizes is not None and graph_sizes != measured:
+        raise ValueError(f"field 'fit.graph_sizes' is {shown(graph_sizes)}; expected field "
+                         f"'engine_options.cuda_graph_sizes', {shown(measured)} (refit it with python -m "
+                         "sim.fit_profile)")
     pieces = eager.get("piecewise_graph_sizes") or []  # a text or unsorted list was a traceback in the cost model
     if not isinstance(pieces, list) or not all(is_count(b) and b >= 1 for b in pieces) or pieces != sorted(pieces):
         raise ValueError(f"field 'fit.eager.piecewise_graph_sizes' is {shown(pieces)}; expected an increasing list "
                          "of sizes >= 1")
+    # The sizes prefill and mixed steps are padded to: [8192] priced a 100-token prefill of qwen3-8b as 8192 tokens
+    # (25x its time), [16] padded none.
+    if pieces != (options.get("piecewise_graph_sizes") or []):
+        raise ValueError(f"field 'fit.eager.piecewise_graph_sizes' is {shown(pieces)}; expected field "
+                         f"'engine_options.piecewise_graph_sizes', {shown(options.get('piecewise_graph_sizes') or [])} "
+                         "(refit it with python -m sim.fit_profile)")
     if eager.get("form", "max") not in ("sum", "max"):
         raise ValueError(f"field 'fit.eager.form' is {eager.get('form')!r}; expected 'sum' or 'max'")
     form = eager.get("form", "max")
@@ -409,6 +436,7 @@ def check_fit(profile: dict) -> None:
             raise ValueError(f"field 'fit.eager.{part}_basis' is {shown(names, 120)}; expected {list(basis)}, the "
                              f"features of form {form!r}; refit it with python -m sim.fit_profile")
         _check_coefficients(eager.get(f"{part}_coef"), f"fit.eager.{part}_coef", len(basis))
+    _check_prices_above_zero(decode, eager, form)
     # The cost model prices steps with the copy under 'fit' (ProfiledCostModel reads fit.serving); the top-level
     # one is what sim.calibrate wrote and names the profile. Both must hold usable factors, and the same ones.
     _check_serving(profile.get("serving"), "serving")
@@ -417,6 +445,27 @@ def check_fit(profile: dict) -> None:
     if difference:  # the name said "host x0.83" while steps were priced at another factor, or uncalibrated
         raise ValueError(f"{difference}; expected one calibration in both (sim.calibrate writes the same to each, "
                          "and python -m sim.fit_profile copies 'serving' into 'fit')")
+
+
+def _check_prices_above_zero(decode: dict, eager: dict, form: str) -> None:
+    """Raise ValueError where a fit's (checked, non-negative) coefficients price a step as taking no time: a decode
+    graph with an intercept and a per-token time of 0, or an eager fit whose terms that every step has (its
+    constant, its sequences, its tokens) are all 0. Such a profile ran at exit 0 with steps of no time (the clock
+    stood still, and TTFT and TPOT came out 0.00 ms), or every prefill, of 16 tokens or 8192, at the smallest
+    decode intercept."""
+    for bs, a, b in zip(decode["batch_sizes"], decode["intercept_s"], decode["per_kv_token_s"]):
+        if a == 0 and b == 0:
+            raise ValueError(f"fields 'fit.graph_decode.intercept_s' and 'per_kv_token_s' are both 0 at batch size "
+                             f"{bs}, which prices its decode steps at zero; expected one of them > 0")
+    # Every step has a sequence and a token: (part, basis, index) of the terms that are never 0.
+    if form == "sum":  # the host constant, sequences; the padded tokens
+        terms = [("floor", SUM_FLOOR_BASIS, 0), ("floor", SUM_FLOOR_BASIS, 1), ("gpu", SUM_GPU_BASIS, 0)]
+    else:  # the floor's constant, sequences; the device's constant, tokens
+        terms = [("floor", FLOOR_BASIS, 0), ("floor", FLOOR_BASIS, 1), ("gpu", GPU_BASIS, 0), ("gpu", GPU_BASIS, 1)]
+    if not any(eager[f"{part}_coef"][i] > 0 for part, _, i in terms):
+        names = ", ".join(f"{part}_coef {basis[i]!r}" for part, basis, i in terms)
+        raise ValueError(f"field 'fit.eager' has {names} all 0, the terms every prefill and mixed step has; expected "
+                         "one of them > 0 (a step of one sequence and one token takes time)")
 
 
 def _serving_difference(top: dict | None, fitted: dict | None) -> str | None:
@@ -456,18 +505,26 @@ def _check_serving(serving: object, where: str, session: bool = False) -> None:
         raise ValueError(f"field '{where}' is {shown(serving)}; expected an object written by sim.calibrate")
     for name in ("host_factor", "decode_factor", "device_factor"):
         value = serving.get(name, 1.0)
-        if not _is_seconds(value) or value == 0:
-            raise ValueError(f"field '{where}.{name}' is {value!r}; expected a finite number > 0, at most "
+        if not _is_seconds(value) or value < _MIN_FACTOR:
+            raise ValueError(f"field '{where}.{name}' is {value!r}; expected a finite number from {_MIN_FACTOR:g} to "
                              f"{_MAX_COEFFICIENT:g}")
     share = serving.get("host_share", 0.5)
     if not _is_seconds(share) or share > 1:
         raise ValueError(f"field '{where}.host_share' is {share!r}; expected a number from 0 to 1")
+    most = max_host_share(serving.get("decode_factor", 1.0), serving.get("host_factor", 1.0))
+    if "host_share" in serving and share > most:
+        # Decode steps at host slowdown s cost decode_factor + host_share x (s - host_factor) times the grid: a
+        # steeper line reaches zero at a host speed --host-slowdown takes (and band replays draw), and such a run
+        # priced its decode steps below zero, a simpy "Negative delay" traceback.
+        raise ValueError(f"field '{where}.host_share' is {share!r}; expected at most {where}.decode_factor / "
+                         f"{where}.host_factor ({most:.4g}): a steeper share prices decode steps at or below zero on "
+                         "a fast host")
     for name in ("host_factor_range", "decode_factor_range"):
         span = serving.get(name, [1.0, 1.0])
-        if (not isinstance(span, list) or len(span) != 2 or not all(_is_seconds(v) and v > 0 for v in span)
+        if (not isinstance(span, list) or len(span) != 2 or not all(_is_seconds(v) and v >= _MIN_FACTOR for v in span)
                 or span[0] > span[1]):
             raise ValueError(f"field '{where}.{name}' is {shown(span)}; expected [low, high], "
-                             f"0 < low <= high <= {_MAX_COEFFICIENT:g}")
+                             f"{_MIN_FACTOR:g} <= low <= high <= {_MAX_COEFFICIENT:g}")
     _check_host_episodes(serving.get("host_episodes"), f"{where}.host_episodes")
     _check_decode_extras(serving.get("decode_extra_s"), f"{where}.decode_extra_s")
     runs = serving.get("runs", [])
@@ -668,6 +725,9 @@ class ProfiledCostModel:
     def __init__(self, fit: dict, name: str) -> None:
         self.name = name
         self.fit = fit
+        # The profile's 'model' as sim.profile wrote it (load): a shipped config's name, or the folder it was given
+        # (with a '/'). None for a model built from a fit alone.
+        self.measured_model: str | None = None
         self.runs_decode_ahead = fit.get("runs_decode_ahead") is True
         decode = fit["graph_decode"]
         sizes = sorted(fit.get("graph_sizes") or decode["batch_sizes"])
@@ -700,7 +760,11 @@ class ProfiledCostModel:
         share = serving.get("host_share")  # measured across machine sessions (sim.calibrate --add), if it was
         if share is None:
             share = (self.decode_factor - 1.0) / (self.host_factor - 1.0) if abs(self.host_factor - 1.0) > 0.01 else 0.5
-        self.host_share = min(1.0, max(0.0, float(share)))
+        # At most decode_factor / host_factor (max_host_share): the line's value at a host slowdown of 0, its device
+        # part, decode_factor - host_share x host_factor, is then >= 0 and every slowdown > 0 prices decode steps
+        # above zero. The line through (1, 1) and a calibration of host x0.9, decode x0.85 has slope 1.5, held at 1:
+        # --host-slowdown 0.02 priced decode steps at -0.03x the grid, a simpy "Negative delay" traceback.
+        self.host_share = min(1.0, max(0.0, float(share)), max_host_share(self.decode_factor, self.host_factor))
         # Seconds a serving decode step that repeats its batch takes beyond the calibrated grid's price, per graph
         # bucket (sim.calibrate's decode_extra_s; 0 where not calibrated): the grid times equal contexts, serving
         # batches mix them. A step that does not repeat its batch keeps the grid's price (its planning surcharge,
@@ -748,7 +812,9 @@ class ProfiledCostModel:
         name = f"profile:{profile['gpu']}/{Path(path).stem} (measured {profile.get('measured_at', '?')})"
         if profile.get("serving"):
             name += f", serving-calibrated ({calibration_label(profile['serving'])})"
-        return cls(fit, name)
+        loaded = cls(fit, name)
+        loaded.measured_model = profile["model"]
+        return loaded
 
     def graph_bucket(self, num_decode_seqs: int) -> int:
         """The CUDA-graph batch size a decode step of ``num_decode_seqs`` rows (1 to max_graph_bs) is padded to."""
@@ -830,6 +896,12 @@ class ProfiledCostModel:
         else:
             price[1:] = price[1:] + extra_s
         return price
+
+
+def max_host_share(decode_factor: float, host_factor: float) -> float:
+    """The largest ``serving.host_share`` that keeps decode steps' price above zero at every host slowdown > 0: the
+    one whose line through (host_factor, decode_factor) passes through the origin (a decode step all host work)."""
+    return decode_factor / host_factor
 
 
 def calibration_label(serving: dict) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from heapq import heappush
 from operator import itemgetter
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -31,7 +32,7 @@ from sim.config import SimConfig
 from sim.cost_model import CostModel, RooflineCostModel
 from sim.hardware import get_gpu
 from sim.host_speed import parse_host_slowdown
-from sim.limits import chosen_profile
+from sim.limits import chosen_profile, other_model_of_that_name
 from sim.memory import BYTES_PER_STEP_WRITTEN, return_freed_memory_promptly
 from sim.profiled_cost_model import ProfiledCostModel, calibration_label
 from sim.router import make_router
@@ -196,7 +197,25 @@ def make_cost_model(config: SimConfig, model: ModelShape) -> CostModel:
         return RooflineCostModel(model, get_gpu(config.gpu), config.tensor_parallel_size)
     if not path.is_file():
         raise ValueError(f"cost model {config.cost_model!r} is neither 'auto', 'roofline' nor an existing profile JSON")
-    return ProfiledCostModel.load(path, model.name, config.gpu, config.tensor_parallel_size)
+    cost_model = ProfiledCostModel.load(path, model.name, config.gpu, config.tensor_parallel_size)
+    other = other_model_of_that_name(model)
+    if other is not None and measured_on_shipped_config(cost_model.measured_model):
+        # A profile of the shipped config, given by path for a --model folder of that name holding another model:
+        # load compares names only, and the run was priced by the shipped model's step times without a word ('auto'
+        # leaves such a folder to the roofline, with a warning).
+        shipped = Path(cost_model.measured_model).name
+        raise ValueError(f"cost model {path} was measured for the shipped model {shipped}, but --model {config.model} "
+                         f"is another model of that name ({other}); profile that model (python -m sim.profile) or use "
+                         "--cost-model roofline")
+    return cost_model
+
+
+def measured_on_shipped_config(measured_model: str | None) -> bool:
+    """Whether a profile's 'model' (as sim.profile writes it) is a shipped config: its bare name, or the config's
+    folder in a checkout (engine/configs/NAME, as the shipped profiles were measured), not a model folder of its own."""
+    if measured_model is None:
+        return False
+    return "/" not in measured_model or Path(measured_model).parts[-3:-1] == ("engine", "configs")
 
 
 def cost_model_description(cost_model: CostModel, host_slowdown: str) -> str:

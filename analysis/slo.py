@@ -20,6 +20,8 @@ from analysis.stats import MS_PER_S
 # statistic name -> percentile (None: the mean).
 STATISTICS: dict[str, float | None] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "mean": None}
 UNITS_TO_S: dict[str, float] = {"ms": 1e-3, "s": 1.0}
+# A limit whose value in ms is still a float (SLO.limit_ms; 1.8e305 s is not): one this long limits nothing anyway.
+MAX_LIMIT_S = 1e305
 
 # The value may carry a sign so that a negative limit is refused as negative rather than as unparseable.
 _SLO_PATTERN = re.compile(r"^\s*([a-z0-9]+)_([a-z0-9]+)\s*=\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$")
@@ -41,6 +43,12 @@ class SLO:
             raise ValueError(f"unknown SLO statistic {self.statistic!r}; supported: {', '.join(STATISTICS)}")
         if not (math.isfinite(self.limit_s) and self.limit_s > 0):
             raise ValueError(f"SLO limit must be a finite number > 0 seconds, got {self.limit_s!r}")
+        # Outputs keep the limit in ms (slos_ms): a limit above the float range there (ttft_p90=1e308s) was written
+        # as Infinity into capacity.json, which no strict JSON reader takes, and sim.replay simulated, then could not
+        # write summary.json and blamed its cost model.
+        if self.limit_s > MAX_LIMIT_S:
+            raise ValueError(f"SLO limit must be at most {MAX_LIMIT_S:g} seconds (outputs keep it in ms), got "
+                             f"{self.limit_s!r}")
 
     @property
     def key(self) -> str:

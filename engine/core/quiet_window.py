@@ -310,13 +310,17 @@ class QuietRun:
 
     def stop(self, t_s: float) -> list[Sequence]:
         """The window as the step loop leaves it where the simulation stops at ``t_s`` (a watch stopped it): its steps
-        that ended before ``t_s`` applied and written to the step log, the step in progress then scheduled (its
+        that ended by ``t_s`` applied and written to the step log, the step in progress then scheduled (its
         blocks taken) but not postprocessed (no token, no row), none after it. Returns the sequences that finished
         since the last ``advance``. Applied whole instead, the window gave the run's in-flight requests tokens from
         after the stop, and finished some of them after it; planned up to its end and never finished, its steps
         were missing from the step log, the stop's finishes with them."""
-        finished = self.advance(t_s)
-        steps = int(np.searchsorted(self.ends, t_s))  # the steps that ended before t_s: ends[steps - 1] < t_s
+        # Steps that end at t_s itself are complete, and the one that starts then is scheduled: the step loop stops
+        # only once every event already due at t_s has run (simpy queues the watch's stop behind them). Keeping
+        # only the steps that ended strictly before t_s, a stop at the very end of a step gave the fast-forwarded
+        # run one token and one step row fewer than the step loop.
+        finished = self.advance(math.nextafter(t_s, math.inf))
+        steps = int(np.searchsorted(self.ends, t_s, side="right"))  # ends[steps - 1] <= t_s < ends[steps]
         if steps < self.window.num_steps:
             self._keep(steps)
         return finished + self.finish()

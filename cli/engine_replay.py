@@ -29,10 +29,10 @@ from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.messages import one_line
 from engine.core.model_config import ModelShape
 from engine.core.sampling_params import MAX_TEMPERATURE
+from engine.llm import MAX_WARMUP_REQUESTS
 from engine.options import EngineOptions
 from sim.hardware import host_info
 
-MAX_WARMUP_REQUESTS = 10_000
 STEP_TIMING_COLUMNS = ("host_prepare_ms", "host_launch_ms", "host_wait_ms", "gpu_forward_ms", "gpu_sample_ms")
 
 

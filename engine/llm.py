@@ -83,6 +83,9 @@ def check_host_memory(opts: EngineOptions, shape: ModelShape) -> None:
 
 
 _PROMPT_TYPES = "expected a string or a list of token ids"
+# Most warm-up requests (LLM.warm_up, and --warmup-requests of engine.replay and engine.serve): each prompt is built
+# before the first step.
+MAX_WARMUP_REQUESTS = 10_000
 
 
 def _short(value: object) -> str:
@@ -97,7 +100,10 @@ def _prompt_list(prompts) -> list:
         return [prompts]
     if isinstance(prompts, (bytes, bytearray, AbstractSet)) or not hasattr(prompts, "__iter__"):
         raise ValueError(f"prompts is {_short(prompts)}; {_PROMPT_TYPES}, or a list of those")
-    prompts = list(prompts)  # a generator, a tuple, a numpy array
+    try:
+        prompts = list(prompts)  # a generator, a tuple, a numpy array
+    except TypeError:  # a 0-d numpy array or torch tensor has __iter__ but iterates nothing: was that TypeError
+        raise ValueError(f"prompts is {_short(prompts)}; {_PROMPT_TYPES}, or a list of those") from None
     if prompts and isinstance(prompts[0], numbers.Integral) and not isinstance(prompts[0], bool):
         return [prompts]  # a single prompt of token ids
     return prompts
@@ -199,6 +205,10 @@ class LLM:
         elif isinstance(prompt, (bytes, bytearray, AbstractSet, Mapping)) or not hasattr(prompt, "__iter__"):
             raise ValueError(f"prompt {index} is {_short(prompt)}; {_PROMPT_TYPES}")
         else:
+            try:
+                prompt = list(prompt)
+            except TypeError:  # a 0-d array or tensor (torch.tensor([1, 2]) as prompts is a list of them): a TypeError
+                raise ValueError(f"prompt {index} is {_short(prompt)}; {_PROMPT_TYPES}") from None
             bad = next((t for t in prompt if not isinstance(t, numbers.Integral) or isinstance(t, bool)), None)
             if bad is not None:  # int() would truncate 1.5 to 1 without a word
                 raise ValueError(f"prompt {index} has token id {bad!r}; expected integers")
@@ -237,7 +247,8 @@ class LLM:
         else:
             # A dict of options (iterated as its keys) or a None in the list failed later, in the engine, as an
             # AttributeError that named neither.
-            if not isinstance(sampling_params, Seq):
+            if not isinstance(sampling_params, Seq) or isinstance(sampling_params, (str, bytes)):
+                # (a string was taken as a list: "sampling_params[0] must be a SamplingParams, got 'a'")
                 raise ValueError(f"sampling_params must be a SamplingParams or a list of them, got "
                                  f"{_short(sampling_params)}")
             bad = next((i for i, sp in enumerate(sampling_params) if not isinstance(sp, SamplingParams)), None)
@@ -365,6 +376,10 @@ class LLM:
                     yield from events([s for s in seqs if s.seq_id in open_ids])
                     if not open_ids or not self.engine.has_unfinished_requests():
                         break
+                # Closed between two events (a stream consumed after its LLM's with block): the step ran on a runner
+                # without a model, logged a traceback and ended each request as an 'error' (TypeError: 'NoneType'
+                # object is not callable). The finally below aborts what is left.
+                self._check_open()
                 batch, _ = self.engine.step()
                 num_steps = len(self.engine.step_log)
                 yield from events(batch.seqs)
@@ -375,7 +390,14 @@ class LLM:
         """Run ``num_requests`` short requests of growing length, so kernels compile and caches fill before
         anything is timed; the engine starts over afterwards (its step log and prefix cache emptied)."""
         self._check_open()
-        if num_requests <= 0:
+        # The command lines' bound and line: a string or None was a TypeError from a comparison, and 10**8 built every
+        # prompt before the first step (memory exhausted, no error); False and True are no counts either.
+        if not (isinstance(num_requests, numbers.Integral) and not isinstance(num_requests, bool)
+                and 0 <= num_requests <= MAX_WARMUP_REQUESTS):
+            raise ValueError(f"num_requests must be an integer from 0 to {MAX_WARMUP_REQUESTS}, got "
+                             f"{_short(num_requests)}")
+        num_requests = int(num_requests)
+        if num_requests == 0:
             return
         # Short prompts within max_model_len: the warm-up must never be what a small limit rejects.
         longest = max(1, min(64 + 32 * (num_requests - 1), self.config.max_seq_len - 16))

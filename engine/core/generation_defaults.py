@@ -8,6 +8,7 @@ sets no temperature sampled at 1.0 here and at 0.6 (top_p 0.95, top_k 20) under 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,8 @@ def read_generation_defaults(model_dir: str | Path, generation_config: str = "au
 
 def generation_config_file(model_dir: str | Path, generation_config: str, option: str) -> Path | None:
     """The generation_config.json that ``generation_config`` names (None: no defaults to read)."""
+    if isinstance(generation_config, os.PathLike):  # as LLM(model=Path(...)): a Path was refused as no folder
+        generation_config = os.fspath(generation_config)
     if not isinstance(generation_config, str) or not generation_config.strip():
         raise ValueError(f"{option} must be 'auto', 'vllm' or a folder holding {GENERATION_CONFIG_FILE}, "
                          f"got {generation_config!r}")
@@ -92,11 +95,14 @@ def generation_config_file(model_dir: str | Path, generation_config: str, option
         return source if source.is_file() else None
     folder = Path(generation_config)
     source = folder / GENERATION_CONFIG_FILE
-    if source.is_file():
-        return source
-    # A folder that was asked for by name and holds no file is a mistake, not "no defaults" (vLLM said nothing).
-    why = ("is a file; pass the folder holding it" if folder.is_file() else
-           f"has no {GENERATION_CONFIG_FILE}" if folder.is_dir() else "does not exist")
+    try:
+        if source.is_file():
+            return source
+        # A folder that was asked for by name and holds no file is a mistake, not "no defaults" (vLLM said nothing).
+        why = ("is a file; pass the folder holding it" if folder.is_file() else
+               f"has no {GENERATION_CONFIG_FILE}" if folder.is_dir() else "does not exist")
+    except OSError as exc:  # a name past 255 bytes: is_file() raises it (engine.serve printed a traceback)
+        why = f"cannot be read ({exc.strerror or exc})"
     raise ValueError(f"{option} {generation_config!r} {why}; expected 'auto', 'vllm' or a folder holding "
                      f"{GENERATION_CONFIG_FILE}")
 

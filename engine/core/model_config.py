@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.json_errors import json_problem, json_type_name
+from engine.core.messages import one_line
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
@@ -147,12 +148,19 @@ def shipped_models() -> list[str]:
 def resolve_model_dir(model: str | Path) -> Path:
     """A shipped config's name or an HF model directory; a clear error otherwise."""
     path = Path(model)
-    if (path / "config.json").is_file():
-        return path
-    shipped = CONFIG_DIR / str(model)
-    if (shipped / "config.json").is_file():
-        return shipped
-    if path.is_file():  # 'model directory X has no config.json' read as if X were a folder
+    try:
+        if (path / "config.json").is_file():
+            return path
+        shipped = CONFIG_DIR / str(model)
+        if (shipped / "config.json").is_file():
+            return shipped
+        is_file = path.is_file()
+    except OSError as exc:  # a name past 255 bytes: is_file() raises (Python 3.11 passes over a missing file only);
+        # engine.serve --model NAME was a traceback, and LLM(NAME) an OSError that listed no shipped config
+        raise FileNotFoundError(f"model {one_line(repr(str(model)), 80)} cannot be a model folder "
+                                f"({exc.strerror or exc}) nor is it a shipped config; shipped: "
+                                f"{', '.join(shipped_models())}") from None
+    if is_file:  # 'model directory X has no config.json' read as if X were a folder
         raise FileNotFoundError(f"model {path} is a file; expected a model folder holding config.json, or a shipped "
                                 f"config: {', '.join(shipped_models())}")
     if path.exists():

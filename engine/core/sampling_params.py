@@ -87,7 +87,10 @@ class SamplingParams:
             return
         if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
             raise ValueError(f"SamplingParams.stop_token_ids must be a sequence of ints, got {ids!r}")
-        ids = tuple(ids)
+        try:
+            ids = tuple(ids)
+        except TypeError:  # a 0-d numpy array or torch tensor has __iter__ but iterates nothing: was that TypeError
+            raise ValueError(f"SamplingParams.stop_token_ids must be a sequence of ints, got {ids!r}") from None
         bad = next((t for t in ids if not _is_int(t)), None)
         if bad is not None:
             raise ValueError(f"SamplingParams.stop_token_ids must be a sequence of ints, got {bad!r} in it")

@@ -34,7 +34,14 @@ from analysis.capacity.cost import (
 from analysis.capacity.outputs import write_outputs
 from analysis.capacity.plan import CapacityRun, run_capacity
 from analysis.capacity.sweep import ANSWER_KINDS, SWEEP_AXES, SweepError, answer_text
-from analysis.capacity.workload import THINK_TIME_MODES, StreamTooLong, WorkloadParams
+from analysis.capacity.workload import (
+    DEFAULT_MAX_REQUESTS,
+    MAX_STREAM_REQUESTS,
+    MIN_MAX_REQUESTS,
+    THINK_TIME_MODES,
+    StreamTooLong,
+    WorkloadParams,
+)
 from analysis.console import print_out
 from analysis.formatting import format_number
 from analysis.outdir import OutDirError, default_out_dir, input_files, out_folder, staged_out_dir
@@ -132,6 +139,18 @@ def seed_offset(text: str) -> int:
     if value + MAX_REPLAYS > 2**63:
         raise argparse.ArgumentTypeError(f"{value} must be at most 2**63 - {MAX_REPLAYS} (each search's seed is the "
                                          "offset plus its number, and seeds are below 2**63)")
+    return value
+
+
+def max_request_count(text: str) -> int:
+    """--max-requests: a whole number of requests a stream may hold, from MIN_MAX_REQUESTS to MAX_STREAM_REQUESTS."""
+    if len(text.strip()) > 30:  # int() of thousands of digits is a ValueError about Python's digit limit
+        raise argparse.ArgumentTypeError(f"{text[:30]}... is not an integer from {MIN_MAX_REQUESTS} to "
+                                         f"{MAX_STREAM_REQUESTS:,}")
+    value = _converted(text, int, "an integer")
+    if not MIN_MAX_REQUESTS <= value <= MAX_STREAM_REQUESTS:
+        raise argparse.ArgumentTypeError(f"{value} must be from {MIN_MAX_REQUESTS} (fewer measured requests are "
+                                         f"noise) to {MAX_STREAM_REQUESTS:,} (what one simulation takes)")
     return value
 
 
@@ -250,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="simulate at least this many seconds of arrivals per QPS (default: %(default)s)")
     steady.add_argument("--min-requests", type=non_negative_int, default=WorkloadParams.min_requests,
                         help="... and at least this many requests (default: %(default)s)")
+    steady.add_argument("--max-requests", type=max_request_count, default=None,
+                        help="... and at most this many requests (the check of an answer twice as many): a stream "
+                        "that would hold more in --min-duration-s is shortened, and the notes say so (default: "
+                        f"{DEFAULT_MAX_REQUESTS:,}, or --min-requests when higher)")
     steady.add_argument("--warmup-fraction", type=float, default=WorkloadParams.warmup_fraction,
                         help="share of the stream served but not measured, as the replicas start empty "
                         "(default: %(default)s)")

@@ -87,6 +87,15 @@ def point_rows(run: CapacityRun) -> list[dict]:
     return rows
 
 
+def _shortened_text(run: CapacityRun) -> str:
+    """The report's word on streams --max-requests shortened (nothing where none was)."""
+    workload = run.workload
+    if not any(workload.shortened(p.qps) for r in run.results for s in r.searches for p in (*s.points, *s.checks)):
+        return ""
+    return (f", at most {workload.max_requests:,} (--max-requests: shorter than {workload.min_duration_s:g} s above "
+            f"{workload.shortened_above_qps():.4g} req/s; see the notes)")
+
+
 def write_outputs(run: CapacityRun, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     records = [config_record(run, i) for i in range(len(run.results))]
@@ -104,7 +113,8 @@ def write_outputs(run: CapacityRun, out_dir: Path) -> None:
             f"{counted(run.num_requests, 'request')} in {counted(run.num_sessions, 'session')} "
             f"(recorded at {run.trace_qps:.4g} req/s), "
             f"resampled into a stream of at least {run.workload.min_duration_s:g} s and "
-            f"{run.workload.min_requests} requests at each QPS tried (think times: {run.workload.think_times}); "
+            f"{run.workload.min_requests} requests at each QPS tried{_shortened_text(run)} "
+            f"(think times: {run.workload.think_times}); "
             f"the first {run.workload.warmup_fraction:.0%} is not measured; {len(run.seeds)} seed(s)"
             f"{' (each a band replay: max QPS p5-p95 in capacity.json)' if run.band_replays else ''}; "
             f"{sum(r.num_simulations_run for r in run.results)} simulations; "

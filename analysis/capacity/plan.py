@@ -24,9 +24,16 @@ from analysis.capacity.sweep import (
     family_label,
     run_sweep,
     search_identity,
+    shortened_notes,
     varying_axes,
 )
-from analysis.capacity.workload import MAX_STREAM_REQUESTS, SessionLibrary, WorkloadParams, max_stream_qps
+from analysis.capacity.workload import (
+    DEFAULT_MAX_REQUESTS,
+    MAX_STREAM_REQUESTS,
+    SessionLibrary,
+    WorkloadParams,
+    max_stream_qps,
+)
 from analysis.slo import SLO, statistic_of
 from analysis.stats import round_sig
 from engine.core.config_args import build_config
@@ -191,9 +198,13 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
         _fail(parser, f"--slo: {vacuous}")
     library = SessionLibrary.from_trace(trace)
     try:
+        # --max-requests left out: the default, raised to --min-requests (a user who asked for more gets them).
+        max_requests = (args.max_requests if args.max_requests is not None
+                        else max(DEFAULT_MAX_REQUESTS, args.min_requests))
         workload = WorkloadParams(min_duration_s=args.min_duration_s, min_requests=args.min_requests,
                                   warmup_fraction=args.warmup_fraction, think_times=args.think_times,
-                                  stability_tolerance=args.stability_tolerance, early_stop=not args.no_early_stop)
+                                  stability_tolerance=args.stability_tolerance, early_stop=not args.no_early_stop,
+                                  max_requests=max_requests)
     except ValueError as exc:
         _fail(parser, str(exc))
     if workload.min_duration_s <= 0 and workload.min_requests <= 0:
@@ -302,7 +313,8 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
         if bar is not None:
             bar.close()
     wall_s = time.perf_counter() - started
-    results = [dataclasses.replace(r, notes=plan.config_notes[r.index] + r.notes) for r in results]
+    results = [dataclasses.replace(r, notes=plan.config_notes[r.index] + r.notes + shortened_notes(r, plan.workload))
+               for r in results]
     target_qps = args.target_qps if args.target_qps is not None else plan.params.start_qps
     return CapacityRun(
         trace_path=str(args.trace), num_requests=len(plan.trace), trace_qps=plan.trace_qps, slos=slos,

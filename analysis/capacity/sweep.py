@@ -22,6 +22,8 @@ import numpy as np
 from analysis.capacity.bisection import CapacitySearch, SearchOutcome, SearchParams
 from analysis.capacity.point import PROBE_MIN_REQUESTS, PointJob, PointResult
 from analysis.capacity.speculation import job_identity, jobs_ahead
+from analysis.capacity.stability import NUM_BACKLOG_SAMPLES
+from analysis.capacity.workload import MAX_STREAM_REQUESTS, WorkloadParams
 from analysis.process_pools import interrupts_held
 from engine.core.config import ConfigError
 from engine.core.config_args import flag_of
@@ -322,6 +324,54 @@ ANSWER_MIN_REQUESTS = PROBE_MIN_REQUESTS
 
 # Each failed T-versus-2T check sends the search below the answer; after this many the answer stays unconfirmed.
 MAX_DURATION_CHECKS = 3
+
+
+def shortened_notes(result: ConfigResult, workload: WorkloadParams) -> tuple[str, ...]:
+    """Notes on the streams --max-requests shortened below --min-duration-s (none where it did not bind): how many
+    simulations, and per seed whether its answer was judged on one, and whether that stream's measured window is
+    long enough for the steady-state check. The check samples the backlog NUM_BACKLOG_SAMPLES times over the window
+    and fits its trend; with samples closer together than a request's p99 end-to-end latency the trend reads requests
+    in flight rather than a queue, so the verdict is called unreliable. A longer window only says a queue building
+    faster than it would have shown; one building more slowly, or a transient longer than the window, is not seen."""
+    simulations = [p for s in result.searches for p in (*s.points, *s.checks)]
+    shortened = [p for p in simulations if workload.shortened(p.qps)]
+    if not shortened:
+        return ()
+    above = workload.shortened_above_qps()
+    notes = [f"{len(shortened)} of {counted(len(simulations), 'simulation')} ran a shortened stream: above "
+             f"{above:.4g} req/s, --min-duration-s {workload.min_duration_s:g} s would hold more than --max-requests "
+             f"{workload.max_requests:,} requests, so those streams last {workload.max_requests:,} / QPS seconds "
+             "(a check of an answer twice that) and hold about that many"]
+    for search in result.searches:
+        answer = next((p for p in search.points if p.qps == search.max_qps), None)
+        if answer is None or not workload.shortened(answer.qps):
+            continue
+        prefix = f"seed {search.seed}: " if len(result.searches) > 1 else ""
+        window_s = answer.stream_duration_s - answer.warmup_s
+        e2e_p99_ms = (answer.latency_ms.get("e2e_ms") or {}).get("p99")
+        if e2e_p99_ms is None or e2e_p99_ms <= 0:
+            steady = "no request finished to measure its latency by, so the steady-state check is unreliable"
+        else:
+            spans = window_s * 1000 / e2e_p99_ms
+            if spans < NUM_BACKLOG_SAMPLES:
+                steady = (f"that window spans only {spans:.3g} times the p99 end-to-end latency "
+                          f"({e2e_p99_ms:.4g} ms): the steady-state check's {NUM_BACKLOG_SAMPLES} backlog samples are "
+                          "closer together than a request takes, so its verdict that the load is sustained is "
+                          "unreliable")
+            else:
+                steady = (f"that window spans {spans:.3g} times the p99 end-to-end latency ({e2e_p99_ms:.4g} ms), "
+                          "so a queue building within it shows, but one building more slowly, or a transient longer "
+                          f"than {window_s:.3g} s, would not")
+        needed = answer.qps * workload.min_duration_s  # --min-duration-s 1e308: inf
+        advice = (f"raise --max-requests (to {math.ceil(needed):,} at this QPS) to simulate --min-duration-s in full"
+                  if needed <= MAX_STREAM_REQUESTS else
+                  f"--min-duration-s at this QPS would hold {needed:.3g} requests, more than one simulation takes")
+        notes.append(f"{prefix}the answer {answer.qps:.4g} req/s was judged on a stream of "
+                     f"{answer.stream_duration_s:.4g} s, shortened by --max-requests {workload.max_requests:,} from "
+                     f"--min-duration-s {workload.min_duration_s:g} s ({window_s:.4g} s measured, "
+                     f"{answer.num_requests:,} request{'' if answer.num_requests == 1 else 's'}; its check twice "
+                     f"that): {steady}; {advice}")
+    return tuple(notes)
 
 
 class Executor:

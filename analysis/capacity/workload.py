@@ -52,6 +52,17 @@ class EmptyStream(ValueError):
     nothing to simulate, and a trace holds at least one request."""
 # Block size for hash ids derived from prompt token ids (the simulator's default KV block size).
 DERIVED_HASH_BLOCK_SIZE = 16
+# --max-requests' default: the most requests one stream holds (its T-versus-2T check twice as many) before it is
+# shortened below --min-duration-s. A trace of tiny requests (prompts of ~10 tokens, outputs of ~4) meets a 1 s TTFT
+# up to thousands of req/s, so its 240 s streams held 1-4 million requests, a minute or more each, and its sweep ran
+# for most of an hour. Ten times the default stream at the capacity of traces/sharegpt.parquet (10,175 requests at
+# 41.86 req/s; the largest of its default sweep is the 2T check's 20,140), and above the streams of the other sweeps
+# measured (2 replicas at ~75 req/s: ~18,000, its check ~36,000; validation's prefill-heavy trace at 117 req/s:
+# ~28,000, its check ~56,000): below ~417 req/s (at 240 s) it never binds.
+DEFAULT_MAX_REQUESTS = 100_000
+# The fewest --max-requests may be: a p90 and a queue trend over fewer measured requests are noise (the same 100 as
+# analysis.capacity.point.PROBE_MIN_REQUESTS, which imports this module).
+MIN_MAX_REQUESTS = 100
 
 
 @dataclass(frozen=True)
@@ -204,9 +215,11 @@ def _hash_ids_from_tokens(token_lists: list[list[int]], block_size: int) -> list
 class WorkloadParams:
     """How each simulation of a search is made and judged.
 
-    The stream lasts max(min_duration_s, min_requests / qps) seconds; the first warmup_fraction
-    of it is served but not measured. `stability_tolerance`: see `analysis.capacity.stability`;
-    `early_stop`: stop clearly overloaded runs after a probe (see `analysis.capacity.point`).
+    The stream lasts max(min_duration_s, min_requests / qps) seconds, shortened to max_requests / qps where
+    max_requests is given and min_duration_s would hold more (`shortened`); the first warmup_fraction of it is
+    served but not measured. `stability_tolerance`: see `analysis.capacity.stability`; `early_stop`: stop clearly
+    overloaded runs after a probe (see `analysis.capacity.point`). `max_requests` None: no bound (the CLI's default
+    is DEFAULT_MAX_REQUESTS).
     """
 
     min_duration_s: float = 240.0
@@ -215,12 +228,21 @@ class WorkloadParams:
     think_times: str = "keep"
     stability_tolerance: float = DEFAULT_STABILITY_TOLERANCE
     early_stop: bool = True
+    max_requests: int | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.min_duration_s) and self.min_duration_s >= 0):
             raise ValueError(f"--min-duration-s must be a finite number >= 0, got {self.min_duration_s}")
         if not 0 <= self.min_requests <= MAX_STREAM_REQUESTS:
             raise ValueError(f"--min-requests must be from 0 to {MAX_STREAM_REQUESTS:,}, got {self.min_requests}")
+        if self.max_requests is not None:
+            if not MIN_MAX_REQUESTS <= self.max_requests <= MAX_STREAM_REQUESTS:
+                raise ValueError(f"--max-requests must be from {MIN_MAX_REQUESTS} to {MAX_STREAM_REQUESTS:,}, got "
+                                 f"{self.max_requests}")
+            if self.max_requests < self.min_requests:
+                raise ValueError(f"--max-requests {self.max_requests} is below --min-requests {self.min_requests}: "
+                                 "a stream cannot hold at most fewer requests than it must hold at least; raise "
+                                 "--max-requests or lower --min-requests")
         if not 0 <= self.warmup_fraction < 1:
             raise ValueError(f"--warmup-fraction must be in [0, 1), got {self.warmup_fraction}")
         if self.think_times not in THINK_TIME_MODES:
@@ -229,8 +251,23 @@ class WorkloadParams:
             raise ValueError(f"--stability-tolerance must be in (0, 1), got {self.stability_tolerance}")
 
     def duration_s(self, qps: float, scale: float = 1.0) -> float:
-        """The stream's length at `qps`, times `scale` (2 for the T-versus-2T check)."""
-        return scale * max(self.min_duration_s, self.min_requests / qps)
+        """The stream's length at `qps`, times `scale` (2 for the T-versus-2T check): max(min_duration_s,
+        min_requests / qps), at most max_requests / qps (`shortened`). Where max_requests does not bind, exactly the
+        length it had without the option."""
+        length_s = max(self.min_duration_s, self.min_requests / qps)
+        if self.shortened(qps):  # max_requests >= min_requests: min_duration_s is what exceeds it
+            length_s = self.max_requests / qps
+        return scale * length_s
+
+    def shortened(self, qps: float) -> bool:
+        """Whether max_requests shortens the stream at `qps` below min_duration_s (its requests would be more)."""
+        return self.max_requests is not None and self.min_duration_s * qps > self.max_requests
+
+    def shortened_above_qps(self) -> float | None:
+        """The QPS above which streams are shortened (None: never)."""
+        if self.max_requests is None or self.min_duration_s <= 0:
+            return None
+        return self.max_requests / self.min_duration_s
 
     def check_stream_size(self, qps: float, scale: float = 1.0) -> None:
         """ValueError naming the options when the stream at `qps` would hold more than MAX_STREAM_REQUESTS, or last
@@ -239,7 +276,7 @@ class WorkloadParams:
         if not expected <= MAX_STREAM_REQUESTS:
             raise ValueError(f"a stream of {self.duration_s(qps, scale):.6g} s at {qps:.6g} requests/s holds about "
                              f"{expected:.3g} requests, more than the {MAX_STREAM_REQUESTS:,} one simulation takes; "
-                             "lower --min-duration-s or the QPS bracket (--qps-max)")
+                             "lower --min-duration-s, --max-requests or the QPS bracket (--qps-max)")
         # --qps-min 1e-300 stretched --min-requests arrivals past the trace bound: a TraceError traceback.
         if not self.duration_s(qps, scale) <= MAX_ARRIVAL_S:
             raise ValueError(f"a stream of {self.duration_s(qps, scale):.6g} s at {qps:.6g} requests/s lasts longer "

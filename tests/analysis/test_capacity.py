@@ -165,8 +165,10 @@ BAD_INPUTS = [
     (["--slo", "ttft_p90=2s", "--seeds", str(2**70)], "argument --seeds: 1180591620717411303424 is more than 1000"),
     (["--slo", "ttft_p90=2s", "--qps-max", "1e308"], "argument --qps-max: 1e308 requests/s is above the limit"),
     (["--slo", "ttft_p90=2s", "--target-qps", "1e308"], "argument --target-qps: 1e308 requests/s is above the"),
-    (["--slo", "ttft_p90=2s", "--qps-max", "1e6"], "requests, more than the 10,000,000 one simulation takes"),
-    (["--slo", "ttft_p90=2s", "--min-duration-s", "1e308"], "lower --min-duration-s"),
+    # Without --max-requests' bound (its default of 100,000 shortens these streams, and the sweep runs):
+    (["--slo", "ttft_p90=2s", "--qps-max", "1e6", "--max-requests", "10000000"],
+     "requests, more than the 10,000,000 one simulation takes"),
+    (["--slo", "ttft_p90=2s", "--min-duration-s", "1e308", "--max-requests", "10000000"], "lower --min-duration-s"),
     (["--slo", "ttft_p90=2s", "--min-requests", str(2**62)], "--min-requests must be from 0 to 10,000,000"),
     # A stream past the trace bound: a TraceError traceback once the first simulation built it.
     (["--slo", "ttft_p90=2s", "--qps-min", "1e-300"], "a stream of 6e+303 s at 1e-300 requests/s lasts longer than "

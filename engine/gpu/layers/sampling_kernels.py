@@ -198,8 +198,8 @@ _floor_kernel = BoundKernel(_filter_floor_kernel)
 # The search's shape, the fastest of benchmarks/sampling.py --floor-configs on an H200 (151,936-token vocabulary;
 # benchmarks/results/sampling-h200-2026-12-05.json): 4 pivots a pass over 2048-token blocks took 1.4-2.1 ms for
 # 32 and 128 filtered rows, where 16 pivots over 1024 took 3.3-5.4 (more pivots save passes but compare every
-# value with each pivot). One program per row: up to 128 rows 8 warps were fastest, at 256 rows (two programs an SM) 4 warps
-# (3.3 ms against 4.3 for Qwen3's defaults).
+# value with each pivot). One program per row: up to 128 rows 8 warps were fastest, at 256 rows (two programs an
+# SM) 4 warps (3.3 ms against 4.3 for Qwen3's defaults).
 FLOOR_BLOCK = 2048
 FLOOR_PIVOTS = 4
 FLOOR_WIDE_ROWS = 128

@@ -16,7 +16,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.capacity.cost import ConfigEconomics, replicas_needed_by_family
+from analysis.capacity.cost import MAX_USD_PER_GPU_HOUR, ConfigEconomics, replicas_needed_by_family
 from analysis.capacity.plan import CapacityRun
 from analysis.capacity.point import PointResult
 from analysis.capacity.sweep import ANSWER, ANSWER_KINDS, ConfigResult
@@ -282,7 +282,9 @@ _EDITOR_SCRIPT = """
     var out = {};
     document.querySelectorAll("input[data-gpu]").forEach(function (input) {
       var value = parseFloat(input.value);
-      out[input.getAttribute("data-gpu")] = isFinite(value) && value >= 0 ? value : null;
+      // The CLI's bounds (analysis.capacity.cost): a price of 0 made every configuration on that GPU cost $0 and
+      // win every comparison.
+      out[input.getAttribute("data-gpu")] = isFinite(value) && value > 0 && value <= %(max_price)s ? value : null;
     });
     return out;
   }
@@ -405,5 +407,6 @@ def write_capacity_report(path: Path, run: CapacityRun, title: str, subtitle: st
                          f"Replicas needed for {run.target_qps:.4g} req/s")
     header += _price_editor(sorted({r.config.gpu.lower() for r in results}), run.gpu_costs)
     header += f'\n<script type="application/json" id="capacity-data">{data_json}</script>\n'
-    header += "<script>" + _EDITOR_SCRIPT % {"cost_meta": COST_META, "pareto_meta": PARETO_META} + "</script>\n"
+    header += "<script>" + _EDITOR_SCRIPT % {"cost_meta": COST_META, "pareto_meta": PARETO_META,
+                                                "max_price": repr(float(MAX_USD_PER_GPU_HOUR))} + "</script>\n"
     return write_html(capacity_figures(run), path, title, header)

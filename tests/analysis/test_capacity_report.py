@@ -57,6 +57,31 @@ EDIT_PRICE_JS = """(function () {
 })()"""
 
 
+PRICE_CELLS_JS = """(function (price) {
+  var input = document.querySelector('input[data-gpu="l40s"]');
+  input.value = price;
+  input.dispatchEvent(new Event('input'));
+  return JSON.stringify(Array.from(document.querySelectorAll('td[data-cost-of]')).map(function (c) {
+    return c.textContent;
+  }));
+})"""
+
+
+def test_the_price_editor_takes_the_prices_the_command_line_takes(report: Path, tmp_path: Path) -> None:
+    """A price of 0 (every configuration free, the cheapest) or past the CLI's $10,000 an hour is no price: "-"."""
+    browser = DevTools(CHROMIUM, tmp_path / "profile")
+    try:
+        session = browser.open_page(report.as_uri())
+        cells = {price: json.loads(browser.evaluate(session, f"{PRICE_CELLS_JS}({price!r})"))
+                 for price in ("0", "-1", "20000", "1.25", "10000")}
+    finally:
+        browser.close()
+    for price in ("0", "-1", "20000"):
+        assert cells[price] and set(cells[price]) == {"-"}, (price, cells[price])
+    for price in ("1.25", "10000"):
+        assert all(cell.startswith("$") for cell in cells[price]), (price, cells[price])
+
+
 def test_every_chart_renders_without_errors_and_prices_are_editable(report: Path, tmp_path: Path) -> None:
     num_figures = report.read_text().count('class="plotly-graph-div"')
     assert num_figures == 6

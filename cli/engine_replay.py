@@ -28,7 +28,7 @@ from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.messages import one_line
 from engine.core.model_config import ModelShape
-from engine.core.sampling_params import MAX_TEMPERATURE
+from engine.core.sampling_params import MAX_TEMPERATURE, SamplingParams
 from engine.llm import MAX_WARMUP_REQUESTS
 from engine.options import EngineOptions
 from sim.hardware import host_info
@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = add_config_groups(parser, EngineOptions, "GPU engine")
     g.add_argument("--warmup-requests", type=int, default=8, help="untimed requests run before the replay")
     g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: greedy)")
+    g.add_argument("--top-k", type=int, default=-1,
+                   help="every request's top_k (default -1: off; Qwen3's generation config serves 20). The "
+                        "simulator prices greedy sampling: a filtered run shows the filters' cost beside it")
+    g.add_argument("--top-p", type=float, default=1.0, help="every request's top_p (default 1: off; Qwen3's 0.95)")
     g.add_argument("--step-timings", action="store_true",
                    help="add each step's host and GPU times to steps.parquet (host_prepare_ms, host_launch_ms, "
                         "host_wait_ms, gpu_forward_ms, gpu_sample_ms)")
@@ -58,7 +62,7 @@ def replay(llm, trace, args) -> tuple[list, object]:
     from traces.requests import TraceRequests
 
     engine = llm.engine
-    requests = TraceRequests(trace, llm.shape.vocab_size, args.seed, args.temperature)
+    requests = TraceRequests(trace, llm.shape.vocab_size, args.seed, args.temperature, args.top_k, args.top_p)
     arrivals = requests.arrivals_s
     # Prompts are synthesized before the clock starts, so the replay loop only queues them; a request the
     # engine can never serve is rejected from its length alone, its prompt never built.
@@ -119,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     # Checked before the model loads: a bad value must not cost a model load, nor hang the warm-up.
     if not 0 <= args.temperature <= MAX_TEMPERATURE:  # 1e308 passed here and failed after the model had loaded
         parser.exit(2, f"error: --temperature must be a number from 0 to {MAX_TEMPERATURE:g}, got {args.temperature}\n")
+    for option, field, value in (("--top-k", "top_k", args.top_k), ("--top-p", "top_p", args.top_p)):
+        try:  # SamplingParams' own rule, before the model loads (a bad value failed at the first request)
+            SamplingParams(**{field: value})
+        except ValueError as exc:
+            rule = str(exc).removeprefix(f"SamplingParams.{field} ")
+            parser.exit(2, f"error: {option} {rule}\n")
     if not 0 <= args.warmup_requests <= MAX_WARMUP_REQUESTS:
         parser.exit(2, f"error: --warmup-requests must be an integer from 0 to {MAX_WARMUP_REQUESTS}, "
                        f"got {args.warmup_requests}\n")
@@ -224,6 +234,10 @@ def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Na
             "trace": args.trace,
             "offline": args.offline,
             "temperature": args.temperature,
+            # Only when on: a filtered run then lists them among the config differences of analysis.compare against
+            # a simulation (which prices greedy sampling).
+            **({"top_k": args.top_k} if args.top_k > 0 else {}),
+            **({"top_p": args.top_p} if args.top_p < 1.0 else {}),
             "num_gpu_blocks": engine.config.num_gpu_blocks,
             "max_model_len": engine.config.max_model_len,
             "qps": args.qps,

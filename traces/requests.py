@@ -57,12 +57,15 @@ def check_host_memory(trace, config, available_bytes: int | None) -> None:
 
 
 class TraceRequests:
-    def __init__(self, trace, vocab_size: int, seed: int = 0, temperature: float = 0.0) -> None:
+    def __init__(self, trace, vocab_size: int, seed: int = 0, temperature: float = 0.0, top_k: int = -1,
+                 top_p: float = 1.0) -> None:
         requests = trace.requests
         self.trace = trace
         self.vocab_size = vocab_size
         self.seed = seed
         self.temperature = temperature
+        self.top_k = top_k  # every request's filters (engine.replay --top-k / --top-p; off by default)
+        self.top_p = top_p
         self.arrivals_s: list[float] = requests["arrival_s"].to_list()
         self.request_ids: list[str] = requests["request_id"].to_list()
         self.output_tokens: list[int] = requests["output_tokens"].to_list()
@@ -126,12 +129,16 @@ class TraceRequests:
     def sampling_params(self, i: int) -> SamplingParams:
         max_tokens = self.output_tokens[i]
         if type(max_tokens) is not int:  # checked afresh: 5.0 == 5 would find the params of 5, and 5.0 is refused
-            return SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=self.temperature)
+            return self._params(max_tokens)
         params = self._params_by_max_tokens.get(max_tokens)
         if params is None:
-            params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=self.temperature)
+            params = self._params(max_tokens)
             self._params_by_max_tokens[max_tokens] = params
         return params
+
+    def _params(self, max_tokens) -> SamplingParams:
+        return SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=self.temperature, top_k=self.top_k,
+                              top_p=self.top_p)
 
     def reject_unservable(self, engine, i: int) -> Sequence | None:
         """Request ``i`` rejected by ``engine`` from its length alone, without building its prompt (a row can

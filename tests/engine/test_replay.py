@@ -95,3 +95,38 @@ def test_replay_rejects_bad_options_with_a_message(tiny_qwen3, shared_prefix_tra
         engine_replay([shared_prefix_trace, "--model", model_dir, "--block-size", "24", "--out", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "block_size must be a power of two" in capsys.readouterr().err
+
+
+def test_replay_samples_with_the_filters_asked_and_records_them(tiny_qwen3, shared_prefix_trace, tmp_path, capsys):
+    """--top-k / --top-p reach every request's SamplingParams and the run's config (only when on: analysis.compare then
+    lists them beside a simulation, which prices greedy sampling); the schedule is the simulator's all the same
+    (ignore_eos: the trace's output lengths). Bad values are refused before the model loads."""
+    from cli.sim_replay import main as sim_replay
+    from traces.requests import TraceRequests
+    from traces.schema import load_trace
+
+    requests = TraceRequests(load_trace(shared_prefix_trace), 1000, 0, 0.7, 5, 0.9)
+    params = requests.sampling_params(3)
+    assert (params.temperature, params.top_k, params.top_p, params.max_tokens) == (0.7, 5, 0.9,
+                                                                                  requests.output_tokens[3])
+    model_dir, _ = tiny_qwen3
+    options = [shared_prefix_trace, "--model", model_dir, "--offline", *COMMON]
+    real = tmp_path / "real"
+    assert engine_replay([*options, "--out", str(real), "--warmup-requests", "0", "--temperature", "0.7",
+                          "--top-k", "5", "--top-p", "0.9"]) == 0
+    config = json.loads((real / "summary.json").read_text())["config"]
+    assert (config["temperature"], config["top_k"], config["top_p"]) == (0.7, 5, 0.9)
+    assert sim_replay([*options, "--out", str(tmp_path / "sim"), "--no-report"]) == 0
+    real_steps = pl.read_parquet(real / "steps.parquet").select(SCHEDULE_COLUMNS)
+    assert real_steps.equals(pl.read_parquet(tmp_path / "sim" / "steps.parquet").select(SCHEDULE_COLUMNS))
+    plain = tmp_path / "plain"
+    assert engine_replay([*options, "--out", str(plain), "--warmup-requests", "0"]) == 0
+    assert not {"top_k", "top_p"} & set(json.loads((plain / "summary.json").read_text())["config"])
+    for option, value, line in (("--top-k", "-5", "error: --top-k must be -1 or 0 (off) or >= 1, got -5"),
+                                ("--top-p", "0", "error: --top-p must be in (0, 1], got 0.0"),
+                                ("--top-p", "nan", "error: --top-p must be in (0, 1], got nan")):
+        with pytest.raises(SystemExit) as exit_info:
+            engine_replay([*options, "--out", str(tmp_path / "bad"), option, value])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == line  # after the earlier runs' CPU notes
+        assert not (tmp_path / "bad").exists()

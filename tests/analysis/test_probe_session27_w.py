@@ -43,16 +43,21 @@ def _trace_with_prompts_that_never_fit(tmp_path):
     return path
 
 
+def _never_fit_refusal(num_rejected: int, slo: str) -> str:
+    """The refusal of an SLO that the trace's 100,000-token prompts (of 100 requests) fail at every QPS."""
+    return (f"error: configuration 'qwen3-0.6b h200 x1': {num_rejected} of 100 requests of the trace can never fit "
+            "(the shortest of them: prompt has 100000 tokens, more than max_model_len=40960), and a rejected request "
+            f"counts as infinitely slow, so {slo} fails at every QPS; expected a configuration that serves the "
+            "trace's prompts")
+
+
 def test_rejections_that_break_a_percentile_of_requests_do_not_refuse_an_itl_slo(tmp_path, capsys) -> None:
     trace = _trace_with_prompts_that_never_fit(tmp_path)
     common = [str(trace), "--min-duration-s", "5", "--min-requests", "40", "--max-iterations", "1",
               "--no-duration-check", "--jobs", "1", "--quiet"]
     # 20 % rejected requests break any p99 taken over requests: still refused, before any simulation.
     line = cli_error(capacity_main, [*common, "--slo", "ttft_p99=1s", "--out", str(tmp_path / "ttft")], capsys)
-    assert line == ("error: configuration 'qwen3-0.6b h200 x1': 20 of 100 requests of the trace can never fit (the "
-                    "shortest of them: prompt has 100000 tokens, more than max_model_len=40960), and a rejected "
-                    "request counts as infinitely slow, so ttft_p99=1s fails at every QPS; expected a configuration "
-                    "that serves the trace's prompts")
+    assert line == _never_fit_refusal(20, "ttft_p99=1s")
     # ITL's samples are the 80 x 49 gaps of the served requests and one infinite gap per rejected one (20 in 3,940):
     # its p99 is a gap between tokens, met at the one load tried (6 of its 30 measured requests rejected).
     out = tmp_path / "itl"
@@ -77,10 +82,7 @@ def test_rejections_that_break_tpot_among_its_samples_refuse_a_tpot_slo(tmp_path
               "--quiet"]
     # Before: simulated, every load failed, and the note blamed an SLO tighter than a request served alone.
     line = cli_error(capacity_main, [*common, "--slo", "tpot_p50=1s", "--out", str(tmp_path / "tpot")], capsys)
-    assert line == ("error: configuration 'qwen3-0.6b h200 x1': 30 of 100 requests of the trace can never fit (the "
-                    "shortest of them: prompt has 100000 tokens, more than max_model_len=40960), and a rejected "
-                    "request counts as infinitely slow, so tpot_p50=1s fails at every QPS; expected a configuration "
-                    "that serves the trace's prompts")
+    assert line == _never_fit_refusal(30, "tpot_p50=1s")
     assert not (tmp_path / "tpot").exists()
     # The same rejections among the requests (30 %, and the margin a stream may draw below it) leave a TTFT p50 to
     # the load: simulated, with the note.

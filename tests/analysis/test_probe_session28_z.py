@@ -182,16 +182,22 @@ def _capacity_json(out: Path) -> tuple[bytes, pl.DataFrame]:
     return (out / "capacity.json").read_bytes(), pl.read_parquet(out / "capacity.parquet")
 
 
-def test_a_short_sweep_of_sharegpt_is_what_it_was(tmp_path) -> None:
-    """60 s streams: the figures the tree before this change wrote (git archive 388c41c), and the same files with
-    no bound at all."""
-    common = [SHAREGPT, "--slo", "ttft_p90=2s,tpot_p90=100ms", "--min-duration-s", "60", "--min-requests", "150",
-              "--jobs", "1", "--quiet"]
+def _same_with_no_bound(common: list[str], tmp_path: Path) -> dict:
+    """The sweep with the default bound and with none: the same files; returns the one configuration's record."""
     assert capacity_main([*common, "--out", str(tmp_path / "default")]) == 0
     assert capacity_main([*common, "--max-requests", "10000000", "--out", str(tmp_path / "unbounded")]) == 0
     default, unbounded = _capacity_json(tmp_path / "default"), _capacity_json(tmp_path / "unbounded")
     assert default[0] == unbounded[0] and default[1].equals(unbounded[1])
     [record] = json.loads(default[0])
+    return record
+
+
+def test_a_short_sweep_of_sharegpt_is_what_it_was(tmp_path) -> None:
+    """60 s streams: the figures the tree before this change wrote (git archive 388c41c), and the same files with
+    no bound at all."""
+    common = [SHAREGPT, "--slo", "ttft_p90=2s,tpot_p90=100ms", "--min-duration-s", "60", "--min-requests", "150",
+              "--jobs", "1", "--quiet"]
+    record = _same_with_no_bound(common, tmp_path)
     assert (record["max_qps"], record["max_qps_kind"], record["num_simulations"], record["notes"]) == (
         38.87, "converged", 9, [])
     [search] = record["searches"]
@@ -206,11 +212,7 @@ def test_the_default_sweep_of_sharegpt_is_what_it_was(tmp_path) -> None:
     """The README's default sweep (240 s streams): the tree before wrote these figures (git archive 388c41c, its
     capacity.json byte for byte the one now); its largest stream, the 2T check, holds 20,140 requests."""
     common = [SHAREGPT, "--slo", "ttft_p90=2s,tpot_p90=100ms", "--jobs", "2", "--quiet"]
-    assert capacity_main([*common, "--out", str(tmp_path / "default")]) == 0
-    assert capacity_main([*common, "--max-requests", "10000000", "--out", str(tmp_path / "unbounded")]) == 0
-    default, unbounded = _capacity_json(tmp_path / "default"), _capacity_json(tmp_path / "unbounded")
-    assert default[0] == unbounded[0] and default[1].equals(unbounded[1])
-    [record] = json.loads(default[0])
+    record = _same_with_no_bound(common, tmp_path)
     assert (record["max_qps"], record["max_qps_kind"], record["num_simulations"], record["notes"]) == (
         41.86, "converged", 9, [])
     [search] = record["searches"]

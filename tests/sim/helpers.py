@@ -184,3 +184,33 @@ def save_tiny_qwen3(folder: Path, max_position_embeddings: int) -> Path:
     )
     transformers.Qwen3ForCausalLM(config).save_pretrained(folder)
     return folder
+
+
+# A cost model and a watch for figures worked out by hand (tests/sim/test_probe_session27_s.py, ..._28_y.py).
+QUARTER_STEP_S = 0.25
+
+
+class QuarterSecondSteps:
+    """Every step takes QUARTER_STEP_S (binary-exact sums): a replica's step k ends at (k + 1) * QUARTER_STEP_S from
+    its first arrival at 0."""
+
+    name = "quarter-second steps"
+
+    def step_time_s(self, batch, host_slowdown=None) -> float:
+        return QUARTER_STEP_S
+
+
+class StopAt:
+    """A RunWatch that stops the simulation at ``stop_s`` (as analysis.capacity's certain miss stops a point)."""
+
+    def __init__(self, stop_s: float) -> None:
+        self.stop_s = stop_s
+
+    def arrived(self, index, seq) -> None:
+        pass
+
+    def next_check_s(self) -> float:
+        return self.stop_s
+
+    def check(self, now_s: float) -> bool:
+        return True

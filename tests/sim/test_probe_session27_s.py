@@ -7,35 +7,8 @@ import pytest
 
 from sim.config import SimConfig
 from sim.simulator import simulate
-from tests.sim.helpers import make_trace, result_tables
-
-STEP_S = 0.25
-
-
-class QuarterSecondSteps:
-    """Every step takes STEP_S: step k ends at (k + 1) * STEP_S exactly."""
-
-    name = "quarter-second steps"
-
-    def step_time_s(self, batch, host_slowdown=None) -> float:
-        return STEP_S
-
-
-class StopAt:
-    """A RunWatch that stops the simulation at ``stop_s`` (as analysis.capacity's certain miss stops a point)."""
-
-    def __init__(self, stop_s: float) -> None:
-        self.stop_s = stop_s
-
-    def arrived(self, index, seq) -> None:
-        pass
-
-    def next_check_s(self) -> float:
-        return self.stop_s
-
-    def check(self, now_s: float) -> bool:
-        return True
-
+from tests.sim.helpers import QUARTER_STEP_S as STEP_S
+from tests.sim.helpers import QuarterSecondSteps, StopAt, make_trace, result_tables
 
 # One replica behind round robin: windows planned to the next arrival, applied at once. Two behind least-outstanding
 # (a router that reads the replicas): windows applied lazily, as the clock reaches them.

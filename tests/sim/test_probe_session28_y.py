@@ -33,36 +33,18 @@ import pytest
 from cli.sim_replay import main as replay_main
 from sim.config import SimConfig
 from sim.simulator import simulate
-from tests.sim.helpers import make_trace, read_outputs, result_tables, trace_frame, write_trace
+from tests.sim.helpers import QUARTER_STEP_S as STEP_S
+from tests.sim.helpers import (
+    QuarterSecondSteps,
+    StopAt,
+    make_trace,
+    read_outputs,
+    result_tables,
+    trace_frame,
+    write_trace,
+)
 from tests.traces.helpers import cli_error
 from traces.schema import Trace
-
-STEP_S = 0.25
-
-
-class QuarterSecondSteps:
-    """Every step takes STEP_S: a replica's step k ends at (k + 1) * STEP_S exactly from its first arrival at 0."""
-
-    name = "quarter-second steps"
-
-    def step_time_s(self, batch, host_slowdown=None) -> float:
-        return STEP_S
-
-
-class StopAt:
-    """A RunWatch that stops the simulation at ``stop_s``."""
-
-    def __init__(self, stop_s: float) -> None:
-        self.stop_s = stop_s
-
-    def arrived(self, index, seq) -> None:
-        pass
-
-    def next_check_s(self) -> float:
-        return self.stop_s
-
-    def check(self, now_s: float) -> bool:
-        return True
 
 
 def _tables(result) -> tuple[bytes, bytes]:

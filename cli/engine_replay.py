@@ -28,7 +28,7 @@ from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.messages import one_line
 from engine.core.model_config import ModelShape
-from engine.core.sampling_params import MAX_TEMPERATURE, SamplingParams
+from engine.core.sampling_params import field_problem
 from engine.llm import MAX_WARMUP_REQUESTS
 from engine.options import EngineOptions
 from sim.hardware import host_info
@@ -121,14 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # Checked before the model loads: a bad value must not cost a model load, nor hang the warm-up.
-    if not 0 <= args.temperature <= MAX_TEMPERATURE:  # 1e308 passed here and failed after the model had loaded
-        parser.exit(2, f"error: --temperature must be a number from 0 to {MAX_TEMPERATURE:g}, got {args.temperature}\n")
-    for option, field, value in (("--top-k", "top_k", args.top_k), ("--top-p", "top_p", args.top_p)):
-        try:  # SamplingParams' own rule, before the model loads (a bad value failed at the first request)
-            SamplingParams(**{field: value})
-        except ValueError as exc:
-            rule = str(exc).removeprefix(f"SamplingParams.{field} ")
-            parser.exit(2, f"error: {option} {rule}\n")
+    # Every request's sampling options by SamplingParams' own rules (a temperature of 1e308 once
+    # failed after the model had loaded, a bad top-k or top-p at the first request).
+    for field in ("temperature", "top_k", "top_p"):
+        problem = field_problem(field, getattr(args, field))
+        if problem is not None:
+            parser.exit(2, f"error: --{field.replace('_', '-')} {problem}\n")
     if not 0 <= args.warmup_requests <= MAX_WARMUP_REQUESTS:
         parser.exit(2, f"error: --warmup-requests must be an integer from 0 to {MAX_WARMUP_REQUESTS}, "
                        f"got {args.warmup_requests}\n")

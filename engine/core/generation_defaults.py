@@ -14,7 +14,7 @@ from pathlib import Path
 
 from engine.core.messages import escape_controls, one_line
 from engine.core.model_config import read_generation_config
-from engine.core.sampling_params import SamplingParams
+from engine.core.sampling_params import SamplingParams, field_problem
 
 GENERATION_CONFIG_MODES = ("auto", "vllm")
 GENERATION_CONFIG_FILE = "generation_config.json"
@@ -122,9 +122,8 @@ def _checked(value: object, key: str, field: str, source: str) -> object:
     do."""
     if field in _INTEGER_FIELDS and isinstance(value, float) and value.is_integer():
         value = int(value)
-    try:
-        SamplingParams(**{field: value})
-    except ValueError as exc:
-        rule = str(exc).removeprefix(f"SamplingParams.{field} ").rsplit(", got ", 1)[0]
-        raise ValueError(f"{source}: {key!r} is {one_line(repr(value), 60)}; a request's {field} {rule}") from None
+    problem = field_problem(field, value)
+    if problem is not None:
+        rule = problem.rsplit(", got ", 1)[0]
+        raise ValueError(f"{source}: {key!r} is {one_line(repr(value), 60)}; a request's {field} {rule}")
     return value

@@ -99,3 +99,14 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def field_problem(field: str, value: object) -> str | None:
+    """Why a request could not take ``value`` as its ``field`` (SamplingParams' own rule, without the field's name:
+    'must be in (0, 1], got 0.0'), or None: for options and files that set a field of every request, checked before
+    any request is built."""
+    try:
+        SamplingParams(**{field: value})
+    except ValueError as exc:
+        return str(exc).removeprefix(f"SamplingParams.{field} ")
+    return None

@@ -77,6 +77,9 @@ def _terminated_while_loading(signum, frame) -> None:
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    given = host
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address as URLs write it (and the server prints it)
+        host = host[1:-1]
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -84,7 +87,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ValueError(f"--host {host} --port {port}: cannot listen there: {exc.strerror or exc}") from exc
+        raise ValueError(f"--host {given} --port {port}: cannot listen there: {exc.strerror or exc}") from exc
     return sock  # listened on once the engine is ready (asyncio's server does it), so no client waits on a load
 
 

@@ -116,3 +116,35 @@ def test_engine_serve_says_when_it_falls_back_to_the_cpu(capsys, no_load, monkey
     lines = capsys.readouterr().err.splitlines()
     assert lines == ([NOTE.format("engine.serve")] if noted else []) + ["error: --model qwen3-0.6b: stopped before "
                                                                          "the load"]
+
+
+def _has_ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no IPv6 loopback")
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+def test_engine_serve_listens_on_an_ipv6_address_bracketed_or_not(host):
+    """``--host [::1]`` (as URLs write the address, and as the server prints it back) was refused: 'Name or service
+    not known'."""
+    from cli.engine_serve import _bind
+
+    sock = _bind(host, 0)
+    try:
+        assert sock.getsockname()[0] == "::1"
+    finally:
+        sock.close()
+
+
+def test_engine_serve_names_a_malformed_host_as_given():
+    from cli.engine_serve import _bind
+
+    with pytest.raises(ValueError, match=r"^--host \[::1 --port 0: cannot listen there"):
+        _bind("[::1", 0)

@@ -57,6 +57,12 @@ def decode_steps_to_full_block(num_computed_tokens: int, num_registered_blocks: 
     return (num_registered_blocks + 1) * block_size - 1 - num_computed_tokens
 
 
+def holders_of_block(block_managers: list[BlockManager], block_hash: int) -> list[int]:
+    """The indices of the block managers whose prefix cache holds ``block_hash``: a fleet's router probes every replica
+    for each request, and most lack the prompt's first block, so one pass over the caches answers most of them."""
+    return [index for index, manager in enumerate(block_managers) if block_hash in manager._cached]
+
+
 class BlockManager:
     """Owns block ids ``0 .. num_blocks-1``. "Can't allocate" is a ``False`` return, never an exception."""
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine.core.block_manager import prefix_block_hashes
 from engine.core.llm_engine import LLMEngine
@@ -115,3 +117,26 @@ def test_prefix_routing_raises_the_cache_hit_rate_of_a_multi_turn_trace() -> Non
         for router in ("rr", "prefix")
     }
     assert rates["prefix"] > rates["rr"] + 0.05, rates
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cached=st.lists(st.lists(st.integers(0, 3), max_size=3), min_size=1, max_size=6),
+    queued=st.lists(st.integers(0, 3), min_size=6, max_size=6),
+    prompt_blocks=st.integers(0, 3),
+)
+def test_prefix_routing_of_one_block_size_is_the_general_loops_choice(cached, queued, prompt_blocks) -> None:
+    """The one-pass route of a fleet of one block size (first block looked up in every cache, only its holders
+    probed) picks what probing every replica in turn picks: most cached blocks, then fewest unfinished, then the
+    lowest index, whatever the replicas hold and however loaded they are."""
+    prompt = PROMPT[: prompt_blocks * BLOCK_SIZE] + [77]  # a partial last block is never cached
+    engines = []
+    for index, prompts in enumerate(cached):
+        engine = _engine()
+        for num_blocks in prompts:  # a prefix of PROMPT of this many blocks, or an unrelated prompt for 0
+            _cache(engine, PROMPT[: num_blocks * BLOCK_SIZE] + [50 + index] if num_blocks else [60 + index] * 5)
+        _queue(engine, queued[index])
+        engines.append(engine)
+    router = PrefixAffinityRouter()
+    schedulers = [engine.scheduler for engine in engines]
+    assert router.route(prompt, engines) == router._route_by_block_size(prompt, schedulers)

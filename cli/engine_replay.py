@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--warmup-requests", type=int, default=8, help="untimed requests run before the replay")
     g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: greedy)")
     g.add_argument("--top-k", type=int, default=-1,
-                   help="every request's top_k (default -1: off; Qwen3's generation config serves 20). The "
-                        "simulator prices greedy sampling: a filtered run shows the filters' cost beside it")
+                   help="every request's top_k (default -1: off; Qwen3's generation config serves 20), as "
+                        "sim.replay --top-k prices it")
     g.add_argument("--top-p", type=float, default=1.0, help="every request's top_p (default 1: off; Qwen3's 0.95)")
     g.add_argument("--step-timings", action="store_true",
                    help="add each step's host and GPU times to steps.parquet (host_prepare_ms, host_launch_ms, "
@@ -232,8 +232,8 @@ def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Na
             "trace": args.trace,
             "offline": args.offline,
             "temperature": args.temperature,
-            # Only when on: a filtered run then lists them among the config differences of analysis.compare against
-            # a simulation (which prices greedy sampling).
+            # Only when on, as sim.replay records its own (SimConfig.describe_sampling): analysis.compare lists them
+            # among the config differences where a simulation sampled otherwise.
             **({"top_k": args.top_k} if args.top_k > 0 else {}),
             **({"top_p": args.top_p} if args.top_p < 1.0 else {}),
             "num_gpu_blocks": engine.config.num_gpu_blocks,

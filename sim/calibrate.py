@@ -33,6 +33,7 @@ import numpy as np
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
 from engine.core.messages import counted, escape_controls
+from engine.core.sampling_params import GREEDY_BELOW_TEMPERATURE
 from sim.bands import MEAN_EPISODE_S, SLOW_OVER_NORMAL, SLOW_SHARE_RANGE
 from sim.batch_features import read_steps
 from sim.files import read_json_input, read_parquet_table
@@ -388,6 +389,20 @@ def _simulated_by(run_dir: Path) -> str | None:
     return cost_model if cost_model.startswith(("profile:", "roofline-estimate")) else None
 
 
+def _sampled_with(run_dir: Path) -> str | None:
+    """The sampling a run folder's summary.json records its requests took beyond greedy ('temperature 0.6, top_k
+    20'), None for a greedy run (or one that records none): its steps took what the sampler adds, which the serving
+    factors (fitted on greedy steps) must not absorb; sim.replay prices sampling apart, as the profile measured it."""
+    config = _summary(run_dir).get("config")
+    if not isinstance(config, dict):
+        return None
+    temperature = config.get("temperature")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or \
+            not temperature >= GREEDY_BELOW_TEMPERATURE:
+        return None
+    return ", ".join(f"{name} {config[name]}" for name in ("temperature", "top_k", "top_p") if name in config)
+
+
 def _other_deployment(run_dir: Path, profile: dict) -> str | None:
     """What of the deployment a run folder's summary.json records (config's model, tensor-parallel size and
     device) differs from the profile's, as ``what run, not profile``; None when all agree or are not recorded.
@@ -475,6 +490,11 @@ def main(argv: list[str] | None = None) -> int:
         if simulated:  # its step times are a cost model's: calibrating on them would fit the model to itself
             parser.exit(2, f"error: run folder {run} is a simulation (cost model {simulated}); calibrate on "
                            "engine.replay runs\n")
+        sampled = _sampled_with(run)
+        if sampled:
+            parser.exit(2, f"error: run folder {run} sampled its requests ({sampled}); calibrate on greedy "
+                           "engine.replay runs (no --temperature): the serving factors scale greedy steps, and "
+                           "sim.replay adds what sampling costs as the profile measured it\n")
         timed_by = str(_summary(run).get("cost_model") or "")
         if CLIENT_TIMING in timed_by:  # its steps.parquet is empty: it was refused as "recorded by an older engine?"
             parser.exit(2, f"error: run folder {run} was timed by a client ({timed_by}) and logged no engine steps; "

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from engine.core.config import ConfigError, EngineConfig, check, check_choice, check_int, option
 from engine.core.model_config import ModelShape
+from engine.core.sampling_params import field_problem, sampling_mode
 from sim.cost_model import num_kv_blocks_for
 from sim.hardware import GPUS, get_gpu
 from sim.host_speed import parse_host_slowdown
@@ -36,8 +37,18 @@ class SimConfig(EngineConfig):
         "measured serving average), a number, episodes:NORMAL,SLOW,FRACTION,MEAN_S (seeded random slow periods), or "
         "a CSV of start_s,slowdown (python -m sim.host_speed)")
 
+    # Every request's sampling, as engine.replay's options of the same names set it: the scheduling is the same, the
+    # steps take what the profile measured sampling to add (sim.profile's sampled decode points).
+    temperature: float = option(0.0, "every request's sampling temperature (0: greedy; steps are priced with the "
+                                "sampling cost the profile measured)")
+    top_k: int = option(-1, "every request's top_k (-1: off; Qwen3's generation config serves 20)")
+    top_p: float = option(1.0, "every request's top_p (1: off; Qwen3's generation config serves 0.95)")
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        for name in ("temperature", "top_k", "top_p"):  # SamplingParams' own rules: each request must take them
+            problem = field_problem(name, getattr(self, name))
+            check(problem is None, f"{name} {problem}", name)
         check(isinstance(self.model, str) and bool(self.model), f"model must be a name or a folder, got {self.model!r}",
               "model")
         check(isinstance(self.gpu, str), f"gpu must be a GPU name ({', '.join(GPUS)}), got {self.gpu!r}", "gpu")
@@ -60,6 +71,16 @@ class SimConfig(EngineConfig):
     @property
     def model_shape(self) -> ModelShape:
         return ModelShape.load(self.model)
+
+    def sampling_mode(self, vocab_size: int) -> str:
+        """'greedy', 'temperature' or 'filters': what the requests' sampling costs a step (sampling_mode)."""
+        return sampling_mode(self.temperature, self.top_k, self.top_p, vocab_size)
+
+    def describe_sampling(self) -> dict:
+        """The sampling options as a run's summary.json records them, as engine.replay's do: the temperature, and
+        top_k and top_p only when on (analysis.compare lists options that differ)."""
+        return {"temperature": self.temperature, **({"top_k": self.top_k} if self.top_k > 0 else {}),
+                **({"top_p": self.top_p} if self.top_p < 1.0 else {})}
 
     def resolved_for(self, model: ModelShape) -> SimConfig:
         """Checked against ``model``, with the KV cache sized as the engine sizes it and max_model_len filled in."""

@@ -400,13 +400,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.window_s < math.inf:
         parser.exit(2, f"error: --window-s must be a finite number of seconds > 0, got {args.window_s}\n")
-    from sim.calibrate import _other_deployment, _simulated_by, _summary
+    from sim.calibrate import _other_deployment, _sampled_with, _simulated_by, _summary
     from sim.files import RUN_FILES, check_output_path, read_json_input
 
     simulated = _simulated_by(Path(args.run))
     if simulated:  # its step times are a cost model's: the timeline would be the model's, not the host's
         parser.exit(2, f"error: run folder {args.run} is a simulation (cost model {simulated}); extract a timeline "
                        "from an engine.replay run\n")
+    sampled = _sampled_with(Path(args.run))
+    if sampled:  # its steps took what the sampler adds too, which the grid's greedy ones did not: read as slowness
+        parser.exit(2, f"error: run folder {args.run} sampled its requests ({sampled}); extract a timeline from a "
+                       "greedy engine.replay run (no --temperature)\n")
     run = Path(args.run)
     if run.is_dir() and (run / "steps.parquet").is_file() and not _summary(run):
         # As sim.calibrate refuses it: a simulated run whose summary.json was removed gave a timeline of the cost

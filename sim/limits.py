@@ -15,6 +15,9 @@ naming the limit and the run's figure, and the two figures. Warnings describe th
   profile was measured with other engine options (block size, token budget, batch size limit), which change step
   times. A profile of another model, GPU or tensor-parallel size is an error before the run
   (``ProfiledCostModel.load``), not a warning.
+- ``sampling_not_measured``: the requests sample (--temperature, --top-k, --top-p) but the cost model has no
+  measured cost of that sampling (a profile measured before sim.profile timed sampled steps, or the roofline
+  estimate): steps are priced as greedy ones, short by what the sampler adds.
 """
 
 from __future__ import annotations
@@ -114,28 +117,46 @@ def other_model_of_that_name(model: ModelShape) -> str | None:
 
 
 def profile_warnings(config: SimConfig, model: ModelShape, profile: dict | None) -> list[dict]:
-    """``no_profile`` and ``profile_engine_options``."""
+    """``no_profile``, ``sampling_not_measured`` and ``profile_engine_options``."""
     if profile is None:
-        if config.cost_model == "roofline":
-            return [warning("no_profile", "cost model: the roofline estimate (--cost-model roofline), not measured "
-                                          "step times; its latencies are not validated against a GPU")]
-        looked = profile_path(model.name, config.gpu, config.tensor_parallel_size).relative_to(REPO)
-        other = other_model_of_that_name(model)
-        if other is not None:
-            return [warning("no_profile", f"the model is named {model.name} but is another model ({other}), so "
-                                          f"{looked} does not price it: step times are the roofline estimate, not "
-                                          "validated against a GPU")]
-        return [warning("no_profile", f"no measured profile for {model.name} on {config.gpu} at tensor-parallel "
-                                      f"size {config.tensor_parallel_size} ({looked} does not exist): step times are "
-                                      "the roofline estimate, not validated against a GPU")]
+        return [_no_profile_warning(config, model), *sampling_warning(config, model, None)]
     measured = profile.get("engine_options") or {}
-    out = []
+    out = sampling_warning(config, model, profile)
     for name in TIMED_OPTIONS:
         was, asked = measured.get(name), getattr(config, name)
         if was is not None and was != asked:
             out.append(warning("profile_engine_options", f"{name} is {asked:,} but the profile was measured at "
                                                          f"{was:,}: its step times are for other batches", asked, was))
     return out
+
+
+def _no_profile_warning(config: SimConfig, model: ModelShape) -> dict:
+    if config.cost_model == "roofline":
+        return warning("no_profile", "cost model: the roofline estimate (--cost-model roofline), not measured step "
+                                     "times; its latencies are not validated against a GPU")
+    looked = profile_path(model.name, config.gpu, config.tensor_parallel_size).relative_to(REPO)
+    other = other_model_of_that_name(model)
+    if other is not None:
+        return warning("no_profile", f"the model is named {model.name} but is another model ({other}), so {looked} "
+                                     "does not price it: step times are the roofline estimate, not validated against "
+                                     "a GPU")
+    return warning("no_profile", f"no measured profile for {model.name} on {config.gpu} at tensor-parallel size "
+                                 f"{config.tensor_parallel_size} ({looked} does not exist): step times are the "
+                                 "roofline estimate, not validated against a GPU")
+
+
+def sampling_warning(config: SimConfig, model: ModelShape, profile: dict | None) -> list[dict]:
+    """``sampling_not_measured``: the requests sample in a way the cost model has no measured cost of."""
+    mode = config.sampling_mode(model.vocab_size)
+    fit = (profile or {}).get("fit")
+    measured = (fit.get("sampling") if isinstance(fit, dict) else None) or {}
+    if mode == "greedy" or mode in measured:
+        return []
+    what = "with top-k or top-p" if mode == "filters" else "with a temperature"
+    source = "the roofline estimate prices no sampling" if profile is None else \
+        "the profile has no sampled steps (measured before python -m sim.profile timed them)"
+    return [warning("sampling_not_measured", f"every request samples {what}, but {source}: steps are priced as "
+                                             "greedy ones, short by what the sampler adds")]
 
 
 def _beyond(steps: pl.DataFrame, num_steps: int, values: pl.Expr, limit: int, code: str, what: str) -> list[dict]:

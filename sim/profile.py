@@ -9,7 +9,9 @@ mixed steps up to ``max_cuda_graph_tokens``, eager beyond), sampling and postpro
 replay pays them. KV contents do not change the timing, so states are injected rather than
 prefilled. The grid covers decode batches over context lengths (equal, and one long context among
 short ones), the decode step right after an eager one, prefill chunks with and without a cached
-prefix, multi-sequence prefills and mixed prefill+decode steps. As in serving, a batch's decode rows have run a
+prefix, multi-sequence prefills and mixed prefill+decode steps, and decode batches whose every row samples (with a
+temperature; with top-k and top-p) beside greedy ones of the same shape, written apart as ``sampling_points`` (what
+sampling adds to a step: sim.replay --temperature / --top-k / --top-p). As in serving, a batch's decode rows have run a
 step before the timed one (so the scheduler knows a large batch's rows for plain decodes and checks only the rows
 that need it), and none of them opens or fills a KV block in a timed step (``row_context``). Each point's repeats
 are taken one per pass over the whole grid (``measure_grid``), so that the host's slow spells spread over all points
@@ -44,9 +46,32 @@ class GridPoint:
     decode: tuple[int, int] = (0, 0)  # (num sequences, context tokens each)
     prefill: tuple[tuple[int, int], ...] = ()  # (cached context, new tokens) per prefilling sequence
     long_decode: tuple[int, int] = (0, 0)  # (num sequences, context tokens each) decoding beside the short ones
+    sampling: str = "greedy"  # how every row samples (SAMPLING_PARAMS); a 'decode' point that does not is kept apart
 
 
-def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens: int, quick: bool) -> list[GridPoint]:
+# What each sampling mode's rows ask, as a request of a deployment would: the engine draws with temperature alone in
+# one pass, and with top-k or top-p finds each row's floor first (engine.gpu.layers.sampler). The filter values do not
+# change its passes; these are Qwen3's generation-config defaults, which engine.serve applies (as vLLM does).
+SAMPLING_PARAMS = {"greedy": {"temperature": 0.0}, "temperature": {"temperature": 1.0},
+                   "filters": {"temperature": 0.6, "top_k": 20, "top_p": 0.95}}
+# Batch sizes of the sampled decode points (each beside the greedy 'decode' point of its size and SAMPLING_CONTEXT):
+# the engine sorts filtered batches up to SORT_MAX_ROWS (48) rows and searches floors beyond, whose cost is flat up to
+# about a row an SM and grows past it.
+SAMPLING_BATCH_SIZES = (1, 8, 32, 48, 64, 128, 256, 512)
+SAMPLING_CONTEXT = 1024
+
+
+def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens: int, quick: bool,
+               sampling_only: bool = False) -> list[GridPoint]:
+    """The grid's points; with ``sampling_only``, the sampled decode points and the greedy ones beside them alone."""
+    points = _full_grid(max_num_seqs, budget, max_model_len, max_kv_tokens, quick)
+    if not sampling_only:
+        return points
+    sampled = {point.decode for point in points if point.sampling != "greedy"}
+    return [point for point in points if point.family == "decode" and point.decode in sampled]
+
+
+def _full_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens: int, quick: bool) -> list[GridPoint]:
     graph_sizes = [b for b in (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
                    if b <= max_num_seqs]
     # 2048: a full batch of 2k contexts reads more KV than any other point of a large model's grid (serving reaches it)
@@ -59,6 +84,13 @@ def build_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens
     for bs, ctx in itertools.product(graph_sizes, contexts):
         if bs * (ctx + 16) <= max_kv_tokens and ctx + 16 <= max_model_len:
             points.append(GridPoint("decode", decode=(bs, ctx)))
+    # Every row sampling (with temperature; with top-k and top-p) beside the greedy point of the same batch: the
+    # difference is what sampling adds to a step (sim.replay --temperature, --top-k, --top-p).
+    beside = sorted(bs for bs, ctx in (point.decode for point in points) if ctx == SAMPLING_CONTEXT)
+    sampled_sizes = sorted({beside[0], beside[-1]}) if quick and beside else \
+        [bs for bs in beside if bs in SAMPLING_BATCH_SIZES]
+    for bs, mode in itertools.product(sampled_sizes, ("temperature", "filters")):
+        points.append(GridPoint("decode", decode=(bs, SAMPLING_CONTEXT), sampling=mode))
     for q, c in itertools.product(chunks, cached):
         if q <= budget and c + q + 2 <= max_model_len:
             points.append(GridPoint("prefill", prefill=((c, q),)))
@@ -121,10 +153,11 @@ class StateInjector:
         self.rng = np.random.default_rng(seed)
         self._next_id = 10**9
 
-    def add(self, num_cached: int, num_new: int, max_tokens: int) -> Sequence:
+    def add(self, num_cached: int, num_new: int, max_tokens: int, sampling: str = "greedy") -> Sequence:
         scheduler = self.engine.scheduler
         tokens = self.rng.integers(self.vocab_size, size=num_cached + num_new).tolist()  # 256 x 16k: 10x random's
-        seq = Sequence(self._next_id, tokens, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True))
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, **SAMPLING_PARAMS[sampling])
+        seq = Sequence(self._next_id, tokens, params)
         self._next_id += 1
         seq.max_num_tokens = min(seq.max_num_tokens, scheduler.config.max_seq_len)
         if not scheduler.block_manager.allocate(seq, [], num_cached + num_new):
@@ -185,7 +218,8 @@ def _measure_once(engine, injector: StateInjector, point: GridPoint, decode_step
     if point.family in ("decode", "decode_skewed"):
         num_long, long_ctx = point.long_decode
         for _ in range(bs):  # a warm-up step, then the timed ones
-            injector.add(row_context(ctx, block_size, decode_steps + 1) - 1, 1, max_tokens=decode_steps + 7)
+            injector.add(row_context(ctx, block_size, decode_steps + 1) - 1, 1, max_tokens=decode_steps + 7,
+                         sampling=point.sampling)
         for _ in range(num_long):
             injector.add(row_context(long_ctx, block_size, decode_steps + 1) - 1, 1, max_tokens=decode_steps + 7)
         launching(True)
@@ -236,6 +270,7 @@ def _point_record(point: GridPoint, samples: list[tuple[dict, float, int]]) -> d
     features, _, checked_rows = samples[len(samples) // 2]  # a point's features are the same at every repeat
     return {
         "family": point.family,
+        **({"sampling": point.sampling} if point.sampling != "greedy" else {}),
         "decode": list(point.decode),
         "prefill": [list(p) for p in point.prefill],
         "long_decode": list(point.long_decode),
@@ -244,6 +279,35 @@ def _point_record(point: GridPoint, samples: list[tuple[dict, float, int]]) -> d
         "median_s": statistics.median(times),
         "checked_rows": checked_rows,
     }
+
+
+def with_greedy_twins(sampling_points: list[dict], points: list[dict]) -> list[dict]:
+    """Each sampled point with ``greedy_median_s``: the median of the greedy 'decode' point of its batch and context,
+    measured in the same passes over the grid (what the sampled step took beyond it is sampling's cost)."""
+    greedy = {tuple(p["decode"]): p["median_s"] for p in points if p["family"] == "decode"}
+    return [{**p, "greedy_median_s": greedy[tuple(p["decode"])]} for p in sampling_points]
+
+
+def _add_sampling(parser: argparse.ArgumentParser, args: argparse.Namespace, sampling_points: list[dict],
+                  started: float) -> int:
+    """--sampling-only: the sampled points (and the sampling fit) written into the existing profile --out, whose
+    other points and calibration are kept: what sampling adds is measured beside a greedy step of the same session,
+    so a profile measured before sampled points existed gains them in minutes, not a whole grid's measurement."""
+    from sim.profiled_cost_model import fit_sampling, read_profile, write_profile
+
+    out = Path(args.out)
+    try:
+        profile = read_profile(out)
+        profile["sampling_points"] = sampling_points
+        profile["fit"]["sampling"] = fit_sampling(sampling_points)
+        profile["sampling_measured_at"] = time.strftime("%Y-%m-%d")
+        write_profile(out, profile)
+    except (OSError, ValueError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    modes = ", ".join(f"{mode} at {table['batch_sizes']} rows" for mode, table in profile["fit"]["sampling"].items())
+    print(f"{len(sampling_points)} sampled points in {time.perf_counter() - started:.0f} s, written into {out}: "
+          f"{modes}")
+    return 0
 
 
 # The engine options a profile is measured at, as the engine's config defines them (defaults, help, checks).
@@ -263,6 +327,24 @@ DECODE_STEPS = 1
 MAX_DECODE_STEPS = 8
 
 
+def _check_profile_to_extend(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--sampling-only: --out must be a readable profile measured for --model, --gpu and --tensor-parallel-size."""
+    from engine.core.model_config import ModelShape, resolve_model_dir
+    from sim.profiled_cost_model import read_profile
+
+    try:
+        profile = read_profile(Path(args.out))
+        name = ModelShape.load(resolve_model_dir(args.model)).name
+    except (OSError, ValueError) as exc:
+        parser.exit(2, f"error: --out (with --sampling-only, the profile to add to): {exc}\n")
+    measured = (Path(profile["model"]).name.lower(), profile["gpu"].lower(), profile["tensor_parallel_size"])
+    asked = (name.lower(), args.gpu.lower(), args.tensor_parallel_size)
+    if measured != asked:
+        parser.exit(2, f"error: --out {args.out} was measured for {measured[0]} on {measured[1]} at tensor-parallel "
+                       f"size {measured[2]}, not {asked[0]} on {asked[1]} at {asked[2]}; --sampling-only adds to a "
+                       "profile of the deployment it measures\n")
+
+
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse bad options (exit 2, one line naming the option) before anything is loaded or measured."""
     from engine.core.model_config import ModelShape, resolve_model_dir
@@ -278,9 +360,13 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.exit(2, "error: --gpu is empty; expected the GPU's name (e.g. h200), matched by sim.replay --gpu\n")
     if args.gpu.lower() not in GPUS:  # sim.replay --gpu accepts only these: a profile under another name is never used
         parser.exit(2, f"error: --gpu {args.gpu}: unknown GPU; sim.replay --gpu knows {', '.join(GPUS)}\n")
-    problem = check_output_path(args.out, "--out", [], overwrite=args.overwrite)  # as typed: a trailing '/' is a folder
-    if problem:
-        parser.exit(2, f"error: {problem}\n")
+    if args.sampling_only:  # the profile to add the sampled points to, of this deployment
+        _check_profile_to_extend(parser, args)
+    else:
+        # As typed: a trailing '/' is a folder.
+        problem = check_output_path(args.out, "--out", [], overwrite=args.overwrite)
+        if problem:
+            parser.exit(2, f"error: {problem}\n")
     names = (*ENGINE_OPTIONS, "max_model_len")
     try:
         shape = ModelShape.load(resolve_model_dir(args.model))
@@ -317,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-steps", type=int, default=DECODE_STEPS,
                         help="decode steps in a row timed for each sample of a decode point (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="a coarse grid (for smoke tests)")
+    parser.add_argument("--sampling-only", action="store_true",
+                        help="measure only the sampled decode points (and the greedy ones beside them) and write them "
+                             "into the existing profile --out, keeping its other points and calibration")
     args = parser.parse_args(argv)
     _check_args(parser, args)  # every bad option fails here, before the model loads and the grid is measured
 
@@ -335,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = llm.engine
     max_kv_tokens = engine.config.kv_capacity_tokens // 2
     grid = build_grid(args.max_num_seqs, args.max_num_batched_tokens, engine.config.max_model_len, max_kv_tokens,
-                      args.quick)
+                      args.quick, args.sampling_only)
     block_size, num_blocks = engine.config.block_size, engine.config.num_gpu_blocks
     fitting = [point for point in grid if blocks_needed(point, block_size) <= num_blocks]
     if len(fitting) < len(grid):  # each sequence holds whole blocks: a small cache holds fewer than its tokens
@@ -352,7 +441,12 @@ def main(argv: list[str] | None = None) -> int:
         what = "warm-up pass" if rep == 0 else f"pass {rep}/{repeats}"
         print(f"  {what} over {len(grid)} grid points, {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
-    points = measure_grid(engine, injector, grid, args.repeats, progress, args.decode_steps)
+    measured = measure_grid(engine, injector, grid, args.repeats, progress, args.decode_steps)
+    # The sampled points apart: every reader of 'points' (the fit, sim.limits' range, sim.bands' noise) takes greedy
+    # steps, as the grid's other points and the simulator's default replays are; fit_profile prices sampling from them,
+    # each against the greedy point of its shape measured in the same passes.
+    points = [p for p in measured if "sampling" not in p]
+    sampling_points = with_greedy_twins([p for p in measured if "sampling" in p], points)
     # What the runner captured, read before close() releases it.
     graph_sizes = list(getattr(llm.runner, "_graph_sizes", []))
     piecewise_sizes = list(llm.runner.piecewise.sizes) if llm.runner.piecewise is not None else []
@@ -362,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     # ... or, with run-ahead, launched during that step: the 'decode' family then times those (none waits).
     runs_decode_ahead = bool(getattr(llm.runner, "run_ahead", False))
     llm.close()
+    if args.sampling_only:
+        return _add_sampling(parser, args, sampling_points, started)
     profile = {
         "model": llm.shape.name if args.model.count("/") == 0 else args.model,
         "gpu": args.gpu,
@@ -381,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
             "piecewise_graph_sizes": piecewise_sizes,
         },
         "points": points,
+        "sampling_points": sampling_points,
         "profile_wall_s": round(time.perf_counter() - started, 1),
     }
     profile["fit"] = fit_profile(profile)

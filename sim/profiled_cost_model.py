@@ -232,6 +232,27 @@ def _fit_unprepared(points: list[dict], decode: dict, graph_sizes: list[int]) ->
     return [float(v) for v in _nonnegative_lstsq(x, y)]
 
 
+# How a replay's requests sample (SimConfig.sampling_mode), beyond the greedy argmax every grid point and serving run of
+# the default replays take: with temperature alone, or with top-k / top-p filters as well. sim.profile times decode
+# steps whose every row samples so ('sampling_points'), each beside the greedy point of the same batch.
+SAMPLING_MODES = ("temperature", "filters")
+_MAX_SAMPLING_ROWS = 2**40  # as sim.config.MAX_SIM_LIMIT: a step's rows
+
+
+def fit_sampling(sampling_points: list[dict]) -> dict:
+    """{mode: {"batch_sizes", "extra_s"}}: the time each sampled decode point took beyond the greedy point of its
+    batch and context measured in the same passes (its ``greedy_median_s``; 0 where noise put it below), per batch
+    size measured."""
+    fits: dict[str, dict] = {}
+    for mode in SAMPLING_MODES:
+        extra_by_bs = {p["decode"][0]: max(0.0, p["median_s"] - p["greedy_median_s"])
+                       for p in sampling_points if p["sampling"] == mode}
+        if extra_by_bs:
+            sizes = sorted(extra_by_bs)
+            fits[mode] = {"batch_sizes": sizes, "extra_s": [extra_by_bs[b] for b in sizes]}
+    return fits
+
+
 def _fit(points: list[dict], max_graph_bs: int, graph_sizes: list[int], piecewise_sizes: list[int],
          prepares_decode_ahead: bool = False) -> dict:
     graph = [p for p in points if _is_graph_step(p["features"], max_graph_bs)]
@@ -289,6 +310,25 @@ def check_profile(profile: object) -> None:
                                   or not all(_is_seconds(t) and t > 0 for t in times)):
             raise ValueError(f"{where}: 'times_s' is {shown(times)}; expected a list of the repeats' times, "
                              f"finite numbers of seconds > 0, at most {_MAX_COEFFICIENT:g}")
+    _check_sampling_points(profile.get("sampling_points", []))
+
+
+def _check_sampling_points(points: object) -> None:
+    """sim.profile's sampled decode points (absent from profiles measured before them): what fit_profile reads."""
+    if not isinstance(points, list):
+        raise ValueError(f"field 'sampling_points' is {shown(points)}; expected a list of sampled decode points")
+    for i, p in enumerate(points):
+        where = f"sampling_points[{i}]"
+        decode = p.get("decode") if isinstance(p, dict) else None
+        if not isinstance(p, dict) or p.get("sampling") not in SAMPLING_MODES or not isinstance(decode, list) \
+                or len(decode) != 2 or not all(is_count(v) for v in decode) or decode[0] < 1:
+            raise ValueError(f"{where}: expected an object with 'sampling' ({' or '.join(SAMPLING_MODES)}), "
+                             "'decode' [batch size >= 1, context tokens], 'median_s' and 'greedy_median_s'")
+        for name in ("median_s", "greedy_median_s"):
+            value = p.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= _MAX_COEFFICIENT:
+                raise ValueError(f"{where}: {name!r} is {value!r}; expected a finite number of seconds > 0, at most "
+                                 f"{_MAX_COEFFICIENT:g}")
 
 
 def _check_deployment(profile: object) -> None:
@@ -437,6 +477,17 @@ def check_fit(profile: dict) -> None:
                              f"features of form {form!r}; refit it with python -m sim.fit_profile")
         _check_coefficients(eager.get(f"{part}_coef"), f"fit.eager.{part}_coef", len(basis))
     _check_prices_above_zero(decode, eager, form)
+    sampling = fit.get("sampling", {})
+    if not isinstance(sampling, dict) or not set(sampling) <= set(SAMPLING_MODES):
+        raise ValueError(f"field 'fit.sampling' is {shown(sampling)}; expected an object of the sampling modes "
+                         f"measured ({', '.join(SAMPLING_MODES)}); refit it with python -m sim.fit_profile")
+    for mode, table in sampling.items():
+        sizes = table.get("batch_sizes") if isinstance(table, dict) else None
+        if not isinstance(sizes, list) or not sizes or not all(is_count(b) and b >= 1 for b in sizes) \
+                or sizes != sorted(set(sizes)):
+            raise ValueError(f"field 'fit.sampling.{mode}.batch_sizes' is {shown(sizes)}; expected an increasing "
+                             "list of batch sizes >= 1")
+        _check_coefficients(table.get("extra_s"), f"fit.sampling.{mode}.extra_s", len(sizes))
     # The cost model prices steps with the copy under 'fit' (ProfiledCostModel reads fit.serving); the top-level
     # one is what sim.calibrate wrote and names the profile. Both must hold usable factors, and the same ones.
     _check_serving(profile.get("serving"), "serving")
@@ -715,6 +766,9 @@ def fit_profile(profile: dict) -> dict:
     final["train_mean_abs_rel_error"] = float(np.mean(train_errors))
     final["all_points_mean_abs_rel_error"] = float(np.mean(all_errors))
     final["all_points_p90_abs_rel_error"] = float(np.percentile(all_errors, 90))
+    sampling = fit_sampling(profile.get("sampling_points", []))
+    if sampling:
+        final["sampling"] = sampling
     fit = final
     if profile.get("serving"):  # python -m sim.calibrate; the errors above are on the grid, uncalibrated
         fit["serving"] = profile["serving"]
@@ -722,7 +776,7 @@ def fit_profile(profile: dict) -> dict:
 
 
 class ProfiledCostModel:
-    def __init__(self, fit: dict, name: str) -> None:
+    def __init__(self, fit: dict, name: str, sampling: str = "greedy") -> None:
         self.name = name
         self.fit = fit
         # The profile's 'model' as sim.profile wrote it (load): a shipped config's name, or the folder it was given
@@ -781,15 +835,36 @@ class ProfiledCostModel:
         self._floor_coef = np.array(eager["floor_coef"], dtype=float)
         self._gpu_coef = np.array(eager["gpu_coef"], dtype=float)
         self._min_s = float(min(decode["intercept_s"])) if decode["intercept_s"] else 1e-4
+        # What sampling adds to a step beyond the grid's greedy argmax, for a replay whose requests sample
+        # (``sampling``: SimConfig.sampling_mode), as the profile measured it (fit.sampling): the sampler's kernels,
+        # device work that no host slowdown or serving factor scales. A mode the profile did not measure is priced as
+        # greedy (``prices_sampling`` False), which sim.limits warns of.
+        self.sampling = sampling
+        table = (fit.get("sampling") or {}).get(sampling) if sampling != "greedy" else None
+        self.prices_sampling = sampling == "greedy" or table is not None
+        self._sampling_sizes = list(table["batch_sizes"]) if table else []
+        self._sampling_extra = [float(v) for v in table["extra_s"]] if table else []
+        self._sampling_s = [self.sampling_s(rows) for rows in range(self.max_graph_bs + 1)]
+
+    def sampling_s(self, num_rows: int) -> float:
+        """What sampling ``num_rows`` rows adds to a step (0 for greedy): interpolated between the batch sizes
+        measured, and beyond the largest at its cost per row (the sampler's passes grow with the rows there)."""
+        sizes = self._sampling_sizes
+        if not sizes or num_rows <= 0:
+            return 0.0
+        if num_rows > sizes[-1]:
+            return self._sampling_extra[-1] * num_rows / sizes[-1]
+        return float(np.interp(num_rows, sizes, self._sampling_extra))
 
     def _decode_scale(self, host_slowdown: float) -> float:
         return self.decode_factor + self.host_share * (host_slowdown - self.host_factor)
 
     @classmethod
     def load(cls, path: Path, model: str | None = None, gpu: str | None = None,
-             tensor_parallel_size: int | None = None) -> ProfiledCostModel:
+             tensor_parallel_size: int | None = None, sampling: str = "greedy") -> ProfiledCostModel:
         """The profile at ``path``; with ``model``, ``gpu`` and ``tensor_parallel_size``, one measured for
-        exactly that deployment (another model's or GPU's step times would be silently wrong)."""
+        exactly that deployment (another model's or GPU's step times would be silently wrong); pricing the
+        ``sampling`` of a replay's requests where the profile measured it."""
         try:
             profile = json.loads(read_json_input(path))
             _check_deployment(profile)
@@ -812,7 +887,10 @@ class ProfiledCostModel:
         name = f"profile:{profile['gpu']}/{Path(path).stem} (measured {profile.get('measured_at', '?')})"
         if profile.get("serving"):
             name += f", serving-calibrated ({calibration_label(profile['serving'])})"
-        loaded = cls(fit, name)
+        loaded = cls(fit, name, sampling)
+        if sampling != "greedy" and loaded._sampling_sizes:  # unmeasured: priced as greedy, which sim.limits warns of
+            loaded.name += f", sampling {'with top-k/top-p' if sampling == 'filters' else 'with a temperature'} " \
+                           "as measured"
         loaded.measured_model = profile["model"]
         return loaded
 
@@ -853,9 +931,13 @@ class ProfiledCostModel:
             grid = self._decode_grid(f["num_decode_seqs"], f["decode_context_tokens"],
                                      f.get("max_decode_context_tokens", 0), continues)
             price = self._decode_scale(slowdown) * grid
-            return price + self._decode_extra_s[f["num_decode_seqs"]] if continues else price
+            if continues:
+                price = price + self._decode_extra_s[f["num_decode_seqs"]]
+            sampling_s = self._sampling_s[f["num_decode_seqs"]]
+            return price + sampling_s if sampling_s else price  # step_time_s's and decode_run_s's order of additions
         floor, gpu = self.eager_parts(f)
-        return max(float(self.combine(slowdown * floor, self.device_factor * gpu)), self._min_s)
+        price = max(float(self.combine(slowdown * floor, self.device_factor * gpu)), self._min_s)
+        return price + self.sampling_s(f["num_seqs"]) if self._sampling_sizes else price
 
     def _decode_grid(self, bs: int, kv, longest, continues: int):
         """A graph decode step's time on the grid, before serving factors; operators only, so the contexts may be
@@ -869,9 +951,13 @@ class ProfiledCostModel:
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
         # hot path: a decode step at the calibrated host speed skips the features dict
         if host_slowdown is None and batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:
-            price = self.decode_factor * self._decode_grid(batch.num_decode_seqs, batch.decode_context_tokens,
+            bs = batch.num_decode_seqs
+            price = self.decode_factor * self._decode_grid(bs, batch.decode_context_tokens,
                                                            batch.max_decode_context_tokens, batch.continues_batch)
-            return price + self._decode_extra_s[batch.num_decode_seqs] if batch.continues_batch else price
+            if batch.continues_batch:
+                price = price + self._decode_extra_s[bs]
+            sampling_s = self._sampling_s[bs]
+            return price + sampling_s if sampling_s else price
         return self.predict(batch_features(batch), host_slowdown)
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:
@@ -887,15 +973,17 @@ class ProfiledCostModel:
             grid[0] = grid[0] + self._unprepared_s[bs]  # the one addition _decode_grid makes for that step alone
         scale = self.decode_factor if host_slowdown is None else self._decode_scale(host_slowdown)
         price = scale * grid
-        # step_time_s's arithmetic, element by element: the extra on the steps that repeat their batch
+        # step_time_s's arithmetic, element by element: the extra on the steps that repeat their batch, then sampling's
+        # on every step (uncalibrated, a bucket without an extra, or greedy: adding 0.0 to positive prices changes no
+        # float, so it is skipped)
         extra_s = self._decode_extra_s[bs]
-        if not extra_s:  # uncalibrated, or a bucket without one: adding 0.0 to positive prices changes no float
-            return price
-        if batch.continues_batch:
-            price = price + extra_s
-        else:
-            price[1:] = price[1:] + extra_s
-        return price
+        if extra_s:
+            if batch.continues_batch:
+                price = price + extra_s
+            else:
+                price[1:] = price[1:] + extra_s
+        sampling_s = self._sampling_s[bs]
+        return price + sampling_s if sampling_s else price
 
 
 def max_host_share(decode_factor: float, host_factor: float) -> float:

@@ -138,8 +138,11 @@ class SimResult:
 
     def describe(self) -> dict:
         """The options and derived figures that produced this run, for summary.json."""
+        config = asdict(self.config)
+        del config["top_k"], config["top_p"]  # recorded as engine.replay records them: only when on
         return {
-            **asdict(self.config),
+            **config,
+            **self.config.describe_sampling(),
             "num_gpu_blocks": self.scheduler_config.num_gpu_blocks,
             "max_model_len": self.scheduler_config.max_model_len,
             "cost_model": self.cost_model_name,
@@ -197,7 +200,8 @@ def make_cost_model(config: SimConfig, model: ModelShape) -> CostModel:
         return RooflineCostModel(model, get_gpu(config.gpu), config.tensor_parallel_size)
     if not path.is_file():
         raise ValueError(f"cost model {config.cost_model!r} is neither 'auto', 'roofline' nor an existing profile JSON")
-    cost_model = ProfiledCostModel.load(path, model.name, config.gpu, config.tensor_parallel_size)
+    cost_model = ProfiledCostModel.load(path, model.name, config.gpu, config.tensor_parallel_size,
+                                        sampling=config.sampling_mode(model.vocab_size))
     other = other_model_of_that_name(model)
     if other is not None and measured_on_shipped_config(cost_model.measured_model):
         # A profile of the shipped config, given by path for a --model folder of that name holding another model:
@@ -318,7 +322,7 @@ def simulate(
         if on_request_done is not None and seqs:
             on_request_done(len(seqs))
 
-    requests = TraceRequests(trace, model.vocab_size, config.seed)
+    requests = TraceRequests(trace, model.vocab_size, config.seed, config.temperature, config.top_k, config.top_p)
     check_host_memory(trace, sched_config, host_memory_available())
     next_arrival_s = [math.inf]  # the arrivals process keeps it current: quiet windows end before it
     fast_forwarded = [0]  # steps advanced in quiet windows (not an output: outputs are the same without)

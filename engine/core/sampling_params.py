@@ -110,3 +110,13 @@ def field_problem(field: str, value: object) -> str | None:
     except ValueError as exc:
         return str(exc).removeprefix(f"SamplingParams.{field} ")
     return None
+
+
+def sampling_mode(temperature: float, top_k: int, top_p: float, vocab_size: int) -> str:
+    """How requests that all ask these options sample, as the engine's sampler tells them apart (SamplingRows): 'greedy'
+    (an argmax: a temperature below GREEDY_BELOW_TEMPERATURE), 'filters' (top-k or top-p before the draw; a top_k
+    past the vocabulary keeps every token and is off) or 'temperature' (one draw over the whole vocabulary). The
+    simulator prices each as its profile measured it."""
+    if temperature < GREEDY_BELOW_TEMPERATURE:
+        return "greedy"
+    return "filters" if 0 < top_k < vocab_size or top_p < 1.0 else "temperature"

@@ -339,3 +339,25 @@ def test_runs_of_one_prompt_shape_fit_the_host_factor_alone(tmp_path, capsys):
     shutil.copy(PROFILE, profile_path)
     assert calibrate_main([str(profile_path), str(run)]) == 0
     assert "no device factor: the eager steps' host shares spread" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("config, named", [
+    ({"temperature": 0.6, "top_k": 20, "top_p": 0.95}, "temperature 0.6, top_k 20, top_p 0.95"),
+    ({"temperature": 1.0}, "temperature 1.0"),
+])
+def test_cli_refuses_a_run_whose_requests_sampled(tmp_path, capsys, config, named):
+    """An engine.replay --temperature run's steps took what the sampler adds: fitted into the serving factors, every
+    greedy replay would have been priced long (sim.replay prices sampling apart, as the profile measured it)."""
+    profile = tmp_path / "p.json"
+    shutil.copy(PROFILE, profile)
+    run = _fake_run(tmp_path / "run", host=1.0, decode=1.0)
+    (run / "summary.json").write_text(json.dumps({"cost_model": "measured", "config": config}))
+    with pytest.raises(SystemExit) as exited:
+        calibrate_main([str(profile), str(run)])
+    assert exited.value.code == 2 and capsys.readouterr().err == (
+        f"error: run folder {run} sampled its requests ({named}); calibrate on greedy engine.replay runs (no "
+        "--temperature): the serving factors scale greedy steps, and sim.replay adds what sampling costs as the "
+        "profile measured it\n")
+    assert profile.read_bytes() == PROFILE.read_bytes()
+    (run / "summary.json").write_text(json.dumps({"cost_model": "measured", "config": {"temperature": 0.0}}))
+    assert calibrate_main([str(profile), str(run)]) == 0  # greedy: calibrated as before

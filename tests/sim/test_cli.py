@@ -270,6 +270,16 @@ def _check_slo(run: Run, base: Run) -> None:
     assert base.summary["request_goodput"] is None and "goodput" not in base.summary
 
 
+def _check_sampling(run: Run, base: Run) -> None:
+    # Recorded as engine.replay records them; the shipped profile has no sampled steps, so the run is priced as the
+    # greedy one, and says so (tests/sim/test_sampling_cost.py prices a profile that has them).
+    assert {k: run.config.get(k) for k in ("temperature", "top_k", "top_p")} == {"temperature": 0.6, "top_k": 20,
+                                                                                 "top_p": 0.95}
+    assert base.config["temperature"] == 0.0 and "top_k" not in base.config and "top_p" not in base.config
+    assert [w["code"] for w in run.summary["warnings"]] == ["sampling_not_measured"]
+    assert run.steps.equals(base.steps) and not base.summary["warnings"]
+
+
 def _check_host_slowdown(run: Run, base: Run) -> None:
     # x3 against the profile's calibrated host factor: an eager step's host part grows by 3 / factor, its GPU
     # part not at all, so the steps that carry prefill take longer, by less than 3 / factor.
@@ -329,6 +339,7 @@ OPTION_CASES: dict[str, tuple[list[str], Callable[[Run, Run], None]]] = {
     "host-slowdown": (["--host-slowdown", "3"], _check_host_slowdown),
     "slo": (["--slo", "ttft_p50=25ms,tpot_p90=50ms"], _check_slo),
     "bands": (["--bands", "3"], _check_bands),
+    "sampling": (["--temperature", "0.6", "--top-k", "20", "--top-p", "0.95"], _check_sampling),
 }
 # Exercised by every run above (and by test_default_trace_end_to_end / test_progress_... without them).
 ALWAYS_USED = {"--out", "--quiet", "--no-report", "--overwrite"}  # --overwrite: tests/sim/test_outputs.py

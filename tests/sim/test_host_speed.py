@@ -244,3 +244,20 @@ def test_every_host_speed_refuses_non_finite_values(make):
     """Whoever builds one (a CLI spec, a CSV, timeline_from_run), NaN and infinities never get in."""
     with pytest.raises(ValueError, match="finite"):
         make()
+
+
+def test_a_run_whose_requests_sampled_gives_no_timeline(tmp_path, capsys):
+    """Its steps took what the sampler adds, which the profile's greedy grid does not: read as a slow host."""
+    from sim.host_speed import main as host_speed_main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    pq.write_table(pa.table({"duration_s": [0.01]}), run / "steps.parquet")
+    (run / "summary.json").write_text(json.dumps({"cost_model": "measured", "config": {"temperature": 0.7,
+                                                                                        "top_p": 0.9}}))
+    with pytest.raises(SystemExit) as exited:
+        host_speed_main([str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "t.csv")])
+    assert exited.value.code == 2 and capsys.readouterr().err == (
+        f"error: run folder {run} sampled its requests (temperature 0.7, top_p 0.9); extract a timeline from a "
+        "greedy engine.replay run (no --temperature)\n")
+    assert not (tmp_path / "t.csv").exists()

@@ -44,7 +44,19 @@ def test_profile_cli_measures_every_family_and_fits(tmp_path, decode_steps):
             assert p["checked_rows"] == (1 if num_rows >= 32 else num_rows + 1)
         if p["family"] == "decode_after_eager":  # timed: the decode step after the prefill, with its sequence
             assert f["num_prefill_tokens"] == 0 and f["num_decode_seqs"] == p["decode"][0] + 1
+    # Every row sampling, with temperature and with filters, beside the greedy decode point of the same batch at
+    # 1,024 tokens (the quick grid: its smallest and largest such batch); kept apart from the greedy points.
+    sampled = profile["sampling_points"]
+    assert {(p["sampling"], tuple(p["decode"])) for p in sampled} == {
+        (mode, (bs, 1024)) for mode in ("temperature", "filters") for bs in (1, 48)}
+    assert all("sampling" not in p for p in profile["points"])
+    greedy = {tuple(p["decode"]): p["median_s"] for p in profile["points"] if p["family"] == "decode"}
+    assert all(p["greedy_median_s"] == greedy[tuple(p["decode"])] for p in sampled)  # the same passes' greedy twin
     fit = profile["fit"]
+    for mode in ("temperature", "filters"):
+        assert fit["sampling"][mode] == {"batch_sizes": [1, 48], "extra_s": [
+            max(0.0, p["median_s"] - p["greedy_median_s"]) for p in sorted(sampled, key=lambda p: p["decode"])
+            if p["sampling"] == mode]}
     assert fit["held_out"]["num_points"] > 0 and "per_excess_context_token_s" in fit["graph_decode"]
     model = ProfiledCostModel.load(out)
     assert all(model.predict(p["features"]) > 0 for p in profile["points"])
@@ -109,3 +121,37 @@ def test_the_profiler_launches_steps_ahead_only_between_a_decode_points_timed_st
     launches.clear()
     measure_once(engine, Injector(), GridPoint("prefill", prefill=((0, 16),)))
     assert launches == [False] and engine.runner.run_ahead is True
+
+
+def test_sampling_only_adds_the_sampled_points_to_an_existing_profile(tmp_path, capsys):
+    """--sampling-only measures the sampled decode points and their greedy twins alone and writes them into the
+    profile --out, keeping its other points, fit and calibration (the shipped profiles predate sampled points)."""
+    from sim.profile import main as profile_main
+    from sim.profiled_cost_model import PROFILE_DIR, ProfiledCostModel
+
+    save_tiny_qwen3(tmp_path / "model", max_position_embeddings=20000)
+    out = tmp_path / "profile.json"
+    before = json.loads((PROFILE_DIR / "h200" / "qwen3-0.6b.json").read_text())
+    before["model"] = str(tmp_path / "model")  # a profile of this model, measured before sampled points existed
+    out.write_text(json.dumps(before))
+    args = ["--model", str(tmp_path / "model"), "--device", "cpu", "--quick", "--repeats", "1", "--max-model-len",
+            "20000", "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--gpu", "h200", "--out", str(out)]
+    assert profile_main([*args, "--sampling-only"]) == 0
+    after = json.loads(out.read_text())
+    assert {(p["sampling"], tuple(p["decode"])) for p in after["sampling_points"]} == {
+        (mode, (bs, 1024)) for mode in ("temperature", "filters") for bs in (1, 48)}
+    assert set(after["fit"]["sampling"]) == {"temperature", "filters"}
+    assert {k: v for k, v in after.items() if k not in ("sampling_points", "fit", "sampling_measured_at")} == {
+        k: v for k, v in before.items() if k != "fit"}
+    assert {k: v for k, v in after["fit"].items() if k != "sampling"} == before["fit"]
+    assert ProfiledCostModel.load(out, sampling="filters").prices_sampling
+    # Another deployment's profile, or none, is refused before the model loads
+    shipped = PROFILE_DIR / "h200" / "qwen3-0.6b.json"
+    with pytest.raises(SystemExit) as exited:
+        profile_main([*args[:-1], str(shipped), "--sampling-only"])
+    assert exited.value.code == 2 and "was measured for qwen3-0.6b on h200 at tensor-parallel size 1, not model" \
+        in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        profile_main([*args[:-1], str(tmp_path / "none.json"), "--sampling-only"])
+    assert exited.value.code == 2 and capsys.readouterr().err.startswith(
+        "error: --out (with --sampling-only, the profile to add to): ")

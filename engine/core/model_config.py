@@ -130,14 +130,13 @@ def _check_llama3_scaling(scaling: dict, source: str) -> None:
                          f"its 'low_freq_factor' ({numbers['low_freq_factor']})")
 
 
-def _rope_theta(rope: dict, source: str) -> float:
-    """rope_parameters' rope_theta (transformers 5 keeps it there), the default for a top-level one: 10000 where
-    neither is set."""
+def _rope_theta(rope: dict, key: str, source: str) -> float | None:
+    """The rope_theta inside rope_parameters (transformers 5 keeps it there) or rope_scaling; None where it has none."""
     value = rope.get("rope_theta")
     if value is None:
-        return 10000.0
+        return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ValueError(f"{source}: rope_parameters' 'rope_theta' is {value!r}; expected a finite number > 0")
+        raise ValueError(f"{source}: {key}' 'rope_theta' is {value!r}; expected a finite number > 0")
     return float(value)
 
 
@@ -255,23 +254,36 @@ class ModelShape:
         if num_heads % num_kv_heads:  # grouped-query attention shares each KV head among whole query groups
             raise ValueError(f"{source}: num_attention_heads ({num_heads}) is not a multiple of "
                              f"num_key_value_heads ({num_kv_heads})")
-        # transformers 5 folds rope_theta and rope_scaling into rope_parameters.
-        rope = config.get("rope_parameters") or {}
+        # transformers 5 folds rope_theta and rope_scaling into rope_parameters, and reads the older rope_scaling over
+        # it where that is set, and the rope_theta inside the object over a top-level one (transformers 4 knew
+        # rope_scaling and a top-level rope_theta only). rope_parameters' theta was taken beside a rope_scaling, which
+        # transformers ignores, and rope_scaling's own theta was passed over: other tokens, without a word.
+        rope_key = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
+        rope = config.get(rope_key) or {}
         if not isinstance(rope, dict):
-            raise ValueError(f"{source}: 'rope_parameters' is {rope!r}; expected an object")
-        rope_scaling = config.get("rope_scaling")
-        if rope_scaling is None and rope.get("rope_type", "default") != "default":
-            rope_scaling = rope
+            raise ValueError(f"{source}: {rope_key!r} is {rope!r}; expected an object")
+        kind = rope.get("rope_type") or rope.get("type")
+        rope_scaling = None if kind in (None, "default") else rope
         # Checked here, where the file is named: the rotary table refused another kind only when the model was built,
         # and the simulator (which builds none) accepted it.
-        if rope_scaling is not None and not isinstance(rope_scaling, dict):
-            raise ValueError(f"{source}: 'rope_scaling' is {rope_scaling!r}; expected an object")
-        kind = (rope_scaling or {}).get("rope_type") or (rope_scaling or {}).get("type")
         if kind not in SUPPORTED_ROPE_TYPES:
             raise ValueError(f"{source}: rope scaling type {kind!r} is not supported; supported: "
                              f"{', '.join(str(k) for k in SUPPORTED_ROPE_TYPES if k)}")
         if kind == "llama3":
             _check_llama3_scaling(rope_scaling, source)
+            # transformers 5 takes a top-level one over the rope object's (as Phi-3 keeps it), transformers 4 ignores it
+            top = config.get("original_max_position_embeddings")
+            inner = rope_scaling["original_max_position_embeddings"]
+            if top is not None and top != inner:
+                raise ValueError(f"{source}: 'original_max_position_embeddings' ({top!r}) and {rope_key}' "
+                                 f"'original_max_position_embeddings' ({inner!r}) differ; expected one value")
+        # rope_parameters' rope_theta of 0 was taken for "unset" and became 10000 without a word
+        inner_theta = _rope_theta(rope, rope_key, source)
+        rope_theta = size.positive_float("rope_theta", 10000.0 if inner_theta is None else inner_theta)
+        if inner_theta is not None and config.get("rope_theta") is not None and rope_theta != inner_theta:
+            # transformers 4 takes the top-level one, 5 the other: which the model was trained with is unknown
+            raise ValueError(f"{source}: 'rope_theta' ({rope_theta:g}) and {rope_key}' 'rope_theta' ({inner_theta:g}) "
+                             "differ; expected one value")
         vocab_size = size.get("vocab_size", limit=_VOCAB_LIMIT)
         # Rotary embeddings turn pairs of dimensions: an odd head_dim failed every request in the engine (a shape
         # error in each step), and one of 0 derived from more heads than hidden_size was said to be head_dim's own.
@@ -300,8 +312,7 @@ class ModelShape:
             attention_bias=arch == "Qwen2ForCausalLM" or size.flag("attention_bias", False),
             qk_norm=arch == "Qwen3ForCausalLM",
             rms_norm_eps=size.positive_float("rms_norm_eps", 1e-6),
-            # rope_parameters' rope_theta of 0 was taken for "unset" and became 10000 without a word
-            rope_theta=size.positive_float("rope_theta", _rope_theta(rope, source)),
+            rope_theta=rope_theta,
             rope_scaling=rope_scaling,
             eos_token_ids=size.token_ids("eos_token_id", vocab_size),
             torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),

@@ -88,6 +88,8 @@ def load_safetensors(model: nn.Module, model_dir: Path) -> None:
                     raise ValueError(f"{file}: checkpoint tensor {name!r} of shape {tuple(tensor.shape)} does not "
                                      f"load: {exc}") from None
                 loaded_names.add(name)
+    if tied and "lm_head.weight" in file_of and "model.embed_tokens.weight" in file_of:
+        _check_tied_head(file_of["lm_head.weight"], file_of["model.embed_tokens.weight"])
     # The LM head is the embedding's only when tie_word_embeddings says so: an untied model's missing lm_head.weight
     # was passed over, and every logit came from an uninitialised matrix (all tokens 0), without a word.
     # Counted by checkpoint tensor, not by parameter: a fused parameter (qkv_proj, gate_up_proj) counted as loaded once
@@ -97,6 +99,20 @@ def load_safetensors(model: nn.Module, model_dir: Path) -> None:
     if missing:
         untied = " (config.json's tie_word_embeddings is false)" if "lm_head.weight" in missing and not tied else ""
         raise ValueError(f"{model_dir}: checkpoint lacks {len(missing)} parameters, e.g. {missing[:3]}{untied}")
+
+
+def _check_tied_head(head_file: Path, embed_file: Path) -> None:
+    """A tied model's checkpoint may carry its head as a copy of the embedding; one that differs is an untied head
+    under a config.json that says tied. vLLM runs it on the embedding, transformers 5 unties it and runs it on
+    lm_head.weight: the engine gave other tokens than transformers, without a word."""
+    with _open(head_file) as f:
+        head = _read(f, head_file, "lm_head.weight")
+    with _open(embed_file) as f:
+        embed = _read(f, embed_file, "model.embed_tokens.weight")
+    if head.shape != embed.shape or not torch.equal(head, embed.to(head.dtype)):
+        raise ValueError(f"{head_file}: checkpoint tensor 'lm_head.weight' differs from 'model.embed_tokens.weight' "
+                         "while config.json's 'tie_word_embeddings' is true; expected false for a head of its own "
+                         "(transformers then uses lm_head.weight, vLLM the embedding)")
 
 
 def _checkpoint_names(param: str, packed: dict[str, tuple[str, object]]) -> list[str]:

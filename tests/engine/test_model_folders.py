@@ -104,14 +104,15 @@ def test_an_untied_checkpoint_with_its_lm_head_still_loads(tiny_qwen2, tmp_path)
 
 def test_a_tied_models_lm_head_in_a_later_shard_is_skipped_as_in_vllm(tiny_qwen3, tmp_path):
     """A tied model's head is its embedding, one parameter: a checkpoint's lm_head.weight was loaded into it, and
-    from a shard after the embedding's it replaced the embedding too (other tokens, without a word). vLLM skips it."""
+    from a shard after the embedding's it replaced the embedding too (other tokens, without a word). vLLM skips it;
+    a copy of the embedding still loads (one that differs is refused: test_probe_session29_a)."""
     model_dir, _ = tiny_qwen3
     dest = tmp_path / "sharded"
     shutil.copytree(model_dir, dest)
     weights = safetensors_torch.load_file(str(dest / "model.safetensors"))
     (dest / "model.safetensors").unlink()
     safetensors_torch.save_file(weights, str(dest / "model-00001-of-00002.safetensors"))
-    head = torch.randn_like(weights["model.embed_tokens.weight"], generator=torch.Generator().manual_seed(5))
+    head = weights["model.embed_tokens.weight"].clone()
     safetensors_torch.save_file({"lm_head.weight": head}, str(dest / "model-00002-of-00002.safetensors"))
     prompts = [[1, 2, 3, 4], [7, 8, 9]]
     expected = LLM(model_dir, device="cpu", max_model_len=128).generate(prompts, GREEDY, use_tqdm=False)

@@ -7,7 +7,8 @@ Two regimes, as the engine runs them:
   only for a step that repeats the batch before it (``continues_batch``); the others pay their planning:
   a surcharge c + d x (batch size), fitted on the grid's decode steps right after a prefill. An engine that runs
   ahead (``engine_features.runs_decode_ahead``: it launches such a step during the step before) was timed so on
-  the grid's decode points, and the simulator marks those steps ``ran_ahead`` in its step log;
+  the grid's decode points, and the simulator marks the steps it launches so ``ran_ahead`` in its step log (where
+  no request can be admitted next; a step that repeats its batch is priced so either way);
 - every other step (prefill or mixed) is a host part and a device part, each linear with non-negative
   coefficients. An engine that replays prefill and mixed steps as piecewise CUDA graphs (profiles
   that list ``piecewise_graph_sizes``) launches a step in ~2 ms whatever its size, and keeps the GPU

@@ -47,7 +47,7 @@ class CostModelRunner:
             raise ValueError("a host speed that varies over time needs the simulation clock")
         self.cost_model = cost_model
         # Whether the engine modelled launches a step that repeats its batch during the step before (its profile
-        # says so: the GPU runner's run-ahead); the step log's ran_ahead marks those steps.
+        # says so: the GPU runner's run-ahead); the step log's ran_ahead marks the steps it launches so (run).
         self.runs_decode_ahead = getattr(cost_model, "runs_decode_ahead", False)
         self.token_id = token_id
         self.host_speed = host_speed
@@ -58,8 +58,14 @@ class CostModelRunner:
         if self.host_speed is not None:
             start_s = self.clock.now()  # the only reader of the time
             self.host_speed.forget_before(start_s)
+        # Launched ahead where the GPU runner launches it: a step that repeats its batch, where no request can be
+        # admitted next. The runner decides during the step before, on that step's next_admits_none, and holds the
+        # launch back for a request arriving meanwhile; a step that repeats its batch admitted nobody, so either
+        # request still waits at its schedule (unless the batch is full, when both flags hold): its own flag says
+        # it. Every repeating step was marked: under KV pressure, with requests waiting that did not fit, the
+        # engine ran 21 of 113 such steps ahead (tests/engine/test_probe_session29_b.py).
         return RunnerOutput([self.token_id] * len(batch.seqs), self.duration_at(batch, start_s),
-                            self.runs_decode_ahead and batch.continues_batch == 1)
+                            self.runs_decode_ahead and batch.continues_batch == 1 and batch.next_admits_none)
 
     def duration_at(self, batch: ScheduledBatch, start_s: float) -> float:
         """The predicted time of a step that starts at ``start_s`` (the host may run slower at times)."""

@@ -88,9 +88,9 @@ def test_no_surcharge_is_fitted_for_an_engine_that_plans_every_step_itself():
 @pytest.mark.parametrize("runs_ahead", [True, False])
 def test_the_simulator_marks_the_steps_an_engine_that_runs_ahead_launches_during_the_step_before(runs_ahead, tmp_path):
     """A profile of an engine with run-ahead (engine_features.runs_decode_ahead) models one that launches every step
-    repeating its batch during the step before (the GPU runner does so where none waits, as in every such step of a
-    window): the simulated step log's ran_ahead is continues_batch, stepped and fast-forwarded alike. A profile of
-    an engine without it marks none."""
+    repeating its batch during the step before where no request can be admitted next (as in every such step of a
+    window, and of this run): the simulated step log's ran_ahead is continues_batch, stepped and fast-forwarded
+    alike. A profile of an engine without it marks none."""
     profile = json.loads(PROFILE.read_text())
     assert profile["engine_features"]["runs_decode_ahead"] is True and profile["fit"]["runs_decode_ahead"] is True
     if not runs_ahead:

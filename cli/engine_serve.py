@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         config = uvicorn.Config(app, log_level=args.log_level, timeout_keep_alive=30, access_log=False,
                                 timeout_graceful_shutdown=SHUTDOWN_GRACE_S + SHUTDOWN_END_S)
         server = Server(config, grace_s=SHUTDOWN_GRACE_S, end_requests=functools.partial(
-            engine.end_open_requests, "the server is shutting down and ended this request before it finished"))
+            app.state.end_open_requests, "the server is shutting down and ended this request before it finished"))
         display_host = f"[{host}]" if ":" in host else host
 
         def shut_down_on_engine_death(reason: str) -> None:

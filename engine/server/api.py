@@ -26,7 +26,7 @@ from engine.core.generation_defaults import GenerationDefaults
 from engine.core.json_errors import json_problem
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import Scheduler
-from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, RequestBodyLimit
+from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, BodyReads, RequestBodyLimit
 from engine.server.detokenizer import IncrementalDetokenizer
 from engine.server.engine_client import EngineClient, EngineDead, RequestStream, ServerOverloaded
 from engine.server.engine_process import Update
@@ -133,7 +133,15 @@ def build_app(engine: EngineClient, tokenizer=None, *,
 
     app = FastAPI(title="nanoserve", lifespan=lifespan)
     app.state.server = state
-    app.add_middleware(RequestBodyLimit, max_body_bytes=max_request_body_bytes)
+    body_reads = BodyReads()
+    app.add_middleware(RequestBodyLimit, max_body_bytes=max_request_body_bytes, reads=body_reads)
+
+    def end_open_requests(reason: str) -> int:
+        """What a server shutting down calls once its grace period is over (engine.server.signals): the requests in the
+        engine, and those whose body is still arriving, are answered 503 with ``reason``; returns how many."""
+        return engine.end_open_requests(reason) + body_reads.end(reason)
+
+    app.state.end_open_requests = end_open_requests
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError):

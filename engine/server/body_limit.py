@@ -10,6 +10,8 @@ it keeps coming): a client that writes its whole request before it reads (httpx,
 otherwise. The server closed the connection with the body's rest unread, which resets it, and the reset can discard
 the answer still on its way: "peer closed connection without sending complete message body". A client that sent
 ``Expect: 100-continue`` has sent nothing yet and gets its answer at once, as does one declaring more than that cap.
+
+A server that shuts down ends the reads still waiting on a body (``BodyReads.end``): each such client is answered 503.
 """
 
 from __future__ import annotations
@@ -31,30 +33,59 @@ DRAIN_IDLE_S = 1.0  # a client that stops sending for this long is answered (a c
 DRAIN_MAX_S = 30.0
 
 
-class RequestBodyLimit:
-    """Answers 413 to a body over ``max_body_bytes``; a body within it reaches ``app`` as one message."""
+class BodyReads:
+    """The requests whose body is still arriving, which a server that shuts down ends (``end``) as it ends those in the
+    engine: a client that sent its body slowly, or only its headers, held the shutdown to uvicorn's last resort
+    (engine.server.signals), seconds after the grace period, and was then cut with a plain-text 500 and a traceback in
+    the log. Each is answered 503 with the reason, as a request in the engine is."""
 
-    def __init__(self, app, max_body_bytes: int) -> None:
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task] = set()
+        self.reason: str | None = None
+
+    def end(self, reason: str) -> int:
+        """Stop every read still waiting (their requests answer 503 with ``reason``); returns how many there were."""
+        self.reason = reason
+        for task in self.tasks:
+            task.cancel()
+        return len(self.tasks)
+
+
+class RequestBodyLimit:
+    """Answers 413 to a body over ``max_body_bytes``; a body within it reaches ``app`` as one message. ``reads``: where
+    the reads under way are kept, for a shutdown to end them."""
+
+    def __init__(self, app, max_body_bytes: int, reads: BodyReads | None = None) -> None:
         if max_body_bytes < 1:
             raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.reads = reads
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared_bytes = _content_length_bytes(scope)
-        if declared_bytes is not None and declared_bytes > self.max_body_bytes:
-            if declared_bytes <= DRAIN_MAX_BYTES and not _expects_continue(scope):
-                await _drain(receive, 0, declared_bytes)
-            await self._too_large(scope, send, str(declared_bytes))
+        task = asyncio.current_task() if self.reads is not None else None
+        if task is not None:
+            self.reads.tasks.add(task)
+        try:
+            body = await self._read(scope, receive)
+        except asyncio.CancelledError:
+            if task is None or self.reads.reason is None:  # not ended by the shutdown: uvicorn's own cancel
+                raise
+            uncancel = getattr(task, "uncancel", None)  # (Python 3.11+: else the task, which goes on to answer, stays
+            if uncancel is not None:                     # marked as being cancelled)
+                uncancel()
+            from engine.server.protocol import APIError  # (here, as in _too_large)
+
+            await self._answer(scope, send, APIError(503, self.reads.reason))
             return
-        body = await self._read_within_limit(receive)
-        if isinstance(body, _Overflow):
-            if body.more_body:
-                await _drain(receive, body.received_bytes, None)
-            await self._too_large(scope, send, f"more than {self.max_body_bytes}")
+        finally:
+            if task is not None:
+                self.reads.tasks.discard(task)
+        if isinstance(body, _TooLarge):
+            await self._too_large(scope, send, body.size)
             return
         if body is _DISCONNECTED:
             return
@@ -68,6 +99,20 @@ class RequestBodyLimit:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+    async def _read(self, scope, receive):
+        """The whole body; a _TooLarge once a body over the limit is drained; _DISCONNECTED if the client left."""
+        declared_bytes = _content_length_bytes(scope)
+        if declared_bytes is not None and declared_bytes > self.max_body_bytes:
+            if declared_bytes <= DRAIN_MAX_BYTES and not _expects_continue(scope):
+                await _drain(receive, 0, declared_bytes)
+            return _TooLarge(str(declared_bytes))
+        body = await self._read_within_limit(receive)
+        if isinstance(body, _Overflow):
+            if body.more_body:
+                await _drain(receive, body.received_bytes, None)
+            return _TooLarge(f"more than {self.max_body_bytes}")
+        return body
 
     async def _read_within_limit(self, receive):
         """The whole body; an _Overflow once it passes the limit (what came is dropped); _DISCONNECTED if the client
@@ -87,18 +132,28 @@ class RequestBodyLimit:
 
     async def _too_large(self, scope, send, size: str) -> None:
         # Imported here: cli.engine_serve reads the default before it checks that fastapi is installed.
-        from fastapi.responses import JSONResponse
-
         from engine.server.protocol import APIError
 
-        error = APIError(413, f"the request body has {size} bytes; this server accepts at most {self.max_body_bytes} "
-                              f"({OPTION})")
+        await self._answer(scope, send, APIError(413, f"the request body has {size} bytes; this server accepts at "
+                                                      f"most {self.max_body_bytes} ({OPTION})"))
+
+    @staticmethod
+    async def _answer(scope, send, error) -> None:
+        from fastapi.responses import JSONResponse
+
         # The unread rest of the body cannot be skipped on this connection: it is closed, and the answer says so.
-        response = JSONResponse(error.body(), status_code=413, headers={"Connection": "close"})
+        response = JSONResponse(error.body(), status_code=error.status, headers={"Connection": "close"})
         await response(scope, _no_receive, send)
 
 
 _DISCONNECTED = object()
+
+
+class _TooLarge:
+    """A body over the limit, of ``size`` bytes (as the 413 says it)."""
+
+    def __init__(self, size: str) -> None:
+        self.size = size
 
 
 class _Overflow:

@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                              "pressure")
     parser.add_argument("--num-gpu-blocks", type=int, default=None,
                         help="KV blocks per replica (default: sized from GPU memory)")
+    parser.add_argument("--max-num-seqs", type=int, default=None,
+                        help="sequences a step may batch (default: the simulator's); 1: requests queue behind each one")
     parser.add_argument("--host-slowdown", default=None,
                         help="as sim.replay's (e.g. episodes:1,1.6,0.25,4, a host whose speed varies, as --bands draws "
                              "it; default: calibrated)")
@@ -133,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     from sim.files import check_output_path, write_text_atomic
 
     options = {name: value for name, value in (("block_size", args.block_size), ("num_gpu_blocks", args.num_gpu_blocks),
+                                               ("max_num_seqs", args.max_num_seqs),
                                                ("host_slowdown", args.host_slowdown)) if value is not None}
     try:
         config = SimConfig(**options)

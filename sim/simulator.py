@@ -48,6 +48,12 @@ _MIN_WINDOW_STEPS = 4
 # cut throws away (with a time-varying host speed each planned step is a cost-model call), a shorter one more plans.
 _LAZY_MIN_STEPS = 16
 _LAZY_MAX_STEPS = 512
+# With requests waiting, a window ends at its batch's first finish: in a large batch one comes within a few steps
+# (sharegpt's 256-row batches past saturation: windows of 4-8 steps, after a plan refused for 17 of every 18 tries),
+# and the step loop's lazy tokens (engine.core.steady_decodes) make its steps cheap there. Such windows are planned
+# only for batches of at most this many sequences (the Azure trace's first 5,000 requests at 100 req/s, planned at
+# every size: +27 % instructions).
+_MAX_QUEUED_WINDOW_SEQS = 32
 # A run with a step limit (simulate's max_steps) counts its steps once per this many arrivals and finishes.
 _STEP_CHECK_EVERY = 256
 
@@ -363,17 +369,20 @@ def simulate(
     arrivals_np = np.asarray(requests.arrivals_s, dtype=np.float64)
     next_arrival_index = [0]  # the first arrival not yet taken in
 
-    def lazy_window(engine: LLMEngine, now_s: float, max_steps: int):
-        """A window from ``now_s`` for a replica whose window ends at its own next request: at most ``max_steps``,
-        and ending before any arrival that would come exactly at the end of one of its steps (which of the two the
-        step loop takes first depends on simpy's order of events)."""
+    def lazy_window(engine: LLMEngine, now_s: float, max_steps: int, min_steps: int = 2,
+                    refusal: list | None = None):
+        """A window from ``now_s`` for a replica whose window ends at its own next request (or, one in which no
+        waiting request can be admitted, at its first finish): at most ``max_steps``, and ending before any arrival
+        that would come exactly at the end of one of its steps (which of the two the step loop takes first depends
+        on simpy's order of events)."""
         if not next_arrival_s[0] > now_s:  # an arrival at this instant not yet taken in: it may change this step
             return None
         runner = engine.runner
         horizon = math.inf
         for _ in range(2):
             planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, now_s, horizon,
-                                        max_steps=max_steps)
+                                        max_steps=max_steps, min_steps=min_steps,
+                                        refusal=refusal if horizon == math.inf else None)
             if planned is None:
                 return None
             ends = planned[2]
@@ -399,13 +408,28 @@ def simulate(
         try_window = fast_forward
         last_step_s = 0.0
         lazy_steps = _LAZY_MIN_STEPS
+        # With requests waiting, a window forms only where none of them can be admitted, and ends with its first
+        # finish (plan_quiet_window): refused because a finish or a block allocation that may fail comes within
+        # _MIN_WINDOW_STEPS, none forms until a step finishes or preempts a sequence (nothing else changes the
+        # batch then), and none is planned.
+        until_finish = False
         while True:
             if not engine.has_unfinished_requests():
                 wakeups[index] = env.event()
                 yield wakeups[index]
                 continue
             planned = None
-            if lazy:
+            queued = bool(engine.scheduler.waiting)
+            if queued:
+                if try_window and not until_finish and len(engine.scheduler.running) <= _MAX_QUEUED_WINDOW_SEQS:
+                    refusal: list[str] = []
+                    if lazy:
+                        planned = lazy_window(engine, env.now, 1 << 16, _MIN_WINDOW_STEPS, refusal)
+                    else:  # arrivals only join the queue: no horizon but the window's first finish
+                        planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now,
+                                                    math.inf, min_steps=_MIN_WINDOW_STEPS, refusal=refusal)
+                    until_finish = bool(refusal)
+            elif lazy:
                 if try_window:
                     planned = lazy_window(engine, env.now, lazy_steps)
             else:
@@ -427,7 +451,8 @@ def simulate(
                     runs[index] = run
                     try:
                         yield env.timeout(delay_s)
-                        lazy_steps = min(2 * lazy_steps, _LAZY_MAX_STEPS)
+                        if not window.admits_none:  # (one that does ends at its first finish: says nothing of these)
+                            lazy_steps = min(2 * lazy_steps, _LAZY_MAX_STEPS)
                     except simpy.Interrupt:  # cut short by a request routed here: wait for its new end
                         delay_s = delay_to(env.now, window.end_s)
                         if delay_s is None:
@@ -455,6 +480,8 @@ def simulate(
                 step_ends_s[index].append(env.now)
             last_step_s = 0.0 if batch.num_prefill_tokens else env.now - started_s  # a prefill's says nothing
             try_window = fast_forward
+            if finished or batch.preempted:
+                until_finish = False
             done(finished)
 
     def arrivals(env: simpy.Environment):
@@ -481,7 +508,7 @@ def simulate(
                             done(run.advance(arrival_s))
                 index = router.route(prompt, engines)
                 run = runs[index]
-                if run is not None:
+                if run is not None and not run.window.admits_none:  # (in one that does, the request only waits)
                     planned_steps = run.window.num_steps
                     if run.cut(arrival_s):
                         del step_ends_s[index][run.window.num_steps - planned_steps:]  # the window's are the last
@@ -490,6 +517,9 @@ def simulate(
                 index = routed_to[i]
                 next_routed[index] += 1
             seq = requests.add_to(engines[index], i, prompt)
+            run = runs[index]
+            if run is not None:  # a window in progress: the rows of its steps that end from now on count it
+                run.waited(env.now)
             if watch is not None:
                 watch.arrived(i, seq)
             if seq.is_finished:  # rejected

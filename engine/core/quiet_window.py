@@ -10,6 +10,15 @@ the same order, so the same ids and evictions), finishes, step-log rows and end 
 them one by one. The simulator uses this for the long decode stretches that dominate its run time;
 the GPU engine never does (its steps must run).
 
+Requests may wait through a window in which none of them can be admitted (``admits_none``): while the batch does
+not change, the scheduler admits none when the running batch is at ``max_num_seqs`` (both policies: admission is
+the first thing the nano policy tries, and after the running sequences in the mixed one, each stopped by that
+count), or, under the mixed policy, when its decode rows take the whole token budget (``max_num_batched_tokens``;
+admission needs some left). Preemption admits none (the window's blocks are free), and a request arriving
+only joins the queue's tail. Such a window ends with the step in which its first sequence finishes (the next one
+may admit), whatever arrives meanwhile; each of its rows counts the requests waiting after that step
+(``QuietRun.waited``).
+
 A window is cut into *segments*: runs of steps with the same batch, each but the last ending in a step
 in which some sequence finishes. The caller supplies the steps' end times (``step_ends(batch, start_s,
 max_steps, horizon_s, cross_horizon)``, a float64 array: each the previous one plus the runner's own step time
@@ -47,6 +56,20 @@ class QuietWindow:
     batches: list[tuple[int, int, int]] = field(default_factory=list)
     lefts: list[int] = field(default_factory=list)  # the step (counted from 1) each running sequence finishes in
     continues_first: int = 0  # the first step's ScheduledBatch.continues_batch (a later segment's first step: 0)
+    # True: requests wait, and none can be admitted before the window's last step (it ends with the first finish);
+    # a request arriving meanwhile only waits (QuietRun.waited), it does not end the window.
+    admits_none: bool = False
+
+
+def admits_none(scheduler) -> bool:
+    """Whether a step of the running batch as it is (all decodes, none preempted) admits no waiting request, as the
+    scheduler decides it (engine.core.scheduler, ``_admit_waiting``): the batch is at ``max_num_seqs``, or (mixed
+    policy, which admits after the running rows) those rows take the whole token budget. Nothing else stops an
+    admission for as long as the batch stays: the head's blocks or tokens may fit at any step."""
+    config = scheduler.config
+    num_running = len(scheduler.running)
+    return num_running >= config.max_num_seqs or (config.policy == "mixed"
+                                                  and num_running >= config.max_num_batched_tokens)
 
 
 def plan_quiet_window(
@@ -58,17 +81,31 @@ def plan_quiet_window(
     max_steps: int = 1 << 16,
     min_steps: int = 2,
     cross_horizon: bool = False,
+    refusal: list | None = None,
 ) -> tuple[QuietWindow, np.ndarray, np.ndarray] | None:
     """The quiet steps ``engine`` would take from ``start_s`` (their start and end times, float64 arrays), or None.
 
     With ``cross_horizon`` the window also holds the step in progress at ``horizon_s`` (it starts before and ends at
     or after it), as the step loop runs it: a request arriving at the horizon waits for that step's end. The caller
     then records the window after the arrival (its last row counts the requests waiting) and avoids an arrival at
-    exactly that step's end (which of the two comes first is its event loop's choice)."""
+    exactly that step's end (which of the two comes first is its event loop's choice).
+
+    With requests waiting, a window only where none can be admitted (``admits_none``): it ends with its first finish
+    at the latest, and the caller's horizon is then only the one its event loop needs (arrivals just wait). A caller
+    that passes ``refusal`` (a list) learns why such a window was refused when no window can form until a sequence
+    finishes or is preempted (one finishes, or a block allocation fails, within ``min_steps``): 'finish' is
+    appended."""
     scheduler = engine.scheduler
     running = scheduler.running
-    if scheduler.waiting or not running or len(running) > scheduler.config.max_num_batched_tokens:
+    if not running or len(running) > scheduler.config.max_num_batched_tokens:
         return None
+    waiting = bool(scheduler.waiting)
+    if waiting:
+        if not admits_none(scheduler):
+            return None
+        newest = running[-1]  # the one most likely still in its prompt (admitted last): one look before the pass
+        if len(newest.token_ids) - newest.num_computed_tokens != 1:
+            return None
     scheduler.settle_tokens()  # every row is read below, and a window moves them all (lazy tokens: their debts paid)
     token_is_eos = token_id in scheduler.eos_token_ids
     lefts = []  # the step (counted from 1) in which each sequence finishes
@@ -82,9 +119,15 @@ def plan_quiet_window(
         if (token_is_eos and not params.ignore_eos) or (params.stop_token_ids and token_id in params.stop_token_ids):
             return None  # the token would stop it: a finish the window does not model
         lefts.append(seq.max_num_tokens - num_tokens)
-    # After the last sequence finishes the batch is empty: the window ends there at the latest.
-    steps = _steps_with_free_blocks(scheduler.block_manager, running, lefts, min(max_steps, max(lefts)))
+    # After the last sequence finishes the batch is empty: the window ends there at the latest; with requests
+    # waiting, after the first finish (the step after it may admit one).
+    last_step = min(lefts) if waiting else max(lefts)
+    steps = _steps_with_free_blocks(scheduler.block_manager, running, lefts, min(max_steps, last_step))
     if steps < min_steps:
+        if waiting and refusal is not None and steps < max_steps:
+            # Not max_steps: a finish (the window's end) or a block that may not be free comes first, and until then
+            # lefts only shrink and blocks are only taken (none is admitted, none finishes).
+            refusal.append("finish")
         return None
     bounds = [0]
     bounds.extend(sorted({left for left in lefts if left < steps}))
@@ -125,7 +168,8 @@ def plan_quiet_window(
     stopped_by_horizon = num_steps < steps
     if stopped_by_horizon:
         bounds = _cut_segments(bounds, batches, num_steps)
-    window = QuietWindow(num_steps, float(ends[-1]), stopped_by_horizon, bounds, batches, lefts, continues_first)
+    window = QuietWindow(num_steps, float(ends[-1]), stopped_by_horizon, bounds, batches, lefts, continues_first,
+                         waiting)
     return window, starts, ends
 
 
@@ -163,7 +207,9 @@ class QuietRun:
     scheduled before ``t`` has taken its blocks and registered its full blocks (a step does so when it is
     scheduled, at its start), and every step that ended before ``t`` has finished its sequences (at its end).
     ``cut(t)`` ends the window after the step in progress at ``t`` (a request arrived: the step after it schedules
-    that request), ``stop(t)`` ends it where a stopped simulation leaves it (its steps that ended before ``t``),
+    that request; a window that ``admits_none`` is not cut, the request only waits), ``waited(t)`` notes that the
+    waiting queue grew at ``t`` (a request joined it: the rows of the steps that end from ``t`` on count it),
+    ``stop(t)`` ends it where a stopped simulation leaves it (its steps that ended before ``t``),
     and ``finish()`` applies the rest and writes the window's step-log rows, at the window's end.
     A step that starts or ends exactly at ``t`` is the caller's to avoid: which comes first then depends on
     its event loop's order. The tokens and token times of the whole window are appended up front (a cut takes
@@ -171,7 +217,7 @@ class QuietRun:
     blocks its steps fill."""
 
     __slots__ = ("engine", "window", "starts", "ends", "next_event_s", "_running", "_starting", "_lasts", "_events",
-                 "_next", "_used_after_step", "_rows", "_used")
+                 "_next", "_used_after_step", "_rows", "_used", "_num_waiting", "_waited_s", "_waited")
 
     def __init__(self, engine, token_id: int, window: QuietWindow, starts: np.ndarray, ends: np.ndarray) -> None:
         block_manager = engine.scheduler.block_manager
@@ -251,6 +297,16 @@ class QuietRun:
         self._used_after_step = array("q")
         self._rows = 0
         self._used = block_manager.num_used_blocks
+        # The requests waiting at the window's start, and (waited) when the queue grew since and to how many.
+        self._num_waiting = len(engine.scheduler.waiting)
+        self._waited_s: list[float] = []
+        self._waited: list[int] = []
+
+    def waited(self, t_s: float) -> None:
+        """A request joined the waiting queue at ``t_s`` (it arrived: a step ending at ``t_s`` or later counts it in
+        its row, as the step loop's postprocess, after the arrival, does)."""
+        self._waited_s.append(t_s)
+        self._waited.append(len(self.engine.scheduler.waiting))
 
     def _event_s(self, position: int) -> float:
         """When event ``position`` happens: a block event when its step is scheduled, a finish when it ends."""
@@ -362,15 +418,38 @@ class QuietRun:
                                                steps)
         step_log = self.engine.step_log
         bounds, lefts, starts, ends = window.bounds, window.lefts, self.starts, self.ends
-        last_segment = len(window.batches) - 1
-        # Whether the runner launches a step that repeats its batch ahead of it (no one waits in a window).
-        ran_ahead = int(getattr(self.engine.runner, "runs_decode_ahead", False))
+        # Whether the runner launches a step that repeats its batch ahead of it: where no request can be admitted next
+        # (ScheduledBatch.next_admits_none, as the simulator's runner reads it): every step of a window nobody waits
+        # through; one that requests wait through only at max_num_seqs (its batch, one segment, may also be held by
+        # the token budget alone, where a launch waits for the scheduler).
+        scheduler = self.engine.scheduler
+        ran_ahead = int(getattr(self.engine.runner, "runs_decode_ahead", False) and (
+            not window.admits_none or len(self._running) >= scheduler.config.max_num_seqs))
+        waiting = self._waiting_after_steps(steps)
         for j, (bs, contexts, longest) in enumerate(window.batches):
             first, end = bounds[j], bounds[j + 1]
             num_finishing = lefts.count(end)  # in the segment's last step
-            # Requests routed here during the last step (the window was cut after it) wait after it.
-            num_waiting = len(self.engine.scheduler.waiting) if j == last_segment else 0
-            step_log.extend_quiet(bs, contexts, longest, used_after_step[first:end], float(starts[first]),
-                                  ends[first:end], num_finishing, num_waiting, 0 if j else window.continues_first,
-                                  ran_ahead)
+            # Rows of the same waiting count but maybe the last, one run each (mostly the segment is one).
+            run_first = first
+            while run_first < end:
+                num_waiting = waiting[run_first]
+                run_end = run_first + 1
+                while run_end < end and waiting[run_end - 1] == num_waiting:
+                    run_end += 1
+                k = run_first - first
+                step_log.extend_quiet(bs, contexts + bs * k, longest + k, used_after_step[run_first:run_end],
+                                      float(starts[run_first]), ends[run_first:run_end],
+                                      num_finishing if run_end == end else 0, waiting[run_end - 1],
+                                      1 if k else 0 if j else window.continues_first, ran_ahead, num_waiting)
+                run_first = run_end
         return finished
+
+    def _waiting_after_steps(self, steps: int) -> list[int]:
+        """The requests waiting after each of the window's ``steps`` steps, as the step loop counts them: those at
+        its start and those that joined by the step's end (an arrival at a step's very end comes before its
+        postprocess). Nobody leaves the queue in a window (none is admitted)."""
+        if not self._waited_s:
+            return [self._num_waiting] * steps
+        counts = [self._num_waiting, *self._waited]
+        joined = np.searchsorted(np.asarray(self._waited_s, dtype=np.float64), self.ends[:steps], side="right")
+        return [counts[n] for n in joined.tolist()]

@@ -93,7 +93,7 @@ SERVED_FINISH_REASONS: tuple[str, ...] = tuple(r.value for r in FinishReason if 
 
 # Columns a quiet run keeps as one number per run (num_seqs, the first context, ...), expanded by to_arrow.
 _RUN_FIELDS = ("row", "num_steps", "num_seqs", "decode_context_tokens", "max_decode_context_tokens",
-               "num_finished_last", "num_waiting_last", "continues_first", "ran_ahead")
+               "num_finished_last", "num_waiting_last", "continues_first", "ran_ahead", "num_waiting")
 
 
 class StepLog:
@@ -102,7 +102,7 @@ class StepLog:
     Rows come one step at a time (``record``) or as runs of quiet decode steps (``extend_quiet``). A run writes
     only what varies step by step, each step's blocks in use and end time (its start is the step before's end, the
     run's first start is kept once, and its duration is the difference, computed as ``record`` is given it), and
-    one entry of eight numbers; ``to_arrow`` expands it into the rows ``record`` would have written. A quiet step
+    one entry of ten numbers; ``to_arrow`` expands it into the rows ``record`` would have written. A quiet step
     costs 16 bytes, a recorded one 136 (17 columns)."""
 
     def __init__(self, replica: int = 0, num_kv_blocks: int = 1) -> None:
@@ -150,17 +150,19 @@ class StepLog:
 
     def extend_quiet(self, num_seqs: int, decode_context_tokens: int, max_decode_context_tokens: int,
                      num_kv_blocks_used: array, start_s: float, ends_s: np.ndarray, num_finished_last: int = 0,
-                     num_waiting_last: int = 0, continues_first: int = 0, ran_ahead: int = 0) -> None:
+                     num_waiting_last: int = 0, continues_first: int = 0, ran_ahead: int = 0,
+                     num_waiting: int = 0) -> None:
         """The rows of a run of quiet decode steps (engine.core.quiet_window), as record() would write them:
         the same batch every step, each context one token longer than in the step before,
         ``num_finished_last`` sequences finishing in the last step and ``num_waiting_last`` requests waiting
-        after it (they arrived during it: a window is cut after the step a request arrives in), and
+        after it (they arrived during it: a window is cut after the step a request arrives in; ``num_waiting``
+        after each step before it: requests that wait through a window no one can be admitted in), and
         ``continues_first`` the first step's ``continues_batch`` (every later step continues its batch), ``ran_ahead``
         that of each step that continues its batch (the runner launches such steps ahead, 1, or not, 0). The first step
         starts at ``start_s`` and each later one when the one before ends; ``ends_s`` (float64) is copied in as a
         buffer, ``num_kv_blocks_used`` is an array('q')."""
         self._runs.extend((len(self), len(ends_s), num_seqs, decode_context_tokens, max_decode_context_tokens,
-                           num_finished_last, num_waiting_last, continues_first, ran_ahead))
+                           num_finished_last, num_waiting_last, continues_first, ran_ahead, num_waiting))
         self._run_starts_s.append(start_s)
         self._quiet_kv_blocks_used.extend(num_kv_blocks_used)
         self._quiet_ends_s.frombytes(ends_s.tobytes())
@@ -178,7 +180,8 @@ class StepLog:
         runs = np.frombuffer(self._runs, dtype=np.int64).reshape(-1, len(_RUN_FIELDS))
         if not len(runs):
             return values
-        rows, lengths, num_seqs, contexts, longest, finished_last, waiting_last, continues_first, runs_ahead = runs.T
+        (rows, lengths, num_seqs, contexts, longest, finished_last, waiting_last, continues_first, runs_ahead,
+         waiting) = runs.T
         num_runs = len(runs)
         # Segments in row order: the recorded steps before each run one by one, then the run; then the steps after.
         after_previous = np.zeros(num_runs, dtype=np.int64)
@@ -239,7 +242,8 @@ class StepLog:
         values["decode_context_tokens"] = growing(values["decode_context_tokens"], contexts, num_seqs)
         values["max_decode_context_tokens"] = growing(values["max_decode_context_tokens"], longest,
                                                       np.ones(num_runs, dtype=np.int64))
-        for name in ("num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_waiting",
+        values["num_waiting"] = expand(values["num_waiting"], waiting)
+        for name in ("num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens",
                      "num_preempted", "prefill_attention_pairs", "num_finished"):
             values[name] = expand(values[name], 0)
         continues = expand(values["continues_batch"], 1)  # a quiet step after the first repeats the batch before it

@@ -237,7 +237,21 @@ def _fit_unprepared(points: list[dict], decode: dict, graph_sizes: list[int]) ->
 # the default replays take: with temperature alone, or with top-k / top-p filters as well. sim.profile times decode
 # steps whose every row samples so ('sampling_points'), each beside the greedy point of the same batch.
 SAMPLING_MODES = ("temperature", "filters")
-_MAX_SAMPLING_ROWS = 2**40  # as sim.config.MAX_SIM_LIMIT: a step's rows
+
+
+def sampled_rows(batch: ScheduledBatch) -> int:
+    """The rows of ``batch`` that sample a token, as the engine's runner picks them (ModelRunner.plan's sample_rows):
+    those whose new tokens end their sequence's tokens. A prefill chunk that leaves its prompt unfinished samples
+    nothing, nor does a prompt's chunk of one token (the budget's last) that leaves it so, though it runs as a decode
+    row; every row was charged the sampler's cost: a 5,000-token prompt's first two 2,048-token chunks, which sample
+    nothing, took sampling_s(1) each (0.4 ms with top-k on the H200's shape). A decode-only step's rows are taken to
+    sample without reading them, as the graph decode steps and quiet windows price them (a one-token chunk there is
+    rare: its budget is all but one token decodes)."""
+    if not batch.num_prefill_seqs:
+        return batch.num_seqs
+    # Lazy decode rows owe their tokens and their count alike (engine.core.steady_decodes): the test holds for them.
+    return sum(1 for seq, num_new in zip(batch.seqs, batch.num_new_tokens)
+               if seq.num_computed_tokens + num_new == seq.num_tokens)
 
 
 def fit_sampling(sampling_points: list[dict]) -> dict:
@@ -318,6 +332,9 @@ def _check_sampling_points(points: object) -> None:
     """sim.profile's sampled decode points (absent from profiles measured before them): what fit_profile reads."""
     if not isinstance(points, list):
         raise ValueError(f"field 'sampling_points' is {shown(points)}; expected a list of sampled decode points")
+    # fit_sampling keeps one extra a mode and batch size: of two points of the same (profiles merged by hand, or two
+    # contexts), the later one was taken without a word (1 ms one point, 7 ms the other: 7 ms a step).
+    seen: dict[tuple[str, int], int] = {}
     for i, p in enumerate(points):
         where = f"sampling_points[{i}]"
         decode = p.get("decode") if isinstance(p, dict) else None
@@ -330,6 +347,12 @@ def _check_sampling_points(points: object) -> None:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= _MAX_COEFFICIENT:
                 raise ValueError(f"{where}: {name!r} is {value!r}; expected a finite number of seconds > 0, at most "
                                  f"{_MAX_COEFFICIENT:g}")
+        key = (p["sampling"], decode[0])
+        if key in seen:
+            raise ValueError(f"{where}: a second {key[0]!r} point of batch size {key[1]} (also sampling_points"
+                             f"[{seen[key]}]); expected one a sampling mode and batch size, as python -m sim.profile "
+                             "measures them")
+        seen[key] = i
 
 
 def _check_deployment(profile: object) -> None:
@@ -923,8 +946,10 @@ class ProfiledCostModel:
             return None
         return (max(real_s - self.device_factor * gpu, 0.0), floor) if self.eager_form == "sum" else (real_s, floor)
 
-    def predict(self, f: dict, host_slowdown: float | None = None) -> float:
-        """Step time for features ``f`` at ``host_slowdown`` against the grid (default: the calibrated average)."""
+    def predict(self, f: dict, host_slowdown: float | None = None, num_sampled_rows: int | None = None) -> float:
+        """Step time for features ``f`` at ``host_slowdown`` against the grid (default: the calibrated average).
+        ``num_sampled_rows``: the rows of an eager step that sample (sampled_rows); features alone cannot tell a
+        prefill chunk that ends its prompt from one that does not, so without it every row is taken to sample."""
         slowdown = self.host_factor if host_slowdown is None else host_slowdown
         if _is_graph_step(f, self.max_graph_bs):
             # Step logs recorded before max_decode_context_tokens or continues_batch: priced as they were then.
@@ -938,7 +963,9 @@ class ProfiledCostModel:
             return price + sampling_s if sampling_s else price  # step_time_s's and decode_run_s's order of additions
         floor, gpu = self.eager_parts(f)
         price = max(float(self.combine(slowdown * floor, self.device_factor * gpu)), self._min_s)
-        return price + self.sampling_s(f["num_seqs"]) if self._sampling_sizes else price
+        if not self._sampling_sizes:
+            return price
+        return price + self.sampling_s(f["num_seqs"] if num_sampled_rows is None else num_sampled_rows)
 
     def _decode_grid(self, bs: int, kv, longest, continues: int):
         """A graph decode step's time on the grid, before serving factors; operators only, so the contexts may be
@@ -959,7 +986,8 @@ class ProfiledCostModel:
                 price = price + self._decode_extra_s[bs]
             sampling_s = self._sampling_s[bs]
             return price + sampling_s if sampling_s else price
-        return self.predict(batch_features(batch), host_slowdown)
+        return self.predict(batch_features(batch), host_slowdown,
+                            sampled_rows(batch) if self._sampling_sizes else None)
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:
         """``step_time_s`` of a run of decode steps at once: ``batch``'s decode_context_tokens and

@@ -101,12 +101,19 @@ def test_a_sampled_replay_keeps_the_schedule_and_its_steps_take_the_extra(sample
     config = SimConfig(cost_model=str(sampled_profile), temperature=0.6, top_k=20, top_p=0.95)
     sampled = simulate(trace, config, fast_forward=fast_forward)
     _, greedy_steps = result_tables(greedy)
-    _, sampled_steps = result_tables(sampled)
+    sampled_requests, sampled_steps = result_tables(sampled)
     timing = ["start_s", "duration_s"]
     assert sampled_steps.drop(timing).equals(greedy_steps.drop(timing))  # offline: the same batches, step by step
     model = ProfiledCostModel.load(sampled_profile, sampling="filters")
     added = sampled_steps["duration_s"].to_numpy() - greedy_steps["duration_s"].to_numpy()
-    expected = [model.sampling_s(n) for n in sampled_steps["num_seqs"].to_list()]
+    # The rows that sample, as the tokens each step gave (a token's time is its step's end): not every row, as the
+    # prompts over the first steps' 8,192-token budget are cut into chunks, and a chunk that leaves its prompt
+    # unfinished samples nothing.
+    ends = (sampled_steps["start_s"] + sampled_steps["duration_s"]).to_numpy()
+    token_times = sampled_requests["token_times_s"].explode().to_numpy()
+    rows = np.bincount(np.searchsorted(ends, token_times - 1e-9), minlength=len(ends))
+    assert (rows < sampled_steps["num_seqs"].to_numpy()).any()
+    expected = [model.sampling_s(n) for n in rows.tolist()]
     np.testing.assert_allclose(added, expected, rtol=1e-9, atol=1e-12)
     assert sampled.describe()["temperature"] == 0.6 and sampled.describe()["top_k"] == 20
     assert "top_k" not in greedy.describe() and "top_p" not in greedy.describe()  # recorded only when on

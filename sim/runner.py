@@ -35,6 +35,12 @@ def _steps_within(span_s: float, step_s: float, max_steps: int) -> int:
 SIMULATED_TOKEN_ID = -1
 
 
+def first_token_id(seq_id: int) -> int:
+    """The first token a sampled sequence gets (CostModelRunner.distinct_first_tokens): negative as the common one (no
+    prompt holds it), below it, and within int32 (the prefix cache hashes tokens as int32)."""
+    return -2 - seq_id % (2**31 - 2)
+
+
 class CostModelRunner:
     """Samples a fixed token for every sequence: output lengths come from the trace (as with ignore_eos),
     and since block hashes chain over the prompt and the token is one no prompt holds, generated tokens never fake
@@ -42,7 +48,7 @@ class CostModelRunner:
     the step's start."""
 
     def __init__(self, cost_model: CostModel, token_id: int = SIMULATED_TOKEN_ID, host_speed: HostSpeed | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, distinct_first_tokens: bool = False) -> None:
         if host_speed is not None and clock is None:
             raise ValueError("a host speed that varies over time needs the simulation clock")
         self.cost_model = cost_model
@@ -52,6 +58,12 @@ class CostModelRunner:
         self.token_id = token_id
         self.host_speed = host_speed
         self.clock = clock
+        # Requests that sample with a temperature: each one's first token is its own (first_token_id), the rest the
+        # common token. Two requests of one prompt then get continuations whose KV blocks hash apart, as a sampling
+        # engine's do: with one token for all, a preempted one came back on the other's generated blocks in the
+        # prefix cache, which the engine's differing samples never hold (tests/engine/test_probe_session29_b.py).
+        # Greedy requests of one prompt continue alike on the GPU too: they keep the common token.
+        self.distinct_first_tokens = distinct_first_tokens
 
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
         start_s = 0.0
@@ -64,7 +76,12 @@ class CostModelRunner:
         # request still waits at its schedule (unless the batch is full, when both flags hold): its own flag says
         # it. Every repeating step was marked: under KV pressure, with requests waiting that did not fit, the
         # engine ran 21 of 113 such steps ahead (tests/engine/test_probe_session29_b.py).
-        return RunnerOutput([self.token_id] * len(batch.seqs), self.duration_at(batch, start_s),
+        tokens = [self.token_id] * len(batch.seqs)
+        if self.distinct_first_tokens and batch.num_prefill_seqs:  # (a decode-only step samples no first token)
+            for row, (seq, num_new) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
+                if seq.num_computed_tokens + num_new == seq.num_prompt_tokens == len(seq.token_ids):
+                    tokens[row] = first_token_id(seq.seq_id)
+        return RunnerOutput(tokens, self.duration_at(batch, start_s),
                             self.runs_decode_ahead and batch.continues_batch == 1 and batch.next_admits_none)
 
     def duration_at(self, batch: ScheduledBatch, start_s: float) -> float:

@@ -282,7 +282,8 @@ def simulate(
             sched_config,
             # one host-speed process per replica: each replica is its own machine
             CostModelRunner(for_replica(cost_model, i),
-                            host_speed=parse_host_slowdown(config.host_slowdown, config.seed + i), clock=clock),
+                            host_speed=parse_host_slowdown(config.host_slowdown, config.seed + i), clock=clock,
+                            distinct_first_tokens=config.sampling_mode(model.vocab_size) != "greedy"),
             clock=clock,
             eos_token_ids=model.eos_token_ids,
             replica=i,

@@ -23,12 +23,14 @@ Found:
   waiting request and marks as before). Pricing unchanged: a repeating step is priced as the profile's grid
   measured it (launched ahead) either way (README); the GPU runner's own limits (scratch blocks for rows opening
   a block in lockstep, decode batches past the largest graph) are not modelled.
-- Not fixed (xfail below): identical prompts sampled (engine.replay --temperature 0.7) under KV pressure. Every
-  simulated sequence samples the same token (sim.runner.SIMULATED_TOKEN_ID), so two requests with one prompt get
-  one continuation and share its full blocks in the prefix cache; the engine's samples differ. A preempted one was
-  re-admitted on the other's generated blocks in the simulator only (step 30 of 117: three rows against two). Greedy
-  on the CPU (identical continuations) matches; a GPU's greedy rows may part too. A token per sequence would break
-  the one-token lazy and quiet-window paths: left to the main session.
+- Identical prompts sampled (engine.replay --temperature 0.7) under KV pressure. Every simulated sequence sampled
+  the same token (sim.runner.SIMULATED_TOKEN_ID), so two requests with one prompt got one continuation and shared
+  its full blocks in the prefix cache; the engine's samples differ. A preempted one was re-admitted on the other's
+  generated blocks in the simulator only (step 30 of 117: three rows against two). Fixed in the main session: with
+  the replay's sampling given (sim.replay --temperature, SimConfig), each sequence's first token is its own
+  (sim.runner.first_token_id), which chains every block of its continuation apart; the later tokens stay one (the
+  lazy and quiet-window paths need that). Greedy requests keep the common token: identical prompts continue alike
+  (on the CPU; a GPU's greedy rows may part).
 """
 
 from __future__ import annotations
@@ -146,8 +148,6 @@ def test_offline_simulation_forms_the_real_batches_and_marks_the_steps_it_ran_ah
         assert (real["continues_batch"] - real["ran_ahead"]).sum() > 50 and real["num_preempted"].sum() > 0
 
 
-@pytest.mark.xfail(strict=True, reason="one simulated token for every sequence: identical prompts share their "
-                   "continuations' blocks, which sampled engine outputs do not (module docstring)")
 def test_identical_prompts_sampled_under_kv_pressure(tiny_qwen3, tmp_path):
     from sim.config import SimConfig
     from sim.simulator import simulate
@@ -164,8 +164,13 @@ def test_identical_prompts_sampled_under_kv_pressure(tiny_qwen3, tmp_path):
     model_dir, _ = tiny_qwen3
     assert engine_replay([str(trace_path), "--model", model_dir, "--offline", *flags, "--quiet", "--no-report",
                           "--warmup-requests", "0", "--temperature", "0.7", "--out", str(tmp_path / "real")]) == 0
-    result = simulate(load_trace(trace_path).offline(), SimConfig(model=model_dir, **options),
+    result = simulate(load_trace(trace_path).offline(), SimConfig(model=model_dir, temperature=0.7, **options),
                       cost_model=AheadCostModel())
     real = pl.read_parquet(tmp_path / "real" / "steps.parquet").select(COMPARED)
     assert real["num_preempted"].sum() > 0
     assert real.equals(pl.from_arrow(result.steps_table()).select(COMPARED))
+    # Simulated as greedy (one token for every row), the two requests of one prompt shared their continuations'
+    # blocks, and the schedules parted at step 30
+    greedy = simulate(load_trace(trace_path).offline(), SimConfig(model=model_dir, **options),
+                      cost_model=AheadCostModel())
+    assert not real.equals(pl.from_arrow(greedy.steps_table()).select(COMPARED))

@@ -179,3 +179,30 @@ def test_refits_keep_the_sampling_and_malformed_ones_are_named():
     profile["sampling_points"] = [{"sampling": "filters", "decode": [1, 1024], "median_s": 1e-3}]
     with pytest.raises(ValueError, match=r"sampling_points\[0\]: 'greedy_median_s' is None; expected a finite"):
         fit_profile(profile)
+
+
+@pytest.mark.parametrize("num_replicas, router", [(1, "rr"), (2, "prefix")])
+def test_identical_prompts_sampled_keep_their_continuations_apart(num_replicas, router):
+    """Sampled requests of one prompt continue differently, as an engine's samples do: each simulated sequence's first
+    token is its own (sim.runner.first_token_id), so no continuation's blocks hit another's in the prefix cache; a
+    greedy replay keeps one token for all (identical prompts continue alike). Fast-forward changes nothing."""
+    import polars as pl
+
+    from engine.core.block_manager import prefix_block_hashes
+    from sim.runner import SIMULATED_TOKEN_ID, first_token_id
+    from tests.sim.helpers import trace_frame
+    from traces.schema import Trace
+
+    prompt = list(range(100, 164))
+    frame = trace_frame([64] * 12, [40 + i for i in range(12)], [0.01 * i for i in range(12)])
+    trace = Trace.from_frame(frame.with_columns(pl.Series("prompt_token_ids", [prompt] * 12)), "one prompt")
+    assert first_token_id(0) != first_token_id(1) and first_token_id(0) < SIMULATED_TOKEN_ID
+    assert prefix_block_hashes([*prompt, first_token_id(3)] + [-1] * 15, 16)[-1] != \
+        prefix_block_hashes([*prompt, first_token_id(4)] + [-1] * 15, 16)[-1]
+    config = SimConfig(temperature=0.8, block_size=16, num_gpu_blocks=12, num_replicas=num_replicas, router=router)
+    on_requests, on_steps = result_tables(simulate(trace, config))
+    off_requests, off_steps = result_tables(simulate(trace, config, fast_forward=False))
+    assert on_steps.equals(off_steps) and on_requests.equals(off_requests)
+    if num_replicas == 1:  # preempted requests came back on another's continuation (greedy) or on their own only
+        greedy_requests, _ = result_tables(simulate(trace, SimConfig(block_size=16, num_gpu_blocks=12)))
+        assert on_requests["num_preemptions"].sum() == 23 and greedy_requests["num_preemptions"].sum() == 24

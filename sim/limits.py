@@ -159,6 +159,15 @@ def sampling_warning(config: SimConfig, model: ModelShape, profile: dict | None)
                                              "greedy ones, short by what the sampler adds")]
 
 
+def sampling_note(config: SimConfig, model: ModelShape) -> str | None:
+    """``sampling_not_measured``'s message for ``config``'s cost model before any run (analysis.capacity's notes), or
+    None where the requests are greedy or their sampling is priced."""
+    path = chosen_profile(config, model)
+    profile = json.loads(read_json_input(path)) if path is not None else None
+    warnings = sampling_warning(config, model, profile if isinstance(profile, dict) else None)
+    return warnings[0]["message"] if warnings else None
+
+
 def _beyond(steps: pl.DataFrame, num_steps: int, values: pl.Expr, limit: int, code: str, what: str) -> list[dict]:
     """A warning when some of ``steps`` exceed ``limit``; ``num_steps``: all the run's steps, for the share."""
     over = steps.select(values.alias("v")).filter(pl.col("v") > limit)

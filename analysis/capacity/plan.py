@@ -39,6 +39,7 @@ from analysis.stats import round_sig
 from engine.core.config_args import build_config
 from engine.core.host_memory import host_memory_available
 from sim.config import SimConfig
+from sim.limits import sampling_note
 from sim.simulator import cost_model_description, make_cost_model
 from traces.requests import check_host_memory
 
@@ -251,7 +252,8 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
             if rejections.refusal:
                 _fail(parser, f"configuration {label!r}: {rejections.refusal}; expected a configuration that serves "
                               "the trace's prompts")
-            config_notes.append((rejections.note,) if rejections.note else ())
+            # A sampled sweep priced as greedy (the profile measured no sampling) says so in every answer's notes.
+            config_notes.append(tuple(note for note in (rejections.note, sampling_note(config, shape)) if note))
             cost_models.append(cost_model_description(make_cost_model(config, shape), config.host_slowdown))
         except (ValueError, FileNotFoundError) as exc:
             _fail(parser, f"configuration {label!r}: {exc}")

@@ -288,3 +288,18 @@ def test_a_band_replay_perturbs_the_simulated_deployment() -> None:
     band = evaluate_point(library, workload, slos, PointJob(config, 4.0, 0, band_replay=True))
     again = evaluate_point(library, workload, slos, PointJob(config, 4.0, 0, band_replay=True))
     assert band.latency_ms != plain.latency_ms and band == again
+
+
+def test_a_sampled_sweep_priced_as_greedy_says_so_in_its_notes(tmp_path: Path) -> None:
+    """--temperature with a profile that measured no sampling (the shipped ones) answers at greedy prices: every
+    answer's notes say so, as sim.replay's sampling_not_measured warning does."""
+    common = [TRACE, "--limit", "200", "--jobs", "1", "--quiet", "--no-duration-check", "--min-duration-s", "0",
+              "--min-requests", "100", "--max-iterations", "3", "--slo", "ttft_p90=2s"]
+    assert main([*common, "--temperature", "0.6", "--top-k", "20", "--out", str(tmp_path / "sampled")]) == 0
+    (record,) = json.loads((tmp_path / "sampled" / "capacity.json").read_text())
+    assert record["notes"][0] == ("every request samples with top-k or top-p, but the profile has no sampled steps "
+                                  "(measured before python -m sim.profile timed them): steps are priced as greedy "
+                                  "ones, short by what the sampler adds")
+    assert main([*common, "--out", str(tmp_path / "greedy")]) == 0
+    (greedy,) = json.loads((tmp_path / "greedy" / "capacity.json").read_text())
+    assert not any("sampl" in note for note in greedy["notes"]) and greedy["max_qps"] == record["max_qps"]

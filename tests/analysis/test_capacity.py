@@ -293,8 +293,15 @@ def test_a_band_replay_perturbs_the_simulated_deployment() -> None:
 def test_a_sampled_sweep_priced_as_greedy_says_so_in_its_notes(tmp_path: Path) -> None:
     """--temperature with a profile that measured no sampling (the shipped ones) answers at greedy prices: every
     answer's notes say so, as sim.replay's sampling_not_measured warning does."""
+    from sim.profiled_cost_model import profile_path
+
+    profile = json.loads(profile_path("qwen3-0.6b", "h200").read_text())
+    profile.pop("sampling_points", None)  # as measured before sim.profile timed sampled steps
+    profile["fit"].pop("sampling", None)
+    unsampled = tmp_path / "qwen3-0.6b.json"
+    unsampled.write_text(json.dumps(profile))
     common = [TRACE, "--limit", "200", "--jobs", "1", "--quiet", "--no-duration-check", "--min-duration-s", "0",
-              "--min-requests", "100", "--max-iterations", "3", "--slo", "ttft_p90=2s"]
+              "--min-requests", "100", "--max-iterations", "3", "--slo", "ttft_p90=2s", "--cost-model", str(unsampled)]
     assert main([*common, "--temperature", "0.6", "--top-k", "20", "--out", str(tmp_path / "sampled")]) == 0
     (record,) = json.loads((tmp_path / "sampled" / "capacity.json").read_text())
     assert record["notes"][0] == ("every request samples with top-k or top-p, but the profile has no sampled steps "

@@ -271,13 +271,24 @@ def _check_slo(run: Run, base: Run) -> None:
 
 
 def _check_sampling(run: Run, base: Run) -> None:
-    # Recorded as engine.replay records them; the shipped profile has no sampled steps, so the run is priced as the
-    # greedy one, and says so (tests/sim/test_sampling_cost.py prices a profile that has them).
+    # Recorded as engine.replay records them. The shipped profile prices the sampling where it measured it (each step
+    # longer by what its sampling rows add, the same batches: sharegpt's prompts all differ); a profile measured
+    # before sampled points prices the greedy steps and says so (tests/sim/test_sampling_cost.py has both).
+    from sim.profiled_cost_model import ProfiledCostModel, profile_path
+
     assert {k: run.config.get(k) for k in ("temperature", "top_k", "top_p")} == {"temperature": 0.6, "top_k": 20,
                                                                                  "top_p": 0.95}
     assert base.config["temperature"] == 0.0 and "top_k" not in base.config and "top_p" not in base.config
-    assert [w["code"] for w in run.summary["warnings"]] == ["sampling_not_measured"]
-    assert run.steps.equals(base.steps) and not base.summary["warnings"]
+    assert not base.summary["warnings"]
+    model = ProfiledCostModel.load(profile_path("qwen3-0.6b", "h200"), sampling="filters")
+    if not model._sampling_sizes:
+        assert [w["code"] for w in run.summary["warnings"]] == ["sampling_not_measured"]
+        assert run.steps.equals(base.steps)
+        return
+    assert not run.summary["warnings"]
+    timing = ["start_s", "duration_s"]
+    assert run.steps.drop(timing).equals(base.steps.drop(timing))
+    assert (run.steps["duration_s"] > base.steps["duration_s"]).all() and run.tpot_ms > base.tpot_ms
 
 
 def _check_host_slowdown(run: Run, base: Run) -> None:

@@ -27,6 +27,7 @@ TEMPERATURE = {"batch_sizes": [1, 256], "extra_s": [2e-5, 1e-4]}
 @pytest.fixture(scope="module")
 def sampled_profile(tmp_path_factory) -> Path:
     profile = json.loads(SHIPPED.read_text())
+    profile.pop("sampling_points", None)  # the made-up extras below are the only ones (refits would take the points')
     profile["fit"]["sampling"] = {"filters": FILTERS, "temperature": TEMPERATURE}
     path = tmp_path_factory.mktemp("profile") / "qwen3-0.6b.json"
     path.write_text(json.dumps(profile))
@@ -128,10 +129,20 @@ def test_fast_forward_changes_nothing_of_a_sampled_replay(sampled_profile):
     assert on_steps.equals(off_steps) and on_requests.equals(off_requests)
 
 
+def _unsampled_profile(tmp_path) -> Path:
+    """The shipped profile as it was before sim.profile measured sampled steps."""
+    profile = json.loads(SHIPPED.read_text())
+    profile.pop("sampling_points", None)
+    profile["fit"].pop("sampling", None)
+    path = tmp_path / "qwen3-0.6b.json"
+    path.write_text(json.dumps(profile))
+    return path
+
+
 def test_sim_replay_warns_where_the_profile_did_not_measure_the_sampling(tmp_path):
     trace = write_trace(tmp_path / "trace.parquet", [100, 200], [5, 6], [0.0, 0.1])
     result = run_cli([str(trace), "--temperature", "0.6", "--top-k", "20", "--out", str(tmp_path / "run"),
-                      "--no-report"])
+                      "--no-report", "--cost-model", str(_unsampled_profile(tmp_path))])
     assert result.returncode == 0, result.stderr
     assert "warning [sampling_not_measured]: every request samples with top-k or top-p, but the profile has no " \
            "sampled steps" in result.stdout + result.stderr

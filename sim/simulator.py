@@ -302,13 +302,25 @@ def simulate(
 
     checks_left = [_STEP_CHECK_EVERY]
 
-    def check_steps(count: int) -> None:
-        """StepLimitError once the step logs pass ``max_steps`` (every step has an end time in ``step_ends_s``)."""
+    def check_steps(count: int, final: bool = False) -> None:
+        """StepLimitError once the step logs pass ``max_steps`` (every step has an end time in ``step_ends_s``), and
+        at the end (``final``, the logs as they are): a run whose last check came before its last steps passed it
+        unchecked."""
         checks_left[0] -= count
-        if checks_left[0] > 0:
+        if final:
+            num_steps = sum(len(engine.step_log) for engine in engines)
+        elif checks_left[0] > 0:
             return
-        checks_left[0] = _STEP_CHECK_EVERY
-        num_steps = sum(map(len, step_ends_s))
+        else:
+            checks_left[0] = _STEP_CHECK_EVERY
+            num_steps = sum(map(len, step_ends_s))
+            now_s = env.now
+            for run in runs:
+                if run is not None:
+                    # A window's steps are in step_ends_s from its start: those not ended yet (one ending now: the
+                    # arrival checking comes first) are not in the step loop's logs. Counted, a window that requests
+                    # wait through (it spans their arrivals) stopped a run the step loop finished.
+                    num_steps -= len(run.ends) - int(np.searchsorted(run.ends, now_s, "left"))
         if num_steps > max_steps:
             raise StepLimitError(
                 f"the simulation reached {num_steps:,} engine steps across its replicas, and writing its outputs "
@@ -560,6 +572,8 @@ def simulate(
         for run in runs:  # windows in progress: their steps before now, as the step loop would have them
             if run is not None:
                 done(run.stop(stopped_s))
+    if max_steps is not None:
+        check_steps(0, final=True)
     # By finish time, then replica: the order the step loop records them in, except for finishes at the same
     # instant on two replicas (simpy's order, which differs once a window records its finishes at its end, or at
     # an arrival that reads it). A request turned away at the very instant a step ends comes after that step's

@@ -214,3 +214,21 @@ class StopAt:
 
     def check(self, now_s: float) -> bool:
         return True
+
+
+def record_waiting_windows(patch) -> list[int]:
+    """Make sim.simulator's planner (through ``patch``, a monkeypatch or its context) note the steps of every window it
+    plans while requests wait (engine.core.quiet_window.admits_none); returns the list it fills."""
+    import sim.simulator as simulator
+
+    plan = simulator.plan_quiet_window
+    waited: list[int] = []
+
+    def plan_and_note(engine, *args, **kwargs):
+        planned = plan(engine, *args, **kwargs)
+        if planned is not None and planned[0].admits_none:
+            waited.append(planned[0].num_steps)
+        return planned
+
+    patch.setattr(simulator, "plan_quiet_window", plan_and_note)
+    return waited

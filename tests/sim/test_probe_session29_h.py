@@ -40,7 +40,7 @@ import pytest
 import sim.simulator as simulator
 from sim.config import SimConfig
 from sim.simulator import StepLimitError, simulate
-from tests.sim.helpers import QuarterSecondSteps, StopAt, make_trace
+from tests.sim.helpers import QuarterSecondSteps, StopAt, make_trace, record_waiting_windows
 
 NUM_CASES = 240
 
@@ -128,16 +128,7 @@ def _check_num_waiting(result) -> bool:
 
 
 def test_seeded_fuzz_fast_forward_with_requests_waiting(monkeypatch):
-    plan = simulator.plan_quiet_window
-    waited = []
-
-    def plan_and_note(engine, *args, **kwargs):
-        planned = plan(engine, *args, **kwargs)
-        if planned is not None and planned[0].admits_none:
-            waited.append(planned[0].num_steps)
-        return planned
-
-    monkeypatch.setattr(simulator, "plan_quiet_window", plan_and_note)
+    waited = record_waiting_windows(monkeypatch)
     rng = random.Random(29_8)
     cases_with_windows = recounted = stopped_in_window = 0
     for case in range(NUM_CASES):
@@ -166,17 +157,8 @@ def test_waiting_windows_at_the_size_limit(max_num_seqs, monkeypatch):
     trace = make_trace([rng.randrange(4, 60) for _ in range(n)], [rng.randrange(20, 200) for _ in range(n)],
                        sorted(rng.uniform(0, 0.3) for _ in range(n)))
     config = SimConfig(max_num_seqs=max_num_seqs, block_size=16, host_slowdown="1")
-    plan = simulator.plan_quiet_window
-    waited = []
-
-    def plan_and_note(engine, *args, **kwargs):
-        planned = plan(engine, *args, **kwargs)
-        if planned is not None and planned[0].admits_none:
-            waited.append(planned[0].num_steps)
-        return planned
-
     with monkeypatch.context() as patch:
-        patch.setattr(simulator, "plan_quiet_window", plan_and_note)
+        waited = record_waiting_windows(patch)
         forwarded = simulate(trace, config)
     stepped = simulate(trace, config, fast_forward=False)
     assert forwarded.requests_table().equals(stepped.requests_table())

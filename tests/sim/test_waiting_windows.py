@@ -15,7 +15,7 @@ import engine.core.quiet_window as quiet_window
 import sim.simulator as simulator
 from sim.config import SimConfig
 from sim.simulator import simulate
-from tests.sim.helpers import SHAREGPT, QuarterSecondSteps, StopAt, make_trace
+from tests.sim.helpers import SHAREGPT, QuarterSecondSteps, StopAt, make_trace, record_waiting_windows
 from traces.schema import load_trace
 
 
@@ -26,17 +26,8 @@ def _identical(a, b) -> None:
 
 def _run(trace, config: SimConfig, monkeypatch, **kwargs):
     """(fast-forwarded, step by step, windows planned while requests waited, fast-forwarded steps without them)."""
-    plan = simulator.plan_quiet_window
-    waited = []
-
-    def plan_and_note(engine, *args, **kw):
-        planned = plan(engine, *args, **kw)
-        if planned is not None and planned[0].admits_none:
-            waited.append(planned[0].num_steps)
-        return planned
-
     with monkeypatch.context() as patch:
-        patch.setattr(simulator, "plan_quiet_window", plan_and_note)
+        waited = record_waiting_windows(patch)
         forwarded = simulate(trace, config, **kwargs)
     stepped = simulate(trace, config, fast_forward=False, **kwargs)
     with monkeypatch.context() as patch:

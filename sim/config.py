@@ -37,8 +37,9 @@ class SimConfig(EngineConfig):
         "measured serving average), a number, episodes:NORMAL,SLOW,FRACTION,MEAN_S (seeded random slow periods), or "
         "a CSV of start_s,slowdown (python -m sim.host_speed)")
 
-    # Every request's sampling, as engine.replay's options of the same names set it: the scheduling is the same, the
-    # steps take what the profile measured sampling to add (sim.profile's sampled decode points).
+    # Every request's sampling, as engine.replay's options of the same names set it: the steps take what the profile
+    # measured sampling to add (sim.profile's sampled decode points); the batches are the greedy replay's but for
+    # requests of one prompt (sim.runner.first_token_id).
     temperature: float = option(0.0, "every request's sampling temperature (0: greedy; steps are priced with the "
                                 "sampling cost the profile measured)")
     top_k: int = option(-1, "every request's top_k (-1: off; Qwen3's generation config serves 20)")

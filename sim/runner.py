@@ -42,7 +42,8 @@ def first_token_id(seq_id: int) -> int:
 
 
 class CostModelRunner:
-    """Samples a fixed token for every sequence: output lengths come from the trace (as with ignore_eos),
+    """Samples a fixed token for every sequence (with ``distinct_first_tokens``, each one's first token its own):
+    output lengths come from the trace (as with ignore_eos),
     and since block hashes chain over the prompt and the token is one no prompt holds, generated tokens never fake
     a prefix-cache hit on a prompt. With a ``host_speed``, each step's host-bound part is scaled by its slowdown at
     the step's start."""
@@ -70,17 +71,17 @@ class CostModelRunner:
         if self.host_speed is not None:
             start_s = self.clock.now()  # the only reader of the time
             self.host_speed.forget_before(start_s)
+        tokens = [self.token_id] * len(batch.seqs)
+        if self.distinct_first_tokens and batch.num_prefill_seqs:  # (a decode-only step samples no first token)
+            for row, (seq, num_new) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
+                if seq.num_computed_tokens + num_new == seq.num_prompt_tokens == len(seq.token_ids):
+                    tokens[row] = first_token_id(seq.seq_id)
         # Launched ahead where the GPU runner launches it: a step that repeats its batch, where no request can be
         # admitted next. The runner decides during the step before, on that step's next_admits_none, and holds the
         # launch back for a request arriving meanwhile; a step that repeats its batch admitted nobody, so either
         # request still waits at its schedule (unless the batch is full, when both flags hold): its own flag says
         # it. Every repeating step was marked: under KV pressure, with requests waiting that did not fit, the
         # engine ran 21 of 113 such steps ahead (tests/engine/test_probe_session29_b.py).
-        tokens = [self.token_id] * len(batch.seqs)
-        if self.distinct_first_tokens and batch.num_prefill_seqs:  # (a decode-only step samples no first token)
-            for row, (seq, num_new) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
-                if seq.num_computed_tokens + num_new == seq.num_prompt_tokens == len(seq.token_ids):
-                    tokens[row] = first_token_id(seq.seq_id)
         return RunnerOutput(tokens, self.duration_at(batch, start_s),
                             self.runs_decode_ahead and batch.continues_batch == 1 and batch.next_admits_none)
 

@@ -252,9 +252,10 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
             if rejections.refusal:
                 _fail(parser, f"configuration {label!r}: {rejections.refusal}; expected a configuration that serves "
                               "the trace's prompts")
+            # The profile is read and checked here first (a malformed one is refused, naming it), then its sampling.
+            cost_models.append(cost_model_description(make_cost_model(config, shape), config.host_slowdown))
             # A sampled sweep priced as greedy (the profile measured no sampling) says so in every answer's notes.
             config_notes.append(tuple(note for note in (rejections.note, sampling_note(config, shape)) if note))
-            cost_models.append(cost_model_description(make_cost_model(config, shape), config.host_slowdown))
         except (ValueError, FileNotFoundError) as exc:
             _fail(parser, f"configuration {label!r}: {exc}")
     scale = 1.0 if args.no_duration_check else 2.0  # the answer is simulated again twice as long

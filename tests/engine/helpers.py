@@ -109,3 +109,20 @@ def engine_processes(server_pid: int) -> list[int]:
 
     children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
     return [int(c) for c in children if "spawn_main" in process_cmdline(int(c))]
+
+
+SERVING = "serving on "  # the line engine.serve prints once it listens, before its URL
+
+
+def start_server(model_dir: str, *extra: str):
+    """``python -m engine.serve`` on a tiny model at a free loopback port: (the process, its URL) once it serves."""
+    import time
+
+    proc = serve_process(model_dir, "--warmup-requests", "0", *extra)
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        if line.startswith(SERVING):
+            return proc, line[len(SERVING):].strip()
+        assert time.monotonic() < deadline
+    proc.kill()
+    raise AssertionError(f"the server did not start: exit {proc.wait()}")

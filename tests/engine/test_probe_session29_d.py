@@ -36,22 +36,13 @@ import pytest
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 from cli.engine_serve import SHUTDOWN_END_S, SHUTDOWN_GRACE_S  # noqa: E402
-from tests.engine.helpers import killed_on_exit, serve_process  # noqa: E402
+from tests.engine.helpers import killed_on_exit, start_server  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
-SERVING = "serving on "
 
 
-def _start(model_dir: str) -> tuple:
-    proc = serve_process(model_dir, "--warmup-requests", "0")
-    deadline = time.monotonic() + 120
-    for line in proc.stdout:
-        if line.startswith(SERVING):
-            return proc, line[len(SERVING):].strip()
-        assert time.monotonic() < deadline
-    proc.kill()
-    raise AssertionError(f"the server did not start: exit {proc.wait()}")
+_start = start_server
 
 
 def _answer(conn: socket.socket) -> bytes:

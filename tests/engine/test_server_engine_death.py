@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -13,11 +12,10 @@ import pytest
 
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
-from tests.engine.helpers import engine_processes, killed_on_exit, serve_process  # noqa: E402
+from tests.engine.helpers import engine_processes, killed_on_exit, start_server  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
-SERVING = "serving on "
 
 
 def _engine_process(server_pid: int) -> int:
@@ -26,15 +24,7 @@ def _engine_process(server_pid: int) -> int:
     return engines[0]
 
 
-def _start(model_dir: str, *extra: str) -> tuple[subprocess.Popen, str]:
-    proc = serve_process(model_dir, "--warmup-requests", "0", *extra)
-    deadline = time.monotonic() + 120
-    for line in proc.stdout:
-        if line.startswith(SERVING):
-            return proc, line[len(SERVING):].strip()
-        assert time.monotonic() < deadline
-    proc.kill()
-    raise AssertionError(f"the server did not start: exit {proc.wait()}")
+_start = start_server
 
 
 def test_a_server_whose_engine_died_exits_1_with_the_reason(tiny_qwen3) -> None:

@@ -20,6 +20,9 @@ SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCaus
 # transformers' defaults where config.json leaves max_position_embeddings out (it sets the default max_model_len): one
 # 4096 for all had Qwen models, which default to 32768 there, refuse prompts transformers and vLLM take.
 DEFAULT_MAX_POSITION_EMBEDDINGS = {"Qwen3ForCausalLM": 32768, "Qwen2ForCausalLM": 32768, "LlamaForCausalLM": 2048}
+# transformers' Qwen2Config / Qwen3Config class defaults where config.json leaves the key out (Llama derives both).
+QWEN_DEFAULT_KV_HEADS = 32
+QWEN3_DEFAULT_HEAD_DIM = 128
 
 
 # Token ids are hashed as 32-bit integers (engine.core.block_manager), and no real vocabulary comes near.
@@ -87,7 +90,7 @@ class _SizeReader:
 SUPPORTED_ROPE_TYPES = (None, "default", "llama3")  # engine.gpu.layers.rotary_embedding computes these
 
 
-def _refuse_unsupported(config: dict, source: str) -> None:
+def _refuse_unsupported(config: dict, source: str, arch: str) -> None:
     """Settings the engine's decoder does not implement: transformers honours them, so running without them gave
     other tokens than the model's, without a word (a checkpoint with MLP biases failed in the loader instead)."""
     act = config.get("hidden_act", "silu")
@@ -98,7 +101,9 @@ def _refuse_unsupported(config: dict, source: str) -> None:
         method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
         raise ValueError(f"{source}: 'quantization_config' asks for {str(method)[:40]!r} quantization; the engine "
                          "loads only unquantized (bfloat16, float16, float32) weights")
-    if config.get("mlp_bias"):
+    # Llama's alone: transformers' Qwen2 and Qwen3 build their MLPs without biases whatever 'mlp_bias' says (their
+    # checkpoints have none), and such a config.json was refused though the engine runs it as transformers does.
+    if config.get("mlp_bias") and arch == "LlamaForCausalLM":
         raise ValueError(f"{source}: 'mlp_bias' is {config['mlp_bias']!r}; the engine has no MLP biases")
     layer_types = config.get("layer_types")
     if isinstance(layer_types, list):
@@ -116,14 +121,16 @@ def _refuse_unsupported(config: dict, source: str) -> None:
 def _check_llama3_scaling(scaling: dict, source: str) -> None:
     """Llama 3's frequency scaling needs its factors as numbers, the high one above the low one: a missing factor
     was a KeyError and a text one a TypeError when the model was built (the simulator, which builds none, took
-    them), and equal factors divided by zero, giving NaN frequencies and other tokens without a word."""
+    them), and equal factors divided by zero, giving NaN frequencies and other tokens without a word. A missing
+    low_freq_factor or high_freq_factor was taken as Llama 3.1's 1 or 4 where transformers refuses the config ("Missing
+    required keys ... for 'rope_type'='llama3'"): the engine ran a model on factors its file never named."""
     numbers = {}
-    for key, default in (("factor", None), ("original_max_position_embeddings", None), ("low_freq_factor", 1.0),
-                         ("high_freq_factor", 4.0)):
-        value = scaling.get(key, default)
+    for key in ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"):
+        value = scaling.get(key)
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
             raise ValueError(f"{source}: rope scaling's {key!r} is {value!r}; expected a finite number > 0 "
-                             "(llama3 scaling needs factor and original_max_position_embeddings)")
+                             "(llama3 scaling needs factor, original_max_position_embeddings, low_freq_factor and "
+                             "high_freq_factor)")
         numbers[key] = value
     if numbers["high_freq_factor"] <= numbers["low_freq_factor"]:
         raise ValueError(f"{source}: rope scaling's 'high_freq_factor' ({numbers['high_freq_factor']}) is not above "
@@ -246,14 +253,19 @@ class ModelShape:
             raise ValueError(
                 f"{source}: unsupported architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
-        _refuse_unsupported(config, source)
+        _refuse_unsupported(config, source, arch)
         size = _SizeReader(config, source)
         num_heads = size.get("num_attention_heads")
         hidden = size.get("hidden_size")
-        num_kv_heads = size.get("num_key_value_heads", num_heads)
+        # transformers' Qwen2Config and Qwen3Config give a config.json without num_key_value_heads their class
+        # default, 32, and only a null one num_attention_heads (as Llama takes a missing one): the engine took
+        # num_attention_heads for both, and refused by its k_proj shape a 64-head Qwen checkpoint transformers runs.
+        qwen_default_kv = arch != "LlamaForCausalLM" and "num_key_value_heads" not in config
+        num_kv_heads = size.get("num_key_value_heads", QWEN_DEFAULT_KV_HEADS if qwen_default_kv else num_heads)
         if num_heads % num_kv_heads:  # grouped-query attention shares each KV head among whole query groups
+            left_out = ", transformers' Qwen default where config.json has none" if qwen_default_kv else ""
             raise ValueError(f"{source}: num_attention_heads ({num_heads}) is not a multiple of "
-                             f"num_key_value_heads ({num_kv_heads})")
+                             f"num_key_value_heads ({num_kv_heads}{left_out})")
         # transformers 5 folds rope_theta and rope_scaling into rope_parameters, and reads the older rope_scaling over
         # it where that is set, and the rope_theta inside the object over a top-level one (transformers 4 knew
         # rope_scaling and a top-level rope_theta only). rope_parameters' theta was taken beside a rope_scaling, which
@@ -271,6 +283,14 @@ class ModelShape:
                              f"{', '.join(str(k) for k in SUPPORTED_ROPE_TYPES if k)}")
         if kind == "llama3":
             _check_llama3_scaling(rope_scaling, source)
+            # transformers turns only that part of each head with llama3 scaling (the rope object's value over a
+            # top-level one), then fails to apply it to the whole head (a shape error); the engine turned the whole
+            # head, giving tokens for a model transformers cannot run, without a word. (Default rope ignores it in
+            # transformers 5, as the engine does.)
+            partial = rope_scaling.get("partial_rotary_factor", config.get("partial_rotary_factor"))
+            if partial is not None and partial != 1:
+                raise ValueError(f"{source}: 'partial_rotary_factor' is {partial!r} with llama3 rope scaling; expected "
+                                 "1 (the whole head turned; transformers fails on a part of it)")
             # transformers 5 takes a top-level one over the rope object's (as Phi-3 keeps it), transformers 4 ignores it
             top = config.get("original_max_position_embeddings")
             inner = rope_scaling["original_max_position_embeddings"]
@@ -287,7 +307,13 @@ class ModelShape:
         vocab_size = size.get("vocab_size", limit=_VOCAB_LIMIT)
         # Rotary embeddings turn pairs of dimensions: an odd head_dim failed every request in the engine (a shape
         # error in each step), and one of 0 derived from more heads than hidden_size was said to be head_dim's own.
-        derived = hidden // num_heads
+        # transformers' Qwen3Config gives a config.json without head_dim its class default, 128 (Qwen3's own), where
+        # Llama and Qwen2 derive hidden_size // num_attention_heads: the engine derived it for Qwen3 too, and refused
+        # the checkpoint transformers runs ("the sizes in config.json give (16,)", sizes config.json never gave).
+        derived = QWEN3_DEFAULT_HEAD_DIM if arch == "Qwen3ForCausalLM" else hidden // num_heads
+        if "head_dim" in config and config["head_dim"] is None and arch != "LlamaForCausalLM":
+            # transformers' Qwen3Config refuses a null one and its Qwen2 model fails on it (Llama derives it)
+            raise ValueError(f"{source}: 'head_dim' is None; expected an integer >= 1, or no 'head_dim' at all")
         if config.get("head_dim") is None and (derived == 0 or derived % 2):
             raise ValueError(f"{source}: 'hidden_size' ({hidden}) // 'num_attention_heads' ({num_heads}) is {derived}; "
                              "without a 'head_dim' that is the head dimension, and rotary embeddings need an even one")

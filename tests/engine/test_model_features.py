@@ -77,7 +77,10 @@ def test_unimplemented_settings_are_refused(extra, setting):
     # Qwen2.5's shipped configs: a window is named but not used (use_sliding_window false).
     {"use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 1},
     {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 2},  # no layer from 2 on
-    {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}},
+    # with both frequency factors: without one transformers refuses the config, and so does the engine now (it took
+    # Llama 3.1's 1.0 / 4.0; test_probe_session30_a)
+    {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
+                      "low_freq_factor": 1.0, "high_freq_factor": 4.0}},
     {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
 ])
 def test_settings_that_change_nothing_are_accepted(extra):

@@ -54,11 +54,14 @@ def test_a_tokenizer_whose_eos_is_outside_the_models_vocabulary_is_refused(tmp_p
 @pytest.mark.parametrize("extra, expected", [
     # every request finished with "error" (a shape error in the rotary embedding, a traceback logged per step)
     ({"head_dim": 15}, "'head_dim' is 15; rotary embeddings need an even head dimension"),
-    ({"head_dim": None, "hidden_size": 60}, "'hidden_size' (60) // 'num_attention_heads' (4) is 15; without a "
-        "'head_dim' that is the head dimension, and rotary embeddings need an even one"),
+    # Qwen2's (and Llama's) head dimension without a head_dim: Qwen3's is transformers' 128 (test_probe_session30_a)
+    ({"head_dim": None, "hidden_size": 60, "architectures": ["Qwen2ForCausalLM"]}, "'hidden_size' (60) // "
+        "'num_attention_heads' (4) is 15; without a 'head_dim' that is the head dimension, and rotary embeddings need "
+        "an even one"),
     # was "'head_dim' is 0; expected an integer >= 1", of a key the file does not have
-    ({"head_dim": None, "hidden_size": 2, "num_key_value_heads": 4}, "'hidden_size' (2) // 'num_attention_heads' (4) "
-        "is 0; without a 'head_dim' that is the head dimension, and rotary embeddings need an even one"),
+    ({"head_dim": None, "hidden_size": 2, "num_key_value_heads": 4, "architectures": ["LlamaForCausalLM"]},
+        "'hidden_size' (2) // 'num_attention_heads' (4) is 0; without a 'head_dim' that is the head dimension, and "
+        "rotary embeddings need an even one"),
 ])
 def test_an_odd_head_dimension_is_refused_naming_where_it_comes_from(tiny_qwen3, extra, expected):
     config = json.loads(open(f"{tiny_qwen3[0]}/config.json").read())

@@ -17,7 +17,8 @@ def _inverse_frequencies(head_dim: int, theta: float, scaling: dict | None) -> t
     if kind != "llama3":
         raise ValueError(f"unsupported rope_scaling type {kind!r}; supported: default, llama3")
     factor = scaling["factor"]
-    low, high = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+    # no defaults: transformers refuses llama3 scaling without either (engine.core.model_config refuses it too)
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
     old_len = scaling["original_max_position_embeddings"]
     low_wavelen, high_wavelen = old_len / low, old_len / high
     wavelen = 2 * math.pi / inv_freq

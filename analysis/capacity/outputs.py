@@ -14,6 +14,8 @@ from analysis.stats import round_sig
 from engine.core.messages import counted
 from sim.files import write_parquet_frame
 
+INT64_MAX = 2**63 - 1
+
 
 def config_record(run: CapacityRun, index: int) -> dict:
     """The capacity.json object of one configuration."""
@@ -64,6 +66,11 @@ def point_rows(run: CapacityRun) -> list[dict]:
         # seed below overwrote it, so a sweep run with --seed 7 had every row say seed 0.
         options = {("config_seed" if name == "seed" else name): value
                    for name, value in dataclasses.asdict(result.config).items()}
+        # The engine takes any top_k (one past the vocabulary keeps every token: off); one past int64 (--top-k 10**21)
+        # made the column Int128, which pyarrow cannot read. Written as the largest int64, as off as it (capacity.json
+        # keeps it as given).
+        if options.get("top_k", 0) > INT64_MAX:
+            options["top_k"] = INT64_MAX
         simulations = [(search, i, point) for search in result.searches
                        for i, point in enumerate(search.points + search.checks)]
         for search, iteration, point in simulations:

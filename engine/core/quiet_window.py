@@ -425,6 +425,14 @@ class QuietRun:
         scheduler = self.engine.scheduler
         ran_ahead = int(getattr(self.engine.runner, "runs_decode_ahead", False) and (
             not window.admits_none or len(self._running) >= scheduler.config.max_num_seqs))
+        if not self._waited_s:  # nobody joined the queue: each segment one run (no pass over its steps)
+            num_waiting = self._num_waiting
+            for j, (bs, contexts, longest) in enumerate(window.batches):
+                first, end = bounds[j], bounds[j + 1]
+                step_log.extend_quiet(bs, contexts, longest, used_after_step[first:end], float(starts[first]),
+                                      ends[first:end], lefts.count(end), num_waiting,
+                                      window.continues_first if j == 0 else 0, ran_ahead, num_waiting)
+            return finished
         waiting = self._waiting_after_steps(steps)
         for j, (bs, contexts, longest) in enumerate(window.batches):
             first, end = bounds[j], bounds[j + 1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 from typing import Protocol
 
-from engine.core.block_manager import holders_of_block, prefix_block_hashes
+from engine.core.block_manager import holders_of_block, prefix_block_hashes, prefix_caches
 from engine.core.llm_engine import LLMEngine
 
 
@@ -56,18 +56,34 @@ class PrefixAffinityRouter:
 
     name = "prefix"
 
+    def __init__(self) -> None:
+        # What route reads of a fleet, taken once: a router serves one simulation (made in simulate()), which passes
+        # the same list of engines to every call and never resets them (LLMEngine.reset makes a new scheduler); a
+        # fleet of 64 built these lists for each request. None: not taken yet; its last entry is the fleet's one
+        # block size, or None where they differ.
+        self._fleet: tuple | None = None
+
+    def _fleet_of(self, engines: Seq[LLMEngine]) -> tuple:
+        fleet = self._fleet
+        if fleet is None or fleet[0] is not engines or len(fleet[1]) != len(engines):
+            schedulers = [engine.scheduler for engine in engines]
+            block_managers = [scheduler.block_manager for scheduler in schedulers]
+            block_size = block_managers[0].block_size
+            uniform = all(manager.block_size == block_size for manager in block_managers)
+            fleet = self._fleet = (engines, schedulers, block_managers, prefix_caches(block_managers),
+                                   block_size if uniform else None)
+        return fleet
+
     def route(self, prompt_token_ids: list[int], engines: Seq[LLMEngine]) -> int:
-        schedulers = [engine.scheduler for engine in engines]
-        block_managers = [scheduler.block_manager for scheduler in schedulers]
-        block_size = block_managers[0].block_size
-        if any(manager.block_size != block_size for manager in block_managers):
+        _, schedulers, block_managers, caches, block_size = self._fleet_of(engines)
+        if block_size is None:
             return self._route_by_block_size(prompt_token_ids, schedulers)
         # One block size (every simulated fleet): the prompt's first block is looked up in every cache in one pass,
         # and only the replicas holding it are probed further; a fleet of 64 spent most of its routing time
         # probing replicas one call at a time (the same choice: most cached blocks, then fewest unfinished, then
         # the lowest index).
         hashes = prefix_block_hashes(prompt_token_ids, block_size)
-        holders = holders_of_block(block_managers, hashes[0]) if hashes else []
+        holders = holders_of_block(caches, hashes[0]) if hashes else []
         if not holders:  # no replica has cached a block of it: the least loaded one
             loads = [len(scheduler.waiting) + len(scheduler.running) for scheduler in schedulers]
             return loads.index(min(loads))

@@ -57,10 +57,17 @@ def decode_steps_to_full_block(num_computed_tokens: int, num_registered_blocks: 
     return (num_registered_blocks + 1) * block_size - 1 - num_computed_tokens
 
 
-def holders_of_block(block_managers: list[BlockManager], block_hash: int) -> list[int]:
-    """The indices of the block managers whose prefix cache holds ``block_hash``: a fleet's router probes every replica
-    for each request, and most lack the prompt's first block, so one pass over the caches answers most of them."""
-    return [index for index, manager in enumerate(block_managers) if block_hash in manager._cached]
+def prefix_caches(block_managers: list[BlockManager]) -> list[dict[int, int]]:
+    """The block managers' prefix caches (block hash -> block id), for ``holders_of_block``: each manager keeps its one
+    dict for its lifetime, so a router may take them once per fleet."""
+    return [manager._cached for manager in block_managers]
+
+
+def holders_of_block(caches: list[dict[int, int]], block_hash: int) -> list[int]:
+    """The indices of the prefix caches (``prefix_caches``) that hold ``block_hash``: a fleet's router probes every
+    replica for each request, and most lack the prompt's first block, so one pass over the caches answers most of
+    them."""
+    return [index for index, cache in enumerate(caches) if block_hash in cache]
 
 
 class BlockManager:

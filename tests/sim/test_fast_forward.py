@@ -76,6 +76,7 @@ class _RecordingRouter(routers.PrefixAffinityRouter):
     """The prefix router, noting what it read of every replica at each arrival."""
 
     def __init__(self, views: list) -> None:
+        super().__init__()
         self.views = views
 
     def route(self, prompt_token_ids, engines) -> int:

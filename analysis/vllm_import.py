@@ -119,6 +119,12 @@ def load_json(path: Path) -> dict:
         raise VllmResultError(f"{path}: JSON nested too deeply to read; expected a vllm bench serve result") from None
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data" and exc.doc[exc.pos:].lstrip().startswith("{"):
+            first = json.loads(exc.doc[:exc.pos])  # the value the decoder read before the extra data
+            if not (isinstance(first, dict) and any(key in first for key in PER_REQUEST_KEYS)):
+                # A Mooncake trace (JSON Lines too) was said to hold "runs appended by --append-result".
+                raise VllmResultError(f"{path}: holds several JSON values, the first of which is no vllm bench serve "
+                                      f"result (no {', '.join(repr(k) for k in PER_REQUEST_KEYS)}){_trace_hint(path)}; "
+                                      "expected a vllm bench serve result") from None
             # vLLM's --append-result and SGLang's bench_serving (always) append one JSON line per run: "Extra data:
             # line 2 column 1" said nothing of that.
             raise VllmResultError(f"{path}: holds more than one result (a JSON value ends on line {exc.lineno - 1} "
@@ -136,6 +142,18 @@ def load_json(path: Path) -> dict:
     return data
 
 
+def _trace_hint(path: Path) -> str:
+    """'; it looks like a FORMAT trace ...' for a public trace given where a result is read, else ''."""
+    from traces.formats.guess import guess_format
+
+    guess = guess_format(path)
+    if guess is None:
+        return ""
+    fmt, evidence = guess
+    return (f"; it looks like a {fmt} trace ({evidence}), not a run: convert it (python -m traces.convert {fmt} "
+            f"{path} -o TRACE.parquet) and replay that")
+
+
 def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> ImportedRun:
     """The file's requests as a requests table; ``request_ids`` (a trace's, in its row order) name them."""
     path = Path(path)
@@ -147,7 +165,8 @@ def read_vllm_result(path: str | Path, request_ids: list[str] | None = None) -> 
                                   f"holding it ({path.parent}), a run folder already, to analysis.compare or "
                                   "analysis.summarize")
         hint = (" (a summary without per-request data: rerun vllm bench serve with --save-detailed)"
-                if "mean_ttft_ms" in data or "completed" in data else "; expected a vllm bench serve result")
+                if "mean_ttft_ms" in data or "completed" in data
+                else f"{_trace_hint(path)}; expected a vllm bench serve result")
         raise VllmResultError(f"{path}: no {', '.join(repr(k) for k in missing)}{hint}")
     input_lens = _list(path, data, "input_lens", None)
     n = len(input_lens)

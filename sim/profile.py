@@ -343,6 +343,25 @@ def _check_profile_to_extend(parser: argparse.ArgumentParser, args: argparse.Nam
         parser.exit(2, f"error: --out {args.out} was measured for {measured[0]} on {measured[1]} at tensor-parallel "
                        f"size {measured[2]}, not {asked[0]} on {asked[1]} at {asked[2]}; --sampling-only adds to a "
                        "profile of the deployment it measures\n")
+    # What sampling adds is priced in seconds: the CPU's (--device cpu) or another GPU's written into an H200 profile
+    # priced every sampled step of its replays with that device's times.
+    device, recorded = measuring_device(args.device), profile.get("device")
+    if device is not None and isinstance(recorded, str) and device != recorded:
+        parser.exit(2, f"error: --out {args.out} was measured on {recorded}, and --device {args.device} measures on "
+                       f"{device}; --sampling-only adds points measured on the profile's own device\n")
+
+
+def measuring_device(device: str) -> str | None:
+    """The name a profile records for what ``--device`` measures: 'cpu', or the CUDA device's own name; None where
+    torch sees no such CUDA device (the command refuses that itself)."""
+    import torch
+
+    if device == "cpu":
+        return "cpu"
+    if not torch.cuda.is_available():
+        return None
+    index = 0 if device in ("auto", "cuda") else int(device.split(":")[1])
+    return torch.cuda.get_device_name(index) if index < torch.cuda.device_count() else None
 
 
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -462,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": llm.shape.name if args.model.count("/") == 0 else args.model,
         "gpu": args.gpu,
         "tensor_parallel_size": args.tensor_parallel_size,
-        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "device": measuring_device(args.device),  # --device cpu on a GPU host was recorded as the GPU
         "torch": torch.__version__,
         "host": host_info(),
         "measured_at": time.strftime("%Y-%m-%d"),

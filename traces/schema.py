@@ -224,6 +224,12 @@ def load_trace(path: str | Path) -> Trace:
     # panics on some (decimal256), printing a Rust backtrace even when the panic is caught.
     unheld = [name for name in names if name not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS
               and not _polars_holds(table.schema.field(name).type)]
+    # One of the trace's own columns of such a type is refused, named: polars' panic was a traceback of ~90 lines.
+    wide = next((name for name in names
+                 if name in _EXPECTED_TYPES and _holds_decimal256(table.schema.field(name).type)), None)
+    if wide is not None:
+        raise TraceError(f"{source}: column {wide!r} has type {table.schema.field(wide).type} (a 256-bit decimal, "
+                         f"which polars cannot read); expected {_EXPECTED_TYPES[wide]}")
     if unheld:
         table = table.drop_columns(unheld)
     try:
@@ -234,6 +240,30 @@ def load_trace(path: str | Path) -> Trace:
             from None
     assert isinstance(frame, pl.DataFrame)
     return Trace.from_frame(frame, source, block_size)
+
+
+# What each of the trace's columns holds, as traces.validation words it.
+_EXPECTED_TYPES = {"request_id": "int64 or utf8 (string)", "arrival_s": "float64 seconds",
+                   "prompt_tokens": "integers >= 1", "output_tokens": "integers >= 1",
+                   "prompt_token_ids": "a list of integers (token ids >= 0)",
+                   "hash_ids": "a list of integers (ids of fixed-size prompt blocks)",
+                   "session_id": "int64 or utf8 (nullable)"}
+
+
+def _holds_decimal256(arrow_type: pa.DataType) -> bool:
+    """Whether a column of this arrow type holds a decimal256 anywhere (alone, in a list, a dictionary, a map or a
+    struct), on which polars' conversion panics."""
+    types = pa.types
+    if types.is_decimal256(arrow_type):
+        return True
+    if types.is_list(arrow_type) or types.is_large_list(arrow_type) or types.is_fixed_size_list(arrow_type) \
+            or types.is_dictionary(arrow_type):
+        return _holds_decimal256(arrow_type.value_type)
+    if types.is_map(arrow_type):
+        return _holds_decimal256(arrow_type.key_type) or _holds_decimal256(arrow_type.item_type)
+    if types.is_struct(arrow_type):
+        return any(_holds_decimal256(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+    return False
 
 
 def _polars_holds(arrow_type: pa.DataType) -> bool:

@@ -133,6 +133,7 @@ def test_sampling_only_adds_the_sampled_points_to_an_existing_profile(tmp_path, 
     out = tmp_path / "profile.json"
     before = json.loads((PROFILE_DIR / "h200" / "qwen3-0.6b.json").read_text())
     before["model"] = str(tmp_path / "model")  # a profile of this model, measured before sampled points existed
+    before["device"] = "cpu"  # ... on the CPU, which measures the sampled points here
     for key in ("sampling_points", "sampling_measured_at"):
         before.pop(key, None)
     before["fit"].pop("sampling", None)

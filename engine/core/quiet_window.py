@@ -425,39 +425,51 @@ class QuietRun:
         scheduler = self.engine.scheduler
         ran_ahead = int(getattr(self.engine.runner, "runs_decode_ahead", False) and (
             not window.admits_none or len(self._running) >= scheduler.config.max_num_seqs))
-        if not self._waited_s:  # nobody joined the queue: each segment one run (no pass over its steps)
-            num_waiting = self._num_waiting
-            for j, (bs, contexts, longest) in enumerate(window.batches):
-                first, end = bounds[j], bounds[j + 1]
-                step_log.extend_quiet(bs, contexts, longest, used_after_step[first:end], float(starts[first]),
-                                      ends[first:end], lefts.count(end), num_waiting,
-                                      window.continues_first if j == 0 else 0, ran_ahead, num_waiting)
-            return finished
-        waiting = self._waiting_after_steps(steps)
+        # The requests waiting after each step are constant between the steps that first count an arrival: a
+        # segment is written as runs of rows between those (mostly one run). Every window of a replica whose windows
+        # take the step a request arrives in has one arrival in its last step; finding the runs row by row made
+        # simulate() on the Azure trace 11 % more instructions.
+        changes = self._waiting_changes(steps)
+        change = 0  # the stretch of changes that holds run_first
         for j, (bs, contexts, longest) in enumerate(window.batches):
             first, end = bounds[j], bounds[j + 1]
             num_finishing = lefts.count(end)  # in the segment's last step
-            # Rows of the same waiting count but maybe the last, one run each (mostly the segment is one).
+            # Runs of rows of one waiting count but maybe the last (the first step whose count differs ends one).
             run_first = first
             while run_first < end:
-                num_waiting = waiting[run_first]
-                run_end = run_first + 1
-                while run_end < end and waiting[run_end - 1] == num_waiting:
-                    run_end += 1
+                while change + 1 < len(changes) and changes[change + 1][0] <= run_first:
+                    change += 1
+                num_waiting = changes[change][1]
+                next_change = changes[change + 1][0] if change + 1 < len(changes) else end
+                run_end = min(next_change + 1, end)
+                waiting_last = changes[change + 1][1] if run_end - 1 == next_change else num_waiting
                 k = run_first - first
                 step_log.extend_quiet(bs, contexts + bs * k, longest + k, used_after_step[run_first:run_end],
                                       float(starts[run_first]), ends[run_first:run_end],
-                                      num_finishing if run_end == end else 0, waiting[run_end - 1],
+                                      num_finishing if run_end == end else 0, waiting_last,
                                       1 if k else 0 if j else window.continues_first, ran_ahead, num_waiting)
                 run_first = run_end
         return finished
 
-    def _waiting_after_steps(self, steps: int) -> list[int]:
-        """The requests waiting after each of the window's ``steps`` steps, as the step loop counts them: those at
-        its start and those that joined by the step's end (an arrival at a step's very end comes before its
+    def _waiting_changes(self, steps: int) -> list[tuple[int, int]]:
+        """The requests waiting after each of the window's ``steps`` steps, as the step loop counts them, as (first
+        step, count) pairs, one for each stretch of steps of one count (the first from step 0): those waiting at its
+        start and those that joined by the step's end (an arrival at a step's very end comes before its
         postprocess). Nobody leaves the queue in a window (none is admitted)."""
+        changes = [(0, self._num_waiting)]
         if not self._waited_s:
-            return [self._num_waiting] * steps
-        counts = [self._num_waiting, *self._waited]
-        joined = np.searchsorted(np.asarray(self._waited_s, dtype=np.float64), self.ends[:steps], side="right")
-        return [counts[n] for n in joined.tolist()]
+            return changes
+        # The first step that counts each arrival: the first whose end is not before it (ends ascend). Mostly one
+        # arrival, in the last step: a bisection each, cheaper than numpy's calls for so few.
+        ends = self.ends
+        for t_s, count in zip(self._waited_s, self._waited):
+            first = bisect_left(ends, t_s, 0, steps)
+            if first >= steps:  # joined after the window's last step ended: no row of it counts the request
+                break
+            if first == changes[-1][0]:  # the later of two arrivals counted from the same step
+                changes[-1] = (first, count)
+            else:
+                changes.append((first, count))
+            if len(changes) > 1 and changes[-1][1] == changes[-2][1]:  # (a rejected arrival left the count)
+                changes.pop()
+        return changes

@@ -91,6 +91,11 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
 SERVED_FINISH_REASONS: tuple[str, ...] = tuple(r.value for r in FinishReason if r.served)
 
 
+# A recorded step's integer columns, in the order StepLog.record appends them.
+_INT_FIELDS = (*BATCH_COLUMNS, "num_preempted", "num_running", "num_waiting", "num_kv_blocks_used", "num_finished",
+               "ran_ahead")
+assert set(_INT_FIELDS) | {"start_s", "duration_s"} == {c.name for c in STEP_COLUMNS
+                                                        if c.source not in ("id", "derived")}
 # Columns a quiet run keeps as one number per run (num_seqs, the first context, ...), expanded by to_arrow.
 _RUN_FIELDS = ("row", "num_steps", "num_seqs", "decode_context_tokens", "max_decode_context_tokens",
                "num_finished_last", "num_waiting_last", "continues_first", "ran_ahead", "num_waiting")
@@ -108,25 +113,22 @@ class StepLog:
     def __init__(self, replica: int = 0, num_kv_blocks: int = 1) -> None:
         self.replica = replica
         self.num_kv_blocks = num_kv_blocks
-        self._columns = {c.name: array("q" if c.dtype == "int64" else "d") for c in STEP_COLUMNS
-                         if c.source not in ("id", "derived")}
+        # A recorded step's integers (_INT_FIELDS) and its two times (start_s, duration_s), each row appended with
+        # one call (a column each was an append each, 18 a step), turned into columns by _column_values.
+        self._ints = array("q")
+        self._times = array("d")
         self._runs = array("q")  # _RUN_FIELDS of each quiet run, flattened
         self._run_starts_s = array("d")  # when each quiet run's first step starts
         self._quiet_ends_s = array("d")  # when each quiet step ends, runs one after another
         self._quiet_kv_blocks_used = array("q")  # blocks in use after each quiet step
-        c = self._columns
-        self._batch_appenders = tuple(c[name].append for name in BATCH_COLUMNS)
         self._batch_values = attrgetter(*BATCH_COLUMNS)  # one C call reads them all off the batch
-        self._appenders = tuple(c[name].append for name in (
-            "num_running", "num_waiting", "num_kv_blocks_used", "num_finished", "start_s", "duration_s", "ran_ahead"))
-        self._append_preempted = c["num_preempted"].append
 
     def __len__(self) -> int:
-        return len(self._columns["start_s"]) + len(self._quiet_ends_s)
+        return len(self._times) // 2 + len(self._quiet_ends_s)
 
     def clear(self) -> None:
         """Drop every row (a long-running server keeps its figures in metrics, not here)."""
-        for column in (*self._columns.values(), self._runs, self._run_starts_s, self._quiet_ends_s,
+        for column in (self._ints, self._times, self._runs, self._run_starts_s, self._quiet_ends_s,
                        self._quiet_kv_blocks_used):
             del column[:]
 
@@ -141,12 +143,10 @@ class StepLog:
         num_finished: int,
         ran_ahead: int = 0,
     ) -> None:
-        for append, value in zip(self._batch_appenders, self._batch_values(batch)):
-            append(value)
-        self._append_preempted(len(batch.preempted))
-        for append, value in zip(self._appenders, (num_running, num_waiting, num_kv_blocks_used, num_finished,
-                                                   start_s, duration_s, ran_ahead)):
-            append(value)
+        ints = self._ints
+        ints.extend(self._batch_values(batch))
+        ints.extend((len(batch.preempted), num_running, num_waiting, num_kv_blocks_used, num_finished, ran_ahead))
+        self._times.extend((start_s, duration_s))
 
     def extend_quiet(self, num_seqs: int, decode_context_tokens: int, max_decode_context_tokens: int,
                      num_kv_blocks_used: array, start_s: float, ends_s: np.ndarray, num_finished_last: int = 0,
@@ -175,8 +175,10 @@ class StepLog:
         a token a step the running sum of its per-row increments. Scatter writes of the 1.5M quiet rows into fresh
         arrays took several times as long (the Azure trace's 1.58M steps: 0.3-0.4 CPU s when first called)."""
         n = len(self)
-        values = {name: np.frombuffer(column, dtype=np.int64 if column.typecode == "q" else np.float64)
-                  for name, column in self._columns.items()}  # copy-free views of the buffers
+        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(-1, len(_INT_FIELDS))
+        times = np.frombuffer(self._times, dtype=np.float64).reshape(-1, 2)
+        values = {name: ints[:, i].copy() for i, name in enumerate(_INT_FIELDS)}
+        values["start_s"], values["duration_s"] = times[:, 0].copy(), times[:, 1].copy()
         runs = np.frombuffer(self._runs, dtype=np.int64).reshape(-1, len(_RUN_FIELDS))
         if not len(runs):
             return values
@@ -275,6 +277,8 @@ class StepLog:
 
 def request_row(seq: Sequence) -> tuple:
     """A finished sequence's record: the values of REQUEST_COLUMNS, in order."""
+    reason = seq.finish_reason
+    num_prompt_tokens = seq.num_prompt_tokens
     return (
         str(seq.request_id),
         seq.replica,
@@ -282,14 +286,19 @@ def request_row(seq: Sequence) -> tuple:
         seq.first_scheduled_s,
         seq.first_token_s,
         seq.finish_s,
-        seq.num_prompt_tokens,
-        0 if seq.finish_reason is FinishReason.REJECTED else seq.num_completion_tokens,  # rejected: maybe unbuilt
+        num_prompt_tokens,
+        # num_completion_tokens, without the property's call (one row per request); rejected: maybe unbuilt
+        0 if reason is _REJECTED else len(seq.token_ids) - num_prompt_tokens,
         seq.num_cached_tokens,
         seq.num_preemptions,
-        seq.finish_reason.value if seq.finish_reason is not None else None,
+        # The member's value, read as Enum.value's descriptor (a Python call) reads it
+        reason._value_ if reason is not None else None,
         seq.reject_reason,
         seq.token_times_s,
     )
+
+
+_REJECTED = FinishReason.REJECTED
 
 
 def requests_to_arrow(rows: Iterable[tuple]) -> pa.Table:

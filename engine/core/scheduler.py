@@ -142,6 +142,10 @@ class Scheduler:
         max_seq_len, cut_by = config.max_seq_len_limit
         self._max_seq_len = max_seq_len
         self._cut_reason = FinishReason(cut_by)  # what a sequence asking for more than max_seq_len is cut by
+        # The longest prompt rejection_reason_for lets through (the config is frozen): each of its limits at once.
+        self._max_servable_prompt = min(config.max_model_len, config.num_gpu_blocks * config.block_size)
+        if config.policy == "nano":  # which does not chunk a prompt
+            self._max_servable_prompt = min(self._max_servable_prompt, config.max_num_batched_tokens)
         self._now_s = 0.0
         self._last_decode_seqs: list[Sequence] | None = None  # the last step's sequences, if it was decode-only
         self._steady = SteadyDecodes(config.block_size, config.enable_prefix_caching, lazy=lazy_tokens)
@@ -151,6 +155,8 @@ class Scheduler:
     # ---- requests -------------------------------------------------------------------------------
     def rejection_reason_for(self, n: int) -> str | None:
         """Why a prompt of ``n`` tokens can never be served by this configuration, or None."""
+        if 0 < n <= self._max_servable_prompt:  # (asked twice of every simulated request: at arrival and add)
+            return None
         cfg = self.config
         if n == 0:
             return "empty prompt"
@@ -270,7 +276,7 @@ class Scheduler:
         bm = self.block_manager
         cached_blocks = bm.find_cached_prefix(seq)
         num_cached = len(cached_blocks) * bm.block_size
-        num_new = seq.num_tokens - num_cached
+        num_new = len(seq.token_ids) - num_cached
         if num_new > budget:
             if not chunked:
                 return 0

@@ -61,6 +61,15 @@ def histogram_means(metrics_text: str) -> dict[str, float]:
     return {name.removeprefix("vllm:"): 1e3 * sums[name] / counts[name] for name in sums if counts.get(name)}
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (no torch: none)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="python benchmarks/serving_overhead.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("trace")
@@ -71,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", required=True, help="run folders go here")
     parser.add_argument("--json", required=True, help="the comparison, written here")
     parser.add_argument("--skip-inproc", action="store_true", help="only the served run")
+    parser.add_argument("--cpu", action="store_true",
+                        help="run the engine on the CPU where torch sees no CUDA GPU (slow; for tests)")
     parser.add_argument("--engine-args", nargs=argparse.REMAINDER, default=["--load-format", "dummy"],
                         help="further engine options for both runs, last (default: --load-format dummy)")
     args = parser.parse_args(argv)
@@ -92,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         load_trace(args.trace)
     except ValueError as exc:
         parser.exit(2, f"error: {exc}\n")
+    # Without a GPU both runs fell back to the CPU with only a note in their logs and ran for hours.
+    if not args.cpu and not cuda_available():
+        parser.exit(2, "error: this benchmark times engine.replay and engine.serve on a CUDA GPU and found none; "
+                       "pass --cpu to run them on the CPU anyway (slowly)\n")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     py = sys.executable

@@ -344,7 +344,7 @@ def test_serving_overhead_names_a_failed_child_run_in_one_line(tmp_path):
     """A CalledProcessError traceback that did not say what the child said."""
     out = tmp_path / "o"
     line = script_error(["benchmarks/serving_overhead.py", str(REPO_ROOT / "traces" / "sharegpt.parquet"), "--qps",
-                         "1", "--limit", "2", "--out-dir", str(out), "--json", str(tmp_path / "r.json"),
+                         "1", "--limit", "2", "--out-dir", str(out), "--json", str(tmp_path / "r.json"), "--cpu",
                          "--engine-args", "--block-size", "3"])
     assert line == (f"error: engine.replay exited with status 2: --block-size: block_size must be a power of two "
                     f"from 16 to 256, got 3 (its output: {out / 'inproc.log'})")
@@ -368,7 +368,7 @@ def test_serving_overhead_names_why_the_server_did_not_start(tmp_path):
     """A server that did not start ended the script at status 1 with a line that was not an error line."""
     pytest.importorskip("fastapi")
     proc = subprocess.run([sys.executable, "benchmarks/serving_overhead.py", "traces/sharegpt.parquet", "--qps", "1",
-                           "--limit", "2", "--skip-inproc", "--out-dir", str(tmp_path / "o"), "--json",
+                           "--limit", "2", "--skip-inproc", "--cpu", "--out-dir", str(tmp_path / "o"), "--json",
                            str(tmp_path / "o.json"), "--engine-args", "--max-num-seqs", "0"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -301,6 +301,9 @@ def _add_sampling(parser: argparse.ArgumentParser, args: argparse.Namespace, sam
         profile["sampling_points"] = sampling_points
         profile["fit"]["sampling"] = fit_sampling(sampling_points)
         profile["sampling_measured_at"] = time.strftime("%Y-%m-%d")
+        # The sampled points and their greedy twins may be timed over more steps in a row than the grid was
+        # (--decode-steps): their differences are what the fit keeps, each pair timed alike.
+        profile["sampling_decode_steps_per_sample"] = args.decode_steps
         write_profile(out, profile)
     except (OSError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
@@ -497,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "points": points,
         "sampling_points": sampling_points,
+        "sampling_decode_steps_per_sample": args.decode_steps,
         "profile_wall_s": round(time.perf_counter() - started, 1),
     }
     profile["fit"] = fit_profile(profile)

@@ -134,7 +134,7 @@ def test_sampling_only_adds_the_sampled_points_to_an_existing_profile(tmp_path, 
     before = json.loads((PROFILE_DIR / "h200" / "qwen3-0.6b.json").read_text())
     before["model"] = str(tmp_path / "model")  # a profile of this model, measured before sampled points existed
     before["device"] = "cpu"  # ... on the CPU, which measures the sampled points here
-    for key in ("sampling_points", "sampling_measured_at"):
+    for key in ("sampling_points", "sampling_measured_at", "sampling_decode_steps_per_sample"):
         before.pop(key, None)
     before["fit"].pop("sampling", None)
     out.write_text(json.dumps(before))
@@ -145,7 +145,9 @@ def test_sampling_only_adds_the_sampled_points_to_an_existing_profile(tmp_path, 
     assert {(p["sampling"], tuple(p["decode"])) for p in after["sampling_points"]} == {
         (mode, (bs, 1024)) for mode in ("temperature", "filters") for bs in (1, 48)}
     assert set(after["fit"]["sampling"]) == {"temperature", "filters"}
-    assert {k: v for k, v in after.items() if k not in ("sampling_points", "fit", "sampling_measured_at")} == {
+    assert after["sampling_decode_steps_per_sample"] == 1  # --decode-steps' default, recorded beside the points
+    assert {k: v for k, v in after.items() if k not in ("sampling_points", "fit", "sampling_measured_at",
+                                                       "sampling_decode_steps_per_sample")} == {
         k: v for k, v in before.items() if k != "fit"}
     assert {k: v for k, v in after["fit"].items() if k != "sampling"} == before["fit"]
     assert ProfiledCostModel.load(out, sampling="filters").prices_sampling

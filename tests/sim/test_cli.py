@@ -271,9 +271,8 @@ def _check_slo(run: Run, base: Run) -> None:
 
 
 def _check_sampling(run: Run, base: Run) -> None:
-    # Recorded as engine.replay records them. The shipped profile prices the sampling where it measured it (each step
-    # longer by what its sampling rows add, the same batches: sharegpt's prompts all differ); a profile measured
-    # before sampled points prices the greedy steps and says so (tests/sim/test_sampling_cost.py has both).
+    # Recorded as engine.replay records them. The shipped profile prices the sampling where it measured it; a profile
+    # measured before sampled points prices the greedy steps and says so (tests/sim/test_sampling_cost.py has both).
     from sim.profiled_cost_model import ProfiledCostModel, profile_path
 
     assert {k: run.config.get(k) for k in ("temperature", "top_k", "top_p")} == {"temperature": 0.6, "top_k": 20,
@@ -286,9 +285,12 @@ def _check_sampling(run: Run, base: Run) -> None:
         assert run.steps.equals(base.steps)
         return
     assert not run.summary["warnings"]
-    timing = ["start_s", "duration_s"]
-    assert run.steps.drop(timing).equals(base.steps.drop(timing))
-    assert (run.steps["duration_s"] > base.steps["duration_s"]).all() and run.tpot_ms > base.tpot_ms
+    # Each step takes what its sampling rows add (the shipped profile's filters: 1.4-3.4 ms at 32-256 rows), and slower
+    # steps batch the arrivals otherwise: checked on the run here; step by step, on one schedule, in
+    # tests/sim/test_sampling_cost.py.
+    decode = pl.col("num_prefill_tokens") == 0
+    assert run.steps.filter(decode)["duration_s"].mean() > base.steps.filter(decode)["duration_s"].mean()
+    assert run.tpot_ms > base.tpot_ms
 
 
 def _check_host_slowdown(run: Run, base: Run) -> None:

@@ -8,11 +8,16 @@ steps."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import engine.core.quiet_window as quiet_window
 import sim.simulator as simulator
+from engine.core.quiet_window import QuietRun
 from sim.config import SimConfig
 from sim.simulator import simulate
 from tests.sim.helpers import SHAREGPT, QuarterSecondSteps, StopAt, make_trace, record_waiting_windows
@@ -144,3 +149,29 @@ def test_arrivals_and_stops_on_step_ends(router, policy, monkeypatch):
                                 fast_forward=fast_forward) for fast_forward in (True, False)]
             assert watched[0].stopped_s == stop_s
             _identical(*watched)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 40), st.integers(0, 5), st.lists(st.tuples(st.integers(0, 45), st.integers(0, 2)), max_size=8),
+       st.booleans())
+def test_waiting_counts_as_stretches_match_the_count_after_each_step(steps, num_waiting, joins, on_ends):
+    """QuietRun._waiting_changes (stretches of one count, what finish writes runs from) gives every step the count
+    the step loop gives it: those waiting at the start plus those that joined by the step's end (a join at a step's
+    very end counted in it); joins only grow the queue, or leave it (a rejected arrival)."""
+    ends = np.cumsum(np.full(steps, 0.5))
+    times, counts, count = [], [], num_waiting
+    for at, grows in sorted(joins):
+        times.append(float(ends[min(at, steps - 1)]) if on_ends else at * 0.5 - 0.25)
+        count += grows
+        counts.append(count)
+    order = np.argsort(times, kind="stable")
+    run = SimpleNamespace(ends=ends, _num_waiting=num_waiting, _waited_s=[times[i] for i in order],
+                          _waited=[counts[i] for i in order])
+    changes = QuietRun._waiting_changes(run, steps)
+    per_step = []
+    for (first, value), nxt in zip(changes, [c[0] for c in changes[1:]] + [steps]):
+        per_step.extend([value] * (nxt - first))
+    all_counts = [num_waiting, *run._waited]
+    joined = np.searchsorted(np.asarray(run._waited_s, dtype=np.float64), ends, side="right")
+    assert per_step == [all_counts[n] for n in joined.tolist()]
+    assert changes[0][0] == 0 and all(a[1] != b[1] and a[0] < b[0] for a, b in zip(changes, changes[1:]))

@@ -63,6 +63,10 @@ _ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "
 # first, as vLLM does, took 40 s and 5 GB of memory, kept by the server afterwards, for a 15 MB prompt of a model of
 # 512 tokens, to say it had 12 million.
 PROMPT_CHARS_MARGIN = 2
+# A client's request id (X-Request-Id, or vLLM's request_id field) names the response, as in vLLM; every chunk of a
+# stream repeats it, so a 1 MB id would make each token of the answer a 1 MB copy in the event loop. Trace ids and UUIDs
+# are far shorter.
+MAX_REQUEST_ID_CHARS = 512
 
 
 @dataclass
@@ -208,6 +212,7 @@ def build_app(engine: EngineClient, tokenizer=None, *,
     async def completions(body: CompletionRequest, request: Request):
         body.check_supported()
         _check_model(state, body.model)
+        request_id = _request_id(request, body, "cmpl")
         texts_or_ids = body.prompts()
         _check_num_choices(state, body.n, len(texts_or_ids))  # before tokenizing: 100,000 prompts took seconds
         for i, p in enumerate(texts_or_ids):  # before tokenizing any
@@ -216,15 +221,16 @@ def build_app(engine: EngineClient, tokenizer=None, *,
         text_chars = sum(len(p) for p in texts_or_ids if isinstance(p, str))
         prompts = await _in_worker_if(text_chars > THREAD_TOKENIZE_CHARS, _prompts_ids, state, texts_or_ids,
                                       body.add_special_tokens)
-        return await _serve(state, request, body, prompts, body.max_tokens, chat=False)
+        return await _serve(state, request, body, prompts, body.max_tokens, request_id, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         body.check_supported()
         _check_model(state, body.model)
+        request_id = _request_id(request, body, "chatcmpl")
         _check_num_choices(state, body.n, 1)  # before the template renders
         prompt = await _chat_prompt_ids(state, body)
-        return await _serve(state, request, body, [prompt], body.requested_max_tokens, chat=True,
+        return await _serve(state, request, body, [prompt], body.requested_max_tokens, request_id, chat=True,
                             max_tokens_param=body.max_tokens_param)
 
     return app
@@ -259,6 +265,22 @@ def _check_model(state: ServerState, model: str | None) -> None:
     if model and model != state.model_name:
         raise APIError(404, f"the model '{model}' does not exist; this server serves '{state.model_name}'",
                        param="model")
+
+
+def _request_id(request: Request, body: _Sampling, prefix: str) -> str:
+    """The response's id, as vLLM names it: ``prefix-`` and the client's X-Request-Id header, else vLLM's request_id
+    field, else a random one. The header was ignored: a gateway's trace id never reached the answer."""
+    given = request.headers.get("x-request-id") or None
+    what, param = "the X-Request-Id header", "X-Request-Id"
+    if given is None:
+        given, what, param = body.request_id or None, "request_id", "request_id"
+    if given is None:
+        return f"{prefix}-{uuid.uuid4().hex}"
+    if len(given) > MAX_REQUEST_ID_CHARS:
+        raise bad_request(f"{what} has {len(given)} characters; at most {MAX_REQUEST_ID_CHARS} are taken (every chunk "
+                          "of a stream repeats it)", param)
+    _check_unicode(given, what, param)  # a JSON id may hold half a surrogate pair: the response failed to encode, a 500
+    return f"{prefix}-{given}"
 
 
 async def _in_worker_if(big: bool, function, *args):
@@ -443,7 +465,7 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
 
 # ---- serving ---------------------------------------------------------------------------------------
 async def _serve(state: ServerState, request: Request, body: _Sampling, prompts: list[list[int]],
-                 max_tokens: int | None, *, chat: bool, max_tokens_param: str = "max_tokens"):
+                 max_tokens: int | None, request_id: str, *, chat: bool, max_tokens_param: str = "max_tokens"):
     stop = body.stop_strings
     if stop and state.tokenizer is None:
         raise bad_request("stop strings need a tokenizer; this model has none (use stop_token_ids)", "stop")
@@ -457,17 +479,20 @@ async def _serve(state: ServerState, request: Request, body: _Sampling, prompts:
     choice_prompts = [ids for ids in prompts for _ in range(n)]
     params = [_sampling_params(state, body, len(ids), max_tokens, i % n, max_tokens_param)
               for i, ids in enumerate(choice_prompts)]
-    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     try:
         stream = state.engine.submit(choice_prompts, params)
     except (ServerOverloaded, EngineDead) as exc:
         raise APIError(503, str(exc)) from exc
     choices = [_Choice(IncrementalDetokenizer(state.tokenizer, stop), ids) for ids in choice_prompts]
     response = _Response(state, body, request_id, choices, chat, num_prompts=len(prompts))
+    # The client's X-Request-Id comes back, as vLLM's --enable-request-id-headers sends it
+    echoed = {"X-Request-Id": request.headers["x-request-id"]} if request.headers.get("x-request-id") else {}
     if body.stream:
         return StreamingResponse(response.events(stream), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
-    return await response.collect(stream, request)
+                                 headers={"Cache-Control": "no-cache", **echoed})
+    whole = await response.collect(stream, request)
+    whole.headers.update(echoed)
+    return whole
 
 
 class _Response:

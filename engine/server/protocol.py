@@ -120,6 +120,8 @@ class _Sampling(_NullMeansDefault):
     # vLLM takes response_format on completions too (as structured output): it was ignored there, and a client that
     # asked for JSON got free text.
     response_format: dict[str, Any] | None = None
+    # vLLM's extension: the response's id (cmpl-<request_id>) where no X-Request-Id header names it (api.py)
+    request_id: str | None = None
 
     def check_supported(self) -> None:
         if self.n < 1:
@@ -225,7 +227,9 @@ class ChatMessage(BaseModel):
     content: str | list[dict[str, Any]] | None = None
 
     def text(self) -> str:
-        """The content as one string; only text parts are accepted."""
+        """The content as one string; only text parts are accepted, joined with newlines as vLLM (and SGLang) join
+        them for a template that takes a string: they were joined with nothing, ["ab", "cd"] was "abcd" where vLLM
+        renders "ab\\ncd", another prompt without a word."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
@@ -239,7 +243,7 @@ class ChatMessage(BaseModel):
                 raise bad_request(f"a message content part of type 'text' needs a string 'text', got "
                                   f"{str(part.get('text'))[:80]}", "messages")
             parts.append(part["text"])
-        return "".join(parts)
+        return "\n".join(parts)
 
     def for_template(self) -> dict[str, Any]:
         """What the chat template sees: the role, the content as text, and every other field the client sent (name,

@@ -151,6 +151,8 @@ def _no_profile_warning(config: SimConfig, model: ModelShape) -> dict:
 # step launched ahead of them, took 0.29 and 0.91 ms against greedy's 1.43 and 1.52, and the fit prices their sampling
 # as free.
 BELOW_GREEDY_SHARE = 0.10
+# How the warnings word each sampling mode that is not greedy (SimConfig.sampling_mode).
+_SAMPLING_WORDS = {"filters": "with top-k or top-p", "temperature": "with a temperature"}
 
 
 def sampling_warning(config: SimConfig, model: ModelShape, profile: dict | None) -> list[dict]:
@@ -163,7 +165,7 @@ def sampling_warning(config: SimConfig, model: ModelShape, profile: dict | None)
         return []
     if mode in measured:
         return _sampled_below_greedy(profile, mode)
-    what = "with top-k or top-p" if mode == "filters" else "with a temperature"
+    what = _SAMPLING_WORDS[mode]
     source = "the roofline estimate prices no sampling" if profile is None else \
         "the profile has no sampled steps (measured before python -m sim.profile timed them)"
     return [warning("sampling_not_measured", f"every request samples {what}, but {source}: steps are priced as "
@@ -183,7 +185,7 @@ def _sampled_below_greedy(profile: dict, mode: str) -> list[dict]:
             below.append((decode[0], median_s, greedy_s))
     if not below:
         return []
-    what = "with top-k or top-p" if mode == "filters" else "with a temperature"
+    what = _SAMPLING_WORDS[mode]
     rows = ", ".join(str(bs) for bs, _, _ in sorted(below))
     times = ", ".join(f"{m * 1e3:.2f} against {g * 1e3:.2f} ms" for _, m, g in sorted(below))
     return [warning("sampling_below_greedy", f"the profile's decode steps sampling {what} at {rows} rows measured "

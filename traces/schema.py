@@ -23,7 +23,14 @@ from engine.core.messages import one_line
 from traces.errors import TraceError, row_error
 from traces.files import make_folders, open_parquet, remove_empty, staging_path
 from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
-from traces.validation import MAX_ARRIVAL_S, MAX_HASH_BLOCK_SIZE, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, validate
+from traces.validation import (
+    EXPECTED_TYPES,
+    MAX_ARRIVAL_S,
+    MAX_HASH_BLOCK_SIZE,
+    OPTIONAL_COLUMNS,
+    REQUIRED_COLUMNS,
+    validate,
+)
 
 __all__ = [
     "HASH_BLOCK_SIZE_KEY",
@@ -226,10 +233,10 @@ def load_trace(path: str | Path) -> Trace:
               and not _polars_holds(table.schema.field(name).type)]
     # One of the trace's own columns of such a type is refused, named: polars' panic was a traceback of ~90 lines.
     wide = next((name for name in names
-                 if name in _EXPECTED_TYPES and _holds_decimal256(table.schema.field(name).type)), None)
+                 if name in EXPECTED_TYPES and _holds_decimal256(table.schema.field(name).type)), None)
     if wide is not None:
         raise TraceError(f"{source}: column {wide!r} has type {table.schema.field(wide).type} (a 256-bit decimal, "
-                         f"which polars cannot read); expected {_EXPECTED_TYPES[wide]}")
+                         f"which polars cannot read); expected {EXPECTED_TYPES[wide]}")
     if unheld:
         table = table.drop_columns(unheld)
     try:
@@ -240,14 +247,6 @@ def load_trace(path: str | Path) -> Trace:
             from None
     assert isinstance(frame, pl.DataFrame)
     return Trace.from_frame(frame, source, block_size)
-
-
-# What each of the trace's columns holds, as traces.validation words it.
-_EXPECTED_TYPES = {"request_id": "int64 or utf8 (string)", "arrival_s": "float64 seconds",
-                   "prompt_tokens": "integers >= 1", "output_tokens": "integers >= 1",
-                   "prompt_token_ids": "a list of integers (token ids >= 0)",
-                   "hash_ids": "a list of integers (ids of fixed-size prompt blocks)",
-                   "session_id": "int64 or utf8 (nullable)"}
 
 
 def _holds_decimal256(arrow_type: pa.DataType) -> bool:

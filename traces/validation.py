@@ -34,6 +34,15 @@ def _text_of_categories(series: pl.Series) -> pl.Series:
     return series.cast(pl.String) if isinstance(series.dtype, (pl.Categorical, pl.Enum)) else series
 
 
+
+# What each of the trace's columns must hold, as its type errors say it (load_trace refuses a type polars cannot read
+# with the same words).
+EXPECTED_TYPES = {"request_id": "int64 or utf8 (string)", "arrival_s": "float64 seconds",
+                  "prompt_tokens": "integers >= 1", "output_tokens": "integers >= 1",
+                  "prompt_token_ids": "a list of integers (token ids >= 0)",
+                  "hash_ids": "a list of integers (ids of fixed-size prompt blocks)",
+                  "session_id": "int64 or utf8 (nullable)"}
+
 class _Checker:
     """Holds the table being checked so messages can quote the request id of a row."""
 
@@ -72,7 +81,7 @@ class _Checker:
         if series.dtype.is_integer():
             series = self.as_int64(series, "request_id", "a unique int64 or string id")
         elif series.dtype != pl.String:
-            raise self.fail(None, "request_id", f"has type {series.dtype}; expected int64 or utf8 (string)")
+            raise self.fail(None, "request_id", f"has type {series.dtype}; expected {EXPECTED_TYPES['request_id']}")
         self.check_no_nulls("request_id", "a unique int64 or string id")
         repeated = _first_true(~series.is_first_distinct())
         if repeated is not None:
@@ -89,7 +98,7 @@ class _Checker:
     def arrivals(self) -> pl.Series:
         series = self.df["arrival_s"]
         if not series.dtype.is_numeric():
-            raise self.fail(None, "arrival_s", f"has type {series.dtype}; expected float64 seconds")
+            raise self.fail(None, "arrival_s", f"has type {series.dtype}; expected {EXPECTED_TYPES['arrival_s']}")
         series = series.cast(pl.Float64)
         self.check_no_nulls("arrival_s", "seconds from the trace start")
         self.fail_at_first(
@@ -127,7 +136,7 @@ class _Checker:
                 lambda row: f"is {series[row]}, not an integer; expected {what}",
             )
         elif not series.dtype.is_integer():
-            raise self.fail(None, column, f"has type {series.dtype}; expected integers >= 1")
+            raise self.fail(None, column, f"has type {series.dtype}; expected {EXPECTED_TYPES[column]}")
         self.check_no_nulls(column, what)
         original = series
         series = series.cast(pl.Int64, strict=False)  # a uint64 or float beyond int64 becomes null
@@ -143,24 +152,24 @@ class _Checker:
         )
         return series
 
-    def id_lists(self, column: str, what: str) -> pl.Series:
+    def id_lists(self, column: str) -> pl.Series:
         """A list-of-integers column with no null lists and no null elements, as List(Int64)."""
         series = self.df[column]
         dtype = series.dtype
         if not (isinstance(dtype, pl.List) and dtype.inner.is_integer()):
-            raise self.fail(None, column, f"has type {dtype}; expected a list of integers ({what})")
-        self.check_no_nulls(column, f"a list of integers ({what})")
+            raise self.fail(None, column, f"has type {dtype}; expected {EXPECTED_TYPES[column]}")
+        self.check_no_nulls(column, EXPECTED_TYPES[column])
         self.fail_at_first(
             series.list.drop_nulls().list.len() != series.list.len(),
             column,
-            lambda row: f"contains a null element; expected a list of integers ({what})",
+            lambda row: f"contains a null element; expected {EXPECTED_TYPES[column]}",
         )
         original = series
         series = series.cast(pl.List(pl.Int64), strict=False)  # a uint64 element beyond int64 becomes null
         self.fail_at_first(
             series.list.drop_nulls().list.len() != series.list.len(),
             column,
-            lambda row: f"holds {original[row].max()}, beyond int64; expected a list of integers ({what}) "
+            lambda row: f"holds {original[row].max()}, beyond int64; expected {EXPECTED_TYPES[column]} "
             "below 2**63",
         )
         return series
@@ -178,7 +187,7 @@ class _Checker:
                 f"{self.source}: hash_block_size is {hash_block_size!r}; expected an integer from 1 to "
                 f"{MAX_HASH_BLOCK_SIZE} (tokens per hash block)"
             )
-        series = self.id_lists("hash_ids", "ids of fixed-size prompt blocks")
+        series = self.id_lists("hash_ids")
         lengths = series.list.len().cast(pl.Int64)
         expected = (prompt_tokens + (hash_block_size - 1)) // hash_block_size
         self.fail_at_first(
@@ -192,7 +201,7 @@ class _Checker:
         return series
 
     def prompt_token_ids(self, prompt_tokens: pl.Series) -> pl.Series:
-        series = self.id_lists("prompt_token_ids", "token ids >= 0")
+        series = self.id_lists("prompt_token_ids")
         self.fail_at_first(
             series.list.min() < 0,
             "prompt_token_ids",
@@ -212,7 +221,7 @@ class _Checker:
             return self.as_int64(series, "session_id", "an int64 or string session id")
         if series.dtype in (pl.String, pl.Null):
             return series.cast(pl.String) if series.dtype == pl.Null else series
-        raise self.fail(None, "session_id", f"has type {series.dtype}; expected int64 or utf8 (nullable)")
+        raise self.fail(None, "session_id", f"has type {series.dtype}; expected {EXPECTED_TYPES['session_id']}")
 
 
 def validate(df: pl.DataFrame, source: str, hash_block_size: int | None) -> pl.DataFrame:

@@ -89,6 +89,7 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
 )
 # Finish reasons of requests that were served (the others did not complete: rejected, aborted).
 SERVED_FINISH_REASONS: tuple[str, ...] = tuple(r.value for r in FinishReason if r.served)
+_REJECTED = FinishReason.REJECTED  # request_row compares each finished row's reason with it
 
 
 # A recorded step's integer columns, in the order StepLog.record appends them.
@@ -296,9 +297,6 @@ def request_row(seq: Sequence) -> tuple:
         seq.reject_reason,
         seq.token_times_s,
     )
-
-
-_REJECTED = FinishReason.REJECTED
 
 
 def requests_to_arrow(rows: Iterable[tuple]) -> pa.Table:

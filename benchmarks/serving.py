@@ -64,9 +64,12 @@ def replay(tree: Path, trace: Path, qps: float, limit: int, extra: list[str], ou
 
 
 def cuda_available() -> bool:
-    """Whether torch sees a CUDA device (a function of its own: the bisection's tests stand a GPU in for it)."""
-    import torch
-
+    """Whether torch sees a CUDA device, False without torch (a function of its own: the bisection's tests stand a GPU
+    in for it; benchmarks/serving_overhead.py asks it too)."""
+    try:
+        import torch
+    except ImportError:
+        return False
     return torch.cuda.is_available()
 
 

@@ -61,15 +61,6 @@ def histogram_means(metrics_text: str) -> dict[str, float]:
     return {name.removeprefix("vllm:"): 1e3 * sums[name] / counts[name] for name in sums if counts.get(name)}
 
 
-def cuda_available() -> bool:
-    """Whether torch sees a CUDA device (no torch: none)."""
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="python benchmarks/serving_overhead.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("trace")
@@ -104,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.exit(2, f"error: {exc}\n")
     # Without a GPU both runs fell back to the CPU with only a note in their logs and ran for hours.
+    from benchmarks.serving import cuda_available
+
     if not args.cpu and not cuda_available():
         parser.exit(2, "error: this benchmark times engine.replay and engine.serve on a CUDA GPU and found none; "
                        "pass --cpu to run them on the CPU anyway (slowly)\n")

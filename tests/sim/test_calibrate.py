@@ -221,6 +221,46 @@ def test_step_errors_splits_classes_by_batch_size(tmp_path):
                     "decode, new batch, 32-63 seqs, mean context 4000-4999": 2, "all": 4}
 
 
+def test_step_errors_prices_the_sampling_a_run_recorded(tmp_path, capsys):
+    """validation/step_errors.py prices a run whose summary.json records top-k / top-p with the profile's filtered
+    sampling (as sim.replay prices it; priced as greedy, a sampled run read ~0.72 of its real time), names the mode
+    in the run's label, and prices a run that records no temperature as greedy; a config the simulator refuses is one
+    line naming the file."""
+    from sim.profiled_cost_model import ProfiledCostModel, find_profile
+    from validation.step_errors import main as step_errors_main
+    from validation.step_errors import run_sampling
+
+    rows, t = [], 0.0
+    for step in range(3):
+        f = _features(64, 64 * 500)
+        rows.append({**{c: f.get(c, 0) for c in STEP_INT_COLUMNS}, "replica": 0, "step": step, "num_running": 64,
+                     "continues_batch": int(step > 0), "start_s": t, "duration_s": 0.006})
+        t += 0.006
+    for name, config in (("sampled", {"model": "qwen3-0.6b", "temperature": 0.6, "top_k": 20, "top_p": 0.95}),
+                         ("greedy", {"model": "qwen3-0.6b"})):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / name / "steps.parquet")
+        (tmp_path / name / "summary.json").write_text(json.dumps({"config": config}))
+    assert run_sampling(tmp_path / "sampled") == "filters" and run_sampling(tmp_path / "greedy") == "greedy"
+    assert step_errors_main([str(tmp_path / "sampled"), str(tmp_path / "greedy")]) == 0
+    lines = {line.split()[0] + (" " + line.split()[1] if line.split()[1].startswith("(") else ""): line
+             for line in capsys.readouterr().out.splitlines()[1:] if " all " in line}
+    path = find_profile("qwen3-0.6b", "h200")
+    filters, greedy = ProfiledCostModel.load(path, sampling="filters"), ProfiledCostModel.load(path)
+    assert filters.sampling_s(64) > 0.001  # what the test tells apart: the profile measured filters at 64 rows
+    for label, model in (("sampled (filters)", filters), ("greedy", greedy)):
+        predicted_ms = 1e3 * sum(model.predict({**_features(64, 64 * 500), "continues_batch": int(k > 0)})
+                                 for k in range(3)) / 3
+        assert float(lines[label].split()[-2]) == pytest.approx(predicted_ms, abs=0.006)
+    (tmp_path / "sampled" / "summary.json").write_text(json.dumps({"config": {"model": "qwen3-0.6b",
+                                                                               "temperature": -1}}))
+    with pytest.raises(SystemExit) as exit_info:
+        step_errors_main([str(tmp_path / "sampled")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "summary.json: config:" in err and "temperature" in err
+
+
 def test_step_errors_bucket_fit_recovers_a_constant_per_step(tmp_path, capsys):
     """validation/step_errors.py --bucket-fit: steps of 9-16 sequences taking the grid's bucket-16 line less 0.2 ms
     fit back to that intercept less 0.2 ms and the grid's slope; steps that change their batch are left out."""

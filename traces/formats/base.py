@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -108,3 +109,30 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
                 raise RepeatedKey(key)
             seen.add(key)
     return record
+
+
+def json_syntax_hint(text: str, exc: json.JSONDecodeError, unit: str) -> str:
+    """What a JSON syntax error in ``text`` (one ``unit``: "line" or "file") most likely means, for the slips that break
+    trace files most often, or ''. json named only the symptom: JSON Lines written with a comma after each record
+    failed as "Extra data at column 76", a record pretty-printed over several lines (as Mooncake's README shows
+    them) as "Expecting property name enclosed in double quotes at column 1"."""
+    before, after = text[: exc.pos].rstrip(), text[exc.pos :].strip()
+    closes = ("]", "}")
+    if (before.endswith(",") and after[:1] in closes) or (after[:1] == "," and after[1:].lstrip()[:1] in closes):
+        closing = after.lstrip(",").lstrip()[0]
+        return f"; a comma comes before {closing!r}, which JSON does not allow; remove it"
+    if exc.msg == "Extra data" and after.startswith(","):
+        return ("; a comma follows a complete JSON value: JSON Lines separate records by line breaks alone (no "
+                "commas), and a list of records needs [ ] around it")
+    if before and (not after or (exc.msg.startswith("Unterminated string") and '"' not in after[1:])):
+        if unit == "line":
+            return ("; the line ends inside a JSON value: expected one whole JSON object per line (a record spread "
+                    "over several lines, as pretty-printed JSON writes it, or a line cut short?)")
+        return "; the file ends inside a JSON value (cut short?)"
+    return ""
+
+
+def json_error_at(exc: json.JSONDecodeError) -> str:
+    """json's reason and where on its line, 'Expecting value at column 7' ("Unterminated string starting at" ends
+    with its own 'at', which was written twice)."""
+    return f"{exc.msg} {'' if exc.msg.endswith(' at') else 'at '}column {exc.colno}"

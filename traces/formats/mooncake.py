@@ -19,7 +19,16 @@ from engine.core.config import cdiv
 from engine.core.json_errors import json_problem
 from engine.core.messages import shown
 from traces.errors import TraceError
-from traces.formats.base import Converted, ConvertOptions, RepeatedKey, drop_zero_lengths, time_origin, unique_keys
+from traces.formats.base import (
+    Converted,
+    ConvertOptions,
+    RepeatedKey,
+    drop_zero_lengths,
+    json_error_at,
+    json_syntax_hint,
+    time_origin,
+    unique_keys,
+)
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 from traces.validation import MAX_ARRIVAL_S
 
@@ -50,7 +59,8 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
     except RepeatedKey as exc:
         raise fail(exc.problem) from None
     except json.JSONDecodeError as exc:
-        raise fail(f"not valid JSON ({exc.msg} at column {exc.colno}){_layout_hint(line_no, line)}") from None
+        hint = _layout_hint(line_no, line) or json_syntax_hint(line, exc, "line")
+        raise fail(f"not valid JSON ({json_error_at(exc)}){hint}") from None
     except RecursionError:  # arrays nested thousands deep: no record looks like that
         raise fail("JSON nested too deeply to read; expected one object per line") from None
     except ValueError as exc:  # an integer of 5000 digits: the message named neither the file nor the line

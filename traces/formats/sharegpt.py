@@ -41,7 +41,7 @@ from engine.core.json_errors import json_problem, json_type_name
 from engine.core.messages import one_line
 from traces.arrivals import arrival_times_s, gamma_gaps_s
 from traces.errors import TraceError
-from traces.formats.base import Converted, ConvertOptions, RepeatedKey, unique_keys
+from traces.formats.base import Converted, ConvertOptions, RepeatedKey, json_error_at, json_syntax_hint, unique_keys
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 
 USER_ROLES = frozenset({"human", "user"})
@@ -90,8 +90,9 @@ def _parse_json(path: Path, text: str, line: int | None = None) -> Any:
     except json.JSONDecodeError as exc:
         if line is None and exc.msg == "Extra data" and exc.lineno > 1:
             raise  # a second document on a later line: JSON Lines, read line by line
-        hint = "" if text.lstrip()[:1] in ("[", "{") else "; expected a JSON list of conversations or JSON Lines"
-        raise TraceError(f"{path}: line {line or exc.lineno}: not valid JSON ({exc.msg}){hint}") from None
+        hint = json_syntax_hint(text, exc, "file" if line is None else "line") if text.lstrip()[:1] in ("[", "{") \
+            else "; expected a JSON list of conversations or JSON Lines"
+        raise TraceError(f"{path}: line {line or exc.lineno}: not valid JSON ({json_error_at(exc)}){hint}") from None
     except ValueError as exc:  # an integer of 5000 digits: the message named neither the file nor the problem
         raise TraceError(f"{where}: cannot read the JSON ({json_problem(exc)}); expected a list of "
                          "conversations") from None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.metrics import CLIENT_TIMING, is_timed_by_client
+from analysis.metrics import CLIENT_TIMING, has_step_log, is_timed_by_client
 from analysis.runs import META_KEYS, check_meta
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.json_errors import json_problem
@@ -159,7 +159,17 @@ def load_run(path: str | Path, label: str) -> RunData:
         check_steps(steps)
     except (ValueError, pl.exceptions.PolarsError) as exc:
         raise CompareInputError(f"{steps_path}: {exc}") from exc
-    return RunData(label=label, path=path, requests=requests, steps=steps, metadata=_read_summary(path / SUMMARY_FILE))
+    run = RunData(label=label, path=path, requests=requests, steps=steps, metadata=_read_summary(path / SUMMARY_FILE))
+    # A simulated run, or one engine.replay measured, logs every step it ran: an emptied step log beside requests that
+    # got tokens was compared as a run served over HTTP ("engine steps n/a", "schedule diff: n/a (... a run served
+    # over HTTP or imported from another tool)"), which summary.json says it is not.
+    logs_steps = run.simulated or run.cost_model == MEASURED_COST_MODEL
+    if logs_steps and not run.timed_by_client and not has_step_log(requests, steps):
+        served = requests.height - requests["first_token_s"].null_count()
+        what = "a simulated run" if run.simulated else "a run engine.replay measured"
+        raise CompareInputError(f"{steps_path}: holds no steps, yet {served} request(s) got tokens; expected the "
+                                f"step log of {what}, as its summary.json says it is")
+    return run
 
 
 def _load_vllm_result(path: Path, label: str) -> RunData:

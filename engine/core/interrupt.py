@@ -53,23 +53,37 @@ def _print_any_path() -> None:
 class _ReaderGoneSafe:
     """A command's stdout or stderr whose writes go to /dev/null once its reader has gone (``python -m sim.replay
     TRACE | head``): the command carries on to its end with its status, its files being its outputs, where a
-    BrokenPipeError traceback ended it (status 1) between the outputs and the lines about them."""
+    BrokenPipeError traceback ended it (status 1) between the outputs and the lines about them.
 
-    def __init__(self, stream) -> None:
+    stderr carries progress bars and the lines about the run: one that cannot be written at all (``2>/dev/full``, a
+    descriptor closed or opened read-only) is discarded in the same way; the progress bar's first write failed and
+    the run stopped with status 2 (1 where Python had no stderr), its outputs thrown away, for want of a progress
+    bar. A stdout that cannot be written (``>/dev/full``) is discarded too, and remembered (``lost``): the command
+    still ends its work, then says so in one line with status 2, where the OSError was a traceback with status 1."""
+
+    def __init__(self, stream, name: str) -> None:
         self._stream = stream
+        self._name = name
+        self.lost: OSError | None = None  # stdout's first failed write, other than a gone reader
 
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
-            self._discard()
+        except OSError as exc:
+            self._failed(exc)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except BrokenPipeError:
-            self._discard()
+        except OSError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        gone = isinstance(exc, BrokenPipeError) or exc.errno == errno.EBADF  # no reader, or no stream at all
+        if not gone and self._name == "stdout" and self.lost is None:
+            self.lost = exc
+        self._discard()
 
     def _discard(self) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -77,31 +91,51 @@ class _ReaderGoneSafe:
             os.dup2(devnull, self._stream.fileno())  # what the stream still buffers is written there too
         finally:
             os.close(devnull)
+        try:
+            self._stream.flush()  # what it buffers goes there now, not again to the failing file on the next write
+        except (OSError, ValueError):
+            pass
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
 
 
 def _guard_against_a_gone_reader() -> tuple:
-    """Put ``_ReaderGoneSafe`` around sys.stdout and sys.stderr where they are files; returns what they were."""
+    """Put ``_ReaderGoneSafe`` around sys.stdout and sys.stderr where they are files, and /dev/null where Python has
+    none (the descriptor was closed when it started: ``2>&-``, on which a progress bar's write raised AttributeError);
+    returns what they were."""
     was = (sys.stdout, sys.stderr)
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 -- closed by _end_guard
+            continue
         try:
             stream.fileno()
-        except (AttributeError, OSError, ValueError):  # None, or a stream in memory (a test's capture)
+        except (AttributeError, OSError, ValueError):  # a stream in memory (a test's capture)
             continue
         if not isinstance(stream, _ReaderGoneSafe):
-            setattr(sys, name, _ReaderGoneSafe(stream))
+            setattr(sys, name, _ReaderGoneSafe(stream, name))
     return was
+
+
+def _stdout_lost() -> OSError | None:
+    """Flush the guarded stdout; the error of its first write that failed for another reason than a gone reader."""
+    stream = sys.stdout
+    if not isinstance(stream, _ReaderGoneSafe):
+        return None
+    stream.flush()
+    return stream.lost
 
 
 def _end_guard(was: tuple) -> None:
     """Flush what main printed through the guard (a reader gone then is no error at exit, which Python reports with
     status 120), then put the streams back."""
-    for stream in (sys.stdout, sys.stderr):
+    for stream, previous in zip((sys.stdout, sys.stderr), was):
         if isinstance(stream, _ReaderGoneSafe):
             stream.flush()
+        elif previous is None and getattr(stream, "name", None) == os.devnull:  # ours, in place of none
+            stream.close()
     sys.stdout, sys.stderr = was
 
 
@@ -162,7 +196,13 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
             interrupted = False
             streams = _guard_against_a_gone_reader()
             try:
-                return main(*args, **kwargs)
+                status = main(*args, **kwargs)
+                lost = _stdout_lost()
+                if lost is not None and status in (None, 0):
+                    print(f"error: cannot write to standard output ({lost.strerror or lost}); what the command "
+                          "printed there is incomplete", file=sys.stderr)
+                    raise SystemExit(EXIT_BAD_INPUT)
+                return status
             except KeyboardInterrupt:
                 interrupted = True
                 print(f"\n{message}" if sys.stderr.isatty() else message, file=sys.stderr)

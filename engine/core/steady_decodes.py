@@ -129,7 +129,11 @@ class SteadyDecodes:
         if self._owing:
             self.settle(seq)  # (its row was just handled: settled already, but what follows reads it)
         computed = seq.num_computed_tokens
-        if len(seq.token_ids) - computed != 1 or seq.sampling_params.stop_token_ids:
+        # A prompt whose last token is left to compute alone looks like a decode (one token to compute), but its row
+        # samples the first token, which postprocess must record (first_token_s): filed, a plain row got the token
+        # without it, and the first token time read a later token's (a step-loop TTFT a step or more late, and other
+        # than a quiet window's, which records it).
+        if len(seq.token_ids) - computed != 1 or seq.sampling_params.stop_token_ids or seq.first_token_s is None:
             if self._owing:
                 self._stop_owing(seq)
             self.steady.pop(seq, None)

@@ -261,6 +261,7 @@ def test_a_sequence_owes_the_steps_since_it_was_filed():
         seq.num_computed_tokens = computed
         seq.block_table = [0, 1, 2, 3, 4]  # room for 80 tokens: no block boundary for a while
         seq.status = SequenceStatus.RUNNING
+        seq.first_token_s = 0.5  # decoding: its first token came (a prompt's last token to compute is not filed)
         seqs.append(seq)
     steady.file(seqs[0])
     steady.log_step(9, 1.0)  # the first owing step: seqs[0] owes from it

@@ -126,10 +126,11 @@ def latency_figure(results: Sequence[ConfigResult], slos: Sequence[SLO]) -> go.F
                 mode="markers",
                 name=result.label, legendgroup=result.label, showlegend=row == 1,
                 marker={"symbol": _symbols(points), "size": 10, "color": _color(result.index)},
-                customdata=[[_point_hover(p), p.num_rejected, p.goodput_rps, text] for p, text in zip(points, shown)],
+                customdata=[[_point_hover(p), p.num_rejected, _goodput_text(p), text]
+                            for p, text in zip(points, shown)],
                 hovertemplate=(
                     f"{html_text(result.label)}<br>offered load: %{{x:.4g}} req/s<br>{slo.label}: %{{customdata[3]}}"
-                    "<br>%{customdata[0]}<br>rejected: %{customdata[1]}; goodput: %{customdata[2]:.4g} req/s"
+                    "<br>%{customdata[0]}<br>rejected: %{customdata[1]}; goodput: %{customdata[2]}"
                     "<extra></extra>"
                 ),
             ), row=row, col=1)
@@ -148,14 +149,24 @@ def latency_figure(results: Sequence[ConfigResult], slos: Sequence[SLO]) -> go.F
     return fig
 
 
+def _goodput_text(point: PointResult) -> str:
+    if point.goodput_rps is None:
+        return "not measured (stopped early: the part simulated is not the load's)"
+    return f"{point.goodput_rps:.4g} req/s"
+
+
 def goodput_figure(results: Sequence[ConfigResult]) -> go.Figure:
-    """Goodput against offered load; the diagonal is "every request met every SLO"."""
+    """Goodput against offered load; the diagonal is "every request met every SLO". Points stopped early have no
+    goodput (PointResult.goodput_rps): left out, and counted in the title."""
     fig = go.Figure()
     highest = max((p.qps for r in results for p in r.all_points), default=1.0)
     fig.add_trace(go.Scatter(x=[0, highest], y=[0, highest], mode="lines", name="goodput = offered load",
                              line={"dash": "dot", "color": "gray"}, hoverinfo="skip"))
+    num_stopped = 0
     for result in results:
         points = _plotted_points(result)
+        num_stopped += sum(p.goodput_rps is None for p in points)
+        points = [p for p in points if p.goodput_rps is not None]
         fig.add_trace(go.Scatter(
             x=[p.qps for p in points], y=[p.goodput_rps for p in points], mode="markers", name=result.label,
             marker={"symbol": _symbols(points), "size": 10, "color": _color(result.index)},
@@ -165,7 +176,11 @@ def goodput_figure(results: Sequence[ConfigResult]) -> go.Figure:
             "<br>%{customdata[2]}<extra></extra>",
         ))
     _symbol_legend(fig)
-    return _titled(fig, CHART_TITLES["goodput"], "offered load (requests/s)", "goodput (requests/s meeting every SLO)",
+    title = CHART_TITLES["goodput"]
+    if num_stopped:  # (the latency chart draws them: each missed an SLO for certain)
+        title += (f" ({num_stopped} point{'s' if num_stopped > 1 else ''} stopped early, each missing an SLO: goodput "
+                  "not measured, not drawn)")
+    return _titled(fig, title, "offered load (requests/s)", "goodput (requests/s meeting every SLO)",
                    hovermode="closest")
 
 

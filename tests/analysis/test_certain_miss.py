@@ -66,6 +66,8 @@ def test_an_overloaded_point_stops_with_the_verdict_of_the_whole_run(qps) -> Non
     assert (stopped.feasible, stopped.meets_slos, stopped.stopped_early) == (False, False, True)
     assert stopped.stream_requests < whole.stream_requests and stopped.stream_duration_s < whole.stream_duration_s
     assert whole.slo_values_ms["ttft_p90"] > 2000.0
+    # The part simulated is not the load's goodput (the report drew it beside the whole runs' as if it were)
+    assert stopped.goodput_rps is None and whole.goodput_rps is not None
 
 
 def test_a_point_that_meets_its_slos_runs_whole_and_unchanged() -> None:

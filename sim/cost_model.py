@@ -27,8 +27,10 @@ class CostModel(Protocol):
     # whose batch carries decode_context_tokens and max_decode_context_tokens as arrays (sim.runner uses it for
     # quiet windows when present; without it the runner calls step_time_s once per step); a new array, which the
     # runner sums in place. A run's steps are numbered from batch.step_index (the first one's, an int from
-    # sim.runner; an array of them is taken too). Optional too: for_replica(index) -> CostModel, the model replica
-    # ``index`` prices its steps with (a model whose per-step noise must differ between replicas, sim.bands).
+    # sim.runner; an array of them is taken too). Optional too: decode_run_from_s(batch, num_steps, host_slowdown),
+    # the same prices from a batch whose contexts are the run's first step's scalars (the model builds the arrays it
+    # reads; sim.runner prefers it), and for_replica(index) -> CostModel, the model replica ``index`` prices its
+    # steps with (a model whose per-step noise must differ between replicas, sim.bands).
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,28 @@ def test_quiet_step_ends_equal_the_step_by_step_sums(kind, host, num_seqs, conte
 
 
 
+@pytest.mark.parametrize("sampling", ["greedy", "temperature", "filters"])
+@pytest.mark.parametrize("model_name", ["qwen3-0.6b", "qwen3-8b"])
+def test_decode_run_from_the_first_step_equals_step_time_step_by_step(model_name, sampling):
+    """decode_run_from_s (the contexts built by the model, its arithmetic in place on 0-d coefficients) gives the
+    very floats of step_time_s step by step: a first step that does not continue its batch, the skew term (large
+    batches, long and short longest contexts), sampling's extra, host slowdowns."""
+    model = ProfiledCostModel.load(find_profile(model_name, "h200"), sampling=sampling)
+    cases = [(bs, bs * context, longest, continues, num_steps, slowdown)
+             for bs in (1, 7, 31, 32, 33, 100, 256) for context, longest in ((900, 950), (3_000, 12_000), (5, 3))
+             for continues in (0, 1) for num_steps, slowdown in ((1, None), (13, 0.7), (300, None), (64, 1.3))]
+    for bs, context, longest, continues, num_steps, slowdown in cases:
+        batch = _decode_batch(bs, context, longest)
+        batch.continues_batch = continues
+        run = model.decode_run_from_s(batch, num_steps, slowdown).tolist()
+        one_by_one = []
+        for k in range(num_steps):
+            batch.decode_context_tokens, batch.max_decode_context_tokens = context + bs * k, longest + k
+            batch.continues_batch = continues if k == 0 else 1
+            one_by_one.append(model.step_time_s(batch, slowdown))
+        assert run == one_by_one, (bs, context, longest, continues, num_steps, slowdown)
+
+
 _TIME_VARYING_HOSTS = {  # a fresh one per run: episodes are drawn as they are asked for
     "episodes of 4 s": lambda: HostSpeedEpisodes(1.0, 1.6, 0.25, 4.0, seed=3),
     "episodes of 20 ms": lambda: HostSpeedEpisodes(0.9, 1.5, 0.4, 0.02, seed=5),

@@ -63,7 +63,8 @@ class CostModelRunner:
         # common token. Two requests of one prompt then get continuations whose KV blocks hash apart, as a sampling
         # engine's do: with one token for all, a preempted one came back on the other's generated blocks in the
         # prefix cache, which the engine's differing samples never hold (tests/engine/test_probe_session29_b.py).
-        # Greedy requests of one prompt continue alike on the GPU too: they keep the common token.
+        # Greedy requests of one prompt continue alike on the GPU too, as do those with top_k=1 (an argmax at any
+        # temperature: engine.core.sampling_params.samples_argmax): they keep the common token.
         self.distinct_first_tokens = distinct_first_tokens
 
     def run(self, batch: ScheduledBatch) -> RunnerOutput:

@@ -27,6 +27,7 @@ from engine.core.llm_engine import LLMEngine
 from engine.core.model_config import ModelShape
 from engine.core.quiet_window import QuietRun, plan_quiet_window
 from engine.core.records import REQUEST_COLUMNS, request_row
+from engine.core.sampling_params import samples_argmax
 from engine.core.sequence import FinishReason, Sequence
 from sim.config import SimConfig
 from sim.cost_model import CostModel, RooflineCostModel
@@ -283,7 +284,7 @@ def simulate(
             # one host-speed process per replica: each replica is its own machine
             CostModelRunner(for_replica(cost_model, i),
                             host_speed=parse_host_slowdown(config.host_slowdown, config.seed + i), clock=clock,
-                            distinct_first_tokens=config.sampling_mode(model.vocab_size) != "greedy"),
+                            distinct_first_tokens=not samples_argmax(config.temperature, config.top_k)),
             clock=clock,
             eos_token_ids=model.eos_token_ids,
             replica=i,

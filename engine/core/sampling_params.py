@@ -120,3 +120,11 @@ def sampling_mode(temperature: float, top_k: int, top_p: float, vocab_size: int)
     if temperature < GREEDY_BELOW_TEMPERATURE:
         return "greedy"
     return "filters" if 0 < top_k < vocab_size or top_p < 1.0 else "temperature"
+
+
+def samples_argmax(temperature: float, top_k: int) -> bool:
+    """Whether a request with these options always samples its most likely token: greedy, or top_k=1, which leaves
+    the draw one token (the engine's sampler: an argmax under any temperature). Two requests of one prompt then
+    continue alike, and their generated KV blocks hash alike in the prefix cache; the simulator's runner gives them
+    one token (CostModelRunner.distinct_first_tokens off) as it gives greedy ones."""
+    return temperature < GREEDY_BELOW_TEMPERATURE or top_k == 1

@@ -46,15 +46,27 @@ class LeastOutstandingRouter:
 
 
 class PrefixAffinityRouter:
-    """Most cached leading blocks of the prompt; ties by fewest unfinished requests, then lowest index.
+    """Most cached leading blocks of the prompt; ties by fewest unfinished requests, then lowest index; unless that
+    replica is overloaded: then the least loaded one (lowest index among equals).
 
     A multi-turn conversation resends its history, so sending a turn where the earlier turns' KV
     blocks are still cached skips recomputing them. Falling back to least-outstanding keeps prompts
     that share nothing (or that every replica has cached) spread by load rather than piled on one
-    replica. The prompt is hashed once per block size; probing a replica has no side effects.
+    replica. "Cached" is what a replica's prefix cache holds now (blocks evicted under KV pressure no
+    longer count), every full block of the prompt counted. The prompt is hashed once per block size;
+    probing a replica has no side effects.
+
+    Overloaded, as SGLang's cache-aware router's load-balance fallback decides it (its defaults): more than
+    ``balance_abs_threshold`` unfinished requests above the least loaded replica and more than
+    ``balance_rel_threshold`` times its count. Without it, a prefix every request shares (a system prompt) sent
+    every request to the one replica that cached it first, without bound, while the others idled (SGLang checks
+    the fleet's most loaded replica; this checks the one the cache picked, so affinity holds wherever it is not
+    the overloaded one).
     """
 
     name = "prefix"
+    balance_abs_threshold = 64
+    balance_rel_threshold = 1.5
 
     def __init__(self) -> None:
         # What route reads of a fleet, taken once: a router serves one simulation (made in simulate()), which passes
@@ -77,7 +89,7 @@ class PrefixAffinityRouter:
     def route(self, prompt_token_ids: list[int], engines: Seq[LLMEngine]) -> int:
         _, schedulers, block_managers, caches, block_size = self._fleet_of(engines)
         if block_size is None:
-            return self._route_by_block_size(prompt_token_ids, schedulers)
+            return self._balanced(self._route_by_block_size(prompt_token_ids, schedulers), schedulers)
         # One block size (every simulated fleet): the prompt's first block is looked up in every cache in one pass,
         # and only the replicas holding it are probed further; a fleet of 64 spent most of its routing time
         # probing replicas one call at a time (the same choice: most cached blocks, then fewest unfinished, then
@@ -96,11 +108,24 @@ class PrefixAffinityRouter:
                 load = len(scheduler.waiting) + len(scheduler.running)  # num_unfinished, without the property's call
                 if best_index < 0 or load < best_load:
                     best_index, best_load = index, load
-        return best_index
+        return self._balanced(best_index, schedulers)
+
+    def _balanced(self, index: int, schedulers: list) -> int:
+        """Replica ``index`` (the cache's choice), or the least loaded replica where ``index`` is overloaded."""
+        scheduler = schedulers[index]
+        load = len(scheduler.waiting) + len(scheduler.running)
+        if load <= self.balance_abs_threshold:  # (the least loaded has at least 0: not overloaded, loads unread)
+            return index
+        loads = [len(scheduler.waiting) + len(scheduler.running) for scheduler in schedulers]
+        least = min(loads)
+        if load - least > self.balance_abs_threshold and load > self.balance_rel_threshold * least:
+            return loads.index(least)
+        return index
 
     @staticmethod
     def _route_by_block_size(prompt_token_ids: list[int], schedulers: list) -> int:
-        """The same choice for replicas of different block sizes: the prompt hashed once per block size."""
+        """The same choice (before the load-balance fallback) for replicas of different block sizes: the prompt hashed
+        once per block size."""
         hashes_by_block_size: dict[int, list[int]] = {}
         best_index = 0
         best_cached, best_load = -1, 0

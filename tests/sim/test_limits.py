@@ -118,11 +118,11 @@ def test_no_profile_is_a_warning_and_another_models_profile_an_error(tmp_path: P
         "code": "no_profile", "value": None, "limit": None,
         "message": "cost model: the roofline estimate (--cost-model roofline), not measured step times; its latencies "
                    "are not validated against a GPU"}]
-    summary = _run(tmp_path, SHAREGPT, "--limit", "20", "--qps", "10", "--gpu", "h100", name="h100")
+    summary = _run(tmp_path, SHAREGPT, "--limit", "20", "--qps", "10", "--gpu", "a100-80g", name="a100")
     assert summary["warnings"] == [{
         "code": "no_profile", "value": None, "limit": None,
-        "message": "no measured profile for qwen3-0.6b on h100 at tensor-parallel size 1 "
-                   "(sim/profiles/h100/qwen3-0.6b.json does not exist): step times are the roofline estimate, not "
+        "message": "no measured profile for qwen3-0.6b on a100-80g at tensor-parallel size 1 "
+                   "(sim/profiles/a100-80g/qwen3-0.6b.json does not exist): step times are the roofline estimate, not "
                    "validated against a GPU"}]
     with pytest.raises(SystemExit) as exc:
         replay_main([str(SHAREGPT), "--cost-model", str(PROFILE.with_name("qwen3-8b.json")), "--out",

@@ -10,7 +10,7 @@ one-token chunk, alone or beside prefills), mixed steps, preempted and recompute
 host speed; the one exception is sampled_rows' documented one: a decode-only step holding a prompt's one-token chunk
 that leaves it unfinished (the budget's last token) is charged that row. Traces hold no per-request sampling (every
 request takes the run's options, in engine.replay too). sim.replay (--bands too) and analysis.capacity say
-sampling_not_measured with --cost-model roofline and with --gpu h100 (auto: the roofline). --temperature -1 / nan /
+sampling_not_measured with --cost-model roofline and with --gpu a100-80g (auto: the roofline). --temperature -1 / nan /
 inf / 1e400, --top-k -2 / 1e9 / 2.5 and --top-p 0 / 1.5 / nan / -0.0 are one line and exit 2 in sim.replay,
 analysis.capacity and engine.replay alike; --top-k 0, -1 and 10**21 are taken by all three (off).
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +162,27 @@ def test_sampling_only_adds_the_sampled_points_to_an_existing_profile(tmp_path, 
         profile_main([*args[:-1], str(tmp_path / "none.json"), "--sampling-only"])
     assert exited.value.code == 2 and capsys.readouterr().err.startswith(
         "error: --out (with --sampling-only, the profile to add to): ")
+
+
+def test_every_shipped_profile_loads_for_the_deployment_its_folder_names() -> None:
+    """Each sim/profiles/<gpu>/<model>.json loads as a cost model for exactly that model and GPU (the one a replay with
+    --gpu <gpu> --model <model> prices with), carries sampled points timed over several decode steps in a row or says
+    otherwise, and a replay on the H100 (profiles measured in the thirty-first session) no longer falls back to the
+    roofline."""
+    from sim.config import SimConfig
+    from sim.profiled_cost_model import PROFILE_DIR, ProfiledCostModel, find_profile
+    from sim.simulator import make_cost_model
+
+    shipped = sorted(PROFILE_DIR.glob("*/*.json"))
+    assert {(p.parent.name, p.stem) for p in shipped} >= {("h200", "qwen3-0.6b"), ("h200", "qwen3-8b"),
+                                                          ("h100", "qwen3-0.6b"), ("h100", "qwen3-8b")}
+    for path in shipped:
+        profile = json.loads(path.read_text())
+        assert (profile["gpu"], Path(profile["model"]).name) == (path.parent.name, path.stem), path
+        model = ProfiledCostModel.load(path, model=path.stem, gpu=path.parent.name, tensor_parallel_size=1,
+                                       sampling="filters")
+        assert model.prices_sampling, path
+        assert find_profile(path.stem, path.parent.name) == path
+    config = SimConfig(gpu="h100")
+    cost_model = make_cost_model(config, config.model_shape)
+    assert cost_model.name.startswith("profile:h100/qwen3-0.6b") and "serving-calibrated" in cost_model.name

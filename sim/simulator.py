@@ -488,9 +488,9 @@ def simulate(
                 last_step_s = float(run.ends[-1] - run.starts[-1])
                 continue
             started_s = env.now
-            num_steps = len(engine.step_log)
+            num_steps = engine.step_log.num_rows
             batch, finished = yield from engine.step_body(env.timeout)
-            if len(engine.step_log) > num_steps:  # a step ran (an empty or failed one records none)
+            if engine.step_log.num_rows > num_steps:  # a step ran (an empty or failed one records none)
                 step_ends_s[index].append(env.now)
             last_step_s = 0.0 if batch.num_prefill_tokens else env.now - started_s  # a prefill's says nothing
             try_window = fast_forward

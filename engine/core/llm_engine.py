@@ -101,7 +101,7 @@ class LLMEngine:
     def begin_step(self) -> ScheduledBatch:
         self._step_start_s = now_s = self.clock.now()
         batch = self.scheduler.schedule(now_s)
-        batch.step_index = len(self.step_log)
+        batch.step_index = self.step_log.num_rows
         return batch
 
     def end_step(self, batch: ScheduledBatch, output: RunnerOutput) -> list[Sequence]:

@@ -139,7 +139,7 @@ def plan_quiet_window(
     # The first step schedules every running sequence, in order; each later segment's first step has lost the
     # sequences that finished in the step before, so it does not continue that step's batch.
     continues_first = scheduler.continues_last_batch(running)
-    first_step_index = len(engine.step_log)  # the window's first step is the log's next row
+    first_step_index = engine.step_log.num_rows  # the window's first step is the log's next row
     for j in range(len(bounds) - 1):
         first, segment_steps = bounds[j], bounds[j + 1] - bounds[j]
         if j:

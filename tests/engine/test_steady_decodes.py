@@ -88,8 +88,10 @@ class _Engine:
     def extend_quiet(self, *args) -> None:
         pass
 
-    def __len__(self) -> int:  # the step log's rows: the planner numbers the window's steps from it
-        return 0
+    num_rows = 0  # the step log's rows (StepLog.num_rows): the planner numbers the window's steps from it
+
+    def __len__(self) -> int:
+        return self.num_rows
 
 
 def _quiet_run(scheduler: Scheduler, token: int, num_steps: int):

@@ -272,3 +272,25 @@ def test_windows_under_a_varying_host_give_the_step_by_step_outputs(host_slowdow
         steps = simulate(trace, config, cost_model=cost_model, fast_forward=False)
         assert windows.requests_table().equals(steps.requests_table())
         assert windows.steps_table().equals(steps.steps_table())
+
+
+@pytest.mark.parametrize("model_name", ["qwen3-0.6b", "qwen3-8b"])
+def test_eager_parts_with_floors_kept_per_row_equal_the_dot_products(model_name):
+    """ProfiledCostModel keeps each eager row's host floor: asked again, and for a row whose counts are equal but
+    typed otherwise, it gives np.dot's very float."""
+    import numpy as np
+
+    from sim.profiled_cost_model import _floor_row, _sum_floor_row
+
+    model = ProfiledCostModel.load(find_profile(model_name, "h200"))
+    row_of = _sum_floor_row if model.eager_form == "sum" else _floor_row
+    for _ in range(2):  # computed, then kept
+        for num_seqs in (1, 2, 7, 256):
+            for num_prefill in (0, 1, 3):
+                for num_decode in (0, 5):
+                    f = {"num_seqs": num_seqs, "num_prefill_seqs": num_prefill, "num_decode_seqs": num_decode,
+                         "num_prefill_tokens": 300, "prefill_context_tokens": 40, "decode_context_tokens": 9_000,
+                         "prefill_attention_pairs": 50_000, "max_decode_context_tokens": 4_000}
+                    expected = float(np.dot(model._floor_coef, row_of(f)))
+                    for features in (f, dict(f), {**f, "num_seqs": np.int64(num_seqs)}):
+                        assert model.eager_parts(features)[0] == expected

@@ -1012,28 +1012,19 @@ class ProfiledCostModel:
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:
         """``step_time_s`` of a run of decode steps at once: ``batch``'s decode_context_tokens and
-        max_decode_context_tokens are arrays, one entry per step, and its ``continues_batch`` is the first step's
-        (the later ones repeat the batch); the very same arithmetic, element by element (identical floats). None
-        when the batch is not a CUDA-graph decode (an eager step's dot product takes no arrays)."""
+        max_decode_context_tokens are arrays, one entry per step, each step's one token longer a sequence than the
+        step before (a quiet run, as sim.runner builds it), and its ``continues_batch`` is the first step's (the later
+        ones repeat the batch); identical floats. None when the batch is not a CUDA-graph decode (an eager step's dot
+        product takes no arrays). Priced by ``decode_run_from_s`` from the run's first step (sim.bands asks this one):
+        one copy of the arithmetic, not two."""
         if batch.num_prefill_tokens or not 0 < batch.num_decode_seqs <= self.max_graph_bs:
             return None
-        bs = batch.num_decode_seqs
-        grid = self._decode_grid(bs, batch.decode_context_tokens, batch.max_decode_context_tokens, 1)
-        if not batch.continues_batch:
-            grid[0] = grid[0] + self._unprepared_s[bs]  # the one addition _decode_grid makes for that step alone
-        scale = self.decode_factor if host_slowdown is None else self._decode_scale(host_slowdown)
-        price = scale * grid
-        # step_time_s's arithmetic, element by element: the extra on the steps that repeat their batch, then sampling's
-        # on every step (uncalibrated, a bucket without an extra, or greedy: adding 0.0 to positive prices changes no
-        # float, so it is skipped)
-        extra_s = self._decode_extra_s[bs]
-        if extra_s:
-            if batch.continues_batch:
-                price = price + extra_s
-            else:
-                price[1:] = price[1:] + extra_s
-        sampling_s = self._sampling_s[bs]
-        return price + sampling_s if sampling_s else price
+        contexts, longest = batch.decode_context_tokens, batch.max_decode_context_tokens
+        batch.decode_context_tokens, batch.max_decode_context_tokens = int(contexts[0]), int(longest[0])
+        try:
+            return self.decode_run_from_s(batch, len(contexts), host_slowdown)
+        finally:  # the batch given back as it came
+            batch.decode_context_tokens, batch.max_decode_context_tokens = contexts, longest
 
     def decode_run_from_s(self, batch: ScheduledBatch, num_steps: int,
                           host_slowdown: float | None = None) -> np.ndarray | None:

@@ -300,10 +300,12 @@ class BlockManager:
             self._register_full_blocks(seq, num_tokens_after // self.block_size)
         return True
 
-    def forget_uncomputed(self, seq: Sequence) -> None:
+    def forget_uncomputed(self, seq: Sequence) -> list[int]:
         """Withdraw from the prefix cache the blocks this sequence registered for tokens it has not computed
-        (its step failed): their hashes promise KV contents that were never written."""
+        (its step failed): their hashes promise KV contents that were never written. Returns the blocks withdrawn
+        (another sequence admitted in that step may have counted them as computed prefix hits)."""
         computed_blocks = seq.num_computed_tokens // self.block_size
+        withdrawn = []
         for index in range(computed_blocks, seq.num_registered_blocks):
             block_id = seq.block_table[index]
             block_hash = self.block_hashes[block_id]
@@ -312,7 +314,9 @@ class BlockManager:
                 del self._cached[block_hash]
                 self.block_hashes[block_id] = None
                 self._block_tokens[block_id] = None
+                withdrawn.append(block_id)
         seq.num_registered_blocks = min(seq.num_registered_blocks, computed_blocks)
+        return withdrawn
 
     def free(self, seq: Sequence) -> None:
         """Drop the sequence's references; the tail is freed first so it is evicted before the shared head."""

@@ -158,17 +158,24 @@ class LLMEngine:
         No block registered for this step's tokens stays in the prefix cache either way."""
         _log.warning("step failed: %s: %s", type(exc).__name__, exc, exc_info=not isinstance(exc, RequestError))
         blamed = exc.seqs if isinstance(exc, RequestError) else batch.seqs
-        self._forget_step(batch)
+        withdrawn = self._forget_step(batch)
         failed = self.scheduler.fail(blamed, f"{type(exc).__name__}: {exc}", self.clock.now())
+        # A sequence admitted in this step on prefix-cache hits of blocks another one registered in it counts them as
+        # computed, though the step that was to write their KV never happened: it starts over (it kept them, and its
+        # next step read KV that was never written, other tokens without a word).
+        self.scheduler.recompute_holders(withdrawn)
         if failed:
             self.runner.release(failed)
         return failed
 
-    def _forget_step(self, batch: ScheduledBatch) -> None:
+    def _forget_step(self, batch: ScheduledBatch) -> set[int]:
+        """Withdraw what the step's rows registered for tokens they did not compute; returns those blocks."""
         self.scheduler.settle_tokens()  # what follows reads every row's computed count
         block_manager = self.scheduler.block_manager
+        withdrawn: set[int] = set()
         for seq in batch.seqs:
-            block_manager.forget_uncomputed(seq)
+            withdrawn.update(block_manager.forget_uncomputed(seq))
+        return withdrawn
 
     def step(self) -> tuple[ScheduledBatch, list[Sequence]]:
         """Run one step on a real clock: the batch that ran and the sequences that finished."""

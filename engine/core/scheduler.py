@@ -222,6 +222,24 @@ class Scheduler:
         self.forget_plain_decodes()  # the others did not get this step's tokens
         return failed
 
+    def recompute_holders(self, blocks: set[int]) -> list[Sequence]:
+        """Running sequences that count one of ``blocks`` (withdrawn from the prefix cache: their KV was never written)
+        among their computed tokens start over, as after a preemption (their blocks freed, back at the head of the
+        queue in their order); returns them."""
+        if not blocks:
+            return []
+        block_size = self.block_manager.block_size
+        holders = [seq for seq in self.running
+                   if not blocks.isdisjoint(seq.block_table[:seq.num_computed_tokens // block_size])]
+        if holders:
+            restarted = set(map(id, holders))  # (by identity: Sequence defines no equality)
+            self.running = [seq for seq in self.running if id(seq) not in restarted]
+            for seq in reversed(holders):
+                self._preempt(seq)
+            self._last_decode_seqs = None
+            self.forget_plain_decodes()
+        return holders
+
     def forget_plain_decodes(self) -> None:
         """Sequences moved other than one token per step (a step that was not applied, or many applied at once):
         the next step checks every row (engine.core.steady_decodes)."""

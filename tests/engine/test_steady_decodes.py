@@ -145,8 +145,10 @@ def test_the_large_batch_path_schedules_as_the_per_row_loop(seed, block_size, nu
         assert [(s.finish_reason, list(s.token_ids), list(s.token_times_s)) for s in done_a] == \
                [(s.finish_reason, list(s.token_ids), list(s.token_times_s)) for s in done_b]
         _same_state(fast.scheduler, slow.scheduler)
-    if num_blocks == 500 and budget == 512 and policy == "mixed":
-        assert steady_steps > 0  # the path was taken
+    if num_blocks == 500 and budget == 512 and policy == "mixed" and eos_rate == 0.0:
+        # The path was taken. Not asked where rows stop at random: ~70 rows at a 2 % end-of-sequence rate end one or
+        # two a step, and about 1 seed in 100 (1440 and 5723 with windows) never took it, a failure of chance.
+        assert steady_steps > 0
 
 
 def test_a_plain_decode_is_filed_under_its_next_block_boundary():

@@ -178,38 +178,6 @@ def _nearest_measured(graph_sizes: list[int], measured: list[int]) -> dict[int, 
     return {size: min(measured, key=lambda m: (abs(order[m] - order[size]), -m)) for size in graph_sizes}
 
 
-def fit_decode_factor(graph_sizes: list[int], buckets: np.ndarray, real_s: np.ndarray, grid_s: np.ndarray,
-                      total_real_s: float, total_grid_s: float, num_steps: int) -> float:
-    """The factor on the grid's price of decode steps that the extras are measured beside: the k for which, once each
-    bucket's extra is its steps' mean of real - k x grid (``real_s``, ``grid_s``: the steps that repeat their batch,
-    each in graph bucket ``buckets``), the decode steps of the runs (``num_steps`` of them, ``total_real_s`` and
-    ``total_grid_s`` in all) take their time in total. The extras then match their buckets' steps on average and k the
-    others' (after a prefill, a finish or a preemption; beyond the grid's contexts); the extras are linear in k, so it
-    is solved in closed form.
-
-    Measured at k = 1, the extras took a serving machine's factor on the grid for a constant: steps planted at 1.05x
-    the grid (plus extras) came back as decode factor 1.017 and extras 0.07-0.1 ms too large, and the calibrated
-    profile priced those runs' new-batch steps 3 % short and their repeating ones 1.5 % long.
-
-    1 (the extras measured at the grid's price, as before k was fitted beside them) where no bucket has
-    MIN_BUCKET_STEPS steps or fewer than MIN_BUCKET_STEPS steps are left to tell k by."""
-    counts = {size: int((buckets == size).sum()) for size in graph_sizes}
-    measured = [size for size in graph_sizes if counts[size] >= MIN_BUCKET_STEPS]
-    if not measured or num_steps - len(buckets) < MIN_BUCKET_STEPS:
-        return 1.0
-    nearest = _nearest_measured(graph_sizes, measured)
-    means = {m: (float(real_s[buckets == m].mean()), float(grid_s[buckets == m].mean())) for m in measured}
-    # The runs' decode time as k and the extras price it: k x total_grid_s + sum over repeating steps of their
-    # bucket's extra, mean real - k x mean grid (of the nearest measured bucket's steps).
-    priced_real_s = sum(counts[size] * means[nearest[size]][0] for size in graph_sizes)
-    priced_grid_s = sum(counts[size] * means[nearest[size]][1] for size in graph_sizes)
-    rest_grid_s = total_grid_s - priced_grid_s
-    if not rest_grid_s > 0:
-        return 1.0
-    k = (total_real_s - priced_real_s) / rest_grid_s
-    return float(min(DECODE_FACTOR_BOUNDS[1], max(DECODE_FACTOR_BOUNDS[0], k)))
-
-
 def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None) -> dict:
     """The ``serving`` block for ``profile``: host factor and what it was fitted on. ``grid_fit`` is the
     profile's fit without serving factors, when the caller has it already."""
@@ -218,6 +186,7 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     graph_sizes = sorted(model.fit.get("graph_sizes") or model.fit["graph_decode"]["batch_sizes"])
     decode_buckets, decode_reals, decode_grids = [], [], []  # steps that repeat their batch: fit_decode_extras
     num_decode_steps = 0
+    num_fresh, fresh_real_s, fresh_grid_s = 0, 0.0, 0.0  # decode steps that do not repeat their batch
     # ... within the grid's decode contexts: beyond them the model extrapolates (Mooncake's 16-60k contexts at 8-16
     # rows missed by 0.2-0.3 ms a step), an error of another kind than the extras measure.
     grid_limits = grid_range(profile)
@@ -238,6 +207,10 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
                 num_decode_steps += 1
                 within = (f["max_decode_context_tokens"] <= grid_limits.longest_decode_context
                           and f["decode_context_tokens"] <= grid_limits.decode_kv_tokens)
+                if not f["continues_batch"]:
+                    num_fresh += 1
+                    fresh_real_s += real
+                    fresh_grid_s += predicted
                 if f["continues_batch"] and within:  # the extras price only such steps (ProfiledCostModel)
                     decode_buckets.append(model.graph_bucket(f["num_decode_seqs"]))
                     decode_reals.append(real)
@@ -263,22 +236,27 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
                          "step times")
     floor_s, gpu_s, real_s = np.array(floors), np.array(gpus), np.array(reals)
     k, device_k = fit_eager_factors(floor_s, gpu_s, real_s, model.eager_form)
-    # Decode steps (CUDA graph replays): the extras per bucket where the runs hold enough steps that repeat their
-    # batch, measured beside the factor on the grid's price (fit_decode_factor), then that factor so that all of them
-    # (after a prefill or a finish too) take their total time: about 1 with the extras.
     buckets, repeat_real_s, repeat_grid_s = np.array(decode_buckets), np.array(decode_reals), np.array(decode_grids)
-    beside_k = fit_decode_factor(graph_sizes, buckets, repeat_real_s, repeat_grid_s, decode_real, decode_pred,
-                                 num_decode_steps)
-    extras = fit_decode_extras(graph_sizes, buckets, repeat_real_s - beside_k * repeat_grid_s)
-    extra_total_s = 0.0
+    # Where the runs measure the extras, the steps that repeat their batch are priced at the grid's time plus their
+    # bucket's extra (repeat_decode_factor 1), and decode_factor is the others' real over grid time (steps after a
+    # prefill, a finish or a preemption, planned while they run). One factor on both kinds had taken the others' (1.10
+    # on an H100: their planning and launch run on a slower host) for every step, and priced repeating batches of 1-8
+    # rows, whose time was the grid's, 10-14 % long (Mooncake's TPOT 15 % long; validation/results/
+    # h100-session32-2026-12-05). Without extras, one factor on every decode step, as before them.
+    extras = fit_decode_extras(graph_sizes, buckets, repeat_real_s - repeat_grid_s)
+    repeat_k = None
     if extras is not None:
-        per_bucket = dict(zip(extras["batch_sizes"], extras["extra_s"]))
-        extra_total_s = float(sum(per_bucket[b] for b in decode_buckets))
-    decode_k = (decode_real - extra_total_s) / decode_pred if decode_pred else 1.0
+        repeat_k = 1.0
+        # Too few steps after a prefill or a finish to tell their factor by: the grid's price (with its planning
+        # surcharge) for them.
+        decode_k = fresh_real_s / fresh_grid_s if num_fresh >= MIN_BUCKET_STEPS and fresh_grid_s > 0 else 1.0
+    else:
+        decode_k = decode_real / decode_pred if decode_pred else 1.0
     predicted_s = float(model.combine(floor_s, gpu_s).sum())  # the eager steps' time, uncalibrated
     serving = {
         "host_factor": round(k, 4),
         "decode_factor": round(max(DECODE_FACTOR_BOUNDS[0], min(DECODE_FACTOR_BOUNDS[1], decode_k)), 4),
+        **({"repeat_decode_factor": repeat_k} if repeat_k is not None else {}),
         # The eager steps' device part's factor (1: not fitted, see fit_eager_factors).
         "device_factor": round(device_k, 4),
         "runs": runs,
@@ -327,6 +305,10 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
         "same_host_as_profile": session.get("same_host_as_profile"),
         "sessions": sessions,
     }
+    if any("repeat_decode_factor" in s for s in sessions):
+        # A session calibrated before the field priced its repeating decode steps with its decode factor.
+        repeats = [s.get("repeat_decode_factor", s["decode_factor"]) for s in sessions]
+        merged["repeat_decode_factor"] = round(float(np.mean(repeats)), 4)
     if hosts.max() - hosts.min() > 0.02:
         slope = float(np.polyfit(hosts, decodes, 1)[0])
         # No steeper than the line through the origin (max_host_share), which the cost model refuses: decode steps
@@ -543,8 +525,11 @@ def main(argv: list[str] | None = None) -> int:
         device = (f" (no device factor: the host and device pair these runs fit lies outside host "
                   f"{HOST_FACTOR_BOUNDS[0]:g}-{HOST_FACTOR_BOUNDS[1]:g} and device {DEVICE_FACTOR_BOUNDS[0]:g}-"
                   f"{DEVICE_FACTOR_BOUNDS[1]:g}; the host factor alone is fitted)")
+    repeat = " (after a prefill or a finish; repeating steps: the grid plus their extras)" \
+        if "repeat_decode_factor" in s else ""
     print(f"{escape_controls(path)}: host factor {s['host_factor']}{device} from {s['num_eager_steps']} eager steps, "
-          f"decode factor {s['decode_factor']}, from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
+          f"decode factor {s['decode_factor']}{repeat}"
+          f", from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
           f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their "
           f"decode time)")
     if s["eager_host_share"] < MIN_HOST_SHARE and s["device_factor"] == 1.0:

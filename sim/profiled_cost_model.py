@@ -578,7 +578,7 @@ def _check_serving(serving: object, where: str, session: bool = False) -> None:
     serving = serving or {}
     if not isinstance(serving, dict):
         raise ValueError(f"field '{where}' is {shown(serving)}; expected an object written by sim.calibrate")
-    for name in ("host_factor", "decode_factor", "device_factor"):
+    for name in ("host_factor", "decode_factor", "device_factor", "repeat_decode_factor"):
         value = serving.get(name, 1.0)
         if not _is_seconds(value) or value < _MIN_FACTOR:
             raise ValueError(f"field '{where}.{name}' is {value!r}; expected a finite number from {_MIN_FACTOR:g} to "
@@ -843,6 +843,17 @@ class ProfiledCostModel:
         # above zero. The line through (1, 1) and a calibration of host x0.9, decode x0.85 has slope 1.5, held at 1:
         # --host-slowdown 0.02 priced decode steps at -0.03x the grid, a simpy "Negative delay" traceback.
         self.host_share = min(1.0, max(0.0, float(share)), max_host_share(self.decode_factor, self.host_factor))
+        # Decode steps that repeat their batch (CUDA-graph replays launched while the host finishes the step before)
+        # take the grid's time times repeat_decode_factor, plus their bucket's extra below; the others (after a
+        # prefill, a finish or a preemption, planned while they run) decode_factor times the grid. sim.calibrate
+        # writes 1 where it measured the extras: on the H100 the one factor fitted to both kinds (1.10) priced small
+        # repeating batches 10-14 % long where their time was the grid's, and the steps after a prefill right
+        # (validation/results/h100-session32-2026-12-05). Without the field, decode_factor for both, as calibrated
+        # before. A host slowdown moves both along the same relative slope.
+        repeat = serving.get("repeat_decode_factor")
+        self.repeat_factor = self.decode_factor if repeat is None else float(repeat)
+        self.repeat_share = (self.host_share if repeat is None
+                             else self.host_share * self.repeat_factor / self.decode_factor)
         # Seconds a serving decode step that repeats its batch takes beyond the calibrated grid's price, per graph
         # bucket (sim.calibrate's decode_extra_s; 0 where not calibrated): the grid times equal contexts, serving
         # batches mix them. A step that does not repeat its batch keeps the grid's price (its planning surcharge,
@@ -875,12 +886,13 @@ class ProfiledCostModel:
         self._sampling_extra = [float(v) for v in table["extra_s"]] if table else []
         self._sampling_s = [self.sampling_s(rows) for rows in range(self.max_graph_bs + 1)]
         # decode_run_from_s's per-bucket coefficients, 0-d arrays: a, b, the extra and sampling's (None where 0.0,
-        # which adds nothing to a positive price), the calibrated scale, the skew's.
-        scale = np.array(self.decode_factor)
+        # which adds nothing to a positive price), the calibrated scale, the skew's, the repeating steps' scale.
+        scale, repeat_scale = np.array(self.decode_factor), np.array(self.repeat_factor)
         self._run_coefficients = [(np.array(self._decode_a[bs]), np.array(self._decode_b[bs]),
                                    np.array(self._decode_extra_s[bs]) if self._decode_extra_s[bs] else None,
                                    np.array(self._sampling_s[bs]) if self._sampling_s[bs] else None, scale,
-                                   np.array(self._per_excess_s[bs])) for bs in range(self.max_graph_bs + 1)]
+                                   np.array(self._per_excess_s[bs]), repeat_scale)
+                                  for bs in range(self.max_graph_bs + 1)]
 
     def sampling_s(self, num_rows: int) -> float:
         """What sampling ``num_rows`` rows adds to a step (0 for greedy): interpolated between the batch sizes
@@ -894,6 +906,11 @@ class ProfiledCostModel:
 
     def _decode_scale(self, host_slowdown: float) -> float:
         return self.decode_factor + self.host_share * (host_slowdown - self.host_factor)
+
+    def _repeat_scale(self, host_slowdown: float) -> float:
+        """``_decode_scale`` of a decode step that repeats its batch (the same float where the profile has no
+        repeat_decode_factor)."""
+        return self.repeat_factor + self.repeat_share * (host_slowdown - self.host_factor)
 
     @classmethod
     def load(cls, path: Path, model: str | None = None, gpu: str | None = None,
@@ -977,9 +994,10 @@ class ProfiledCostModel:
             continues = f.get("continues_batch", 1)
             grid = self._decode_grid(f["num_decode_seqs"], f["decode_context_tokens"],
                                      f.get("max_decode_context_tokens", 0), continues)
-            price = self._decode_scale(slowdown) * grid
             if continues:
-                price = price + self._decode_extra_s[f["num_decode_seqs"]]
+                price = self._repeat_scale(slowdown) * grid + self._decode_extra_s[f["num_decode_seqs"]]
+            else:
+                price = self._decode_scale(slowdown) * grid
             sampling_s = self._sampling_s[f["num_decode_seqs"]]
             return price + sampling_s if sampling_s else price  # step_time_s's and decode_run_s's order of additions
         floor, gpu = self.eager_parts(f)
@@ -1001,10 +1019,13 @@ class ProfiledCostModel:
         # hot path: a decode step at the calibrated host speed skips the features dict
         if host_slowdown is None and batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:
             bs = batch.num_decode_seqs
-            price = self.decode_factor * self._decode_grid(bs, batch.decode_context_tokens,
-                                                           batch.max_decode_context_tokens, batch.continues_batch)
             if batch.continues_batch:
+                price = self.repeat_factor * self._decode_grid(bs, batch.decode_context_tokens,
+                                                               batch.max_decode_context_tokens, 1)
                 price = price + self._decode_extra_s[bs]
+            else:
+                price = self.decode_factor * self._decode_grid(bs, batch.decode_context_tokens,
+                                                               batch.max_decode_context_tokens, 0)
             sampling_s = self._sampling_s[bs]
             return price + sampling_s if sampling_s else price
         return self.predict(batch_features(batch), host_slowdown,
@@ -1043,7 +1064,7 @@ class ProfiledCostModel:
         # The coefficients as 0-d float64 arrays (the same floats): a Python float operand costs each operation
         # some 1,600 instructions more (numpy's promotion of a weak scalar), more than the operation itself on ~50
         # floats.
-        a, b, extra_s, sampling_s, scale, per_excess_s = self._run_coefficients[bs]
+        a, b, extra_s, sampling_s, scale, per_excess_s, repeat_scale = self._run_coefficients[bs]
         skewed = self._per_excess_s[bs] != 0.0
         if skewed:  # _decode_grid's per_excess_s * _excess_context(bs, kv, longest), element by element
             excess = price / bs
@@ -1057,7 +1078,15 @@ class ProfiledCostModel:
             price += excess
         if not batch.continues_batch:
             price[0] += self._unprepared_s[bs]
-        price *= scale if host_slowdown is None else self._decode_scale(host_slowdown)
+        if host_slowdown is not None:
+            scale, repeat_scale = self._decode_scale(host_slowdown), self._repeat_scale(host_slowdown)
+        if batch.continues_batch:
+            price *= repeat_scale  # every step repeats its batch
+        elif self.repeat_factor == self.decode_factor and self.repeat_share == self.host_share:
+            price *= scale  # one scale for both kinds of step (element by element: the same floats as split)
+        else:  # the first step after a prefill or a finish, the others repeating it
+            price[:1] *= scale
+            price[1:] *= repeat_scale
         if extra_s is not None:
             if batch.continues_batch:
                 price += extra_s

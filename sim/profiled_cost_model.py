@@ -1058,8 +1058,18 @@ class ProfiledCostModel:
         arithmetic in place on the one array (an addition or a product is commutative, bit for bit)."""
         if batch.num_prefill_tokens or not 0 < batch.num_decode_seqs <= self.max_graph_bs:
             return None
-        bs = batch.num_decode_seqs
-        first = float(batch.decode_context_tokens)
+        return self.decode_steps_s(batch.num_decode_seqs, batch.decode_context_tokens,
+                                   batch.max_decode_context_tokens, batch.continues_batch, num_steps, host_slowdown)
+
+    def decode_steps_s(self, bs: int, context: int, longest: int, continues: int, num_steps: int,
+                       host_slowdown: float | None = None) -> np.ndarray | None:
+        """``decode_run_from_s`` of a decode-only batch given by its numbers (no batch to read or to set: sim.runner
+        takes this when present): ``bs`` rows whose contexts in the first step sum to ``context``, the longest
+        ``longest``, that step continuing the batch before it as ``continues`` says. None unless ``bs`` is a CUDA-graph
+        batch (0 < bs <= max_graph_bs)."""
+        if not 0 < bs <= self.max_graph_bs:
+            return None
+        first = float(context)
         price = np.arange(first, first + bs * num_steps, bs)  # float arange: start + i * bs, exact for integers
         # The coefficients as 0-d float64 arrays (the same floats): a Python float operand costs each operation
         # some 1,600 instructions more (numpy's promotion of a weak scalar), more than the operation itself on ~50
@@ -1068,7 +1078,7 @@ class ProfiledCostModel:
         skewed = self._per_excess_s[bs] != 0.0
         if skewed:  # _decode_grid's per_excess_s * _excess_context(bs, kv, longest), element by element
             excess = price / bs
-            longest = float(batch.max_decode_context_tokens)
+            longest = float(longest)
             np.subtract(np.arange(longest, longest + num_steps), excess, out=excess)
             excess *= excess > 0
             excess *= per_excess_s
@@ -1076,11 +1086,11 @@ class ProfiledCostModel:
         price += a
         if skewed:
             price += excess
-        if not batch.continues_batch:
+        if not continues:
             price[0] += self._unprepared_s[bs]
         if host_slowdown is not None:
             scale, repeat_scale = self._decode_scale(host_slowdown), self._repeat_scale(host_slowdown)
-        if batch.continues_batch:
+        if continues:
             price *= repeat_scale  # every step repeats its batch
         elif self.repeat_factor == self.decode_factor and self.repeat_share == self.host_share:
             price *= scale  # one scale for both kinds of step (element by element: the same floats as split)
@@ -1088,7 +1098,7 @@ class ProfiledCostModel:
             price[:1] *= scale
             price[1:] *= repeat_scale
         if extra_s is not None:
-            if batch.continues_batch:
+            if continues:
                 price += extra_s
             else:
                 price[1:] += extra_s

@@ -14,6 +14,11 @@ from sim.host_speed import ConstantHostSpeed, HostSpeed
 
 # Fewer steps than this are summed one by one: an array pass has a fixed cost of some twenty numpy calls.
 _MIN_ARRAY_STEPS = 12
+# quiet_segment_ends_s sizes a pass to the horizon by the last step it priced, taken this much shorter (steps grow
+# longer with their contexts, and a batch of other rows may be longer), and prices at least this many steps: one
+# step's price more costs a few instructions, a pass more some twenty numpy calls.
+_GUESS_SHARE = 0.75
+_MIN_GUESSED_STEPS = 32
 
 
 def _joined(chunks: list[np.ndarray]) -> np.ndarray:
@@ -66,6 +71,7 @@ class CostModelRunner:
         # Greedy requests of one prompt continue alike on the GPU too, as do those with top_k=1 (an argmax at any
         # temperature: engine.core.sampling_params.samples_argmax): they keep the common token.
         self.distinct_first_tokens = distinct_first_tokens
+        self._guess_s = math.inf  # quiet_segment_ends_s's guess at a decode step's length: the last it priced
 
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
         start_s = 0.0
@@ -101,7 +107,8 @@ class CostModelRunner:
         first step can be one that does not repeat the batch before it (``batch.continues_batch``): the later
         ones repeat the first. ``batch.step_index`` goes along (an array where the contexts are)."""
         run_s = getattr(self.cost_model, "decode_run_s", None)
-        run_from = getattr(self.cost_model, "decode_run_from_s", None)  # the same, the contexts built by the model
+        # The same from the first step's numbers, the contexts built by the model (no batch to set for each pass).
+        run_from = getattr(self.cost_model, "decode_steps_s", None)
         host = self.host_speed
         if host is not None:  # the clock, not start_s: a window is planned in segments, and planned again from now
             host.forget_before(self.clock.now())
@@ -171,9 +178,9 @@ class CostModelRunner:
                     batch.continues_batch = 1
                     num_steps = _steps_within(horizon_s - t_s, first_s, max_steps - num_done)
                     continue
-            if run_from is not None:  # the batch as the pass's first step: the model builds what it reads
-                as_step(num_done)
-                durations_s = run_from(batch, num_steps, slowdown)
+            if run_from is not None:  # the pass's first step: the model builds what it reads
+                durations_s = run_from(bs, first_context + bs * num_done, first_longest + num_done,
+                                       batch.continues_batch, num_steps, slowdown)
             else:
                 batch.decode_context_tokens = np.arange(first_context + bs * num_done,
                                                         first_context + bs * (num_done + num_steps), bs, dtype=np.int64)
@@ -222,6 +229,51 @@ class CostModelRunner:
             t_s = float(ends_s[-1])
             batch.continues_batch = 1
             num_steps = _steps_within(horizon_s - t_s, first_s, max_steps - num_done)
+
+    def quiet_segment_ends_s(self, bs: int, context: int, longest: int, continues: int, start_s: float,
+                             max_steps: int, horizon_s: float, cross_horizon: bool = False) -> np.ndarray | None:
+        """``quiet_step_ends_s`` of a decode-only batch given by its numbers (engine.core.quiet_window's
+        ``segment_ends``): ``bs`` rows whose contexts in the first step sum to ``context``, the longest ``longest``,
+        that step continuing the batch before it as ``continues`` says; the very floats, without a batch to build or a
+        first step priced apart to size the run by (the last pass's last step sizes it: a guess too long only prices
+        steps past the horizon, a few floats each, too short another pass). None where the cost model has no
+        ``decode_steps_s``, the host's speed varies or ``bs`` is no CUDA-graph batch: the caller then asks
+        ``quiet_step_ends_s``."""
+        steps_s = getattr(self.cost_model, "decode_steps_s", None)
+        host = self.host_speed
+        slowdown = None
+        if steps_s is None or (host is not None and not isinstance(host, ConstantHostSpeed)):
+            return None
+        if host is not None:
+            host.forget_before(self.clock.now())
+            slowdown = host.slowdown
+        if horizon_s == math.inf:
+            num_steps = max_steps
+        else:
+            num_steps = max(_steps_within(horizon_s - start_s, _GUESS_SHARE * self._guess_s, max_steps),
+                            min(max_steps, _MIN_GUESSED_STEPS))
+        t_s = start_s
+        num_done = 0
+        chunks = []
+        while True:
+            durations_s = steps_s(bs, context + bs * num_done, longest + num_done, continues if not num_done else 1,
+                                  num_steps, slowdown)
+            if durations_s is None:
+                return None
+            self._guess_s = step_s = float(durations_s[-1])
+            durations_s[0] += t_s  # the first end, then each the one before plus its duration, left to right
+            ends_s = np.add.accumulate(durations_s)
+            if ends_s[-1] >= horizon_s:  # the first that would end too late, by bisection (ends only grow)
+                reached = int(ends_s.searchsorted(horizon_s))
+                chunks.append(ends_s[:reached + 1] if cross_horizon else ends_s[:reached])
+                return _joined(chunks)
+            chunks.append(ends_s)
+            num_done += num_steps
+            if num_done == max_steps:
+                return _joined(chunks)
+            t_s = float(ends_s[-1])
+            num_steps = max(_steps_within(horizon_s - t_s, _GUESS_SHARE * step_s, max_steps - num_done),
+                            min(max_steps - num_done, _MIN_GUESSED_STEPS))
 
     def _step_ends_one_by_one(self, batch: ScheduledBatch, start_s: float, max_steps: int,
                               horizon_s: float, cross_horizon: bool = False) -> list[float]:

@@ -396,7 +396,8 @@ def simulate(
         for _ in range(2):
             planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, now_s, horizon,
                                         max_steps=max_steps, min_steps=min_steps,
-                                        refusal=refusal if horizon == math.inf else None)
+                                        refusal=refusal if horizon == math.inf else None,
+                                        segment_ends=runner.quiet_segment_ends_s)
             if planned is None:
                 return None
             ends = planned[2]
@@ -441,7 +442,8 @@ def simulate(
                         planned = lazy_window(engine, env.now, 1 << 16, _MIN_WINDOW_STEPS, refusal)
                     else:  # arrivals only join the queue: no horizon but the window's first finish
                         planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now,
-                                                    math.inf, min_steps=_MIN_WINDOW_STEPS, refusal=refusal)
+                                                    math.inf, min_steps=_MIN_WINDOW_STEPS, refusal=refusal,
+                                                    segment_ends=runner.quiet_segment_ends_s)
                     until_finish = bool(refusal)
             elif lazy:
                 if try_window:
@@ -452,10 +454,10 @@ def simulate(
                     # The window takes the step the next request arrives in too (the step loop would run it
                     # before that request's prefill), unless another request arrives exactly at its end.
                     planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now, horizon,
-                                                cross_horizon=True)
+                                                cross_horizon=True, segment_ends=runner.quiet_segment_ends_s)
                     if planned is not None and planned[0].end_s >= horizon and arrives_at(index, planned[0].end_s):
                         planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now,
-                                                    horizon)
+                                                    horizon, segment_ends=runner.quiet_segment_ends_s)
             delay_s = None if planned is None else delay_to(env.now, planned[0].end_s)
             if delay_s is not None:
                 window, starts, ends = planned

@@ -82,6 +82,7 @@ def plan_quiet_window(
     min_steps: int = 2,
     cross_horizon: bool = False,
     refusal: list | None = None,
+    segment_ends: Callable[[int, int, int, int, float, int, float, bool], np.ndarray | None] | None = None,
 ) -> tuple[QuietWindow, np.ndarray, np.ndarray] | None:
     """The quiet steps ``engine`` would take from ``start_s`` (their start and end times, float64 arrays), or None.
 
@@ -94,7 +95,12 @@ def plan_quiet_window(
     at the latest, and the caller's horizon is then only the one its event loop needs (arrivals just wait). A caller
     that passes ``refusal`` (a list) learns why such a window was refused when no window can form until a sequence
     finishes or is preempted (one finishes, or a block allocation fails, within ``min_steps``): 'finish' is
-    appended."""
+    appended.
+
+    ``segment_ends(num_seqs, context_tokens, max_context_tokens, continues_batch, start_s, max_steps, horizon_s,
+    cross_horizon)``, if given, is asked first for each segment: ``step_ends`` of the segment's batch given by its
+    numbers (its rows, their contexts summed and the longest in its first step, whether that step continues the batch
+    before it), the very floats, or None to be asked through ``step_ends`` (a batch built for it)."""
     scheduler = engine.scheduler
     running = scheduler.running
     if not running or len(running) > scheduler.config.max_num_batched_tokens:
@@ -142,18 +148,19 @@ def plan_quiet_window(
     first_step_index = engine.step_log.num_rows  # the window's first step is the log's next row
     for j in range(len(bounds) - 1):
         first, segment_steps = bounds[j], bounds[j + 1] - bounds[j]
-        if j:
-            seqs = [seq for seq, left in zip(running, lefts) if left > first]
-            seg_contexts = [c for c, left in zip(contexts, lefts) if left > first]
-        else:
-            seqs, seg_contexts = running, contexts
-        bs = len(seqs)
-        batch = ScheduledBatch(seqs=seqs, num_new_tokens=[1] * bs, num_decode_seqs=bs,
-                               continues_batch=0 if j else continues_first, step_index=first_step_index + first)
+        seg_contexts = [c for c, left in zip(contexts, lefts) if left > first] if j else contexts
+        bs = len(seg_contexts)
         # Step `first` computes token num_tokens + first of each: its context is that many tokens.
-        batches.append((bs, sum(seg_contexts) + bs * first, max(seg_contexts) + first))
-        batch.decode_context_tokens, batch.max_decode_context_tokens = batches[-1][1:]
-        ends = step_ends(batch, t_s, segment_steps, horizon_s, cross_horizon)
+        context, longest = sum(seg_contexts) + bs * first, max(seg_contexts) + first
+        batches.append((bs, context, longest))
+        ends = None if segment_ends is None else segment_ends(bs, context, longest, 0 if j else continues_first, t_s,
+                                                              segment_steps, horizon_s, cross_horizon)
+        if ends is None:
+            seqs = [seq for seq, left in zip(running, lefts) if left > first] if j else running
+            batch = ScheduledBatch(seqs=seqs, num_new_tokens=[1] * bs, num_decode_seqs=bs,
+                                   continues_batch=0 if j else continues_first, step_index=first_step_index + first)
+            batch.decode_context_tokens, batch.max_decode_context_tokens = context, longest
+            ends = step_ends(batch, t_s, segment_steps, horizon_s, cross_horizon)
         chunks.append(ends)
         num_steps += len(ends)
         if len(ends) < segment_steps or ends[-1] >= horizon_s:  # the horizon (the step it falls in, if crossed)

@@ -90,6 +90,38 @@ def test_quiet_step_ends_equal_the_step_by_step_sums(kind, host, num_seqs, conte
 
 
 
+@pytest.mark.parametrize("host", [None, 1.7])
+@pytest.mark.parametrize("num_seqs, context, longest", [(1, 900, 900), (37, 20_000, 3_000), (256, 400_000, 9_000),
+                                                        (300, 400_000, 9_000)])
+def test_quiet_segment_ends_equal_the_quiet_step_ends(host, num_seqs, context, longest):
+    """quiet_segment_ends_s (a segment given by its numbers, its passes sized by the last step priced) gives the very
+    floats of quiet_step_ends_s on the batch, with and without crossing the horizon, whatever its guess at a step's
+    length (first, short, long); None where the batch is no CUDA-graph decode (quiet_step_ends_s prices it)."""
+    cost_model = _cost_model("profiled")
+
+    def runner() -> CostModelRunner:
+        return CostModelRunner(cost_model, host_speed=None if host is None else ConstantHostSpeed(host),
+                               clock=_FixedClock(0.0))
+
+    start_s = 12.345678
+    for guess_s in (None, 1e-6, 1.0):
+        by_numbers = runner()
+        if guess_s is not None:
+            by_numbers._guess_s = guess_s
+        for continues in (0, 1):
+            for max_steps, horizon_s in ((3, math.inf), (5000, math.inf), (5000, 13.0), (70_000, 40.0), (40, 12.35)):
+                for cross_horizon in (False, True):
+                    batch = _decode_batch(num_seqs, context, longest)
+                    batch.continues_batch = continues
+                    expected = runner().quiet_step_ends_s(batch, start_s, max_steps, horizon_s, cross_horizon)
+                    got = by_numbers.quiet_segment_ends_s(num_seqs, context, longest, continues, start_s, max_steps,
+                                                          horizon_s, cross_horizon)
+                    if num_seqs > cost_model.max_graph_bs:
+                        assert got is None
+                    else:
+                        assert got.tolist() == expected.tolist(), (guess_s, continues, max_steps, horizon_s)
+
+
 @pytest.mark.parametrize("sampling", ["greedy", "temperature", "filters"])
 @pytest.mark.parametrize("model_name", ["qwen3-0.6b", "qwen3-8b"])
 def test_decode_run_from_the_first_step_equals_step_time_step_by_step(model_name, sampling):

@@ -185,7 +185,6 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     floors, gpus, reals, decode_pred, decode_real = [], [], [], 0.0, 0.0
     graph_sizes = sorted(model.fit.get("graph_sizes") or model.fit["graph_decode"]["batch_sizes"])
     decode_buckets, decode_reals, decode_grids = [], [], []  # steps that repeat their batch: fit_decode_extras
-    num_decode_steps = 0
     num_fresh, fresh_real_s, fresh_grid_s = 0, 0.0, 0.0  # decode steps that do not repeat their batch
     # ... within the grid's decode contexts: beyond them the model extrapolates (Mooncake's 16-60k contexts at 8-16
     # rows missed by 0.2-0.3 ms a step), an error of another kind than the extras measure.
@@ -204,7 +203,6 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
                 predicted = model.predict(f)
                 decode_pred += predicted
                 decode_real += real
-                num_decode_steps += 1
                 within = (f["max_decode_context_tokens"] <= grid_limits.longest_decode_context
                           and f["decode_context_tokens"] <= grid_limits.decode_kv_tokens)
                 if not f["continues_batch"]:

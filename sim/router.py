@@ -74,6 +74,10 @@ class PrefixAffinityRouter:
         # fleet of 64 built these lists for each request. None: not taken yet; its last entry is the fleet's one
         # block size, or None where they differ.
         self._fleet: tuple | None = None
+        # The chained block hashes of the prompt last routed (at the fleet's one block size), None where the replicas'
+        # block sizes differ: the simulator hands them to the sequence (LLMEngine.add_request), whose prefix-cache
+        # lookup and registration hashed the same blocks again.
+        self.last_block_hashes: list[int] | None = None
 
     def _fleet_of(self, engines: Seq[LLMEngine]) -> tuple:
         fleet = self._fleet
@@ -89,12 +93,13 @@ class PrefixAffinityRouter:
     def route(self, prompt_token_ids: list[int], engines: Seq[LLMEngine]) -> int:
         _, schedulers, block_managers, caches, block_size = self._fleet_of(engines)
         if block_size is None:
+            self.last_block_hashes = None
             return self._balanced(self._route_by_block_size(prompt_token_ids, schedulers), schedulers)
         # One block size (every simulated fleet): the prompt's first block is looked up in every cache in one pass,
         # and only the replicas holding it are probed further; a fleet of 64 spent most of its routing time
         # probing replicas one call at a time (the same choice: most cached blocks, then fewest unfinished, then
         # the lowest index).
-        hashes = prefix_block_hashes(prompt_token_ids, block_size)
+        hashes = self.last_block_hashes = prefix_block_hashes(prompt_token_ids, block_size)
         holders = holders_of_block(caches, hashes[0]) if hashes else []
         if not holders:  # no replica has cached a block of it: the least loaded one
             loads = [len(scheduler.waiting) + len(scheduler.running) for scheduler in schedulers]

@@ -517,12 +517,14 @@ def simulate(
                 done([seq])
                 continue
             prompt = requests.prompt_array(i)
+            block_hashes = None
             if routed_to is None:
                 if lazy:  # the router reads every replica: each as the step loop would have it now
                     for run in runs:
                         if run is not None and run.next_event_s < arrival_s:
                             done(run.advance(arrival_s))
                 index = router.route(prompt, engines)
+                block_hashes = getattr(router, "last_block_hashes", None)  # (the prefix router's: not made again)
                 run = runs[index]
                 if run is not None and not run.window.admits_none:  # (in one that does, the request only waits)
                     planned_steps = run.window.num_steps
@@ -532,7 +534,7 @@ def simulate(
             else:
                 index = routed_to[i]
                 next_routed[index] += 1
-            seq = requests.add_to(engines[index], i, prompt)
+            seq = requests.add_to(engines[index], i, prompt, block_hashes)
             run = runs[index]
             if run is not None:  # a window in progress: the rows of its steps that end from now on count it
                 run.waited(env.now)

@@ -146,11 +146,13 @@ class TraceRequests:
         return engine.reject_unbuilt(self.prompt_tokens[i], self.sampling_params(i), request_id=self.request_ids[i],
                                      arrival_s=self.arrivals_s[i])
 
-    def add_to(self, engine, i: int, prompt: list[int]) -> Sequence:
-        """Queue request ``i`` on ``engine`` (an ``LLMEngine``); a request that can never fit comes back rejected."""
+    def add_to(self, engine, i: int, prompt: list[int], block_hashes: list[int] | None = None) -> Sequence:
+        """Queue request ``i`` on ``engine`` (an ``LLMEngine``); a request that can never fit comes back rejected.
+        ``block_hashes``: the prompt's block hashes, where a router made them (LLMEngine.add_request)."""
         return engine.add_request(
             prompt,
             self.sampling_params(i),
             request_id=self.request_ids[i],
             arrival_s=self.arrivals_s[i],
+            block_hashes=block_hashes,
         )

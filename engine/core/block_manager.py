@@ -210,22 +210,30 @@ class BlockManager:
             # registers hundreds at admission.
             data = token_bytes(seq.token_ids[start * block_size : num_full_blocks * block_size])
             width = block_size * 4
-            for offset, index in enumerate(range(start, num_full_blocks)):
-                block_bytes = data[offset * width : (offset + 1) * width]
-                if index < len(hashes):
+            block_hashes, block_tokens = self.block_hashes, self._block_tokens
+            num_known = len(hashes)
+            parent = hashes[start - 1] if start else ROOT_HASH
+            offset = 0
+            for index in range(start, num_full_blocks):
+                block_bytes = data[offset : offset + width]
+                offset += width
+                if index < num_known:
                     block_hash = hashes[index]
                 else:
-                    block_hash = hash_block(hashes[index - 1] if index else ROOT_HASH, block_bytes)
+                    block_hash = hash_block(parent, block_bytes)
                     hashes.append(block_hash)
+                parent = block_hash
                 if block_hash not in cached:  # else another block already holds this content
                     block_id = table[index]
                     cached[block_hash] = block_id
-                    self.block_hashes[block_id] = block_hash
-                    self._block_tokens[block_id] = block_bytes
+                    block_hashes[block_id] = block_hash
+                    block_tokens[block_id] = block_bytes
         seq.num_registered_blocks = num_full_blocks
 
     # ---- allocation -----------------------------------------------------------------------------
     def _take_free_block(self) -> int:
+        """One block, never-used first, else the head of the free queue, its cached content evicted (_take_free_blocks
+        inlines the second case: change both together)."""
         if self._num_ever_used < self.num_blocks:
             block_id = self._num_ever_used
             self._num_ever_used += 1
@@ -252,7 +260,22 @@ class BlockManager:
         self.block_hashes.extend([None] * num_fresh)
         self._block_tokens.extend([None] * num_fresh)
         taken = list(range(first, first + num_fresh))
-        taken.extend(self._take_free_block() for _ in range(num_blocks - num_fresh))
+        if num_blocks > num_fresh:
+            # _take_free_block's second half, inlined: a full cache hands every block of a prompt out this way, each
+            # evicting its cached content (a call per block was most of an admission's allocation).
+            popitem = self._free.popitem
+            ref_counts, block_hashes, block_tokens, cached = (self.ref_counts, self.block_hashes, self._block_tokens,
+                                                              self._cached)
+            for _ in range(num_blocks - num_fresh):
+                block_id = popitem(last=False)[0]
+                block_hash = block_hashes[block_id]
+                if block_hash is not None:  # evict its cached content
+                    self._num_uncached += 1
+                    del cached[block_hash]
+                    block_hashes[block_id] = None
+                    block_tokens[block_id] = None
+                ref_counts[block_id] = 1
+                taken.append(block_id)
         return taken
 
     def allocate(self, seq: Sequence, cached_blocks: list[int], num_new_tokens: int) -> bool:

@@ -59,8 +59,12 @@ class LLMEngine:
         *,
         request_id: object = None,
         arrival_s: float | None = None,
+        block_hashes: list[int] | None = None,
     ) -> Sequence:
-        """Queue a request. One that can never be served comes back already finished as rejected."""
+        """Queue a request. One that can never be served comes back already finished as rejected. ``block_hashes``:
+        the chained hashes of the prompt's full blocks at this engine's block size (block_manager.prefix_block_hashes
+        of ``prompt_token_ids``), where the caller has them (a router that read the prefix caches): the sequence takes
+        the list, and its blocks are not hashed again."""
         now_s = self.clock.now()
         seq = Sequence(
             next(self._seq_ids),
@@ -70,6 +74,8 @@ class LLMEngine:
             request_id=request_id,
         )
         seq.replica = self.replica
+        if block_hashes is not None:
+            seq.block_hashes = block_hashes
         if not self.scheduler.add(seq):
             seq.finish_s = now_s
         return seq

@@ -13,6 +13,11 @@ The profile's serving calibration applies (its averages), as in ``sim.replay``. 
 ``sim.replay`` prices it; its label says how it sampled. Priced as greedy, the thirtieth session's sampled runs
 read 0.72 of their real step time where the greedy run beside them read 0.97.
 
+``--split-finishing`` splits the same-batch decode steps by whether a row reaches its length limit in the step
+(the step log's num_finished): the GPU runner launches the next step ahead during a step only where no row finishes
+(``ModelRunner._may_run_ahead``), so such a step does not pay that launch and read 0.1-0.35 ms shorter than its
+neighbours on an H100 (the thirty-third session), where the profile's repeat extra prices both alike.
+
 ``--bucket-fit`` instead fits the runs' decode steps that repeat their batch, by their durations (the engine's own
 time, without the loop's work between steps), per CUDA-graph bucket as a + b x (KV tokens read), and prints a and b
 beside the profile grid's (before serving factors): a per-step cost that differs while b agrees is a constant per
@@ -35,21 +40,38 @@ from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.batch_features import read_steps  # noqa: E402
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, find_profile, fit_profile, read_profile  # noqa: E402,E501
 
-CLASSES = ("eager", "decode, new batch", "decode, same batch")
+CLASSES = ("eager", "decode, new batch", "decode, same batch", "decode, same batch, a row finishes")
 
 
-def _class(f: dict) -> int:
-    """The step's index in CLASSES."""
+def _class(f: dict, finishes: bool = False) -> int:
+    """The step's index in CLASSES (``finishes``: a row of the step finished, asked only with --split-finishing)."""
     if f["num_prefill_tokens"]:
         return 0
-    return 2 if f["continues_batch"] else 1
+    if not f["continues_batch"]:
+        return 1
+    return 3 if finishes else 2
 
 
-def _key(f: dict, batch_bin: int, context_bin: int) -> tuple[int, int, int]:
+def _key(f: dict, batch_bin: int, context_bin: int, finishes: bool = False) -> tuple[int, int, int]:
     """(class, lowest batch size of its bin, lowest mean decode context of its bin); -1 where not split."""
     seqs = f["num_seqs"] // batch_bin * batch_bin if batch_bin else -1
     mean_context = f["decode_context_tokens"] // f["num_decode_seqs"] if f["num_decode_seqs"] else 0
-    return _class(f), seqs, (mean_context // context_bin * context_bin if context_bin else -1)
+    return _class(f, finishes), seqs, (mean_context // context_bin * context_bin if context_bin else -1)
+
+
+def finished_counts(run_dir: Path, num_steps: int) -> list[int]:
+    """Each step's num_finished, in read_steps' order: the log's own (a run writes its steps in key order, which this
+    checks, as read_steps keeps it where the log has continues_batch); ValueError naming the file otherwise."""
+    from sim.files import read_parquet_table
+
+    path = Path(run_dir) / "steps.parquet"
+    table = read_parquet_table(path, ["replica", "step", "num_finished"])
+    keys = list(zip(table.column("replica").to_pylist(), table.column("step").to_pylist()))
+    counts = table.column("num_finished").to_pylist()
+    if len(counts) != num_steps or any(b <= a for a, b in zip(keys, keys[1:])) or None in counts:
+        raise ValueError(f"{path}: --split-finishing expected steps in (replica, step) order with num_finished on "
+                         "every row")
+    return counts
 
 
 def _label(key: tuple[int, int, int], batch_bin: int, context_bin: int) -> str:
@@ -81,14 +103,17 @@ def run_sampling(run_dir: Path) -> str:
         raise ValueError(f"{run_dir / 'summary.json'}: config: {exc}") from None
 
 
-def step_errors(run_dir: Path, model: ProfiledCostModel, batch_bin: int = 0, context_bin: int = 0) -> list[dict]:
+def step_errors(run_dir: Path, model: ProfiledCostModel, batch_bin: int = 0, context_bin: int = 0,
+                split_finishing: bool = False) -> list[dict]:
     """Per class (and bin) of the run's steps, then the whole run: count, mean real and predicted ms, their ratio.
     ``model`` prices the sampling the run's requests took (``run_sampling``)."""
     whole = (len(CLASSES), -1, -1)
     sums: dict[tuple, list] = {}  # count, real s, predicted s
-    for f, real_s, _ in read_steps(run_dir, periods=True):
+    steps = read_steps(run_dir, periods=True)
+    finished = finished_counts(run_dir, len(steps)) if split_finishing else [0] * len(steps)
+    for (f, real_s, _), num_finished in zip(steps, finished):
         predicted_s = model.predict(f)
-        for key in (_key(f, batch_bin, context_bin), whole):
+        for key in (_key(f, batch_bin, context_bin, num_finished > 0), whole):
             part = sums.setdefault(key, [0, 0.0, 0.0])
             part[0] += 1
             part[1] += real_s
@@ -152,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also split each class by batch size, in bins of this many sequences")
     parser.add_argument("--context-bin", type=int, default=0, metavar="TOKENS",
                         help="also split each class by the mean decode context, in bins of this many tokens")
+    parser.add_argument("--split-finishing", action="store_true",
+                        help="split the same-batch decode steps by whether a row finished in the step (the GPU "
+                             "runner launched no step ahead during it)")
     parser.add_argument("--bucket-fit", action="store_true",
                         help="instead fit the same-batch decode steps per CUDA-graph bucket as a + b x KV tokens")
     args = parser.parse_args(argv)
@@ -182,10 +210,11 @@ def main(argv: list[str] | None = None) -> int:
             sampling = run_sampling(Path(run))
             if sampling not in models:  # "cost model PATH: not a readable profile (...)"
                 models[sampling] = ProfiledCostModel.load(profile_path, sampling=sampling)
-            rows.extend(step_errors(Path(run), models[sampling], args.batch_bin, args.context_bin))
+            rows.extend(step_errors(Path(run), models[sampling], args.batch_bin, args.context_bin,
+                                    args.split_finishing))
     except ValueError as exc:  # read_steps names the file and what it expected
         parser.exit(2, f"error: {exc}\n")
-    width = 20 + (16 if args.batch_bin else 0) + (28 if args.context_bin else 0)
+    width = (36 if args.split_finishing else 20) + (16 if args.batch_bin else 0) + (28 if args.context_bin else 0)
     name_width = max([16, *(len(r["run"]) + 2 for r in rows)])  # max(16) of runs without a step was a TypeError
     print(f"{'run':<{name_width}}{'steps':<{width}}{'count':>7}{'real ms':>10}{'pred ms':>10}{'pred/real':>11}")
     for r in rows:

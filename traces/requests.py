@@ -15,12 +15,20 @@ import numpy as np
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
 from traces.errors import TraceError, describe_row
-from traces.token_synth import hash_id_keys, tokens_from_block_keys, tokens_from_row_array
+from traces.token_synth import (
+    hash_id_keys,
+    tokens_from_blocks_into,
+    tokens_from_hash_ids_array,
+    tokens_from_row_array,
+    tokens_from_rows_into,
+)
 
 _INT32_LIMIT = 2**31  # token ids are hashed as int32 (engine.core.block_manager.token_bytes)
-# The block keys of this many rows' hash ids are made at once (rows are synthesised in arrival order, which is row
-# order): numpy's per-call cost paid once per chunk, not per request, without a second copy of a long trace's ids.
-_KEY_CHUNK_ROWS = 1024
+# The prompts of consecutive rows are synthesised together, up to this many tokens (hash-id rows: their whole blocks)
+# at a time, in buffers kept for the run: rows are asked for in arrival order, which is row order, and numpy's
+# per-call cost, paid per chunk instead of per request, was most of a request's synthesis. A longer row is made
+# alone, as before.
+_CHUNK_TOKENS = 1 << 17
 
 
 class RequestMemoryError(TraceError):
@@ -79,10 +87,22 @@ class TraceRequests:
         # synthesis, which the simulator does at every arrival).
         self._hash_ids = (trace._hash_id_offsets if "hash_ids" in requests.columns
                           and "prompt_token_ids" not in requests.columns and 1 <= vocab_size < 2**32 else None)
-        self._keys_chunk = -1  # the chunk of rows whose block keys _keys holds
-        self._keys = np.empty(0, dtype=np.uint64)
         self._by_row = ("hash_ids" not in requests.columns and "prompt_token_ids" not in requests.columns
                         and 1 <= vocab_size < 2**32)
+        # The synthesised chunk (_CHUNK_TOKENS): rows [_chunk_first, _chunk_end)'s prompts, row k's the int32 ids
+        # at bytes [start, stop) of _chunk_bytes, (start, stop) = _chunk_spans[k - _chunk_first]. Made only where
+        # every id fits the prompt's array('i') unchanged (else prompt_array makes a list); its buffers on first use.
+        self._chunk_first = self._chunk_end = 0
+        self._chunk_spans: list[tuple[int, int]] = []
+        self._chunk_work: np.ndarray | None = None  # uint64, the synthesis's
+        self._chunk_ids = np.empty(0, dtype=np.int32)
+        self._chunk_bytes = memoryview(b"")
+        self._prompt_tokens_np = requests["prompt_tokens"].to_numpy().astype(np.int64, copy=False)
+        self._chunked = ((self._hash_ids is not None or self._by_row) and vocab_size <= _INT32_LIMIT
+                         and not (self._prompt_tokens_np < 0).any())
+        if self._chunked and self._by_row:  # the rows' first tokens: row k's start at _first_token[k]
+            self._first_token = np.zeros(len(self._prompt_tokens_np) + 1, dtype=np.int64)
+            np.cumsum(self._prompt_tokens_np, out=self._first_token[1:])
 
     def __len__(self) -> int:
         return len(self.arrivals_s)
@@ -105,15 +125,16 @@ class TraceRequests:
                 "(a smaller --max-model-len or --num-gpu-blocks) or a trace without it (--limit)") from None
 
     def _prompt_array(self, i: int) -> array:
+        if self._chunk_first <= i < self._chunk_end or (self._chunked and 0 <= i < len(self.prompt_tokens)
+                                                         and self._synthesise_chunk(i)):
+            start, stop = self._chunk_spans[i - self._chunk_first]
+            prompt = array("i")
+            prompt.frombytes(self._chunk_bytes[start:stop])  # a copy: the next chunk reuses the buffer
+            return prompt
         if self._hash_ids is not None and 0 <= i < len(self.prompt_tokens):
             flat, offsets = self._hash_ids
-            chunk = i // _KEY_CHUNK_ROWS
-            first = offsets[chunk * _KEY_CHUNK_ROWS]
-            if chunk != self._keys_chunk:
-                self._keys = hash_id_keys(flat[first:offsets[min((chunk + 1) * _KEY_CHUNK_ROWS, len(offsets) - 1)]])
-                self._keys_chunk = chunk
-            tokens = tokens_from_block_keys(self._keys[offsets[i] - first:offsets[i + 1] - first],
-                                            self.prompt_tokens[i], self.trace.hash_block_size, self.vocab_size)
+            tokens = tokens_from_hash_ids_array(flat[offsets[i]:offsets[i + 1]], self.prompt_tokens[i],
+                                                self.trace.hash_block_size, self.vocab_size)
         elif self._by_row and 0 <= i < len(self.prompt_tokens):
             # The trace's own function for a row with neither stored ids nor hash ids, minus its per-call row
             # lookups in the polars frame (a sixth of this call's cost at every simulated arrival).
@@ -125,6 +146,39 @@ class TraceRequests:
         prompt = array("i")
         prompt.frombytes(tokens.astype(np.int32).view(np.uint8))  # from the buffer: no bytes object between
         return prompt
+
+    def _synthesise_chunk(self, i: int) -> bool:
+        """Make the prompts of row ``i`` and the rows after it that fit in _CHUNK_TOKENS with it; False (nothing made)
+        where row ``i`` alone does not."""
+        lengths = self._prompt_tokens_np
+        if self._hash_ids is not None:
+            flat, offsets = self._hash_ids
+            block_size = self.trace.hash_block_size
+            end = int(offsets.searchsorted(offsets[i] + _CHUNK_TOKENS // block_size, "right")) - 1
+        else:
+            first_token = self._first_token
+            end = int(first_token.searchsorted(first_token[i] + _CHUNK_TOKENS, "right")) - 1
+        if end <= i:
+            return False
+        if self._chunk_work is None:
+            self._chunk_work = np.empty(_CHUNK_TOKENS, dtype=np.uint64)
+            self._chunk_ids = np.empty(_CHUNK_TOKENS, dtype=np.int32)
+            self._chunk_bytes = memoryview(self._chunk_ids).cast("B")
+        if self._hash_ids is not None:
+            # Every block of the chunk whole; row k's prompt the first of its blocks' tokens (as tokens_from_block_keys
+            # makes them from its keys alone).
+            tokens = tokens_from_blocks_into(self._chunk_work, hash_id_keys(flat[offsets[i]:offsets[end]]),
+                                             block_size, self.vocab_size)
+            starts = (offsets[i:end] - offsets[i]) * block_size
+            stops = starts + np.minimum(lengths[i:end], (offsets[i + 1:end + 1] - offsets[i:end]) * block_size)
+        else:
+            tokens = tokens_from_rows_into(self._chunk_work, i, self.prompt_tokens[i:end], self.seed, self.vocab_size)
+            starts = first_token[i:end] - first_token[i]
+            stops = first_token[i + 1:end + 1] - first_token[i]
+        self._chunk_ids[:len(tokens)] = tokens  # (ids below 2**31: int32 holds them)
+        self._chunk_spans = list(zip((starts * 4).tolist(), (stops * 4).tolist()))
+        self._chunk_first, self._chunk_end = i, end
+        return True
 
     def sampling_params(self, i: int) -> SamplingParams:
         max_tokens = self.output_tokens[i]
@@ -143,7 +197,10 @@ class TraceRequests:
     def reject_unservable(self, engine, i: int) -> Sequence | None:
         """Request ``i`` rejected by ``engine`` from its length alone, without building its prompt (a row can
         ask for more tokens than memory holds); None when the engine can serve it."""
-        return engine.reject_unbuilt(self.prompt_tokens[i], self.sampling_params(i), request_id=self.request_ids[i],
+        num_prompt_tokens = self.prompt_tokens[i]
+        if engine.scheduler.rejection_reason_for(num_prompt_tokens) is None:  # (most rows: their params made once)
+            return None
+        return engine.reject_unbuilt(num_prompt_tokens, self.sampling_params(i), request_id=self.request_ids[i],
                                      arrival_s=self.arrivals_s[i])
 
     def add_to(self, engine, i: int, prompt: list[int], block_hashes: list[int] | None = None) -> Sequence:

@@ -136,7 +136,7 @@ class BlockManager:
         """Block ids holding the longest cached prefix of ``seq``; at least one token is always left to compute."""
         if not self.enable_prefix_caching:
             return []
-        num_blocks = (seq.num_tokens - 1) // self.block_size
+        num_blocks = (len(seq.token_ids) - 1) // self.block_size
         memo = self._prefix_memo
         if memo is not None and memo[0] is seq and memo[1] == num_blocks:
             # The same waiting head asked again (it did not fit last step). Its earlier hits stand while their
@@ -158,6 +158,9 @@ class BlockManager:
         else:
             hits = []
             self._extend_cached_prefix(seq, hits, num_blocks)
+            if not hits:  # nothing to remember: asked again, the walk starts from the first block either way
+                self._prefix_memo = None
+                return hits
             hit_tokens = list(map(self._block_tokens.__getitem__, hits))
         self._prefix_memo = (seq, num_blocks, hits[:], hit_tokens, self._num_uncached)
         return hits
@@ -177,10 +180,26 @@ class BlockManager:
         ``num_blocks``; a hash hit counts only if the block's tokens are equal too."""
         cached = self._cached
         block_tokens = self._block_tokens
+        hashes = seq.block_hashes
+        tokens = seq.token_ids
+        block_size = self.block_size
         for index in range(len(hits), num_blocks):
-            block_hash, token_bytes = self._block_hash(seq, index)
-            block_id = cached.get(block_hash)
-            if block_id is None or block_tokens[block_id] != token_bytes:
+            start = index * block_size
+            if index < len(hashes):  # hashed before (or by a router): its tokens are read only for a hash hit
+                block_id = cached.get(hashes[index])
+                if block_id is None:
+                    break
+                data = token_bytes(tokens[start:start + block_size])
+            else:
+                if index > len(hashes):
+                    self._block_hash(seq, index - 1)  # the chain up to this block
+                data = token_bytes(tokens[start:start + block_size])
+                block_hash = hash_block(hashes[index - 1] if index else ROOT_HASH, data)
+                hashes.append(block_hash)
+                block_id = cached.get(block_hash)
+                if block_id is None:
+                    break
+            if block_tokens[block_id] != data:
                 break
             hits.append(block_id)
 
@@ -254,52 +273,66 @@ class BlockManager:
     def _take_free_blocks(self, num_blocks: int) -> list[int]:
         """``num_blocks`` blocks in the order ``_take_free_block`` hands them out (the never-used ones at once)."""
         num_fresh = min(num_blocks, self.num_blocks - self._num_ever_used)
-        first = self._num_ever_used
-        self._num_ever_used += num_fresh
-        self.ref_counts.extend([1] * num_fresh)
-        self.block_hashes.extend([None] * num_fresh)
-        self._block_tokens.extend([None] * num_fresh)
-        taken = list(range(first, first + num_fresh))
-        if num_blocks > num_fresh:
-            # _take_free_block's second half, inlined: a full cache hands every block of a prompt out this way, each
-            # evicting its cached content (a call per block was most of an admission's allocation).
-            popitem = self._free.popitem
-            ref_counts, block_hashes, block_tokens, cached = (self.ref_counts, self.block_hashes, self._block_tokens,
-                                                              self._cached)
-            for _ in range(num_blocks - num_fresh):
-                block_id = popitem(last=False)[0]
-                block_hash = block_hashes[block_id]
-                if block_hash is not None:  # evict its cached content
-                    self._num_uncached += 1
-                    del cached[block_hash]
-                    block_hashes[block_id] = None
-                    block_tokens[block_id] = None
-                ref_counts[block_id] = 1
-                taken.append(block_id)
+        if num_fresh > 0:
+            first = self._num_ever_used
+            self._num_ever_used += num_fresh
+            self.ref_counts.extend([1] * num_fresh)
+            self.block_hashes.extend([None] * num_fresh)
+            self._block_tokens.extend([None] * num_fresh)
+            taken = list(range(first, first + num_fresh))
+            if num_blocks == num_fresh:
+                return taken
+        else:
+            taken = []
+        # _take_free_block's second half, inlined: a full cache hands every block of a prompt out this way, each
+        # evicting its cached content (a call per block was most of an admission's allocation).
+        popitem = self._free.popitem
+        ref_counts, block_hashes, block_tokens, cached = (self.ref_counts, self.block_hashes, self._block_tokens,
+                                                          self._cached)
+        num_uncached = self._num_uncached
+        for _ in range(num_blocks - len(taken)):
+            block_id = popitem(False)[0]
+            block_hash = block_hashes[block_id]
+            if block_hash is not None:  # evict its cached content
+                num_uncached += 1
+                del cached[block_hash]
+                block_hashes[block_id] = None
+                block_tokens[block_id] = None
+            ref_counts[block_id] = 1
+            taken.append(block_id)
+        self._num_uncached = num_uncached
         return taken
 
     def allocate(self, seq: Sequence, cached_blocks: list[int], num_new_tokens: int) -> bool:
         """Admit ``seq``: share ``cached_blocks`` (from find_cached_prefix) and add room for ``num_new_tokens``."""
-        num_cached_tokens = len(cached_blocks) * self.block_size
+        block_size = self.block_size
+        num_cached_tokens = len(cached_blocks) * block_size
         num_tokens_after = num_cached_tokens + num_new_tokens
-        num_new_blocks = self.num_blocks_for(num_tokens_after) - len(cached_blocks)
-        ref_counts = self.ref_counts
-        # One C pass, not a generator: this runs every step that a long waiting head does not fit.
-        num_revived = list(map(ref_counts.__getitem__, cached_blocks)).count(0)
-        if num_new_blocks + num_revived > self.num_free_blocks:
-            return False
-        for block_id in cached_blocks:
-            if ref_counts[block_id] == 0:
-                del self._free[block_id]
-            ref_counts[block_id] += 1
-        seq.block_table = list(cached_blocks)
-        seq.block_table.extend(self._take_free_blocks(num_new_blocks))
+        num_new_blocks = -(-num_tokens_after // block_size) - len(cached_blocks)
+        num_free_blocks = self.num_blocks - self._num_ever_used + len(self._free)
+        if cached_blocks:
+            ref_counts = self.ref_counts
+            # One C pass, not a generator: this runs every step that a long waiting head does not fit.
+            num_revived = list(map(ref_counts.__getitem__, cached_blocks)).count(0)
+            if num_new_blocks + num_revived > num_free_blocks:
+                return False
+            for block_id in cached_blocks:
+                if ref_counts[block_id] == 0:
+                    del self._free[block_id]
+                ref_counts[block_id] += 1
+            table = list(cached_blocks)
+            table.extend(self._take_free_blocks(num_new_blocks))
+        else:  # (a new list: the caller may keep the one it passed)
+            if num_new_blocks > num_free_blocks:
+                return False
+            table = self._take_free_blocks(num_new_blocks)
+        seq.block_table = table
         seq.num_computed_tokens = num_cached_tokens
         seq.num_registered_blocks = len(cached_blocks)
         if self.enable_prefix_caching:
-            self.num_queried_tokens += seq.num_tokens
+            self.num_queried_tokens += len(seq.token_ids)
             self.num_hit_tokens += num_cached_tokens
-            self._register_full_blocks(seq, num_tokens_after // self.block_size)
+            self._register_full_blocks(seq, num_tokens_after // block_size)
         return True
 
     def num_new_blocks(self, seq: Sequence, num_new_tokens: int) -> int:

@@ -66,13 +66,9 @@ class LLMEngine:
         of ``prompt_token_ids``), where the caller has them (a router that read the prefix caches): the sequence takes
         the list, and its blocks are not hashed again."""
         now_s = self.clock.now()
-        seq = Sequence(
-            next(self._seq_ids),
-            prompt_token_ids,
-            sampling_params,
-            arrival_s=now_s if arrival_s is None else arrival_s,
-            request_id=request_id,
-        )
+        # (positional: keywords to a class call cost a dict per request)
+        seq = Sequence(next(self._seq_ids), prompt_token_ids, sampling_params,
+                       now_s if arrival_s is None else arrival_s, request_id)
         seq.replica = self.replica
         if block_hashes is not None:
             seq.block_hashes = block_hashes

@@ -24,7 +24,7 @@ from operator import attrgetter
 
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
-from engine.core.sequence import FinishReason, Sequence, SequenceStatus
+from engine.core.sequence import FINISHED, REJECTED, RUNNING, WAITING, FinishReason, Sequence
 from engine.core.steady_decodes import SteadyDecodes
 
 # The large-batch path (Scheduler._advance_steady) pays a fixed cost per step and saves a per-row one: below this
@@ -177,9 +177,8 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> bool:
         """Queue ``seq``; a request that can never fit is finished as rejected at once (returns False)."""
-        reason = self.rejection_reason_for(seq.num_prompt_tokens)
-        if reason is not None:
-            self.reject(seq, reason)
+        if not 0 < seq.num_prompt_tokens <= self._max_servable_prompt:  # (rejection_reason_for's own first test)
+            self.reject(seq, self.rejection_reason_for(seq.num_prompt_tokens))
             return False
         # A prefill always samples one token, so a prompt as long as the limit still gets that one: asking for just
         # it is no cut (it was labelled one, counted in num_cut, though every token asked for came).
@@ -187,25 +186,25 @@ class Scheduler:
         if seq.max_num_tokens > limit:
             seq.max_num_tokens = limit
             seq.length_reason = self._cut_reason
-        seq.status = SequenceStatus.WAITING
+        seq.status = WAITING
         self.waiting.append(seq)
         return True
 
     def add_running(self, seq: Sequence) -> None:
         """Put ``seq``, whose blocks the caller allocated, straight into the running batch (sim.profile builds its
         grid's batches so); the running list is otherwise the scheduler's own."""
-        seq.status = SequenceStatus.RUNNING
+        seq.status = RUNNING
         self.running.append(seq)
         self._steady.admitted(seq)
 
     def reject(self, seq: Sequence, reason: str) -> None:
-        seq.status = SequenceStatus.FINISHED
-        seq.finish_reason = FinishReason.REJECTED
+        seq.status = FINISHED
+        seq.finish_reason = REJECTED
         seq.reject_reason = reason
 
     def _withdraw(self, seq: Sequence, reason: FinishReason) -> None:
         """Take an unfinished ``seq`` out of its queue and finish it (its blocks freed)."""
-        (self.running if seq.status is SequenceStatus.RUNNING else self.waiting).remove(seq)
+        (self.running if seq.status is RUNNING else self.waiting).remove(seq)
         self._finish(seq, reason)
 
     def abort(self, seq: Sequence) -> None:
@@ -284,7 +283,7 @@ class Scheduler:
     def _preempt(self, seq: Sequence) -> None:
         self._steady.left(seq)
         self.block_manager.free(seq)
-        seq.status = SequenceStatus.WAITING
+        seq.status = WAITING
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
         self.waiting.appendleft(seq)
@@ -302,7 +301,7 @@ class Scheduler:
         if not bm.allocate(seq, cached_blocks, num_new):
             return 0
         self.waiting.popleft()
-        seq.status = SequenceStatus.RUNNING
+        seq.status = RUNNING
         if seq.first_scheduled_s is None:
             seq.first_scheduled_s = self._now_s
             seq.num_cached_tokens = num_cached
@@ -464,7 +463,7 @@ class Scheduler:
 
     # ---- after the runner -----------------------------------------------------------------------
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
-        seq.status = SequenceStatus.FINISHED
+        seq.status = FINISHED
         seq.finish_reason = reason
         self._steady.left(seq)
         self.block_manager.free(seq)
@@ -566,4 +565,4 @@ class Scheduler:
                 return
             except ValueError:  # one was not running any more (withdrawn while its step ran): filter them all
                 pass
-        self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]
+        self.running = [s for s in self.running if s.status is RUNNING]

@@ -36,6 +36,15 @@ class FinishReason(str, enum.Enum):
         return self in (FinishReason.MAX_MODEL_LEN, FinishReason.KV_CAPACITY, FinishReason.TOKEN_BUDGET)
 
 
+# The members read per request and per row as plain module constants: under Python 3.11 a member read off its enum
+# class goes through the metaclass's __getattr__ hook, some 800 instructions each (several per simulated request).
+WAITING = SequenceStatus.WAITING
+RUNNING = SequenceStatus.RUNNING
+FINISHED = SequenceStatus.FINISHED
+LENGTH = FinishReason.LENGTH
+REJECTED = FinishReason.REJECTED
+
+
 class Sequence:
     """One request. ``token_ids`` holds the prompt followed by the completion.
 
@@ -88,12 +97,12 @@ class Sequence:
         self.sampling_params = sampling_params
         # Prompt + max_tokens; the scheduler lowers it to the engine's max_seq_len when the request is added.
         self.max_num_tokens = self.num_prompt_tokens + sampling_params.max_tokens
-        self.status = SequenceStatus.WAITING
+        self.status = WAITING
         self.finish_reason: FinishReason | None = None
         self.reject_reason: str | None = None
         self.error: str | None = None  # what failed, when finish_reason is ERROR
         # The reason it finishes with once max_num_tokens is reached: LENGTH, or the limit that cut it.
-        self.length_reason = FinishReason.LENGTH
+        self.length_reason = LENGTH
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0
         self.block_table: list[int] = []
@@ -133,4 +142,4 @@ class Sequence:
 
     @property
     def is_finished(self) -> bool:
-        return self.status is SequenceStatus.FINISHED
+        return self.status is FINISHED

@@ -37,7 +37,7 @@ from __future__ import annotations
 from array import array
 
 from engine.core.block_manager import decode_steps_to_full_block, decode_steps_to_new_block
-from engine.core.sequence import Sequence, SequenceStatus
+from engine.core.sequence import RUNNING, Sequence
 
 
 class SteadyDecodes:
@@ -123,7 +123,7 @@ class SteadyDecodes:
     def file(self, seq: Sequence) -> None:
         """After ``seq``'s row was postprocessed: file it under the advance at which it next needs its own row, if
         it is a plain decode until then; otherwise it stays unsteady."""
-        if seq.status is not SequenceStatus.RUNNING:  # withdrawn while its step ran: not in the running list
+        if seq.status is not RUNNING:  # withdrawn while its step ran: not in the running list
             self.left(seq)
             return
         if self._owing:

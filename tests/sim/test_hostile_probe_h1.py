@@ -40,6 +40,7 @@ def test_the_prompt_error_starts_a_line_of_its_own_after_the_progress_bar(tmp_pa
         raise MemoryError("no memory")
 
     monkeypatch.setattr(traces.requests, "tokens_from_row_array", no_memory)
+    monkeypatch.setattr(traces.requests, "tokens_from_rows_into", no_memory)  # (a short row: made with those after it)
     trace = write_trace(tmp_path / "t.parquet", [100], [2])
     argv = [str(trace), "--no-report", "--out", str(tmp_path / "out")] + ([] if progress else ["--quiet"])
     with pytest.raises(SystemExit) as exc:

@@ -175,13 +175,13 @@ def test_tokens_are_built_from_the_blocks_and_positions_the_prompt_reaches() -> 
 
 
 def test_prompt_array_across_key_chunks_in_any_order(monkeypatch) -> None:
-    """TraceRequests makes the block keys of a chunk of rows at once: rows of several chunks (a chunk of 3 rows here),
+    """TraceRequests makes the prompts of a chunk of rows at once: rows of several chunks (of at least 3 rows here),
     asked for out of order and again, and the last chunk's partial tail all give the trace's own prompt."""
     from array import array
 
     from traces import requests as requests_module
 
-    monkeypatch.setattr(requests_module, "_KEY_CHUNK_ROWS", 3)
+    monkeypatch.setattr(requests_module, "_CHUNK_TOKENS", 3 * 24 * BLOCK)
     rng = np.random.default_rng(5)
     num = 11
     hash_ids = [rng.integers(-(2**40), 2**40, size=int(n)).tolist() for n in rng.integers(1, 25, size=num)]

@@ -33,6 +33,31 @@ def _steps_within(span_s: float, step_s: float, max_steps: int) -> int:
     return max_steps if fit >= max_steps else min(max_steps, int(fit) + 1)
 
 
+def _guessed_steps(span_s: float, step_s: float, max_steps: int) -> int:
+    """The steps a pass of quiet_segment_ends_s prices: ``_steps_within`` a step _GUESS_SHARE of ``step_s`` (the last
+    one priced; inf before the first), at least _MIN_GUESSED_STEPS, at most ``max_steps``."""
+    fit = span_s / (_GUESS_SHARE * step_s) if step_s > 0 else math.inf
+    if not fit < max_steps:  # (nan: an endless span and no step priced yet)
+        return max_steps
+    return max(int(fit) + 1, min(max_steps, _MIN_GUESSED_STEPS))
+
+
+def _pass_ends(durations_s: np.ndarray, t_s: float, horizon_s: float, cross_horizon: bool) -> tuple[np.ndarray, bool]:
+    """The end times of an array pass's steps (float64 ``durations_s``, changed) from ``t_s``, and whether the horizon
+    ends the run in it: then only those that end strictly before ``horizon_s`` (with ``cross_horizon``, and the first
+    that does not). The first end is t_s + durations_s[0] (added in place: the model's array is new, CostModel says; an
+    addition is commutative, bit for bit), each next one the end before plus its duration, strictly left to right as
+    the step loop adds them; a few numpy calls fewer than summing into [t_s, *durations_s]. The sums into a new array:
+    accumulate with out= parses a keyword and checks the overlap, some 1,900 instructions more a pass than a fresh
+    array of ~50 floats."""
+    durations_s[0] += t_s
+    ends_s = np.add.accumulate(durations_s)
+    if ends_s[-1] < horizon_s:  # ends only grow (every duration is positive): then all of them do
+        return ends_s, False
+    reached = int(ends_s.searchsorted(horizon_s))  # the first that would end too late, by bisection
+    return ends_s[:reached + 1] if cross_horizon else ends_s[:reached], True
+
+
 # The token every simulated sequence "samples": an id no prompt holds (traces refuse negative ids, and synthesised ones
 # lie in [0, vocab)). It was 0: a prompt with a block of zeros after another request's prompt (stored
 # prompt_token_ids) hit that request's generated blocks in the prefix cache, cached tokens the engine, whose model
@@ -72,6 +97,10 @@ class CostModelRunner:
         # temperature: engine.core.sampling_params.samples_argmax): they keep the common token.
         self.distinct_first_tokens = distinct_first_tokens
         self._guess_s = math.inf  # quiet_segment_ends_s's guess at a decode step's length: the last it priced
+        # What quiet_segment_ends_s prices with: the model's decode_steps_s, None where it has none or the host's speed
+        # varies (asked once: it runs for every segment of every window).
+        constant_host = host_speed is None or isinstance(host_speed, ConstantHostSpeed)
+        self._segment_steps_s = getattr(cost_model, "decode_steps_s", None) if constant_host else None
 
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
         start_s = 0.0
@@ -198,33 +227,29 @@ class CostModelRunner:
             # The next pass is sized by this one's last step: the first may be priced apart (it need not continue
             # the batch before it), and durations grow with the contexts.
             first_s = float(durations_s[-1])
-            # The first end is t_s + durations_s[0] (added in place: the model's array is new, CostModel says; an
-            # addition is commutative, bit for bit), each next one the end before plus its duration, strictly left
-            # to right as the step loop adds them; a few numpy calls fewer than summing into [t_s, *durations_s].
-            # The sums into a new array: accumulate with out= parses a keyword and checks the overlap, some 1,900
-            # instructions more a pass than a fresh array of ~50 floats.
             ends_s = durations_s if durations_s.dtype == np.float64 else durations_s.astype(np.float64)
-            ends_s[0] += t_s
-            ends_s = np.add.accumulate(ends_s)
-            # Ends only grow (every duration is positive): the first that would end too late, by bisection.
-            reached = int(ends_s.searchsorted(horizon_s))
-            # Step k > 0 starts at ends_s[k - 1]: those from the piece's end on are priced again by the next pass.
-            in_piece = 1 + int(ends_s[:-1].searchsorted(piece_end_s)) if pieces else num_steps
-            if in_piece < num_steps and in_piece <= reached:
-                chunks.append(ends_s[:in_piece])
-                num_done += in_piece
-                if num_done == max_steps:
-                    return _joined(chunks)
-                t_s = float(ends_s[in_piece - 1])
-                batch.continues_batch = 1
-                num_steps = _steps_within(horizon_s - t_s, first_s, max_steps - num_done)
-                continue
-            if reached < num_steps and cross_horizon:
-                chunks.append(ends_s[:reached + 1])  # and the step that ends at or after the horizon
-                return _joined(chunks)
-            chunks.append(ends_s[:reached] if reached < num_steps else ends_s)
-            num_done += reached
-            if reached < num_steps or num_done == max_steps:
+            # (With pieces, the step in progress at the horizon is kept to find the piece's last step: dropped below
+            # unless asked for.)
+            ends_s, cut = _pass_ends(ends_s, t_s, horizon_s, cross_horizon or pieces)
+            if pieces:
+                # Step k > 0 starts at ends_s[k - 1]: those from the piece's end on are priced again by the next pass
+                # (where the horizon cut the pass, the step that crosses it is the last: the steps before it start
+                # before the piece ends, or some do not).
+                in_piece = 1 + int(ends_s[:-1].searchsorted(piece_end_s))
+                if in_piece < len(ends_s):
+                    chunks.append(ends_s[:in_piece])
+                    num_done += in_piece
+                    if num_done == max_steps:
+                        return _joined(chunks)
+                    t_s = float(ends_s[in_piece - 1])
+                    batch.continues_batch = 1
+                    num_steps = _steps_within(horizon_s - t_s, first_s, max_steps - num_done)
+                    continue
+                if cut and not cross_horizon:
+                    ends_s = ends_s[:-1]
+            chunks.append(ends_s)
+            num_done += num_steps
+            if cut or num_done == max_steps:
                 return _joined(chunks)
             t_s = float(ends_s[-1])
             batch.continues_batch = 1
@@ -239,41 +264,31 @@ class CostModelRunner:
         steps past the horizon, a few floats each, too short another pass). None where the cost model has no
         ``decode_steps_s``, the host's speed varies or ``bs`` is no CUDA-graph batch: the caller then asks
         ``quiet_step_ends_s``."""
-        steps_s = getattr(self.cost_model, "decode_steps_s", None)
+        steps_s = self._segment_steps_s
+        if steps_s is None:
+            return None
         host = self.host_speed
         slowdown = None
-        if steps_s is None or (host is not None and not isinstance(host, ConstantHostSpeed)):
-            return None
         if host is not None:
             host.forget_before(self.clock.now())
             slowdown = host.slowdown
-        if horizon_s == math.inf:
-            num_steps = max_steps
-        else:
-            num_steps = max(_steps_within(horizon_s - start_s, _GUESS_SHARE * self._guess_s, max_steps),
-                            min(max_steps, _MIN_GUESSED_STEPS))
+        num_steps = _guessed_steps(horizon_s - start_s, self._guess_s, max_steps)
         t_s = start_s
         num_done = 0
-        chunks = []
+        chunks = []  # the passes before the last (most segments take one: no call to join them)
         while True:
             durations_s = steps_s(bs, context + bs * num_done, longest + num_done, continues if not num_done else 1,
                                   num_steps, slowdown)
             if durations_s is None:
                 return None
             self._guess_s = step_s = float(durations_s[-1])
-            durations_s[0] += t_s  # the first end, then each the one before plus its duration, left to right
-            ends_s = np.add.accumulate(durations_s)
-            if ends_s[-1] >= horizon_s:  # the first that would end too late, by bisection (ends only grow)
-                reached = int(ends_s.searchsorted(horizon_s))
-                chunks.append(ends_s[:reached + 1] if cross_horizon else ends_s[:reached])
-                return _joined(chunks)
-            chunks.append(ends_s)
+            ends_s, cut = _pass_ends(durations_s, t_s, horizon_s, cross_horizon)
             num_done += num_steps
-            if num_done == max_steps:
-                return _joined(chunks)
+            if cut or num_done == max_steps:
+                return np.concatenate((*chunks, ends_s)) if chunks else ends_s
+            chunks.append(ends_s)
             t_s = float(ends_s[-1])
-            num_steps = max(_steps_within(horizon_s - t_s, _GUESS_SHARE * step_s, max_steps - num_done),
-                            min(max_steps - num_done, _MIN_GUESSED_STEPS))
+            num_steps = _guessed_steps(horizon_s - t_s, step_s, max_steps - num_done)
 
     def _step_ends_one_by_one(self, batch: ScheduledBatch, start_s: float, max_steps: int,
                               horizon_s: float, cross_horizon: bool = False) -> list[float]:

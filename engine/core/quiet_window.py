@@ -25,14 +25,16 @@ max_steps, horizon_s, cross_horizon)``, a float64 array: each the previous one p
 for the batch, its contexts one token longer and its ``step_index`` one higher each step), called once per
 segment, and a horizon: the window holds only steps that end strictly before it (the next arrival, which would
 change the waiting queue), or with ``cross_horizon`` also the step in progress when it comes (whose end
-``step_ends`` then returns as well).
+``step_ends`` then returns as well). The window's step starts and ends are then copied into two array('d'): every
+later read of them is of one float at a time (a block event's time, a bisection, a run's first start), which a
+numpy array answers with a scalar object each, two to three times the instructions.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -66,10 +68,15 @@ def admits_none(scheduler) -> bool:
     scheduler decides it (engine.core.scheduler, ``_admit_waiting``): the batch is at ``max_num_seqs``, or (mixed
     policy, which admits after the running rows) those rows take the whole token budget. Nothing else stops an
     admission for as long as the batch stays: the head's blocks or tokens may fit at any step."""
-    config = scheduler.config
-    num_running = len(scheduler.running)
-    return num_running >= config.max_num_seqs or (config.policy == "mixed"
-                                                  and num_running >= config.max_num_batched_tokens)
+    return len(scheduler.running) >= admits_none_from(scheduler.config)
+
+
+def admits_none_from(config) -> int:
+    """The fewest running sequences whose decode-only steps admit no waiting request (``admits_none``): a caller that
+    plans windows through waiting requests only for small batches knows from this whether any can form."""
+    if config.policy == "mixed":
+        return min(config.max_num_seqs, config.max_num_batched_tokens)
+    return config.max_num_seqs
 
 
 def plan_quiet_window(
@@ -83,8 +90,9 @@ def plan_quiet_window(
     cross_horizon: bool = False,
     refusal: list | None = None,
     segment_ends: Callable[[int, int, int, int, float, int, float, bool], np.ndarray | None] | None = None,
-) -> tuple[QuietWindow, np.ndarray, np.ndarray] | None:
-    """The quiet steps ``engine`` would take from ``start_s`` (their start and end times, float64 arrays), or None.
+) -> tuple[QuietWindow, array, array] | None:
+    """The quiet steps ``engine`` would take from ``start_s`` (their start and end times, each an array('d')), or
+    None.
 
     With ``cross_horizon`` the window also holds the step in progress at ``horizon_s`` (it starts before and ends at
     or after it), as the step loop runs it: a request arriving at the horizon waits for that step's end. The caller
@@ -136,10 +144,15 @@ def plan_quiet_window(
             refusal.append("finish")
         return None
     bounds = [0]
-    bounds.extend(sorted({left for left in lefts if left < steps}))
+    for left in sorted(set(lefts)):  # (a loop: a comprehension is a function call of its own)
+        if left >= steps:
+            break
+        bounds.append(left)
     bounds.append(steps)
-    chunks = []
     batches = []
+    # The first step's start, then every step's end (starts and ends are two slices of it), copied in segment by
+    # segment: no numpy concatenation or scalar read.
+    times = array("d", (start_s,))
     t_s = start_s
     num_steps = 0
     # The first step schedules every running sequence, in order; each later segment's first step has lost the
@@ -161,28 +174,24 @@ def plan_quiet_window(
                                    continues_batch=0 if j else continues_first, step_index=first_step_index + first)
             batch.decode_context_tokens, batch.max_decode_context_tokens = context, longest
             ends = step_ends(batch, t_s, segment_steps, horizon_s, cross_horizon)
-        chunks.append(ends)
-        num_steps += len(ends)
-        if len(ends) < segment_steps or ends[-1] >= horizon_s:  # the horizon (the step it falls in, if crossed)
+        times.frombytes(ends.tobytes())
+        num_ends = len(ends)
+        num_steps += num_ends
+        if num_ends < segment_steps or times[-1] >= horizon_s:  # the horizon (the step it falls in, if crossed)
             break
-        t_s = float(ends[-1])
+        t_s = times[-1]
     if num_steps < min_steps:
         return None
-    ends = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-    starts = np.empty(num_steps)
-    starts[0] = start_s
-    starts[1:] = ends[:-1]
     stopped_by_horizon = num_steps < steps
     if stopped_by_horizon:
         bounds = _cut_segments(bounds, batches, num_steps)
-    window = QuietWindow(num_steps, float(ends[-1]), stopped_by_horizon, bounds, batches, lefts, continues_first,
-                         waiting)
-    return window, starts, ends
+    window = QuietWindow(num_steps, times[-1], stopped_by_horizon, bounds, batches, lefts, continues_first, waiting)
+    return window, times[:-1], times[1:]
 
 
 def _cut_segments(bounds: list[int], batches: list, num_steps: int) -> list[int]:
     """The segment bounds of a window ending after its first ``num_steps`` steps (``batches`` is cut to match)."""
-    bounds = [b for b in bounds if b < num_steps]
+    bounds = bounds[:bisect_left(bounds, num_steps)]  # (they ascend)
     bounds.append(num_steps)
     del batches[len(bounds) - 1:]
     return bounds
@@ -224,9 +233,9 @@ class QuietRun:
     blocks its steps fill."""
 
     __slots__ = ("engine", "window", "starts", "ends", "next_event_s", "_running", "_starting", "_lasts", "_events",
-                 "_next", "_used_after_step", "_rows", "_used", "_num_waiting", "_waited_s", "_waited")
+                 "_next", "_used_changes", "_num_waiting", "_waited_s", "_waited")
 
-    def __init__(self, engine, token_id: int, window: QuietWindow, starts: np.ndarray, ends: np.ndarray) -> None:
+    def __init__(self, engine, token_id: int, window: QuietWindow, starts: array, ends: array) -> None:
         block_manager = engine.scheduler.block_manager
         self.engine = engine
         self.window = window
@@ -245,9 +254,7 @@ class QuietRun:
         self._lasts = lasts = []  # the steps each sequence takes part in
         # Every token of the window first: a block registered mid-window is hashed from the tokens it holds.
         tokens = array("i", [token_id]) * steps  # extends a simulated array('i') prompt by a copy (a list too)
-        token_times_s = array("d")
-        token_times_s.frombytes(ends.tobytes())  # copies of the buffer, not a walk over floats
-        first_end_s = float(ends[0])
+        first_end_s = ends[0]
         # One pass over the batch, the block manager's two step counts inlined: in a large batch's short windows
         # (~145 sequences, ~7 steps) the calls and a second pass for the tokens were most of this constructor.
         # Most of such a batch computes all the window's tokens strictly inside the block it is in (with 256-token
@@ -265,16 +272,18 @@ class QuietRun:
                     and (not caching or (computed + 1) // block_size <= seq.num_registered_blocks)):
                 lasts.append(steps)
                 seq.token_ids.extend(tokens)
-                seq.token_times_s.extend(token_times_s)
+                seq.token_times_s.extend(ends)  # (an array('d') of an array('d'): a copy of the buffer)
                 if seq.first_token_s is None:
                     seq.first_token_s = first_end_s
                 continue
             last = left if left < steps else steps
             lasts.append(last)
-            # (Most windows are shorter than a block: the ranges below are mostly empty, and checked first.)
+            # (Most windows are shorter than a block: the ranges below are mostly empty, and checked first; loops, not
+            # a generator each, which cost more than the one event they mostly hold.)
             first_block = len(seq.block_table) * block_size - computed  # decode_steps_to_new_block, unclamped
             if first_block < last:
-                events.extend((k, 0, index) for k in range(max(first_block, 0), last, block_size))
+                for k in range(max(first_block, 0), last, block_size):
+                    events.append((k, 0, index))
             if caching:
                 # Full blocks not yet offered to the cache are registered by the first step (k = 0); after
                 # that, one block fills every block_size steps.
@@ -284,26 +293,26 @@ class QuietRun:
                     registered = (computed + 1) // block_size
                 first_fill = (registered + 1) * block_size - 1 - computed  # decode_steps_to_full_block
                 if first_fill < last:
-                    events.extend((k, 0, index) for k in range(first_fill, last, block_size))
+                    for k in range(first_fill, last, block_size):
+                        events.append((k, 0, index))
             if left <= steps:
                 events.append((left - 1, 1, index))
             if last == steps:
                 seq.token_ids.extend(tokens)
-                seq.token_times_s.extend(token_times_s)
+                seq.token_times_s.extend(ends)
             else:
                 seq.token_ids.extend(tokens[:last])
-                seq.token_times_s.extend(token_times_s[:last])
+                seq.token_times_s.extend(ends[:last])
             if seq.first_token_s is None:  # its first step computed the prompt's last token alone
                 seq.first_token_s = first_end_s
         events.sort()
         self._events = events
         self._next = 0  # the first event not yet applied
         self.next_event_s = self._event_s(0)
-        # Blocks in use after each step: constant between events, so written as runs (a step's row counts its
-        # events); rows before _rows are written, _used is the count since the last event.
-        self._used_after_step = array("q")
-        self._rows = 0
-        self._used = block_manager.num_used_blocks
+        # Blocks in use after each step, constant between events (a step's row counts its events): (first step,
+        # count) pairs, one for each stretch of steps of one count, as the step log keeps them. Written out step by
+        # step, a small array made and copied for each event was some 3 % of simulate()'s instructions (Azure trace).
+        self._used_changes = [(0, block_manager.num_used_blocks)]
         # The requests waiting at the window's start, and (waited) when the queue grew since and to how many.
         self._num_waiting = len(engine.scheduler.waiting)
         self._waited_s: list[float] = []
@@ -320,7 +329,7 @@ class QuietRun:
         if position >= len(self._events):
             return math.inf
         k, phase, _ = self._events[position]
-        return float(self.ends[k] if phase else self.starts[k])
+        return self.ends[k] if phase else self.starts[k]
 
     def advance(self, t_s: float) -> list[Sequence]:
         """Apply the events that happen before ``t_s``; returns the sequences that finished (released, and out of
@@ -331,8 +340,7 @@ class QuietRun:
         scheduler = engine.scheduler
         block_manager = scheduler.block_manager
         events, running, starting, ends = self._events, self._running, self._starting, self.ends
-        used_after_step = self._used_after_step
-        rows, used = self._rows, self._used
+        used_changes = self._used_changes
         finished: list[Sequence] = []
         position = self._next
         num_events = len(events)
@@ -342,20 +350,22 @@ class QuietRun:
             if not everything and not (ends[k] if phase else self.starts[k]) < t_s:
                 break
             position += 1
-            if k > rows:
-                used_after_step.extend(array("q", [used]) * (k - rows))
-                rows = k
             seq = running[seq_index]
             if phase:
                 seq.num_computed_tokens = starting[seq_index] + k + 1
-                scheduler.finish_at_length(seq, float(ends[k]))
+                scheduler.finish_at_length(seq, ends[k])
                 finished.append(seq)
             else:
                 seq.num_computed_tokens = starting[seq_index] + k
                 if not block_manager.append_slots(seq, 1):
                     raise RuntimeError("a quiet window ran out of blocks it had counted as free")
             used = block_manager.num_used_blocks
-        self._next, self._rows, self._used = position, rows, used
+            if used != used_changes[-1][1]:  # (events come in step order: a step's last one says its count)
+                if used_changes[-1][0] == k:
+                    used_changes[-1] = (k, used)
+                else:
+                    used_changes.append((k, used))
+        self._next = position
         self.next_event_s = self._event_s(position)
         if finished:
             scheduler.drop_finished()
@@ -365,7 +375,7 @@ class QuietRun:
     def cut(self, t_s: float) -> bool:
         """End the window after the step in progress at ``t_s`` (after ``advance(t_s)``); False if that is its
         last step already."""
-        steps = int(np.searchsorted(self.ends, t_s)) + 1  # steps 0 .. k, where ends[k - 1] < t_s <= ends[k]
+        steps = bisect_left(self.ends, t_s) + 1  # steps 0 .. k, where ends[k - 1] < t_s <= ends[k]
         if steps >= self.window.num_steps:
             return False
         self._keep(steps)  # none of the dropped steps' events is applied: they start after t_s
@@ -383,7 +393,7 @@ class QuietRun:
         # only the steps that ended strictly before t_s, a stop at the very end of a step gave the fast-forwarded
         # run one token and one step row fewer than the step loop.
         finished = self.advance(math.nextafter(t_s, math.inf))
-        steps = int(np.searchsorted(self.ends, t_s, side="right"))  # ends[steps - 1] <= t_s < ends[steps]
+        steps = bisect_right(self.ends, t_s)  # ends[steps - 1] <= t_s < ends[steps]
         if steps < self.window.num_steps:
             self._keep(steps)
         return finished + self.finish()
@@ -403,7 +413,7 @@ class QuietRun:
                 self._lasts[index] = kept
                 if not seq.token_times_s:  # its first token was to come in the window (kept = 0: at a stop only)
                     seq.first_token_s = None
-        window.end_s = float(self.ends[steps - 1] if steps else self.starts[0])  # (none: where its first step began)
+        window.end_s = self.ends[steps - 1] if steps else self.starts[0]  # (none: where its first step began)
         self.starts, self.ends = self.starts[:steps], self.ends[:steps]
         window.num_steps = steps
         window.stopped_by_horizon = True
@@ -416,13 +426,13 @@ class QuietRun:
         finished = self.advance(math.inf)
         window = self.window
         steps = window.num_steps
-        used_after_step = self._used_after_step
-        used_after_step.extend(array("q", [self._used]) * (steps - self._rows))
+        # The window's last step ran every sequence that takes part in it: the next step continues that batch or not.
+        last_batch = []
         for seq, computed, last in zip(self._running, self._starting, self._lasts):
             seq.num_computed_tokens = computed + last
-        # The window's last step ran every sequence that takes part in it: the next step continues that batch or not.
-        self.engine.scheduler.ran_decode_batch([seq for seq, last in zip(self._running, self._lasts) if last == steps],
-                                               steps)
+            if last == steps:
+                last_batch.append(seq)
+        self.engine.scheduler.ran_decode_batch(last_batch, steps)
         step_log = self.engine.step_log
         bounds, lefts, starts, ends = window.bounds, window.lefts, self.starts, self.ends
         # Whether the runner launches a step that repeats its batch ahead of it: where no request can be admitted next
@@ -438,6 +448,11 @@ class QuietRun:
         # simulate() on the Azure trace 11 % more instructions.
         changes = self._waiting_changes(steps)
         change = 0  # the stretch of changes that holds run_first
+        # The blocks in use, given with the window's first run for all of its runs (the step log's stretches run on
+        # over the runs after it); those of steps a cut or a stop dropped left out.
+        used_changes = self._used_changes
+        if used_changes[-1][0] >= steps:
+            used_changes = used_changes[:bisect_left(used_changes, (steps,))]
         for j, (bs, contexts, longest) in enumerate(window.batches):
             first, end = bounds[j], bounds[j + 1]
             num_finishing = lefts.count(end)  # in the segment's last step
@@ -451,8 +466,8 @@ class QuietRun:
                 run_end = min(next_change + 1, end)
                 waiting_last = changes[change + 1][1] if run_end - 1 == next_change else num_waiting
                 k = run_first - first
-                step_log.extend_quiet(bs, contexts + bs * k, longest + k, used_after_step[run_first:run_end],
-                                      float(starts[run_first]), ends[run_first:run_end],
+                step_log.extend_quiet(bs, contexts + bs * k, longest + k, None if run_first else used_changes,
+                                      starts[run_first], ends[run_first:run_end],
                                       num_finishing if run_end == end else 0, waiting_last,
                                       1 if k else 0 if j else window.continues_first, ran_ahead, num_waiting)
                 run_first = run_end

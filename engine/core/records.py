@@ -106,10 +106,11 @@ class StepLog:
     """One row per engine step, columnar so a million-step simulation stays small and fast.
 
     Rows come one step at a time (``record``) or as runs of quiet decode steps (``extend_quiet``). A run writes
-    only what varies step by step, each step's blocks in use and end time (its start is the step before's end, the
-    run's first start is kept once, and its duration is the difference, computed as ``record`` is given it), and
-    one entry of ten numbers; ``to_arrow`` expands it into the rows ``record`` would have written. A quiet step
-    costs 16 bytes, a recorded one 136 (17 columns)."""
+    only what varies step by step, each step's end time (its start is the step before's end, the run's first start
+    is kept once, and its duration is the difference, computed as ``record`` is given it), its blocks in use as
+    stretches of one count, and one entry of ten numbers; ``to_arrow`` expands it into the rows ``record`` would have
+    written. A quiet step costs 8 bytes and 16 more a stretch (a block boundary or a finish), a recorded one 136
+    (17 columns)."""
 
     def __init__(self, replica: int = 0, num_kv_blocks: int = 1) -> None:
         self.replica = replica
@@ -121,7 +122,10 @@ class StepLog:
         self._runs = array("q")  # _RUN_FIELDS of each quiet run, flattened
         self._run_starts_s = array("d")  # when each quiet run's first step starts
         self._quiet_ends_s = array("d")  # when each quiet step ends, runs one after another
-        self._quiet_kv_blocks_used = array("q")  # blocks in use after each quiet step
+        # Blocks in use after the quiet steps, constant over stretches of steps (they change at a block boundary or
+        # a finish): each stretch's first quiet step (counted over the runs one after another) and its count.
+        self._quiet_kv_firsts = array("q")
+        self._quiet_kv_counts = array("q")
         self._batch_values = attrgetter(*BATCH_COLUMNS)  # one C call reads them all off the batch
         # The rows so far (len(self)), kept as a count: the step loop reads it every step (the step's index), and the
         # simulator before and after every step and in every window; a call of __len__ each was ~1 % of
@@ -134,7 +138,7 @@ class StepLog:
     def clear(self) -> None:
         """Drop every row (a long-running server keeps its figures in metrics, not here)."""
         for column in (self._ints, self._times, self._runs, self._run_starts_s, self._quiet_ends_s,
-                       self._quiet_kv_blocks_used):
+                       self._quiet_kv_firsts, self._quiet_kv_counts):
             del column[:]
         self.num_rows = 0
 
@@ -156,7 +160,8 @@ class StepLog:
         self.num_rows += 1
 
     def extend_quiet(self, num_seqs: int, decode_context_tokens: int, max_decode_context_tokens: int,
-                     num_kv_blocks_used: array, start_s: float, ends_s: np.ndarray, num_finished_last: int = 0,
+                     num_kv_blocks_used: list[tuple[int, int]] | None, start_s: float, ends_s: array,
+                     num_finished_last: int = 0,
                      num_waiting_last: int = 0, continues_first: int = 0, ran_ahead: int = 0,
                      num_waiting: int = 0) -> None:
         """The rows of a run of quiet decode steps (engine.core.quiet_window), as record() would write them:
@@ -166,14 +171,21 @@ class StepLog:
         after each step before it: requests that wait through a window no one can be admitted in), and
         ``continues_first`` the first step's ``continues_batch`` (every later step continues its batch), ``ran_ahead``
         that of each step that continues its batch (the runner launches such steps ahead, 1, or not, 0). The first step
-        starts at ``start_s`` and each later one when the one before ends; ``ends_s`` (float64) is copied in as a
-        buffer, ``num_kv_blocks_used`` is an array('q')."""
+        starts at ``start_s`` and each later one when the one before ends; ``ends_s`` is an array('d'), copied in as a
+        buffer. ``num_kv_blocks_used``: the blocks in use after each step as (first step, count) pairs, one for each
+        stretch of steps of one count, the steps counted from the run's first (the first pair's 0), ascending; pairs
+        past its last step are those of the runs that follow it (a quiet window's runs, given with its first), and
+        None (never for the log's first run) goes on with the stretch the run before it ended in."""
         num_steps = len(ends_s)
         self._runs.extend((self.num_rows, num_steps, num_seqs, decode_context_tokens, max_decode_context_tokens,
                            num_finished_last, num_waiting_last, continues_first, ran_ahead, num_waiting))
         self._run_starts_s.append(start_s)
-        self._quiet_kv_blocks_used.extend(num_kv_blocks_used)
-        self._quiet_ends_s.frombytes(ends_s.tobytes())
+        if num_kv_blocks_used is not None:
+            quiet_first = len(self._quiet_ends_s)  # the run's first step among the quiet ones
+            for first, count in num_kv_blocks_used:
+                self._quiet_kv_firsts.append(quiet_first + first)
+                self._quiet_kv_counts.append(count)
+        self._quiet_ends_s.extend(ends_s)
         self.num_rows += num_steps
 
     def _column_values(self) -> dict[str, np.ndarray]:
@@ -238,10 +250,13 @@ class StepLog:
         quiet_starts_s[firsts] = np.frombuffer(self._run_starts_s, dtype=np.float64)
         quiet = np.repeat(in_run, segment_lengths)
         recorded_rows = ~quiet
+        kv_firsts = np.frombuffer(self._quiet_kv_firsts, dtype=np.int64)
+        quiet_kv_blocks_used = np.repeat(np.frombuffer(self._quiet_kv_counts, dtype=np.int64),
+                                         np.diff(kv_firsts, append=len(quiet_ends_s)))  # each stretch's steps
         for name, in_runs in (
             ("start_s", quiet_starts_s),
             ("duration_s", quiet_ends_s - quiet_starts_s),  # end - start, element by element: what record() is given
-            ("num_kv_blocks_used", np.frombuffer(self._quiet_kv_blocks_used, dtype=np.int64)),
+            ("num_kv_blocks_used", quiet_kv_blocks_used),
         ):
             full = np.empty(n, dtype=in_runs.dtype)
             full[quiet] = in_runs

@@ -39,7 +39,11 @@ def _quiet(rng: random.Random, log: StepLog, rows: list[dict], clock: list[float
     ends = np.cumsum([rng.uniform(0.001, 0.03) for _ in range(length)]) + start
     blocks = array("q", (rng.randrange(0, 100) for _ in range(length)))
     ran_ahead = rng.randrange(2)  # whether the runner launches a step that repeats its batch ahead
-    log.extend_quiet(seqs, context, longest, blocks, start, ends, finished_last, waiting_last, continues_first,
+    # As stretches of one count (the step log's form): a pair for each step, or one for the whole run.
+    stretches = [(0, blocks[0])] if rng.randrange(4) == 0 else list(enumerate(blocks))
+    if len(stretches) == 1:
+        blocks = array("q", [blocks[0]]) * length
+    log.extend_quiet(seqs, context, longest, stretches, start, ends, finished_last, waiting_last, continues_first,
                      ran_ahead)
     for k in range(length):
         last = k == length - 1

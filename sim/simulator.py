@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 import simpy
-from simpy.events import URGENT
+from simpy.events import NORMAL, URGENT
 
 from engine.core.host_memory import host_memory_available
 from engine.core.llm_engine import LLMEngine
@@ -46,11 +46,13 @@ _MIN_WINDOW_STEPS = 4
 # Where a window's end is not known (a router that reads the replicas: the window ends at the replica's next
 # request, whenever the router sends one) its plan is sized by the windows before it: twice the steps the last one
 # ran when it was cut, twice its plan when it was not, within these bounds. A longer plan costs more of the steps a
-# cut throws away (priced, their tokens appended and taken back), a shorter one more plans: at most 1,024 steps, 512
-# took 1.0 % more instructions on 5,000 sessions on 64 replicas (prefix router) and 0.7 % more on the Azure trace's
-# first 5,000 requests on 3, the same within 0.1 % on multi-turn sessions on 3 (with or without host episodes).
-_LAZY_MIN_STEPS = 16
-_LAZY_MAX_STEPS = 1024
+# cut throws away (with a time-varying host speed each planned step is a cost-model call), a shorter one more plans,
+# and a plan costs far more than its steps: from 16 and 512, the 64-replica benchmark's first 5,000 requests took
+# 4.5 % fewer instructions, 20,000 on 16 replicas (a load nearer the million-request run's) 10.5 % fewer, a band
+# replay (host-speed episodes of milliseconds) 7.2 % fewer; from 256 or 512 up, the first two gained 1-2.5 % more and
+# the band replay lost 2-3 %.
+_LAZY_MIN_STEPS = 128
+_LAZY_MAX_STEPS = 4096
 # With requests waiting, a window ends at its batch's first finish: in a large batch one comes within a few steps
 # (sharegpt's 256-row batches past saturation: windows of 4-8 steps, after a plan refused for 17 of every 18 tries),
 # and the step loop's lazy tokens (engine.core.steady_decodes) make its steps cheap there. Such windows are planned
@@ -59,18 +61,6 @@ _LAZY_MAX_STEPS = 1024
 _MAX_QUEUED_WINDOW_SEQS = 32
 # A run with a step limit (simulate's max_steps) counts its steps once per this many arrivals and finishes.
 _STEP_CHECK_EVERY = 256
-
-
-def delay_to(now_s: float, target_s: float) -> float | None:
-    """A delay that simpy's ``now + delay`` turns into exactly ``target_s`` (None if none does), so a
-    fast-forwarded replica lands on the very float the step-by-step loop would reach."""
-    delay_s = target_s - now_s
-    for _ in range(4):
-        reached = now_s + delay_s
-        if reached == target_s:
-            return delay_s
-        delay_s = math.nextafter(delay_s, math.inf if reached < target_s else -math.inf)
-    return None
 
 
 class SimEnvironment(simpy.Environment):
@@ -94,6 +84,28 @@ class Arrival(simpy.Event):
         self._ok = True  # triggered, as simpy's own Timeout and Initialize set it
         self._value = None
         env.schedule_at(self, URGENT, at_s)
+
+
+class WindowEnd(simpy.Event):
+    """The end of a replica's quiet window, at exactly ``at_s`` (its last step's end), with simpy's normal priority: as
+    a step's timeout lands on its end, scheduled at the window's start as that timeout would be. A timeout from now
+    needed a delay searched for that lands on the very float (now + delay may miss it by an ulp)."""
+
+    def __init__(self, env: SimEnvironment, at_s: float) -> None:
+        # (simpy's Event.__init__, inlined as its own Timeout does: one of these per window)
+        self.env = env
+        self.callbacks = []
+        self._ok = True  # triggered, as simpy's own Timeout sets it
+        self._value = None
+        env.schedule_at(self, NORMAL, at_s)
+
+    def take_wait(self, wait: simpy.Event) -> WindowEnd:
+        """Move the replica waiting on ``wait`` (the end of its lazy window, which a request routed to it cut short)
+        onto this event, the window's new end; ``wait`` stays queued, resuming no one when its time comes. Interrupted
+        instead, the replica scheduled its new end itself, which cost an interruption event and an exception thrown
+        into its generator for every request that cut a window."""
+        self.callbacks.append(wait.callbacks.pop())  # the replica's resume: the one callback of the event it yielded
+        return self
 
 
 class StepLimitError(ValueError):
@@ -381,42 +393,31 @@ def simulate(
     # arrival, and cut after its step in progress when the request is routed to it. Its windows then end only at
     # its own next request, not at every arrival anywhere.
     lazy = fast_forward and routed_to is None
+    # Every request reaches the replicas through the router (a router that reads engine state is asked here, at each
+    # arrival): one that can follow what it sent where (the prefix router: which replica was given each first block)
+    # is told each admission.
+    admitted = getattr(router, "admitted", None) if routed_to is None else None
+    if admitted is not None:
+        router.track_admissions(engines)
     runs: list[QuietRun | None] = [None] * len(engines)  # each replica's window in progress (lazy or not)
-    arrivals_np = np.asarray(requests.arrivals_s, dtype=np.float64)
-    next_arrival_index = [0]  # the first arrival not yet taken in
 
     def lazy_window(engine: LLMEngine, now_s: float, max_steps: int, min_steps: int = 2,
                     refusal: list | None = None):
         """A window from ``now_s`` for a replica whose window ends at its own next request (or, one in which no
-        waiting request can be admitted, at its first finish): at most ``max_steps``, and ending before any arrival
-        that would come exactly at the end of one of its steps (which of the two the step loop takes first depends
-        on simpy's order of events)."""
+        waiting request can be admitted, at its first finish): at most ``max_steps``. An arrival at the very end of
+        one of its steps needs no care: it comes before the step that ends at its instant (Arrival), as advance and cut
+        take it (the step's finishes not applied yet, the step kept). Each window was checked against every arrival it
+        spans and planned again to end before such a one, from before arrivals took their urgent priority: ~4 % of a
+        64-replica run's instructions, the same outputs (tested with arrivals on step ends)."""
         if not next_arrival_s[0] > now_s:  # an arrival at this instant not yet taken in: it may change this step
             return None
         runner = engine.runner
-        horizon = math.inf
-        for _ in range(2):
-            planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, now_s, horizon,
-                                        max_steps=max_steps, min_steps=min_steps,
-                                        refusal=refusal if horizon == math.inf else None,
-                                        segment_ends=runner.quiet_segment_ends_s)
-            if planned is None:
-                return None
-            ends = planned[2]
-            first = next_arrival_index[0]
-            # The arrivals from the next one to the window's end (those before it came by now, and arrival times do
-            # not decrease: a search of all of them counts the same ones, without a slice to search)
-            during = arrivals_np[first:int(arrivals_np.searchsorted(ends[-1], "right"))]
-            if not len(during):
-                return planned
-            ends = np.frombuffer(ends)  # (an array('d'): a view)
-            ties = ends.take(ends.searchsorted(during), mode="clip") == during  # an arrival at a step's very end
-            if not ties.any():
-                return planned
-            horizon = float(during[ties.argmax()])  # the first such arrival: steps that end strictly before it
-        return None
+        return plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, now_s, math.inf,
+                                 max_steps=max_steps, min_steps=min_steps, refusal=refusal,
+                                 segment_ends=runner.quiet_segment_ends_s)
 
-    processes: list[simpy.Process] = []
+    # The event each replica in a lazy window waits on (its end), for a cut to move the wait onto its new end.
+    window_waits: list[simpy.Event | None] = [None] * len(engines)
 
     def replica(env: simpy.Environment, index: int):
         engine = engines[index]
@@ -468,23 +469,20 @@ def simulate(
                     if planned is not None and planned[0].end_s >= horizon and arrives_at(index, planned[0].end_s):
                         planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now,
                                                     horizon, segment_ends=runner.quiet_segment_ends_s)
-            delay_s = None if planned is None else delay_to(env.now, planned[0].end_s)
-            if delay_s is not None:
+            if planned is not None:
                 window, starts, ends = planned
                 run = QuietRun(engine, runner.token_id, window, starts, ends)
                 step_ends_s[index].extend(ends)
                 if lazy:
                     runs[index] = run
-                    try:
-                        yield env.timeout(delay_s)
-                        if not window.admits_none:  # (one that does ends at its first finish: says nothing of these)
-                            lazy_steps = min(2 * lazy_steps, _LAZY_MAX_STEPS)
-                    except simpy.Interrupt:  # cut short by a request routed here: wait for its new end
-                        delay_s = delay_to(env.now, window.end_s)
-                        if delay_s is None:
-                            raise RuntimeError(f"no delay from {env.now!r} reaches {window.end_s!r}") from None
-                        yield env.timeout(delay_s)
+                    planned_steps = window.num_steps
+                    wait = window_waits[index] = WindowEnd(env, window.end_s)
+                    yield wait  # to the window's end, or to its cut end where a request routed here cut it (take_wait)
+                    window_waits[index] = None
+                    if window.num_steps < planned_steps:  # cut
                         lazy_steps = min(max(2 * window.num_steps, _LAZY_MIN_STEPS), _LAZY_MAX_STEPS)
+                    elif not window.admits_none:  # (one that does ends at its first finish: says nothing of these)
+                        lazy_steps = min(2 * lazy_steps, _LAZY_MAX_STEPS)
                     runs[index] = None
                     done(run.finish())
                 else:
@@ -492,7 +490,7 @@ def simulate(
                     # runs until then: a watch that stops the run mid-window takes only the steps before the stop
                     # (QuietRun.stop). Finished at its start, a stopped run had the window's later finishes too.
                     runs[index] = run
-                    yield env.timeout(delay_s)
+                    yield WindowEnd(env, window.end_s)
                     runs[index] = None
                     done(run.finish())
                 fast_forwarded[0] += window.num_steps
@@ -515,7 +513,6 @@ def simulate(
             if max_steps is not None:
                 check_steps(1)
             next_arrival_s[0] = arrival_s
-            next_arrival_index[0] = i
             if arrival_s > env.now:
                 yield Arrival(env, arrival_s)
             # Every replica has the same limits: a request none can serve is turned away before routing,
@@ -540,11 +537,13 @@ def simulate(
                     planned_steps = run.window.num_steps
                     if run.cut(arrival_s):
                         del step_ends_s[index][run.window.num_steps - planned_steps:]  # the window's are the last
-                        processes[index].interrupt()
+                        window_waits[index] = WindowEnd(env, run.window.end_s).take_wait(window_waits[index])
             else:
                 index = routed_to[i]
                 next_routed[index] += 1
             seq = requests.add_to(engines[index], i, prompt, block_hashes)
+            if admitted is not None:
+                admitted(index, seq)
             run = runs[index]
             if run is not None:  # a window in progress: the rows of its steps that end from now on count it
                 run.waited(env.now)
@@ -558,7 +557,6 @@ def simulate(
                 wakeup.succeed()
 
         next_arrival_s[0] = math.inf
-        next_arrival_index[0] = len(requests.arrivals_s)
 
     def watcher(env: simpy.Environment):
         """Asks the watch at the times it names; True when it stopped the run. Its own events only add to simpy's
@@ -573,7 +571,7 @@ def simulate(
                 return True
 
     for i in range(len(engines)):
-        processes.append(env.process(replica(env, i)))
+        env.process(replica(env, i))
     env.process(arrivals(env))
     stopped_s = None
     if watch is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
+from engine.core.scheduler import ScheduledBatch
 from traces.schema import Trace, save_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -198,6 +199,23 @@ class QuarterSecondSteps:
 
     def step_time_s(self, batch, host_slowdown=None) -> float:
         return QUARTER_STEP_S
+
+
+class FixedClock:
+    """A clock stopped at ``now_s`` (the cost model reads the host's speed at the step's start from it)."""
+
+    def __init__(self, now_s: float) -> None:
+        self._now_s = now_s
+
+    def now(self) -> float:
+        return self._now_s
+
+
+def decode_only_batch(num_seqs: int, context: int, longest: int) -> ScheduledBatch:
+    """A decode-only batch of ``num_seqs`` rows holding ``context`` tokens in all, the longest ``longest``."""
+    batch = ScheduledBatch(seqs=[None] * num_seqs, num_new_tokens=[1] * num_seqs, num_decode_seqs=num_seqs)
+    batch.decode_context_tokens, batch.max_decode_context_tokens = context, longest
+    return batch
 
 
 class StopAt:

@@ -10,28 +10,13 @@ import math
 import pytest
 
 from engine.core.quiet_window import admits_none, admits_none_from
-from engine.core.scheduler import ScheduledBatch
 from sim.config import SimConfig
 from sim.host_speed import HostSpeedTimeline
 from sim.profiled_cost_model import ProfiledCostModel, find_profile
 from sim.runner import CostModelRunner
 from sim.simulator import simulate
-from tests.sim.helpers import SHAREGPT
+from tests.sim.helpers import SHAREGPT, FixedClock, decode_only_batch
 from traces.schema import load_trace
-
-
-class _FixedClock:
-    def __init__(self, now_s: float) -> None:
-        self._now_s = now_s
-
-    def now(self) -> float:
-        return self._now_s
-
-
-def _decode_batch(num_seqs: int, context: int, longest: int) -> ScheduledBatch:
-    batch = ScheduledBatch(seqs=[None] * num_seqs, num_new_tokens=[1] * num_seqs, num_decode_seqs=num_seqs)
-    batch.decode_context_tokens, batch.max_decode_context_tokens = context, longest
-    return batch
 
 
 @pytest.mark.parametrize("faster_after", [True, False])
@@ -48,21 +33,21 @@ def test_a_host_speed_change_next_to_the_horizon_is_priced_as_step_by_step(faste
     def runner(change_s: float) -> CostModelRunner:
         host = HostSpeedTimeline([0.0], slowdowns[:1]) if change_s == math.inf else \
             HostSpeedTimeline([0.0, change_s], slowdowns)
-        return CostModelRunner(model, host_speed=host, clock=_FixedClock(start_s))
+        return CostModelRunner(model, host_speed=host, clock=FixedClock(start_s))
 
     # The steps' ends at the first speed throughout: the change and the horizons are placed around the 40th.
-    plain = runner(math.inf)._step_ends_one_by_one(_decode_batch(3, 3000, 1200), start_s, 80, math.inf)
+    plain = runner(math.inf)._step_ends_one_by_one(decode_only_batch(3, 3000, 1200), start_s, 80, math.inf)
     checked = 0
     for change_s in (plain[38], math.nextafter(plain[38], math.inf), (plain[38] + plain[39]) / 2, plain[39]):
-        ends = runner(change_s)._step_ends_one_by_one(_decode_batch(3, 3000, 1200), start_s, 80, math.inf)
+        ends = runner(change_s)._step_ends_one_by_one(decode_only_batch(3, 3000, 1200), start_s, 80, math.inf)
         horizons = sorted({*ends[36:44], *((a + b) / 2 for a, b in zip(ends[36:44], ends[37:45])),
                            *(math.nextafter(e, math.inf) for e in ends[36:44])})
         for horizon_s in horizons:
             for cross_horizon in (False, True):
                 for max_steps in (80, 41):
-                    expected = runner(change_s)._step_ends_one_by_one(_decode_batch(3, 3000, 1200), start_s,
+                    expected = runner(change_s)._step_ends_one_by_one(decode_only_batch(3, 3000, 1200), start_s,
                                                                       max_steps, horizon_s, cross_horizon)
-                    got = runner(change_s).quiet_step_ends_s(_decode_batch(3, 3000, 1200), start_s, max_steps,
+                    got = runner(change_s).quiet_step_ends_s(decode_only_batch(3, 3000, 1200), start_s, max_steps,
                                                              horizon_s, cross_horizon).tolist()
                     assert got == expected, (change_s, horizon_s, cross_horizon, max_steps)
                     checked += 1

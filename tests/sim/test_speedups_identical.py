@@ -16,7 +16,7 @@ from sim.host_speed import ConstantHostSpeed, HostSpeedEpisodes, HostSpeedTimeli
 from sim.profiled_cost_model import ProfiledCostModel, find_profile
 from sim.runner import CostModelRunner
 from sim.simulator import simulate
-from tests.sim.helpers import SHAREGPT
+from tests.sim.helpers import SHAREGPT, FixedClock, decode_only_batch
 from traces.requests import TraceRequests
 from traces.schema import load_trace
 
@@ -46,19 +46,6 @@ def _cost_model(kind: str):
     return RooflineCostModel(ModelShape.load("qwen3-8b"), get_gpu("h200"))
 
 
-class _FixedClock:
-    def __init__(self, now_s: float) -> None:
-        self._now_s = now_s
-
-    def now(self) -> float:
-        return self._now_s
-
-
-def _decode_batch(num_seqs: int, context: int, longest: int) -> ScheduledBatch:
-    """A decode-only batch of ``num_seqs`` rows holding ``context`` tokens in all, the longest ``longest``."""
-    batch = ScheduledBatch(seqs=[None] * num_seqs, num_new_tokens=[1] * num_seqs, num_decode_seqs=num_seqs)
-    batch.decode_context_tokens, batch.max_decode_context_tokens = context, longest
-    return batch
 
 
 @pytest.mark.parametrize("host", [None, 1.7])
@@ -67,10 +54,10 @@ def _decode_batch(num_seqs: int, context: int, longest: int) -> ScheduledBatch:
 def test_quiet_step_ends_equal_the_step_by_step_sums(kind, host, num_seqs, context, longest):
     cost_model = _cost_model(kind)
     runner = CostModelRunner(cost_model, host_speed=None if host is None else ConstantHostSpeed(host),
-                             clock=_FixedClock(0.0))
+                             clock=FixedClock(0.0))
 
     def batch() -> ScheduledBatch:
-        return _decode_batch(num_seqs, context, longest)
+        return decode_only_batch(num_seqs, context, longest)
 
     start_s = 12.345678
     for max_steps, horizon_s in ((3, float("inf")), (5000, float("inf")), (5000, 13.0), (70_000, 40.0)):
@@ -101,7 +88,7 @@ def test_quiet_segment_ends_equal_the_quiet_step_ends(host, num_seqs, context, l
 
     def runner() -> CostModelRunner:
         return CostModelRunner(cost_model, host_speed=None if host is None else ConstantHostSpeed(host),
-                               clock=_FixedClock(0.0))
+                               clock=FixedClock(0.0))
 
     start_s = 12.345678
     for guess_s in (None, 1e-6, 1.0):
@@ -111,7 +98,7 @@ def test_quiet_segment_ends_equal_the_quiet_step_ends(host, num_seqs, context, l
         for continues in (0, 1):
             for max_steps, horizon_s in ((3, math.inf), (5000, math.inf), (5000, 13.0), (70_000, 40.0), (40, 12.35)):
                 for cross_horizon in (False, True):
-                    batch = _decode_batch(num_seqs, context, longest)
+                    batch = decode_only_batch(num_seqs, context, longest)
                     batch.continues_batch = continues
                     expected = runner().quiet_step_ends_s(batch, start_s, max_steps, horizon_s, cross_horizon)
                     got = by_numbers.quiet_segment_ends_s(num_seqs, context, longest, continues, start_s, max_steps,
@@ -133,7 +120,7 @@ def test_decode_run_from_the_first_step_equals_step_time_step_by_step(model_name
              for bs in (1, 7, 31, 32, 33, 100, 256) for context, longest in ((900, 950), (3_000, 12_000), (5, 3))
              for continues in (0, 1) for num_steps, slowdown in ((1, None), (13, 0.7), (300, None), (64, 1.3))]
     for bs, context, longest, continues, num_steps, slowdown in cases:
-        batch = _decode_batch(bs, context, longest)
+        batch = decode_only_batch(bs, context, longest)
         batch.continues_batch = continues
         run = model.decode_run_from_s(batch, num_steps, slowdown).tolist()
         one_by_one = []
@@ -161,10 +148,10 @@ def test_quiet_step_ends_with_a_varying_host_equal_the_step_by_step_sums(kind, h
     cost_model = _cost_model(kind)
 
     def runner() -> CostModelRunner:
-        return CostModelRunner(cost_model, host_speed=_TIME_VARYING_HOSTS[host](), clock=_FixedClock(12.0))
+        return CostModelRunner(cost_model, host_speed=_TIME_VARYING_HOSTS[host](), clock=FixedClock(12.0))
 
     def batch() -> ScheduledBatch:
-        return _decode_batch(num_seqs, context, longest)
+        return decode_only_batch(num_seqs, context, longest)
 
     start_s = 12.345678
     for max_steps, horizon_s in ((3, float("inf")), (5000, float("inf")), (5000, 13.0), (20_000, 40.0)):

@@ -257,6 +257,8 @@ def summarize(
     duration_s: float | None = None,
     timed_by_client: bool = False,
     vllm_names: bool = True,
+    itl_s: np.ndarray | None = None,
+    sorted_itl_s: np.ndarray | None = None,
 ) -> dict:
     """One JSON-ready dict of a replay's headline metrics (see the module docstring), with vLLM's flat
     names beside ours (`analysis.vllm_metrics`) unless `vllm_names` is False (a capacity point reads ours only;
@@ -266,7 +268,10 @@ def summarize(
     None. With `slos`, `goodput` (req/s, also under vLLM's name `request_goodput`; None where the run did not
     record a metric they limit, `goodput_rps`) and the limits used (`slos_ms`) are added. `duration_s` replaces
     the makespan where the run recorded its own duration but not its arrival times (an imported `vllm bench serve`
-    result).
+    result). `itl_s`: `itl_values` of the finished requests, where the caller has them already (a report draws
+    them too); `sorted_itl_s`: their finite values sorted, where the caller sorted them (a report's CDF does): the
+    same percentiles from a sorted array's cheaper partitions, the means still summed over `itl_s` in its own order
+    (a sum's rounding depends on it).
     """
     frame = add_latency_columns(conform_requests(requests, _SUMMARY_REQUEST_INPUTS))
     step_frame = conform_steps(steps, _SUMMARY_STEP_INPUTS)
@@ -306,10 +311,11 @@ def summarize(
         "total_output_tokens": total_output_tokens,
         "total_cached_tokens": total_cached_tokens,
     }
-    itl_s = itl_values(finished)
+    itl_s = itl_values(finished) if itl_s is None else itl_s
     for metric in LATENCY_LABELS:
         samples = itl_s if metric == "itl" else latency_samples_s(finished, metric)
-        summary[f"{metric}_ms"] = scaled_stats(latency_stats(samples), MS_PER_S)
+        ordered = sorted_itl_s if metric == "itl" else None
+        summary[f"{metric}_ms"] = scaled_stats(latency_stats(samples, ordered), MS_PER_S)
     summary.update(
         {
             "num_preemptions": _known_sum(frame["num_preemptions"]),
@@ -321,7 +327,7 @@ def summarize(
         }
     )
     if vllm_names:
-        summary.update(vllm_flat_metrics(finished, frame.height, duration_s, itl_s))
+        summary.update(vllm_flat_metrics(finished, frame.height, duration_s, itl_s, sorted_itl_s))
         summary["request_goodput"] = None  # as vLLM writes it without SLOs
     if slos is not None:
         slos = tuple(slos)

@@ -16,13 +16,15 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from analysis.band_stats import check_bands
-from analysis.metrics import add_latency_columns, is_timed_by_client, summarize
-from analysis.schema import MAX_TIME_S
+from analysis.metrics import add_latency_columns, is_finished, is_timed_by_client, itl_values, summarize
+from analysis.schema import MAX_TIME_S, conform_requests
 from analysis.slo import SLO, limit_s_from_ms
+from analysis.stats import finite_values
 from engine.core.json_errors import json_problem, json_type_name
 from engine.core.messages import shown
 from sim.files import write_parquet_frame, write_parquet_table, write_text_atomic
@@ -81,8 +83,15 @@ def write_summary(
     slos: tuple[SLO, ...] | None = None,
 ) -> dict:
     """summary.json (written whole: a temporary file renamed over the old one) and, if asked, report.html."""
+    # The finished requests' token gaps, pooled once for both the summary and the report (4.6M of them on the Azure
+    # trace's hour: 0.03 CPU s each time), and sorted once: the report's CDF sorts them anyway, and the summary's
+    # percentiles partition a sorted array in a third of the time.
+    itl_s = sorted_itl_s = None
+    if report_title is not None:
+        itl_s = itl_values(conform_requests(requests, ["finish_reason", "token_times_s"]).filter(is_finished()))
+        sorted_itl_s = np.sort(finite_values(itl_s))
     summary = summarize(requests, steps, slos, duration_s=meta.get("recorded_duration_s"),
-                        timed_by_client=is_timed_by_client(meta))
+                        timed_by_client=is_timed_by_client(meta), itl_s=itl_s, sorted_itl_s=sorted_itl_s)
     summary.update(meta)
     # allow_nan=False: a NaN would be written as a bare NaN token that no JSON reader but Python's accepts.
     write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
@@ -95,7 +104,8 @@ def write_summary(
             print(f"note: no report.html: {missing} is not installed (pip install plotly, or pass "
                   "--no-report); the run's data is written", file=sys.stderr)
             return summary
-        write_report(requests, steps, summary, out_dir / "report.html", title=report_title, subtitle=report_subtitle)
+        write_report(requests, steps, summary, out_dir / "report.html", title=report_title, subtitle=report_subtitle,
+                     itl_s=sorted_itl_s)  # a CDF's values: their order does not matter
     return summary
 
 

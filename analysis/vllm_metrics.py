@@ -27,15 +27,18 @@ VLLM_LATENCIES: dict[str, str | None] = {"ttft": "ttft_s", "tpot": "tpot_s", "it
 VLLM_STATISTICS: tuple[str, ...] = ("mean", "median", "std", "p99")
 
 
-def _stats_ms(values: np.ndarray) -> dict[str, float | None]:
+def _stats_ms(values: np.ndarray, ordered: np.ndarray | None = None) -> dict[str, float | None]:
+    """``ordered``: ``values`` sorted, where the caller has them: the same values in ms in the same order (scaling
+    keeps it), so the same median and p99, from a sorted array's cheaper partitions."""
     if values.size == 0:
         return dict.fromkeys(VLLM_STATISTICS)
     ms = values * MS_PER_S
     mean, std = float(ms.mean()), float(ms.std())  # before the partitions below reorder ``ms``
-    # ``ms`` is this function's own: partitioned in place instead of copied twice (the same order statistics, so
-    # the same median and p99).
-    median = float(np.median(ms, overwrite_input=True))
-    p99 = float(np.percentile(ms, 99, overwrite_input=True))
+    # ``ranked`` is this function's own: partitioned in place instead of copied twice (the same order statistics,
+    # so the same median and p99).
+    ranked = ms if ordered is None else ordered * MS_PER_S
+    median = float(np.median(ranked, overwrite_input=True))
+    p99 = float(np.percentile(ranked, 99, overwrite_input=True))
     return {"mean": round_sig(mean), "median": round_sig(median), "std": round_sig(std), "p99": round_sig(p99)}
 
 
@@ -43,9 +46,11 @@ def _rate(count: float, duration_s: float) -> float | None:
     return round_sig(count / duration_s) if duration_s > 0 else None
 
 
-def vllm_flat_metrics(finished: pl.DataFrame, num_requests: int, duration_s: float, itl_s: np.ndarray) -> dict:
+def vllm_flat_metrics(finished: pl.DataFrame, num_requests: int, duration_s: float, itl_s: np.ndarray,
+                      sorted_itl_s: np.ndarray | None = None) -> dict:
     """The flat names of one run: ``finished`` holds the finished requests with latency columns,
-    ``itl_s`` their pooled gaps between tokens (s), ``duration_s`` the run's duration."""
+    ``itl_s`` their pooled gaps between tokens (s) (``sorted_itl_s``: their finite values sorted, if the caller
+    has them), ``duration_s`` the run's duration."""
     input_tokens = int(finished["prompt_tokens"].sum())
     output_tokens = int(finished["output_tokens"].sum())
     flat: dict = {
@@ -59,6 +64,6 @@ def vllm_flat_metrics(finished: pl.DataFrame, num_requests: int, duration_s: flo
     }
     for metric, column in VLLM_LATENCIES.items():
         values = finite_values(itl_s if column is None else finished[column])
-        for statistic, value in _stats_ms(values).items():
+        for statistic, value in _stats_ms(values, sorted_itl_s if column is None else None).items():
             flat[f"{statistic}_{metric}_ms"] = value
     return flat

@@ -220,7 +220,10 @@ def grid_warnings(steps: pl.DataFrame, grid: GridRange, max_graph_bs: int) -> li
         return []
     graph = (pl.col("num_prefill_tokens") == 0) & (pl.col("num_decode_seqs") > 0) & (
         pl.col("num_decode_seqs") <= max_graph_bs)
-    eager = steps.filter(~graph)
+    # The columns read, before the filter: filtering the whole step log copied all 21 columns of its eager rows (16 ms
+    # on the Azure trace's 1.78M steps instead of 6).
+    eager = steps.select("num_prefill_tokens", "num_decode_seqs", "num_batched_tokens", "num_seqs",
+                         "prefill_context_tokens").filter(~graph)
     prefill_kv = pl.col("prefill_context_tokens") + pl.col("num_prefill_tokens")
     longest = (pl.col("max_decode_context_tokens") if "max_decode_context_tokens" in steps.columns
                else pl.col("decode_context_tokens") // pl.max_horizontal(pl.col("num_decode_seqs"), 1))

@@ -218,7 +218,8 @@ def histogram_figure(panels: Mapping[str, object], title: str, y_title: str = "c
         if not pooled:
             empty.append(_no_data(cell))
         else:
-            edges, log_x = histogram_edges(np.concatenate(pooled), MAX_BINS)
+            # One series (a single run's panel): its own array, not a copy (1.8M steps' values).
+            edges, log_x = histogram_edges(pooled[0] if len(pooled) == 1 else np.concatenate(pooled), MAX_BINS)
             for series_name, array in arrays.items():
                 counts, _ = np.histogram(array, bins=edges)
                 traces.append(go.Bar(

@@ -24,39 +24,36 @@ entries from the position at which it was filed: its ``token_ids``, ``token_time
 ``num_computed_tokens`` lag by that many. ``settle`` pays one sequence's debt (two extends and an addition), and
 whatever reads a running sequence's tokens or counts must settle it first: the scheduler does for every row it
 handles itself (due, leaving, forgotten), and a reader of the whole batch (a quiet window's planner, the
-simulator's stop) calls ``settle_all``. The scheduler owes only while requests queue, step after step (past
-saturation: no quiet window forms then, so debts grow for many steps before anything reads the rows; Scheduler.
-_postprocess_steady says why not otherwise); a step whose rows sample different tokens settles everything and
-appends row by row, as without. The GPU engine never asks for it (its runner reads every row's last token). The
-sums of the batch's contexts the scheduler needs each step come from running totals, not from the rows
-(``owed_context``).
+simulator's stop) calls ``settle_all``. The scheduler owes in every step it can (Scheduler._postprocess_steady
+says why); a step whose rows sample different tokens, or an eos, settles everything and appends row by row, as
+without. The GPU engine never asks for it (its runner reads every row's last token).
+
+The sums of the batch's contexts the scheduler needs each step (the plain rows' computed tokens, summed, and the
+longest) come from running totals kept as sequences are filed and leave, not from the rows (``plain_context``): a
+steady sequence's count less the advance is the same at every advance until its row is handled again.
 """
 
 from __future__ import annotations
 
 from array import array
 
-from engine.core.block_manager import decode_steps_to_full_block, decode_steps_to_new_block
 from engine.core.sequence import RUNNING, Sequence
 
 
 class SteadyDecodes:
     __slots__ = ("advance", "steady", "unsteady", "_calendar", "_block_size", "_caching", "lazy", "_owed_from",
-                 "_owed_sum", "_keys", "_keys_max", "_log_tokens", "_log_times", "_owing")
+                 "_debtors", "_log_tokens", "_log_times", "_owing", "_keys", "_key_sum", "_key_max")
 
     def __init__(self, block_size: int, caching: bool, lazy: bool = False) -> None:
         self.lazy = lazy
         # Lazy tokens. While _owing (from a lazy step until the debts are paid): each steady sequence -> the log
-        # position of the first entry it owes (the log's end when it owes nothing); their sum; and each one's
-        # num_computed_tokens less that position, which settling leaves unchanged (both grow by the same).
+        # position of the first entry it owes (the log's end when it owes nothing).
         self._owing = False
         self._owed_from: dict[Sequence, int] = {}
-        self._owed_sum = 0
-        self._keys: dict[Sequence, int] = {}
-        # The largest of _keys' values, None when not known (recomputed then): owed_context needs it every lazy step,
-        # and a pass over a batch of ~250 sequences each step was ~1 % of a capacity sweep. It changes only when the
-        # debtors do: a sequence filed raises it, and only dropping the one that holds it makes it unknown.
-        self._keys_max: int | None = None
+        # The same debtors by the position they owe from (position -> its debtors, as dict keys), for settle_all:
+        # paying a group from one copy of its log tail is two extends and an addition per sequence, where looking
+        # each one's position up was as much again (debts are paid before most quiet windows, every few steps).
+        self._debtors: dict[int, dict[Sequence, None]] = {}
         self._log_tokens = array("i")  # entry i: the i-th lazy step's token ...
         self._log_times = array("d")  # ... and its time
         self._block_size = block_size
@@ -65,12 +62,23 @@ class SteadyDecodes:
         self.steady: dict[Sequence, int] = {}  # sequence -> the advance at which it next needs its own row handled
         self.unsteady: set[Sequence] = set()  # running sequences not filed
         self._calendar: dict[int, list[Sequence]] = {}  # advance -> sequences filed under it (stale ones skipped)
+        # The batch's context sums, kept rather than read off every row each step (a pass over ~150 rows for their
+        # counts, summed and maxed, was most of a large batch's scheduling): each steady sequence -> its
+        # num_computed_tokens (settled: what it owes counted) less the advance, which every advance leaves unchanged
+        # (each gives it one token); their sum; their largest, None when not known (recomputed then: only dropping
+        # the one that holds it makes it unknown).
+        self._keys: dict[Sequence, int] = {}
+        self._key_sum = 0
+        self._key_max: int | None = None
 
     def forget(self, running: list[Sequence]) -> None:
         """Nothing is known any more: every running sequence takes the general path until filed again."""
         self.settle_all()
         self.steady.clear()
         self._calendar.clear()
+        self._keys = {}
+        self._key_sum = 0
+        self._key_max = None
         self.unsteady = set(running)
 
     def consistent_with(self, running: list[Sequence]) -> bool:
@@ -95,6 +103,7 @@ class SteadyDecodes:
             if self._owing:
                 self._stop_owing(seq)
             del self.steady[seq]
+            self._drop_key(seq)
         self.unsteady.update(due)
 
     def skipped(self, num_steps: int) -> None:
@@ -117,7 +126,8 @@ class SteadyDecodes:
         """``seq`` left the running list (finished, preempted, withdrawn)."""
         if self._owing:
             self._stop_owing(seq)
-        self.steady.pop(seq, None)
+        if self.steady.pop(seq, None) is not None:
+            self._drop_key(seq)
         self.unsteady.discard(seq)
 
     def file(self, seq: Sequence) -> None:
@@ -136,22 +146,35 @@ class SteadyDecodes:
         if len(seq.token_ids) - computed != 1 or seq.sampling_params.stop_token_ids or seq.first_token_s is None:
             if self._owing:
                 self._stop_owing(seq)
-            self.steady.pop(seq, None)
+            if self.steady.pop(seq, None) is not None:
+                self._drop_key(seq)
             self.unsteady.add(seq)
             return
+        # decode_steps_to_new_block and decode_steps_to_full_block inlined (this runs for every row a step handles
+        # itself; change them together), and the last token's step; the earliest of them, from the coming advance.
         block_size = self._block_size
-        steps = decode_steps_to_new_block(seq, block_size)
+        steps = len(seq.block_table) * block_size - computed
         if self._caching:
-            steps = min(steps, decode_steps_to_full_block(computed, seq.num_registered_blocks, block_size))
-        steps = min(steps, seq.max_num_tokens - computed - 2)  # it samples its last token
-        advance = self.advance + max(steps, 0)
+            to_full = (seq.num_registered_blocks + 1) * block_size - 1 - computed
+            if to_full < steps:
+                steps = to_full
+        to_last = seq.max_num_tokens - computed - 2  # it samples its last token
+        if to_last < steps:
+            steps = to_last
+        advance = self.advance + steps if steps > 0 else self.advance
         if self._owing and seq not in self._owed_from:  # steady from here on: owes what the log gets next
             end = len(self._log_times)
             self._owed_from[seq] = end
-            self._owed_sum += end
-            self._keys[seq] = key = computed - end
-            if self._keys_max is not None and key > self._keys_max:
-                self._keys_max = key
+            self._owe_from(seq, end)
+        key = computed - self.advance
+        old_key = self._keys.get(seq)
+        if old_key != key:  # (refiled at a later advance: the same key)
+            if old_key is not None:
+                self._drop_key(seq)
+            self._keys[seq] = key
+            self._key_sum += key
+            if self._key_max is not None and key > self._key_max:
+                self._key_max = key
         # Filed there already (its row handled between advances, e.g. an ignored eos): listed once, or the advance
         # would handle its row twice. A sequence's advances only grow: they mark token positions, which move only
         # at the advance that handles them.
@@ -172,9 +195,7 @@ class SteadyDecodes:
         if not self._owing:
             self._owing = True
             self._owed_from = dict.fromkeys(self.steady, 0)
-            self._keys = {seq: seq.num_computed_tokens for seq in self.steady}
-            self._keys_max = None
-            self._owed_sum = 0
+            self._debtors = {0: dict.fromkeys(self.steady)}
         self._log_tokens.append(token_id)
         self._log_times.append(now_s)
 
@@ -191,7 +212,15 @@ class SteadyDecodes:
         seq.token_times_s.extend(self._log_times[position:])
         seq.num_computed_tokens += end - position
         self._owed_from[seq] = end
-        self._owed_sum += end - position
+        del self._debtors[position][seq]
+        self._owe_from(seq, end)
+
+    def _owe_from(self, seq: Sequence, position: int) -> None:
+        debtors = self._debtors.get(position)
+        if debtors is None:
+            self._debtors[position] = {seq: None}
+        else:
+            debtors[seq] = None
 
     def settle_all(self) -> None:
         """Settle every steady sequence (for a reader of the whole running batch) and start afresh: nothing is
@@ -200,32 +229,35 @@ class SteadyDecodes:
             return
         tokens, times = self._log_tokens, self._log_times
         end = len(times)
-        tails: dict[int, tuple[array, array]] = {}  # most owe from the same position: one copy of its tail each
-        for seq, position in self._owed_from.items():
-            if position < end:
-                tail = tails.get(position)
-                if tail is None:
-                    tail = tails[position] = (tokens[position:], times[position:])
-                seq.token_ids.extend(tail[0])
-                seq.token_times_s.extend(tail[1])
-                seq.num_computed_tokens += end - position
+        for position, debtors in self._debtors.items():
+            if position == end or not debtors:
+                continue
+            num_owed = end - position
+            owed_tokens, owed_times = (tokens[position:], times[position:]) if position else (tokens, times)
+            for seq in debtors:
+                seq.token_ids.extend(owed_tokens)
+                seq.token_times_s.extend(owed_times)
+                seq.num_computed_tokens += num_owed
         self._owing = False
         self._owed_from = {}
-        self._keys = {}
-        self._keys_max = None
-        self._owed_sum = 0
+        self._debtors = {}
         del tokens[:]
         del times[:]
 
-    def owed_context(self) -> tuple[int, int]:
-        """(tokens the steady sequences owe in all, the largest num_computed_tokens among them once settled; -1
-        when none owes): what the batch's context sums lack while they owe."""
-        if not self._owed_from:
+    def plain_context(self) -> tuple[int, int]:
+        """(the steady sequences' num_computed_tokens summed, the largest; -1 when none is steady), what they owe
+        counted: after ``take_due``, the plain rows' contexts before the coming advance's token."""
+        if not self._keys:
             return 0, -1
-        end = len(self._log_times)
-        if self._keys_max is None:
-            self._keys_max = max(self._keys.values())
-        return len(self._owed_from) * end - self._owed_sum, self._keys_max + end
+        if self._key_max is None:
+            self._key_max = max(self._keys.values())
+        return self._key_sum + len(self._keys) * self.advance, self._key_max + self.advance
+
+    def _drop_key(self, seq: Sequence) -> None:
+        key = self._keys.pop(seq)
+        self._key_sum -= key
+        if key == self._key_max:  # (another may hold the same value: recomputed all the same)
+            self._key_max = None
 
     def _stop_owing(self, seq: Sequence) -> None:
         """``seq`` is no longer steady: settled, and out of the debtors."""
@@ -233,6 +265,4 @@ class SteadyDecodes:
         if position is None:
             return
         self.settle(seq)
-        self._owed_sum -= self._owed_from.pop(seq)
-        if self._keys.pop(seq) == self._keys_max:  # (another may hold the same value: recomputed all the same)
-            self._keys_max = None
+        del self._debtors[self._owed_from.pop(seq)][seq]

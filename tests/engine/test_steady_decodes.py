@@ -206,11 +206,11 @@ def test_sequences_put_straight_into_the_running_batch_are_scheduled_as_row_by_r
        settle_every=st.sampled_from([0, 7]))
 def test_lazy_tokens_schedule_and_finish_as_tokens_appended_each_step(seed, block_size, num_blocks, caching, policy,
                                                                      budget, windows, tokens, settle_every):
-    """With lazy tokens (the simulator's choice) a large batch's plain rows owe their tokens while requests wait:
-    the batches (their context sums from the running totals), the finished sequences' tokens and token times, and
-    the state once settled are what appending each step gives. Tokens: one token for every row (what the
-    simulator's runner samples), the same with every row sampling eos at times (ignore_eos keeps some going: no
-    lazy step then), or one per row (never lazy: every step pays the debts and appends)."""
+    """With lazy tokens (the simulator's choice) a large batch's plain rows owe their tokens: the batches (their
+    context sums from the running totals), the finished sequences' tokens and token times, and the state once
+    settled are what appending each step gives. Tokens: one token for every row (what the simulator's runner
+    samples), the same with every row sampling eos at times (ignore_eos keeps some going: no lazy step then), or
+    one per row (never lazy: every step pays the debts and appends)."""
     config = EngineConfig(block_size=block_size, enable_prefix_caching=caching, policy=policy, max_num_seqs=48,
                           max_num_batched_tokens=budget).resolved(num_gpu_blocks=num_blocks, max_model_len=512)
     lazy = Scheduler(config, eos_token_ids=[EOS], lazy_tokens=True)
@@ -268,20 +268,27 @@ def test_a_sequence_owes_the_steps_since_it_was_filed():
         seq.first_token_s = 0.5  # decoding: its first token came (a prompt's last token to compute is not filed)
         seqs.append(seq)
     steady.file(seqs[0])
-    steady.log_step(9, 1.0)  # the first owing step: seqs[0] owes from it
-    steady.log_step(9, 2.0)
+
+    def step(now_s: float) -> None:  # a lazy step, as the scheduler's: an advance, its token logged
+        steady.advance += 1
+        steady.log_step(9, now_s)
+
+    step(1.0)  # the first owing step: seqs[0] owes from it
+    step(2.0)
     steady.file(seqs[1])  # filed now: owes from the next step on
-    steady.log_step(9, 3.0)
-    assert steady.owed_context() == (3 + 1, 70 + 1)  # 40 + 3 = 43 and 70 + 1 = 71: the longer is 71
+    step(3.0)
+    assert steady.plain_context() == (43 + 71, 71)  # 40 + 3 = 43 and 70 + 1 = 71: the longer is 71
     steady.settle(seqs[0])
     assert (seqs[0].num_computed_tokens, list(seqs[0].token_ids[-4:]), list(seqs[0].token_times_s)) == \
         (43, [48, 9, 9, 9], [1.0, 2.0, 3.0])
-    assert steady.owed_context() == (1, 71)
+    assert steady.plain_context() == (43 + 71, 71)  # paying a debt changes no settled count
     steady.settle_all()
     assert (seqs[1].num_computed_tokens, list(seqs[1].token_times_s)) == (71, [3.0])
-    assert steady.owed_context() == (0, -1)
-    steady.log_step(9, 4.0)  # a new episode: both owe from it
-    assert steady.owed_context() == (2, 72)
+    assert steady.plain_context() == (43 + 71, 71)
+    step(4.0)  # a new episode: both owe from it
+    assert steady.plain_context() == (44 + 72, 72)
     steady.left(seqs[0])  # leaving settles it
     assert (seqs[0].num_computed_tokens, list(seqs[0].token_times_s)) == (44, [1.0, 2.0, 3.0, 4.0])
-    assert steady.owed_context() == (1, 72)
+    assert steady.plain_context() == (72, 72)
+    steady.left(seqs[1])
+    assert steady.plain_context() == (0, -1)

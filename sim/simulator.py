@@ -428,6 +428,10 @@ def simulate(
         # horizon closer than _MIN_WINDOW_STEPS of the last decode step's length leaves no room for a window worth it.
         try_window = fast_forward
         last_step_s = 0.0
+        # The last decode step's length, kept over prefill steps: a window (cross_horizon) needs its first step to
+        # end before the horizon, and a horizon closer than one such step refused ~25 % of the plans near capacity
+        # (one request arriving within a step of the one just admitted), each after a pass over the batch.
+        last_decode_s = 0.0
         lazy_steps = _LAZY_MIN_STEPS
         # With requests waiting, a window forms only where none of them can be admitted, and ends with its first
         # finish (plan_quiet_window): refused because a finish or a block allocation that may fail comes within
@@ -461,7 +465,8 @@ def simulate(
                     planned = lazy_window(engine, env.now, lazy_steps)
             else:
                 horizon = horizon_s(index) if try_window else 0.0
-                if try_window and horizon - env.now > _MIN_WINDOW_STEPS * last_step_s:
+                room_s = horizon - env.now
+                if try_window and room_s > _MIN_WINDOW_STEPS * last_step_s and room_s > last_decode_s:
                     # The window takes the step the next request arrives in too (the step loop would run it
                     # before that request's prefill), unless another request arrives exactly at its end.
                     planned = plan_quiet_window(engine, runner.token_id, runner.quiet_step_ends_s, env.now, horizon,
@@ -495,14 +500,17 @@ def simulate(
                     done(run.finish())
                 fast_forwarded[0] += window.num_steps
                 try_window = window.stopped_by_horizon
-                last_step_s = run.ends[-1] - run.starts[-1]
+                last_step_s = last_decode_s = run.ends[-1] - run.starts[-1]
                 continue
             started_s = env.now
             num_steps = engine.step_log.num_rows
             batch, finished = yield from engine.step_body(env.timeout)
             if engine.step_log.num_rows > num_steps:  # a step ran (an empty or failed one records none)
                 step_ends_s[index].append(env.now)
-            last_step_s = 0.0 if batch.num_prefill_tokens else env.now - started_s  # a prefill's says nothing
+            if batch.num_prefill_tokens:
+                last_step_s = 0.0  # a prefill's says nothing
+            else:
+                last_step_s = last_decode_s = env.now - started_s
             try_window = fast_forward
             if finished or batch.preempted:
                 until_finish = False

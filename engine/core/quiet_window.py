@@ -159,12 +159,23 @@ def plan_quiet_window(
     # sequences that finished in the step before, so it does not continue that step's batch.
     continues_first = scheduler.continues_last_batch(running)
     first_step_index = engine.step_log.num_rows  # the window's first step is the log's next row
+    # The first step's contexts: their number, sum and longest, less those of each segment's finished sequences
+    bs, seg_sum, seg_longest = len(contexts), sum(contexts), max(contexts)
     for j in range(len(bounds) - 1):
         first, segment_steps = bounds[j], bounds[j + 1] - bounds[j]
-        seg_contexts = [c for c, left in zip(contexts, lefts) if left > first] if j else contexts
-        bs = len(seg_contexts)
+        if j:
+            # Segment j has lost the sequences whose left is bounds[j] (they ascend through every left below steps):
+            # found in C (count, index), not by a pass over the batch for each segment.
+            at, lost_longest = -1, False
+            for _ in range(lefts.count(first)):
+                at = lefts.index(first, at + 1)
+                bs -= 1
+                seg_sum -= contexts[at]
+                lost_longest = lost_longest or contexts[at] == seg_longest
+            if lost_longest:
+                seg_longest = max([c for c, left in zip(contexts, lefts) if left > first])
         # Step `first` computes token num_tokens + first of each: its context is that many tokens.
-        context, longest = sum(seg_contexts) + bs * first, max(seg_contexts) + first
+        context, longest = seg_sum + bs * first, seg_longest + first
         batches.append((bs, context, longest))
         ends = None if segment_ends is None else segment_ends(bs, context, longest, 0 if j else continues_first, t_s,
                                                               segment_steps, horizon_s, cross_horizon)
@@ -232,8 +243,8 @@ class QuietRun:
     back those of the steps it drops): nothing reads them before the window's end but the block hashes of the
     blocks its steps fill."""
 
-    __slots__ = ("engine", "window", "starts", "ends", "next_event_s", "_running", "_starting", "_lasts", "_events",
-                 "_next", "_used_changes", "_num_waiting", "_waited_s", "_waited")
+    __slots__ = ("engine", "window", "starts", "ends", "next_event_s", "_running", "_starting", "_slow", "_lasts",
+                 "_events", "_next", "_used_changes", "_num_waiting", "_waited_s", "_waited")
 
     def __init__(self, engine, token_id: int, window: QuietWindow, starts: array, ends: array) -> None:
         block_manager = engine.scheduler.block_manager
@@ -249,9 +260,15 @@ class QuietRun:
         # new block (a token crosses a boundary) or registration (a block fills) in running order, when the
         # step is scheduled, then the finishes in running order, when it is postprocessed.
         events = []
-        self._starting = starting = []
+        # The computed tokens at the window's start of each sequence with an event in it (None for the others), and
+        # their indices: only those are set step by step (advance) and at the end (finish). Every other one is set to
+        # its count after the window here, in this pass (nothing reads it before the window's end; a cut or a stop
+        # takes the dropped steps back): finish no longer passes over the whole batch, which near capacity (~145
+        # sequences, a few steps a window) was most of its time.
+        self._starting = starting = [None] * len(running)
+        self._slow = slow = []
         lefts = window.lefts
-        self._lasts = lasts = []  # the steps each sequence takes part in
+        self._lasts = lasts = [steps] * len(running)  # the steps each sequence takes part in
         # Every token of the window first: a block registered mid-window is hashed from the tokens it holds.
         tokens = array("i", [token_id]) * steps  # extends a simulated array('i') prompt by a copy (a list too)
         first_end_s = ends[0]
@@ -266,18 +283,18 @@ class QuietRun:
         inside_below = block_size - steps
         for index, seq in enumerate(running):
             computed = seq.num_computed_tokens
-            starting.append(computed)
             left = lefts[index]
             if (left > steps and 0 < computed % block_size < inside_below
                     and (not caching or (computed + 1) // block_size <= seq.num_registered_blocks)):
-                lasts.append(steps)
+                seq.num_computed_tokens = computed + steps
                 seq.token_ids.extend(tokens)
                 seq.token_times_s.extend(ends)  # (an array('d') of an array('d'): a copy of the buffer)
                 if seq.first_token_s is None:
                     seq.first_token_s = first_end_s
                 continue
-            last = left if left < steps else steps
-            lasts.append(last)
+            starting[index] = computed
+            slow.append(index)
+            last = lasts[index] = left if left < steps else steps
             # (Most windows are shorter than a block: the ranges below are mostly empty, and checked first; loops, not
             # a generator each, which cost more than the one event they mostly hold.)
             first_block = len(seq.block_table) * block_size - computed  # decode_steps_to_new_block, unclamped
@@ -404,13 +421,16 @@ class QuietRun:
         window = self.window
         del self._events[max(self._next, bisect_left(self._events, (steps,))):]
         lefts = window.lefts
+        lasts, starting = self._lasts, self._starting
         for index, seq in enumerate(self._running):
-            last = self._lasts[index]
+            last = lasts[index]
             kept = lefts[index] if lefts[index] < steps else steps
             if kept < last:
                 del seq.token_ids[kept - last:]
                 del seq.token_times_s[kept - last:]
-                self._lasts[index] = kept
+                lasts[index] = kept
+                if starting[index] is None:  # (set to its count after the whole window up front)
+                    seq.num_computed_tokens -= last - kept
                 if not seq.token_times_s:  # its first token was to come in the window (kept = 0: at a stop only)
                     seq.first_token_s = None
         window.end_s = self.ends[steps - 1] if steps else self.starts[0]  # (none: where its first step began)
@@ -427,14 +447,20 @@ class QuietRun:
         window = self.window
         steps = window.num_steps
         # The window's last step ran every sequence that takes part in it: the next step continues that batch or not.
-        last_batch = []
-        for seq, computed, last in zip(self._running, self._starting, self._lasts):
-            seq.num_computed_tokens = computed + last
-            if last == steps:
-                last_batch.append(seq)
+        running, lasts = self._running, self._lasts
+        starting = self._starting
+        for index in self._slow:
+            running[index].num_computed_tokens = starting[index] + lasts[index]
+        bounds, lefts, starts, ends = window.bounds, window.lefts, self.starts, self.ends
+        # Those that take part in its last step: all but the ones that finished before it (lasts[i] = min(left, steps))
+        last_batch = running
+        if min(lefts) < steps:
+            last_batch = []
+            for seq, left in zip(running, lefts):  # (a loop: a comprehension is a function call of its own)
+                if left >= steps:
+                    last_batch.append(seq)
         self.engine.scheduler.ran_decode_batch(last_batch, steps)
         step_log = self.engine.step_log
-        bounds, lefts, starts, ends = window.bounds, window.lefts, self.starts, self.ends
         # Whether the runner launches a step that repeats its batch ahead of it: where no request can be admitted next
         # (ScheduledBatch.next_admits_none, as the simulator's runner reads it): every step of a window nobody waits
         # through; one that requests wait through only at max_num_seqs (its batch, one segment, may also be held by

@@ -47,8 +47,7 @@ def prefix_block_hashes(token_ids: list[int] | array, block_size: int) -> list[i
 def decode_steps_to_new_block(seq: Sequence, block_size: int) -> int:
     """For a decoding ``seq``: the step (0 = the next one) whose token opens a block, one it must be given; it
     computes token ``len(block_table) * block_size + 1`` then, and every ``block_size`` steps after. (QuietRun's
-    constructor inlines this and ``decode_steps_to_full_block`` for each sequence of a window, and SteadyDecodes.file
-    for each row it files: change them together.)"""
+    constructor inlines this and ``decode_steps_to_full_block`` for each sequence of a window: change them together.)"""
     return max(len(seq.block_table) * block_size - seq.num_computed_tokens, 0)
 
 
@@ -220,21 +219,6 @@ class BlockManager:
     def _register_full_blocks(self, seq: Sequence, num_full_blocks: int) -> None:
         start = seq.num_registered_blocks
         hashes = seq.block_hashes
-        if num_full_blocks == start + 1 and len(hashes) == start:
-            # The loop below for one block not hashed yet: a decode token filling its block, a block event of every
-            # sequence every block_size steps (no bytes sliced out of a copy, no loop).
-            block_size = self.block_size
-            block_bytes = token_bytes(seq.token_ids[start * block_size : num_full_blocks * block_size])
-            block_hash = hash_block(hashes[start - 1] if start else ROOT_HASH, block_bytes)
-            hashes.append(block_hash)
-            cached = self._cached
-            if block_hash not in cached:  # else another block already holds this content
-                block_id = seq.block_table[start]
-                cached[block_hash] = block_id
-                self.block_hashes[block_id] = block_hash
-                self._block_tokens[block_id] = block_bytes
-            seq.num_registered_blocks = num_full_blocks
-            return
         if num_full_blocks > start:
             if len(hashes) < start:
                 self._block_hash(seq, start - 1)  # the chain up to the first block registered here

@@ -28,13 +28,20 @@ change the waiting queue), or with ``cross_horizon`` also the step in progress w
 ``step_ends`` then returns as well). The window's step starts and ends are then copied into two array('d'): every
 later read of them is of one float at a time (a block event's time, a bisection, a run's first start), which a
 numpy array answers with a scalar object each, two to three times the instructions.
+
+Where nobody waits and every running sequence is a steady decode that owes its tokens (engine.core.steady_decodes,
+the simulator's large batches), the same window is planned and applied without a pass over the batch
+(``_plan_steady``): a steady sequence is filed under the advance of its first event (a block opened or filled, its
+finish), so the rows filed under the window's steps are exactly those with an event in it; the batch's context sums
+are the bookkeeping's running totals; and the other rows keep owing, the window's steps logged once for them all. Near
+capacity (~145 sequences, windows of a few steps) a window then reads a few rows, not all of them several times.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,6 +50,8 @@ import numpy as np
 from engine.core.block_manager import decode_steps_to_new_block
 from engine.core.scheduler import ScheduledBatch
 from engine.core.sequence import Sequence
+
+_INT32 = 1 << 31  # lazily owed tokens are logged in an array('i') (engine.core.steady_decodes)
 
 
 @dataclass(slots=True)
@@ -61,6 +70,10 @@ class QuietWindow:
     # True: requests wait, and none can be admitted before the window's last step (it ends with the first finish);
     # a request arriving meanwhile only waits (QuietRun.waited), it does not end the window.
     admits_none: bool = False
+    # Planned from the scheduler's steady decodes (_plan_steady): the only rows the window handles, those filed
+    # under one of its steps (in running order; lefts is theirs); every other one owes the window's tokens. None:
+    # planned row by row, every running sequence handled (lefts is the batch's).
+    due: list[Sequence] | None = None
 
 
 def admits_none(scheduler) -> bool:
@@ -120,6 +133,11 @@ def plan_quiet_window(
         newest = running[-1]  # the one most likely still in its prompt (admitted last): one look before the pass
         if len(newest.token_ids) - newest.num_computed_tokens != 1:
             return None
+    # (Unsteady rows first, the cheap sign: a batch too small to be filed has them all unsteady.)
+    elif (not (steady := scheduler.steady_decodes).unsteady and segment_ends is not None and steady.covers(running)
+          and token_id not in scheduler.eos_token_ids and -_INT32 <= token_id < _INT32):
+        return _plan_steady(engine, token_id, step_ends, start_s, horizon_s, max_steps, min_steps, cross_horizon,
+                            segment_ends)
     scheduler.settle_tokens()  # every row is read below, and a window moves them all (lazy tokens: their debts paid)
     token_is_eos = token_id in scheduler.eos_token_ids
     lefts = []  # the step (counted from 1) in which each sequence finishes
@@ -200,6 +218,138 @@ def plan_quiet_window(
     return window, times[:-1], times[1:]
 
 
+def _plan_steady(engine, token_id: int, step_ends, start_s: float, horizon_s: float, max_steps: int, min_steps: int,
+                 cross_horizon: bool, segment_ends) -> tuple[QuietWindow, array, array] | None:
+    """``plan_quiet_window`` where nobody waits and every running sequence is a steady decode that owes its tokens
+    (engine.core.steady_decodes): the same window, found from the rows filed under its steps rather than from every
+    row. A steady sequence's first event (a block opened or filled, its finish) is the advance it is filed under, so
+    the rows filed under the first ``n`` steps are all those that finish within ``n + 1`` steps or take a block within
+    ``n``; the batch's context sums are the bookkeeping's running totals. Each segment is priced up to the end the
+    rows read so far give it (the window's step cap where none), then the rows filed under the steps priced are read
+    (those steps' events): a finish or an allocation that does not fit among them cuts the priced steps there, as
+    a segment priced to it would have ended (the runner's ends are the same floats however a run is split into
+    passes); without a horizon, the rows filed before the priced end are read first. So a window of K steps reads the
+    rows with an event in its first K + 1 steps, not the batch."""
+    scheduler = engine.scheduler
+    running = scheduler.running
+    steady = scheduler.steady_decodes
+    block_manager = scheduler.block_manager
+    block_size = block_manager.block_size
+    free = block_manager.num_free_blocks
+    num_seqs = len(running)
+    # What the rows filed under the first `examined` steps say: (steps from now it is filed at, sequence, left) of
+    # each; the sequences by the step they finish in (left), those steps ascending; the steps each allocates from and
+    # to (a block every block_size steps); the step whose allocation finds no free block, once one is known.
+    examined = 0
+    filed: list[tuple[int, Sequence, int]] = []
+    finishing: dict[int, list[Sequence]] = {}
+    finish_steps: list[int] = []
+    spans: list[tuple[int, int]] = []
+    full_at = math.inf
+
+    def examine(end: int) -> None:
+        nonlocal examined, full_at
+        if end <= examined:
+            return
+        for at, seq in steady.filed_within(examined, end):
+            computed = seq.num_computed_tokens  # (paid up: its row holds computed + 1 tokens)
+            left = seq.max_num_tokens - computed - 1
+            filed.append((at, seq, left))
+            if left in finishing:
+                finishing[left].append(seq)
+            else:
+                finishing[left] = [seq]
+                insort(finish_steps, left)
+            first_block = len(seq.block_table) * block_size - computed  # decode_steps_to_new_block, unclamped
+            if first_block < left:
+                spans.append((first_block if first_block > 0 else 0, left))
+        examined = end
+        if full_at == math.inf and spans:  # (_steps_with_free_blocks: allocations before `end` are all known now)
+            if sum((min(last, end) - 1 - first) // block_size + 1 for first, last in spans if first < end) > free:
+                allocations = sorted(k for first, last in spans for k in range(first, min(last, end), block_size))
+                if len(allocations) > free:
+                    full_at = allocations[free]
+
+    def segment_end(first: int) -> int:
+        """The end of the segment from step ``first`` as far as the rows read tell it: exact where at most examined."""
+        at = bisect_right(finish_steps, first)
+        end = finish_steps[at] if at < len(finish_steps) else max_steps
+        return min(end, max_steps, full_at)
+
+    # Refused as plan_quiet_window refuses it: fewer than min_steps before the cap, an allocation that may not fit,
+    # or every sequence's finish (then all of them are filed within min_steps).
+    examine(min(min_steps, max_steps))
+    if max_steps < min_steps or full_at < min_steps or (len(filed) == num_seqs and finish_steps[-1] < min_steps):
+        return None
+    plain_sum, plain_longest = steady.plain_context()  # every row's computed tokens (owed ones counted), summed, max
+    bs, seg_sum, seg_longest = num_seqs, plain_sum + num_seqs, plain_longest + 1  # the first step's contexts
+    continues_first = scheduler.continues_last_batch(running)
+    first_step_index = engine.step_log.num_rows
+    times = array("d", (start_s,))
+    t_s = start_s
+    bounds = [0]
+    batches = []
+    gone: set[Sequence] = set()  # the sequences finished before the segment
+    first = 0
+    while True:
+        planned_end = segment_end(first)
+        if horizon_s == math.inf and planned_end > examined:
+            # No horizon: the window runs to its end, every row filed before it read anyway; read first, so the
+            # segment is priced to its own end, not to the step cap (4,096 steps, where a finish comes in a few).
+            examine(planned_end)
+            planned_end = segment_end(first)
+        context, longest = seg_sum + bs * first, seg_longest + first
+        continues = 0 if first else continues_first
+        ends = segment_ends(bs, context, longest, continues, t_s, planned_end - first, horizon_s, cross_horizon)
+        if ends is None:
+            seqs = [seq for seq in running if seq not in gone] if gone else running
+            batch = ScheduledBatch(seqs=seqs, num_new_tokens=[1] * bs, num_decode_seqs=bs, continues_batch=continues,
+                                   step_index=first_step_index + first)
+            batch.decode_context_tokens, batch.max_decode_context_tokens = context, longest
+            ends = step_ends(batch, t_s, planned_end - first, horizon_s, cross_horizon)
+        num_ends = len(ends)
+        by_horizon = num_ends < planned_end - first or (num_ends > 0 and ends[-1] >= horizon_s)
+        reached = first + num_ends
+        examine(min(reached + 1, max_steps))  # every finish up to reached + 1, every allocation up to reached
+        end = segment_end(first)
+        if end < reached:  # a finish or a full cache the priced steps ran past: the segment ends there
+            ends = ends[:end - first]
+            reached, by_horizon = end, False
+        if reached > first:
+            times.frombytes(ends.tobytes())
+            batches.append((bs, context, longest))
+            bounds.append(reached)
+        window_end = (reached == max_steps or reached == full_at
+                      or (reached == end and bs == len(finishing.get(reached, ()))))
+        if by_horizon or window_end:
+            break
+        # A segment ends in the step its first sequences finish in; the next one runs without them.
+        lost = finishing[reached]
+        bs -= len(lost)
+        lost_longest = False
+        for seq in lost:
+            seg_sum -= seq.num_computed_tokens + 1
+            lost_longest = lost_longest or seq.num_computed_tokens + 1 == seg_longest
+        gone.update(lost)
+        if lost_longest:
+            seg_longest = steady.longest_without(gone) + 1
+        first = reached
+        t_s = times[-1]
+    num_steps = bounds[-1]
+    if num_steps < min_steps:
+        return None
+    # The rows with an event in the window, in running order (as the step loop meets their events).
+    due = [(running.index(seq), seq, left) for at, seq, left in filed if at < num_steps]
+    due.sort(key=_first)
+    window = QuietWindow(num_steps, times[-1], not window_end, bounds, batches, [left for _, _, left in due],
+                         continues_first, False, [seq for _, seq, _ in due])
+    return window, times[:-1], times[1:]
+
+
+def _first(item: tuple) -> int:
+    return item[0]
+
+
 def _cut_segments(bounds: list[int], batches: list, num_steps: int) -> list[int]:
     """The segment bounds of a window ending after its first ``num_steps`` steps (``batches`` is cut to match)."""
     bounds = bounds[:bisect_left(bounds, num_steps)]  # (they ascend)
@@ -241,10 +391,12 @@ class QuietRun:
     A step that starts or ends exactly at ``t`` is the caller's to avoid: which comes first then depends on
     its event loop's order. The tokens and token times of the whole window are appended up front (a cut takes
     back those of the steps it drops): nothing reads them before the window's end but the block hashes of the
-    blocks its steps fill."""
+    blocks its steps fill. A window planned from the steady decodes (``QuietWindow.due``) handles only the rows
+    filed under its steps so; the others owe its tokens (engine.core.steady_decodes), logged in ``finish`` for the
+    steps it kept."""
 
     __slots__ = ("engine", "window", "starts", "ends", "next_event_s", "_running", "_starting", "_slow", "_lasts",
-                 "_events", "_next", "_used_changes", "_num_waiting", "_waited_s", "_waited")
+                 "_events", "_next", "_used_changes", "_num_waiting", "_waited_s", "_waited", "_rows", "_token_id")
 
     def __init__(self, engine, token_id: int, window: QuietWindow, starts: array, ends: array) -> None:
         block_manager = engine.scheduler.block_manager
@@ -252,7 +404,11 @@ class QuietRun:
         self.window = window
         self.starts = starts
         self.ends = ends
-        self._running = running = list(engine.scheduler.running)
+        self._token_id = token_id
+        # The batch of the window's first step; the rows the window handles (a window planned from the steady
+        # decodes handles only those filed under its steps: the others owe its tokens, given them in finish).
+        self._running = list(engine.scheduler.running)
+        self._rows = running = self._running if window.due is None else window.due
         steps = window.num_steps
         block_size = block_manager.block_size
         caching = block_manager.enable_prefix_caching
@@ -356,7 +512,7 @@ class QuietRun:
         engine = self.engine
         scheduler = engine.scheduler
         block_manager = scheduler.block_manager
-        events, running, starting, ends = self._events, self._running, self._starting, self.ends
+        events, running, starting, ends = self._events, self._rows, self._starting, self.ends
         used_changes = self._used_changes
         finished: list[Sequence] = []
         position = self._next
@@ -422,7 +578,7 @@ class QuietRun:
         del self._events[max(self._next, bisect_left(self._events, (steps,))):]
         lefts = window.lefts
         lasts, starting = self._lasts, self._starting
-        for index, seq in enumerate(self._running):
+        for index, seq in enumerate(self._rows):
             last = lasts[index]
             kept = lefts[index] if lefts[index] < steps else steps
             if kept < last:
@@ -447,18 +603,25 @@ class QuietRun:
         window = self.window
         steps = window.num_steps
         # The window's last step ran every sequence that takes part in it: the next step continues that batch or not.
-        running, lasts = self._running, self._lasts
+        running, lasts = self._rows, self._lasts
         starting = self._starting
         for index in self._slow:
             running[index].num_computed_tokens = starting[index] + lasts[index]
         bounds, lefts, starts, ends = window.bounds, window.lefts, self.starts, self.ends
         # Those that take part in its last step: all but the ones that finished before it (lasts[i] = min(left, steps))
-        last_batch = running
-        if min(lefts) < steps:
-            last_batch = []
-            for seq, left in zip(running, lefts):  # (a loop: a comprehension is a function call of its own)
-                if left >= steps:
-                    last_batch.append(seq)
+        last_batch = self._running
+        if window.due is None:
+            if min(lefts) < steps:
+                last_batch = []
+                for seq, left in zip(running, lefts):  # (a loop: a comprehension is a function call of its own)
+                    if left >= steps:
+                        last_batch.append(seq)
+        else:
+            # The rows it did not handle owe its tokens (before the handled ones are filed afresh: owing from after).
+            self.engine.scheduler.steady_decodes.owe_window(self._token_id, ends, running)
+            if lefts and min(lefts) < steps:
+                early = {seq for seq, left in zip(running, lefts) if left < steps}
+                last_batch = [seq for seq in last_batch if seq not in early]
         self.engine.scheduler.ran_decode_batch(last_batch, steps)
         step_log = self.engine.step_log
         # Whether the runner launches a step that repeats its batch ahead of it: where no request can be admitted next

@@ -13,9 +13,11 @@ the batch and postprocess appends tokens without checking each row (engine.core.
 A sequence is *steady* while it is filed; the others (just admitted, mid-prompt, with stop tokens of its own,
 or not yet seen since the bookkeeping was last forgotten) are *unsteady* and take the general per-row path
 every step. A run of quiet steps applied at once (engine.core.quiet_window) counts as that many advances, and
-the sequences filed under one of them are filed afresh. Anything else that moves sequences other than one token
-per advance (a preemption, a step cut short by the token budget, a failed step) forgets it all: the next step
-takes the general path for every row and files them again.
+the sequences filed under one of them are filed afresh. Where every running sequence is steady and owes its tokens
+(``covers``), such a window is planned from the calendar (``filed_within``: only the rows with an event in it are
+read) and its steps are logged once for the others (``owe_window``), which keep owing through it. Anything else
+that moves sequences other than one token per advance (a preemption, a step cut short by the token budget, a failed
+step) forgets it all: the next step takes the general path for every row and files them again.
 
 *Lazy tokens* (the simulator's choice, ``lazy=True``): a steady sequence need not even get its token appended
 each step. Where every plain row of a step samples the same token (the simulator's runner samples one token id
@@ -111,13 +113,63 @@ class SteadyDecodes:
         with their block events and finishes: each sequence filed under one of those steps is filed afresh."""
         start = self.advance
         end = self.advance = start + num_steps
-        self.settle_all()  # (a window's planner paid every debt before it: a no-op)
+        # Nothing to settle: a window planned row by row paid every debt before it (and nothing logged since), one
+        # planned from this bookkeeping logged its steps for the sequences that keep owing (``owe_window``).
         calendar, steady = self._calendar, self.steady
         passed = range(start, end) if num_steps < len(calendar) else [a for a in calendar if start <= a < end]
         for advance in passed:
             for seq in calendar.pop(advance, ()):
                 if steady.get(seq) == advance:
                     self.file(seq)
+
+    # ---- quiet windows planned from the calendar (engine.core.quiet_window) --------------------------------------
+    def covers(self, running: list[Sequence]) -> bool:
+        """Whether every running sequence is steady and owes its tokens (lazy): a quiet window then needs to handle
+        only the rows filed under one of its steps; the others stay plain through it and owe its tokens."""
+        return self.lazy and not self.unsteady and len(self.steady) == len(running)
+
+    def filed_within(self, first: int, end: int) -> list[tuple[int, Sequence]]:
+        """The steady sequences filed under the advances ``first`` .. ``end - 1`` steps from the coming one, as (steps
+        from it, sequence) in that order, their debts paid (the caller reads their rows)."""
+        start, calendar, steady = self.advance, self._calendar, self.steady
+        if end - first < len(calendar):
+            passed = [start + k for k in range(first, end) if start + k in calendar]
+        else:
+            passed = sorted(a for a in calendar if start + first <= a < start + end)
+        filed = []
+        for advance in passed:
+            for seq in calendar[advance]:
+                if steady.get(seq) == advance:
+                    if self._owing:
+                        self.settle(seq)
+                    filed.append((advance - start, seq))
+        return filed
+
+    def longest_without(self, gone: set[Sequence]) -> int:
+        """The largest num_computed_tokens (what is owed counted) of the steady sequences not in ``gone`` (-1: none)."""
+        advance = self.advance
+        return max((key for seq, key in self._keys.items() if seq not in gone), default=-1 - advance) + advance
+
+    def owe_window(self, token_id: int, ends_s: array, handled: list[Sequence]) -> None:
+        """A quiet window's steps, ending at ``ends_s``, gave every steady sequence but ``handled`` (whose rows the
+        window handled itself, their tokens appended) ``token_id`` each: owed, as ``log_step`` logs a step. The
+        handled ones still filed stop owing first (they owe nothing now; refiled, they owe from the log's end)."""
+        if not self._owing:
+            self._owing = True
+            self._owed_from = dict.fromkeys(self.steady, 0)
+            self._debtors = {0: dict.fromkeys(self.steady)}
+        for seq in handled:
+            self._stop_owing(seq)
+        self._log_tokens.extend(array("i", [token_id]) * len(ends_s))
+        self._log_times.extend(ends_s)
+        # Those still filed owe from here on (a window cut before their event leaves them filed where they were; the
+        # others are filed afresh by ``skipped``, which keeps a sequence owing where it is).
+        end = len(self._log_times)
+        steady = self.steady
+        for seq in handled:
+            if seq in steady:
+                self._owed_from[seq] = end
+                self._owe_from(seq, end)
 
     def admitted(self, seq: Sequence) -> None:
         self.unsteady.add(seq)

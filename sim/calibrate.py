@@ -319,8 +319,16 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
         # One interpolation and one lookup table per session: per bucket and session, they read each session's
         # lists anew (a time that grew with their square).
         sizes = extras[-1]["batch_sizes"]
-        means = np.mean([np.interp(sizes, e["batch_sizes"], e["extra_s"]) for e in extras], axis=0)
+        filled = np.array([np.interp(sizes, e["batch_sizes"], e["extra_s"]) for e in extras])
         counts = [dict(zip(e["batch_sizes"], e.get("num_steps") or [])) for e in extras]
+        # Where some sessions measured a bucket (steps counted in it), the mean of theirs alone: the others' value
+        # there is their nearest measured bucket's, copied. Four Azure calibrations that never formed 64+ rows held a
+        # decode-heavy calibration's measured extras at those buckets to a fifth of its weight. Where none measured
+        # it, the mean of all, as before. A session that recorded no counts (written by hand) counts everywhere.
+        measured = np.array([[c.get(b, 0) > 0 for b in sizes] if c else [True] * len(sizes) for c in counts])
+        some = measured.any(axis=0)
+        means = np.where(some, (filled * measured).sum(axis=0) / np.maximum(measured.sum(axis=0), 1),
+                         filled.mean(axis=0))
         merged["decode_extra_s"] = {
             "batch_sizes": sizes,
             "extra_s": [round(float(m), 7) for m in means],

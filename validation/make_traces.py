@@ -10,7 +10,9 @@
   requests, seed 11: not the benchmark's seed 7);
 - decode_heavy.parquet: synthesised, short prompts (~300 tokens, lognormal, sigma 0.6) and long outputs (~350,
   lognormal, sigma 0.6) arriving in bursts (gamma gaps, CV 2): the shape where large decode batches dominate and
-  arrivals are not Poisson (4,000 requests, seed 13).
+  arrivals are not Poisson (4,000 requests, seed 13); decode_heavy_calibration.parquet, the same shape drawn with
+  another seed (17), replayed only to calibrate decode steps of 64-128 rows, which the Azure calibration slice
+  seldom forms.
 - heldout_longctx.parquet, heldout_longout.parquet: shapes no profile point or calibration was chosen for (made
   for the fourteenth session's held-out runs): long contexts (prompts ~6,000 tokens, lognormal sigma 0.6, up to
   14,000; outputs ~150), where decode steps read more KV than the profile grid measured; long outputs (prompts ~300,
@@ -61,6 +63,7 @@ PREFILL_HEAVY = ["--qps", "50", "--prompt-dist", "lognormal:median=2048,sigma=0.
 DECODE_HEAVY = ["--qps", "20", "--arrival", "gamma", "--cv", "2",
                 "--prompt-dist", "lognormal:median=300,sigma=0.6,max=4000",
                 "--output-dist", "lognormal:median=350,sigma=0.6,max=2000", "--seed", "13"]
+DECODE_HEAVY_CALIBRATION = [*DECODE_HEAVY[:-1], "17"]  # the same shape, other draws: disjoint from decode_heavy
 HELDOUT_LONG_CONTEXT = ["--qps", "10", "--prompt-dist", "lognormal:median=6000,sigma=0.6,max=14000",
                         "--output-dist", "lognormal:median=150,sigma=0.8,max=1000", "--seed", "11"]
 HELDOUT_LONG_OUTPUT = ["--qps", "10", "--arrival", "gamma", "--cv", "2",
@@ -121,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         slice_of(traces[fmt], start, count, out / name)
     synthesised(out / "prefill_heavy.parquet", PREFILL_HEAVY)
     synthesised(out / "decode_heavy.parquet", DECODE_HEAVY)
+    synthesised(out / "decode_heavy_calibration.parquet", DECODE_HEAVY_CALIBRATION)
     synthesised(out / "heldout_longctx.parquet", HELDOUT_LONG_CONTEXT, 1200)
     synthesised(out / "heldout_longout.parquet", HELDOUT_LONG_OUTPUT, 1500)
     for path in sorted(out.glob("*.parquet")):

@@ -125,14 +125,23 @@ def test_a_run_of_decode_steps_adds_the_extra_as_each_step_does(first, host_slow
 
 
 def test_sessions_average_their_extras_per_bucket():
+    """Per bucket, the mean of the sessions that measured it (steps counted there): a session's value at a bucket it
+    never formed is its nearest measured bucket's, copied, and is left out; where none measured it, all count."""
     one = {"host_factor": 1.0, "decode_factor": 1.0,
-           "decode_extra_s": {"batch_sizes": [16, 32], "extra_s": [0.0, 4e-4], "num_steps": [10, 60]}}
+           "decode_extra_s": {"batch_sizes": [16, 32, 48], "extra_s": [0.0, 4e-4, 4e-4], "num_steps": [10, 60, 0]}}
     two = {"host_factor": 0.9, "decode_factor": 1.0,
-           "decode_extra_s": {"batch_sizes": [16, 32], "extra_s": [2e-5, 2e-4], "num_steps": [70, 0]}}
+           "decode_extra_s": {"batch_sizes": [16, 32, 48], "extra_s": [2e-5, 2e-4, 2e-5], "num_steps": [70, 0, 0]}}
     before = {"host_factor": 1.1, "decode_factor": 1.1}  # calibrated before extras existed: none to average
     merged = with_sessions(with_sessions(before, one), two)
-    assert merged["decode_extra_s"] == {"batch_sizes": [16, 32], "extra_s": [1e-5, 3e-4], "num_steps": [80, 60]}
+    assert merged["decode_extra_s"] == {"batch_sizes": [16, 32, 48], "extra_s": [1e-5, 4e-4, 2.1e-4],
+                                        "num_steps": [80, 60, 0]}
     assert len(merged["sessions"]) == 3
+    # Counts not recorded (a hand-written session): it counts as measured at every bucket, beside the sessions that
+    # measured each one (two measured only 16 rows).
+    three = {"host_factor": 1.0, "decode_factor": 1.0,
+             "decode_extra_s": {"batch_sizes": [16, 32, 48], "extra_s": [4e-5, 6e-4, 6e-4]}}
+    merged = with_sessions(with_sessions(None, two), three)
+    assert merged["decode_extra_s"]["extra_s"] == [3e-5, 6e-4, 6e-4]
 
 
 @pytest.mark.parametrize("extras, message", [

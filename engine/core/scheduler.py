@@ -30,6 +30,16 @@ from engine.core.steady_decodes import SteadyDecodes
 # many running sequences the per-row loop is as cheap. At most this many rows a step take the per-row path
 # beside it (each is looked up in the running list); more, and the step is all per-row.
 _MIN_STEADY_ROWS = 32
+# The same for the simulator (lazy tokens: a quiet window over an all-steady batch is planned from the steady decodes'
+# calendar), chosen by simulate() instructions (benchmarks/sim_instructions.py), from at least 1 / 2 / 4 / 8 / 16 / 32
+# rows: the Azure 2023 conversation trace's first 5,000 requests 3.477 / 3.309 / 3.056 / 2.924 / 2.922 / 2.921e9; the
+# 64-replica fleet (--sessions, batches of 1-3) 3.939e9 from 1, 3.414e9 from 16, 3.416e9 from 32;
+# traces/sharegpt.parquet at 40 req/s (~145 rows, under 32 only as it fills and drains) 1.487e9 from 8 or 16, 1.493e9
+# from 32. Small batches do not pay: their windows are long (~110 steps on the Azure trace, against 256-token blocks),
+# so half (Azure) to nearly all (the fleet) of a window's rows have an event in it and are read all the same, and
+# filing, settling and logging them, window after window and step after step, costs more than the pass over a few
+# rows it saves. Batches of 16-31 rows near capacity run windows of a few steps, in which most rows just owe.
+_MIN_LAZY_STEADY_ROWS = 16
 _MAX_SPECIAL_ROWS = 16
 _INT32 = 1 << 31  # a lazily owed token is logged in an array('i'), as the simulator's prompts are held
 
@@ -149,6 +159,8 @@ class Scheduler:
         self._steady = SteadyDecodes(config.block_size, config.enable_prefix_caching, lazy=lazy_tokens)
         self.steady_decodes = self._steady  # (a quiet window's planner reads it: an attribute, not a property call)
         self._filing = False  # whether postprocess files its rows in _steady (large batches only)
+        # The fewest running sequences that take the large-batch path (tests lower it to reach it with small batches).
+        self.min_steady_rows = _MIN_LAZY_STEADY_ROWS if lazy_tokens else _MIN_STEADY_ROWS
 
     # ---- requests -------------------------------------------------------------------------------
     def rejection_reason_for(self, n: int) -> str | None:
@@ -321,10 +333,11 @@ class Scheduler:
     def _advance_running(self, batch: ScheduledBatch, budget: int) -> int:
         """Give running sequences their next tokens (a decode token, or the next prompt chunk), oldest
         first, preempting the newest under KV pressure; returns the budget left."""
-        if self.steady_plain_decodes and len(self.running) >= _MIN_STEADY_ROWS:
-            left = self._advance_steady(batch, budget)
-            if left is not None:
-                return left
+        if self.steady_plain_decodes and len(self.running) >= self.min_steady_rows:
+            if self._filing:  # (else no row is filed yet: every one is special, and postprocess would file none)
+                left = self._advance_steady(batch, budget)
+                if left is not None:
+                    return left
             # Row by row, this step may stop short of some sequences or preempt others: whatever was known of which
             # rows are plain is re-learnt from the rows as postprocess sees them.
             self._steady.forget(self.running)

@@ -151,7 +151,7 @@ def test_seeded_fuzz_fast_forward_with_requests_waiting(monkeypatch):
 @pytest.mark.parametrize("max_num_seqs", [31, 32, 33])
 def test_waiting_windows_at_the_size_limit(max_num_seqs, monkeypatch):
     """Batches of about _MAX_QUEUED_WINDOW_SEQS (32) rows at max_num_seqs, a queue behind them: the largest planned
-    with requests waiting, where the scheduler's large-batch path (lazy tokens) starts (_MIN_STEADY_ROWS, 32)."""
+    with requests waiting, the scheduler's large-batch path (lazy tokens) taken (from _MIN_LAZY_STEADY_ROWS, 16)."""
     rng = random.Random(max_num_seqs)
     n = 160
     trace = make_trace([rng.randrange(4, 60) for _ in range(n)], [rng.randrange(20, 200) for _ in range(n)],

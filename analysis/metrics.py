@@ -94,13 +94,22 @@ def itl_values(requests: pl.DataFrame) -> np.ndarray:
     lists = token_times.to_arrow()
     if isinstance(lists, pa.ChunkedArray):
         lists = lists.combine_chunks()
-    values = lists.flatten()  # every token time, list after list (null lists hold none)
+    lengths = None
+    if not lists.null_count and isinstance(lists, (pa.ListArray, pa.LargeListArray)):
+        # Every token time, list after list, and each list's length, read from the offsets: flatten() and
+        # value_lengths() import pyarrow.compute, 0.03 CPU s that a replay spent on nothing else.
+        offsets = lists.offsets.to_numpy()
+        values = lists.values.slice(offsets[0], offsets[-1] - offsets[0])
+        lengths = np.diff(offsets)
+    else:
+        values = lists.flatten()  # every token time, list after list (null lists hold none)
     if values.null_count or not pa.types.is_floating(values.type):
         return _itl_values_per_list(token_times)
     # One difference over all the times, less the ones that span two lists: the same subtractions as per list, at
     # a tenth of the cost (an hour of the Azure trace pools 4.6M gaps, and a summary and its report each pool them).
     times = values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-    lengths = lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+    if lengths is None:
+        lengths = lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
     starts = np.cumsum(lengths) - lengths
     gaps = np.diff(times)
     keep = np.ones(gaps.size, dtype=bool)

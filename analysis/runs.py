@@ -16,7 +16,6 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -24,7 +23,7 @@ from analysis.band_stats import check_bands
 from analysis.metrics import add_latency_columns, is_finished, is_timed_by_client, itl_values, summarize
 from analysis.schema import MAX_TIME_S, conform_requests
 from analysis.slo import SLO, limit_s_from_ms
-from analysis.stats import finite_values
+from analysis.stats import finite_values, sorted_values
 from engine.core.json_errors import json_problem, json_type_name
 from engine.core.messages import shown
 from sim.files import write_parquet_frame, write_parquet_table, write_text_atomic
@@ -89,7 +88,7 @@ def write_summary(
     itl_s = sorted_itl_s = None
     if report_title is not None:
         itl_s = itl_values(conform_requests(requests, ["finish_reason", "token_times_s"]).filter(is_finished()))
-        sorted_itl_s = np.sort(finite_values(itl_s))
+        sorted_itl_s = sorted_values(finite_values(itl_s))
     summary = summarize(requests, steps, slos, duration_s=meta.get("recorded_duration_s"),
                         timed_by_client=is_timed_by_client(meta), itl_s=itl_s, sorted_itl_s=sorted_itl_s)
     summary.update(meta)

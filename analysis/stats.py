@@ -35,6 +35,17 @@ def finite_values(values: Values) -> np.ndarray:
     return array if finite.all() else array[finite]
 
 
+def sorted_values(values: np.ndarray) -> np.ndarray:
+    """``np.sort(values)``, the same array to the bit (maybe read-only), of a float64 array: sorted by polars where
+    its values are all finite and above zero, 4.1M pooled token gaps (the Azure trace's hour) in 0.08 CPU s
+    instead of numpy's 0.25 (its quicksort; its stable sort took 0.12 on them, 0.35 on the same gaps shuffled,
+    polars 0.08 on both). Such values that compare equal are the same bits (no -0.0 beside a 0.0, no NaN
+    payloads), so any correct sort gives the same array; any other array is numpy's."""
+    if values.dtype == np.float64 and values.size > 1 and 0 < values.min() and values.max() < np.inf:
+        return pl.Series(values=values).sort().to_numpy()
+    return np.sort(values)
+
+
 def latency_stats(values: Values, ordered: np.ndarray | None = None) -> dict[str, float | None]:
     """p50/p90/p99 (linear interpolation, as numpy's default) and mean of `values`.
 

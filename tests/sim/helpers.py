@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from engine.core.scheduler import ScheduledBatch
+from sim import router as routers
 from traces.schema import Trace, save_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -250,3 +251,19 @@ def record_waiting_windows(patch) -> list[int]:
 
     patch.setattr(simulator, "plan_quiet_window", plan_and_note)
     return waited
+
+
+class RecordingPrefixRouter(routers.PrefixAffinityRouter):
+    """The prefix router, noting what it reads of every replica at each arrival (its queues, the prompt's cached
+    prefix blocks, the blocks in use): a fast-forwarded run must show the router the step loop's replicas."""
+
+    def __init__(self, views: list) -> None:
+        super().__init__()
+        self.views = views
+
+    def route(self, prompt_token_ids, engines) -> int:
+        hashes = routers.prefix_block_hashes(prompt_token_ids, engines[0].config.block_size)
+        self.views.append([(len(e.scheduler.waiting), len(e.scheduler.running),
+                            e.scheduler.block_manager.num_cached_prefix_blocks(hashes),
+                            e.scheduler.block_manager.num_used_blocks) for e in engines])
+        return super().route(prompt_token_ids, engines)

@@ -9,12 +9,11 @@ from __future__ import annotations
 import pytest
 
 from engine.core.quiet_window import QuietRun
-from sim import router as routers
 from sim import simulator
 from sim.bands import PerturbedCostModel, band_replay
 from sim.config import SimConfig
 from sim.simulator import simulate
-from tests.sim.helpers import SHAREGPT
+from tests.sim.helpers import SHAREGPT, RecordingPrefixRouter
 from traces.schema import load_trace
 
 CASES = {
@@ -72,20 +71,6 @@ def test_outputs_are_identical_with_and_without_fast_forward(trace, case, mode, 
         assert sum(row[9] for row in stepped.request_rows) > 0  # num_preemptions: the windows met KV pressure
 
 
-class _RecordingRouter(routers.PrefixAffinityRouter):
-    """The prefix router, noting what it read of every replica at each arrival."""
-
-    def __init__(self, views: list) -> None:
-        super().__init__()
-        self.views = views
-
-    def route(self, prompt_token_ids, engines) -> int:
-        hashes = routers.prefix_block_hashes(prompt_token_ids, engines[0].config.block_size)
-        self.views.append([(e.scheduler.num_unfinished, e.scheduler.block_manager.num_cached_prefix_blocks(hashes),
-                            e.scheduler.block_manager.num_used_blocks) for e in engines])
-        return super().route(prompt_token_ids, engines)
-
-
 def test_a_router_sees_replicas_mid_window_as_the_step_loop_leaves_them(trace, monkeypatch):
     """At every arrival, each replica's unfinished requests, cached prefix blocks and blocks in use are what the
     step loop has at that instant, though windows are in progress there; and windows were cut by requests routed
@@ -93,7 +78,7 @@ def test_a_router_sees_replicas_mid_window_as_the_step_loop_leaves_them(trace, m
     sliced = trace.head(600).with_qps(20.0)
     config = SimConfig(num_replicas=8, router="prefix", block_size=16)
     stepped_views, forwarded_views = [], []
-    monkeypatch.setattr(simulator, "make_router", lambda name: _RecordingRouter(stepped_views))
+    monkeypatch.setattr(simulator, "make_router", lambda name: RecordingPrefixRouter(stepped_views))
     simulate(sliced, config, fast_forward=False)
 
     counts = {"cut": 0, "mid-window events": 0}
@@ -113,7 +98,7 @@ def test_a_router_sees_replicas_mid_window_as_the_step_loop_leaves_them(trace, m
 
     monkeypatch.setattr(QuietRun, "cut", cut_and_count)
     monkeypatch.setattr(QuietRun, "advance", advance_and_count)
-    monkeypatch.setattr(simulator, "make_router", lambda name: _RecordingRouter(forwarded_views))
+    monkeypatch.setattr(simulator, "make_router", lambda name: RecordingPrefixRouter(forwarded_views))
     result = simulate(sliced, config, fast_forward=True)
     assert len(forwarded_views) == len(sliced)
     assert forwarded_views == stepped_views

@@ -9,25 +9,10 @@ import pytest
 
 from benchmarks.sim_million import synthesize_sessions
 from engine.core.quiet_window import QuietRun
-from sim import router as routers
 from sim import simulator
 from sim.config import SimConfig
 from sim.simulator import simulate
-
-
-class _RecordingRouter(routers.PrefixAffinityRouter):
-    """The prefix router, noting what it reads of every replica at each arrival."""
-
-    def __init__(self, views: list) -> None:
-        super().__init__()
-        self.views = views
-
-    def route(self, prompt_token_ids, engines) -> int:
-        hashes = routers.prefix_block_hashes(prompt_token_ids, engines[0].config.block_size)
-        self.views.append([(len(e.scheduler.waiting), len(e.scheduler.running),
-                            e.scheduler.block_manager.num_cached_prefix_blocks(hashes),
-                            e.scheduler.block_manager.num_used_blocks) for e in engines])
-        return super().route(prompt_token_ids, engines)
+from tests.sim.helpers import RecordingPrefixRouter
 
 
 def test_the_router_reads_every_replica_as_the_step_loop_leaves_it_though_few_windows_are_advanced(monkeypatch):
@@ -37,7 +22,7 @@ def test_the_router_reads_every_replica_as_the_step_loop_leaves_it_though_few_wi
     trace = synthesize_sessions(1500, 160.0, 0)
     config = SimConfig(num_replicas=16, router="prefix")
     stepped_views, forwarded_views = [], []
-    monkeypatch.setattr(simulator, "make_router", lambda name: _RecordingRouter(stepped_views))
+    monkeypatch.setattr(simulator, "make_router", lambda name: RecordingPrefixRouter(stepped_views))
     stepped = simulate(trace, config, fast_forward=False)
 
     advanced = {"mid-window": 0, "pops": 0}
@@ -54,7 +39,7 @@ def test_the_router_reads_every_replica_as_the_step_loop_leaves_it_though_few_wi
 
     monkeypatch.setattr(QuietRun, "advance", advance_and_count)
     monkeypatch.setattr(simulator, "heappop", heappop_and_count)
-    monkeypatch.setattr(simulator, "make_router", lambda name: _RecordingRouter(forwarded_views))
+    monkeypatch.setattr(simulator, "make_router", lambda name: RecordingPrefixRouter(forwarded_views))
     forwarded = simulate(trace, config, fast_forward=True)
     assert len(forwarded_views) == len(stepped_views) == len(trace)
     assert forwarded_views == stepped_views

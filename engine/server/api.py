@@ -195,7 +195,7 @@ def build_app(engine: EngineClient, tokenizer=None, *,
     @app.head("/health", include_in_schema=False)
     async def health():
         if not engine.is_alive:
-            raise APIError(503, f"the engine has stopped: {engine.error or 'its process exited'}")
+            raise APIError(503, f"the engine has stopped: {engine.stop_reason}")
         return Response(status_code=200)
 
     @app.get("/v1/models")

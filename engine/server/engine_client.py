@@ -157,6 +157,16 @@ class EngineClient:
     def is_alive(self) -> bool:
         return self.error is None and self._process is not None and self._process.is_alive()
 
+    @property
+    def stop_reason(self) -> str:
+        """Why the engine is not alive: the error it reported, or, where the reader thread's word has not reached the
+        event loop yet, the exit code (is_alive reaped the process, so it is known). A health check between the two
+        said only "its process exited", without the code that tells a crash (-9, -11) from an exit."""
+        if self.error is not None:
+            return self.error
+        code = None if self._process is None else self._process.exitcode
+        return "its process exited" if code is None else f"the engine process exited (code {code})"
+
     # ---- requests -------------------------------------------------------------------------------
     @property
     def num_waiting(self) -> int:

@@ -326,9 +326,8 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
         # decode-heavy calibration's measured extras at those buckets to a fifth of its weight. Where none measured
         # it, the mean of all, as before. A session that recorded no counts (written by hand) counts everywhere.
         measured = np.array([[c.get(b, 0) > 0 for b in sizes] if c else [True] * len(sizes) for c in counts])
-        some = measured.any(axis=0)
-        means = np.where(some, (filled * measured).sum(axis=0) / np.maximum(measured.sum(axis=0), 1),
-                         filled.mean(axis=0))
+        measured[:, ~measured.any(axis=0)] = True
+        means = (filled * measured).sum(axis=0) / measured.sum(axis=0)
         merged["decode_extra_s"] = {
             "batch_sizes": sizes,
             "extra_s": [round(float(m), 7) for m in means],

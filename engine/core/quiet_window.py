@@ -44,6 +44,7 @@ from array import array
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 
@@ -340,14 +341,10 @@ def _plan_steady(engine, token_id: int, step_ends, start_s: float, horizon_s: fl
         return None
     # The rows with an event in the window, in running order (as the step loop meets their events).
     due = [(running.index(seq), seq, left) for at, seq, left in filed if at < num_steps]
-    due.sort(key=_first)
+    due.sort(key=itemgetter(0))
     window = QuietWindow(num_steps, times[-1], not window_end, bounds, batches, [left for _, _, left in due],
                          continues_first, False, [seq for _, seq, _ in due])
     return window, times[:-1], times[1:]
-
-
-def _first(item: tuple) -> int:
-    return item[0]
 
 
 def _cut_segments(bounds: list[int], batches: list, num_steps: int) -> list[int]:

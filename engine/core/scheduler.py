@@ -156,8 +156,8 @@ class Scheduler:
             self._max_servable_prompt = min(self._max_servable_prompt, config.max_num_batched_tokens)
         self._now_s = 0.0
         self._last_decode_seqs: list[Sequence] | None = None  # the last step's sequences, if it was decode-only
-        self._steady = SteadyDecodes(config.block_size, config.enable_prefix_caching, lazy=lazy_tokens)
-        self.steady_decodes = self._steady  # (a quiet window's planner reads it: an attribute, not a property call)
+        # Which running rows are plain decodes (public: a quiet window's planner reads its calendar and totals).
+        self.steady_decodes = SteadyDecodes(config.block_size, config.enable_prefix_caching, lazy=lazy_tokens)
         self._filing = False  # whether postprocess files its rows in _steady (large batches only)
         # The fewest running sequences that take the large-batch path (tests lower it to reach it with small batches).
         self.min_steady_rows = _MIN_LAZY_STEADY_ROWS if lazy_tokens else _MIN_STEADY_ROWS
@@ -205,7 +205,7 @@ class Scheduler:
         grid's batches so); the running list is otherwise the scheduler's own."""
         seq.status = RUNNING
         self.running.append(seq)
-        self._steady.admitted(seq)
+        self.steady_decodes.admitted(seq)
 
     def reject(self, seq: Sequence, reason: str) -> None:
         seq.status = FINISHED
@@ -252,12 +252,12 @@ class Scheduler:
     def forget_plain_decodes(self) -> None:
         """Sequences moved other than one token per step (a step that was not applied, or many applied at once):
         the next step checks every row (engine.core.steady_decodes)."""
-        self._steady.forget(self.running)
+        self.steady_decodes.forget(self.running)
 
     def settle_tokens(self) -> None:
         """Bring every running sequence's tokens, token times and computed count up to date (with ``lazy_tokens``
         they may owe some: engine.core.steady_decodes); a no-op otherwise."""
-        self._steady.settle_all()
+        self.steady_decodes.settle_all()
 
     @property
     def num_unfinished(self) -> int:
@@ -288,10 +288,10 @@ class Scheduler:
         """The last ``num_steps`` steps were decode-only, the last of them over ``seqs`` (a run of steps applied at
         once, engine.core.quiet_window)."""
         self._last_decode_seqs = seqs
-        self._steady.skipped(num_steps)
+        self.steady_decodes.skipped(num_steps)
 
     def _preempt(self, seq: Sequence) -> None:
-        self._steady.left(seq)
+        self.steady_decodes.left(seq)
         self.block_manager.free(seq)
         seq.status = WAITING
         seq.num_computed_tokens = 0
@@ -316,7 +316,7 @@ class Scheduler:
             seq.first_scheduled_s = self._now_s
             seq.num_cached_tokens = num_cached
         self.running.append(seq)
-        self._steady.admitted(seq)
+        self.steady_decodes.admitted(seq)
         return num_new
 
     def _reserve_or_preempt(self, seq: Sequence, num_new: int, batch: ScheduledBatch) -> bool:
@@ -340,10 +340,10 @@ class Scheduler:
                     return left
             # Row by row, this step may stop short of some sequences or preempt others: whatever was known of which
             # rows are plain is re-learnt from the rows as postprocess sees them.
-            self._steady.forget(self.running)
+            self.steady_decodes.forget(self.running)
             self._filing = True
         elif self._filing:  # a small batch: not worth knowing, and what was known goes stale
-            self._steady.forget(self.running)
+            self.steady_decodes.forget(self.running)
             self._filing = False
         running = self.running
         block_manager = self.block_manager
@@ -394,7 +394,7 @@ class Scheduler:
         loop would. None (nothing changed) unless every row gets all its tokens and every block it needs is free:
         then the per-row loop would neither stop short nor preempt, and the two give the same batch and blocks."""
         running = self.running
-        steady = self._steady
+        steady = self.steady_decodes
         if not steady.consistent_with(running):
             return None
         due = steady.due()  # (paid up, lazy tokens: their rows are read below)
@@ -480,7 +480,7 @@ class Scheduler:
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
         seq.status = FINISHED
         seq.finish_reason = reason
-        self._steady.left(seq)
+        self.steady_decodes.left(seq)
         self.block_manager.free(seq)
 
     def postprocess(self, batch: ScheduledBatch, token_ids: list[int], now_s: float) -> list[Sequence]:
@@ -506,7 +506,7 @@ class Scheduler:
         tokens = seq.token_ids
         if computed < len(tokens):  # a prompt chunk: nothing sampled yet
             if self._filing:
-                self._steady.file(seq)
+                self.steady_decodes.file(seq)
             return
         tokens.append(token_id)
         seq.token_times_s.append(now_s)
@@ -520,7 +520,7 @@ class Scheduler:
             self._finish(seq, seq.length_reason)
             finished.append(seq)
         elif self._filing:
-            self._steady.file(seq)
+            self.steady_decodes.file(seq)
 
     def _postprocess_steady(self, batch: ScheduledBatch, token_ids: list[int], now_s: float,
                             finished: list[Sequence]) -> None:
@@ -529,7 +529,7 @@ class Scheduler:
         since); the special rows, the rows admitted after them and the eos rows go through ``_postprocess_row``."""
         seqs, new_tokens = batch.seqs, batch.num_new_tokens
         num_rows = len(seqs)
-        steady = self._steady
+        steady = self.steady_decodes
         steady.advance += 1  # every steady sequence gets its token now
         rows = batch.special_rows
         if batch.steady_rows < num_rows:

@@ -240,10 +240,10 @@ def test_lazy_tokens_schedule_and_finish_as_tokens_appended_each_step(seed, bloc
             sampled = [_token(seq, 0.02) for seq in b.seqs]  # from the eager side's rows: they are up to date
         else:
             sampled = [EOS if tokens != "one" and step % 31 == 30 else 9] * len(a.seqs)
-        owing_before = len(lazy._steady._log_times)
+        owing_before = len(lazy.steady_decodes._log_times)
         done_a = lazy.postprocess(a, sampled, float(step) + 0.5)
         done_b = eager.postprocess(b, sampled, float(step) + 0.5)
-        lazy_steps += len(lazy._steady._log_times) > owing_before
+        lazy_steps += len(lazy.steady_decodes._log_times) > owing_before
         assert [s.seq_id for s in done_a] == [s.seq_id for s in done_b]
         assert [(s.finish_reason, list(s.token_ids), list(s.token_times_s), s.num_computed_tokens) for s in done_a] \
             == [(s.finish_reason, list(s.token_ids), list(s.token_times_s), s.num_computed_tokens) for s in done_b]

@@ -120,13 +120,6 @@ def read_parquet_table(path: Path, columns: list[str] | None = None) -> pa.Table
     return parquet.read(columns=columns)
 
 
-def write_parquet_table(table: pa.Table, path: Path, **options) -> None:
-    import pyarrow.parquet as pq
-
-    with open(path, "wb") as handle:
-        pq.write_table(table, handle, **options)
-
-
 def read_parquet_frame(path: Path) -> pl.DataFrame:
     import polars as pl
 

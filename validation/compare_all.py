@@ -150,15 +150,15 @@ def _target_table(by_run: dict[str, dict]) -> str:
             + "\n".join(lines) + "\n")
 
 
-def timeline_profile(real_config: dict, cost_model: str = "auto") -> Path | None:
+def timeline_profile(real_config: dict, cost_model: str = "auto", gpu: str = "h200") -> Path | None:
     """The profile a GPU run's host-slowdown timeline is read against: ``--cost-model`` when it names a file, else
-    the shipped H200 profile of the run's own model and TP size (the qwen3-8b runs read against qwen3-0.6b's came
+    the shipped ``gpu`` profile of the run's own model and TP size (the qwen3-8b runs read against qwen3-0.6b's came
     out 3-5x slow)."""
     if cost_model not in ("auto", "roofline"):
         return Path(cost_model)
     from sim.profiled_cost_model import find_profile
 
-    return find_profile(real_config.get("model", "qwen3-0.6b"), "h200", real_config.get("tensor_parallel_size", 1))
+    return find_profile(real_config.get("model", "qwen3-0.6b"), gpu, real_config.get("tensor_parallel_size", 1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=nonempty, default=str(ROOT / "validation" / "results"),
                         help="small outputs to commit")
     parser.add_argument("--cost-model", default="auto", help="passed to sim.replay (default: %(default)s)")
+    parser.add_argument("--gpu", default="h200", help="the GPU the runs were made on, passed to sim.replay "
+                                                       "(default: %(default)s)")
     parser.add_argument("--bands", default=None, metavar="N",
                         help="also simulate N seeded replays per run (sim.replay --bands) and count the headline "
                              "figures of each GPU run inside their p5-p95 band (default: none)")
@@ -217,17 +219,19 @@ def main(argv: list[str] | None = None) -> int:
         sim = sim_root / name  # replaced by sim.replay --overwrite once the new run is whole (kept if it fails)
         extra = []
         if args.host_timelines:
-            profile = timeline_profile(real_config, args.cost_model)
+            profile = timeline_profile(real_config, args.cost_model, args.gpu)
             timeline = sim_root / f"{name}-host.csv"
             try:
                 if profile is None:
-                    raise ValueError(f"no measured h200 profile of {real_config.get('model')} to read its host speed")
+                    raise ValueError(f"no measured {args.gpu} profile of {real_config.get('model')} to read its "
+                                     "host speed")
                 timeline_from_run(real, profile).write_csv(timeline)
                 extra = ["--host-slowdown", str(timeline)]
             except ValueError as exc:  # no host-bound eager step to read the speed from: the calibrated average
                 print(f"{name}: {exc}; simulated with the calibrated average")
         sim_replay([str(TRACES / trace), *options, "--num-gpu-blocks", str(real_config["num_gpu_blocks"]),
-                    "--cost-model", args.cost_model, *extra, *(["--bands", str(args.bands)] if args.bands else []),
+                    "--cost-model", args.cost_model, "--gpu", args.gpu, *extra,
+                    *(["--bands", str(args.bands)] if args.bands else []),
                     "--out", str(sim), "--overwrite", "--quiet", "--no-report"])
         out = results / name
         metrics, identical = _compare(compare_main, real, sim, out)

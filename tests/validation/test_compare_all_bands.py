@@ -90,3 +90,32 @@ def test_a_replay_that_fails_leaves_the_runs_earlier_simulation(tmp_path, monkey
         compare_all.main(["--real", str(tmp_path / "real"), "--sim-out", str(tmp_path / "sim"), "--results",
                           str(tmp_path / "r")])
     assert "--overwrite" in calls[0] and (earlier / "summary.json").read_text() == '{"earlier": true}'
+
+
+@pytest.mark.parametrize("gpu", [None, "h100"])
+def test_the_runs_gpu_is_passed_to_the_simulator_and_to_the_host_timelines_profile(tmp_path, monkeypatch, gpu):
+    """--gpu (default h200): the GPU the runs were made on; H100 runs were replayed as H200 ones (another profile,
+    another memory), and their host timelines read against the H200 profile."""
+    import cli.sim_replay
+
+    calls = []
+
+    def fake_replay(argv):
+        calls.append(argv)
+        (compare_all.Path(argv[argv.index("--out") + 1])).mkdir(parents=True)
+        (compare_all.Path(argv[argv.index("--out") + 1]) / "summary.json").write_text("{}")
+
+    monkeypatch.setattr(cli.sim_replay, "main", fake_replay)
+    def fake_compare(compare_main, real, other, out):
+        out.mkdir(parents=True, exist_ok=True)
+        return {key: {"rel_error": 0.01} for key in compare_all.HEADLINE}, None
+
+    monkeypatch.setattr(compare_all, "_compare", fake_compare)
+    real = tmp_path / "real"
+    _gpu_run(real, "b-azure-p70")
+    argv = ["--real", str(real), "--sim-out", str(tmp_path / "sim"), "--results", str(tmp_path / "r")]
+    assert compare_all.main(argv + (["--gpu", gpu] if gpu else [])) == 0
+    [replay] = calls
+    assert replay[replay.index("--gpu") + 1] == (gpu or "h200")
+    shipped = compare_all.timeline_profile({"model": "qwen3-0.6b"}, "auto", gpu or "h200")
+    assert shipped.parts[-2:] == (gpu or "h200", "qwen3-0.6b.json")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from array import array
 from collections import OrderedDict
 
-import xxhash
+from xxhash import xxh3_64_intdigest
 
 from engine.core.config import cdiv
 from engine.core.sequence import Sequence
@@ -22,7 +22,7 @@ ROOT_HASH = 0  # the parent hash of every sequence's first block
 
 
 def hash_block(parent_hash: int, token_bytes: bytes) -> int:
-    return xxhash.xxh3_64_intdigest(parent_hash.to_bytes(8, "little") + token_bytes)
+    return xxh3_64_intdigest(parent_hash.to_bytes(8, "little") + token_bytes)
 
 
 def token_bytes(token_ids: list[int] | array) -> bytes:
@@ -178,29 +178,39 @@ class BlockManager:
     def _extend_cached_prefix(self, seq: Sequence, hits: list[int], num_blocks: int) -> None:
         """Append to ``hits`` (the first blocks of ``seq``, cached) the cached blocks that follow them, up to
         ``num_blocks``; a hash hit counts only if the block's tokens are equal too."""
+        index = len(hits)
+        hashes = seq.block_hashes
         cached = self._cached
         block_tokens = self._block_tokens
-        hashes = seq.block_hashes
         tokens = seq.token_ids
         block_size = self.block_size
-        for index in range(len(hits), num_blocks):
+        num_known = min(len(hashes), num_blocks)
+        while index < num_known:  # hashed before (or by a router): its tokens are read only for a hash hit
+            block_id = cached.get(hashes[index])
+            if block_id is None:
+                return
             start = index * block_size
-            if index < len(hashes):  # hashed before (or by a router): its tokens are read only for a hash hit
-                block_id = cached.get(hashes[index])
-                if block_id is None:
-                    break
-                data = token_bytes(tokens[start:start + block_size])
-            else:
-                if index > len(hashes):
-                    self._block_hash(seq, index - 1)  # the chain up to this block
-                data = token_bytes(tokens[start:start + block_size])
-                block_hash = hash_block(hashes[index - 1] if index else ROOT_HASH, data)
-                hashes.append(block_hash)
-                block_id = cached.get(block_hash)
-                if block_id is None:
-                    break
-            if block_tokens[block_id] != data:
-                break
+            if block_tokens[block_id] != token_bytes(tokens[start:start + block_size]):
+                return
+            hits.append(block_id)
+            index += 1
+        if index >= num_blocks:
+            return
+        if index > len(hashes):
+            self._block_hash(seq, index - 1)  # the chain up to this block
+        # The blocks left, hashed here as the walk reaches them: their token bytes converted at once and sliced per
+        # block (a slice and a conversion per block were much of an admission's prefix match). The walk stops at the
+        # first miss, whose hash is then known: a prompt asked again (it did not fit) stops in the loop above.
+        data = token_bytes(tokens[index * block_size : num_blocks * block_size])
+        width = block_size * 4
+        parent = hashes[index - 1] if index else ROOT_HASH
+        for offset in range(0, (num_blocks - index) * width, width):
+            block_bytes = data[offset : offset + width]
+            parent = hash_block(parent, block_bytes)
+            hashes.append(parent)
+            block_id = cached.get(parent)
+            if block_id is None or block_tokens[block_id] != block_bytes:
+                return
             hits.append(block_id)
 
     def num_cached_prefix_blocks(self, block_hashes: list[int]) -> int:
@@ -219,7 +229,20 @@ class BlockManager:
     def _register_full_blocks(self, seq: Sequence, num_full_blocks: int) -> None:
         start = seq.num_registered_blocks
         hashes = seq.block_hashes
-        if num_full_blocks > start:
+        if num_full_blocks == start + 1 and len(hashes) == start:
+            # One block filled, its parent's hash known: a decode token filling a block, the common case (the loop
+            # below, for one block).
+            block_size = self.block_size
+            block_bytes = token_bytes(seq.token_ids[start * block_size : num_full_blocks * block_size])
+            block_hash = hash_block(hashes[start - 1] if start else ROOT_HASH, block_bytes)
+            hashes.append(block_hash)
+            cached = self._cached
+            if block_hash not in cached:  # else another block already holds this content
+                block_id = seq.block_table[start]
+                cached[block_hash] = block_id
+                self.block_hashes[block_id] = block_hash
+                self._block_tokens[block_id] = block_bytes
+        elif num_full_blocks > start:
             if len(hashes) < start:
                 self._block_hash(seq, start - 1)  # the chain up to the first block registered here
             cached = self._cached
@@ -378,11 +401,13 @@ class BlockManager:
         """Drop the sequence's references; the tail is freed first so it is evicted before the shared head."""
         ref_counts = self.ref_counts
         free = self._free
+        block_hashes = self.block_hashes
         for block_id in reversed(seq.block_table):
-            ref_counts[block_id] -= 1
-            if ref_counts[block_id] == 0:
+            count = ref_counts[block_id] - 1
+            ref_counts[block_id] = count
+            if not count:
                 free[block_id] = None
-                if self.block_hashes[block_id] is None:
+                if block_hashes[block_id] is None:
                     free.move_to_end(block_id, last=False)  # holds nothing reusable: hand it out first
         seq.block_table = []
         seq.num_registered_blocks = 0

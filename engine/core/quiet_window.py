@@ -50,7 +50,7 @@ import numpy as np
 
 from engine.core.block_manager import decode_steps_to_new_block
 from engine.core.scheduler import ScheduledBatch
-from engine.core.sequence import Sequence
+from engine.core.sequence import Sequence, index_in_running
 
 _INT32 = 1 << 31  # lazily owed tokens are logged in an array('i') (engine.core.steady_decodes)
 
@@ -265,8 +265,16 @@ def _plan_steady(engine, token_id: int, step_ends, start_s: float, horizon_s: fl
             if first_block < left:
                 spans.append((first_block if first_block > 0 else 0, left))
         examined = end
-        if full_at == math.inf and spans:  # (_steps_with_free_blocks: allocations before `end` are all known now)
-            if sum((min(last, end) - 1 - first) // block_size + 1 for first, last in spans if first < end) > free:
+        # (_steps_with_free_blocks: allocations before `end` are all known now.) Counted only where they might not
+        # fit: a span allocates at most (end - 1) // block_size + 1 times before `end` (from step 0 on), so while the
+        # spans times that is within the free blocks, so is their sum (a window of a few steps with 256-token blocks:
+        # one allocation a span at most, and the count, a pass over every span at every examine, is skipped).
+        if full_at == math.inf and spans and len(spans) * ((end - 1) // block_size + 1) > free:
+            num_allocations = 0
+            for first, last in spans:
+                if first < end:
+                    num_allocations += ((last if last < end else end) - 1 - first) // block_size + 1
+            if num_allocations > free:
                 allocations = sorted(k for first, last in spans for k in range(first, min(last, end), block_size))
                 if len(allocations) > free:
                     full_at = allocations[free]
@@ -275,7 +283,9 @@ def _plan_steady(engine, token_id: int, step_ends, start_s: float, horizon_s: fl
         """The end of the segment from step ``first`` as far as the rows read tell it: exact where at most examined."""
         at = bisect_right(finish_steps, first)
         end = finish_steps[at] if at < len(finish_steps) else max_steps
-        return min(end, max_steps, full_at)
+        if max_steps < end:  # min(end, max_steps, full_at), without the call
+            end = max_steps
+        return full_at if full_at < end else end
 
     # Refused as plan_quiet_window refuses it: fewer than min_steps before the cap, an allocation that may not fit,
     # or every sequence's finish (then all of them are filed within min_steps).
@@ -340,7 +350,7 @@ def _plan_steady(engine, token_id: int, step_ends, start_s: float, horizon_s: fl
     if num_steps < min_steps:
         return None
     # The rows with an event in the window, in running order (as the step loop meets their events).
-    due = [(running.index(seq), seq, left) for at, seq, left in filed if at < num_steps]
+    due = [(index_in_running(running, seq), seq, left) for at, seq, left in filed if at < num_steps]
     due.sort(key=itemgetter(0))
     window = QuietWindow(num_steps, times[-1], not window_end, bounds, batches, [left for _, _, left in due],
                          continues_first, False, [seq for _, seq, _ in due])
@@ -538,7 +548,7 @@ class QuietRun:
         self._next = position
         self.next_event_s = self._event_s(position)
         if finished:
-            scheduler.drop_finished()
+            scheduler.drop_finished(finished)  # (all of them: every other running sequence is still running)
             engine.runner.release(finished)
         return finished
 
@@ -617,8 +627,12 @@ class QuietRun:
             # The rows it did not handle owe its tokens (before the handled ones are filed afresh: owing from after).
             self.engine.scheduler.steady_decodes.owe_window(self._token_id, ends, running)
             if lefts and min(lefts) < steps:
-                early = {seq for seq, left in zip(running, lefts) if left < steps}
-                last_batch = [seq for seq in last_batch if seq not in early]
+                # Taken out one by one (found by bisection: the batch is in running order): a few rows of ~150 finish
+                # early, and a pass over the batch for them was ~3 % of simulate()'s bytecodes near capacity.
+                last_batch = last_batch[:]
+                for seq, left in zip(running, lefts):
+                    if left < steps:
+                        del last_batch[index_in_running(last_batch, seq)]
         self.engine.scheduler.ran_decode_batch(last_batch, steps)
         step_log = self.engine.step_log
         # Whether the runner launches a step that repeats its batch ahead of it: where no request can be admitted next

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
-from engine.core.sequence import FINISHED, REJECTED, RUNNING, WAITING, FinishReason, Sequence
+from engine.core.sequence import FINISHED, REJECTED, RUNNING, WAITING, FinishReason, Sequence, index_in_running
 from engine.core.steady_decodes import SteadyDecodes
 
 # The large-batch path (Scheduler._advance_steady) pays a fixed cost per step and saves a per-row one: below this
@@ -41,6 +41,8 @@ _MIN_STEADY_ROWS = 32
 # rows it saves. Batches of 16-31 rows near capacity run windows of a few steps, in which most rows just owe.
 _MIN_LAZY_STEADY_ROWS = 16
 _MAX_SPECIAL_ROWS = 16
+# drop_finished removes up to this many finished sequences from the running list one by one, more by a pass.
+_MAX_REMOVALS = 16
 _INT32 = 1 << 31  # a lazily owed token is logged in an array('i'), as the simulator's prompts are held
 
 
@@ -146,6 +148,7 @@ class Scheduler:
         self.block_manager = BlockManager(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self._num_appended = 0  # sequences appended to running so far (each one's running_order)
         self._schedule = self._schedule_mixed if config.policy == "mixed" else self._schedule_nano
         max_seq_len, cut_by = config.max_seq_len_limit
         self._max_seq_len = max_seq_len
@@ -204,6 +207,8 @@ class Scheduler:
         """Put ``seq``, whose blocks the caller allocated, straight into the running batch (sim.profile builds its
         grid's batches so); the running list is otherwise the scheduler's own."""
         seq.status = RUNNING
+        seq.running_order = self._num_appended
+        self._num_appended += 1
         self.running.append(seq)
         self.steady_decodes.admitted(seq)
 
@@ -315,6 +320,8 @@ class Scheduler:
         if seq.first_scheduled_s is None:
             seq.first_scheduled_s = self._now_s
             seq.num_cached_tokens = num_cached
+        seq.running_order = self._num_appended
+        self._num_appended += 1
         self.running.append(seq)
         self.steady_decodes.admitted(seq)
         return num_new
@@ -414,12 +421,13 @@ class Scheduler:
         if num_tokens > budget or num_blocks > block_manager.num_free_blocks:
             return None
         try:
-            # By identity (Sequence defines no equality), each search reading every row before the one it finds. The
-            # unsteady rows are mostly the requests admitted since the last step, the running list's last rows: looked
-            # for among its last len(unsteady) rows first, not behind the whole batch.
+            # The due rows by bisection (index_in_running). The unsteady rows are mostly the requests admitted since
+            # the last step, the running list's last rows: looked for by identity among its last len(unsteady) rows
+            # first, not behind the whole batch.
             tail = num_rows - len(steady.unsteady)
-            positions = sorted([*map(running.index, due), *(_index_near_end(running, seq, tail)
-                                                            for seq in steady.unsteady)])
+            positions = [index_in_running(running, seq) for seq in due]
+            positions.extend([_index_near_end(running, seq, tail) for seq in steady.unsteady])
+            positions.sort()
         except ValueError:  # one is not running: the bookkeeping is off (running edited directly); row by row
             return None
         steady.take_due(due)  # the steady sequences are the plain rows now
@@ -534,10 +542,13 @@ class Scheduler:
         rows = batch.special_rows
         if batch.steady_rows < num_rows:
             rows = rows + list(range(batch.steady_rows, num_rows))
-        eos = self.eos_token_ids.intersection(token_ids)
         if steady.lazy:
             token_id = token_ids[0]
-            if not eos and -_INT32 <= token_id < _INT32 and token_ids.count(token_id) == num_rows:
+            # Every row sampling the same token (the simulator's runner samples one for all), the eos check is of that
+            # token alone, not a pass hashing every row's.
+            uniform = token_ids.count(token_id) == num_rows
+            eos = self.eos_token_ids.intersection((token_id,) if uniform else token_ids)
+            if not eos and -_INT32 <= token_id < _INT32 and uniform:
                 # Every plain row (every steady sequence but those due) owes this step's token: logged once. The
                 # others are not owing: their rows get it here, and a row filed afresh owes from the next step on.
                 # Whether requests wait or not: the debts are paid when something reads every row (a quiet window's
@@ -550,6 +561,8 @@ class Scheduler:
                     self._postprocess_row(seqs[row], new_tokens[row], token_ids[row], now_s, finished)
                 return
             steady.settle_all()  # not a lazy step (an eos, or rows sampled different tokens): as without
+        else:
+            eos = self.eos_token_ids.intersection(token_ids)
         if eos:  # which rows stop is _postprocess_row's to say (ignore_eos)
             rows = sorted({*rows, *(i for i, token_id in enumerate(token_ids) if token_id in eos)})
         start = 0
@@ -571,10 +584,13 @@ class Scheduler:
 
     def drop_finished(self, finished: list[Sequence] | None = None) -> None:
         """Take the finished sequences out of ``running`` (order kept); ``finished``, when given, are all of them."""
-        if finished is not None and len(finished) <= 2:  # a large batch loses one or two a step: found in C
+        # A large batch loses one or two a step, a quiet window a few: each found by bisection (index_in_running)
+        # and deleted, where a pass over the batch costs as much as some 16 such.
+        if finished is not None and len(finished) <= _MAX_REMOVALS:
+            running = self.running
             try:
                 for seq in finished:
-                    self.running.remove(seq)  # by identity: Sequence defines no equality
+                    del running[index_in_running(running, seq)]
                 return
             except ValueError:  # one was not running any more (withdrawn while its step ran): filter them all
                 pass

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 from array import array
+from bisect import bisect_left
+from operator import attrgetter
 
 from engine.core.sampling_params import SamplingParams
 
@@ -77,6 +79,7 @@ class Sequence:
         "token_times_s",
         "num_preemptions",
         "replica",
+        "running_order",
     )
 
     def __init__(
@@ -117,6 +120,9 @@ class Sequence:
         self.token_times_s = array("d")
         self.num_preemptions = 0
         self.replica = 0
+        # Set by the scheduler each time it appends the sequence to its running list, from a count that only grows:
+        # the running list, appended to and taken from in order, is sorted by it (the scheduler's bisection).
+        self.running_order = 0
 
     def __repr__(self) -> str:
         return (
@@ -143,3 +149,17 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status is FINISHED
+
+
+_RUNNING_ORDER = attrgetter("running_order")
+
+
+def index_in_running(running: list[Sequence], seq: Sequence) -> int:
+    """``running.index(seq)`` (ValueError if absent) for a list in running order (a scheduler's running list, or a copy
+    of it, maybe less some rows), by bisection on ``running_order``, checked, else row by row (a list edited by hand).
+    Row by row, each row before it was a rich comparison (Sequence defines no equality), ~100 instructions: a large
+    batch's due and finished rows, found so every step, were ~3 % of simulate()'s instructions near capacity."""
+    index = bisect_left(running, seq.running_order, key=_RUNNING_ORDER)
+    if index < len(running) and running[index] is seq:
+        return index
+    return running.index(seq)

@@ -101,10 +101,16 @@ class SteadyDecodes:
         """The coming advance handles the rows of ``due`` (what ``due()`` gave): they go unsteady until their row is
         postprocessed and files them again."""
         self._calendar.pop(self.advance, None)
+        steady = self.steady
+        if self._owing:
+            # (due() paid their debts, and nothing was logged since: each only leaves the debtors)
+            owed_from, debtors = self._owed_from, self._debtors
+            for seq in due:
+                position = owed_from.pop(seq, None)
+                if position is not None:
+                    del debtors[position][seq]
         for seq in due:
-            if self._owing:
-                self._stop_owing(seq)
-            del self.steady[seq]
+            del steady[seq]
             self._drop_key(seq)
         self.unsteady.update(due)
 
@@ -188,17 +194,21 @@ class SteadyDecodes:
         if seq.status is not RUNNING:  # withdrawn while its step ran: not in the running list
             self.left(seq)
             return
-        if self._owing:
-            self.settle(seq)  # (its row was just handled: settled already, but what follows reads it)
+        owing = self._owing
+        if owing:
+            position = self._owed_from.get(seq)
+            if position is not None and position != len(self._log_times):
+                self.settle(seq)  # (its row was just handled: settled already, but what follows reads it)
         computed = seq.num_computed_tokens
         # A prompt whose last token is left to compute alone looks like a decode (one token to compute), but its row
         # samples the first token, which postprocess must record (first_token_s): filed, a plain row got the token
         # without it, and the first token time read a later token's (a step-loop TTFT a step or more late, and other
         # than a quiet window's, which records it).
+        steady = self.steady
         if len(seq.token_ids) - computed != 1 or seq.sampling_params.stop_token_ids or seq.first_token_s is None:
-            if self._owing:
+            if owing:
                 self._stop_owing(seq)
-            if self.steady.pop(seq, None) is not None:
+            if steady.pop(seq, None) is not None:
                 self._drop_key(seq)
             self.unsteady.add(seq)
             return
@@ -213,32 +223,39 @@ class SteadyDecodes:
         to_last = seq.max_num_tokens - computed - 2  # it samples its last token
         if to_last < steps:
             steps = to_last
-        advance = self.advance + steps if steps > 0 else self.advance
-        if self._owing and seq not in self._owed_from:  # steady from here on: owes what the log gets next
+        now = self.advance
+        advance = now + steps if steps > 0 else now
+        if owing and position is None:  # steady from here on: owes what the log gets next (_owe_from inlined)
             end = len(self._log_times)
             self._owed_from[seq] = end
-            self._owe_from(seq, end)
-        key = computed - self.advance
-        old_key = self._keys.get(seq)
+            debtors = self._debtors.get(end)
+            if debtors is None:
+                self._debtors[end] = {seq: None}
+            else:
+                debtors[seq] = None
+        key = computed - now
+        keys = self._keys
+        old_key = keys.get(seq)
         if old_key != key:  # (refiled at a later advance: the same key)
             if old_key is not None:
                 self._drop_key(seq)
-            self._keys[seq] = key
+            keys[seq] = key
             self._key_sum += key
-            if self._key_max is not None and key > self._key_max:
+            key_max = self._key_max
+            if key_max is not None and key > key_max:
                 self._key_max = key
         # Filed there already (its row handled between advances, e.g. an ignored eos): listed once, or the advance
         # would handle its row twice. A sequence's advances only grow: they mark token positions, which move only
         # at the advance that handles them.
-        if self.steady.get(seq) == advance:
+        if steady.get(seq) == advance:
             return
-        self.steady[seq] = advance
+        steady[seq] = advance
         self.unsteady.discard(seq)
-        calendar = self._calendar
-        if advance in calendar:
-            calendar[advance].append(seq)
+        listed = self._calendar.get(advance)
+        if listed is None:
+            self._calendar[advance] = [seq]
         else:
-            calendar[advance] = [seq]
+            listed.append(seq)
 
     # ---- lazy tokens ----------------------------------------------------------------------------------------
     def log_step(self, token_id: int, now_s: float) -> None:
@@ -254,18 +271,25 @@ class SteadyDecodes:
     def settle(self, seq: Sequence) -> None:
         """Append to ``seq`` the tokens (and times) it owes, and count them computed: as if each lazy step had
         appended them (a no-op for a sequence that owes nothing)."""
-        position = self._owed_from.get(seq)
+        owed_from = self._owed_from
+        position = owed_from.get(seq)
         if position is None:
             return
-        end = len(self._log_times)
+        times = self._log_times
+        end = len(times)
         if position == end:
             return
         seq.token_ids.extend(self._log_tokens[position:])
-        seq.token_times_s.extend(self._log_times[position:])
+        seq.token_times_s.extend(times[position:])
         seq.num_computed_tokens += end - position
-        self._owed_from[seq] = end
-        del self._debtors[position][seq]
-        self._owe_from(seq, end)
+        owed_from[seq] = end
+        debtors = self._debtors
+        del debtors[position][seq]
+        paid = debtors.get(end)  # (_owe_from inlined)
+        if paid is None:
+            debtors[end] = {seq: None}
+        else:
+            paid[seq] = None
 
     def _owe_from(self, seq: Sequence, position: int) -> None:
         debtors = self._debtors.get(position)
@@ -313,8 +337,12 @@ class SteadyDecodes:
 
     def _stop_owing(self, seq: Sequence) -> None:
         """``seq`` is no longer steady: settled, and out of the debtors."""
-        position = self._owed_from.get(seq)
+        owed_from = self._owed_from
+        position = owed_from.get(seq)
         if position is None:
             return
-        self.settle(seq)
-        del self._debtors[self._owed_from.pop(seq)][seq]
+        if position != len(self._log_times):
+            self.settle(seq)
+            position = owed_from[seq]
+        del owed_from[seq]
+        del self._debtors[position][seq]

@@ -191,6 +191,11 @@ class PrefixAffinityRouter:
         if not holders:  # no replica has cached a block of it: the least loaded one
             loads = [len(scheduler.waiting) + len(scheduler.running) for scheduler in schedulers]
             return loads.index(min(loads))
+        if len(holders) == 1:
+            # The one replica holding the first block holds the most cached blocks (at least one, the others none):
+            # the cache's choice without counting them or reading its load (a session's later turn on 64 replicas,
+            # mostly; counted, a call and a pass over the prompt's hashes for each).
+            return self._balanced(holders[0], schedulers)
         counts = [block_managers[index].num_cached_prefix_blocks(hashes) for index in holders]
         most = max(counts)
         best_index, best_load = -1, 0

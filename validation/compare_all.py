@@ -171,8 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=nonempty, default=str(ROOT / "validation" / "results"),
                         help="small outputs to commit")
     parser.add_argument("--cost-model", default="auto", help="passed to sim.replay (default: %(default)s)")
-    parser.add_argument("--gpu", default="h200", help="the GPU the runs were made on, passed to sim.replay "
-                                                       "(default: %(default)s)")
+    from sim.hardware import GPUS
+
+    # Checked here, before any run is read: sim.replay refused an unknown one at the first run, as its own option.
+    parser.add_argument("--gpu", default="h200", choices=sorted(GPUS), type=str.lower,
+                        help="the GPU the runs were made on, passed to sim.replay (default: %(default)s)")
     parser.add_argument("--bands", default=None, metavar="N",
                         help="also simulate N seeded replays per run (sim.replay --bands) and count the headline "
                              "figures of each GPU run inside their p5-p95 band (default: none)")

@@ -119,3 +119,15 @@ def test_the_runs_gpu_is_passed_to_the_simulator_and_to_the_host_timelines_profi
     assert replay[replay.index("--gpu") + 1] == (gpu or "h200")
     shipped = compare_all.timeline_profile({"model": "qwen3-0.6b"}, "auto", gpu or "h200")
     assert shipped.parts[-2:] == (gpu or "h200", "qwen3-0.6b.json")
+
+
+def test_an_unknown_gpu_is_refused_before_any_run_is_replayed(tmp_path, capsys, monkeypatch):
+    import cli.sim_replay
+
+    calls = []
+    monkeypatch.setattr(cli.sim_replay, "main", lambda argv: calls.append(argv))
+    _gpu_run(tmp_path / "real", "b-azure-p70")
+    argv = ["--real", str(tmp_path / "real"), "--sim-out", str(tmp_path / "sim"), "--results", str(tmp_path / "r"),
+            "--gpu", "h999"]
+    assert cli_error(compare_all.main, argv, capsys).startswith("error: argument --gpu: invalid choice: 'h999'")
+    assert calls == [] and not (tmp_path / "r").exists()

@@ -1018,18 +1018,23 @@ class ProfiledCostModel:
     def step_time_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> float:
         # hot path: a decode step at the calibrated host speed skips the features dict
         if host_slowdown is None and batch.num_prefill_tokens == 0 and 0 < batch.num_decode_seqs <= self.max_graph_bs:
-            bs = batch.num_decode_seqs
-            if batch.continues_batch:
-                price = self.repeat_factor * self._decode_grid(bs, batch.decode_context_tokens,
-                                                               batch.max_decode_context_tokens, 1)
-                price = price + self._decode_extra_s[bs]
-            else:
-                price = self.decode_factor * self._decode_grid(bs, batch.decode_context_tokens,
-                                                               batch.max_decode_context_tokens, 0)
-            sampling_s = self._sampling_s[bs]
-            return price + sampling_s if sampling_s else price
+            return self.decode_step_s(batch.num_decode_seqs, batch.decode_context_tokens,
+                                      batch.max_decode_context_tokens, batch.continues_batch)
         return self.predict(batch_features(batch), host_slowdown,
                             sampled_rows(batch) if self._sampling_sizes else None)
+
+    def decode_step_s(self, bs: int, context: int, longest: int, continues: int) -> float:
+        """``step_time_s`` of a decode-only CUDA-graph batch (0 < ``bs`` <= max_graph_bs) at the calibrated host speed,
+        given by its numbers (``decode_steps_s``'s): the step loop's price of every such step, and sim.runner's of the
+        steps of a short quiet segment, summed one by one (``decode_steps_s``'s array, the same floats, costs some
+        fifteen numpy calls a segment of a few steps)."""
+        if continues:
+            price = self.repeat_factor * self._decode_grid(bs, context, longest, 1)
+            price = price + self._decode_extra_s[bs]
+        else:
+            price = self.decode_factor * self._decode_grid(bs, context, longest, 0)
+        sampling_s = self._sampling_s[bs]
+        return price + sampling_s if sampling_s else price
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None) -> np.ndarray | None:
         """``step_time_s`` of a run of decode steps at once: ``batch``'s decode_context_tokens and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 
 import numpy as np
 
@@ -19,6 +20,11 @@ _MIN_ARRAY_STEPS = 12
 # step's price more costs a few instructions, a pass more some twenty numpy calls.
 _GUESS_SHARE = 0.75
 _MIN_GUESSED_STEPS = 32
+# quiet_segment_ends_s sums a segment one step at a time (the cost model's decode_step_s) where it expects at most this
+# many steps before the horizon or the segment's end (near capacity most segments end within a few steps: the next
+# arrival is that close), and takes array passes after _MAX_SCALAR_STEPS summed so (a guess too short).
+_SCALAR_STEPS = 12
+_MAX_SCALAR_STEPS = 24
 
 
 def _joined(chunks: list[np.ndarray]) -> np.ndarray:
@@ -101,6 +107,10 @@ class CostModelRunner:
         # varies (asked once: it runs for every segment of every window).
         constant_host = host_speed is None or isinstance(host_speed, ConstantHostSpeed)
         self._segment_steps_s = getattr(cost_model, "decode_steps_s", None) if constant_host else None
+        # ... and the price of one such step, for segments of a few steps (the calibrated host speed only).
+        self._segment_step_s = (getattr(cost_model, "decode_step_s", None)
+                                if host_speed is None and self._segment_steps_s is not None else None)
+        self._max_graph_bs = getattr(cost_model, "max_graph_bs", 0)
 
     def run(self, batch: ScheduledBatch) -> RunnerOutput:
         start_s = 0.0
@@ -255,15 +265,16 @@ class CostModelRunner:
             batch.continues_batch = 1
             num_steps = _steps_within(horizon_s - t_s, first_s, max_steps - num_done)
 
-    def quiet_segment_ends_s(self, bs: int, context: int, longest: int, continues: int, start_s: float,
-                             max_steps: int, horizon_s: float, cross_horizon: bool = False) -> np.ndarray | None:
+    def quiet_segment_ends_s(self, bs: int, context: int, longest: int, continues: int, start_s: float, max_steps: int,
+                             horizon_s: float, cross_horizon: bool = False) -> np.ndarray | array | None:
         """``quiet_step_ends_s`` of a decode-only batch given by its numbers (engine.core.quiet_window's
         ``segment_ends``): ``bs`` rows whose contexts in the first step sum to ``context``, the longest ``longest``,
         that step continuing the batch before it as ``continues`` says; the very floats, without a batch to build or a
         first step priced apart to size the run by (the last pass's last step sizes it: a guess too long only prices
         steps past the horizon, a few floats each, too short another pass). None where the cost model has no
         ``decode_steps_s``, the host's speed varies or ``bs`` is no CUDA-graph batch: the caller then asks
-        ``quiet_step_ends_s``."""
+        ``quiet_step_ends_s``. A segment expected to end within _SCALAR_STEPS steps comes as an array('d') of the same
+        floats (summed one step at a time: the caller reads its length, its items, a slice and its bytes)."""
         steps_s = self._segment_steps_s
         if steps_s is None:
             return None
@@ -272,10 +283,34 @@ class CostModelRunner:
         if host is not None:
             host.forget_before(self.clock.now())
             slowdown = host.slowdown
-        num_steps = _guessed_steps(horizon_s - start_s, self._guess_s, max_steps)
         t_s = start_s
         num_done = 0
         chunks = []  # the passes before the last (most segments take one: no call to join them)
+        step_s = self._segment_step_s
+        if step_s is not None and 0 < bs <= self._max_graph_bs and (
+                max_steps <= _SCALAR_STEPS or horizon_s - start_s < _SCALAR_STEPS * self._guess_s):
+            # A few steps: each priced by the function the step loop prices it with and added to the end before, as
+            # _pass_ends adds an array pass's (the same floats: decode_steps_s is that function element by element),
+            # without a pass's fixed cost of some twenty numpy calls, or pricing steps past the horizon.
+            ends = array("d")
+            limit = max_steps if max_steps < _MAX_SCALAR_STEPS else _MAX_SCALAR_STEPS
+            duration_s = 0.0
+            while num_done < limit:
+                duration_s = step_s(bs, context + bs * num_done, longest + num_done, continues if not num_done else 1)
+                t_s = t_s + duration_s
+                if t_s >= horizon_s:
+                    if cross_horizon:
+                        ends.append(t_s)
+                    self._guess_s = duration_s
+                    return ends
+                ends.append(t_s)
+                num_done += 1
+            if num_done:
+                self._guess_s = duration_s
+            if num_done == max_steps:
+                return ends
+            chunks.append(np.frombuffer(ends))  # the rest in array passes, from the step after these
+        num_steps = _guessed_steps(horizon_s - t_s, self._guess_s, max_steps - num_done)
         while True:
             durations_s = steps_s(bs, context + bs * num_done, longest + num_done, continues if not num_done else 1,
                                   num_steps, slowdown)

@@ -122,7 +122,8 @@ def plan_quiet_window(
     ``segment_ends(num_seqs, context_tokens, max_context_tokens, continues_batch, start_s, max_steps, horizon_s,
     cross_horizon)``, if given, is asked first for each segment: ``step_ends`` of the segment's batch given by its
     numbers (its rows, their contexts summed and the longest in its first step, whether that step continues the batch
-    before it), the very floats, or None to be asked through ``step_ends`` (a batch built for it)."""
+    before it), the very floats (a float64 array, or an array('d') for a segment summed step by step), or None to be
+    asked through ``step_ends`` (a batch built for it)."""
     scheduler = engine.scheduler
     running = scheduler.running
     if not running or len(running) > scheduler.config.max_num_batched_tokens:

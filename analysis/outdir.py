@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sim.files import RUN_FILES, existing_parent
-from traces.files import make_folders, remove_empty, staging_path
+from traces.files import existing_path, make_folders, remove_empty, staging_path
 
 
 class OutDirError(ValueError):
@@ -95,7 +95,7 @@ def input_files(args) -> list[Path]:
     """The files a command line reads, from its parsed options (trace, cost model, host timeline, prices): what
     its --out must not replace. Options that are not paths (auto, calibrated, a number) name no file."""
     names = [getattr(args, name, None) for name in ("trace", "cost_model", "host_slowdown", "gpu_cost")]
-    return [Path(name) for name in names if isinstance(name, str) and name and Path(name).exists()]
+    return [Path(name) for name in names if isinstance(name, str) and name and existing_path(name) is not None]
 
 
 @contextmanager

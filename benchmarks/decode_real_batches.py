@@ -112,4 +112,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from engine.core.interrupt import one_line_on_long_names
+
+    one_line_on_long_names(main)()

@@ -213,4 +213,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from engine.core.interrupt import one_line_on_long_names
+
+    one_line_on_long_names(main)()

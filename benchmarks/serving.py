@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.files import check_output_path, write_text_atomic  # noqa: E402
+from traces.files import existing_path  # noqa: E402
 
 
 def make_trace(path: Path, num_requests: int) -> None:
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     # With nan or a limit <= 0 every probe missed the SLO, with inf every one met it: a bisection that found nothing.
     if not 0 < args.ttft_p90_ms < math.inf:
         parser.exit(2, f"error: --ttft-p90-ms must be a finite number of milliseconds > 0, got {args.ttft_p90_ms}\n")
-    if args.trace is not None and not Path(args.trace).is_file():
+    trace_file = existing_path(args.trace) if args.trace is not None else None  # is_file() raised on a long name
+    if args.trace is not None and not (trace_file is not None and trace_file.is_file()):
         parser.exit(2, f"error: --trace: {args.trace} is not a file\n")
     from engine.core.model_config import ModelShape
 
@@ -181,4 +183,6 @@ def _write(results: dict, args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from engine.core.interrupt import one_line_on_long_names
+
+    sys.exit(one_line_on_long_names(main)())

@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="further engine options for both runs, last (default: --load-format dummy)")
     args = parser.parse_args(argv)
     from sim.files import check_output_path, existing_parent, write_text_atomic
+    from traces.files import existing_path, long_name_problem
     from traces.schema import load_trace
 
     # Here, not in the child replay or bench (their failure was a CalledProcessError traceback), and before the runs:
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --qps must be a finite number > 0 and --limit >= 1, got {args.qps:g} and "
                        f"{args.limit}\n")
     problem = check_output_path(args.json, "--json", [Path(args.trace)])
-    blocked = Path(args.out_dir) if Path(args.out_dir).exists() else existing_parent(Path(args.out_dir))
+    problem = problem or long_name_problem(args.out_dir, "--out-dir")  # Path.exists() below raised on it
+    blocked = None if problem else existing_path(args.out_dir) or existing_parent(Path(args.out_dir))
     if not problem and blocked is not None and not blocked.is_dir():
         problem = f"--out-dir {args.out_dir}: {blocked} is a file; expected a folder"
     if problem:
@@ -162,4 +164,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from engine.core.interrupt import one_line_on_long_names
+
+    sys.exit(one_line_on_long_names(main)())

@@ -160,4 +160,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from engine.core.interrupt import one_line_on_long_names
+
+    sys.exit(one_line_on_long_names(main)())

@@ -267,4 +267,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from engine.core.interrupt import one_line_on_long_names
+
+    raise SystemExit(one_line_on_long_names(main)())

@@ -33,6 +33,7 @@ from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.messages import escape_controls, one_line
 from engine.core.sampling_params import MAX_TEMPERATURE
 from sim.limits import format_warnings
+from traces.files import existing_path
 
 if TYPE_CHECKING:
     from traces.http_bench import BenchResult
@@ -178,7 +179,9 @@ def _load_tokenizer(path: str):
         from transformers import AutoTokenizer
     except ImportError:
         raise ValueError("--prompt-format text needs transformers (pip install transformers)") from None
-    if Path(path).is_file():  # transformers' message spoke of a config "mapping, not list" (a TypeError traceback)
+    found = existing_path(path)  # None for a hub name too long to be a file's (is_file() raised "File name too long")
+    # transformers' message spoke of a config "mapping, not list" (a TypeError traceback)
+    if found is not None and found.is_file():
         raise ValueError(f"--tokenizer {path}: is a file; expected a Hugging Face tokenizer directory or name")
     try:
         return AutoTokenizer.from_pretrained(path)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traces.files import open_parquet, staging_path
+from traces.files import long_name_problem, open_parquet, staging_path
 
 if TYPE_CHECKING:
     import polars as pl
@@ -77,6 +77,9 @@ def check_output_path(path: str | Path, option: str, inputs: list[Path], *, over
     path = Path(path)
     if not path.name:
         return f"{option} is empty; expected a file path"
+    too_long = long_name_problem(path, option)
+    if too_long:  # every Path test below raised OSError on it
+        return too_long
     for source in inputs:
         if path.exists() and Path(source).exists() and path.resolve() == Path(source).resolve():
             return f"{option} {path} is one of the inputs ({source}); write elsewhere"

@@ -317,12 +317,14 @@ def parse_host_slowdown(spec: str, seed: int = 0) -> HostSpeed | None:
     except ValueError:
         value = None
     if value is None:
-        path = Path(spec)
-        if spec.lower().endswith(".csv") and not path.is_file():
-            what = "is a directory" if path.is_dir() else "is not a regular file" if path.exists() else \
-                "does not exist"
+        from traces.files import existing_path
+
+        path = existing_path(spec)  # None also for a text too long to be a file name
+        if spec.lower().endswith(".csv") and not (path is not None and path.is_file()):
+            what = "does not exist" if path is None else "is a directory" if path.is_dir() else \
+                "is not a regular file"
             raise ValueError(f"--host-slowdown {spec!r}: the file {what}; expected a CSV file (start_s,slowdown)")
-        if not path.is_file():
+        if path is None or not path.is_file():
             raise ValueError(
                 f"--host-slowdown {spec!r}: expected 'calibrated', a number, episodes:NORMAL,SLOW,FRACTION,MEAN_S "
                 "or a CSV file (start_s,slowdown)"

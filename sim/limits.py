@@ -23,6 +23,7 @@ naming the limit and the run's figure, and the two figures. Warnings describe th
 
 from __future__ import annotations
 
+import errno
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from engine.core.messages import escape_controls
+from engine.core.messages import escape_controls, long_name_message
 from engine.core.model_config import CONFIG_DIR, ModelShape, shipped_models
 from sim.config import SimConfig
 from sim.cost_model import num_kv_blocks_for
@@ -100,7 +101,15 @@ def chosen_profile(config: SimConfig, model: ModelShape) -> Path | None:
         if other_model_of_that_name(model) is not None:
             return None
         return find_profile(model.name, config.gpu, config.tensor_parallel_size)
-    return Path(config.cost_model)
+    path = Path(config.cost_model)
+    try:
+        path.stat()
+    except OSError as exc:  # a missing file is make_cost_model's to refuse, by name
+        if exc.errno == errno.ENAMETOOLONG:
+            # Every reader's Path test of it raised: analysis.capacity blamed its --out ("--out DIR: File name too
+            # long"), which catches OSError as a failed write.
+            raise ValueError(long_name_message(exc)) from None
+    return path
 
 
 def other_model_of_that_name(model: ModelShape) -> str | None:

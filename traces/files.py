@@ -15,6 +15,30 @@ if TYPE_CHECKING:
 NAME_MAX_BYTES = 255  # the longest file name ext4, XFS, btrfs and tmpfs hold
 
 
+def existing_path(value: str | Path) -> Path | None:
+    """The path ``value`` names where something exists there, else None, also where the text cannot name a file at
+    all (a name over the file system's 255 bytes). For option values that are a file or something else (a number,
+    price pairs, a tokenizer's hub name): Path.exists() and is_file() raise on a long name, so --host-slowdown
+    1.000... (300 digits) or --gpu-cost h200=3.000... was refused as "--out ...: File name too long"."""
+    path = Path(value)
+    try:
+        path.stat()
+    except (OSError, ValueError):  # ValueError: a NUL byte in the name
+        return None
+    return path
+
+
+def long_name_problem(path: str | Path, option: str) -> str | None:
+    """Why ``path`` cannot name a file at all (a name in it over the file system's 255 bytes), or None. Path.exists()
+    raises on such a name: an output path checked by hand met it as an OSError traceback (benchmarks/*.py --json,
+    --out-dir)."""
+    name = next((part for part in Path(path).parts if len(os.fsencode(part)) > NAME_MAX_BYTES), None)
+    if name is None:
+        return None
+    return (f"{option} {path}: a name in it is {len(os.fsencode(name))} bytes long; expected a path whose names are "
+            f"at most {NAME_MAX_BYTES} bytes each")
+
+
 def staging_path(path: Path, tag: str) -> Path:
     """The hidden sibling ``.NAME.TAG-PID`` that ``path`` is written as before it is renamed into place. A name
     near the file system's limit is shortened to its head and a hash of the whole: an --out of 250 characters, a

@@ -13,11 +13,11 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from engine.core.json_errors import json_problem
 from sim.files import read_json_input
 from sim.hardware import GPUS
+from traces.files import existing_path
 
 # Illustrative on-demand list prices in USD per GPU-hour, for comparing configurations only: not a
 # quote, and real prices vary widely by provider, region and commitment. Edit here, or pass
@@ -99,8 +99,8 @@ def load_gpu_costs(spec: str | None, defaults: Mapping[str, float] = DEFAULT_GPU
         return prices
     if not spec.strip():  # an unset shell variable, most likely: the illustrative prices were used without a word
         raise ValueError("--gpu-cost is empty; expected GPU=USD_PER_HOUR pairs such as h200=3.5,h100=2.5 or a file")
-    path = Path(spec)
-    if path.is_file():
+    path = existing_path(spec)  # None for pairs too long to be a file name, as h200=3.5000... is
+    if path is not None and path.is_file():
         source = str(path)
         try:
             text = read_json_input(path, MAX_PRICE_FILE_BYTES)

@@ -33,6 +33,7 @@ from analysis.capacity.workload import SessionLibrary, WorkloadParams
 from analysis.slo import SLO
 from engine.core.messages import one_line
 from sim.config import SimConfig
+from traces.files import existing_path
 
 # SimConfig fields whose value may be a local file or directory the workers must read.
 PATH_FIELDS = ("model", "cost_model", "host_slowdown")
@@ -106,8 +107,8 @@ def probe_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
 
 def _shipped_path(value: str) -> Path | None:
     """The local file or directory an option value names, or None (a shipped name, a number, ...)."""
-    path = Path(value)
-    return path if value and (path.is_file() or path.is_dir()) else None
+    path = existing_path(value) if value else None  # a number too long to be a file name is no file
+    return path if path is not None and (path.is_file() or path.is_dir()) else None
 
 
 def stage_files(configs: Sequence[SimConfig], stage: Path) -> dict[SimConfig, SimConfig]:

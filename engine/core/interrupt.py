@@ -20,7 +20,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-from engine.core.messages import escape_controls
+from engine.core.messages import long_name_message
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM
@@ -177,6 +177,30 @@ def quiet_until_main() -> None:
         pass
 
 
+def _exit_on_long_name(exc: OSError) -> None:
+    """One line and status 2 for ``exc``, an OSError of a path with a name past the file system's limit."""
+    print(f"error: {long_name_message(exc)}", file=sys.stderr)
+    raise SystemExit(EXIT_BAD_INPUT) from None
+
+
+def one_line_on_long_names(main: Callable) -> Callable:
+    """Decorate the ``main`` of a script run as a file (benchmarks/, validation/), which has none of
+    ``exit_130_on_interrupt``'s handling: a path with a name past the file system's limit (an input folder, a trace,
+    --shared, --results) was an OSError traceback at the first Path.exists() or is_file() that met it, status 1; it
+    is one line and status 2, as in the commands."""
+
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            _exit_on_long_name(exc)
+
+    return wrapped
+
+
 def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
     """Decorate a ``main(argv)``: on KeyboardInterrupt print ``message`` and exit with status 130 (143 for SIGTERM,
     which is turned into a KeyboardInterrupt while ``main`` runs). A main that handles the interrupt itself and
@@ -213,10 +237,7 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
                 # A path given with a name past the file system's limit: Path.exists() and is_file() raise on it
                 # (Python 3.11 passes over only a missing file), and each command's first check of an input or an
                 # output met it as a traceback. A staged output was removed as the error unwound, as on any other.
-                named = "" if exc.filename is None else f"{escape_controls(exc.filename)}: "
-                print(f"error: {named}{exc.strerror}; expected a path whose names are at most 255 bytes each (4096 in "
-                      "all)", file=sys.stderr)
-                raise SystemExit(EXIT_BAD_INPUT) from None
+                _exit_on_long_name(exc)
             except SystemExit as exc:
                 interrupted = exc.code in (EXIT_INTERRUPTED, EXIT_TERMINATED)
                 if exc.code == EXIT_INTERRUPTED and _Terminated.received:

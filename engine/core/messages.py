@@ -43,3 +43,10 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     """``1 request``, ``2 requests``: a count with its noun in the number the count takes ("wrote 1 requests",
     "dropped 1 turns" read as typos). ``plural`` where adding an s is wrong."""
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
+def long_name_message(exc: OSError) -> str:
+    """The one error of ``exc``, an OSError of a path with a name past the file system's limit (ENAMETOOLONG):
+    the path, the reason and what was expected."""
+    named = "" if exc.filename is None else f"{escape_controls(exc.filename)}: "
+    return f"{named}{exc.strerror}; expected a path whose names are at most 255 bytes each (4096 in all)"

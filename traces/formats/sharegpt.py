@@ -41,6 +41,7 @@ from engine.core.json_errors import json_problem, json_type_name
 from engine.core.messages import one_line
 from traces.arrivals import arrival_times_s, gamma_gaps_s
 from traces.errors import TraceError
+from traces.files import existing_path
 from traces.formats.base import Converted, ConvertOptions, RepeatedKey, json_error_at, json_syntax_hint, unique_keys
 from traces.formats.tabular import READ_ERRORS, check_source_file, open_text, read_error
 
@@ -65,13 +66,15 @@ def load_tokenizer(name_or_path: str | None) -> Any:
         from transformers import AutoTokenizer
     except ImportError as exc:  # pragma: no cover - transformers is a dev dependency
         raise TraceError(f"sharegpt needs the transformers package ({exc})") from exc
-    path = Path(name_or_path)
-    if path.exists() and not path.is_dir():  # transformers' message was about a config "mapping, not list"
+    # None also for a name too long to be a file's: Path.exists() raised OSError, reported as "-o OUT: File name too
+    # long"
+    path = existing_path(name_or_path)
+    if path is not None and not path.is_dir():  # transformers' message was about a config "mapping, not list"
         raise TraceError(f"--tokenizer {name_or_path}: is a file; expected a Hugging Face tokenizer directory")
     try:
         return AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
     except Exception as exc:  # transformers raises many types for a missing or broken tokenizer
-        if not path.exists():  # its message spoke of repo ids and internet connections, over several lines
+        if path is None:  # its message spoke of repo ids and internet connections, over several lines
             raise TraceError(f"--tokenizer {name_or_path}: no such directory (nor a tokenizer of that name in the "
                              "local Hugging Face cache); expected a tokenizer directory") from None
         reason = one_line(exc, 300)  # transformers' messages span lines; an error is one line

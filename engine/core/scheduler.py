@@ -121,14 +121,6 @@ class ScheduledBatch:
             self.prefill_attention_pairs += num_new_tokens * context + num_new_tokens * (num_new_tokens + 1) // 2
 
 
-def _index_near_end(running: list[Sequence], seq: Sequence, start: int) -> int:
-    """``running.index(seq)``, looked for from ``start`` on first (ValueError if it is not running)."""
-    try:
-        return running.index(seq, start)
-    except ValueError:
-        return running.index(seq)
-
-
 class Scheduler:
     # Plain decode tokens skip append_slots when it would do nothing (see _advance_running); False sends every
     # sequence through it, the general path the inlined case must match (tests compare the two).
@@ -207,6 +199,11 @@ class Scheduler:
         """Put ``seq``, whose blocks the caller allocated, straight into the running batch (sim.profile builds its
         grid's batches so); the running list is otherwise the scheduler's own."""
         seq.status = RUNNING
+        self._append_running(seq)
+
+    def _append_running(self, seq: Sequence) -> None:
+        """Append ``seq`` to the running list, numbered after every sequence appended before it (the running list
+        stays sorted by ``running_order``: index_in_running's bisection)."""
         seq.running_order = self._num_appended
         self._num_appended += 1
         self.running.append(seq)
@@ -320,10 +317,7 @@ class Scheduler:
         if seq.first_scheduled_s is None:
             seq.first_scheduled_s = self._now_s
             seq.num_cached_tokens = num_cached
-        seq.running_order = self._num_appended
-        self._num_appended += 1
-        self.running.append(seq)
-        self.steady_decodes.admitted(seq)
+        self._append_running(seq)
         return num_new
 
     def _reserve_or_preempt(self, seq: Sequence, num_new: int, batch: ScheduledBatch) -> bool:
@@ -421,13 +415,10 @@ class Scheduler:
         if num_tokens > budget or num_blocks > block_manager.num_free_blocks:
             return None
         try:
-            # The due rows by bisection (index_in_running). The unsteady rows are mostly the requests admitted since
-            # the last step, the running list's last rows: looked for by identity among its last len(unsteady) rows
-            # first, not behind the whole batch.
-            tail = num_rows - len(steady.unsteady)
-            positions = [index_in_running(running, seq) for seq in due]
-            positions.extend([_index_near_end(running, seq, tail) for seq in steady.unsteady])
-            positions.sort()
+            # By bisection on the order they were appended in (index_in_running), the unsteady rows too (mostly the
+            # requests admitted since the last step, the running list's last rows).
+            positions = sorted([*(index_in_running(running, seq) for seq in due),
+                                *(index_in_running(running, seq) for seq in steady.unsteady)])
         except ValueError:  # one is not running: the bookkeeping is off (running edited directly); row by row
             return None
         steady.take_due(due)  # the steady sequences are the plain rows now

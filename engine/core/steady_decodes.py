@@ -102,14 +102,9 @@ class SteadyDecodes:
         postprocessed and files them again."""
         self._calendar.pop(self.advance, None)
         steady = self.steady
-        if self._owing:
-            # (due() paid their debts, and nothing was logged since: each only leaves the debtors)
-            owed_from, debtors = self._owed_from, self._debtors
-            for seq in due:
-                position = owed_from.pop(seq, None)
-                if position is not None:
-                    del debtors[position][seq]
         for seq in due:
+            if self._owing:
+                self._stop_owing(seq)  # (paid by due(), and nothing logged since: it only leaves the debtors)
             del steady[seq]
             self._drop_key(seq)
         self.unsteady.update(due)
@@ -225,14 +220,10 @@ class SteadyDecodes:
             steps = to_last
         now = self.advance
         advance = now + steps if steps > 0 else now
-        if owing and position is None:  # steady from here on: owes what the log gets next (_owe_from inlined)
+        if owing and position is None:  # steady from here on: owes what the log gets next
             end = len(self._log_times)
             self._owed_from[seq] = end
-            debtors = self._debtors.get(end)
-            if debtors is None:
-                self._debtors[end] = {seq: None}
-            else:
-                debtors[seq] = None
+            self._owe_from(seq, end)
         key = computed - now
         keys = self._keys
         old_key = keys.get(seq)
@@ -283,13 +274,8 @@ class SteadyDecodes:
         seq.token_times_s.extend(times[position:])
         seq.num_computed_tokens += end - position
         owed_from[seq] = end
-        debtors = self._debtors
-        del debtors[position][seq]
-        paid = debtors.get(end)  # (_owe_from inlined)
-        if paid is None:
-            debtors[end] = {seq: None}
-        else:
-            paid[seq] = None
+        del self._debtors[position][seq]
+        self._owe_from(seq, end)
 
     def _owe_from(self, seq: Sequence, position: int) -> None:
         debtors = self._debtors.get(position)

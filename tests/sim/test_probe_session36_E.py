@@ -20,8 +20,8 @@ from analysis.capacity.ray_executor import _shipped_path
 from analysis.outdir import input_files
 from cli.sim_replay import main as sim_replay
 from sim.host_speed import ConstantHostSpeed, parse_host_slowdown
+from tests.sim.helpers import write_trace
 from traces.files import existing_path
-from traces.schema import save_trace
 
 LONG_ONE = "1." + "0" * 300  # a valid number; as a file name, over 255 bytes
 LONG_PRICE = "h200=3." + "0" * 300
@@ -30,10 +30,7 @@ LONG_WORD = "x" * 300
 
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
-    path = tmp_path / "t.parquet"
-    save_trace(pl.DataFrame({"request_id": [0, 1, 2], "arrival_s": [0.0, 0.1, 0.2], "prompt_tokens": [10, 10, 10],
-                             "output_tokens": [5, 5, 5]}), path)
-    return path
+    return write_trace(tmp_path / "t.parquet", [10, 10, 10], [5, 5, 5], arrival_s=[0.0, 0.1, 0.2])
 
 
 def test_existing_path_is_none_for_a_name_too_long_or_missing_and_the_path_otherwise(tmp_path: Path) -> None:

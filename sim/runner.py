@@ -27,6 +27,24 @@ _SCALAR_STEPS = 12
 _MAX_SCALAR_STEPS = 24
 
 
+def _ends_one_by_one(duration_s, start_s: float, max_steps: int, horizon_s: float,
+                     cross_horizon: bool = False) -> list[float]:
+    """The end times of up to ``max_steps`` steps from ``start_s``, step ``k`` lasting ``duration_s(k, its start)``,
+    each the end before plus its duration, as the step loop adds them: those ending strictly before ``horizon_s``,
+    and with ``cross_horizon`` the first that does not as well."""
+    ends: list[float] = []
+    t_s = start_s
+    for k in range(max_steps):
+        end_s = t_s + duration_s(k, t_s)
+        if end_s >= horizon_s:
+            if cross_horizon:
+                ends.append(end_s)
+            break
+        ends.append(end_s)
+        t_s = end_s
+    return ends
+
+
 def _joined(chunks: list[np.ndarray]) -> np.ndarray:
     """The step ends of a run's array passes, one array (most runs take one pass: no copy then)."""
     return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
@@ -292,23 +310,19 @@ class CostModelRunner:
             # A few steps: each priced by the function the step loop prices it with and added to the end before, as
             # _pass_ends adds an array pass's (the same floats: decode_steps_s is that function element by element),
             # without a pass's fixed cost of some twenty numpy calls, or pricing steps past the horizon.
-            ends = array("d")
             limit = max_steps if max_steps < _MAX_SCALAR_STEPS else _MAX_SCALAR_STEPS
-            duration_s = 0.0
-            while num_done < limit:
-                duration_s = step_s(bs, context + bs * num_done, longest + num_done, continues if not num_done else 1)
-                t_s = t_s + duration_s
-                if t_s >= horizon_s:
-                    if cross_horizon:
-                        ends.append(t_s)
-                    self._guess_s = duration_s
-                    return ends
-                ends.append(t_s)
-                num_done += 1
-            if num_done:
-                self._guess_s = duration_s
-            if num_done == max_steps:
-                return ends
+            last_s = [self._guess_s]  # the last step's price: the next pass's guess
+
+            def duration_s(k: int, _start_s: float) -> float:
+                last_s[0] = step_s(bs, context + bs * k, longest + k, continues if not k else 1)
+                return last_s[0]
+
+            ends = array("d", _ends_one_by_one(duration_s, start_s, limit, horizon_s, cross_horizon))
+            self._guess_s = last_s[0]
+            num_done = len(ends)
+            if num_done < limit or num_done == max_steps or (ends and ends[-1] >= horizon_s):
+                return ends  # the horizon, or every step
+            t_s = ends[-1]
             chunks.append(np.frombuffer(ends))  # the rest in array passes, from the step after these
         num_steps = _guessed_steps(horizon_s - t_s, self._guess_s, max_steps - num_done)
         while True:
@@ -327,21 +341,15 @@ class CostModelRunner:
 
     def _step_ends_one_by_one(self, batch: ScheduledBatch, start_s: float, max_steps: int,
                               horizon_s: float, cross_horizon: bool = False) -> list[float]:
-        ends: list[float] = []
-        t_s = start_s
-        for _ in range(max_steps):
-            end_s = t_s + self.duration_at(batch, t_s)
-            if end_s >= horizon_s:
-                if cross_horizon:
-                    ends.append(end_s)
-                break
-            ends.append(end_s)
-            t_s = end_s
-            batch.continues_batch = 1
-            batch.decode_context_tokens += batch.num_decode_seqs
-            batch.max_decode_context_tokens += 1
-            batch.step_index += 1
-        return ends
+        def duration_s(k: int, t_s: float) -> float:
+            if k:  # a step after the first repeats the batch before it, each context a token longer
+                batch.continues_batch = 1
+                batch.decode_context_tokens += batch.num_decode_seqs
+                batch.max_decode_context_tokens += 1
+                batch.step_index += 1
+            return self.duration_at(batch, t_s)
+
+        return _ends_one_by_one(duration_s, start_s, max_steps, horizon_s, cross_horizon)
 
     def release(self, seqs) -> None:
         """Nothing to forget: the cost model keeps no per-request state."""

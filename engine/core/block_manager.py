@@ -229,20 +229,7 @@ class BlockManager:
     def _register_full_blocks(self, seq: Sequence, num_full_blocks: int) -> None:
         start = seq.num_registered_blocks
         hashes = seq.block_hashes
-        if num_full_blocks == start + 1 and len(hashes) == start:
-            # One block filled, its parent's hash known: a decode token filling a block, the common case (the loop
-            # below, for one block).
-            block_size = self.block_size
-            block_bytes = token_bytes(seq.token_ids[start * block_size : num_full_blocks * block_size])
-            block_hash = hash_block(hashes[start - 1] if start else ROOT_HASH, block_bytes)
-            hashes.append(block_hash)
-            cached = self._cached
-            if block_hash not in cached:  # else another block already holds this content
-                block_id = seq.block_table[start]
-                cached[block_hash] = block_id
-                self.block_hashes[block_id] = block_hash
-                self._block_tokens[block_id] = block_bytes
-        elif num_full_blocks > start:
+        if num_full_blocks > start:
             if len(hashes) < start:
                 self._block_hash(seq, start - 1)  # the chain up to the first block registered here
             cached = self._cached

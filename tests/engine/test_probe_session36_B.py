@@ -67,7 +67,7 @@ def test_one_filled_block_is_registered_as_the_general_path_registers_it():
     assert fast.allocate(a, [], 10) and slow.allocate(b, [], 10)
     assert a.num_registered_blocks == 2 and a.block_hashes == prefix_block_hashes(tokens, 4)
     a.num_computed_tokens = b.num_computed_tokens = 10  # the prompt computed
-    for token in (11, 12):  # sampled, then computed: the third block fills with 12, registered alone (one-block path)
+    for token in (11, 12):  # sampled, then computed: the third block fills with 12, registered alone
         a.token_ids.append(token)
         b.token_ids.append(token)
         assert fast.append_slots(a, 1)

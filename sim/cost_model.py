@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from engine.core.model_config import ModelShape
 from engine.core.scheduler import ScheduledBatch
 from sim.hardware import GPUSpec
@@ -53,6 +55,11 @@ class RooflineConstants:
     per_seq_overhead_s: float = 4e-6
     # Per-layer kernel launch latency floor (norm, qkv, rope, attention, o-proj, mlp kernels), graph-replayed.
     per_layer_overhead_s: float = 25e-6
+    # Kernels run one after another, so a step's compute-bound parts (matmuls, prefill attention) and memory-bound
+    # parts (weight streaming, KV reads) add up. True prices a step at the larger of its FLOP time and its byte time,
+    # the bound of an engine that overlapped them perfectly (benchmarks/serving_ceiling.py: a ceiling, not a
+    # prediction of any engine here).
+    overlap_compute_and_memory: bool = False
 
 
 class RooflineCostModel:
@@ -89,18 +96,25 @@ class RooflineCostModel:
         matmul_s = (num_tokens * self._matmul_flops_per_token + num_sampled * self._lm_head_flops_per_token) / (
             self._matmul_rate
         )
-        linear_s = max(matmul_s, self._weight_time_s)
-        attention_s = 0.0
+        attention_flops_s = prefill_kv_s = 0.0
         if batch.num_prefill_seqs:
-            attention_s += batch.prefill_attention_pairs * self._attn_flops_per_pair / self._attn_rate
-            attention_s += (batch.prefill_context_tokens + batch.num_prefill_tokens) * self._kv_bytes_per_token / (
+            attention_flops_s = batch.prefill_attention_pairs * self._attn_flops_per_pair / self._attn_rate
+            prefill_kv_s = (batch.prefill_context_tokens + batch.num_prefill_tokens) * self._kv_bytes_per_token / (
                 self._kv_rate
             )
-        attention_s += batch.decode_context_tokens * self._kv_bytes_per_token / self._kv_rate
+        decode_kv_s = batch.decode_context_tokens * self._kv_bytes_per_token / self._kv_rate
         host_s = self._fixed_s + self.constants.per_seq_overhead_s * len(batch.seqs)
         if host_slowdown is not None:
             host_s *= host_slowdown
-        return host_s + linear_s + attention_s
+        if self.constants.overlap_compute_and_memory:  # contexts are arrays over a decode run: element by element
+            return host_s + np.maximum(matmul_s + attention_flops_s, self._weight_time_s + prefill_kv_s + decode_kv_s)
+        # Summed in the order the model always summed them: the same floats, so the same outputs as before.
+        attention_s = 0.0
+        if batch.num_prefill_seqs:
+            attention_s += attention_flops_s
+            attention_s += prefill_kv_s
+        attention_s += decode_kv_s
+        return host_s + max(matmul_s, self._weight_time_s) + attention_s
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None):
         """``step_time_s`` of a run of decode-only steps at once (the contexts are arrays, one entry per step): the

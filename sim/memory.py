@@ -105,8 +105,11 @@ def reusing_freed_memory() -> Iterator[None]:
     trace) reuse pages already touched instead of each mapping fresh ones that the kernel zero-fills page by page
     at first touch (under ``return_freed_memory_promptly``'s settings, a third of the outputs' CPU time). On exit,
     the heap's free top goes back to the system and ``return_freed_memory_promptly``'s settings apply again (as
-    they do after any simulation in the process). Nothing changes where there is no glibc."""
-    numpy_on_small_pages()  # outputs written without a simulation in this process too (sim.replay --bands)
+    they do after any simulation in the process). Simulations within keep these settings (a capacity sweep's
+    moderate ones, many in a row: analysis.capacity.executors). Nothing changes where there is no glibc."""
+    # Once per process, before these: a simulation within asks for them and then leaves these as they are. (Outputs
+    # are written without a simulation in this process too: sim.replay --bands.)
+    return_freed_memory_promptly()
     libc = _libc()
     if libc is None:
         yield

@@ -61,6 +61,19 @@ class Trace:
         block_size = hash_block_size if "hash_ids" in requests.columns else None
         return cls(requests=requests, hash_block_size=block_size, source=source)
 
+    @classmethod
+    def of_valid_columns(cls, requests: pl.DataFrame, source: str, hash_block_size: int | None,
+                         hash_id_offsets: tuple[np.ndarray, np.ndarray] | None = None) -> Trace:
+        """A table valid by construction, not checked again: columns in the order and with the dtypes `validate`
+        gives them, rows that pass its checks (a capacity search's streams: a validated trace's rows resampled,
+        analysis.capacity.workload). `hash_id_offsets`: its hash ids as `_hash_id_offsets` flattens them, where the
+        caller made them so (the column is not read back)."""
+        trace = cls(requests=requests, hash_block_size=hash_block_size if "hash_ids" in requests.columns else None,
+                    source=source)
+        if hash_id_offsets is not None:
+            trace.__dict__["_hash_id_offsets"] = hash_id_offsets  # (the cached_property's own slot)
+        return trace
+
     def __len__(self) -> int:
         return self.requests.height
 

@@ -12,23 +12,26 @@ stream in full).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from analysis.capacity.certain_miss import CertainMiss
 from analysis.capacity.slo_check import check_slos
-from analysis.capacity.stability import measure_stability
+from analysis.capacity.stability import measure_stability, stability_of
 from analysis.capacity.workload import EmptyStream, SessionLibrary, WorkloadParams, steady_trace
 from analysis.formatting import LATENCY_LABELS
 from analysis.metrics import goodput_rps, summarize
 from analysis.slo import SLO
 from analysis.stats import round_sig
-from engine.core.records import requests_to_arrow
+from engine.core.records import REQUEST_COLUMNS, requests_to_arrow
 from sim.bands import band_replay
 from sim.config import SimConfig
-from sim.simulator import simulate
+from sim.cost_model import CostModel
+from sim.simulator import make_cost_model, simulate
 
 # The probe that can stop an overloaded run early: the first third of the stream, measured after its
 # first quarter, failing by this multiple of the stability tolerance (an overload of ~3x what the full
@@ -39,6 +42,8 @@ PROBE_TOLERANCE_FACTOR = 3.0
 # few dozen requests are noise (a 30 s mooncake stream at ~3 req/s failed its probe on 31 requests while the whole
 # run, on 65, passed). Such short streams are cheap to simulate whole.
 PROBE_MIN_REQUESTS = 100
+# Where a simulator row (engine.core.records.request_row) holds the arrival and finish times.
+_ARRIVAL, _FINISH = ([c.name for c in REQUEST_COLUMNS].index(name) for name in ("arrival_s", "finish_s"))
 # PointResult fields copied from the measured window's summary under the same name.
 _SUMMARY_FIELDS = ("num_finished", "num_rejected", "total_output_tokens", "prefix_cache_hit_rate", "num_preemptions")
 
@@ -103,6 +108,14 @@ class PointResult:
         return self.total_output_tokens / self.num_requests if self.num_requests else 0.0
 
 
+@functools.lru_cache(maxsize=16)
+def _cost_model(config: SimConfig) -> CostModel:
+    """The cost model ``simulate`` makes for ``config``, made once per configuration of a sweep instead of once per
+    simulation (a profile read and checked each time: ~0.5 % of the default sweep's CPU time). A cost model holds
+    nothing a simulation changes: one simulation's replicas share it already."""
+    return make_cost_model(config, config.model_shape)
+
+
 def _judge(trace, job: PointJob, slos: Sequence[SLO], start_s: float, end_s: float, tolerance: float,
            stop_at_certain_miss: bool = False, on_request_done=None):
     """The measured window's requests, stability and SLO check, and when the simulation stopped (None: it ran to the
@@ -115,11 +128,21 @@ def _judge(trace, job: PointJob, slos: Sequence[SLO], start_s: float, end_s: flo
         config, cost_model = band_replay(job.config, job.seed)
         result = simulate(trace, config, cost_model=cost_model, watch=watch, on_request_done=on_request_done)
     else:
-        result = simulate(trace, job.config, watch=watch, on_request_done=on_request_done)
-    requests = pl.from_arrow(result.requests_table())
+        result = simulate(trace, job.config, cost_model=_cost_model(job.config), watch=watch,
+                          on_request_done=on_request_done)
+    # The stability check reads every request's arrival and finish, the rest only the measured window's requests:
+    # those are tabled alone, in the rows' order (as filtering the whole table keeps it). Tabling every request, the
+    # warm-up's token times too, and filtering the table copied the window's token times twice over (~5 % of a
+    # capacity sweep's CPU time went to the tables and summaries of its points).
+    rows = result.request_rows
+    arrival_s = np.fromiter((row[_ARRIVAL] for row in rows), dtype=np.float64, count=len(rows))
+    finish_s = np.fromiter((np.inf if row[_FINISH] is None else row[_FINISH] for row in rows), dtype=np.float64,
+                           count=len(rows))
     stopped_s = result.stopped_s
-    stability = measure_stability(requests, start_s, end_s if stopped_s is None else min(end_s, stopped_s), tolerance)
-    measured = requests.filter((pl.col("arrival_s") >= start_s) & (pl.col("arrival_s") < end_s))
+    stability = stability_of(arrival_s, finish_s, start_s, end_s if stopped_s is None else min(end_s, stopped_s),
+                             tolerance)
+    in_window = np.flatnonzero((arrival_s >= start_s) & (arrival_s < end_s)).tolist()
+    measured = pl.from_arrow(requests_to_arrow([rows[i] for i in in_window]))
     check = check_slos(measured, slos)
     if stopped_s is not None and check.meets_slos:  # the watch's reasoning says this cannot be
         raise RuntimeError(f"a simulation stopped at {stopped_s:g} s as certain to miss {watch.missed.key} meets it "

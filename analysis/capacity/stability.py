@@ -51,6 +51,13 @@ def measure_stability(requests: pl.DataFrame, start_s: float, end_s: float, tole
     arrival = requests["arrival_s"].to_numpy().astype(np.float64)
     # A request without a finish time never left the system (none does after a complete replay).
     finish = requests["finish_s"].fill_null(np.inf).to_numpy().astype(np.float64)
+    return stability_of(arrival, finish, start_s, end_s, tolerance)
+
+
+def stability_of(arrival: np.ndarray, finish: np.ndarray, start_s: float, end_s: float,
+                 tolerance: float) -> Stability:
+    """`measure_stability` of the requests' arrival and finish times (s, float64; inf: never finished), where the
+    caller has them as arrays (a capacity point reads them off the simulator's rows, without a table of them)."""
     in_window = (arrival >= start_s) & (arrival < end_s)
     num_arrived = int(in_window.sum())
     num_completed = int(((finish >= start_s) & (finish < end_s)).sum())

@@ -107,6 +107,11 @@ class SessionLibrary:
         """The hash ids of ``rows`` as session copies ``instances`` send them, a list column: ids private to one
         session are made fresh per copy (``+ (copy + 1) * num_hash_ids``), shared ones kept. Built from flat arrays
         (one list per request, made row by row, was ~4 % of a capacity sweep)."""
+        return _id_lists(*self.stream_hash_id_arrays(rows, instances))
+
+    def stream_hash_id_arrays(self, rows: np.ndarray, instances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``stream_hash_ids`` flattened: every id, list after list (int64), and where each list starts (one entry
+        more: the end), as ``Trace._hash_id_offsets`` holds a trace's."""
         flat, starts = self._flat_hash_ids
         lengths = starts[rows + 1] - starts[rows]
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
@@ -115,9 +120,7 @@ class SessionLibrary:
         index = np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts[rows] - offsets[:-1], lengths)
         ids = flat[index]
         copies = np.repeat(instances.astype(np.int64) + 1, lengths)
-        ids = np.where(self.shared_hash_ids[ids], ids, ids + copies * self.num_hash_ids)
-        lists = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ids, type=pa.int64()))
-        return pl.Series("hash_ids", lists, dtype=pl.List(pl.Int64))
+        return np.where(self.shared_hash_ids[ids], ids, ids + copies * self.num_hash_ids), offsets
 
     @property
     def longest_session_s(self) -> float:
@@ -161,6 +164,12 @@ class SessionLibrary:
             prompt_tokens=frame["prompt_tokens"].to_numpy(), output_tokens=frame["output_tokens"].to_numpy(),
             hash_ids=hash_ids, shared_hash_ids=shared, num_hash_ids=num_ids,
         )
+
+
+def _id_lists(ids: np.ndarray, offsets: np.ndarray) -> pl.Series:
+    """The hash_ids list column of flat ``ids`` and the ``offsets`` where each row's start."""
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ids, type=pa.int64()))
+    return pl.Series("hash_ids", lists, dtype=pl.List(pl.Int64))
 
 
 def _flattened(per_row: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -358,18 +367,26 @@ def steady_trace(library: SessionLibrary, qps: float, duration_s: float, warmup_
     rows, instance, arrival = rows[keep], instance[keep], arrival[keep]
     order = np.lexsort((rows, instance, arrival))
     rows, instance, arrival = rows[order], instance[order], arrival[order]
+    # In the order and with the dtypes traces.validation gives a trace's columns.
     columns: dict[str, object] = {
         "request_id": np.arange(len(rows), dtype=np.int64),
         "arrival_s": arrival,
-        "prompt_tokens": library.prompt_tokens[rows],
-        "output_tokens": library.output_tokens[rows],
-        "session_id": instance.astype(np.int64),
+        "prompt_tokens": library.prompt_tokens[rows].astype(np.int64, copy=False),
+        "output_tokens": library.output_tokens[rows].astype(np.int64, copy=False),
     }
+    hash_id_offsets = None
     if library.hash_ids is not None:
-        columns["hash_ids"] = library.stream_hash_ids(rows, instance)
+        hash_id_offsets = library.stream_hash_id_arrays(rows, instance)
+        columns["hash_ids"] = _id_lists(*hash_id_offsets)
+    columns["session_id"] = instance.astype(np.int64)
     if not len(rows):  # a low QPS with a small --min-requests: TraceError's traceback ("the trace is empty")
         raise EmptyStream(f"no request arrives in a stream of {duration_s:g} s at {qps:g} requests/s")
     frame = pl.DataFrame(columns)
     source = f"{library.source} resampled to {qps:g} req/s for {duration_s:g} s (seed {seed})"
-    trace = Trace.from_frame(frame, source, library.hash_block_size)
+    if not duration_s <= MAX_ARRIVAL_S:  # (a search never asks for one: WorkloadParams.min_qps) validation says why
+        return Trace.from_frame(frame, source, library.hash_block_size), Window(start_s=warmup_s, end_s=duration_s)
+    # Valid by construction: a validated trace's rows (token counts and hash ids as they were, private ids made
+    # fresh), fresh unique request ids, arrivals sorted in [0, duration_s). Validated again, it was ~2 % of a
+    # capacity sweep's CPU time (a stream per simulation).
+    trace = Trace.of_valid_columns(frame, source, library.hash_block_size, hash_id_offsets)
     return trace, Window(start_s=warmup_s, end_s=duration_s)

@@ -105,6 +105,33 @@ def capacity(trace, config, cost_model, limit_ms: float, lo: float, hi: float, r
             "probes": probes}
 
 
+def full_steps(trace, config, measured, ideal, min_tokens: int) -> dict:
+    """The replay's mixed steps of at least ``min_tokens`` batched tokens under the measured model (its ``trace`` at
+    the rate that met the limit), each priced again by ``ideal``: what such a step holds, and where the time goes."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from sim.simulator import simulate
+
+    steps = pl.from_arrow(simulate(trace, config, cost_model=measured).steps_table()).filter(
+        (pl.col("num_batched_tokens") >= min_tokens) & (pl.col("num_prefill_seqs") > 0)
+        & (pl.col("num_decode_seqs") > 0))
+    if not steps.height:
+        return {"num_steps": 0}
+    ideal_s = [ideal.step_time_s(SimpleNamespace(**row, seqs=[None] * row["num_seqs"])) for row in steps.select(
+        "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "prefill_context_tokens",
+        "prefill_attention_pairs", "decode_context_tokens", "num_seqs").to_dicts()]
+    return {"num_steps": steps.height, "min_batched_tokens": min_tokens,
+            "mean_measured_ms": round(1e3 * float(steps["duration_s"].mean()), 2),
+            "mean_ideal_ms": round(1e3 * sum(ideal_s) / len(ideal_s), 2),
+            "mean_prefill_seqs": round(float(steps["num_prefill_seqs"].mean()), 2),
+            "mean_prefill_context_tokens": round(float(steps["prefill_context_tokens"].mean()), 1),
+            "mean_decode_seqs": round(float(steps["num_decode_seqs"].mean()), 1),
+            "mean_decode_context_tokens": round(float((steps["decode_context_tokens"]
+                                                       / steps["num_decode_seqs"]).mean()), 1)}
+
+
 def idealised(model_shape, gpu, matmul_tflops: float, attention_tflops: float, bandwidth_tbs: float, overlap: bool):
     from sim.cost_model import RooflineConstants, RooflineCostModel
 
@@ -208,6 +235,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.before_qps:g}; device {found.get('busy_ms_per_request')} ms a request, busy "
               f"{found.get('busy_fraction')} of the replay (sustained at most "
               f"{found.get('sustained_qps_bound')} req/s)", flush=True)
+    if "profile" in models and results["models"]["profile"]["met_qps"] is not None:
+        # Where the measured model's time goes beyond the kernels': its full mixed steps at the rate that met the limit
+        gap = full_steps(trace.with_qps(results["models"]["profile"]["met_qps"]), config, models["profile"],
+                         models["kernels-in-sequence"], int(0.95 * config.max_num_batched_tokens))
+        results["full_mixed_steps_at_profile_capacity"] = gap
+        if gap["num_steps"]:
+            print(f"full mixed steps at the profile's capacity ({gap['num_steps']}, >= {gap['min_batched_tokens']} "
+                  f"tokens): {gap['mean_prefill_seqs']} prefill chunks after {gap['mean_prefill_context_tokens']} "
+                  f"cached tokens, {gap['mean_decode_seqs']} decode rows at {gap['mean_decode_context_tokens']}-token "
+                  f"contexts: {gap['mean_measured_ms']} ms measured, {gap['mean_ideal_ms']} ms kernels in sequence")
     results["cpu_s"] = round(time.process_time() - started, 2)
     results["python"] = platform.python_version()
     if args.json is not None:

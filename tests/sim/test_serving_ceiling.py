@@ -97,6 +97,9 @@ def test_ceiling_orders_the_models_and_writes_its_figures(tmp_path):
     assert list(models) == ["profile", "kernels-in-sequence", "compute-memory-overlapped"]
     met = [models[name]["met_qps"] for name in models]
     assert met[0] < met[1] < met[2]  # the measured engine, then kernels at the stated rates, then overlapped
+    gap = figures["full_mixed_steps_at_profile_capacity"]
+    assert gap["num_steps"] > 0 and gap["min_batched_tokens"] == 7782  # 95 % of the 8,192-token budget
+    assert gap["mean_ideal_ms"] < gap["mean_measured_ms"]  # the measured steps pay what the ideal leaves out
     for found in models.values():
         assert found["met_qps"] < found["missed_qps"] <= found["met_qps"] * 1.005 + 0.01
         assert found["ratio_to_before"] == round(found["met_qps"] / figures["before_qps"], 3)

@@ -172,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="python benchmarks/serving_ceiling.py", description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", default="h200", choices=sorted(GPUS), help="GPU whose rates and profile are used")
     parser.add_argument("--model", default="qwen3-0.6b", help="shipped model config (default: %(default)s)")
-    parser.add_argument("--num-requests", type=_count, default=1500, help="serving.py's default (1,500)")
+    parser.add_argument("--trace", default=None,
+                        help="trace parquet to replay, as serving.py --trace (default: its synthetic prefill-heavy)")
+    parser.add_argument("--num-requests", type=_count, default=1500,
+                        help="serving.py's default (1,500): the trace's first N requests")
     parser.add_argument("--ttft-p90-ms", type=_positive, default=1000.0, help="the SLO (default: %(default)s)")
     parser.add_argument("--matmul-tflops", type=_positive, default=None,
                         help="matmul rate (default: the GPU's measured rate in sim.hardware, else 80%% of its "
@@ -214,8 +217,16 @@ def main(argv: list[str] | None = None) -> int:
                                               overlap=False)
     models["compute-memory-overlapped"] = idealised(model_shape, gpu, matmul_tflops, attention_tflops,
                                                     bandwidth_tbs, overlap=True)
-    trace = make_trace(args.num_requests)
-    results = {"gpu": args.gpu, "model": args.model, "trace": f"serving.py's synthetic prefill-heavy, {SYNTH_ARGS}",
+    if args.trace is None:
+        trace, trace_name = make_trace(args.num_requests), f"serving.py's synthetic prefill-heavy, {SYNTH_ARGS}"
+    else:
+        from traces.schema import TraceError, load_trace
+
+        try:
+            trace, trace_name = load_trace(Path(args.trace)).head(args.num_requests), args.trace
+        except (OSError, TraceError, ValueError) as exc:
+            parser.exit(2, f"error: --trace {args.trace}: {exc}\n")
+    results = {"gpu": args.gpu, "model": args.model, "trace": trace_name,
                "num_requests": args.num_requests, "ttft_p90_ms_limit": args.ttft_p90_ms,
                "matmul_tflops": round(matmul_tflops, 1), "attention_tflops": round(attention_tflops, 1),
                "bandwidth_tbs": round(bandwidth_tbs, 3), "before_qps": args.before_qps,

@@ -88,9 +88,10 @@ def _ceiling(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, cwd=REPO, timeout=600)
 
 
-def test_ceiling_orders_the_models_and_writes_its_figures(tmp_path):
+@pytest.mark.parametrize("trace", [None, "traces/sharegpt.parquet"])
+def test_ceiling_orders_the_models_and_writes_its_figures(tmp_path, trace):
     out = tmp_path / "ceiling.json"
-    done = _ceiling("--num-requests", "600", "--json", str(out))
+    done = _ceiling("--num-requests", "600", "--json", str(out), *(["--trace", trace] if trace else []))
     assert done.returncode == 0, done.stderr
     figures = json.loads(out.read_text())
     models = figures["models"]
@@ -114,7 +115,9 @@ def test_ceiling_orders_the_models_and_writes_its_figures(tmp_path):
 
 @pytest.mark.parametrize("args, names", [(["--gpu", "b200"], "--gpu"), (["--num-requests", "5"], "--num-requests"),
                                          (["--attention-tflops", "nan"], "--attention-tflops"),
-                                         (["--json", "/nonexistent-dir/x.json"], "--json")])
+                                         (["--json", "/nonexistent-dir/x.json"], "--json"),
+                                         (["--trace", "/nonexistent-dir/t.parquet"], "--trace"),
+                                         (["--trace", "README.md"], "--trace")])
 def test_bad_options_get_one_line(args, names):
     done = _ceiling(*args)
     assert done.returncode == 2

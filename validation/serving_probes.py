@@ -1,0 +1,158 @@
+"""The simulator against benchmarks/serving.py's GPU probes: ``python validation/serving_probes.py RESULTS --gpu h100``.
+
+serving.py bisects the highest request rate at which an engine keeps TTFT p90 within 1 s, each probe an
+``engine.replay`` of the trace's first requests at one rate: runs at 80-110 % of capacity, the knee of the latency
+curve, where a simulator's small errors in step time become large errors in queueing. For every probe of one engine
+(``--engine``, default ``now``: the engine of this tree; the older engine has no profile of its own), this script
+replays the same requests at the same rate in the simulator (the GPU's measured profile, ``--cost-model auto``) and
+prints sim and GPU side by side: TTFT p50 and p90, TPOT p50, output throughput, and whether each met the limit. Then
+the simulator's own bisection (benchmarks/serving_ceiling.py's rule, to 0.5 %) beside the GPU's bracket.
+
+The trace is the one serving.py replayed: its synthetic prefill-heavy one where the results say so (made again, the
+same seed), else the results' ``trace`` path or ``--trace``. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from sim.files import check_output_path, write_text_atomic  # noqa: E402
+
+
+def _pct(sim: float | None, real: float | None) -> str:
+    if sim is None or real is None or not real:
+        return "n/a"
+    return f"{100.0 * (sim - real) / real:+.1f} %"
+
+
+def _load_results(parser, path: str) -> dict:
+    try:
+        results = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        parser.exit(2, f"error: {path}: cannot read serving.py's results: {exc}\n")
+    if not isinstance(results, dict) or not isinstance(results.get("runs"), dict):
+        parser.exit(2, f"error: {path}: expected benchmarks/serving.py's JSON (an object with 'runs')\n")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    from sim.hardware import GPUS
+
+    parser = OneLineErrorParser(prog="python validation/serving_probes.py", description=__doc__.splitlines()[0])
+    parser.add_argument("results", help="benchmarks/serving.py's --json output")
+    parser.add_argument("--gpu", required=True, choices=sorted(GPUS), help="the GPU the probes ran on")
+    parser.add_argument("--engine", default="now", help="which engine's probes (default: %(default)s)")
+    parser.add_argument("--trace", default=None, help="the trace serving.py replayed (default: as its results say)")
+    parser.add_argument("--bands", type=int, default=0, metavar="N",
+                        help="also N seeded band replays per probe (sim.bands: host speed and step residuals varied): "
+                             "each figure's p5-p95 band and whether the GPU's lies inside (0: none; 2 to 200)")
+    parser.add_argument("--json", default=None, metavar="OUT", help="also write the table here")
+    args = parser.parse_args(argv)
+    if args.bands and not 2 <= args.bands <= 200:
+        parser.exit(2, f"error: --bands must be 0 or an integer from 2 to 200, got {args.bands}\n")
+    results = _load_results(parser, args.results)
+    probes = results["runs"].get(args.engine)
+    if not probes:
+        parser.exit(2, f"error: --engine {args.engine}: {args.results} holds probes of "
+                       f"{', '.join(sorted(results['runs'])) or 'no engine'}\n")
+    problem = args.json is not None and check_output_path(args.json, "--json", [Path(args.results)])
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
+
+    import numpy as np
+    import polars as pl
+    import serving_ceiling
+
+    from analysis.metrics import summarize
+    from sim.config import SimConfig
+    from sim.simulator import make_cost_model, simulate
+    from traces.schema import TraceError, load_trace
+
+    num_requests = int(results.get("num_requests", 1500))
+    limit_ms = float(results.get("ttft_p90_ms_limit", 1000.0))
+    trace_name = args.trace or results.get("trace", "")
+    if args.trace is None and str(trace_name).startswith("synthetic"):
+        trace = serving_ceiling.make_trace(num_requests)
+    else:
+        path = Path(trace_name)
+        if not path.is_absolute() and not path.exists():  # serving.py ran in the repository's root
+            path = ROOT / path
+        try:
+            trace = load_trace(path).head(num_requests)
+        except (OSError, TraceError, ValueError) as exc:
+            parser.exit(2, f"error: --trace {trace_name}: {exc}\n")
+    config = SimConfig(gpu=args.gpu, max_model_len=serving_ceiling.MAX_MODEL_LEN)
+    cost_model = make_cost_model(config, config.model_shape)
+    def figures(rate_trace, run_config, run_cost_model) -> dict:
+        result = simulate(rate_trace, run_config, cost_model=run_cost_model)
+        summary = summarize(pl.from_arrow(result.requests_table()), None, vllm_names=False)
+        return {"ttft_ms_p50": summary["ttft_ms"]["p50"], "ttft_ms_p90": summary["ttft_ms"]["p90"],
+                "tpot_ms_p50": summary["tpot_ms"]["p50"], "output_throughput": summary["output_throughput"]}
+
+    rows = []
+    for probe in sorted(probes, key=lambda p: p["qps"]):
+        rate_trace = trace.with_qps(probe["qps"])
+        sim = figures(rate_trace, config, cost_model)
+        sim["met_slo"] = sim["ttft_ms_p90"] is not None and sim["ttft_ms_p90"] <= limit_ms
+        row = {"qps": probe["qps"], "gpu": {k: probe.get(k) for k in (*sim, "met_slo")}, "sim": sim}
+        if args.bands:
+            from sim.bands import band_replay
+
+            replays = [figures(rate_trace, *band_replay(config, i)) for i in range(args.bands)]
+            row["bands"] = {}
+            for key in ("ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "output_throughput"):
+                values = np.array([r[key] for r in replays if r[key] is not None], dtype=float)
+                low, high = (float(v) for v in np.percentile(values, [5, 95]))
+                real = probe.get(key)
+                row["bands"][key] = {"p5": round(low, 3), "p95": round(high, 3),
+                                     "gpu_inside": real is not None and low <= real <= high}
+        rows.append(row)
+    found = serving_ceiling.capacity(trace, config, cost_model, limit_ms, 0.5 * rows[0]["qps"], rows[-1]["qps"],
+                                     rel_precision=0.005)
+    met = [r["qps"] for r in rows if r["gpu"]["met_slo"]]
+    missed = [r["qps"] for r in rows if not r["gpu"]["met_slo"]]
+    table = {"results": args.results, "gpu": args.gpu, "engine": args.engine, "cost_model": cost_model.name,
+             "trace": str(trace_name), "num_requests": num_requests, "ttft_p90_ms_limit": limit_ms, "probes": rows,
+             "gpu_met_qps": max(met) if met else None, "gpu_missed_qps": min(missed) if missed else None,
+             "sim_met_qps": found["met_qps"], "sim_missed_qps": found["missed_qps"],
+             "verdicts_agree": sum(r["gpu"]["met_slo"] == r["sim"]["met_slo"] for r in rows),
+             "num_band_replays": args.bands}
+    if args.bands:
+        table["figures_inside_bands"] = sum(b["gpu_inside"] for r in rows for b in r["bands"].values())
+        table["figures_banded"] = sum(len(r["bands"]) for r in rows)
+    print(f"{args.engine} engine's probes on the {args.gpu} ({trace_name}, first {num_requests} requests); "
+          f"simulated with {cost_model.name}")
+    print("| req/s | TTFT p50 GPU / sim | TTFT p90 GPU / sim | TPOT p50 GPU / sim | output tok/s GPU / sim "
+          "| met (GPU/sim) |")
+    print("|--:|--:|--:|--:|--:|:--|")
+    for r in rows:
+        cells = [f"{r['qps']:.1f}"]
+        for key, digits in (("ttft_ms_p50", 0), ("ttft_ms_p90", 0), ("tpot_ms_p50", 1), ("output_throughput", 0)):
+            real, sim = r["gpu"][key], r["sim"][key]
+            cells.append(f"{real:.{digits}f} / {sim:.{digits}f} ({_pct(sim, real)})")
+        cells.append(f"{'yes' if r['gpu']['met_slo'] else 'no'} / {'yes' if r['sim']['met_slo'] else 'no'}")
+        if "bands" in r:  # the GPU's figure inside the replays' p5-p95 band: + ; outside: -
+            cells[1:5] = [f"{cell} {'+' if r['bands'][key]['gpu_inside'] else '-'}" for cell, key in zip(
+                cells[1:5], ("ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "output_throughput"), strict=True)]
+        print("| " + " | ".join(cells) + " |")
+    gpu_bracket = f"met {table['gpu_met_qps']}, missed {table['gpu_missed_qps']}"
+    print(f"capacity (TTFT p90 <= {limit_ms:g} ms): GPU {gpu_bracket}; simulator met {found['met_qps']}, missed "
+          f"{found['missed_qps']}; verdicts agree on {table['verdicts_agree']} of {len(rows)} probes"
+          + (f"; GPU figures inside the {args.bands} replays' p5-p95 bands (+): {table['figures_inside_bands']} of "
+             f"{table['figures_banded']}" if args.bands else ""))
+    if args.json is not None:
+        write_text_atomic(Path(args.json), json.dumps(table, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    from engine.core.interrupt import one_line_on_long_names
+
+    sys.exit(one_line_on_long_names(main)())

@@ -39,17 +39,57 @@ class RoundRobinRouter:
         return index
 
 
-class LeastOutstandingRouter:
+class LoadTracking:
+    """Every replica's unfinished requests (waiting + running), for a router that reads them all: read one by one,
+    or, for a caller that says which replicas' queues may have changed (``track_loads``), kept and read again only for
+    those. A fleet of 64 read all 64 for a request where two or three had changed (the prefix router, for the ~45 % of
+    requests whose first block no replica holds): the 64-replica benchmark's first 5,000 sessions took 3.333e9
+    instructions, 3.263e9 (-2.1 %) so."""
+
+    # With track_loads: each replica's unfinished requests as of the last read, the replicas whose queues may have
+    # changed since (the caller's to fill), and the fleet's schedulers. None: not tracked.
+    _loads: list[int] | None = None
+    _stale_loads: set[int]
+    _load_schedulers: list
+
+    def track_loads(self, engines: Seq[LLMEngine]) -> set[int]:
+        """For a caller that adds to the returned set the index of every replica of ``engines`` whose queues (waiting,
+        running) may have changed, before the next ``route``, and passes ``route`` these same engines (never reset:
+        LLMEngine.reset makes a new scheduler): route then reads only those replicas' queues where it needs every
+        replica's load."""
+        self._load_schedulers = schedulers = [engine.scheduler for engine in engines]
+        self._loads = [len(scheduler.waiting) + len(scheduler.running) for scheduler in schedulers]
+        self._stale_loads = set()
+        return self._stale_loads
+
+    def _fleet_loads(self, schedulers: list) -> list[int]:
+        """Every replica's unfinished requests now (``num_unfinished``), by replica, of ``schedulers`` (the engines'
+        in order); not to be changed."""
+        loads = self._loads
+        if loads is None:
+            return [len(scheduler.waiting) + len(scheduler.running) for scheduler in schedulers]
+        stale = self._stale_loads
+        for index in stale:
+            scheduler = schedulers[index]
+            loads[index] = len(scheduler.waiting) + len(scheduler.running)
+        stale.clear()
+        return loads
+
+
+class LeastOutstandingRouter(LoadTracking):
     """Fewest unfinished (waiting + running) requests; ties go to the lowest index."""
 
     name = "lor"
 
     def route(self, prompt_token_ids: list[int], engines: Seq[LLMEngine]) -> int:
-        loads = [e.scheduler.num_unfinished for e in engines]
+        if self._loads is None:
+            loads = [e.scheduler.num_unfinished for e in engines]
+        else:
+            loads = self._fleet_loads(self._load_schedulers)
         return loads.index(min(loads))
 
 
-class PrefixAffinityRouter:
+class PrefixAffinityRouter(LoadTracking):
     """Most cached leading blocks of the prompt; ties by fewest unfinished requests, then lowest index; unless that
     replica is overloaded: then the least loaded one (lowest index among equals).
 
@@ -103,6 +143,7 @@ class PrefixAffinityRouter:
             fleet = self._fleet = (engines, schedulers, block_managers, prefix_caches(block_managers),
                                    block_size if uniform else None)
             self._first_block_replicas = None  # tracked admissions were another fleet's
+            self._loads = None  # ... and tracked loads
         return fleet
 
     def track_admissions(self, engines: Seq[LLMEngine]) -> None:
@@ -189,7 +230,7 @@ class PrefixAffinityRouter:
             first = hashes[0]
             holders = [index for index in first_block_replicas.get(first, ()) if first in caches[index]]
         if not holders:  # no replica has cached a block of it: the least loaded one
-            loads = [len(scheduler.waiting) + len(scheduler.running) for scheduler in schedulers]
+            loads = self._fleet_loads(schedulers)
             return loads.index(min(loads))
         if len(holders) == 1:
             # The one replica holding the first block holds the most cached blocks (at least one, the others none):
@@ -213,7 +254,7 @@ class PrefixAffinityRouter:
         load = len(scheduler.waiting) + len(scheduler.running)
         if load <= self.balance_abs_threshold:  # (the least loaded has at least 0: not overloaded, loads unread)
             return index
-        loads = [len(scheduler.waiting) + len(scheduler.running) for scheduler in schedulers]
+        loads = self._fleet_loads(schedulers)
         least = min(loads)
         if load - least > self.balance_abs_threshold and load > self.balance_rel_threshold * least:
             return loads.index(least)

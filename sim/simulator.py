@@ -431,6 +431,11 @@ def simulate(
     admitted = getattr(router, "admitted", None) if routed_to is None else None
     if admitted is not None:
         router.track_admissions(engines)
+    # A router that follows the replicas' loads (track_loads) is told of each replica whose queues may have changed:
+    # its own process at every resume (the top of its loop: a step, a window's finish, a wakeup), and an arrival that
+    # adds to it or advances its window. (Without one, the set only collects replica indices.)
+    track_loads = getattr(router, "track_loads", None) if routed_to is None else None
+    stale_loads: set[int] = set() if track_loads is None else track_loads(engines)
     runs: list[QuietRun | None] = [None] * len(engines)  # each replica's window in progress (lazy or not)
 
     def lazy_window(engine: LLMEngine, now_s: float, max_steps: int, min_steps: int = 2,
@@ -484,6 +489,7 @@ def simulate(
         # nearly half of its calls on the Azure trace.
         fewest_queued_seqs = admits_none_from(engine.scheduler.config)
         while True:
+            stale_loads.add(index)  # (what this resume changed, before it yields again: the router reads it after)
             if not engine.has_unfinished_requests():
                 wakeups[index] = env.event()
                 yield wakeups[index]
@@ -582,6 +588,7 @@ def simulate(
                     event_s, index = heappop(due_windows)
                     run = runs[index]
                     if run is not None and run.next_event_s == event_s:  # (else passed over: see due_windows)
+                        stale_loads.add(index)
                         done(run.advance(arrival_s))
                         if run.next_event_s < math.inf:
                             heappush(due_windows, (run.next_event_s, index))
@@ -599,6 +606,7 @@ def simulate(
                 index = routed_to[i]
                 next_routed[index] += 1
             seq = requests.add_to(engines[index], i, prompt, block_hashes)
+            stale_loads.add(index)
             if admitted is not None:
                 admitted(index, seq)
             run = runs[index]

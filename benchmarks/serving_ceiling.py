@@ -85,8 +85,9 @@ def capacity(trace, config, cost_model, limit_ms: float, lo: float, hi: float, r
 
     while not meets(lo):
         lo /= 2
-        if lo < 1e-3:
-            return {"met_qps": None, "missed_qps": lo * 2, "probes": probes}
+        if lo < 1e-3:  # a request alone takes longer than the limit
+            return {"met_qps": None, "missed_qps": lo * 2, "probes": probes,
+                    "note": f"the limit was missed even at {lo * 2:.3g} req/s: one request alone takes longer"}
     while meets(hi):
         lo, hi = hi, hi * 2
         if hi > 1e6:  # every request at once still met the limit: too few requests for it to bind
@@ -234,19 +235,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.process_time()
     for name, cost_model in models.items():
         found = capacity(trace, config, cost_model, args.ttft_p90_ms, 60.0, 240.0, rel_precision=0.005)
-        if found.get("note"):
-            print(f"{name}: {found['note']}", file=sys.stderr)
-        if found["met_qps"] is not None:
-            found["ratio_to_before"] = round(found["met_qps"] / args.before_qps, 3)
         found["cost_model"] = getattr(cost_model, "name", name)
         results["models"][name] = found
-        ratio = found.get("ratio_to_before")
+        if found["met_qps"] is None:
+            print(f"{name:26s} {found['note']}", flush=True)
+            continue
+        found["ratio_to_before"] = ratio = round(found["met_qps"] / args.before_qps, 3)
         print(f"{name:26s} highest rate meeting TTFT p90 <= {args.ttft_p90_ms:g} ms: {found['met_qps']} req/s "
-              f"(missed at {found['missed_qps']}); {'' if ratio is None else f'{ratio:.2f}x'} the engine before's "
+              f"(missed at {found['missed_qps']}); {ratio:.2f}x the engine before's "
               f"{args.before_qps:g}; device {found.get('busy_ms_per_request')} ms a request, busy "
               f"{found.get('busy_fraction')} of the replay (sustained at most "
               f"{found.get('sustained_qps_bound')} req/s)", flush=True)
-    if "profile" in models and results["models"]["profile"]["met_qps"] is not None:
+    if "profile" in models and results["models"]["profile"]["met_qps"] is not None:  # (None: no rate found)
         # Where the measured model's time goes beyond the kernels': its full mixed steps at the rate that met the limit
         gap = full_steps(trace.with_qps(results["models"]["profile"]["met_qps"]), config, models["profile"],
                          models["kernels-in-sequence"], int(0.95 * config.max_num_batched_tokens))

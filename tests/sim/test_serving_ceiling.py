@@ -122,3 +122,14 @@ def test_bad_options_get_one_line(args, names):
     done = _ceiling(*args)
     assert done.returncode == 2
     assert names in done.stderr and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("limit_ms, says", [("1e-9", "missed even at"), ("1e12", "held with every request")])
+def test_limits_no_rate_can_decide_are_said_so(tmp_path, limit_ms, says):
+    """A limit no single request meets, or one every request meets arriving at once: no rate, a note saying why."""
+    out = tmp_path / "ceiling.json"
+    done = _ceiling("--num-requests", "50", "--ttft-p90-ms", limit_ms, "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    models = json.loads(out.read_text())["models"]
+    assert len(models) == 3 and all(m["met_qps"] is None and says in m["note"] for m in models.values())
+    assert done.stdout.count(says) == 3

@@ -32,6 +32,10 @@ def _pct(sim: float | None, real: float | None) -> str:
     return f"{100.0 * (sim - real) / real:+.1f} %"
 
 
+def _num(value: float | None, digits: int) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
 def _load_results(parser, path: str) -> dict:
     try:
         results = json.loads(Path(path).read_text())
@@ -39,6 +43,12 @@ def _load_results(parser, path: str) -> dict:
         parser.exit(2, f"error: {path}: cannot read serving.py's results: {exc}\n")
     if not isinstance(results, dict) or not isinstance(results.get("runs"), dict):
         parser.exit(2, f"error: {path}: expected benchmarks/serving.py's JSON (an object with 'runs')\n")
+    for engine, probes in results["runs"].items():
+        for i, probe in enumerate(probes if isinstance(probes, list) else [None]):
+            qps = probe.get("qps") if isinstance(probe, dict) else None
+            if not (isinstance(qps, (int, float)) and 0 < qps < 1e9):
+                parser.exit(2, f"error: {path}: runs.{engine}[{i}]: expected a probe with a rate 'qps' > 0 (as "
+                               f"serving.py writes), got {probe!r:.80}\n")
     return results
 
 
@@ -123,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
              "gpu_met_qps": max(met) if met else None, "gpu_missed_qps": min(missed) if missed else None,
              "sim_met_qps": found["met_qps"], "sim_missed_qps": found["missed_qps"],
              "verdicts_agree": sum(r["gpu"]["met_slo"] == r["sim"]["met_slo"] for r in rows),
-             "num_band_replays": args.bands}
+             "num_band_replays": args.bands, "sim_note": found.get("note")}
     if args.bands:
         table["figures_inside_bands"] = sum(b["gpu_inside"] for r in rows for b in r["bands"].values())
         table["figures_banded"] = sum(len(r["bands"]) for r in rows)
@@ -136,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [f"{r['qps']:.1f}"]
         for key, digits in (("ttft_ms_p50", 0), ("ttft_ms_p90", 0), ("tpot_ms_p50", 1), ("output_throughput", 0)):
             real, sim = r["gpu"][key], r["sim"][key]
-            cells.append(f"{real:.{digits}f} / {sim:.{digits}f} ({_pct(sim, real)})")
+            cells.append(f"{_num(real, digits)} / {_num(sim, digits)} ({_pct(sim, real)})")
         cells.append(f"{'yes' if r['gpu']['met_slo'] else 'no'} / {'yes' if r['sim']['met_slo'] else 'no'}")
         if "bands" in r:  # the GPU's figure inside the replays' p5-p95 band: + ; outside: -
             cells[1:5] = [f"{cell} {'+' if r['bands'][key]['gpu_inside'] else '-'}" for cell, key in zip(
@@ -145,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu_bracket = f"met {table['gpu_met_qps']}, missed {table['gpu_missed_qps']}"
     print(f"capacity (TTFT p90 <= {limit_ms:g} ms): GPU {gpu_bracket}; simulator met {found['met_qps']}, missed "
           f"{found['missed_qps']}; verdicts agree on {table['verdicts_agree']} of {len(rows)} probes"
+          + (f" ({found['note']})" if found.get("note") else "")
           + (f"; GPU figures inside the {args.bands} replays' p5-p95 bands (+): {table['figures_inside_bands']} of "
              f"{table['figures_banded']}" if args.bands else ""))
     if args.json is not None:

@@ -18,8 +18,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 def _results(tmp_path: Path, probes: list[dict], trace: str = "traces/sharegpt.parquet") -> Path:
-    """A serving.py result (a TTFT p90 limit of 100 ms): its 'now' probes on traces/sharegpt.parquet (a path relative to the repository, as
-    serving.py records --trace), the first 300 requests."""
+    """A serving.py result (a TTFT p90 limit of 100 ms): its 'now' probes on traces/sharegpt.parquet (a path relative
+    to the repository, as serving.py records --trace), the first 300 requests."""
     path = tmp_path / "serving.json"
     path.write_text(json.dumps({"trace": trace, "num_requests": 300, "ttft_p90_ms_limit": 100.0,
                                 "runs": {"now": probes, "before": []}}))
@@ -64,6 +64,10 @@ def test_bad_input_gets_one_line(tmp_path, args, expected):
 
 
 def test_not_serving_results_gets_one_line(tmp_path):
+    no_rate = tmp_path / "r.json"
+    no_rate.write_text(json.dumps({"runs": {"now": [{"qps": "5"}]}}))
+    done = _run(str(no_rate), "--gpu", "h100")
+    assert done.returncode == 2 and "runs.now[0]" in done.stderr and "Traceback" not in done.stderr
     bad = tmp_path / "x.json"
     bad.write_text("[1, 2]")
     done = _run(str(bad), "--gpu", "h100")

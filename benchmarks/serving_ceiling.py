@@ -1,8 +1,9 @@
 """Serving ceiling: ``python benchmarks/serving_ceiling.py [--gpu h200] [--json OUT]``.
 
 How many requests a second could any engine serve within the TTFT limit of ``benchmarks/serving.py`` (p90 <= 1 s)
-on its prefill-heavy synthetic trace (prompts lognormal, median 2,048 tokens; outputs geometric, mean 28; seed 7),
-if its kernels ran at stated rates and its host cost nothing? Each figure is the simulator's capacity (the shared
+on its prefill-heavy synthetic trace (prompts lognormal, median 2,048 tokens; outputs geometric, mean 28; seed 7; the
+same table as its ``traces.synth`` call) or the trace ``--trace`` names, if its kernels ran at stated rates and its
+host cost nothing? Each figure is the simulator's capacity (the shared
 scheduler, chunked prefill at 8,192 tokens a step, the same bisection rule as serving.py: the highest probed rate
 whose replay meets the limit) under one cost model:
 

@@ -396,7 +396,7 @@ class Scheduler:
         then the per-row loop would neither stop short nor preempt, and the two give the same batch and blocks."""
         running = self.running
         steady = self.steady_decodes
-        if not steady.consistent_with(running):
+        if len(steady.steady) + len(steady.unsteady) != len(running):  # (SteadyDecodes.consistent_with, inlined)
             return None
         due = steady.due()  # (paid up, lazy tokens: their rows are read below)
         specials = [*due, *steady.unsteady]
@@ -414,24 +414,42 @@ class Scheduler:
             num_blocks += block_manager.num_new_blocks(seq, num_new)
         if num_tokens > budget or num_blocks > block_manager.num_free_blocks:
             return None
+        # A due row whose event is a block (opened or filled) needs the block manager now but nothing of postprocess
+        # (its token neither its last nor a stop: steady rows have no stop tokens of their own, and an eos row is
+        # found by postprocess whatever it is): it stays a plain row, steady, filed afresh once its block is handled
+        # below (SteadyDecodes.decoded_in_place), and needs no position (-1). Only the rows sampling their last token
+        # leave the steady ones. Each row as (running_order, position, sequence): sorted, in running order.
+        leaving = []
+        rows = []
         try:
             # By bisection on the order they were appended in (index_in_running), the unsteady rows too (mostly the
             # requests admitted since the last step, the running list's last rows).
-            positions = sorted([*(index_in_running(running, seq) for seq in due),
-                                *(index_in_running(running, seq) for seq in steady.unsteady)])
+            for seq in due:
+                if seq.max_num_tokens - seq.num_computed_tokens <= 2:
+                    leaving.append(seq)
+                    rows.append((seq.running_order, index_in_running(running, seq), seq))
+                else:
+                    rows.append((seq.running_order, -1, seq))
+            for seq in steady.unsteady:
+                rows.append((seq.running_order, index_in_running(running, seq), seq))
         except ValueError:  # one is not running: the bookkeeping is off (running edited directly); row by row
             return None
-        steady.take_due(due)  # the steady sequences are the plain rows now
+        rows.sort()  # (by running_order alone: no two rows share one)
+        steady.take_due(leaving)  # the steady sequences are the plain rows now
         new_tokens = [1] * num_rows
         num_decode = num_rows
         special_context = 0  # the special decode rows' computed tokens, summed, and the largest
         special_longest = -1
-        for position in positions:  # in running order, as the per-row loop allocates
-            seq = running[position]
+        special_rows = []
+        for _, position, seq in rows:  # in running order, as the per-row loop allocates
             computed = seq.num_computed_tokens
             num_new = len(seq.token_ids) - computed
             if not block_manager.append_slots(seq, num_new):
                 raise RuntimeError("a large-batch step ran out of blocks it had counted as free")
+            if position < 0:  # a block event: a plain row (its context in plain_context's sums)
+                steady.decoded_in_place(seq)
+                continue
+            special_rows.append(position)
             new_tokens[position] = num_new
             if num_new != 1:
                 batch.count_row(computed, num_new)  # a prompt chunk
@@ -447,7 +465,7 @@ class Scheduler:
             plain_context, plain_longest = steady.plain_context()
             batch.count_decode_rows(num_decode, plain_context + special_context + num_decode,
                                     max(plain_longest, special_longest) + 1)
-        batch.special_rows = positions
+        batch.special_rows = special_rows
         batch.steady_rows = num_rows
         return budget - num_tokens
 
@@ -529,7 +547,6 @@ class Scheduler:
         seqs, new_tokens = batch.seqs, batch.num_new_tokens
         num_rows = len(seqs)
         steady = self.steady_decodes
-        steady.advance += 1  # every steady sequence gets its token now
         rows = batch.special_rows
         if batch.steady_rows < num_rows:
             rows = rows + list(range(batch.steady_rows, num_rows))
@@ -547,13 +564,17 @@ class Scheduler:
                 # extends whatever it owes, about one step's two appends, so owing for two steps already saves.
                 # (Owing only while requests waited two steps in a row, as before: sharegpt at 40 req/s 1.8 % more
                 # instructions, at 60 1.5 %.)
+                steady.advance += 1  # every steady sequence gets its token now: owed
                 steady.log_step(token_id, now_s)
                 for row in rows:
                     self._postprocess_row(seqs[row], new_tokens[row], token_ids[row], now_s, finished)
                 return
-            steady.settle_all()  # not a lazy step (an eos, or rows sampled different tokens): as without
+            # Not a lazy step (an eos, or rows sampled different tokens): as without. (Paid before the advance: a
+            # debt is counted from it.)
+            steady.settle_all()
         else:
             eos = self.eos_token_ids.intersection(token_ids)
+        steady.advance += 1  # every steady sequence gets its token now
         if eos:  # which rows stop is _postprocess_row's to say (ignore_eos)
             rows = sorted({*rows, *(i for i, token_id in enumerate(token_ids) if token_id in eos)})
         start = 0

@@ -21,9 +21,10 @@ step) forgets it all: the next step takes the general path for every row and fil
 
 *Lazy tokens* (the simulator's choice, ``lazy=True``): a steady sequence need not even get its token appended
 each step. Where every plain row of a step samples the same token (the simulator's runner samples one token id
-for all), the step is written once to a log (its token and its time), and each steady sequence *owes* the log's
-entries from the position at which it was filed: its ``token_ids``, ``token_times_s`` and
-``num_computed_tokens`` lag by that many. ``settle`` pays one sequence's debt (two extends and an addition), and
+for all), the step is written once to a log (its token and its time), one entry an advance, and each steady
+sequence *owes* the log's entries since it was filed or last paid: its ``token_ids``, ``token_times_s`` and
+``num_computed_tokens`` lag by that many, which its key below tells (the log's last ``key + advance -
+num_computed_tokens``). ``settle`` pays one sequence's debt (two extends and an addition), and
 whatever reads a running sequence's tokens or counts must settle it first: the scheduler does for every row it
 handles itself (due, leaving, forgotten), and a reader of the whole batch (a quiet window's planner, the
 simulator's stop) calls ``settle_all``. The scheduler owes in every step it can (Scheduler._postprocess_steady
@@ -43,19 +44,17 @@ from engine.core.sequence import RUNNING, Sequence
 
 
 class SteadyDecodes:
-    __slots__ = ("advance", "steady", "unsteady", "_calendar", "_block_size", "_caching", "lazy", "_owed_from",
-                 "_debtors", "_log_tokens", "_log_times", "_owing", "_keys", "_key_sum", "_key_max")
+    __slots__ = ("advance", "steady", "unsteady", "_calendar", "_block_size", "_caching", "lazy", "_log_tokens",
+                 "_log_times", "_keys", "_key_sum", "_key_max")
 
     def __init__(self, block_size: int, caching: bool, lazy: bool = False) -> None:
         self.lazy = lazy
-        # Lazy tokens. While _owing (from a lazy step until the debts are paid): each steady sequence -> the log
-        # position of the first entry it owes (the log's end when it owes nothing).
-        self._owing = False
-        self._owed_from: dict[Sequence, int] = {}
-        # The same debtors by the position they owe from (position -> its debtors, as dict keys), for settle_all:
-        # paying a group from one copy of its log tail is two extends and an addition per sequence, where looking
-        # each one's position up was as much again (debts are paid before most quiet windows, every few steps).
-        self._debtors: dict[int, dict[Sequence, None]] = {}
+        # Lazy tokens: the steps logged since the debts were last all paid (none: nobody owes), one entry an advance.
+        # What a steady sequence owes is the log's last ``key + advance - num_computed_tokens`` entries (its key, below:
+        # its settled count less the advance), so no position is kept for it: a debt is begun, paid and dropped with
+        # the key's own bookkeeping (a dict of positions and one of debtors by position, kept beside the keys at every
+        # filing, settling and leaving, were ~6 % of simulate()'s bytecodes near capacity). (Negative while a quiet
+        # window has given its handled rows their tokens ahead of the advance: they owe nothing.)
         self._log_tokens = array("i")  # entry i: the i-th lazy step's token ...
         self._log_times = array("d")  # ... and its time
         self._block_size = block_size
@@ -91,8 +90,11 @@ class SteadyDecodes:
         """The steady sequences whose row the coming advance must handle itself (left filed: see ``take_due``), their
         debts paid (lazy tokens): the scheduler reads their rows next."""
         advance, steady = self.advance, self.steady
-        due = [seq for seq in self._calendar.get(advance, ()) if steady.get(seq) == advance]
-        if self._owing:
+        listed = self._calendar.get(advance)
+        if listed is None:
+            return []
+        due = [seq for seq in listed if steady.get(seq) == advance]
+        if self._log_times:  # (nobody owes while the log is empty)
             for seq in due:
                 self.settle(seq)
         return due
@@ -102,12 +104,20 @@ class SteadyDecodes:
         postprocessed and files them again."""
         self._calendar.pop(self.advance, None)
         steady = self.steady
-        for seq in due:
-            if self._owing:
-                self._stop_owing(seq)  # (paid by due(), and nothing logged since: it only leaves the debtors)
+        for seq in due:  # (paid by due(), and nothing logged since)
             del steady[seq]
             self._drop_key(seq)
         self.unsteady.update(due)
+
+    def decoded_in_place(self, seq: Sequence) -> None:
+        """``seq``, due at the coming advance for a block event only (a block opened or filled: not its last token,
+        ``due`` having paid its debts), had it handled by the scheduler (append_slots): it stays steady, a plain row of
+        this advance, filed under its next event as ``file`` would file it after this advance's postprocess, one token
+        on. Its key (computed less advance) is the same then; a debtor, it owes this advance's token as the others do.
+        (Taken out and filed again, as a row handled by postprocess, it cost some 300 bytecodes more: ~1,500 block
+        events in sharegpt's 2,000 requests at 40 req/s, ~2 % of simulate()'s.)"""
+        # after this advance's token, as of the next advance
+        self._file_at_next_event(seq, seq.num_computed_tokens + 1, self.advance + 1)
 
     def skipped(self, num_steps: int) -> None:
         """``num_steps`` decode steps of every running sequence were applied at once (engine.core.quiet_window),
@@ -121,7 +131,11 @@ class SteadyDecodes:
         for advance in passed:
             for seq in calendar.pop(advance, ()):
                 if steady.get(seq) == advance:
-                    self.file(seq)
+                    # Still running (a finish left it: ``left``), so still a plain decode: the window gave it its
+                    # tokens and blocks and nothing else, and its key (computed less advance) is unchanged; what
+                    # ``file`` would redo (its status, stop tokens, first token, debts, key) holds as it did. Only its
+                    # next event is new, from the new advance (later than the one it leaves: never "filed already").
+                    self._file_at_next_event(seq, seq.num_computed_tokens, end)
 
     # ---- quiet windows planned from the calendar (engine.core.quiet_window) --------------------------------------
     def covers(self, running: list[Sequence]) -> bool:
@@ -134,14 +148,15 @@ class SteadyDecodes:
         from it, sequence) in that order, their debts paid (the caller reads their rows)."""
         start, calendar, steady = self.advance, self._calendar, self.steady
         if end - first < len(calendar):
-            passed = [start + k for k in range(first, end) if start + k in calendar]
+            passed = [a for a in range(start + first, start + end) if a in calendar]
         else:
             passed = sorted(a for a in calendar if start + first <= a < start + end)
         filed = []
+        owing = bool(self._log_times)  # (nobody owes while the log is empty)
         for advance in passed:
             for seq in calendar[advance]:
                 if steady.get(seq) == advance:
-                    if self._owing:
+                    if owing:
                         self.settle(seq)
                     filed.append((advance - start, seq))
         return filed
@@ -154,32 +169,19 @@ class SteadyDecodes:
     def owe_window(self, token_id: int, ends_s: array, handled: list[Sequence]) -> None:
         """A quiet window's steps, ending at ``ends_s``, gave every steady sequence but ``handled`` (whose rows the
         window handled itself, their tokens appended) ``token_id`` each: owed, as ``log_step`` logs a step. The
-        handled ones still filed stop owing first (they owe nothing now; refiled, they owe from the log's end)."""
-        if not self._owing:
-            self._owing = True
-            self._owed_from = dict.fromkeys(self.steady, 0)
-            self._debtors = {0: dict.fromkeys(self.steady)}
-        for seq in handled:
-            self._stop_owing(seq)
+        handled ones owe nothing: their counts are the window's steps ahead of the advance, which ``skipped`` then
+        moves on by as many."""
         self._log_tokens.extend(array("i", [token_id]) * len(ends_s))
         self._log_times.extend(ends_s)
-        # Those still filed owe from here on (a window cut before their event leaves them filed where they were; the
-        # others are filed afresh by ``skipped``, which keeps a sequence owing where it is).
-        end = len(self._log_times)
-        steady = self.steady
-        for seq in handled:
-            if seq in steady:
-                self._owed_from[seq] = end
-                self._owe_from(seq, end)
 
     def admitted(self, seq: Sequence) -> None:
         self.unsteady.add(seq)
 
     def left(self, seq: Sequence) -> None:
-        """``seq`` left the running list (finished, preempted, withdrawn)."""
-        if self._owing:
-            self._stop_owing(seq)
+        """``seq`` left the running list (finished, preempted, withdrawn): its debt paid."""
         if self.steady.pop(seq, None) is not None:
+            if self._log_times:
+                self.settle(seq)
             self._drop_key(seq)
         self.unsteady.discard(seq)
 
@@ -189,11 +191,10 @@ class SteadyDecodes:
         if seq.status is not RUNNING:  # withdrawn while its step ran: not in the running list
             self.left(seq)
             return
-        owing = self._owing
-        if owing:
-            position = self._owed_from.get(seq)
-            if position is not None and position != len(self._log_times):
-                self.settle(seq)  # (its row was just handled: settled already, but what follows reads it)
+        keys = self._keys
+        old_key = keys.get(seq)  # (a key: it is steady, its row handled between advances, e.g. an ignored eos)
+        if old_key is not None and self._log_times:
+            self.settle(seq)  # (its row was just handled: settled already, but what follows reads it)
         computed = seq.num_computed_tokens
         # A prompt whose last token is left to compute alone looks like a decode (one token to compute), but its row
         # samples the first token, which postprocess must record (first_token_s): filed, a plain row got the token
@@ -201,14 +202,37 @@ class SteadyDecodes:
         # than a quiet window's, which records it).
         steady = self.steady
         if len(seq.token_ids) - computed != 1 or seq.sampling_params.stop_token_ids or seq.first_token_s is None:
-            if owing:
-                self._stop_owing(seq)
             if steady.pop(seq, None) is not None:
                 self._drop_key(seq)
             self.unsteady.add(seq)
             return
-        # decode_steps_to_new_block and decode_steps_to_full_block inlined (this runs for every row a step handles
-        # itself; change them together), and the last token's step; the earliest of them, from the coming advance.
+        now = self.advance
+        # Its key: steady from here on, it owes what the log gets next (none of what it holds now).
+        key = computed - now
+        if old_key is None:
+            keys[seq] = key
+            self._key_sum += key
+            key_max = self._key_max
+            if key_max is not None and key > key_max:
+                self._key_max = key
+            self.unsteady.discard(seq)
+        elif old_key != key:  # (refiled at a later advance: the same key)
+            self._drop_key(seq)
+            keys[seq] = key
+            self._key_sum += key
+            key_max = self._key_max
+            if key_max is not None and key > key_max:
+                self._key_max = key
+        # Filed at its advance already (its row handled between advances, e.g. an ignored eos), it stays listed once,
+        # or the advance would handle its row twice. A sequence's advances only grow: they mark token positions, which
+        # move only at the advance that handles them.
+        self._file_at_next_event(seq, computed, now)
+
+    def _file_at_next_event(self, seq: Sequence, computed: int, now: int) -> int:
+        """File plain decode ``seq`` (``computed`` tokens computed as of advance ``now``) under the advance at which
+        it next needs its own row, and return that advance: a new block opened or one filled (decode_steps_to_new_block
+        and decode_steps_to_full_block, written out: this runs for every row filed), or its last token sampled; the
+        earliest of them, from ``now``. The one rule for ``file``, ``decoded_in_place`` and ``skipped``."""
         block_size = self._block_size
         steps = len(seq.block_table) * block_size - computed
         if self._caching:
@@ -218,91 +242,55 @@ class SteadyDecodes:
         to_last = seq.max_num_tokens - computed - 2  # it samples its last token
         if to_last < steps:
             steps = to_last
-        now = self.advance
         advance = now + steps if steps > 0 else now
-        if owing and position is None:  # steady from here on: owes what the log gets next
-            end = len(self._log_times)
-            self._owed_from[seq] = end
-            self._owe_from(seq, end)
-        key = computed - now
-        keys = self._keys
-        old_key = keys.get(seq)
-        if old_key != key:  # (refiled at a later advance: the same key)
-            if old_key is not None:
-                self._drop_key(seq)
-            keys[seq] = key
-            self._key_sum += key
-            key_max = self._key_max
-            if key_max is not None and key > key_max:
-                self._key_max = key
-        # Filed there already (its row handled between advances, e.g. an ignored eos): listed once, or the advance
-        # would handle its row twice. A sequence's advances only grow: they mark token positions, which move only
-        # at the advance that handles them.
-        if steady.get(seq) == advance:
-            return
-        steady[seq] = advance
-        self.unsteady.discard(seq)
+        if self.steady.get(seq) == advance:  # filed there already (see ``file``): listed once
+            return advance
+        self.steady[seq] = advance
         listed = self._calendar.get(advance)
         if listed is None:
             self._calendar[advance] = [seq]
         else:
             listed.append(seq)
+        return advance
 
     # ---- lazy tokens ----------------------------------------------------------------------------------------
     def log_step(self, token_id: int, now_s: float) -> None:
-        """A step gave every steady sequence ``token_id`` at ``now_s``: owed, not appended (``lazy`` only). The
-        first such step since the debts were last paid makes every steady sequence owe from it on."""
-        if not self._owing:
-            self._owing = True
-            self._owed_from = dict.fromkeys(self.steady, 0)
-            self._debtors = {0: dict.fromkeys(self.steady)}
+        """A step gave every steady sequence ``token_id`` at ``now_s``: owed, not appended (``lazy`` only; after the
+        advance it counts as, which makes every steady sequence owe it)."""
         self._log_tokens.append(token_id)
         self._log_times.append(now_s)
 
     def settle(self, seq: Sequence) -> None:
-        """Append to ``seq`` the tokens (and times) it owes, and count them computed: as if each lazy step had
+        """Append to steady ``seq`` the tokens (and times) it owes, and count them computed: as if each lazy step had
         appended them (a no-op for a sequence that owes nothing)."""
-        owed_from = self._owed_from
-        position = owed_from.get(seq)
-        if position is None:
-            return
-        times = self._log_times
-        end = len(times)
-        if position == end:
-            return
-        seq.token_ids.extend(self._log_tokens[position:])
-        seq.token_times_s.extend(times[position:])
-        seq.num_computed_tokens += end - position
-        owed_from[seq] = end
-        del self._debtors[position][seq]
-        self._owe_from(seq, end)
-
-    def _owe_from(self, seq: Sequence, position: int) -> None:
-        debtors = self._debtors.get(position)
-        if debtors is None:
-            self._debtors[position] = {seq: None}
-        else:
-            debtors[seq] = None
+        owed = self._keys[seq] + self.advance - seq.num_computed_tokens
+        if owed > 0:
+            times = self._log_times
+            start = len(times) - owed
+            seq.token_ids.extend(self._log_tokens[start:])
+            seq.token_times_s.extend(times[start:])
+            seq.num_computed_tokens += owed
 
     def settle_all(self) -> None:
         """Settle every steady sequence (for a reader of the whole running batch) and start afresh: nothing is
         owed until the next lazy step."""
-        if not self._owing:
-            return
         tokens, times = self._log_tokens, self._log_times
+        if not times:
+            return
         end = len(times)
-        for position, debtors in self._debtors.items():
-            if position == end or not debtors:
-                continue
-            num_owed = end - position
-            owed_tokens, owed_times = (tokens[position:], times[position:]) if position else (tokens, times)
-            for seq in debtors:
-                seq.token_ids.extend(owed_tokens)
-                seq.token_times_s.extend(owed_times)
-                seq.num_computed_tokens += num_owed
-        self._owing = False
-        self._owed_from = {}
-        self._debtors = {}
+        advance = self.advance
+        # The debtors by what they owe (mostly a few groups: those filed at one step owe alike), each group's log
+        # tail copied once: two extends and an addition a sequence (debts are paid before most quiet windows).
+        tails: dict[int, tuple[array, array]] = {end: (tokens, times)}
+        for seq, key in self._keys.items():
+            owed = key + advance - seq.num_computed_tokens
+            if owed > 0:
+                tail = tails.get(owed)
+                if tail is None:
+                    tail = tails[owed] = (tokens[end - owed:], times[end - owed:])
+                seq.token_ids.extend(tail[0])
+                seq.token_times_s.extend(tail[1])
+                seq.num_computed_tokens += owed
         del tokens[:]
         del times[:]
 
@@ -320,15 +308,3 @@ class SteadyDecodes:
         self._key_sum -= key
         if key == self._key_max:  # (another may hold the same value: recomputed all the same)
             self._key_max = None
-
-    def _stop_owing(self, seq: Sequence) -> None:
-        """``seq`` is no longer steady: settled, and out of the debtors."""
-        owed_from = self._owed_from
-        position = owed_from.get(seq)
-        if position is None:
-            return
-        if position != len(self._log_times):
-            self.settle(seq)
-            position = owed_from[seq]
-        del owed_from[seq]
-        del self._debtors[position][seq]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import heapq
 import math
 import time
 from array import array
@@ -72,6 +73,44 @@ class SimEnvironment(simpy.Environment):
     def schedule_at(self, event: simpy.Event, priority: int, at_s: float) -> None:
         heappush(self._queue, (at_s, priority, next(self._eid), event))  # as schedule() pushes it, at ``at_s``
 
+    def run(self, until=None):
+        """simpy's ``run``; to the end of the queue (``until`` None), its ``step`` in one loop: a call and a try
+        less for each event."""
+        if until is not None:
+            return super().run(until)
+        queue = self._queue
+        pop = heapq.heappop  # (not this module's heappop: the windows' heaps', which a test counts)
+        while queue:
+            self._now, _, _, event = pop(queue)
+            callbacks, event.callbacks = event.callbacks, None
+            for callback in callbacks:
+                callback(event)
+            if not event._ok and not hasattr(event, "_defused"):  # a failed event nobody handled: raised, as step
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
+        return None
+
+
+class ReplicaProcess:
+    """A replica's endless process (simulate's ``replica``): started as simpy starts a process (an urgent event now),
+    resumed by each event it yields. simpy's Process, less what these never need (a return value, a failed event
+    thrown into the generator, interruption, the active process): an exception raised in the generator propagates
+    from the event loop as it is."""
+
+    __slots__ = ("_generator", "_resume")
+
+    def __init__(self, env: SimEnvironment, generator) -> None:
+        self._generator = generator
+        self._resume = resume = self._next  # (one bound method, appended to every event it yields)
+        start = simpy.Event(env)
+        start._ok, start._value = True, None
+        start.callbacks.append(resume)
+        env.schedule_at(start, URGENT, env.now)  # as Process's Initialize
+
+    def _next(self, event: simpy.Event) -> None:
+        self._generator.send(event._value).callbacks.append(self._resume)
+
 
 class Arrival(simpy.Event):
     """A request's arrival: at exactly ``at_s`` (a delay added to the previous arrival's time could round next to
@@ -103,13 +142,45 @@ class WindowEnd(simpy.Event):
         self._value = None
         env.schedule_at(self, NORMAL, at_s)
 
-    def take_wait(self, wait: simpy.Event) -> WindowEnd:
-        """Move the replica waiting on ``wait`` (the end of its lazy window, which a request routed to it cut short)
-        onto this event, the window's new end; ``wait`` stays queued, resuming no one when its time comes. Interrupted
-        instead, the replica scheduled its new end itself, which cost an interruption event and an exception thrown
-        into its generator for every request that cut a window."""
-        self.callbacks.append(wait.callbacks.pop())  # the replica's resume: the one callback of the event it yielded
-        return self
+
+class LazyWindowEnd(simpy.Event):
+    """The end of a replica's lazy window (one that a request routed to the replica cuts short), queued in simpy only
+    once no request can cut it any more: before, a cut left the first end queued, resuming no one when its time came
+    (0.2 of an event per request on the 64-replica benchmark at 5,000 sessions, 0.73 at 50,000), and moved the replica
+    onto a second one. It keeps the place in simpy's order that ``WindowEnd(env, at_s)`` made now would have
+    (``reserve``: the event id then taken), so that the run is the same event for event."""
+
+    __slots__ = ("at_s", "eid")
+
+    def __init__(self, env: SimEnvironment) -> None:
+        # (simpy's Event.__init__, inlined as WindowEnd's)
+        self.env = env
+        self.callbacks = []
+        self._ok = True
+        self._value = None
+
+    def reserve(self, at_s: float) -> None:
+        """End at ``at_s``, in simpy's order as if queued now."""
+        self.at_s = at_s
+        self.eid = next(self.env._eid)
+
+    def schedule(self) -> None:
+        heappush(self.env._queue, (self.at_s, NORMAL, self.eid, self))
+
+
+class StepEnd(simpy.Event):
+    """The end of a step ``delay_s`` from now: simpy's Timeout (normal priority, at ``now + delay_s``), made without
+    its bound-class lookup and schedule call (one of these per step that the step loop runs: ~2,600 instructions
+    less of ~9,700 for the event and its resume)."""
+
+    def __init__(self, env: SimEnvironment, delay_s: float) -> None:
+        if delay_s < 0:
+            raise ValueError(f"Negative delay {delay_s}")  # (as Timeout says it)
+        self.env = env
+        self.callbacks = []
+        self._ok = True
+        self._value = None
+        heappush(env._queue, (env._now + delay_s, NORMAL, next(env._eid), self))  # as schedule() pushes it
 
 
 class StepLimitError(ValueError):
@@ -213,6 +284,18 @@ def compact_token_times(row: tuple, ends_s: array) -> tuple:
     if ends_s[first:first + count].tobytes() != times.tobytes():
         return row
     return (*row[:-1], StepEnds(ends_s, first, count))
+
+
+# Room for a replica's step ends not yet written (simulate's step_ends_s): later than every step's end.
+_NO_STEP_END = array("d", (math.inf,))
+# A replica's step ends grow by their length at least (a copy of it every doubling), up to this many ends at a time
+# (512 KiB: larger blocks are mapped memory, which realloc moves without copying).
+_STEP_ENDS_GROWTH = 1 << 16
+
+
+def _grown_step_ends(ends_s: array, length: int) -> None:
+    """``ends_s`` grown (room, _NO_STEP_END) to hold ``length`` ends at least, with room ahead."""
+    ends_s.extend(_NO_STEP_END * max(length - len(ends_s), min(max(len(ends_s), 64), _STEP_ENDS_GROWTH)))
 
 
 _COLUMN_INDEX = {c.name: i for i, c in enumerate(REQUEST_COLUMNS)}
@@ -344,8 +427,14 @@ def simulate(
     router = make_router(config.router)
 
     # Every step's end time, per replica (a window's as planned, taken back where it is cut): a finished request's
-    # token times are kept as a run of them where they are one (StepEnds), not as an array of their own.
+    # token times are kept as a run of them where they are one (StepEnds), not as an array of their own. Each array
+    # holds num_step_ends[index] ends, then room for more (inf, so that it stays sorted for compact_token_times'
+    # bisection), grown ahead (_grown_step_ends) and written in place: grown by its windows' ends as it ran,
+    # array('d') reallocated a replica's whole array once every few windows (it keeps 1/16 of its length ahead), and
+    # a cut shrank it (del) for the next window to grow it again (60 MB of realloc's copies at 5,000 sessions on 64
+    # replicas: ~0.5 % of their instructions).
     step_ends_s = [array("d") for _ in engines]
+    num_step_ends = [0] * len(engines)
 
     checks_left = [_STEP_CHECK_EVERY]
 
@@ -360,7 +449,7 @@ def simulate(
             return
         else:
             checks_left[0] = _STEP_CHECK_EVERY
-            num_steps = sum(map(len, step_ends_s))
+            num_steps = sum(num_step_ends)
             now_s = env.now
             for run in runs:
                 if run is not None:
@@ -453,8 +542,37 @@ def simulate(
                                  max_steps=max_steps, min_steps=min_steps, refusal=refusal,
                                  segment_ends=runner.quiet_segment_ends_s)
 
-    # The event each replica in a lazy window waits on (its end), for a cut to move the wait onto its new end.
-    window_waits: list[simpy.Event | None] = [None] * len(engines)
+    # The event each replica in a lazy window waits on (its end), for a cut to move it to its new end.
+    window_waits: list[LazyWindowEnd | None] = [None] * len(engines)
+    # The lazy windows' ends not in simpy's queue yet, as (end_s, event id, replica): ends a request may still cut
+    # (after the next arrival), queued by the arrivals process once the next arrival is not before them (then no
+    # request cuts the window: a cut keeps the step in progress at an arrival, and with it the window's last step; so
+    # a cut window's end is queued at the cut). An entry whose replica's wait is no longer that event (cut since) is
+    # passed over.
+    unqueued_ends: list[tuple[float, int, int]] = []
+    # A lazy window in which every running sequence finishes leaves its replica idle until a request is routed to it:
+    # its end is not queued at all, and the replica waits through the window and the idleness after it on the one
+    # event (its wakeup), which that request queues where the replica resumes (the window's end, or its cut end, or
+    # the request's arrival after the window: the same time and place in simpy's order as the end, or the wakeup
+    # that it saves, had), the window finished then (its finishes were applied by the arrivals that came after them,
+    # as every router that reads the replicas needs). A window never woken is finished after the run. Before, each
+    # such window cost a second event and resume (~8,000 instructions each), most windows of a fleet of 64 at 1-2
+    # sequences a replica. Not with a watch or a step limit, which read the replicas' progress between arrivals.
+    wake_after_windows = lazy and watch is None and max_steps is None
+    # There, too, a replica woken from now (idle, or its window over: the request arrived after its end) is resumed by
+    # the arrivals process itself, once every request arriving at this instant is in (as simpy resumed it: after the
+    # urgent arrivals), rather than by an event queued now: an event and a resume less for most requests. simpy
+    # resumed it after any other event queued for this instant before it: another replica's, and the replicas' runs
+    # are independent between arrivals (the router reads them at arrivals only; the rows are sorted at the end).
+    woken: list[LazyWindowEnd] = []
+
+    def wake() -> None:
+        """Resume the replicas in ``woken``, in the order they were woken (as simpy processes an event)."""
+        for wakeup in woken:
+            callbacks, wakeup.callbacks = wakeup.callbacks, None
+            for callback in callbacks:
+                callback(wakeup)
+        woken.clear()
     # The lazy windows by their next event: (next_event_s, replica) for each, pushed when it changes, so that an
     # arrival advances the windows with an event before it without reading all of them (a fleet of 64 read all 64
     # windows at every arrival, ~2 due: 0.35 % of the 64-replica benchmark's instructions at 5,000 requests, but ~6 %
@@ -464,6 +582,8 @@ def simulate(
     # where its last ended), so the entry that still matches is its one current entry. Advanced in time order instead
     # of replica order, each replica's finishes come in its own order still (the rows are sorted at the end).
     due_windows: list[tuple[float, int]] = []
+
+    step_end = functools.partial(StepEnd, env)  # (engine.step_body's wait)
 
     def replica(env: simpy.Environment, index: int):
         engine = engines[index]
@@ -491,7 +611,7 @@ def simulate(
         while True:
             stale_loads.add(index)  # (what this resume changed, before it yields again: the router reads it after)
             if not engine.has_unfinished_requests():
-                wakeups[index] = env.event()
+                wakeups[index] = LazyWindowEnd(env) if wake_after_windows else env.event()
                 yield wakeups[index]
                 continue
             planned = None
@@ -524,14 +644,26 @@ def simulate(
             if planned is not None:
                 window, starts, ends = planned
                 run = QuietRun(engine, runner.token_id, window, starts, ends)
-                step_ends_s[index].extend(ends)
+                count = num_step_ends[index]
+                num_step_ends[index] = after = count + len(ends)
+                if after > len(step_ends_s[index]):
+                    _grown_step_ends(step_ends_s[index], after)
+                step_ends_s[index][count:after] = ends
                 if lazy:
                     runs[index] = run
                     if run.next_event_s < math.inf:
                         heappush(due_windows, (run.next_event_s, index))
                     planned_steps = window.num_steps
-                    wait = window_waits[index] = WindowEnd(env, window.end_s)
-                    yield wait  # to the window's end, or to its cut end where a request routed here cut it (take_wait)
+                    wait = window_waits[index] = LazyWindowEnd(env)
+                    wait.reserve(window.end_s)
+                    if wake_after_windows and not window.admits_none and window.due is None and (
+                            max(window.lefts) <= window.num_steps):  # (see wake_after_windows)
+                        wakeups[index] = wait
+                    elif window.end_s <= next_arrival_s[0]:  # no request can cut it
+                        wait.schedule()
+                    else:
+                        heappush(unqueued_ends, (window.end_s, wait.eid, index))
+                    yield wait  # to the window's end, or to its cut end where a request routed here cut it
                     window_waits[index] = None
                     if window.num_steps < planned_steps:  # cut
                         lazy_steps = min(max(2 * window.num_steps, _LAZY_MIN_STEPS), _LAZY_MAX_STEPS)
@@ -553,9 +685,13 @@ def simulate(
                 continue
             started_s = env.now
             num_steps = engine.step_log.num_rows
-            batch, finished = yield from engine.step_body(env.timeout)
+            batch, finished = yield from engine.step_body(step_end)
             if engine.step_log.num_rows > num_steps:  # a step ran (an empty or failed one records none)
-                step_ends_s[index].append(env.now)
+                count = num_step_ends[index]
+                num_step_ends[index] = count + 1
+                if count == len(step_ends_s[index]):
+                    _grown_step_ends(step_ends_s[index], count + 1)
+                step_ends_s[index][count] = env.now
             if batch.num_prefill_tokens:
                 last_step_s = 0.0  # a prefill's says nothing
             else:
@@ -570,7 +706,14 @@ def simulate(
             if max_steps is not None:
                 check_steps(1)
             next_arrival_s[0] = arrival_s
+            while unqueued_ends and unqueued_ends[0][0] <= arrival_s:  # (see unqueued_ends)
+                _, eid, index = heappop(unqueued_ends)
+                wait = window_waits[index]
+                if wait is not None and wait.eid == eid:
+                    wait.schedule()
             if arrival_s > env.now:
+                if woken:
+                    wake()
                 yield Arrival(env, arrival_s)
             # Every replica has the same limits: a request none can serve is turned away before routing,
             # and before its prompt is built.
@@ -600,8 +743,16 @@ def simulate(
                     # (A cut drops events from the end: the window's next one stays, its entry with it, or it has
                     # none, its entry passed over.)
                     if run.cut(arrival_s):
-                        del step_ends_s[index][run.window.num_steps - planned_steps:]  # the window's are the last
-                        window_waits[index] = WindowEnd(env, run.window.end_s).take_wait(window_waits[index])
+                        # (the window's ends are the last: those of its dropped steps are room again)
+                        count = num_step_ends[index]
+                        num_step_ends[index] = kept = count + run.window.num_steps - planned_steps
+                        step_ends_s[index][kept:count] = _NO_STEP_END * (count - kept)
+                        # (a window whose end is queued is never cut, nor one cut again: see unqueued_ends)
+                        wait = window_waits[index]
+                        wait.reserve(run.window.end_s)
+                        wait.schedule()
+                        if wakeups[index] is wait:
+                            wakeups[index] = None
             else:
                 index = routed_to[i]
                 next_routed[index] += 1
@@ -619,9 +770,21 @@ def simulate(
             wakeup = wakeups[index]
             if wakeup is not None:
                 wakeups[index] = None
-                wakeup.succeed()
+                if not wake_after_windows:
+                    wakeup.succeed()
+                elif wakeup is window_waits[index] and arrival_s <= wakeup.at_s:
+                    wakeup.schedule()  # at the end of its window, in which every sequence finishes
+                else:  # idle, or its window over: resumed from now (see woken)
+                    woken.append(wakeup)
 
         next_arrival_s[0] = math.inf
+        for _, eid, index in unqueued_ends:  # (in any order: each keeps its place by time, then event id)
+            wait = window_waits[index]
+            if wait is not None and wait.eid == eid:
+                wait.schedule()
+        unqueued_ends.clear()
+        if woken:
+            wake()
 
     def watcher(env: simpy.Environment):
         """Asks the watch at the times it names; True when it stopped the run. Its own events only add to simpy's
@@ -636,7 +799,7 @@ def simulate(
                 return True
 
     for i in range(len(engines)):
-        env.process(replica(env, i))
+        ReplicaProcess(env, replica(env, i))
     env.process(arrivals(env))
     stopped_s = None
     if watch is not None:
@@ -646,10 +809,16 @@ def simulate(
             stopped_s = env.now
     if stopped_s is None:
         env.run()
+        for run in runs:  # windows no request woke their replica after (see wake_after_windows)
+            if run is not None:
+                done(run.finish())
+                fast_forwarded[0] += run.window.num_steps
     else:
         for run in runs:  # windows in progress: their steps before now, as the step loop would have them
             if run is not None:
                 done(run.stop(stopped_s))
+    for ends_s, count in zip(step_ends_s, num_step_ends):
+        del ends_s[count:]  # (the room left: StepEnds views each array whole)
     if max_steps is not None:
         check_steps(0, final=True)
     # By finish time, then replica: the order the step loop records them in, except for finishes at the same

@@ -22,6 +22,7 @@ ROOT_HASH = 0  # the parent hash of every sequence's first block
 
 
 def hash_block(parent_hash: int, token_bytes: bytes) -> int:
+    # (prefix_block_hashes inlines this: change both together)
     return xxh3_64_intdigest(parent_hash.to_bytes(8, "little") + token_bytes)
 
 
@@ -38,8 +39,10 @@ def prefix_block_hashes(token_ids: list[int] | array, block_size: int) -> list[i
     parent = ROOT_HASH
     data = token_bytes(token_ids)  # converted once, sliced per block
     block_bytes = block_size * 4
+    # hash_block inlined: a fleet's router hashes every prompt, a call a block was ~0.25 % of a 64-replica run's
+    # instructions
     for start in range(0, len(token_ids) // block_size * block_bytes, block_bytes):
-        parent = hash_block(parent, data[start : start + block_bytes])
+        parent = xxh3_64_intdigest(parent.to_bytes(8, "little") + data[start : start + block_bytes])
         hashes.append(parent)
     return hashes
 

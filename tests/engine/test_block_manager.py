@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from xxhash import xxh3_64_intdigest
 
 import engine.core.block_manager as bm_module
 from engine.core.block_manager import BlockManager, prefix_block_hashes, token_bytes
@@ -164,6 +165,23 @@ def test_hash_collision_is_caught_by_comparing_tokens(monkeypatch):
     admit(bm, make_seq([1, 2, 3], 0))
     other = make_seq([5, 6, 7], 1)
     assert bm.find_cached_prefix(other) == []
+
+
+def test_block_hashes_chain_through_the_seed():
+    """Each full block's hash is xxh3-64 of its int32 tokens seeded with its parent's hash (the first block's parent is
+    ROOT_HASH, 0): the values are pinned (native int32 tokens, a little-endian host), and a sequence's registered
+    blocks get the same ones."""
+    tokens = list(range(8))
+    first, second = prefix_block_hashes(tokens, 4)
+    assert (first, second) == (11660027832386793900, 2615516339191896381)
+    assert first == xxh3_64_intdigest(token_bytes(tokens[:4]), bm_module.ROOT_HASH) == bm_module.hash_block(
+        bm_module.ROOT_HASH, token_bytes(tokens[:4]))
+    assert second == xxh3_64_intdigest(token_bytes(tokens[4:]), first) == bm_module.hash_block(
+        first, token_bytes(tokens[4:]))
+    bm = BlockManager(num_blocks=4, block_size=4)
+    seq = make_seq(tokens + [8])
+    admit(bm, seq)
+    assert seq.block_hashes == [first, second] and bm.block_hashes[:2] == [first, second]
 
 
 def test_prefix_caching_disabled():

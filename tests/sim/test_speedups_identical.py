@@ -310,6 +310,48 @@ def test_eager_parts_with_floors_kept_per_row_equal_the_dot_products(model_name)
                     f = {"num_seqs": num_seqs, "num_prefill_seqs": num_prefill, "num_decode_seqs": num_decode,
                          "num_prefill_tokens": 300, "prefill_context_tokens": 40, "decode_context_tokens": 9_000,
                          "prefill_attention_pairs": 50_000, "max_decode_context_tokens": 4_000}
-                    expected = float(np.dot(model._floor_coef, row_of(f)))
+                    expected = _left_to_right_dot(model._floor_coef, row_of(f))
+                    _assert_near_np_dot(expected, model._floor_coef, row_of(f))
                     for features in (f, dict(f), {**f, "num_seqs": np.int64(num_seqs)}):
                         assert model.eager_parts(features)[0] == expected
+
+
+@pytest.mark.parametrize("model_name", ["qwen3-0.6b", "qwen3-8b"])
+def test_eager_device_parts_are_left_to_right_sums_near_the_dot_products(model_name):
+    """An eager step's device part is its products summed one by one, left to right from 0.0 (rows of every
+    magnitude a step's features take: tokens to 2**20, attention pairs to 2**40), and np.dot's up to rounding. (Equal
+    to np.dot's very float where OpenBLAS sums so few terms without fused multiply-adds, as on the machines the
+    identity runs used; a BLAS that fuses them may differ in the last bit, which the sum no longer depends on.)"""
+    import random
+
+    from sim.profiled_cost_model import _gpu_row, _sum_gpu_row
+
+    model = ProfiledCostModel.load(find_profile(model_name, "h200"))
+    rng = random.Random(0)
+    for _ in range(20_000):
+        tokens = rng.randrange(1, 2**rng.randrange(1, 21))
+        f = {"num_seqs": rng.randrange(1, 257), "num_prefill_seqs": 1, "num_decode_seqs": rng.randrange(0, 256),
+             "num_prefill_tokens": tokens, "prefill_context_tokens": rng.randrange(0, 2**rng.randrange(1, 21)),
+             "decode_context_tokens": rng.randrange(0, 2**rng.randrange(1, 25)),
+             "prefill_attention_pairs": rng.randrange(0, 2**rng.randrange(1, 41))}
+        row = (_sum_gpu_row(f, model._piecewise_sizes, model._tokens_knot) if model.eager_form == "sum"
+               else _gpu_row(f))
+        device_s = model.eager_parts(f)[1]
+        assert type(device_s) is float
+        assert device_s == _left_to_right_dot(model._gpu_coef, row)
+        _assert_near_np_dot(device_s, model._gpu_coef, row)
+
+
+def _left_to_right_dot(coefficients, row) -> float:
+    total = 0.0
+    for coefficient, value in zip(coefficients, row, strict=True):
+        total += coefficient * value
+    return total
+
+
+def _assert_near_np_dot(value: float, coefficients, row) -> None:
+    """np.dot's float, up to the last bits of the largest products (a BLAS may sum or fuse them otherwise)."""
+    import numpy as np
+
+    scale = sum(abs(coefficient * element) for coefficient, element in zip(coefficients, row, strict=True))
+    assert abs(value - float(np.dot(np.array(coefficients), row))) <= 1e-12 * scale

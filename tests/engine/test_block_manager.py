@@ -327,3 +327,6 @@ def test_a_head_asked_every_step_gets_what_a_fresh_walk_finds(heads, rng):
         elif op == "next_head":
             head = rng.choice(head_seqs)
         assert bm.find_cached_prefix(head) == _fresh_prefix_walk(bm, head)
+        # The counts kept as blocks move agree with the blocks: referenced ones, and the never-used plus freed ones.
+        assert bm.num_used_blocks == sum(count > 0 for count in bm.ref_counts) == bm._num_ever_used - len(bm._free)
+        assert bm.num_free_blocks == bm.num_blocks - bm.num_used_blocks

@@ -72,7 +72,7 @@ def test_a_miss_from_the_first_block_is_not_remembered_and_asked_again_answers_a
     other = Sequence(1, [1, 2, 3, 4, 9], PARAMS)
     assert bm.allocate(other, [], 5)
     assert bm.find_cached_prefix(seq) == [0, 1]  # registered since: found on the next ask
-    assert bm._prefix_memo is not None
+    assert bm._prefix_memo is None  # remembered only once allocate could not admit seq with them
 
 
 def test_the_module_constants_are_the_members() -> None:

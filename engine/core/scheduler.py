@@ -396,7 +396,7 @@ class Scheduler:
         then the per-row loop would neither stop short nor preempt, and the two give the same batch and blocks."""
         running = self.running
         steady = self.steady_decodes
-        if len(steady.steady) + len(steady.unsteady) != len(running):  # (SteadyDecodes.consistent_with, inlined)
+        if not steady.consistent_with(running):
             return None
         due = steady.due()  # (paid up, lazy tokens: their rows are read below)
         specials = [*due, *steady.unsteady]

@@ -209,15 +209,11 @@ class SteadyDecodes:
         now = self.advance
         # Its key: steady from here on, it owes what the log gets next (none of what it holds now).
         key = computed - now
-        if old_key is None:
-            keys[seq] = key
-            self._key_sum += key
-            key_max = self._key_max
-            if key_max is not None and key > key_max:
-                self._key_max = key
-            self.unsteady.discard(seq)
-        elif old_key != key:  # (refiled at a later advance: the same key)
-            self._drop_key(seq)
+        if old_key != key:  # (refiled at a later advance: the same key, kept)
+            if old_key is None:  # newly steady
+                self.unsteady.discard(seq)
+            else:
+                self._drop_key(seq)
             keys[seq] = key
             self._key_sum += key
             key_max = self._key_max

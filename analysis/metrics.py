@@ -50,7 +50,8 @@ _LATENCY_INPUTS = (
     "token_times_s",
 )
 _SUMMARY_REQUEST_INPUTS = tuple(column for column in REQUESTS_SCHEMA if column not in ("request_id", "replica"))
-_SUMMARY_STEP_INPUTS = ("duration_s", "kv_usage")
+# The step columns a summary reads.
+SUMMARY_STEP_INPUTS: tuple[str, ...] = ("duration_s", "kv_usage")
 # Metrics of the gaps between tokens: a request with one output token has none, so cannot miss their SLOs.
 _GAP_METRICS = ("tpot", "itl")
 
@@ -283,7 +284,7 @@ def summarize(
     (a sum's rounding depends on it).
     """
     frame = add_latency_columns(conform_requests(requests, _SUMMARY_REQUEST_INPUTS))
-    step_frame = conform_steps(steps, _SUMMARY_STEP_INPUTS)
+    step_frame = conform_steps(steps, SUMMARY_STEP_INPUTS)
     finished = frame.filter(is_finished())
     admitted = frame.filter(~_is_rejected())
     duration_s = makespan_s(frame) if duration_s is None else duration_s

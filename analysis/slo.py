@@ -15,7 +15,7 @@ from decimal import Decimal
 import numpy as np
 
 from analysis.formatting import LATENCY_LABELS
-from analysis.stats import MS_PER_S
+from analysis.stats import MS_PER_S, percentile
 
 # statistic name -> percentile (None: the mean).
 STATISTICS: dict[str, float | None] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "mean": None}
@@ -114,32 +114,6 @@ def parse_slos(text: str) -> tuple[SLO, ...]:
             raise ValueError(f"SLO {slo.key} is given twice")
         slos[slo.key] = slo
     return tuple(slos.values())
-
-
-def percentile(sorted_values: np.ndarray, q: float) -> float:
-    """Linear-interpolation percentile, numpy's default bit for bit, that tolerates +inf samples.
-
-    numpy returns NaN when it interpolates towards an infinite sample; here the result is +inf
-    then, which is what "an unfinished request is infinitely slow" means. Between finite samples the value is
-    numpy's own: its virtual index is (n - 1) * (q / 100) and it interpolates from the upper sample when the
-    fraction is 0.5 or more, so low + (high - low) * fraction, as this computed it, differed by an ulp on ~10 % of
-    samples, and a p90 that a run's summary.json (numpy) gave exactly at an SLO's limit failed the capacity check.
-    """
-    n = sorted_values.size
-    position = (n - 1) * (q / 100.0)
-    lower = int(math.floor(position))
-    upper = min(lower + 1, n - 1)
-    fraction = position - lower
-    low_value = float(sorted_values[lower])
-    if fraction == 0.0 or upper == lower or math.isinf(low_value):
-        return low_value
-    high_value = float(sorted_values[upper])
-    if math.isinf(high_value):
-        return math.inf
-    difference = high_value - low_value
-    if fraction >= 0.5:  # numpy's _lerp
-        return high_value - difference * (1.0 - fraction)
-    return low_value + difference * fraction
 
 
 def statistic_of(values: np.ndarray, statistic: str) -> float | None:

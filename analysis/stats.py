@@ -46,18 +46,56 @@ def sorted_values(values: np.ndarray) -> np.ndarray:
     return np.sort(values)
 
 
+def percentile(sorted_values: np.ndarray, q: float, scale: float = 1.0) -> float:
+    """Linear-interpolation percentile, numpy's default bit for bit, that tolerates +inf samples.
+
+    numpy returns NaN when it interpolates towards an infinite sample; here the result is +inf
+    then, which is what "an unfinished request is infinitely slow" means. Between finite samples the value is
+    numpy's own: its virtual index is (n - 1) * (q / 100) and it interpolates from the upper sample when the
+    fraction is 0.5 or more, so low + (high - low) * fraction, as this computed it, differed by an ulp on ~10 % of
+    samples, and a p90 that a run's summary.json (numpy) gave exactly at an SLO's limit failed the capacity check.
+    ``scale`` (> 0): the percentile of ``sorted_values * scale`` (seconds in ms), only the two samples read scaled.
+    Read by index: partitioning a sorted array still passes over all of it (numpy's 4M token gaps: 5 ms a pass).
+    """
+    n = sorted_values.size
+    position = (n - 1) * (q / 100.0)
+    lower = int(math.floor(position))
+    upper = min(lower + 1, n - 1)
+    fraction = position - lower
+    low_value = float(sorted_values[lower]) * scale
+    if fraction == 0.0 or upper == lower or math.isinf(low_value):
+        return low_value
+    high_value = float(sorted_values[upper]) * scale
+    if math.isinf(high_value):
+        return math.inf
+    difference = high_value - low_value
+    if fraction >= 0.5:  # numpy's _lerp
+        return high_value - difference * (1.0 - fraction)
+    return low_value + difference * fraction
+
+
+def sorted_median(sorted_values: np.ndarray, scale: float = 1.0) -> float:
+    """``np.median(sorted_values * scale)`` of a sorted array (``percentile``'s): numpy's median is the mean of its
+    middle one or two values, so its median of just those is the same number, without a pass over the rest."""
+    n = sorted_values.size
+    return float(np.median(sorted_values[(n - 1) // 2:n // 2 + 1] * scale))
+
+
 def latency_stats(values: Values, ordered: np.ndarray | None = None) -> dict[str, float | None]:
     """p50/p90/p99 (linear interpolation, as numpy's default) and mean of `values`.
 
     Missing values are ignored; with nothing left every statistic is None, so an
     empty run still yields a valid JSON summary. `ordered`: the finite values sorted, where the caller has them:
-    the same order statistics, so the same percentiles, partitioned in a third of the time (4.6M token gaps).
+    the same percentiles, read by index (`percentile`) instead of partitioned (4.1M token gaps: 16 ms).
     """
     array = finite_values(values)
     if array.size == 0:
         return {name: None for name in STATISTIC_NAMES}
-    points = np.percentile(array if ordered is None else ordered, list(PERCENTILES.values()))
-    stats: dict[str, float | None] = {name: float(point) for name, point in zip(PERCENTILES, points)}
+    if ordered is None:
+        points = np.percentile(array, list(PERCENTILES.values())).tolist()
+    else:
+        points = [percentile(ordered, q) for q in PERCENTILES.values()]
+    stats: dict[str, float | None] = dict(zip(PERCENTILES, points))
     stats["mean"] = float(array.mean())
     return stats
 

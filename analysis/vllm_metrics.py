@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from analysis.stats import MS_PER_S, finite_values, round_sig
+from analysis.stats import MS_PER_S, finite_values, percentile, round_sig, sorted_median
 
 # vLLM's metric stem -> our per-request column (ITL has none: it pools every gap).
 VLLM_LATENCIES: dict[str, str | None] = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": None, "e2el": "e2e_s"}
@@ -29,16 +29,18 @@ VLLM_STATISTICS: tuple[str, ...] = ("mean", "median", "std", "p99")
 
 def _stats_ms(values: np.ndarray, ordered: np.ndarray | None = None) -> dict[str, float | None]:
     """``ordered``: ``values`` sorted, where the caller has them: the same values in ms in the same order (scaling
-    keeps it), so the same median and p99, from a sorted array's cheaper partitions."""
+    keeps it), so the same median and p99, read by index (``sorted_median``, ``percentile``)."""
     if values.size == 0:
         return dict.fromkeys(VLLM_STATISTICS)
     ms = values * MS_PER_S
     mean, std = float(ms.mean()), float(ms.std())  # before the partitions below reorder ``ms``
-    # ``ranked`` is this function's own: partitioned in place instead of copied twice (the same order statistics,
-    # so the same median and p99).
-    ranked = ms if ordered is None else ordered * MS_PER_S
-    median = float(np.median(ranked, overwrite_input=True))
-    p99 = float(np.percentile(ranked, 99, overwrite_input=True))
+    if ordered is None:
+        # ``ms`` is this function's own: partitioned in place instead of copied twice (the same order statistics,
+        # so the same median and p99).
+        median = float(np.median(ms, overwrite_input=True))
+        p99 = float(np.percentile(ms, 99, overwrite_input=True))
+    else:
+        median, p99 = sorted_median(ordered, MS_PER_S), percentile(ordered, 99, MS_PER_S)
     return {"mean": round_sig(mean), "median": round_sig(median), "std": round_sig(std), "p99": round_sig(p99)}
 
 

@@ -9,11 +9,11 @@ import argparse
 import sys
 from pathlib import Path
 
-import polars as pl
-
+from analysis.metrics import SUMMARY_STEP_INPUTS
 from analysis.outdir import OutDirError, default_out_dir, input_files, staged_out_dir
+from analysis.report.panels import REPORT_STEP_INPUTS
 from analysis.report.summary_table import format_summary_table
-from analysis.runs import write_run
+from analysis.runs import write_summary, write_tables
 from analysis.schema import MAX_TIME_S
 from cli.replay_args import (
     add_config_groups,
@@ -27,7 +27,7 @@ from engine.core.host_memory import host_memory_available
 from engine.core.interrupt import exit_130_on_interrupt
 from engine.core.messages import escape_controls
 from sim.config import SimConfig
-from sim.limits import format_warnings, queued_replicas, run_warnings
+from sim.limits import WARNING_STEP_INPUTS, format_warnings, queued_replicas, run_warnings
 from sim.memory import max_steps_to_write, reusing_freed_memory
 from sim.simulator import SimResult, StepLimitError, make_cost_model, simulate
 from traces.requests import RequestMemoryError
@@ -61,14 +61,15 @@ def _write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bo
     cfg = result.config
     roofline = result.cost_model_name.startswith("roofline-estimate")  # then ", host slowdown ..." if one is given
     estimate = " (an analytic estimate, not measured)" if roofline else ""
-    requests, steps = result.requests_table(), result.steps_table()
-    warnings = run_warnings(cfg, cfg.model_shape, pl.from_arrow(steps), requests.column("arrival_s").to_numpy(),
-                            queued_replicas(requests))
+    # The tables are built here and not kept: what only their files hold is freed once written (write_tables).
+    requests, steps = write_tables(out_dir, result.requests_table(), result.steps_table(),
+                                   SUMMARY_STEP_INPUTS + REPORT_STEP_INPUTS + WARNING_STEP_INPUTS)
+    warnings = run_warnings(cfg, cfg.model_shape, steps, requests["arrival_s"].to_numpy(), queued_replicas(requests))
     meta = {"cost_model": result.cost_model_name, "trace": str(trace_path), "config": result.describe(),
             "warnings": warnings}
     if bands is not None:
         meta["bands"] = bands
-    return write_run(
+    return write_summary(
         out_dir,
         requests,
         steps,

@@ -313,9 +313,9 @@ def saturation_warning(steps: pl.DataFrame, arrivals_s: np.ndarray, replicas: np
 
 
 def queued_replicas(requests) -> np.ndarray:
-    """The replica each row of a run's requests table (pyarrow, ``engine.core.records``) was queued on, -1 for a
-    rejected request (never queued): ``saturation_warning``'s ``replicas``."""
-    frame = pl.from_arrow(requests.select(["replica", "finish_reason"]))
+    """The replica each row of a run's requests table (pyarrow, ``engine.core.records``, or polars) was queued on,
+    -1 for a rejected request (never queued): ``saturation_warning``'s ``replicas``."""
+    frame = pl.DataFrame(requests.select(["replica", "finish_reason"]))
     rejected = (frame["finish_reason"] == "rejected").fill_null(False).to_numpy()
     return np.where(rejected, -1, frame["replica"].to_numpy())
 
@@ -340,6 +340,14 @@ def memory_warning(config: SimConfig, model: ModelShape) -> list[dict]:
                     f"--num-gpu-blocks {asked:,} is more KV blocks than all of the memory of "
                     f"{config.tensor_parallel_size}x {gpu.name} holds beside {model.name} ({holds:,} blocks of "
                     f"{config.block_size} tokens): a what-if no real engine could run", asked, holds)]
+
+
+# The step columns ``run_warnings`` reads: the batches ``grid_warnings`` sizes up (max_decode_context_tokens where
+# the log has it) and the queues ``saturation_warning`` follows.
+WARNING_STEP_INPUTS: tuple[str, ...] = (
+    "num_prefill_tokens", "num_decode_seqs", "num_batched_tokens", "num_seqs", "prefill_context_tokens",
+    "max_decode_context_tokens", "decode_context_tokens", "replica", "start_s", "num_waiting",
+)
 
 
 def run_warnings(config: SimConfig, model: ModelShape, steps: pl.DataFrame, arrivals_s: np.ndarray,

@@ -3,7 +3,7 @@
 A percentile SLO on a latency that ends at an event the step loop records as it happens (TTFT at the first token,
 queue time at the first scheduling) is missed for sure once enough requests of the measured window are known to
 exceed the limit. With ``n`` samples, numpy's linear-interpolation percentile at ``q`` lies at or above the sample of
-index ``floor((n - 1) * q / 100)`` in sorted order (``analysis.slo.percentile``), so ``n - floor((n - 1) * q / 100)``
+index ``floor((n - 1) * q / 100)`` in sorted order (``analysis.stats.percentile``), so ``n - floor((n - 1) * q / 100)``
 samples above the limit put the statistic above it, whatever the others are. A request is known to exceed the limit
 ``L`` from the first instant ``t`` with ``t - arrival > L`` (computed as the latency itself is) at which its event has
 not happened, or when the event happened that late; an unfinished request (rejected) counts as infinitely slow, as
@@ -38,7 +38,7 @@ _MAX_PENDING_LOOKS = 256
 
 def samples_that_decide(num_samples: int, q: float) -> int:
     """How many of ``num_samples`` samples above a limit put their ``q``-th percentile above it for sure: those from
-    the percentile's lower interpolation index up (``analysis.slo.percentile``)."""
+    the percentile's lower interpolation index up (``analysis.stats.percentile``)."""
     return num_samples - int(math.floor((num_samples - 1) * q / 100.0))
 
 

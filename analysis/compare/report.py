@@ -39,14 +39,8 @@ from analysis.report.figures import (
     timeseries_figure,
 )
 from analysis.report.html_page import table_html, write_html
-from analysis.report.replay_report import (
-    CHART_TITLES,
-    KV_PANELS,
-    QUEUE_PANELS,
-    TOKEN_PANELS,
-    latency_samples_ms,
-    replica_series,
-)
+from analysis.report.panels import KV_PANELS, QUEUE_PANELS, TOKEN_PANELS
+from analysis.report.replay_report import CHART_TITLES, latency_samples_ms, replica_series
 from analysis.stats import MS_PER_S
 
 if TYPE_CHECKING:  # the comparison module writes this report, so it is imported for annotations only

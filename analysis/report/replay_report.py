@@ -14,22 +14,17 @@ from analysis.metrics import add_latency_columns, is_finished, latency_samples_s
 from analysis.report.figures import Series, histogram_figure, latency_cdf_figure, timeseries_figure
 from analysis.report.html_page import html_text, write_html
 from analysis.report.limits_section import limits_section_html
+from analysis.report.panels import (
+    BATCH_HISTOGRAMS,
+    KV_PANELS,
+    QUEUE_PANELS,
+    REPORT_STEP_INPUTS,
+    STEP_TIME_COLUMN,
+    TOKEN_PANELS,
+)
 from analysis.report.summary_table import summary_table_html
 from analysis.schema import conform_requests, conform_steps
 from analysis.stats import MS_PER_S
-
-# The latency metrics drawn as CDFs (queue time is in the summary table only).
-# Step panels, y-axis title -> (steps column, scale), drawn by this report and by the comparison's.
-QUEUE_PANELS: dict[str, tuple[str, float]] = {
-    "running sequences": ("num_running", 1.0),
-    "waiting sequences": ("num_waiting", 1.0),
-}
-KV_PANELS: dict[str, tuple[str, float]] = {"KV cache usage (%)": ("kv_usage", 100.0)}
-TOKEN_PANELS: dict[str, tuple[str, float]] = {
-    "prefill tokens per step": ("num_prefill_tokens", 1.0),
-    "decode sequences per step": ("num_decode_seqs", 1.0),
-    "step duration (ms)": ("duration_s", MS_PER_S),
-}
 
 CHART_TITLES: dict[str, str] = {
     "latency_cdf": "Latency CDFs (finished requests)",
@@ -110,12 +105,17 @@ def _strictly_sorted(replicas: np.ndarray, x: np.ndarray, changes: np.ndarray) -
     return bool(increasing.all())
 
 
-def latency_samples_ms(finished: pl.DataFrame, itl_s: np.ndarray | None = None) -> dict[str, object]:
-    """{label: values in ms} of each of `SERVICE_LATENCIES` over `finished` requests (with latency columns);
+def labelled_latency_samples_s(finished: pl.DataFrame, itl_s: np.ndarray | None = None) -> dict[str, object]:
+    """{label: values in s} of each of `SERVICE_LATENCIES` over `finished` requests (with latency columns);
     `itl_s`: their pooled token gaps (`itl_values`) where the caller has them already."""
     return {LATENCY_LABELS[metric]: (itl_s if metric == "itl" and itl_s is not None
-                                     else latency_samples_s(finished, metric)) * MS_PER_S
+                                     else latency_samples_s(finished, metric))
             for metric in SERVICE_LATENCIES}
+
+
+def latency_samples_ms(finished: pl.DataFrame) -> dict[str, object]:
+    """`labelled_latency_samples_s` in ms."""
+    return {label: values * MS_PER_S for label, values in labelled_latency_samples_s(finished).items()}
 
 
 def report_figures(requests: pl.DataFrame, steps: pl.DataFrame | None,
@@ -124,9 +124,10 @@ def report_figures(requests: pl.DataFrame, steps: pl.DataFrame | None,
     pooled token gaps (`analysis.metrics.itl_values`, in any order: a CDF draws them) where the caller has them
     already, as a summary does."""
     latencies = add_latency_columns(conform_requests(requests, ["replica", "arrival_s"]))
-    step_frame = conform_steps(steps)
-    cdfs = latency_cdf_figure(latency_samples_ms(latencies.filter(is_finished()), itl_s),
-                              title=CHART_TITLES["latency_cdf"])
+    step_frame = conform_steps(steps, REPORT_STEP_INPUTS)
+    # Drawn in ms, scaled after thinning: the summary's millions of token gaps are not copied to be scaled.
+    cdfs = latency_cdf_figure(labelled_latency_samples_s(latencies.filter(is_finished()), itl_s),
+                              title=CHART_TITLES["latency_cdf"], scale=MS_PER_S)
     by_arrival = timeseries_figure(
         {
             "TTFT (ms)": replica_series(latencies, "arrival_s", "ttft_s", MS_PER_S),
@@ -136,7 +137,7 @@ def report_figures(requests: pl.DataFrame, steps: pl.DataFrame | None,
         x_title="arrival time (s)",
         mode="markers",
     )
-    step_series = replica_series_of(step_frame, "start_s")
+    step_series = replica_series_of(step_frame, STEP_TIME_COLUMN)
     step_panels = [
         timeseries_figure(
             {y_title: step_series(column, scale) for y_title, (column, scale) in panels.items()},
@@ -146,10 +147,7 @@ def report_figures(requests: pl.DataFrame, steps: pl.DataFrame | None,
         for name, panels in (("queues", QUEUE_PANELS), ("kv_usage", KV_PANELS), ("tokens_per_step", TOKEN_PANELS))
     ]
     batch_histogram = histogram_figure(
-        {
-            "batched tokens per step (tokens)": {"all replicas": step_frame["num_batched_tokens"]},
-            "sequences per step (seqs)": {"all replicas": step_frame["num_seqs"]},
-        },
+        {x_title: {"all replicas": step_frame[column]} for x_title, column in BATCH_HISTOGRAMS.items()},
         title=CHART_TITLES["batch_histogram"],
         y_title="steps",
     )

@@ -112,6 +112,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from engine.core.interrupt import one_line_on_long_names
+    from engine.core.interrupt import one_line_script_errors
 
-    one_line_on_long_names(main)()
+    one_line_script_errors(main)()

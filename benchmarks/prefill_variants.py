@@ -213,6 +213,6 @@ def main():
 
 
 if __name__ == "__main__":
-    from engine.core.interrupt import one_line_on_long_names
+    from engine.core.interrupt import one_line_script_errors
 
-    one_line_on_long_names(main)()
+    one_line_script_errors(main)()

@@ -45,12 +45,28 @@ SYNTH_ARGS = {"prompt_dist": "lognormal:median=2048,sigma=0.4,max=8000", "output
 MAX_MODEL_LEN = 16384  # serving.py's engine.replay option
 # The engine before issue 16, measured on an H200 (2026-12-02): the highest rate that met TTFT p90 <= 1 s
 BEFORE_QPS_H200 = 88.61
+MAX_NUM_REQUESTS = 100_000  # the most requests a bisection replays at each rate (a few seconds a replay)
 
 
 def make_trace(num_requests: int):
     from traces.synth import SynthConfig, synthesize
 
     return synthesize(SynthConfig(num_requests=num_requests, **SYNTH_ARGS))
+
+
+def load_probe_trace(path: Path | None, num_requests: int):
+    """What each probe replays: serving.py's synthetic trace (``path`` None) or the first ``num_requests`` of the
+    trace at ``path``. Raises TraceError where that cannot be read, and ValueError where those requests all arrive at
+    once: a probe rescales their gaps to its rate and there are none (a with_qps traceback at the first probe)."""
+    from traces.schema import load_trace
+
+    trace = make_trace(num_requests) if path is None else load_trace(path).head(num_requests)
+    try:
+        trace.with_qps(1.0)  # the rescaling every probe does, tried once before any runs
+    except ValueError:
+        raise ValueError(f"its first {len(trace)} request(s) all arrive at once; expected arrival times spread in "
+                         "time, whose gaps each probe rescales to its rate") from None
+    return trace
 
 
 def replay(trace, config, cost_model) -> tuple[float, float, float]:
@@ -162,9 +178,9 @@ def _count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer from 10 to 100000, got {text!r}") from None
-    if not 10 <= value <= 100_000:
-        raise argparse.ArgumentTypeError(f"expected an integer from 10 to 100000, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected an integer from 10 to {MAX_NUM_REQUESTS}, got {text!r}") from None
+    if not 10 <= value <= MAX_NUM_REQUESTS:
+        raise argparse.ArgumentTypeError(f"expected an integer from 10 to {MAX_NUM_REQUESTS}, got {text!r}")
     return value
 
 
@@ -191,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the engine before's capacity, to turn ceilings into ratios (default: %(default)s, H200)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the figures here")
     args = parser.parse_args(argv)
-    problem = args.json is not None and check_output_path(args.json, "--json", [])
+    # The trace is an input: --json onto it replaced it with the figures.
+    problem = args.json is not None and check_output_path(args.json, "--json",
+                                                          [Path(args.trace)] if args.trace else [])
     if problem:
         parser.exit(2, f"error: {problem}\n")
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():
@@ -219,15 +237,14 @@ def main(argv: list[str] | None = None) -> int:
                                               overlap=False)
     models["compute-memory-overlapped"] = idealised(model_shape, gpu, matmul_tflops, attention_tflops,
                                                     bandwidth_tbs, overlap=True)
-    if args.trace is None:
-        trace, trace_name = make_trace(args.num_requests), f"serving.py's synthetic prefill-heavy, {SYNTH_ARGS}"
-    else:
-        from traces.schema import TraceError, load_trace
+    from traces.schema import TraceError
 
-        try:
-            trace, trace_name = load_trace(Path(args.trace)).head(args.num_requests), args.trace
-        except (OSError, TraceError, ValueError) as exc:
-            parser.exit(2, f"error: --trace {args.trace}: {exc}\n")
+    trace_path = None if args.trace is None else Path(args.trace)
+    trace_name = args.trace if trace_path is not None else f"serving.py's synthetic prefill-heavy, {SYNTH_ARGS}"
+    try:
+        trace = load_probe_trace(trace_path, args.num_requests)
+    except (OSError, TraceError, ValueError) as exc:
+        parser.exit(2, f"error: --trace {trace_name}: {exc}\n")
     results = {"gpu": args.gpu, "model": args.model, "trace": trace_name,
                "num_requests": args.num_requests, "ttft_p90_ms_limit": args.ttft_p90_ms,
                "matmul_tflops": round(matmul_tflops, 1), "attention_tflops": round(attention_tflops, 1),
@@ -265,6 +282,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from engine.core.interrupt import one_line_on_long_names
+    from engine.core.interrupt import one_line_script_errors
 
-    sys.exit(one_line_on_long_names(main)())
+    sys.exit(one_line_script_errors(main)())

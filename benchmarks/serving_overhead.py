@@ -164,6 +164,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from engine.core.interrupt import one_line_on_long_names
+    from engine.core.interrupt import one_line_script_errors
 
-    sys.exit(one_line_on_long_names(main)())
+    sys.exit(one_line_script_errors(main)())

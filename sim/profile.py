@@ -382,18 +382,20 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.exit(2, "error: --gpu is empty; expected the GPU's name (e.g. h200), matched by sim.replay --gpu\n")
     if args.gpu.lower() not in GPUS:  # sim.replay --gpu accepts only these: a profile under another name is never used
         parser.exit(2, f"error: --gpu {args.gpu}: unknown GPU; sim.replay --gpu knows {', '.join(GPUS)}\n")
+    try:
+        model_dir = resolve_model_dir(args.model)
+        shape = ModelShape.load(model_dir)
+    except (ValueError, OSError) as exc:
+        parser.exit(2, f"error: --model {args.model}: {exc}\n")
     if args.sampling_only:  # the profile to add the sampled points to, of this deployment
         _check_profile_to_extend(parser, args)
     else:
-        # As typed: a trailing '/' is a folder.
-        problem = check_output_path(args.out, "--out", [], overwrite=args.overwrite)
+        # As typed: a trailing '/' is a folder. The model's config.json is an input: --out onto it with --overwrite
+        # replaced the model's shape with the profile after the whole measurement.
+        problem = check_output_path(args.out, "--out", [model_dir / "config.json"], overwrite=args.overwrite)
         if problem:
             parser.exit(2, f"error: {problem}\n")
     names = (*ENGINE_OPTIONS, "max_model_len")
-    try:
-        shape = ModelShape.load(resolve_model_dir(args.model))
-    except (ValueError, OSError) as exc:
-        parser.exit(2, f"error: --model {args.model}: {exc}\n")
     if args.max_model_len is None:
         args.max_model_len = min(PROFILE_MAX_MODEL_LEN, shape.max_position_embeddings)
     try:

@@ -15,6 +15,7 @@ same seed), else the results' ``trace`` path or ``--trace``. Torch-free.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -36,23 +37,71 @@ def _num(value: float | None, digits: int) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _load_results(parser, path: str) -> dict:
+FIGURES = ("ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "output_throughput")  # each probe's, as serving.py writes
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _probe_problem(probe) -> str | None:
+    """What is wrong with one of serving.py's probes, or None: a rate, figures that are numbers or null (what
+    serving.py left empty) and a verdict (a string figure failed as a format-code traceback; "no" counted as met)."""
+    qps = probe.get("qps") if isinstance(probe, dict) else None
+    if not (_is_number(qps) and 0 < qps < 1e9):
+        return f"expected a probe with a rate 'qps' > 0 (as serving.py writes), got {probe!r:.80}"
+    bad = next((key for key in FIGURES if probe.get(key) is not None
+                and not (_is_number(probe[key]) and math.isfinite(probe[key]))), None)
+    if bad:
+        return f"'{bad}' is {probe[bad]!r:.40}; expected a finite number or null"
+    if not isinstance(probe.get("met_slo"), bool):
+        return f"'met_slo' is {probe.get('met_slo')!r:.40}; expected true or false"
+    return None
+
+
+def _settings_problem(results: dict, max_requests: int) -> str | None:
+    """What is wrong with the run's settings, or None (each was a ValueError or TypeError traceback)."""
+    num_requests = results["num_requests"]
+    if not (isinstance(num_requests, int) and not isinstance(num_requests, bool) and 1 <= num_requests <= max_requests):
+        return f"'num_requests' is {num_requests!r:.40}; expected an integer from 1 to {max_requests}"
+    limit_ms = results["ttft_p90_ms_limit"]
+    if not (_is_number(limit_ms) and 0 < limit_ms < math.inf):
+        return f"'ttft_p90_ms_limit' is {limit_ms!r:.40}; expected a finite number of milliseconds > 0"
+    if not isinstance(results["trace"], str):
+        return f"'trace' is {results['trace']!r:.40}; expected the path serving.py replayed"
+    return None
+
+
+def _load_results(parser, path: str, max_requests: int) -> dict:
     try:
         results = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         parser.exit(2, f"error: {path}: cannot read serving.py's results: {exc}\n")
     if not isinstance(results, dict) or not isinstance(results.get("runs"), dict):
         parser.exit(2, f"error: {path}: expected benchmarks/serving.py's JSON (an object with 'runs')\n")
+    for key, default in (("num_requests", 1500), ("ttft_p90_ms_limit", 1000.0), ("trace", "")):  # serving.py's
+        results.setdefault(key, default)
+    problem = _settings_problem(results, max_requests)
+    if problem:
+        parser.exit(2, f"error: {path}: {problem}\n")
     for engine, probes in results["runs"].items():
         for i, probe in enumerate(probes if isinstance(probes, list) else [None]):
-            qps = probe.get("qps") if isinstance(probe, dict) else None
-            if not (isinstance(qps, (int, float)) and 0 < qps < 1e9):
-                parser.exit(2, f"error: {path}: runs.{engine}[{i}]: expected a probe with a rate 'qps' > 0 (as "
-                               f"serving.py writes), got {probe!r:.80}\n")
+            problem = _probe_problem(probe)
+            if problem:
+                parser.exit(2, f"error: {path}: runs.{engine}[{i}]: {problem}\n")
     return results
 
 
+def _trace_path(trace_name: str) -> Path:
+    path = Path(trace_name)
+    if not path.is_absolute() and not path.exists():  # serving.py ran in the repository's root
+        path = ROOT / path
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
+    import serving_ceiling
+
     from sim.hardware import GPUS
 
     parser = OneLineErrorParser(prog="python validation/serving_probes.py", description=__doc__.splitlines()[0])
@@ -67,37 +116,33 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.bands and not 2 <= args.bands <= 200:
         parser.exit(2, f"error: --bands must be 0 or an integer from 2 to 200, got {args.bands}\n")
-    results = _load_results(parser, args.results)
+    results = _load_results(parser, args.results, serving_ceiling.MAX_NUM_REQUESTS)
     probes = results["runs"].get(args.engine)
     if not probes:
         parser.exit(2, f"error: --engine {args.engine}: {args.results} holds probes of "
                        f"{', '.join(sorted(results['runs'])) or 'no engine'}\n")
-    problem = args.json is not None and check_output_path(args.json, "--json", [Path(args.results)])
+    num_requests, limit_ms = results["num_requests"], float(results["ttft_p90_ms_limit"])
+    trace_name = args.trace if args.trace is not None else results["trace"]
+    synthetic = args.trace is None and trace_name.startswith("synthetic")
+    trace_path = None if synthetic else _trace_path(trace_name)
+    # The trace is an input too: --json onto it replaced it with the table.
+    inputs = [Path(args.results)] + ([trace_path] if trace_path is not None else [])
+    problem = args.json is not None and check_output_path(args.json, "--json", inputs)
     if problem:
         parser.exit(2, f"error: {problem}\n")
 
     import numpy as np
     import polars as pl
-    import serving_ceiling
 
     from analysis.metrics import summarize
     from sim.config import SimConfig
     from sim.simulator import make_cost_model, simulate
-    from traces.schema import TraceError, load_trace
+    from traces.schema import TraceError
 
-    num_requests = int(results.get("num_requests", 1500))
-    limit_ms = float(results.get("ttft_p90_ms_limit", 1000.0))
-    trace_name = args.trace or results.get("trace", "")
-    if args.trace is None and str(trace_name).startswith("synthetic"):
-        trace = serving_ceiling.make_trace(num_requests)
-    else:
-        path = Path(trace_name)
-        if not path.is_absolute() and not path.exists():  # serving.py ran in the repository's root
-            path = ROOT / path
-        try:
-            trace = load_trace(path).head(num_requests)
-        except (OSError, TraceError, ValueError) as exc:
-            parser.exit(2, f"error: --trace {trace_name}: {exc}\n")
+    try:
+        trace = serving_ceiling.load_probe_trace(trace_path, num_requests)
+    except (OSError, TraceError, ValueError) as exc:
+        parser.exit(2, f"error: --trace {trace_name}: {exc}\n")
     config = SimConfig(gpu=args.gpu, max_model_len=serving_ceiling.MAX_MODEL_LEN)
     cost_model = make_cost_model(config, config.model_shape)
     def figures(rate_trace, run_config, run_cost_model) -> dict:
@@ -164,6 +209,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from engine.core.interrupt import one_line_on_long_names
+    from engine.core.interrupt import one_line_script_errors
 
-    sys.exit(one_line_on_long_names(main)())
+    sys.exit(one_line_script_errors(main)())

@@ -183,16 +183,21 @@ def _exit_on_long_name(exc: OSError) -> None:
     raise SystemExit(EXIT_BAD_INPUT) from None
 
 
-def one_line_on_long_names(main: Callable) -> Callable:
+def one_line_script_errors(main: Callable) -> Callable:
     """Decorate the ``main`` of a script run as a file (benchmarks/, validation/), which has none of
     ``exit_130_on_interrupt``'s handling: a path with a name past the file system's limit (an input folder, a trace,
     --shared, --results) was an OSError traceback at the first Path.exists() or is_file() that met it, status 1; it
-    is one line and status 2, as in the commands."""
+    is one line and status 2, as in the commands. Ctrl-C was a KeyboardInterrupt traceback through whatever the
+    script was running (a bisection's simulation, a GPU run), status -2; it is one line and status 130. The scripts
+    write their files at their end, each renamed into place whole where it is a result."""
 
     @functools.wraps(main)
     def wrapped(*args, **kwargs):
         try:
             return main(*args, **kwargs)
+        except KeyboardInterrupt:
+            print(EACH_FILE_WHOLE, file=sys.stderr)
+            raise SystemExit(EXIT_INTERRUPTED) from None
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:
                 raise

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.interrupt import one_line_on_long_names
+from engine.core.interrupt import one_line_script_errors
 from sim.files import check_output_path
 from tests.traces.helpers import REPO_ROOT
 from traces.files import long_name_problem
@@ -27,24 +27,24 @@ def _script(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
 
 
-def test_one_line_on_long_names_turns_the_oserror_into_status_2(capsys) -> None:
+def test_one_line_script_errors_turns_the_oserror_into_status_2(capsys) -> None:
     def main() -> int:
         Path(LONG).exists()  # raises OSError(ENAMETOOLONG) on Linux
         return 0
 
     with pytest.raises(SystemExit) as stopped:
-        one_line_on_long_names(main)()
+        one_line_script_errors(main)()
     assert stopped.value.code == 2
     assert capsys.readouterr().err == f"error: {LONG}: {SUFFIX}"
 
 
-def test_one_line_on_long_names_leaves_other_errors_and_results_alone() -> None:
+def test_one_line_script_errors_leaves_other_errors_and_results_alone() -> None:
     def missing() -> int:
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", "x")
 
     with pytest.raises(FileNotFoundError):
-        one_line_on_long_names(missing)()
-    assert one_line_on_long_names(lambda: 7)() == 7
+        one_line_script_errors(missing)()
+    assert one_line_script_errors(lambda: 7)() == 7
 
 
 def test_an_output_path_with_a_long_name_is_refused_by_its_option(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from sim.files import check_output_path, write_text_atomic  # noqa: E402
 
 HQ, HKV, D = 16, 8, 128
 NEW_LENGTHS = (1000, 1001, 1537, 2048, 3000, 4095, 4096, 6000, 8192, 777)
@@ -64,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="python benchmarks/cudnn_prefill.py", description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
+    problem = args.json is not None and check_output_path(args.json, "--json", [])  # before any GPU work
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
     import torch
 
     if not torch.cuda.is_available():
@@ -106,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         results["graph_capture"] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
     print(f"CUDA graph capture: {results['graph_capture']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        write_text_atomic(Path(args.json), json.dumps(results, indent=2) + "\n")
     return 0
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from sim.files import check_output_path, write_text_atomic  # noqa: E402
 
 LAUNCHES_PER_GRAPH = 20
 
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--max-model-len", type=int, default=16384)
     args = parser.parse_args(argv)
+    problem = args.json is not None and check_output_path(args.json, "--json", [])  # before any GPU work
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
     if args.max_model_len < 1:
         parser.exit(2, f"error: --max-model-len must be >= 1, got {args.max_model_len}\n")
     import torch
@@ -123,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row))
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": torch.cuda.get_device_name(0), "rows": rows}, indent=1) + "\n")
+        write_text_atomic(Path(args.json),
+                          json.dumps({"device": torch.cuda.get_device_name(0), "rows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from sim.files import check_output_path, write_text_atomic  # noqa: E402
 
 HQ, HKV, D, PAGE = 16, 8, 128, 256
 PREFILL_CASES = [  # (chunk lengths, cached prefix per chunk)
@@ -383,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="time only the first N Triton tile configs of the prefill sweep (default: all)")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
+    problem = args.json is not None and check_output_path(args.json, "--json", [])  # before any GPU work
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
     sections = set(args.sections.split(","))
     unknown = sections - {"launch", "fused", "prefill", "split"}
     if unknown:
@@ -415,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     if "split" in sections:
         results["prefill_splits"] = bench_prefill_splits(torch, kernels, gen)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        write_text_atomic(Path(args.json), json.dumps(results, indent=2) + "\n")
     return 0
 
 

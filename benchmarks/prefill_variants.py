@@ -21,12 +21,14 @@ form, kernels and configs as here, before its command line was added.)
 import json
 import os
 import sys
+from pathlib import Path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 sys.path.insert(0, REPO)
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from sim.files import check_output_path, write_text_atomic  # noqa: E402
 
 try:
     import torch
@@ -200,6 +202,9 @@ def main():
     parser.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "prefill-variants.json"),
                         help="where to write the rows (default: $OUT or . / prefill-variants.json)")
     args = parser.parse_args()
+    problem = args.json is not None and check_output_path(args.json, "--json", [])  # before any GPU work
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
     if triton is None or not torch.cuda.is_available():
         parser.error("needs a CUDA GPU and Triton")
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -208,8 +213,7 @@ def main():
     for q_lens, prefix in kb.PREFILL_CASES:
         results["rows"] += bench_case(q_lens, prefix, gen)
         torch.cuda.empty_cache()
-    with open(args.json, "w") as f:
-        json.dump(results, f, indent=1)
+    write_text_atomic(Path(args.json), json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from sim.files import check_output_path, write_text_atomic  # noqa: E402
 
 NUM_DECODE = 80
 STEP_TOKENS = 8192
@@ -141,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
+    problem = args.json is not None and check_output_path(args.json, "--json", [])  # before any GPU work
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
     if args.repeats < 1:
         parser.exit(2, f"error: --repeats must be >= 1, got {args.repeats}\n")
     import torch
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             print("    top kernels (ms): " + "; ".join(f"{k} {v}" for k, v in row["top_kernels_ms"].items()))
     llm.close()
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        write_text_atomic(Path(args.json), json.dumps(results, indent=2) + "\n")
     return 0
 
 

@@ -53,3 +53,18 @@ def test_summary_report_and_warnings_read_only_their_columns(tmp_path, result) -
     assert [w["code"] for w in warnings] == ["past_saturation"]
     assert run_warnings(config, config.model_shape, steps.select(WARNING_STEP_INPUTS), arrivals_s,
                         replicas) == warnings
+
+
+def test_grid_warnings_read_only_their_columns() -> None:
+    """A run past the profile's grid (20k-token prompts: decode contexts beyond its 16k) warns the same from the
+    warnings' columns alone: the saturation case above reads none of the grid's."""
+    n = 4
+    run = simulate(make_trace([20_000] * n, [40] * n, [i * 10.0 for i in range(n)]), SimConfig())
+    steps = pl.from_arrow(run.steps_table())
+    requests = with_latency_columns(pl.from_arrow(run.requests_table()))
+    config = run.config
+    arrivals_s, replicas = requests["arrival_s"].to_numpy(), queued_replicas(requests)
+    warnings = run_warnings(config, config.model_shape, steps, arrivals_s, replicas)
+    assert "beyond_grid_decode_context" in {w["code"] for w in warnings}
+    assert run_warnings(config, config.model_shape, steps.select(WARNING_STEP_INPUTS), arrivals_s,
+                        replicas) == warnings

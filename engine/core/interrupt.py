@@ -36,9 +36,46 @@ class _Terminated:
     received = False
 
 
+def _unwinding_an_interrupt() -> bool:
+    """Whether the code a signal handler cut into is an ``except`` or ``finally`` (a with-block's exit) run because of
+    a KeyboardInterrupt: the interrupt is being acted on, and a second one raised there would cut that short."""
+    return isinstance(sys.exc_info()[1], KeyboardInterrupt)
+
+
+def _on_sigint(signum, frame) -> None:
+    """Python's own Ctrl-C handler (``signal.default_int_handler``), but for one that comes while a KeyboardInterrupt
+    is already being acted on: that one is dropped. Polars puts a SIGINT hook of its own in front of Python's when it
+    is imported, and a Ctrl-C during one of its queries became two KeyboardInterrupts: the query's own, then Python's
+    at the first line the unwinding ran. That line was in the ``finally`` that removes a staging folder (left behind)
+    or in the ``except`` that prints the one line (a traceback and status -2 instead, seen once in CI). A second
+    Ctrl-C typed meanwhile cut the clean-up the same way."""
+    if not _unwinding_an_interrupt():
+        raise KeyboardInterrupt
+
+
 def _on_sigterm(signum, frame) -> None:
     _Terminated.received = True
-    raise KeyboardInterrupt  # unwinds like Ctrl-C: staging folders are removed, pools are stopped
+    if not _unwinding_an_interrupt():  # (the status becomes 143 all the same)
+        raise KeyboardInterrupt  # unwinds like Ctrl-C: staging folders are removed, pools are stopped
+
+
+def _take_sigint() -> Callable | None:
+    """Put ``_on_sigint`` in place of Python's handler (or of the package's until-main one) while a command's main
+    runs; what was there, to put back, or None where nothing changed (another handler, or not the main thread)."""
+    current = signal.getsignal(signal.SIGINT)
+    if current not in (signal.default_int_handler, _interrupted_before_main, _exit_at_once):
+        return None
+    try:
+        signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:  # not the main thread
+        return None
+    # After main the package's until-main handler has no more use: Python's stands in for it
+    return signal.default_int_handler if current in (_interrupted_before_main, _exit_at_once) else current
+
+
+def _give_back_sigint(previous: Callable | None) -> None:
+    if previous is not None and signal.getsignal(signal.SIGINT) is _on_sigint:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _print_any_path() -> None:
@@ -193,6 +230,7 @@ def one_line_script_errors(main: Callable) -> Callable:
 
     @functools.wraps(main)
     def wrapped(*args, **kwargs):
+        previous = _take_sigint()
         try:
             return main(*args, **kwargs)
         except KeyboardInterrupt:
@@ -202,6 +240,8 @@ def one_line_script_errors(main: Callable) -> Callable:
             if exc.errno != errno.ENAMETOOLONG:
                 raise
             _exit_on_long_name(exc)
+        finally:
+            _give_back_sigint(previous)
 
     return wrapped
 
@@ -216,8 +256,7 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
         def wrapped(*args, **kwargs):
             _Terminated.received = False
             _print_any_path()
-            if signal.getsignal(signal.SIGINT) in (_interrupted_before_main, _exit_at_once):  # main handles it now
-                signal.signal(signal.SIGINT, signal.default_int_handler)
+            previous_sigint = _take_sigint()  # main handles Ctrl-C now
             try:
                 previous = signal.signal(signal.SIGTERM, _on_sigterm)
             except ValueError:  # not the main thread: leave signals alone
@@ -254,6 +293,8 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
                     signal.signal(signal.SIGTERM, previous)
                 if interrupted:
                     _shutting_down_after_interrupt()
+                else:
+                    _give_back_sigint(previous_sigint)
 
         return wrapped
 

@@ -17,6 +17,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from analysis.process_pools import interrupts_held
+from engine.core.interrupt import outputs_in_place
+from engine.core.messages import escape_controls
 from sim.files import RUN_FILES, existing_parent
 from traces.files import existing_path, make_folders, remove_empty, staging_path
 
@@ -91,6 +94,11 @@ def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", input
                           f"{', ...' if len(foreign) > 3 else ''}); --overwrite replaces only an earlier run's folder")
 
 
+def folder_complete(out_dir: Path) -> str:
+    """What an interrupt's line says of an output folder in place (``outputs_in_place``)."""
+    return f"the outputs in {escape_controls(out_dir)}/ are complete"
+
+
 def input_files(args) -> list[Path]:
     """The files a command line reads, from its parsed options (trace, cost model, host timeline, prices): what
     its --out must not replace. Options that are not paths (auto, calibrated, a number) name no file."""
@@ -101,11 +109,12 @@ def input_files(args) -> list[Path]:
 @contextmanager
 def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out",
                    inputs: Iterable[Path] = ()) -> Iterator[Path]:
-    """Yield a fresh staging folder beside ``target``; on success it becomes ``target``."""
+    """Yield a fresh staging folder beside ``target``; on success it becomes ``target``. A Ctrl-C (or SIGTERM) that
+    comes as it does is acted on once it is in place, as InterruptedOnceWritten."""
     check_out_dir(Path(target), overwrite=overwrite, option=option, inputs=inputs)
+    done = folder_complete(target)  # as typed, as the commands print it
     target = Path(target).resolve()  # "." has no name to put a staging folder beside
     stage = staging_path(target, "partial")
-    old = staging_path(target, "old")
     created: list[Path] = []
     try:
         make_folders(target.parent, created)
@@ -117,27 +126,43 @@ def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out",
     written = False
     try:
         yield stage
+        # Held off until the run is in place and the one it replaces is gone: a Ctrl-C between the renames or while
+        # that run was removed left it hidden as .OUT.old-PID (whole or in part), and the command said nothing was
+        # written over the new run in place.
         try:
-            if overwrite and target.exists():
-                target.rename(old)
-            # One rename, which fails on a non-empty folder: a run that wrote the target meanwhile (two commands
-            # given one --out) is never replaced without --overwrite, nor mixed with this one.
-            stage.rename(target)
-        except BaseException as exc:
-            # The earlier run --overwrite was to replace goes back in place: on any failed rename, or a Ctrl-C
-            # between the two, which left it hidden as .OUT.old-PID and no OUT at all.
-            if old.exists() and not target.exists():
-                old.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-            if not isinstance(exc, OSError) or exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR,
-                                                                 errno.EISDIR):
+            with interrupts_held():
+                _move_into_place(stage, target, overwrite=overwrite, option=option)
+                written = True
+        except KeyboardInterrupt:
+            if not written:  # the move failed: nothing of this run was kept
                 raise
-            raise OutDirError(f"{option} {target} was written by another command while this one ran; nothing of "
-                              f"this run was kept (give each run its own {option})") from None
-        written = True
+            with outputs_in_place(done):
+                raise
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-        if written:  # the earlier run this one replaced
-            shutil.rmtree(old, ignore_errors=True)
-        else:  # --out new/deeper/run with a bad trace left new/deeper/ behind, empty
+        if not written:  # --out new/deeper/run with a bad trace left new/deeper/ behind, empty
             remove_empty(created)
+
+
+def _move_into_place(stage: Path, target: Path, *, overwrite: bool, option: str) -> None:
+    """Rename ``stage`` to ``target``, replacing an earlier run there where ``overwrite``; on failure the earlier run
+    is left in place."""
+    old = staging_path(target, "old")
+    try:
+        if overwrite and target.exists():
+            target.rename(old)
+        # One rename, which fails on a non-empty folder: a run that wrote the target meanwhile (two commands
+        # given one --out) is never replaced without --overwrite, nor mixed with this one.
+        stage.rename(target)
+    except BaseException as exc:
+        # The earlier run --overwrite was to replace goes back in place: on any failed rename, which left it hidden
+        # as .OUT.old-PID and no OUT at all.
+        if old.exists() and not target.exists():
+            old.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+        if not isinstance(exc, OSError) or exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR,
+                                                             errno.EISDIR):
+            raise
+        raise OutDirError(f"{option} {target} was written by another command while this one ran; nothing of "
+                          f"this run was kept (give each run its own {option})") from None
+    shutil.rmtree(old, ignore_errors=True)  # the earlier run this one replaced

@@ -48,7 +48,7 @@ from analysis.schema import (
     empty_frame,
 )
 from engine.core.config_args import OneLineErrorParser, nonempty
-from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done, outputs_in_place
 from engine.core.json_errors import json_problem
 from engine.core.messages import escape_controls
 from sim.files import read_json_input
@@ -309,7 +309,7 @@ def check_prompt_lengths(run: ImportedRun, path: Path, trace: str, prompt_tokens
 
 @exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
-    from analysis.outdir import OutDirError, staged_out_dir
+    from analysis.outdir import OutDirError, folder_complete, staged_out_dir
     from analysis.report.summary_table import format_summary_table
     from analysis.runs import write_run
 
@@ -352,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {exc}\n")
     except OSError as exc:
         parser.exit(2, f"error: --out {args.out}: {exc.strerror or exc}\n")
-    if not args.quiet:
+    if args.quiet:
+        return 0
+    with outputs_in_place(folder_complete(Path(args.out))):  # a Ctrl-C now says they are whole
         print_out(format_summary_table(summary))
         print_out(f"outputs in {escape_controls(args.out)}/")  # a newline in --out: one line
     return 0

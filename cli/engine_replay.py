@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.outdir import OutDirError, input_files, staged_out_dir
+from analysis.outdir import OutDirError, folder_complete, input_files, staged_out_dir
 from cli.replay_args import (
     MAX_REPLAY_SPAN_S,
     add_config_groups,
@@ -25,7 +25,7 @@ from cli.replay_args import (
 )
 from engine.core.config import ConfigError
 from engine.core.config_args import OneLineErrorParser, build_config
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import exit_130_on_interrupt, outputs_in_place
 from engine.core.messages import one_line
 from engine.core.model_config import ModelShape
 from engine.core.sampling_params import field_problem
@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a full disk while writing: nothing was moved into place
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     if not args.quiet:
-        print(format_summary_table(summary))
+        with outputs_in_place(folder_complete(out_dir)):  # a Ctrl-C now says they are whole
+            print(format_summary_table(summary))
     return 0
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from analysis.metrics import SUMMARY_STEP_INPUTS
-from analysis.outdir import OutDirError, default_out_dir, input_files, staged_out_dir
+from analysis.outdir import OutDirError, default_out_dir, folder_complete, input_files, staged_out_dir
 from analysis.report.panels import REPORT_STEP_INPUTS
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import write_summary, write_tables
@@ -24,7 +24,7 @@ from cli.replay_args import (
 )
 from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.host_memory import host_memory_available
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import InterruptedOnceWritten, exit_130_on_interrupt, outputs_in_place
 from engine.core.messages import escape_controls
 from sim.config import SimConfig
 from sim.limits import WARNING_STEP_INPUTS, format_warnings, queued_replicas, run_warnings
@@ -158,9 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {exc}\n")
     except (RequestMemoryError, StepLimitError) as exc:  # before or during the run: the staged folder was removed
         parser.exit(2, f"error: {exc}; nothing written to {out_dir}\n")
+    except InterruptedOnceWritten:  # as the outputs moved into place: they are whole, and the line says so
+        raise
     except KeyboardInterrupt:  # the staged folder was removed, the band replays stopped
         parser.exit(130, f"interrupted: nothing written to {out_dir}\n")
-    try:
+    with outputs_in_place(folder_complete(out_dir)):  # a Ctrl-C now says the outputs are whole
         if not args.quiet:
             print(format_summary_table(summary))
             if bands is not None:
@@ -171,7 +173,4 @@ def main(argv: list[str] | None = None) -> int:
                 print(format_warnings(summary["warnings"]))
             print(f"cost model: {escape_controls(result.cost_model_name)}; simulated in {result.wall_s:.1f} s wall; "
                   f"outputs in {escape_controls(out_dir)}/")  # a newline in --out: still one line
-    except KeyboardInterrupt:  # the outputs are in place, whole: the decorator's line would say nothing was written
-        parser.exit(130, f"interrupted: the outputs in {escape_controls(out_dir)}/ are complete; only this summary "
-                         "was cut\n")
     return 0

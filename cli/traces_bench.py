@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from analysis.metrics import CLIENT_TIMING
-from analysis.outdir import OutDirError, default_out_dir, input_files, staged_out_dir
+from analysis.outdir import OutDirError, default_out_dir, folder_complete, input_files, staged_out_dir
 from cli.replay_args import (
     add_output_arguments,
     add_trace_arguments,
@@ -29,7 +29,7 @@ from cli.replay_args import (
     slos_from_args,
 )
 from engine.core.config_args import OneLineErrorParser
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import InterruptedOnceWritten, exit_130_on_interrupt, outputs_in_place
 from engine.core.messages import escape_controls, one_line
 from engine.core.sampling_params import MAX_TEMPERATURE
 from sim.limits import format_warnings
@@ -284,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         # Made now, so a bad --out fails at once; never over an input.
         with staged_out_dir(out_dir, overwrite=args.overwrite, inputs=input_files(args)) as stage:
             summary, results = _bench_into(stage, url, trace, tokenizer, slos, args)
+    except InterruptedOnceWritten:  # as the outputs moved into place: they are whole, and the line says so
+        raise
     except KeyboardInterrupt:
         print(f"\ninterrupted: nothing written to {escape_controls(out_dir)}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -291,18 +293,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {exc}\n")
     except OSError as exc:  # a full disk while writing: nothing was moved into place
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
+    with outputs_in_place(folder_complete(out_dir)):  # a Ctrl-C now says they are whole
+        _print_lines_about(summary, results, url, out_dir, args.quiet)
+    return EXIT_ALL_FAILED if results and all(not r.ok for r in results) else 0
+
+
+def _print_lines_about(summary: dict, results: list, url: str, out_dir: Path, quiet: bool) -> None:
     failures = format_failures(results)
     if failures:
         print(failures, file=sys.stderr)
     if summary.get("warnings"):
         print(format_warnings(summary["warnings"]), file=sys.stderr)
-    if not args.quiet:
+    if not quiet:
         from analysis.report.summary_table import format_summary_table
 
         print(format_summary_table(summary))
         model = escape_controls(summary["config"]["model"])  # as the server named it in /v1/models
         print(f"served by {escape_controls(url)} (model {model}); outputs in {escape_controls(out_dir)}/")
-    return EXIT_ALL_FAILED if results and all(not r.ok for r in results) else 0
 
 
 def _bench_into(out_dir: Path, url: str, trace, tokenizer, slos, args: argparse.Namespace):

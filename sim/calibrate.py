@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.config_args import OneLineErrorParser
-from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done, outputs_in_place
 from engine.core.messages import counted, escape_controls
 from engine.core.sampling_params import GREEDY_BELOW_TEMPERATURE
 from sim.bands import MEAN_EPISODE_S, SLOW_OVER_NORMAL, SLOW_SHARE_RANGE
@@ -447,6 +447,60 @@ def _run_host(run_dir: Path) -> dict | None:
     return host if isinstance(host, dict) else None
 
 
+def _print_calibration(path: Path, profile: dict, s: dict, grid_fit: dict, added: bool) -> None:
+    """The lines about the factors fitted (``s``, the session of runs) and written into the profile at ``path``."""
+    if s["device_factor"] != 1.0:
+        device = f", device factor {s['device_factor']}"
+    elif grid_fit["eager"].get("form", "max") != "sum":  # fit_eager_factors fits none for it
+        device = " (no device factor: the profile's eager steps take the larger of their host and device parts)"
+    elif s["eager_host_share_spread"] < MIN_HOST_SHARE_SPREAD:
+        device = (f" (no device factor: the eager steps' host shares spread {s['eager_host_share_spread']:.2f}, "
+                  f"under {MIN_HOST_SHARE_SPREAD:g}; give runs with both short and long prompts)")
+    else:
+        # The pair fitted on these runs left its bounds (or could not be solved): fit_eager_factors fell back to the
+        # host factor alone. The line said the shares spread "0.21, under 0.2", and asked for runs it already had.
+        device = (f" (no device factor: the host and device pair these runs fit lies outside host "
+                  f"{HOST_FACTOR_BOUNDS[0]:g}-{HOST_FACTOR_BOUNDS[1]:g} and device {DEVICE_FACTOR_BOUNDS[0]:g}-"
+                  f"{DEVICE_FACTOR_BOUNDS[1]:g}; the host factor alone is fitted)")
+    repeat = " (after a prefill or a finish; repeating steps: the grid plus their extras)" \
+        if "repeat_decode_factor" in s else ""
+    print(f"{escape_controls(path)}: host factor {s['host_factor']}{device} from {s['num_eager_steps']} eager steps, "
+          f"decode factor {s['decode_factor']}{repeat}"
+          f", from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
+          f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their "
+          f"decode time)")
+    if s["eager_host_share"] < MIN_HOST_SHARE and s["device_factor"] == 1.0:
+        print(f"warning: the eager steps are device-bound (their host part is {s['eager_host_share']:.0%} of their "
+              f"predicted time): host factor {s['host_factor']} was fitted to the device part's error, not the "
+              "host's speed; check it against a validation run, or keep the uncalibrated profile")
+    # A factor at its bound is not what the runs measured: the steps ran beyond it (another deployment unrecorded in
+    # a summary.json, a damaged step log), and the line above gave 0.25 or 2.0 as if fitted.
+    for name, bounds in (("host_factor", HOST_FACTOR_BOUNDS), ("decode_factor", DECODE_FACTOR_BOUNDS)):
+        if s[name] in bounds:
+            print(f"warning: {name.replace('_', ' ')} {s[name]} is at its bound ({bounds[0]:g}-{bounds[1]:g}): the "
+                  "runs' steps lie beyond it, and the profile prices them at the bound; check that the runs are of "
+                  "this profile's deployment")
+    # An extra held at its bound is no more measured than a factor at its bound: the line above says nothing of
+    # extras, and an extra of a second a step (runs of another deployment) was written without a word.
+    extras = s.get("decode_extra_s") or {"batch_sizes": [], "extra_s": [], "num_steps": []}
+    at_bound = [str(b) for b, e, n in zip(extras["batch_sizes"], extras["extra_s"], extras["num_steps"])
+                if n and e >= MAX_DECODE_EXTRA_S]  # the buckets measured: the others take the nearest one's
+    if at_bound:
+        print(f"warning: the decode extra of graph batch size {', '.join(at_bound)} is at its bound "
+              f"({MAX_DECODE_EXTRA_S:g} s a step): the runs' decode steps lie beyond it; check that the runs are of "
+              "this profile's deployment")
+    if added:
+        merged = profile["serving"]
+        lo, hi = merged["host_factor_range"]
+        print(f"{counted(len(merged['sessions']), 'machine session')}: the profile prices with host factor "
+              f"{merged['host_factor']}, device factor {merged['device_factor']} and decode factor "
+              f"{merged['decode_factor']} (their means); host factors "
+              f"span {lo}-{hi}")
+    if s["same_host_as_profile"] is False:
+        print(f"note: the runs were recorded on another host than the profile ({profile['host'].get('node')}); the "
+              "factors carry that difference too")
+
+
 @exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="python -m sim.calibrate", description=__doc__.splitlines()[0])
@@ -516,57 +570,9 @@ def main(argv: list[str] | None = None) -> int:
         write_profile(path, profile)
     except (OSError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
-    s = session
-    if s["device_factor"] != 1.0:
-        device = f", device factor {s['device_factor']}"
-    elif grid_fit["eager"].get("form", "max") != "sum":  # fit_eager_factors fits none for it
-        device = " (no device factor: the profile's eager steps take the larger of their host and device parts)"
-    elif s["eager_host_share_spread"] < MIN_HOST_SHARE_SPREAD:
-        device = (f" (no device factor: the eager steps' host shares spread {s['eager_host_share_spread']:.2f}, "
-                  f"under {MIN_HOST_SHARE_SPREAD:g}; give runs with both short and long prompts)")
-    else:
-        # The pair fitted on these runs left its bounds (or could not be solved): fit_eager_factors fell back to the
-        # host factor alone. The line said the shares spread "0.21, under 0.2", and asked for runs it already had.
-        device = (f" (no device factor: the host and device pair these runs fit lies outside host "
-                  f"{HOST_FACTOR_BOUNDS[0]:g}-{HOST_FACTOR_BOUNDS[1]:g} and device {DEVICE_FACTOR_BOUNDS[0]:g}-"
-                  f"{DEVICE_FACTOR_BOUNDS[1]:g}; the host factor alone is fitted)")
-    repeat = " (after a prefill or a finish; repeating steps: the grid plus their extras)" \
-        if "repeat_decode_factor" in s else ""
-    print(f"{escape_controls(path)}: host factor {s['host_factor']}{device} from {s['num_eager_steps']} eager steps, "
-          f"decode factor {s['decode_factor']}{repeat}"
-          f", from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
-          f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their "
-          f"decode time)")
-    if s["eager_host_share"] < MIN_HOST_SHARE and s["device_factor"] == 1.0:
-        print(f"warning: the eager steps are device-bound (their host part is {s['eager_host_share']:.0%} of their "
-              f"predicted time): host factor {s['host_factor']} was fitted to the device part's error, not the "
-              "host's speed; check it against a validation run, or keep the uncalibrated profile")
-    # A factor at its bound is not what the runs measured: the steps ran beyond it (another deployment unrecorded in
-    # a summary.json, a damaged step log), and the line above gave 0.25 or 2.0 as if fitted.
-    for name, bounds in (("host_factor", HOST_FACTOR_BOUNDS), ("decode_factor", DECODE_FACTOR_BOUNDS)):
-        if s[name] in bounds:
-            print(f"warning: {name.replace('_', ' ')} {s[name]} is at its bound ({bounds[0]:g}-{bounds[1]:g}): the "
-                  "runs' steps lie beyond it, and the profile prices them at the bound; check that the runs are of "
-                  "this profile's deployment")
-    # An extra held at its bound is no more measured than a factor at its bound: the line above says nothing of
-    # extras, and an extra of a second a step (runs of another deployment) was written without a word.
-    extras = s.get("decode_extra_s") or {"batch_sizes": [], "extra_s": [], "num_steps": []}
-    at_bound = [str(b) for b, e, n in zip(extras["batch_sizes"], extras["extra_s"], extras["num_steps"])
-                if n and e >= MAX_DECODE_EXTRA_S]  # the buckets measured: the others take the nearest one's
-    if at_bound:
-        print(f"warning: the decode extra of graph batch size {', '.join(at_bound)} is at its bound "
-              f"({MAX_DECODE_EXTRA_S:g} s a step): the runs' decode steps lie beyond it; check that the runs are of "
-              "this profile's deployment")
-    if args.add:
-        merged = profile["serving"]
-        lo, hi = merged["host_factor_range"]
-        print(f"{counted(len(merged['sessions']), 'machine session')}: the profile prices with host factor "
-              f"{merged['host_factor']}, device factor {merged['device_factor']} and decode factor "
-              f"{merged['decode_factor']} (their means); host factors "
-              f"span {lo}-{hi}")
-    if s["same_host_as_profile"] is False:
-        print(f"note: the runs were recorded on another host than the profile ({profile['host'].get('node')}); the "
-              "factors carry that difference too")
+    # The profile is rewritten: a Ctrl-C now says so (the command's line said nothing was written)
+    with outputs_in_place(f"{escape_controls(path)} is updated"):
+        _print_calibration(path, profile, session, grid_fit, args.add)
     return 0
 
 

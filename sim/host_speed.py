@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from engine.core.config_args import OneLineErrorParser, nonempty
-from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done, outputs_in_place
 from engine.core.messages import escape_controls
 
 MAX_WINDOWS = 1_000_000  # rows of an extracted timeline
@@ -443,9 +443,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --out {args.out}: {exc.strerror or exc}\n")
     values = timeline.slowdowns
     slow = sum(v > SLOW_WINDOW for v in values) / len(values)
-    print(f"{escape_controls(args.out)}: {len(values)} windows of {args.window_s:g} s; slowdown min {min(values):.2f}, "
-          f"median {sorted(values)[len(values) // 2]:.2f}, max {max(values):.2f}; {slow:.0%} of windows over "
-          f"{SLOW_WINDOW}x")
+    with outputs_in_place(f"{escape_controls(args.out)} is complete"):  # a Ctrl-C now says it is whole
+        print(f"{escape_controls(args.out)}: {len(values)} windows of {args.window_s:g} s; slowdown min "
+              f"{min(values):.2f}, median {sorted(values)[len(values) // 2]:.2f}, max {max(values):.2f}; "
+              f"{slow:.0%} of windows over {SLOW_WINDOW}x")
     return 0
 
 

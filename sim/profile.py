@@ -32,7 +32,8 @@ import numpy as np
 
 from engine.core.config import cdiv
 from engine.core.config_args import OneLineErrorParser, add_config_arguments
-from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done, outputs_in_place
+from engine.core.messages import escape_controls
 from engine.core.sampling_params import SamplingParams
 from engine.core.sequence import Sequence
 from engine.options import EngineOptions
@@ -308,8 +309,9 @@ def _add_sampling(parser: argparse.ArgumentParser, args: argparse.Namespace, sam
     except (OSError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
     modes = ", ".join(f"{mode} at {table['batch_sizes']} rows" for mode, table in profile["fit"]["sampling"].items())
-    print(f"{len(sampling_points)} sampled points in {time.perf_counter() - started:.0f} s, written into {out}: "
-          f"{modes}")
+    with outputs_in_place(f"{escape_controls(out)} is updated"):  # a Ctrl-C now says so
+        print(f"{len(sampling_points)} sampled points in {time.perf_counter() - started:.0f} s, written into {out}: "
+              f"{modes}")
     return 0
 
 
@@ -510,7 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_profile(out, profile)
     held = profile["fit"]["held_out"]
-    print(f"{len(points)} grid points in {profile['profile_wall_s']} s; {describe_held_out(held)}")
+    with outputs_in_place(f"{escape_controls(out)} is complete"):  # a Ctrl-C now says it is whole
+        print(f"{len(points)} grid points in {profile['profile_wall_s']} s; {describe_held_out(held)}")
     return 0
 
 

@@ -35,3 +35,37 @@ def signal_group_after(args: list[str], marker: bytes, delay_s: float, signum: i
             proc.wait()
     reader.join(timeout=5)
     return status, b"".join(chunks).decode(), elapsed_s
+
+
+def signal_once_stdout_stalls(args: list[str], ready: Path, signum: int, cwd: Path, *,
+                              timeout_s: float = 60.0) -> tuple[int, str]:
+    """Run ``args`` with its stdout a pipe that is already full and never read (a reader that stopped: ``| less``
+    left waiting, a stalled terminal), Python's own buffering (PYTHONUNBUFFERED unset), wait until ``ready`` exists
+    (its output) and a second more, by when it is blocked printing, then send ``signum`` to its process group: (its
+    exit status, its whole stderr). A command that outlives ``timeout_s`` after the signal is killed
+    (subprocess.TimeoutExpired)."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        while True:
+            os.write(write_end, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(write_end, True)
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    proc = subprocess.Popen(args, cwd=cwd, stdout=write_end, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    os.close(write_end)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-500:]
+            time.sleep(0.02)
+        time.sleep(1.0)
+        os.killpg(proc.pid, signum)
+        _, stderr = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(read_end)
+    return proc.returncode, stderr.decode()

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from engine.core.config_args import OneLineErrorParser, nonempty
-from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done, outputs_in_place
 from engine.core.messages import escape_controls
 from traces.errors import TraceError
 from traces.files import refuse_to_replace
@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"error: -o {escape_controls(args.output)}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    print(describe(trace, args.output, dropped))
+    with outputs_in_place(f"{escape_controls(args.output)} is complete"):  # a Ctrl-C now says it is whole
+        print(describe(trace, args.output, dropped))
     return 0
 
 

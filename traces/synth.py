@@ -17,8 +17,8 @@ import numpy as np
 import polars as pl
 
 from engine.core.config_args import OneLineErrorParser, nonempty
-from engine.core.interrupt import exit_130_on_interrupt, exit_when_done
-from engine.core.messages import counted
+from engine.core.interrupt import exit_130_on_interrupt, exit_when_done, outputs_in_place
+from engine.core.messages import counted, escape_controls
 from traces.arrivals import arrival_times_s
 from traces.files import refuse_to_replace
 from traces.lengths import MAX_LENGTH, LengthDist, parse_length_dist
@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     # "prompts cut" of prompts left whole.
     cut = (f"{counted(num_cut, 'first turn')} cut to fit --max-context-tokens {args.max_context_tokens}"
            if num_cut else "")
-    print(describe(trace, args.output, cut))
+    with outputs_in_place(f"{escape_controls(args.output)} is complete"):  # a Ctrl-C now says it is whole
+        print(describe(trace, args.output, cut))
     return 0
 
 

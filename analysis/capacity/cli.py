@@ -44,11 +44,11 @@ from analysis.capacity.workload import (
 )
 from analysis.console import print_out
 from analysis.formatting import format_number
-from analysis.outdir import OutDirError, default_out_dir, input_files, out_folder, staged_out_dir
+from analysis.outdir import OutDirError, default_out_dir, folder_complete, input_files, out_folder, staged_out_dir
 from analysis.slo import SLO, parse_slos
 from engine.core.config import SCHEDULING_POLICIES
 from engine.core.config_args import OneLineErrorParser, add_config_arguments, field_names
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import exit_130_on_interrupt, outputs_in_place
 from engine.core.messages import escape_controls
 from sim.config import SimConfig
 from sim.hardware import get_gpu
@@ -388,7 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     except StreamTooLong as exc:
         parser.exit(2, f"error: {exc}; nothing written\n")
-    if not args.quiet:
+    if args.quiet:
+        return 0
+    with outputs_in_place(folder_complete(out_dir)):  # a Ctrl-C now says they are whole
         print_out(format_table(run))
         num_sims = sum(r.num_simulations_run for r in run.results)  # a search shared by configurations once
         where = f"Ray cluster {args.ray}" if args.ray else f"{run.num_jobs} local process(es)"

@@ -21,9 +21,9 @@ from analysis.compare.request_join import PER_REQUEST_METRICS, RequestJoin
 from analysis.compare.tables import format_error_table, format_fixed_width, format_rel_error
 from analysis.console import print_out
 from analysis.formatting import LATENCY_LABELS, format_percent
-from analysis.outdir import OutDirError, default_out_dir, out_folder, staged_out_dir
+from analysis.outdir import OutDirError, default_out_dir, folder_complete, out_folder, staged_out_dir
 from engine.core.config_args import OneLineErrorParser
-from engine.core.interrupt import exit_130_on_interrupt
+from engine.core.interrupt import exit_130_on_interrupt, outputs_in_place
 from engine.core.messages import escape_controls
 
 EXIT_OK, EXIT_SCHEDULE_DIFFERS, EXIT_BAD_INPUT = 0, 1, 2
@@ -163,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         parser.exit(EXIT_BAD_INPUT, f"error: cannot write to {out_dir}: {exc.strerror or exc}\n")
     # Printed once the outputs are in place: a reader that stops early (| head) can no longer cost them.
-    print_comparison(comparison, real, sim, check_schedule=args.schedule or args.require_identical_schedule)
-    print_out(f"outputs in {escape_controls(out_dir)}/")  # a newline in --out: one line
+    with outputs_in_place(folder_complete(out_dir)):  # a Ctrl-C now says they are whole
+        print_comparison(comparison, real, sim, check_schedule=args.schedule or args.require_identical_schedule)
+        print_out(f"outputs in {escape_controls(out_dir)}/")  # a newline in --out: one line
     if args.require_identical_schedule and not comparison.schedule.identical:
         return EXIT_SCHEDULE_DIFFERS
     return EXIT_OK

@@ -9,6 +9,7 @@ it killed the process at once and left its hidden staging folder (``.OUT.partial
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -18,7 +19,7 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from engine.core.messages import long_name_message
 
@@ -28,6 +29,24 @@ EXIT_BAD_INPUT = 2  # every command's status for an input or option it cannot us
 
 NOTHING_WRITTEN = "interrupted: nothing written"
 EACH_FILE_WHOLE = "interrupted: files finished before it are written, none in part"
+
+
+class InterruptedOnceWritten(KeyboardInterrupt):
+    """A Ctrl-C (or SIGTERM) that came once a command's outputs were in place, whole; ``str()`` is its line. The
+    commands' own lines said nothing was written, then: analysis.compare, traces.synth and the others printed
+    "interrupted: nothing written" over a complete output (a rerun met "exists; pass --overwrite"), and
+    sim.calibrate said so of a profile it had already rewritten."""
+
+
+@contextlib.contextmanager
+def outputs_in_place(done: str) -> Iterator[None]:
+    """Around what a command does once its outputs are written (the lines it prints about them): a Ctrl-C or SIGTERM
+    there ends it with the line "interrupted: ``done``; only this summary was cut" and the usual status."""
+    try:
+        yield
+        sys.stdout.flush()  # the lines reach their reader here, not in the command's wrapper after main returned
+    except KeyboardInterrupt:
+        raise InterruptedOnceWritten(f"interrupted: {done}; only this summary was cut") from None
 
 
 class _Terminated:
@@ -109,12 +128,26 @@ class _ReaderGoneSafe:
         except OSError as exc:
             self._failed(exc)
             return len(text)
+        except KeyboardInterrupt:
+            self._cut()
+            raise
 
     def flush(self) -> None:
         try:
             self._stream.flush()
         except OSError as exc:
             self._failed(exc)
+        except KeyboardInterrupt:
+            self._cut()
+            raise
+
+    def _cut(self) -> None:
+        """A Ctrl-C (or SIGTERM) that came while stdout was written, most often blocked on a reader that has stopped
+        reading (``| less`` left waiting, a stalled terminal or link): what it still holds goes to /dev/null. Each
+        flush after the interrupt blocked again on that reader: the command hung after its line, a second Ctrl-C was
+        a KeyboardInterrupt traceback, and the interpreter's last flush at exit then ignored Ctrl-C and SIGTERM."""
+        if self._name == "stdout":  # stderr is where the interrupt's line goes
+            self._discard()
 
     def _failed(self, exc: OSError) -> None:
         gone = isinstance(exc, BrokenPipeError) or exc.errno == errno.EBADF  # no reader, or no stream at all
@@ -247,9 +280,9 @@ def one_line_script_errors(main: Callable) -> Callable:
 
 
 def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
-    """Decorate a ``main(argv)``: on KeyboardInterrupt print ``message`` and exit with status 130 (143 for SIGTERM,
-    which is turned into a KeyboardInterrupt while ``main`` runs). A main that handles the interrupt itself and
-    exits 130 keeps its own message; after SIGTERM its status becomes 143."""
+    """Decorate a ``main(argv)``: on KeyboardInterrupt print ``message`` (an InterruptedOnceWritten's own line) and
+    exit with status 130 (143 for SIGTERM, which is turned into a KeyboardInterrupt while ``main`` runs). A main that
+    handles the interrupt itself and exits 130 keeps its own message; after SIGTERM its status becomes 143."""
 
     def decorate(main: Callable) -> Callable:
         @functools.wraps(main)
@@ -271,9 +304,10 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
                           "printed there is incomplete", file=sys.stderr)
                     raise SystemExit(EXIT_BAD_INPUT)
                 return status
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 interrupted = True
-                print(f"\n{message}" if sys.stderr.isatty() else message, file=sys.stderr)
+                line = str(exc) if isinstance(exc, InterruptedOnceWritten) else message
+                print(f"\n{line}" if sys.stderr.isatty() else line, file=sys.stderr)
                 raise SystemExit(EXIT_TERMINATED if _Terminated.received else EXIT_INTERRUPTED) from None
             except OSError as exc:
                 if exc.errno != errno.ENAMETOOLONG:
@@ -288,12 +322,12 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
                     raise SystemExit(EXIT_TERMINATED) from None
                 raise
             finally:
-                _end_guard(streams)
-                if previous is not None:
-                    signal.signal(signal.SIGTERM, previous)
-                if interrupted:
+                if interrupted:  # first: a Ctrl-C or SIGTERM while the streams are flushed ends it at once
                     _shutting_down_after_interrupt()
-                else:
+                elif previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
+                _end_guard(streams)
+                if not interrupted:
                     _give_back_sigint(previous_sigint)
 
         return wrapped

@@ -127,6 +127,8 @@ class SteadyDecodes:
         # Nothing to settle: a window planned row by row paid every debt before it (and nothing logged since), one
         # planned from this bookkeeping logged its steps for the sequences that keep owing (``owe_window``).
         calendar, steady = self._calendar, self.steady
+        if not calendar:  # (a small batch files no sequence: each window of a fleet's replicas, mostly)
+            return
         passed = range(start, end) if num_steps < len(calendar) else [a for a in calendar if start <= a < end]
         for advance in passed:
             for seq in calendar.pop(advance, ()):

@@ -15,7 +15,7 @@ from sim.hardware import get_gpu
 from sim.host_speed import ConstantHostSpeed, HostSpeedEpisodes, HostSpeedTimeline
 from sim.profiled_cost_model import ProfiledCostModel, find_profile
 from sim.runner import CostModelRunner
-from sim.simulator import simulate
+from sim.simulator import SimClock, SimEnvironment, simulate
 from tests.sim.helpers import SHAREGPT, FixedClock, decode_only_batch
 from traces.requests import TraceRequests
 from traces.schema import load_trace
@@ -38,6 +38,20 @@ def test_array_prompts_give_the_outputs_of_list_prompts(case, monkeypatch):
     assert with_arrays.steps_table().equals(with_lists.steps_table())
     if config.enable_prefix_caching:  # cached_tokens: prefix hits were compared too
         assert sum(row[8] for row in with_lists.request_rows) > 0
+
+
+def test_the_engines_clock_reads_the_simulated_time():
+    """The environment's ``now`` and the engines' clock read in C (SimEnvironment.now, SimClock): the time simpy's own
+    loop and the fast event loop set, as simpy's property read it."""
+    env = SimEnvironment()
+    clock = SimClock(env)
+    assert env.now == clock.now() == 0.0
+    env.run(until=2.5)  # simpy's own loop
+    assert env.now == clock.now() == 2.5
+    env.timeout(0.25)
+    env.run()  # SimEnvironment's loop
+    assert env.now == clock.now() == 2.75
+    assert type(clock.now()) is float
 
 
 def _cost_model(kind: str):

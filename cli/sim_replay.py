@@ -6,11 +6,11 @@ Writes requests.parquet, steps.parquet, summary.json and report.html to --out an
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from analysis.metrics import SUMMARY_STEP_INPUTS
 from analysis.outdir import OutDirError, default_out_dir, folder_complete, input_files, staged_out_dir
+from analysis.progress import progress_bar
 from analysis.report.panels import REPORT_STEP_INPUTS
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import write_summary, write_tables
@@ -89,17 +89,9 @@ def run_bands_with_progress(trace, config: SimConfig, num_replays: int, slos, qu
     from analysis.bands import run_bands
     from analysis.capacity.executors import default_num_jobs
 
-    progress = None
-    if not quiet:
-        from tqdm import tqdm
-
-        progress = tqdm(total=num_replays, unit="replay", desc="bands", file=sys.stderr)
-    try:
+    with progress_bar(quiet, total=num_replays, unit="replay", desc="bands") as progress:
         return run_bands(trace, config, num_replays, slos=slos, num_jobs=min(num_replays, default_num_jobs()),
                          on_replay_done=progress.update if progress else None)
-    finally:  # on Ctrl-C too: the error line then starts a line of its own
-        if progress is not None:
-            progress.close()
 
 
 @exit_130_on_interrupt()
@@ -125,17 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Made now, so a bad --out fails at once; never over an input.
         with staged_out_dir(out_dir, overwrite=args.overwrite, inputs=input_files(args)) as stage:
-            progress = None
-            if not args.quiet:
-                from tqdm import tqdm
-
-                progress = tqdm(total=len(trace), unit="req", desc="simulating", mininterval=0.5, file=sys.stderr)
-            try:
+            with progress_bar(args.quiet, total=len(trace), unit="req", desc="simulating", mininterval=0.5) as progress:
                 result = simulate(trace, config, on_request_done=progress.update if progress else None,
                                   max_steps=max_steps_to_write(host_memory_available()))
-            finally:  # on an error too: its line then starts a line of its own
-                if progress is not None:
-                    progress.close()
             result.meta.update(qps=args.qps, time_scale=args.time_scale, limit=args.limit, offline=args.offline)
             bands = None
             if num_replays is not None:

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 from analysis.metrics import CLIENT_TIMING
 from analysis.outdir import OutDirError, default_out_dir, folder_complete, input_files, staged_out_dir
+from analysis.progress import progress_bar
 from cli.replay_args import (
     add_output_arguments,
     add_trace_arguments,
@@ -323,17 +324,9 @@ def _bench_into(out_dir: Path, url: str, trace, tokenizer, slos, args: argparse.
     requests = bench_requests(trace, vocab_size, args.seed, tokenizer)
     target = BenchTarget(completions_url=url + args.endpoint, model=model, max_concurrency=args.max_concurrency,
                          timeout_s=args.request_timeout_s, temperature=args.temperature)
-    progress = None
-    if not args.quiet:
-        from tqdm import tqdm
-
-        progress = tqdm(total=len(requests), unit="req", desc="requests", mininterval=0.5, file=sys.stderr)
-    try:
+    with progress_bar(args.quiet, total=len(requests), unit="req", desc="requests", mininterval=0.5) as progress:
         results = asyncio.run(replay_over_http(target, requests,
                                                on_done=(lambda _: progress.update()) if progress else None))
-    finally:
-        if progress is not None:
-            progress.close()
     origin_s = float(trace.requests["arrival_s"][0])
     config = {
         "url": url, "endpoint": args.endpoint, "model": model, "prompt_format": args.prompt_format,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 
 import numpy as np
@@ -34,6 +33,7 @@ from analysis.capacity.workload import (
     WorkloadParams,
     max_stream_qps,
 )
+from analysis.progress import progress_bar
 from analysis.slo import SLO, statistic_of
 from analysis.stats import round_sig
 from engine.core.config_args import build_config
@@ -300,21 +300,13 @@ def run_capacity(args: argparse.Namespace, parser: argparse.ArgumentParser) -> C
                                  args.ray_connect_timeout_s)
     except SweepError as exc:
         _fail(parser, str(exc))
-    bar = None
-    if not args.quiet:
-        from tqdm import tqdm
-
-        bar = tqdm(unit="sim", desc=f"sweeping {len(plan.configs)} configuration(s)", file=sys.stderr,
-                   mininterval=0.5)
-    started = time.perf_counter()
     run_ahead: dict = {}
-    try:
+    with progress_bar(args.quiet, unit="sim", desc=f"sweeping {len(plan.configs)} configuration(s)",
+                      mininterval=0.5) as bar:
+        started = time.perf_counter()
         results = run_sweep(plan.configs, plan.params, executor, plan.labels, bar, seeds=plan.seeds,
                             check_duration=not args.no_duration_check, band_replays=plan.band_replays,
                             run_ahead_counts=run_ahead)
-    finally:
-        if bar is not None:
-            bar.close()
     wall_s = time.perf_counter() - started
     results = [dataclasses.replace(r, notes=plan.config_notes[r.index] + r.notes + shortened_notes(r, plan.workload))
                for r in results]

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from analysis.process_pools import interrupts_held
-from engine.core.interrupt import outputs_in_place
+from engine.core.interrupt import InterruptedOnceWritten
 from engine.core.messages import escape_controls
 from sim.files import RUN_FILES, existing_parent
 from traces.files import existing_path, make_folders, remove_empty, staging_path
@@ -136,8 +136,7 @@ def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out",
         except KeyboardInterrupt:
             if not written:  # the move failed: nothing of this run was kept
                 raise
-            with outputs_in_place(done):
-                raise
+            raise InterruptedOnceWritten(done) from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
         if not written:  # --out new/deeper/run with a bad trace left new/deeper/ behind, empty

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from analysis.process_pools import interrupts_held
+
 if TYPE_CHECKING:
     from tqdm import tqdm
 
@@ -25,8 +27,6 @@ def progress_bar(quiet: bool, **options) -> Iterator[tqdm | None]:
         yield None
         return
     from tqdm import tqdm
-
-    from analysis.process_pools import interrupts_held
 
     bar = None
     try:

@@ -4,10 +4,9 @@ CPU seconds on a shared 2-core machine move by 20-40 % from run to run, more tha
 this counts instructions instead, which do not depend on the machine's load: valgrind's cachegrind (no cache
 simulation) runs ``simulate()`` on the first ``--limit`` requests of the Azure 2023 conversation trace with the
 default configuration and builds its step table (as sim.replay does before it writes steps.parquet:
-benchmarks/sim_million.py does not, and that table is ~9 % of the figure of 5,000 sessions on 64 replicas), once per
-source tree, and once more without simulating (imports and trace loading), whose count is subtracted. Each tree
-is a checkout of the project (``git archive COMMIT | tar -x -C DIR``); ``.`` is this one. Needs valgrind on the PATH;
-about a minute per tree for 5,000 requests.
+benchmarks/sim_million.py does not), once per source tree, and once more without simulating (imports and trace
+loading), whose count is subtracted. Each tree is a checkout of the project (``git archive COMMIT | tar -x -C DIR``);
+``.`` is this one. Needs valgrind on the PATH; about a minute per tree for 5,000 requests.
 
 ``--replicas N --router NAME`` simulate a fleet; ``--sessions`` takes benchmarks/sim_million.py's synthesised
 multi-turn sessions instead of ``--trace`` (``--sessions --replicas 64 --router prefix``: the million-request

@@ -37,6 +37,9 @@ class InterruptedOnceWritten(KeyboardInterrupt):
     "interrupted: nothing written" over a complete output (a rerun met "exists; pass --overwrite"), and
     sim.calibrate said so of a profile it had already rewritten."""
 
+    def __init__(self, done: str) -> None:  # ``done``: what is in place ("the outputs in OUT/ are complete")
+        super().__init__(f"interrupted: {done}; only this summary was cut")
+
 
 @contextlib.contextmanager
 def outputs_in_place(done: str) -> Iterator[None]:
@@ -46,7 +49,7 @@ def outputs_in_place(done: str) -> Iterator[None]:
         yield
         sys.stdout.flush()  # the lines reach their reader here, not in the command's wrapper after main returned
     except KeyboardInterrupt:
-        raise InterruptedOnceWritten(f"interrupted: {done}; only this summary was cut") from None
+        raise InterruptedOnceWritten(done) from None
 
 
 class _Terminated:
@@ -322,13 +325,13 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
                     raise SystemExit(EXIT_TERMINATED) from None
                 raise
             finally:
-                if interrupted:  # first: a Ctrl-C or SIGTERM while the streams are flushed ends it at once
+                if interrupted:  # before the flush: a Ctrl-C or SIGTERM while the streams are flushed ends it at once
                     _shutting_down_after_interrupt()
-                elif previous is not None:
-                    signal.signal(signal.SIGTERM, previous)
-                _end_guard(streams)
-                if not interrupted:
+                else:
+                    if previous is not None:
+                        signal.signal(signal.SIGTERM, previous)
                     _give_back_sigint(previous_sigint)
+                _end_guard(streams)
 
         return wrapped
 

@@ -16,6 +16,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -31,7 +32,7 @@ from analysis.metrics import (
 from analysis.report.panels import REPORT_STEP_INPUTS
 from analysis.schema import MAX_TIME_S, conform_requests
 from analysis.slo import SLO, limit_s_from_ms
-from analysis.stats import finite_values, sorted_values
+from analysis.stats import finite_values
 from engine.core.json_errors import json_problem, json_type_name
 from engine.core.messages import shown
 from sim.files import write_parquet_frame, write_text_atomic
@@ -109,11 +110,13 @@ def write_summary(
     """summary.json (written whole: a temporary file renamed over the old one) and, if asked, report.html."""
     # The finished requests' token gaps, pooled once for both the summary and the report (4.6M of them on the Azure
     # trace's hour: 0.03 CPU s each time), and sorted once: the report's CDF sorts them anyway, and the summary's
-    # percentiles partition a sorted array in a third of the time.
+    # percentiles partition a sorted array in a third of the time. Sorted by numpy: from numpy 2 on its sort is
+    # vectorised (x86-simd-sort), 4.1M gaps in 0.05 CPU s where polars' took 0.07 on one thread and 0.10 on two (one
+    # core, as a pinned benchmark runs), the same array to the bit.
     itl_s = sorted_itl_s = None
     if report_title is not None:
         itl_s = itl_values(conform_requests(requests, ["finish_reason", "token_times_s"]).filter(is_finished()))
-        sorted_itl_s = sorted_values(finite_values(itl_s))
+        sorted_itl_s = np.sort(finite_values(itl_s))
     summary = summarize(requests, steps, slos, duration_s=meta.get("recorded_duration_s"),
                         timed_by_client=is_timed_by_client(meta), itl_s=itl_s, sorted_itl_s=sorted_itl_s)
     summary.update(meta)

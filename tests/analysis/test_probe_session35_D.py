@@ -1,6 +1,5 @@
 """Session 35 (D): a replay's outputs written with less work, the same bytes.
 
-- ``analysis.stats.sorted_values``: ``np.sort`` of the pooled token gaps by polars where that cannot differ;
 - ``analysis.metrics.itl_values``: the lists' times and lengths read from their offsets, without
   ``pyarrow.compute`` (imported for nothing else in a replay).
 """
@@ -16,63 +15,8 @@ import polars as pl
 import pytest
 
 from analysis.metrics import _itl_values_per_list, itl_values, summarize
-from analysis.stats import sorted_values
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_sorted_values_is_numpys_sort_to_the_bit(seed):
-    rng = np.random.default_rng(seed)
-    gaps = rng.lognormal(-3.5, 0.6, 20_000)
-    gaps[rng.integers(0, gaps.size, 5_000)] = 0.025  # many ties, as a decode step's time repeats
-    assert _same_bits(sorted_values(gaps), np.sort(gaps))
-    shuffled = rng.permutation(gaps)
-    assert _same_bits(sorted_values(shuffled), np.sort(shuffled))
-
-
-def test_sorted_values_sorts_positive_finite_values_with_polars(monkeypatch):
-    calls = []
-    original = pl.Series.sort
-
-    def counted(self, *args, **kwargs):
-        calls.append(len(self))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(pl.Series, "sort", counted)
-    values = np.array([3.0, 1.0, 2.0, 1.0])
-    out = sorted_values(values)
-    assert calls == [4]
-    assert out.tolist() == [1.0, 1.0, 2.0, 3.0]
-    assert values.tolist() == [3.0, 1.0, 2.0, 1.0]  # its input untouched
-
-
-@pytest.mark.parametrize("values", [
-    [0.5, -0.0, 0.25, 0.0, -0.0, 0.0],  # zeros of both signs: numpy's own placement of them
-    [0.5, 0.0, 0.25],
-    [0.5, np.nan, 0.25],
-    [0.5, np.inf, 0.25],
-    [0.5, -1.0, 0.25],
-    [7.0],
-    [],
-])
-def test_sorted_values_leaves_the_rest_to_numpy(monkeypatch, values):
-    def refuse(self, *args, **kwargs):
-        raise AssertionError("sorted by polars")
-
-    monkeypatch.setattr(pl.Series, "sort", refuse)
-    array = np.array(values, dtype=np.float64)
-    assert _same_bits(sorted_values(array), np.sort(array))
-
-
-def test_sorted_values_of_other_dtypes_is_numpys():
-    for array in (np.array([3, 1, 2]), np.array([3.0, 1.0, 2.0], dtype=np.float32)):
-        out = sorted_values(array)
-        assert _same_bits(out, np.sort(array))
 
 
 def _frame(lists) -> pl.DataFrame:
@@ -114,7 +58,7 @@ def test_itl_values_imports_no_pyarrow_compute():
     assert out.stdout.strip() == "False"
 
 
-def test_summary_from_polars_sorted_gaps_is_the_same():
+def test_summary_from_sorted_gaps_is_the_same():
     rng = np.random.default_rng(3)
     times = [np.cumsum(rng.lognormal(-3.5, 0.5, int(n))) + i for i, n in enumerate(rng.integers(2, 400, 60))]
     requests = pl.DataFrame({
@@ -133,6 +77,6 @@ def test_summary_from_polars_sorted_gaps_is_the_same():
     })
     itl_s = itl_values(requests)
     plain = summarize(requests, None, itl_s=itl_s)
-    ordered = summarize(requests, None, itl_s=itl_s, sorted_itl_s=sorted_values(itl_s))
+    ordered = summarize(requests, None, itl_s=itl_s, sorted_itl_s=np.sort(itl_s))
     assert ordered == plain
     assert ordered["itl_ms"]["p99"] is not None

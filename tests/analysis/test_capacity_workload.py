@@ -70,6 +70,18 @@ def test_stream_hash_ids_copy_private_blocks_per_session_copy() -> None:
     assert column.dtype == pl.List(pl.Int64)
     assert column.to_list() == [[4, 5, 7, 8], [4, 31], [4, 5], [4, 10, 12, 13]]
     assert library.stream_hash_ids(np.array([], dtype=np.int64), np.array([], dtype=np.int64)).to_list() == []
+    # Block 1 (0 now) is in both turns of session 7, yet private: shared means used by two sessions.
+    assert library.shared_hash_ids.tolist() == [False, False, False, False, True]
+
+
+def test_stream_hash_ids_without_shared_blocks_are_all_made_fresh() -> None:
+    one_session = Trace.from_frame(TRACE.requests.filter(pl.col("session_id") == 7), "toy", hash_block_size=16)
+    library = SessionLibrary.from_trace(one_session)
+    # Ids 1, 3, 4, 100 -> 0 .. 3, none shared: every id of copy c becomes id + (c + 1) * 4.
+    assert [ids.tolist() for ids in library.hash_ids] == [[3, 0], [3, 0, 1, 2]]
+    assert not library.shared_hash_ids.any()
+    column = library.stream_hash_ids(np.array([1, 0, 1]), np.array([0, 2, 3]))
+    assert column.to_list() == [[7, 4, 5, 6], [15, 12], [19, 16, 17, 18]]
 
 
 def test_scaled_think_times_shrink_with_the_load_and_seeds_are_reproducible() -> None:

@@ -45,10 +45,10 @@ def test_a_window_in_which_every_sequence_finishes_is_not_queued(monkeypatch):
     stepped = _requests(trace, config, fast_forward=False)
     queued = _queued_window_ends(monkeypatch)
     result = simulate(trace, config)
-    # 399 decode steps after the prefill: windows of 128 and 256 steps (the lazy plan doubles; the steps that open a
-    # block between them run one by one), queued at their ends, then one of 13 steps in which the sequence finishes,
-    # never queued (finished after the run, its steps counted).
-    assert result.num_fast_forward_steps == 128 + 256 + 13
+    # 399 decode steps after the prefill: windows of 128 and 256 steps (the lazy plan doubles; each window that ran to
+    # its cap is followed at once by the next), queued at their ends, then one of 15 steps in which the sequence
+    # finishes, never queued (finished after the run, its steps counted).
+    assert result.num_fast_forward_steps == 128 + 256 + 15
     assert len(queued) == 2
     assert pl.from_arrow(result.requests_table()).equals(stepped)
     assert stepped["finish_s"].to_list()[0] > queued[-1]

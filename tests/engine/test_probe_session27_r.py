@@ -60,7 +60,8 @@ def test_seed_minus_one_is_no_seed_as_in_vllm(served) -> None:
     assert r.status_code == 200, r.text
     state = client.app.state.server
     for copy in (0, 1):  # not 2**64 - 1 and its copies' 0, 1, ...: each copy draws at random
-        assert _sampling_params(state, CompletionRequest(prompt=[1], seed=-1), 1, 2, copy).seed is None
+        params = _sampling_params(state, CompletionRequest(prompt=[1], seed=-1), 1, 2, copy, stop_token_ids=frozenset())
+        assert params.seed is None
     assert SamplingParams(seed=-1).seed is None  # engine.LLM's too, as vLLM's
     r = client.post("/v1/completions", json={"prompt": [1], "max_tokens": 2, "seed": -2})
     assert r.status_code == 400

@@ -169,11 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
     except (MemoryError, RuntimeError) as exc:
-        if not _out_of_memory(exc):
+        line = out_of_memory_line(options.model, exc)
+        if line is None:
             raise
-        detail = one_line(exc)[:200]
-        parser.exit(2, f"error: {options.model} does not fit in memory with these options ({detail}); lower "
-                       "--num-gpu-blocks, --max-num-batched-tokens or --gpu-memory-utilization\n")
+        parser.exit(2, f"error: {line}\n")
     except OSError as exc:  # a full disk while writing: nothing was moved into place
         parser.exit(2, f"error: --out {out_dir}: {exc.strerror or exc}\n")
     if not args.quiet:
@@ -256,12 +255,18 @@ def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Na
         )
 
 
-def _out_of_memory(exc: BaseException) -> bool:
-    """An allocation the device or host could not make (torch raises RuntimeError subclasses for both): the
-    options ask for more KV cache or activations than there is memory, a bad input, not a bug."""
+def out_of_memory_line(model: str, exc: BaseException) -> str | None:
+    """The error line for an allocation the device or host could not make (torch raises RuntimeError subclasses for
+    both): the options ask for more KV cache, activations or per-sequence buffers than there is memory, a bad input,
+    not a bug; None for any other error. engine.serve gets the engine process's error as a RuntimeError of its text.
+    --max-num-seqs is named first: it sizes the per-sequence buffers, and --max-num-seqs 10**9 on the CPU asked for
+    1 TB of them while the line told the user to lower three other options."""
     text = str(exc).lower()
-    return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
-            or "can't allocate memory" in text or "out of memory" in text)
+    if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+            or "can't allocate memory" in text or "out of memory" in text):
+        return None
+    return (f"{model} does not fit in memory with these options ({one_line(exc)[:200]}); lower --max-num-seqs, "
+            "--num-gpu-blocks, --max-num-batched-tokens or --gpu-memory-utilization")
 
 
 def _device_name(device) -> str:

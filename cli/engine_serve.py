@@ -15,7 +15,7 @@ import socket
 import sys
 from pathlib import Path
 
-from cli.engine_replay import MAX_WARMUP_REQUESTS, cpu_fallback_note
+from cli.engine_replay import MAX_WARMUP_REQUESTS, cpu_fallback_note, out_of_memory_line
 from cli.replay_args import add_config_groups
 from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.generation_defaults import read_generation_defaults
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             info = engine.start()
             tokenizer = load_tokenizer(Path(info.model_dir))
         except (RuntimeError, ValueError, OSError) as exc:
-            parser.exit(2, f"error: --model {options.model}: {exc}\n")
+            line = out_of_memory_line(options.model, exc) or f"--model {options.model}: {exc}"
+            parser.exit(2, f"error: {line}\n")
         except (KeyboardInterrupt, _Terminated) as exc:  # the engine process is not waited for
             for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not interrupt the cleanup
                 signal.signal(sig, signal.SIG_IGN)

@@ -76,7 +76,8 @@ def test_engine_replay_options_beyond_memory_are_one_line(trace, tmp_path, capsy
             "--num-gpu-blocks", str(2**30)]
     line = cli_error(replay_main, argv, capsys)
     assert line.startswith("error: qwen3-0.6b does not fit in memory with these options ([enforce fail")
-    assert line.endswith("lower --num-gpu-blocks, --max-num-batched-tokens or --gpu-memory-utilization")
+    assert line.endswith("lower --max-num-seqs, --num-gpu-blocks, --max-num-batched-tokens or "
+                         "--gpu-memory-utilization")
     assert not out.exists() and list(tmp_path.iterdir()) == [trace]
 
 

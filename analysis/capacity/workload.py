@@ -90,7 +90,10 @@ class SessionLibrary:
     offsets_s: np.ndarray  # per row: arrival - its session's first arrival
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
-    hash_ids: list[np.ndarray] | None  # per row; ids private to one session are < num_hash_ids
+    # Every row's hash ids, row after row, and where each row's start (one entry more: the end), as
+    # ``Trace._hash_id_offsets`` holds a trace's; ids private to one session are < num_hash_ids. None: the trace has
+    # none.
+    hash_id_offsets: tuple[np.ndarray, np.ndarray] | None
     shared_hash_ids: np.ndarray | None  # ids used by more than one session: kept as they are
     num_hash_ids: int
 
@@ -98,10 +101,13 @@ class SessionLibrary:
     def num_sessions(self) -> int:
         return len(self.session_rows)
 
-    @cached_property
-    def _flat_hash_ids(self) -> tuple[np.ndarray, np.ndarray]:
-        assert self.hash_ids is not None
-        return _flattened(self.hash_ids)
+    @property
+    def hash_ids(self) -> list[np.ndarray] | None:
+        """Per row, its hash ids (views of ``hash_id_offsets``)."""
+        if self.hash_id_offsets is None:
+            return None
+        flat, starts = self.hash_id_offsets
+        return [flat[starts[i]:starts[i + 1]] for i in range(len(starts) - 1)]
 
     @cached_property
     def _flat_session_rows(self) -> tuple[np.ndarray, np.ndarray]:
@@ -122,7 +128,8 @@ class SessionLibrary:
     def stream_hash_id_arrays(self, rows: np.ndarray, instances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``stream_hash_ids`` flattened: every id, list after list (int64), and where each list starts (one entry
         more: the end), as ``Trace._hash_id_offsets`` holds a trace's."""
-        ids, offsets = _ragged_take(*self._flat_hash_ids, rows)
+        assert self.hash_id_offsets is not None
+        ids, offsets = _ragged_take(*self.hash_id_offsets, rows)
         # Each id's shift, 0 for the shared ones (none in most traces: then not looked up): fewer passes over the
         # stream's ids than choosing between two shifted copies of them (~0.8M ids at 42 req/s on sharegpt).
         shifts = np.repeat((instances.astype(np.int64) + 1) * self.num_hash_ids, np.diff(offsets))
@@ -166,13 +173,13 @@ class SessionLibrary:
         gaps = np.diff(np.sort(first_arrival))
         if len(gaps) == 0 or gaps.mean() <= 0:  # one session, or all starting together: even starts
             gaps = np.ones(1)
-        hash_ids, shared, num_ids, block_size = _session_hash_ids(trace, session_of_row)
+        hash_id_offsets, shared, num_ids, block_size = _session_hash_ids(trace, session_of_row)
         return cls(
             source=trace.source, hash_block_size=block_size, trace_qps=(len(frame) - 1) / span_s,
             requests_per_session=len(frame) / len(session_rows), start_gaps=gaps / gaps.mean(),
             session_rows=session_rows, offsets_s=offsets,
             prompt_tokens=frame["prompt_tokens"].to_numpy(), output_tokens=frame["output_tokens"].to_numpy(),
-            hash_ids=hash_ids, shared_hash_ids=shared, num_hash_ids=num_ids,
+            hash_id_offsets=hash_id_offsets, shared_hash_ids=shared, num_hash_ids=num_ids,
         )
 
 
@@ -207,9 +214,10 @@ def _flattened(per_row: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _session_hash_ids(trace: Trace, session_of_row: np.ndarray):
-    """Per-row hash ids, the ids shared between sessions (``session_of_row``: a number per row, equal within a
-    session, below the row count), the id count, and the block size. On flat arrays, not a list per row and a pass per
-    session: the library of traces/sharegpt.parquet (696 sessions, once per sweep) in ~27 ms instead of ~42."""
+    """The rows' hash ids (flat, and where each row's start), the ids shared between sessions (``session_of_row``: a
+    number per row, equal within a session, below the row count), the id count, and the block size. On flat arrays,
+    not a list per row and a pass per session: the library of traces/sharegpt.parquet (696 sessions, once per sweep)
+    in ~27 ms instead of ~42."""
     frame = trace.requests
     if "hash_ids" in frame.columns:
         flat, starts = trace._hash_id_offsets
@@ -221,12 +229,11 @@ def _session_hash_ids(trace: Trace, session_of_row: np.ndarray):
         return None, None, 0, None
     # Renumber densely so that "fresh ids" can be made by adding a multiple of the count.
     uniques, dense = np.unique(flat, return_inverse=True)
-    per_row = [dense[starts[i]:starts[i + 1]] for i in range(len(starts) - 1)]
     # An id is shared when it is used by more than one session: count its distinct (id, session) pairs.
     num_rows = len(session_of_row)
     pairs = np.unique(dense * num_rows + np.repeat(session_of_row, np.diff(starts)))
     shared = np.bincount(pairs // num_rows, minlength=len(uniques)) > 1
-    return per_row, shared, len(uniques), block_size
+    return (dense.astype(np.int64, copy=False), starts), shared, len(uniques), block_size
 
 
 def _hash_ids_from_tokens(token_lists: list[list[int]], block_size: int) -> list[np.ndarray]:
@@ -395,7 +402,7 @@ def steady_trace(library: SessionLibrary, qps: float, duration_s: float, warmup_
         "output_tokens": library.output_tokens[rows].astype(np.int64, copy=False),
     }
     hash_id_offsets = None
-    if library.hash_ids is not None:
+    if library.hash_id_offsets is not None:
         hash_id_offsets = library.stream_hash_id_arrays(rows, instance)
         columns["hash_ids"] = _id_lists(*hash_id_offsets)
     columns["session_id"] = instance.astype(np.int64)

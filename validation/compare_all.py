@@ -82,6 +82,10 @@ PLAN: dict[str, tuple[str, str, list[str]]] = {
     **{f"i-longctx-{name}": (f"(i) long context (~6k prompts), ~{share}% of an H100 ({qps} req/s)",
                              "heldout_longctx.parquet", _online(qps, 600))
        for name, share, qps in (("p70", 70, 7.5), ("p90", 90, 9.5))},
+    # ... and the bursty long-output shape at ~70 and ~90 % of the ~25 req/s that profile saturates it at (longout).
+    **{f"i-longout-{name}": (f"(i) long outputs (~800), bursty, ~{share}% of an H100 ({qps} req/s)",
+                             "heldout_longout.parquet", _online(qps, 800))
+       for name, share, qps in (("p70", 70, 17.5), ("p90", 90, 22.5))},
 }
 HEADLINE = ["ttft_ms.p50", "ttft_ms.p90", "tpot_ms.p50", "tpot_ms.p90", "e2e_ms.p50", "e2e_ms.p90", "output_throughput"]
 

@@ -10,7 +10,8 @@
 # simulation; KV_BLOCKS_MOONCAKE, default 600, 27 preemptions), prefill-heavy (the synthetic ~2k/~28 trace at
 # ~30, ~70 and ~95 % of the ~111 req/s the simulator puts its saturation at: QPS_PH_LIGHT 35, QPS_PH_70 80,
 # QPS_PH_95 106 by default), decode-heavy (the synthetic ~300/~350 bursty trace, QPS_DH_*), model-8b (qwen3-8b on
-# the Azure slices, QPS_8B_*), longctx (the held-out long-context trace on an H100, QPS_LC_*). RUN_TAG (default empty) is appended to
+# the Azure slices, QPS_8B_*), longctx and longout (the held-out long-context and
+# long-output traces on an H100, QPS_LC_*, QPS_LO_*). RUN_TAG (default empty) is appended to
 # every run folder's name, so that a phase can be repeated into the same OUT_DIR (real-vs-real spread).
 # Needs validation/traces/ (python validation/make_traces.py) and, where polars is missing, its
 # wheels in .whl/ (see validation/README.md). Every step runs even if an earlier one failed.
@@ -133,6 +134,11 @@ longctx)
   # (QPS_LC_70 7.5, QPS_LC_90 9.5); on an H200 its knee is ~12.8 req/s (h-longctx-*, 9 and 11.5).
   replay_loads i-longctx heldout_longctx.parquet qwen3-0.6b "p70:${QPS_LC_70:-7.5}:600" "p90:${QPS_LC_90:-9.5}:600"
   ;;
+longout)
+  # (i) The held-out bursty long-output trace (outputs ~800) at ~70 and ~90 % of the ~25 req/s the H100 profile
+  # saturates it at (QPS_LO_70 17.5, QPS_LO_90 22.5); on an H200 h-longout-* ran 16 and 20 req/s.
+  replay_loads i-longout heldout_longout.parquet qwen3-0.6b "p70:${QPS_LO_70:-17.5}:800" "p90:${QPS_LO_90:-22.5}:800"
+  ;;
 kv-pressure)
   # (d) Preemptions and prefix hits under KV pressure: compare their counts, not only latencies.
   if want d-azure-kv; then
@@ -149,7 +155,7 @@ kv-pressure)
   fi
   ;;
 *)
-  echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online, kv-pressure, prefill-heavy, decode-heavy, model-8b, longctx)"
+  echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online, kv-pressure, prefill-heavy, decode-heavy, model-8b, longctx, longout)"
   exit 2 ;;
 esac
 ls -la "$out"

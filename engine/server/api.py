@@ -99,6 +99,7 @@ class _Choice:
     prompt_token_ids: list[int]
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    stop_reason: str | int | None = None  # vLLM's: the stop string or stop_token_ids token that ended the choice
     cut_by: str | None = None
     num_cached_tokens: int = 0
     finished: bool = False
@@ -221,7 +222,7 @@ def build_app(engine: EngineClient, tokenizer=None, *,
         text_chars = sum(len(p) for p in texts_or_ids if isinstance(p, str))
         prompts = await _in_worker_if(text_chars > THREAD_TOKENIZE_CHARS, _prompts_ids, state, texts_or_ids,
                                       body.add_special_tokens)
-        return await _serve(state, request, body, prompts, body.max_tokens, request_id, chat=False)
+        return await _serve(state, request, body, prompts, request_id, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
@@ -230,8 +231,7 @@ def build_app(engine: EngineClient, tokenizer=None, *,
         request_id = _request_id(request, body, "chatcmpl")
         _check_num_choices(state, body.n, 1)  # before the template renders
         prompt = await _chat_prompt_ids(state, body)
-        return await _serve(state, request, body, [prompt], body.requested_max_tokens, request_id, chat=True,
-                            max_tokens_param=body.max_tokens_param)
+        return await _serve(state, request, body, [prompt], request_id, chat=True)
 
     return app
 
@@ -473,9 +473,10 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
 
 
 # ---- serving ---------------------------------------------------------------------------------------
-async def _serve(state: ServerState, request: Request, body: _Sampling, prompts: list[list[int]],
-                 max_tokens: int | None, request_id: str, *, chat: bool, max_tokens_param: str = "max_tokens"):
+async def _serve(state: ServerState, request: Request, body: _Sampling, prompts: list[list[int]], request_id: str, *,
+                 chat: bool):
     stop = body.stop_strings
+    max_tokens = body.requested_max_tokens
     if stop and state.tokenizer is None:
         raise bad_request("stop strings need a tokenizer; this model has none (use stop_token_ids)", "stop")
     n = body.n
@@ -487,7 +488,7 @@ async def _serve(state: ServerState, request: Request, body: _Sampling, prompts:
                               f"within max_model_len={state.max_model_len}", param)
     choice_prompts = [ids for ids in prompts for _ in range(n)]
     stop_token_ids = _stop_token_ids(state, body)
-    params = [_sampling_params(state, body, len(ids), max_tokens, i % n, max_tokens_param,
+    params = [_sampling_params(state, body, len(ids), max_tokens, i % n, body.max_tokens_param,
                                stop_token_ids=stop_token_ids)
               for i, ids in enumerate(choice_prompts)]
     try:
@@ -495,7 +496,8 @@ async def _serve(state: ServerState, request: Request, body: _Sampling, prompts:
     except (ServerOverloaded, EngineDead) as exc:
         raise APIError(503, str(exc)) from exc
     choices = [_Choice(IncrementalDetokenizer(state.tokenizer, stop), ids) for ids in choice_prompts]
-    response = _Response(state, body, request_id, choices, chat, num_prompts=len(prompts))
+    response = _Response(state, body, request_id, choices, chat, num_prompts=len(prompts),
+                         stop_token_ids=stop_token_ids)
     # The client's X-Request-Id comes back, as vLLM's --enable-request-id-headers sends it
     echoed = {"X-Request-Id": request.headers["x-request-id"]} if request.headers.get("x-request-id") else {}
     if body.stream:
@@ -510,9 +512,10 @@ class _Response:
     """Turns a request's engine updates into OpenAI objects, streamed or whole."""
 
     def __init__(self, state: ServerState, body: _Sampling, request_id: str, choices: list[_Choice],
-                 chat: bool, num_prompts: int) -> None:
+                 chat: bool, num_prompts: int, stop_token_ids: frozenset[int]) -> None:
         self.state = state
         self.body = body
+        self.stop_token_ids = stop_token_ids
         self.request_id = request_id
         self.choices = choices
         self.chat = chat
@@ -542,6 +545,7 @@ class _Response:
         if choice.detokenizer.stopped and not update.finished:  # a stop string ends this choice here
             self.state.engine.abort(stream, update.index, reason="stop", num_tokens=len(choice.token_ids))
             choice.finished, choice.finish_reason = True, "stop"
+            choice.stop_reason = choice.detokenizer.stop_string
             return text
         if update.finished:
             choice.finished = True
@@ -553,7 +557,17 @@ class _Response:
             elif reason in _CUT_REASONS:
                 choice.cut_by, reason = reason, "length"
             choice.finish_reason = reason
+            choice.stop_reason = self._stop_reason(choice, update.finish_reason)
         return text
+
+    def _stop_reason(self, choice: _Choice, engine_reason: str) -> str | int | None:
+        """vLLM's stop_reason: which stop string or stop_token_ids token ended the choice (None for an eos or a
+        limit). The text leaves a stop string out, so without this a client given several could not tell which
+        one matched."""
+        if choice.detokenizer.stopped:
+            return choice.detokenizer.stop_string
+        last = choice.token_ids[-1] if choice.token_ids else None
+        return last if engine_reason == "stop" and last in self.stop_token_ids else None
 
     def _usage(self) -> dict:
         firsts = self.choices[::self.num_copies]  # a prompt counts once however many copies it has
@@ -609,8 +623,9 @@ class _Response:
         for i, c in enumerate(self.choices):
             text = c.detokenizer.text
             body = ({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                     "finish_reason": c.finish_reason} if self.chat else
-                    {"index": i, "text": text, "logprobs": None, "finish_reason": c.finish_reason})
+                     "finish_reason": c.finish_reason, "stop_reason": c.stop_reason} if self.chat else
+                    {"index": i, "text": text, "logprobs": None, "finish_reason": c.finish_reason,
+                     "stop_reason": c.stop_reason})
             body.update(self._choice_extras(c, c.token_ids))
             out_choices.append(body)
         return JSONResponse({"id": self.request_id, "object": self.object, "created": self.created,
@@ -645,6 +660,8 @@ class _Response:
             choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         else:
             choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+        if finish_reason is not None:  # a choice's last chunk says what ended it, as vLLM's does
+            choice["stop_reason"] = self.choices[index].stop_reason
         if extras:
             choice.update(extras)
         chunk = {"id": self.request_id, "object": f"{self.object}.chunk" if self.chat else self.object,

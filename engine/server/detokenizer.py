@@ -21,6 +21,7 @@ class IncrementalDetokenizer:
         self._hold = max((len(s) for s in self.stop), default=1) - 1
         self._num_released = 0  # characters of self.text already released to the client
         self.stopped = False
+        self.stop_string: str | None = None  # the stop string that ended the text (vLLM's stop_reason)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -54,9 +55,12 @@ class IncrementalDetokenizer:
     def _release(self, final: bool) -> str:
         if self.stop:
             start = max(self._num_released - self._hold, 0)
-            found = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
+            # (position, order in the request): the earliest match ends the text; of two there, the first listed
+            found = [(i, k) for k, i in enumerate(self.text.find(s, start) for s in self.stop) if i >= 0]
             if found:
-                self.text = self.text[:min(found)]
+                position, k = min(found)
+                self.text = self.text[:position]
+                self.stop_string = self.stop[k]
                 self.stopped = True
                 final = True
         end = len(self.text) if final else max(len(self.text) - self._hold, self._num_released)

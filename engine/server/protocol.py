@@ -122,6 +122,10 @@ class _Sampling(_NullMeansDefault):
     response_format: dict[str, Any] | None = None
     # vLLM's extension: the response's id (cmpl-<request_id>) where no X-Request-Id header names it (api.py)
     request_id: str | None = None
+    max_tokens: int | None = None  # None: the room the prompt leaves (a completion's default is 16, as OpenAI's)
+    # OpenAI's newer name for max_tokens, which wins over it. Completions took it for an unknown field and ignored it:
+    # a client that moved to the new name got the default 16 tokens without a word.
+    max_completion_tokens: int | None = None
 
     def check_supported(self) -> None:
         if self.n < 1:
@@ -165,6 +169,15 @@ class _Sampling(_NullMeansDefault):
                 raise bad_request(f"a stop string holds an unpaired surrogate (U+{ord(stop[exc.start]):04X}); "
                                   "expected Unicode text", "stop") from None
         return stops
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def max_tokens_param(self) -> str:
+        """The field requested_max_tokens came from, for errors to name."""
+        return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
     @property
     def include_usage(self) -> bool:
@@ -259,8 +272,6 @@ _CHAT_TEMPLATE_ARGUMENTS = frozenset({
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
@@ -302,15 +313,6 @@ class ChatCompletionRequest(_Sampling):
                                                                          self.chat_template_kwargs or {})):
             if fields.get("chat_template") is not None:
                 raise bad_request("chat templates from the request are not accepted; the model's own is used", param)
-
-    @property
-    def requested_max_tokens(self) -> int | None:
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-
-    @property
-    def max_tokens_param(self) -> str:
-        """The field requested_max_tokens came from, for errors to name."""
-        return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
 
 def validation_error(errors: list[dict]) -> APIError:

@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             del result_off
         with tempfile.TemporaryDirectory(prefix="sim_speed-") as out_dir:
             cpu_started, started = time.process_time(), time.perf_counter()
-            summary = write_outputs(result, Path(out_dir), str(args.trace), report=not args.no_report)
+            summary = write_outputs(result, Path(out_dir), trace, report=not args.no_report)
             write_cpu_s.append(time.process_time() - cpu_started)
             write_wall_s.append(time.perf_counter() - started)
     if profiler is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analysis.metrics import SUMMARY_STEP_INPUTS
 from analysis.outdir import OutDirError, default_out_dir, folder_complete, input_files, staged_out_dir
@@ -32,6 +33,9 @@ from sim.memory import max_steps_to_write, reusing_freed_memory
 from sim.simulator import SimResult, StepLimitError, make_cost_model, simulate
 from traces.requests import RequestMemoryError
 
+if TYPE_CHECKING:
+    from traces.schema import Trace
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
@@ -51,21 +55,23 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     return build_config(SimConfig, args)
 
 
-def write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bool, slos=None,
+def write_outputs(result: SimResult, out_dir: Path, trace: Trace, report: bool, slos=None,
                   bands: dict | None = None) -> dict:
+    """The run folder of ``result``, a replay of ``trace`` (as replayed: --limit and --qps applied)."""
     with reusing_freed_memory():  # the tables' columns and their temporaries: pages reused, not faulted in anew
-        return _write_outputs(result, out_dir, trace_path, report, slos, bands)
+        return _write_outputs(result, out_dir, trace, report, slos, bands)
 
 
-def _write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bool, slos, bands: dict | None) -> dict:
+def _write_outputs(result: SimResult, out_dir: Path, trace: Trace, report: bool, slos, bands: dict | None) -> dict:
     cfg = result.config
     roofline = result.cost_model_name.startswith("roofline-estimate")  # then ", host slowdown ..." if one is given
     estimate = " (an analytic estimate, not measured)" if roofline else ""
     # The tables are built here and not kept: what only their files hold is freed once written (write_tables).
     requests, steps = write_tables(out_dir, result.requests_table(), result.steps_table(),
                                    SUMMARY_STEP_INPUTS + REPORT_STEP_INPUTS + WARNING_STEP_INPUTS)
-    warnings = run_warnings(cfg, cfg.model_shape, steps, requests["arrival_s"].to_numpy(), queued_replicas(requests))
-    meta = {"cost_model": result.cost_model_name, "trace": str(trace_path), "config": result.describe(),
+    warnings = run_warnings(cfg, cfg.model_shape, trace.requests, steps, requests["arrival_s"].to_numpy(),
+                            queued_replicas(requests))
+    meta = {"cost_model": result.cost_model_name, "trace": trace.source, "config": result.describe(),
             "warnings": warnings}
     if bands is not None:
         meta["bands"] = bands
@@ -74,7 +80,7 @@ def _write_outputs(result: SimResult, out_dir: Path, trace_path: str, report: bo
         requests,
         steps,
         meta,
-        report_title=f"Simulated replay of {Path(trace_path).name}" if report else None,
+        report_title=f"Simulated replay of {Path(trace.source).name}" if report else None,
         report_subtitle=(
             f"{cfg.model} on {cfg.num_replicas}x {cfg.gpu} (TP={cfg.tensor_parallel_size}), policy {cfg.policy}, "
             f"router {cfg.router}; cost model: {result.cost_model_name}{estimate}"
@@ -125,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             if num_replays is not None:
                 bands = run_bands_with_progress(trace, config, num_replays, slos, args.quiet)
             try:
-                summary = write_outputs(result, stage, args.trace, report=not args.no_report, slos=slos, bands=bands)
+                summary = write_outputs(result, stage, trace, report=not args.no_report, slos=slos, bands=bands)
             except ValueError as exc:  # the tables' own checks: times past 1e12 s
                 # SystemExit unwinds through the staged folder, which removes it
                 last_arrival_s = float(trace.requests["arrival_s"].max() or 0.0)

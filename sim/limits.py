@@ -19,6 +19,8 @@ naming the limit and the run's figure, and the two figures. Warnings describe th
   measured cost of that sampling (a profile measured before sim.profile timed sampled steps, or the roofline
   estimate): steps are priced as greedy ones, short by what the sampler adds. ``sampling_below_greedy``: it has,
   but some sampled points measured faster than greedy steps of their size (priced with no sampling cost there).
+- ``images_not_simulated``: requests of the trace carry images (``num_images``, kept from the Azure 2025 multimodal
+  trace), which the simulated model, text only, never sees: their prefills are priced without encoding them.
 """
 
 from __future__ import annotations
@@ -350,13 +352,30 @@ WARNING_STEP_INPUTS: tuple[str, ...] = (
 )
 
 
-def run_warnings(config: SimConfig, model: ModelShape, steps: pl.DataFrame, arrivals_s: np.ndarray,
-                 replicas: np.ndarray | None = None) -> list[dict]:
-    """Every warning of a simulated run, in a fixed order: the profile, the memory, the grid, the load
-    (``replicas``: as ``saturation_warning`` takes them)."""
+def images_warning(trace_requests: pl.DataFrame) -> list[dict]:
+    """``images_not_simulated`` when requests of the replayed trace carry images (a numeric ``num_images`` column,
+    as traces.convert keeps it from the Azure 2025 multimodal trace; a column of that name holding anything else is
+    not that count). No step of the simulated text-only model encodes an image: such a replay ran at exit 0, its
+    summary silent on what the trace asked beyond the text."""
+    images = trace_requests.get_column("num_images", default=None)
+    if images is None or not images.dtype.is_numeric():
+        return []
+    num_with_images = int((images > 0).sum())
+    if num_with_images == 0:
+        return []
+    return [warning("images_not_simulated",
+                    f"{num_with_images:,} of {trace_requests.height:,} requests carry images ({images.sum():,.0f} in "
+                    "all, the trace's num_images), which the simulated model, text only, never sees: their prefills "
+                    "are priced on prompt_tokens alone, without encoding the images", num_with_images, 0)]
+
+
+def run_warnings(config: SimConfig, model: ModelShape, trace_requests: pl.DataFrame, steps: pl.DataFrame,
+                 arrivals_s: np.ndarray, replicas: np.ndarray | None = None) -> list[dict]:
+    """Every warning of a simulated run of ``trace_requests`` (the trace's rows as replayed), in a fixed order: the
+    profile, the memory, the trace, the grid, the load (``replicas``: as ``saturation_warning`` takes them)."""
     path = chosen_profile(config, model)
     profile = json.loads(read_json_input(path)) if path is not None else None
-    out = profile_warnings(config, model, profile) + memory_warning(config, model)
+    out = profile_warnings(config, model, profile) + memory_warning(config, model) + images_warning(trace_requests)
     if profile is not None and profile.get("points"):
         max_graph_bs = max((profile.get("engine_options") or {}).get("cuda_graph_sizes") or [0])
         out += grid_warnings(steps, grid_range(profile), max_graph_bs)

@@ -15,11 +15,13 @@ from sim.limits import WARNING_STEP_INPUTS, queued_replicas, run_warnings
 from sim.simulator import simulate
 from tests.sim.helpers import make_trace
 
+N = 150  # prompts of 8,000 tokens at 100 req/s: queues that grow, quiet decode runs between the prefills
+TRACE = make_trace([8000] * N, [40] * N, [i / 100 for i in range(N)])
+
 
 @pytest.fixture(scope="module")
 def result():
-    n = 150  # prompts of 8,000 tokens at 100 req/s: queues that grow, quiet decode runs between the prefills
-    return simulate(make_trace([8000] * n, [40] * n, [i / 100 for i in range(n)]), SimConfig(num_replicas=2))
+    return simulate(TRACE, SimConfig(num_replicas=2))
 
 
 def test_the_files_hold_every_column_and_the_frames_the_columns_asked(tmp_path, result) -> None:
@@ -49,9 +51,9 @@ def test_summary_report_and_warnings_read_only_their_columns(tmp_path, result) -
     assert narrow == [figure.to_json() for figure in report_figures(requests, steps)]
     config = result.config
     arrivals_s, replicas = requests["arrival_s"].to_numpy(), queued_replicas(requests)
-    warnings = run_warnings(config, config.model_shape, steps, arrivals_s, replicas)
+    warnings = run_warnings(config, config.model_shape, TRACE.requests, steps, arrivals_s, replicas)
     assert [w["code"] for w in warnings] == ["past_saturation"]
-    assert run_warnings(config, config.model_shape, steps.select(WARNING_STEP_INPUTS), arrivals_s,
+    assert run_warnings(config, config.model_shape, TRACE.requests, steps.select(WARNING_STEP_INPUTS), arrivals_s,
                         replicas) == warnings
 
 
@@ -59,12 +61,13 @@ def test_grid_warnings_read_only_their_columns() -> None:
     """A run past the profile's grid (20k-token prompts: decode contexts beyond its 16k) warns the same from the
     warnings' columns alone: the saturation case above reads none of the grid's."""
     n = 4
-    run = simulate(make_trace([20_000] * n, [40] * n, [i * 10.0 for i in range(n)]), SimConfig())
+    trace = make_trace([20_000] * n, [40] * n, [i * 10.0 for i in range(n)])
+    run = simulate(trace, SimConfig())
     steps = pl.from_arrow(run.steps_table())
     requests = with_latency_columns(pl.from_arrow(run.requests_table()))
     config = run.config
     arrivals_s, replicas = requests["arrival_s"].to_numpy(), queued_replicas(requests)
-    warnings = run_warnings(config, config.model_shape, steps, arrivals_s, replicas)
+    warnings = run_warnings(config, config.model_shape, trace.requests, steps, arrivals_s, replicas)
     assert "beyond_grid_decode_context" in {w["code"] for w in warnings}
-    assert run_warnings(config, config.model_shape, steps.select(WARNING_STEP_INPUTS), arrivals_s,
+    assert run_warnings(config, config.model_shape, trace.requests, steps.select(WARNING_STEP_INPUTS), arrivals_s,
                         replicas) == warnings

@@ -19,6 +19,14 @@ slower or faster (validation/README.md). ``--add`` keeps the factors already in 
 sessions and adds these runs as one more (``serving.sessions``): the profile then prices with the mean of the
 sessions' factors, and ``sim.replay --bands`` draws each replay's machine from the range they span
 (``serving.host_factor_range``). Give each session's runs to one call: they should come from one machine start.
+
+A factor is fitted only on steps of its kind: the host factor on MIN_RUN_STEPS eager steps or more, the device
+factor where fit_eager_factors can tell it, the decode factor on MIN_RUN_STEPS decode steps (where the extras are
+measured, on MIN_BUCKET_STEPS after a prefill or a finish). Each session records the factors its runs measured
+(``measured``), and ``--add`` averages each factor over the sessions that measured it (sessions calibrated before the
+record count as measured). A factor these runs do not measure is the grid's 1.0, and the printed line says so: a
+calibration without ``--add`` replaces the profile's, whose factors may be another machine's; ``--add`` keeps them.
+Runs that measure neither the host nor the decode factor are refused.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +49,7 @@ from sim.files import read_json_input, read_parquet_table
 from sim.host_episodes import fit_host_episodes
 from sim.limits import grid_range
 from sim.profiled_cost_model import (
+    SERVING_FACTORS,
     ProfiledCostModel,
     _check_serving,
     _is_graph_step,
@@ -69,6 +79,9 @@ CLIENT_TIMING = "client-side timing"
 HOST_FACTOR_BOUNDS = (0.25, 4.0)  # beyond these a factor says more about the runs than about a machine
 DEVICE_FACTOR_BOUNDS = (0.5, 2.0)
 DECODE_FACTOR_BOUNDS = (0.5, 2.0)
+# A factor the runs do not measure (too few steps of its kind) prices as the grid does: a calibration replaces the
+# profile's (whose factors may be another machine's), and --add averages it over the sessions that measured it only.
+UNMEASURED_FACTOR = 1.0
 # A graph bucket's serving extra (fit_decode_extras) is measured from this many steps that repeat their batch; fewer
 # leave it to the nearest measured bucket's.
 MIN_BUCKET_STEPS = 50
@@ -120,15 +133,16 @@ def host_share_spread(floor_s: np.ndarray, gpu_s: np.ndarray) -> float:
     return float(np.sqrt(((share - mean) ** 2 * total_s).sum() / total_s.sum()))
 
 
-def fit_eager_factors(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray, form: str) -> tuple[float, float]:
+def fit_eager_factors(floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray,
+                      form: str) -> tuple[float, float | None]:
     """(host factor, device factor) for the eager steps of an additive model (``form`` "sum": host part plus device
     time): the pair that matches their total time and their total weighted by each step's host share, so that the
     host-bound steps and the device-bound ones each come out right on average. One factor alone fitted on a mix of
     both made short-prompt steps 4-7 % short and long-prompt ones 2-4 % long on three machine starts (the grid's device
-    times are not the serving machine's). Falls back to the host factor alone (device factor 1) for the "max" form,
+    times are not the serving machine's). Falls back to the host factor alone (device factor None) for the "max" form,
     where the shares do not spread enough to tell the two apart (MIN_HOST_SHARE_SPREAD), or where the pair leaves
     its bounds."""
-    host_only = (fit_host_factor(floor_s, gpu_s, real_s, np.maximum if form == "max" else np.add), 1.0)
+    host_only = (fit_host_factor(floor_s, gpu_s, real_s, np.maximum if form == "max" else np.add), None)
     if form != "sum" or host_share_spread(floor_s, gpu_s) < MIN_HOST_SHARE_SPREAD:
         return host_only
     total_s = floor_s + gpu_s
@@ -178,11 +192,38 @@ def _nearest_measured(graph_sizes: list[int], measured: list[int]) -> dict[int, 
     return {size: min(measured, key=lambda m: (abs(order[m] - order[size]), -m)) for size in graph_sizes}
 
 
+def _eager_fields(model: ProfiledCostModel, floor_s: np.ndarray, gpu_s: np.ndarray, real_s: np.ndarray,
+                  names: str) -> dict:
+    """The serving block's fields of the eager steps (predicted host and device parts, real times) of the runs
+    ``names``: host and device factors where they measure them, the grid's 1 where not (``measured`` lists which),
+    and what the grid made of them."""
+    fields = {"host_factor": UNMEASURED_FACTOR, "device_factor": UNMEASURED_FACTOR, "measured": [],
+              "num_eager_steps": len(real_s), "eager_time_ratio_uncalibrated": None, "eager_host_share": None,
+              "eager_host_share_spread": None}
+    if len(real_s) < MIN_RUN_STEPS:  # the host factor would be fitted on these alone
+        return fields
+    if not real_s.sum() > 0:
+        raise ValueError(f"{names}: the eager steps took 0 s in all; expected measured step times")
+    host_k, device_k = fit_eager_factors(floor_s, gpu_s, real_s, model.eager_form)
+    predicted_s = float(model.combine(floor_s, gpu_s).sum())  # the eager steps' time, uncalibrated
+    return {
+        **fields,
+        "host_factor": round(host_k, 4),
+        "device_factor": round(device_k, 4) if device_k is not None else UNMEASURED_FACTOR,
+        "measured": ["host_factor"] + ["device_factor"] * (device_k is not None),
+        "eager_time_ratio_uncalibrated": round(predicted_s / float(real_s.sum()), 4),
+        # The host part's share of the eager steps' predicted time: where it is small, the host factor absorbs the
+        # device part's error rather than measuring the host (main warns below MIN_HOST_SHARE).
+        "eager_host_share": round(float(floor_s.sum()) / predicted_s, 4) if predicted_s > 0 else 0.0,
+        "eager_host_share_spread": round(host_share_spread(floor_s, gpu_s), 4),
+    }
+
+
 def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None) -> dict:
     """The ``serving`` block for ``profile``: host factor and what it was fitted on. ``grid_fit`` is the
     profile's fit without serving factors, when the caller has it already."""
     model = ProfiledCostModel(grid_fit or fit_profile({**profile, "serving": None}), "grid")
-    floors, gpus, reals, decode_pred, decode_real = [], [], [], 0.0, 0.0
+    floors, gpus, reals, num_decode, decode_pred, decode_real = [], [], [], 0, 0.0, 0.0
     graph_sizes = sorted(model.fit.get("graph_sizes") or model.fit["graph_decode"]["batch_sizes"])
     decode_buckets, decode_reals, decode_grids = [], [], []  # steps that repeat their batch: fit_decode_extras
     num_fresh, fresh_real_s, fresh_grid_s = 0, 0.0, 0.0  # decode steps that do not repeat their batch
@@ -200,6 +241,7 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
         host_bound.append([])
         for f, real, start in steps:
             if _is_graph_step(f, model.max_graph_bs):
+                num_decode += 1
                 predicted = model.predict(f)
                 decode_pred += predicted
                 decode_real += real
@@ -221,19 +263,14 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
                 host = model.host_time(f, real)
                 if host is not None:  # host-bound: its time follows the host's speed
                     host_bound[-1].append((*host, start))
-    if not reals:
-        raise ValueError(f"{', '.join(map(str, run_dirs))}: no eager steps to calibrate on (only CUDA-graph decode "
-                         "steps); expected replays with prefills")
-    if len(reals) < MIN_RUN_STEPS:
-        # The host factor is fitted on these alone: a run of 12 steps, 2 of them prefills, was calibrated on those 2
-        # (and one long decode run with a single prefill would be too), at exit 0.
-        raise ValueError(f"{', '.join(map(str, run_dirs))}: {counted(len(reals), 'eager step')} (with a prefill); "
-                         f"expected at least {MIN_RUN_STEPS} to fit the host factor on")
-    if not sum(reals) > 0:
-        raise ValueError(f"{', '.join(map(str, run_dirs))}: the eager steps took 0 s in all; expected measured "
-                         "step times")
-    floor_s, gpu_s, real_s = np.array(floors), np.array(gpus), np.array(reals)
-    k, device_k = fit_eager_factors(floor_s, gpu_s, real_s, model.eager_form)
+    names = ", ".join(map(str, run_dirs))
+    if len(reals) < MIN_RUN_STEPS and num_decode < MIN_RUN_STEPS:
+        # A factor fitted on fewer steps is one or two steps' noise (a run of 12 steps, 2 of them prefills, had its
+        # host factor fitted on those 2); without either kind there is nothing to write but the grid's 1.
+        raise ValueError(f"{names}: nothing to calibrate on: {counted(len(reals), 'eager step')} (with a prefill) "
+                         f"and {counted(num_decode, 'CUDA-graph decode step')}; expected at least {MIN_RUN_STEPS} "
+                         "of either")
+    serving = _eager_fields(model, np.array(floors), np.array(gpus), np.array(reals), names)
     buckets, repeat_real_s, repeat_grid_s = np.array(decode_buckets), np.array(decode_reals), np.array(decode_grids)
     # Where the runs measure the extras, the steps that repeat their batch are priced at the grid's time plus their
     # bucket's extra (repeat_decode_factor 1), and decode_factor is the others' real over grid time (steps after a
@@ -242,30 +279,22 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
     # rows, whose time was the grid's, 10-14 % long (Mooncake's TPOT 15 % long; validation/results/
     # h100-session32-2026-12-05). Without extras, one factor on every decode step, as before them.
     extras = fit_decode_extras(graph_sizes, buckets, repeat_real_s - repeat_grid_s)
-    repeat_k = None
     if extras is not None:
-        repeat_k = 1.0
+        serving["repeat_decode_factor"] = 1.0
         # Too few steps after a prefill or a finish to tell their factor by: the grid's price (with its planning
         # surcharge) for them.
-        decode_k = fresh_real_s / fresh_grid_s if num_fresh >= MIN_BUCKET_STEPS and fresh_grid_s > 0 else 1.0
+        measures_decode = num_fresh >= MIN_BUCKET_STEPS and fresh_grid_s > 0
+        decode_k = fresh_real_s / fresh_grid_s if measures_decode else UNMEASURED_FACTOR
     else:
-        decode_k = decode_real / decode_pred if decode_pred else 1.0
-    predicted_s = float(model.combine(floor_s, gpu_s).sum())  # the eager steps' time, uncalibrated
-    serving = {
-        "host_factor": round(k, 4),
-        "decode_factor": round(max(DECODE_FACTOR_BOUNDS[0], min(DECODE_FACTOR_BOUNDS[1], decode_k)), 4),
-        **({"repeat_decode_factor": repeat_k} if repeat_k is not None else {}),
-        # The eager steps' device part's factor (1: not fitted, see fit_eager_factors).
-        "device_factor": round(device_k, 4),
-        "runs": runs,
-        "num_eager_steps": len(reals),
-        "eager_time_ratio_uncalibrated": round(predicted_s / float(real_s.sum()), 4),
-        # The host part's share of the eager steps' predicted time: where it is small, the host factor absorbs the
-        # device part's error rather than measuring the host (main warns below MIN_HOST_SHARE).
-        "eager_host_share": round(float(floor_s.sum()) / predicted_s, 4) if predicted_s > 0 else 0.0,
-        "eager_host_share_spread": round(host_share_spread(floor_s, gpu_s), 4),
-        "decode_time_ratio_uncalibrated": round(decode_pred / decode_real, 4) if decode_real else None,
-    }
+        measures_decode = num_decode >= MIN_RUN_STEPS and decode_pred > 0
+        decode_k = decode_real / decode_pred if measures_decode else UNMEASURED_FACTOR
+    serving["decode_factor"] = round(max(DECODE_FACTOR_BOUNDS[0], min(DECODE_FACTOR_BOUNDS[1], decode_k)), 4)
+    serving["num_decode_steps"] = num_decode
+    serving["decode_time_ratio_uncalibrated"] = round(decode_pred / decode_real, 4) if decode_real else None
+    # Without extras the decode factor prices the repeating steps too: measured with it.
+    repeat_measured = extras is not None or measures_decode
+    serving["measured"] += ["decode_factor"] * measures_decode + ["repeat_decode_factor"] * repeat_measured
+    serving["runs"] = runs
     if extras is not None:
         serving["decode_extra_s"] = extras
     # Whether the factors carry a difference of machines as well as of conditions (None: not recorded).
@@ -283,32 +312,38 @@ def calibrate(profile: dict, run_dirs: list[Path], grid_fit: dict | None = None)
 
 def with_sessions(previous: dict | None, session: dict) -> dict:
     """The ``serving`` block of a profile calibrated on several machine sessions: ``previous`` (the profile's block,
-    itself one session or several) and one more. Factors are the sessions' means (each session counts once,
-    however many steps it had: the spread between machines is what the mean is taken over); ``host_share``, how
-    much of a host slowdown decode steps feel, is the slope of decode over host factor across the sessions when
-    they differ by more than 0.02 in host factor; the host episodes' ranges are the union of the sessions'."""
+    itself one session or several) and one more. Each factor is the mean over the sessions that measured it (each
+    session counts once, however many steps it had: the spread between machines is what the mean is taken over; a
+    factor none measured is the grid's 1); ``host_share``, how much of a host slowdown decode steps feel, is the
+    slope of decode over host factor across the sessions that measured both, when they differ by more than 0.02 in
+    host factor; the host episodes' ranges are the union of the sessions'."""
     sessions = list(previous.get("sessions") or [previous]) if previous else []
     sessions = [{k: v for k, v in old.items() if k != "sessions"} for old in sessions] + [session]
-    hosts = np.array([s["host_factor"] for s in sessions], dtype=float)
-    decodes = np.array([s["decode_factor"] for s in sessions], dtype=float)
-    devices = np.array([s.get("device_factor", 1.0) for s in sessions], dtype=float)  # older sessions fitted none
+    hosts = _measured_values(sessions, "host_factor", lambda s: s["host_factor"])
+    decodes = _measured_values(sessions, "decode_factor", lambda s: s["decode_factor"])
+    # Older sessions fitted no device factor: the grid's device time, as they priced it.
+    devices = _measured_values(sessions, "device_factor", lambda s: s.get("device_factor", 1.0))
     merged = {
         "host_factor": round(float(hosts.mean()), 4),
         "decode_factor": round(float(decodes.mean()), 4),
         "device_factor": round(float(devices.mean()), 4),
         "host_factor_range": [round(float(hosts.min()), 4), round(float(hosts.max()), 4)],
         "decode_factor_range": [round(float(decodes.min()), 4), round(float(decodes.max()), 4)],
+        "measured": [name for name in SERVING_FACTORS if any(name in _measured(s) for s in sessions)],
         "runs": [run for s in sessions for run in s.get("runs", [])],
         "num_eager_steps": int(sum(s.get("num_eager_steps", 0) for s in sessions)),
         "same_host_as_profile": session.get("same_host_as_profile"),
         "sessions": sessions,
     }
-    if any("repeat_decode_factor" in s for s in sessions):
+    repeating = [s for s in sessions if "repeat_decode_factor" in _measured(s)]
+    if any("repeat_decode_factor" in s for s in repeating):
         # A session calibrated before the field priced its repeating decode steps with its decode factor.
-        repeats = [s.get("repeat_decode_factor", s["decode_factor"]) for s in sessions]
+        repeats = [s.get("repeat_decode_factor", s["decode_factor"]) for s in repeating]
         merged["repeat_decode_factor"] = round(float(np.mean(repeats)), 4)
-    if hosts.max() - hosts.min() > 0.02:
-        slope = float(np.polyfit(hosts, decodes, 1)[0])
+    both = [s for s in sessions if {"host_factor", "decode_factor"} <= _measured(s)]
+    both_hosts = np.array([s["host_factor"] for s in both], dtype=float)
+    if len(both) and np.ptp(both_hosts) > 0.02:
+        slope = float(np.polyfit(both_hosts, [s["decode_factor"] for s in both], 1)[0])
         # No steeper than the line through the origin (max_host_share), which the cost model refuses: decode steps
         # would be priced at or below zero on a fast enough host.
         merged["host_share"] = min(round(min(1.0, max(0.0, slope)), 4),
@@ -336,16 +371,37 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
     episodes = [s["host_episodes"] for s in sessions if s.get("host_episodes")]
     if episodes:
         # A hand-written session may lack a value: sim.bands' default stands in for it, as when it replays.
-        ratios = [e.get("slow_over_normal", SLOW_OVER_NORMAL) for e in episodes]
         spans = [e.get("slow_share_range", SLOW_SHARE_RANGE) for e in episodes]
+        # How slow and how long slow episodes are, only sessions that saw some measured (fit_host_episodes writes
+        # 1 and one window for the others); where none did, those stand-ins, all alike.
+        slow = [e for e, span in zip(episodes, spans) if span[1] > 0] or episodes
+        ratios = [e.get("slow_over_normal", SLOW_OVER_NORMAL) for e in slow]
         merged["host_episodes"] = {
             "slow_over_normal": round(float(np.mean(ratios)), 4),
             "slow_share_range": [min(span[0] for span in spans), max(span[1] for span in spans)],
-            "mean_episode_s": round(float(np.mean([e.get("mean_episode_s", MEAN_EPISODE_S) for e in episodes])), 3),
+            "mean_episode_s": round(float(np.mean([e.get("mean_episode_s", MEAN_EPISODE_S) for e in slow])), 3),
             **{k: episodes[-1][k] for k in ("window_s", "slow_window") if k in episodes[-1]},
             "num_windows": int(sum(e.get("num_windows", 0) for e in episodes)),
         }
     return merged
+
+
+def _measured(session: dict) -> set[str]:
+    """The factors a calibration session measured; every one for a session calibrated before the record."""
+    return set(session.get("measured", SERVING_FACTORS))
+
+
+def _measured_values(sessions: list[dict], name: str, value: Callable[[dict], float]) -> np.ndarray:
+    """``value`` of each session that measured factor ``name``; the grid's 1 alone where none did. Averaged in, a
+    session's unmeasured 1 (runs without decode steps) had moved every later simulation's price."""
+    return np.array([value(s) for s in sessions if name in _measured(s)] or [UNMEASURED_FACTOR], dtype=float)
+
+
+def _measured_counts(sessions: list[dict]) -> str:
+    """How many of ``sessions`` measured each factor, as 'host 2, device 1, decode 2 of 2'."""
+    counts = [f"{name.removesuffix('_factor')} {sum(name in _measured(s) for s in sessions)}"
+              for name in ("host_factor", "device_factor", "decode_factor")]
+    return f"{', '.join(counts)} of {len(sessions)}"
 
 
 def _already_added(previous: dict | None, session: dict) -> list[str]:
@@ -447,9 +503,12 @@ def _run_host(run_dir: Path) -> dict | None:
     return host if isinstance(host, dict) else None
 
 
-def _print_calibration(path: Path, profile: dict, s: dict, grid_fit: dict, added: bool) -> None:
-    """The lines about the factors fitted (``s``, the session of runs) and written into the profile at ``path``."""
-    if s["device_factor"] != 1.0:
+def _eager_words(s: dict, grid_fit: dict) -> str:
+    """What the printed line says of session ``s``'s eager-step factors."""
+    if "host_factor" not in s["measured"]:
+        return (f"host factor {s['host_factor']} (not measured: {counted(s['num_eager_steps'], 'eager step')}, "
+                f"fewer than {MIN_RUN_STEPS})")
+    if "device_factor" in s["measured"]:
         device = f", device factor {s['device_factor']}"
     elif grid_fit["eager"].get("form", "max") != "sum":  # fit_eager_factors fits none for it
         device = " (no device factor: the profile's eager steps take the larger of their host and device parts)"
@@ -462,14 +521,41 @@ def _print_calibration(path: Path, profile: dict, s: dict, grid_fit: dict, added
         device = (f" (no device factor: the host and device pair these runs fit lies outside host "
                   f"{HOST_FACTOR_BOUNDS[0]:g}-{HOST_FACTOR_BOUNDS[1]:g} and device {DEVICE_FACTOR_BOUNDS[0]:g}-"
                   f"{DEVICE_FACTOR_BOUNDS[1]:g}; the host factor alone is fitted)")
-    repeat = " (after a prefill or a finish; repeating steps: the grid plus their extras)" \
-        if "repeat_decode_factor" in s else ""
-    print(f"{escape_controls(path)}: host factor {s['host_factor']}{device} from {s['num_eager_steps']} eager steps, "
-          f"decode factor {s['decode_factor']}{repeat}"
-          f", from {', '.join(r['run'] for r in s['runs'])} (the grid model gave "
-          f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager and {s['decode_time_ratio_uncalibrated']} of their "
-          f"decode time)")
-    if s["eager_host_share"] < MIN_HOST_SHARE and s["device_factor"] == 1.0:
+    return f"host factor {s['host_factor']}{device} from {s['num_eager_steps']} eager steps"
+
+
+def _decode_words(s: dict) -> str:
+    """What the printed line says of session ``s``'s decode factor."""
+    repeat = "repeating steps: the grid plus their extras" if "repeat_decode_factor" in s else ""
+    if "decode_factor" in s["measured"]:
+        return f"decode factor {s['decode_factor']}" + (f" (after a prefill or a finish; {repeat})" if repeat else "")
+    why = (f"fewer than {MIN_BUCKET_STEPS} decode steps after a prefill or a finish; {repeat}" if repeat
+           else f"{counted(s['num_decode_steps'], 'CUDA-graph decode step')}, fewer than {MIN_RUN_STEPS}")
+    return f"decode factor {s['decode_factor']} (not measured: {why})"
+
+
+def _grid_ratio_words(s: dict) -> str:
+    """How much of the runs' eager and decode time the uncalibrated grid gave, for the kinds they hold."""
+    ratios = []
+    if s["eager_time_ratio_uncalibrated"] is not None:
+        ratios.append(f"{s['eager_time_ratio_uncalibrated']:.3f} of their eager")
+    if s["decode_time_ratio_uncalibrated"] is not None:
+        ratios.append(f"{s['decode_time_ratio_uncalibrated']} of their decode")
+    return f"the grid model gave {' and '.join(ratios)} time"
+
+
+def _print_calibration(path: Path, profile: dict, s: dict, grid_fit: dict, added: bool) -> None:
+    """The lines about the factors fitted (``s``, the session of runs) and written into the profile at ``path``."""
+    print(f"{escape_controls(path)}: {_eager_words(s, grid_fit)}, {_decode_words(s)}, from "
+          f"{', '.join(r['run'] for r in s['runs'])} ({_grid_ratio_words(s)})")
+    unmeasured = [name.removesuffix("_factor") for name in ("host_factor", "decode_factor")
+                  if name not in s["measured"]]
+    if unmeasured and not added:
+        print(f"note: the runs measured no {' or '.join(unmeasured)} factor: the profile prices those steps at the "
+              "grid's time (factor 1.0); calibrate with --add to keep an earlier calibration's and add these runs "
+              "to it")
+    if "host_factor" in s["measured"] and "device_factor" not in s["measured"] and \
+            s["eager_host_share"] < MIN_HOST_SHARE:
         print(f"warning: the eager steps are device-bound (their host part is {s['eager_host_share']:.0%} of their "
               f"predicted time): host factor {s['host_factor']} was fitted to the device part's error, not the "
               "host's speed; check it against a validation run, or keep the uncalibrated profile")
@@ -494,8 +580,8 @@ def _print_calibration(path: Path, profile: dict, s: dict, grid_fit: dict, added
         lo, hi = merged["host_factor_range"]
         print(f"{counted(len(merged['sessions']), 'machine session')}: the profile prices with host factor "
               f"{merged['host_factor']}, device factor {merged['device_factor']} and decode factor "
-              f"{merged['decode_factor']} (their means); host factors "
-              f"span {lo}-{hi}")
+              f"{merged['decode_factor']} (the means of the sessions that measured each: "
+              f"{_measured_counts(merged['sessions'])}; the grid's 1.0 where none did); host factors span {lo}-{hi}")
     if s["same_host_as_profile"] is False:
         print(f"note: the runs were recorded on another host than the profile ({profile['host'].get('node')}); the "
               "factors carry that difference too")

@@ -423,6 +423,9 @@ _MAX_COEFFICIENT = 1e3
 # decode step at 1e-303 s, and a replay of 200 ShareGPT requests on one H200 served 266,509 tokens/s at exit 0.
 _MIN_FACTOR = 1e-3
 
+# The factors sim.calibrate fits on serving runs (a session's "measured" lists those its runs measured).
+SERVING_FACTORS = ("host_factor", "device_factor", "decode_factor", "repeat_decode_factor")
+
 
 def _is_seconds(value: object) -> bool:
     """A finite, non-negative number (a coefficient in seconds per unit) up to _MAX_COEFFICIENT: NaN, infinities,
@@ -594,11 +597,15 @@ def _check_serving(serving: object, where: str, session: bool = False) -> None:
     serving = serving or {}
     if not isinstance(serving, dict):
         raise ValueError(f"field '{where}' is {shown(serving)}; expected an object written by sim.calibrate")
-    for name in ("host_factor", "decode_factor", "device_factor", "repeat_decode_factor"):
+    for name in SERVING_FACTORS:
         value = serving.get(name, 1.0)
         if not _is_seconds(value) or value < _MIN_FACTOR:
             raise ValueError(f"field '{where}.{name}' is {value!r}; expected a finite number from {_MIN_FACTOR:g} to "
                              f"{_MAX_COEFFICIENT:g}")
+    measured = serving.get("measured", list(SERVING_FACTORS))  # sim.calibrate --add averages each over these
+    if not isinstance(measured, list) or not all(name in SERVING_FACTORS for name in measured):
+        raise ValueError(f"field '{where}.measured' is {shown(measured)}; expected a list of the factors the runs "
+                         f"measured, of {', '.join(SERVING_FACTORS)}")
     share = serving.get("host_share", 0.5)
     if not _is_seconds(share) or share > 1:
         raise ValueError(f"field '{where}.host_share' is {share!r}; expected a number from 0 to 1")

@@ -20,7 +20,8 @@ profile priced every step of a replay as the truth did (within 5e-12). Four numb
   (Since session 32 the repeating steps are priced at the grid plus their extra and the factor is the others', as an
   H100's serving runs showed them: the test plants that.)
 - sim.calibrate fitted the host factor on however few eager steps a run had: a 12-step run with 2 prefills was
-  calibrated on those 2 at exit 0. Expected: refused, naming the count, below MIN_RUN_STEPS eager steps.
+  calibrated on those 2 at exit 0. Expected: refused, naming the count, below MIN_RUN_STEPS eager steps. (Since
+  session 42 such runs measure no host factor, and are refused only where they measure no decode factor either.)
 """
 
 from __future__ import annotations
@@ -153,14 +154,18 @@ def test_the_extras_alone_take_the_decode_time_where_no_other_decode_step_tells_
     assert extras[48] == pytest.approx(0.05 * sum(repeat_grid_s) / len(repeat_grid_s) + 3e-4, abs=1e-7)
 
 
-def test_a_run_with_too_few_eager_steps_is_refused(tmp_path):
+def test_a_run_with_too_few_eager_steps_fits_no_host_factor_on_them(tmp_path):
+    """The host factor is never fitted on 2 prefills: with 10 decode steps beside them the runs measure the decode
+    factor alone; with 8, nothing (sim.calibrate's "measured" record, test_probe_session42_D)."""
     grid = _grid()
     decode = _decode(16, 500, 1)
     prefill = _prefill(128)
-    steps = [(prefill, float(grid.combine(*grid.eager_parts(prefill))))] * 2
+    steps = [(prefill, 2 * float(grid.combine(*grid.eager_parts(prefill))))] * 2
     steps += [(decode, grid.predict(decode, host_slowdown=1.0))] * 10
-    with pytest.raises(ValueError, match=f"2 eager steps \\(with a prefill\\); expected at least {MIN_RUN_STEPS} to "
-                                         "fit the host factor on"):
-        calibrate(read_profile(PROFILE), [_run(tmp_path / "run", steps)])
+    serving = calibrate(read_profile(PROFILE), [_run(tmp_path / "run", steps)])
+    assert serving["host_factor"] == 1.0 and serving["measured"] == ["decode_factor", "repeat_decode_factor"]
+    with pytest.raises(ValueError, match=f"nothing to calibrate on: 2 eager steps \\(with a prefill\\) and 8 "
+                                         f"CUDA-graph decode steps; expected at least {MIN_RUN_STEPS} of either"):
+        calibrate(read_profile(PROFILE), [_run(tmp_path / "short", steps[:MIN_RUN_STEPS])])
     steps = [(prefill, float(grid.combine(*grid.eager_parts(prefill))))] * MIN_RUN_STEPS
     assert calibrate(read_profile(PROFILE), [_run(tmp_path / "enough", steps)])["host_factor"] == 1.0

@@ -28,6 +28,8 @@ from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 TARGET_S = 60.0
 SWEEP = [str(REPO / "traces" / "sharegpt.parquet"), "--slo", "ttft_p90=2s,tpot_p90=100ms", "--quiet"]
+# The sweep's options this script gives it itself, and why
+SET_HERE = {"--jobs": "give --jobs to this script", "--out": "the timed sweep writes to a temporary folder"}
 
 
 def _cpu_s() -> float:
@@ -78,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --sweep: {exc}\n")
     if sweep[0].startswith("-"):
         parser.exit(2, f"error: --sweep must start with the trace, got {args.sweep!r}\n")
+    # This script sets both: given in the sweep too, its parser said "--out is given twice", naming neither --sweep
+    # nor what to do instead.
+    owned = next((token.split("=")[0] for token in sweep if token.split("=")[0] in SET_HERE), None)
+    if owned:
+        parser.exit(2, f"error: --sweep {args.sweep!r}: {owned} is set here ({SET_HERE[owned]}); leave it out of "
+                       "--sweep\n")
     # Before the sweep: --json onto the trace replaced it, and a folder or an unwritable path failed after the run.
     problem = args.json is not None and check_output_path(args.json, "--json", [Path(sweep[0])])
     if problem:

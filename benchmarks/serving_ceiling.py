@@ -252,7 +252,11 @@ def main(argv: list[str] | None = None) -> int:
                "issue_target_ratio": 1.6, "models": {}}
     started = time.process_time()
     for name, cost_model in models.items():
-        found = capacity(trace, config, cost_model, args.ttft_p90_ms, 60.0, 240.0, rel_precision=0.005)
+        try:
+            found = capacity(trace, config, cost_model, args.ttft_p90_ms, 60.0, 240.0, rel_precision=0.005)
+        except ValueError as exc:  # the tables' own checks (times past 1e12 s): a ValueError traceback at exit 1
+            parser.exit(2, f"error: the {name} replays cannot be summarized: {exc} (their steps are priced beyond any "
+                           "GPU: check --model, --matmul-tflops, --attention-tflops and --bandwidth-tbs)\n")
         found["cost_model"] = getattr(cost_model, "name", name)
         results["models"][name] = found
         if found["met_qps"] is None:

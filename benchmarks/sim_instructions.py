@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a source tree to measure (repeatable; default: this one)")
     parser.add_argument("--label", action="append", default=None,
                         help="what each --tree is, in the same order (e.g. its commit), for the JSON")
-    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--trace", type=Path, default=None, help=f"the trace to replay (default: {DEFAULT_TRACE})")
     parser.add_argument("--limit", type=int, default=5000, help="the trace's first N requests")
     parser.add_argument("--qps", type=float, default=None,
                         help="rescale the slice's arrivals to this rate (traces/sharegpt.parquet at 40: ~145 a batch)")
@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: --router {args.router!r}: expected one of {', '.join(ROUTERS)}\n")
     if args.limit < 1:
         parser.exit(2, f"error: --limit must be >= 1, got {args.limit}\n")
+    if args.sessions and args.trace is not None:  # the sessions replaced it, unsaid
+        parser.exit(2, f"error: --sessions replaces --trace {args.trace}; give one or the other\n")
     if args.sessions:
         from benchmarks.sim_million import MAX_REQUESTS
 
@@ -111,12 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     for tree in trees:
         if not (tree / "sim" / "simulator.py").is_file():
             parser.exit(2, f"error: --tree: {tree} holds no sim/simulator.py\n")
-    if not args.sessions and not args.trace.is_file():  # after the options that need no file: each named alone
-        parser.exit(2, f"error: --trace: {args.trace} is not a file\n")
+    trace = None if args.sessions else args.trace or DEFAULT_TRACE
+    if trace is not None and not trace.is_file():  # after the options that need no file: each named alone
+        parser.exit(2, f"error: --trace: {trace} is not a file\n")
     from sim.files import check_output_path, write_text_atomic
 
     # Before the counting: --json onto the trace replaced it, and a folder or an unwritable path failed after it.
-    problem = args.json is not None and check_output_path(args.json, "--json", [args.trace])
+    problem = args.json is not None and check_output_path(args.json, "--json", [trace] if trace else [])
     if problem:
         parser.exit(2, f"error: {problem}\n")
     from benchmarks.sim_speed import load_or_exit
@@ -128,11 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         sliced = synthesize_sessions(args.limit, 10.0 * args.replicas, 0)
         sliced = sliced.with_qps(args.qps) if args.qps is not None else sliced
     else:
-        sliced = load_or_exit(parser, args.trace, args.limit, args.qps)  # read here, before valgrind runs
+        sliced = load_or_exit(parser, trace, args.limit, args.qps)  # read here, before valgrind runs
     if shutil.which("valgrind") is None:
         parser.exit(2, "error: valgrind is not on the PATH (it counts the instructions)\n")
 
-    trace_name = "benchmarks/sim_million.py sessions" if args.sessions else str(args.trace)
+    trace_name = "benchmarks/sim_million.py sessions" if args.sessions else str(trace)
     results: dict = {"trace": trace_name, "limit": args.limit, "qps": args.qps, "replicas": args.replicas,
                      "router": args.router,
                      "fast_forward": not args.no_fast_forward, "python": sys.version.split()[0], "trees": []}

@@ -32,6 +32,7 @@ from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "azure_llm_2023_conv.csv"
 TARGET_CPU_S = 3.0
+DEFAULT_TOP_ROWS = 20  # of each --profile table
 
 
 def pin_to_one_core() -> str:
@@ -117,15 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare-fast-forward", action="store_true",
                         help="first simulate step by step (no quiet windows), report both and check identical outputs")
     parser.add_argument("--profile", action="store_true", help="run simulate() under cProfile and print the hot spots")
-    parser.add_argument("--top", type=int, default=20, help="rows of each profile table (default: %(default)s)")
+    parser.add_argument("--top", type=int, default=None,
+                        help=f"rows of each --profile table (default: {DEFAULT_TOP_ROWS})")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement; the median is reported")
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error(f"--limit must be >= 1, got {args.limit}")
     if args.repeat < 1:
         parser.error(f"--repeat must be >= 1, got {args.repeat}")
-    if args.top < 1:
+    if args.top is not None and args.top < 1:
         parser.error(f"--top must be >= 1, got {args.top}")
+    if args.top is not None and not args.profile:  # it sized a table that only --profile prints: ignored unsaid
+        parser.error("--top sets the rows of --profile's tables; pass --profile or leave --top out")
     # Checked before the trace is read: --qps 0 and --block-size 3 were refused only after loading it, inf not at all.
     if args.qps is not None and not 0 < args.qps < float("inf"):
         parser.error(f"--qps must be a finite number > 0, got {args.qps}")
@@ -251,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomic(Path(args.json), json.dumps(figures, indent=2) + "\n")
         print(f"figures written to {args.json}")
     if profiler is not None:
-        print_profile(profiler, args.top)
+        print_profile(profiler, args.top or DEFAULT_TOP_ROWS)
     return 0
 
 

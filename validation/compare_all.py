@@ -212,10 +212,14 @@ def main(argv: list[str] | None = None) -> int:
         from sim.host_speed import timeline_from_run
 
         sim_root, results = sim_root / "diagnosis", results / "diagnosis"
-        sim_root.mkdir(parents=True, exist_ok=True)
     clobbered = _clobbered_run(real_root, {"--sim-out": sim_root, "--results": results})
     if clobbered:
         parser.exit(2, f"error: {clobbered}\n")
+    if sim_root.resolve() == results.resolve():  # each run's comparison, remade whole, removed its simulation
+        parser.exit(2, f"error: --results {results} is the --sim-out folder; expected a folder apart; nothing "
+                       "written\n")
+    if args.host_timelines:  # each run's timeline is written there before its simulation
+        sim_root.mkdir(parents=True, exist_ok=True)
     rows = []
     by_run: dict[str, dict] = {}  # planned run -> its name, sim-vs-GPU metrics per GPU run, and spreads
     for name, description, trace, options, first in _runs(real_root):

@@ -93,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
            if value < (1 if name.endswith("_count") else 0)]
     if bad:  # a negative count made empty slices at exit 0
         parser.exit(2, f"error: {bad[0]}: expected a count >= 1 (starts >= 0)\n")
+    for fmt in ("azure", "mooncake"):  # both slices take --FMT-count requests
+        start, calibration, count = (counts[f"{fmt}_{key}"] for key in ("start", "calibration_start", "count"))
+        if abs(start - calibration) < count:  # calibrating on the requests it is then validated on, unsaid
+            parser.exit(2, f"error: --{fmt}-calibration-start {calibration} with --{fmt}-start {start} and "
+                           f"--{fmt}-count {count}: the slices overlap; expected the calibration slice disjoint "
+                           "from the validation one\n")
     for name in ("azure_llm_2023_conv.csv", "mooncake_conversation.jsonl"):
         if not (Path(args.shared) / name).is_file():  # a TraceError traceback after the first trace was written
             parser.exit(2, f"error: --shared {args.shared}: no {name}; expected the folder of the public traces\n")

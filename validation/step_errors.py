@@ -173,9 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="GPU replay folders")
     parser.add_argument("--profile", default=None, help="profile JSON (default: the shipped h200 qwen3-0.6b one)")
-    parser.add_argument("--batch-bin", type=int, default=0, metavar="SEQS",
+    parser.add_argument("--batch-bin", type=int, default=None, metavar="SEQS",
                         help="also split each class by batch size, in bins of this many sequences")
-    parser.add_argument("--context-bin", type=int, default=0, metavar="TOKENS",
+    parser.add_argument("--context-bin", type=int, default=None, metavar="TOKENS",
                         help="also split each class by the mean decode context, in bins of this many tokens")
     parser.add_argument("--split-finishing", action="store_true",
                         help="split the same-batch decode steps by whether a row finished in the step (the GPU "
@@ -183,10 +183,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket-fit", action="store_true",
                         help="instead fit the same-batch decode steps per CUDA-graph bucket as a + b x KV tokens")
     args = parser.parse_args(argv)
-    if args.batch_bin < 0:
+    # 0 split nothing, as if the option were left out, at exit 0
+    if args.batch_bin is not None and args.batch_bin < 1:
         parser.exit(2, f"error: --batch-bin: expected a number of sequences >= 1, got {args.batch_bin}\n")
-    if args.context_bin < 0:
+    if args.context_bin is not None and args.context_bin < 1:
         parser.exit(2, f"error: --context-bin: expected a number of tokens >= 1, got {args.context_bin}\n")
+    splits = [option for option, given in (("--batch-bin", args.batch_bin is not None),
+                                           ("--context-bin", args.context_bin is not None),
+                                           ("--split-finishing", args.split_finishing)) if given]
+    if args.bucket_fit and splits:  # they split the step table --bucket-fit prints none of: ignored at exit 0
+        parser.exit(2, f"error: --bucket-fit prints its fits, not the step table {' and '.join(splits)} would "
+                       "split; give one or the other\n")
+    batch_bin, context_bin = args.batch_bin or 0, args.context_bin or 0  # 0: not split
     missing = [run for run in args.runs if not (Path(run) / "steps.parquet").is_file()]
     if missing:
         parser.exit(2, f"error: {missing[0]}: no steps.parquet; expected an engine.replay run folder\n")
@@ -210,11 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             sampling = run_sampling(Path(run))
             if sampling not in models:  # "cost model PATH: not a readable profile (...)"
                 models[sampling] = ProfiledCostModel.load(profile_path, sampling=sampling)
-            rows.extend(step_errors(Path(run), models[sampling], args.batch_bin, args.context_bin,
-                                    args.split_finishing))
+            rows.extend(step_errors(Path(run), models[sampling], batch_bin, context_bin, args.split_finishing))
     except ValueError as exc:  # read_steps names the file and what it expected
         parser.exit(2, f"error: {exc}\n")
-    width = (36 if args.split_finishing else 20) + (16 if args.batch_bin else 0) + (28 if args.context_bin else 0)
+    width = (36 if args.split_finishing else 20) + (16 if batch_bin else 0) + (28 if context_bin else 0)
     name_width = max([16, *(len(r["run"]) + 2 for r in rows)])  # max(16) of runs without a step was a TypeError
     print(f"{'run':<{name_width}}{'steps':<{width}}{'count':>7}{'real ms':>10}{'pred ms':>10}{'pred/real':>11}")
     for r in rows:

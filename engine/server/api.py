@@ -426,11 +426,11 @@ def _stop_token_ids(state: ServerState, body: _Sampling) -> frozenset[int]:
 
 
 def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int, max_tokens: int | None,
-                     copy: int, max_tokens_param: str = "max_tokens", *,
-                     stop_token_ids: frozenset[int]) -> SamplingParams:
-    """``max_tokens_param``: the field the client set the limit with (a chat request's max_completion_tokens was
-    refused as "max_tokens must be >= 1", a field it had not sent); ``stop_token_ids``: _stop_token_ids' of the
-    request."""
+                     copy: int, *, stop_token_ids: frozenset[int]) -> SamplingParams:
+    """Errors name the field the client set the limit with (``body.max_tokens_param``: a chat request's
+    max_completion_tokens was refused as "max_tokens must be >= 1", a field it had not sent); ``stop_token_ids``:
+    _stop_token_ids' of the request."""
+    max_tokens_param = body.max_tokens_param
     max_model_len = state.max_model_len
     room = max_model_len - num_prompt_tokens
     defaults = state.defaults
@@ -488,8 +488,7 @@ async def _serve(state: ServerState, request: Request, body: _Sampling, prompts:
                               f"within max_model_len={state.max_model_len}", param)
     choice_prompts = [ids for ids in prompts for _ in range(n)]
     stop_token_ids = _stop_token_ids(state, body)
-    params = [_sampling_params(state, body, len(ids), max_tokens, i % n, body.max_tokens_param,
-                               stop_token_ids=stop_token_ids)
+    params = [_sampling_params(state, body, len(ids), max_tokens, i % n, stop_token_ids=stop_token_ids)
               for i, ids in enumerate(choice_prompts)]
     try:
         stream = state.engine.submit(choice_prompts, params)

@@ -12,6 +12,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core.detokenizer import IncrementalDetokenizer
 from engine.core.generation_defaults import LOGGER_NAME, read_generation_defaults
 from engine.core.host_memory import host_memory_available
 from engine.core.llm_engine import LLMEngine
@@ -31,6 +32,67 @@ class StreamEvent:
     finished: bool
     finish_reason: str | None
     error: str | None = None  # what failed, when finish_reason is "error"
+    sample_index: int = 0  # which of the prompt's n samples (SamplingParams.n)
+    stop_reason: str | int | None = None  # vLLM's, in the last event: the stop string or stop_token_ids token
+
+
+class _Sample:
+    """One of a prompt's n samples: its sequence, and its text, in which its stop strings are found as its tokens
+    come (the engine makes no text). A stop string ends the sample at the token that completed it: the engine's
+    request is aborted then, and what it ran on after is not part of the output."""
+
+    def __init__(self, seq: Sequence, prompt_index: int, sample_index: int, tokenizer) -> None:
+        self.seq = seq
+        self.prompt_index = prompt_index
+        self.sample_index = sample_index
+        self.detokenizer = IncrementalDetokenizer.of(tokenizer, seq.sampling_params)
+        self.num_read = 0  # completion tokens given to the detokenizer
+
+    @property
+    def is_finished(self) -> bool:
+        return self.seq.is_finished or self.detokenizer.stopped
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The completion's tokens, up to the one that completed a stop string if one did."""
+        seq = self.seq
+        end = seq.num_prompt_tokens + self.num_read if self.detokenizer.stopped else len(seq.token_ids)
+        return seq.token_ids[seq.num_prompt_tokens : end]
+
+    @property
+    def finish_reason(self) -> str | None:
+        if self.detokenizer.stopped:
+            return "stop"
+        return self.seq.finish_reason.value if self.seq.finish_reason is not None else None
+
+    @property
+    def stop_reason(self) -> str | int | None:
+        token_ids = self.token_ids
+        return self.detokenizer.stop_reason(self.finish_reason, token_ids[-1] if token_ids else None,
+                                            self.seq.sampling_params.stop_token_ids)
+
+    def read(self) -> bool:
+        """Give the detokenizer the tokens made since the last call, one at a time where a stop string may end the
+        text (so the tokens end where it does), else at once; True when a stop string ended the sample now."""
+        seq, detokenizer = self.seq, self.detokenizer
+        was_stopped = detokenizer.stopped
+        tokens = seq.token_ids
+        end = len(tokens) - seq.num_prompt_tokens
+        ends_with_stop_token = seq.finish_reason is FinishReason.STOP
+        step = 1 if detokenizer.stop else max(end - self.num_read, 1)
+        while self.num_read < end and not detokenizer.stopped:
+            start = seq.num_prompt_tokens + self.num_read
+            self.num_read = min(self.num_read + step, end)
+            detokenizer.add(tokens[start : seq.num_prompt_tokens + self.num_read],
+                            ends_with_stop_token and self.num_read == end)
+        return detokenizer.stopped and not was_stopped
+
+    def output(self, has_tokenizer: bool) -> dict:
+        self.read()
+        self.detokenizer.finish()
+        return {"index": self.sample_index, "text": self.detokenizer.text if has_tokenizer else None,
+                "token_ids": self.token_ids, "finish_reason": self.finish_reason, "stop_reason": self.stop_reason,
+                "error": self.seq.error}
 
 
 def load_tokenizer(model_dir: Path):
@@ -236,13 +298,14 @@ class LLM:
             raise RuntimeError("this LLM is closed (close() or the end of its with block released its model); "
                                "create a new LLM")
 
-    def _add_all(self, prompts: Seq[Prompt], sampling_params) -> list[Sequence]:
+    def _add_all(self, prompts: Seq[Prompt], sampling_params) -> list[_Sample]:
+        """Every prompt's n samples, queued in the engine, prompt by prompt."""
         self._check_open()
         prompts = _prompt_list(prompts)
         if sampling_params is None:
             sampling_params = self.get_default_sampling_params()
         if isinstance(sampling_params, SamplingParams):
-            self._check_stop_token_ids("sampling_params", sampling_params)
+            self._check_params("sampling_params", sampling_params)
             sampling_params = [sampling_params] * len(prompts)
         else:
             # A dict of options (iterated as its keys) or a None in the list failed later, in the engine, as an
@@ -257,28 +320,28 @@ class LLM:
             if len(sampling_params) != len(prompts):
                 raise ValueError(f"got {len(sampling_params)} sampling params for {len(prompts)} prompts")
             for i, sp in enumerate(sampling_params):
-                self._check_stop_token_ids(f"sampling_params[{i}]", sp)
+                self._check_params(f"sampling_params[{i}]", sp)
         token_ids = [self._token_ids(i, p) for i, p in enumerate(prompts)]
-        seqs = [self.engine.add_request(ids, sp, request_id=i)
-                for i, (ids, sp) in enumerate(zip(token_ids, sampling_params))]
-        for seq in seqs:
-            if seq.reject_reason:
-                self._abort_unfinished(seqs)  # all or none of a call's prompts are queued
-                raise ValueError(f"prompt {seq.request_id} cannot be served: {seq.reject_reason}")
-        return seqs
+        # The n samples of a prompt are requests of their own, queued together: the later ones find the prompt's full
+        # blocks in the prefix cache, registered by the first.
+        samples = [_Sample(self.engine.add_request(ids, sp.sample(k), request_id=i), i, k, self.tokenizer)
+                   for i, (ids, sp) in enumerate(zip(token_ids, sampling_params)) for k in range(sp.n)]
+        for sample in samples:
+            if sample.seq.reject_reason:
+                self._abort_unfinished(samples)  # all or none of a call's prompts are queued
+                raise ValueError(f"prompt {sample.prompt_index} cannot be served: {sample.seq.reject_reason}")
+        return samples
 
-    def _check_stop_token_ids(self, name: str, sp: SamplingParams) -> None:
+    def _check_params(self, name: str, sp: SamplingParams) -> None:
         """An id outside the vocabulary (-1, 10**30, vocab_size) is never sampled: it stopped nothing, without a word.
-        The server refuses these too."""
+        The server refuses these too, and stop strings without a tokenizer, which make no text to find them in."""
         vocab_size = self.shape.vocab_size
         bad = next((t for t in sp.stop_token_ids if not 0 <= t < vocab_size), None)
         if bad is not None:
             raise ValueError(f"{name}.stop_token_ids has {bad}, outside the vocabulary [0, {vocab_size})")
-
-    def _decode(self, token_ids: list[int]) -> str | None:
-        if self.tokenizer is None:
-            return None
-        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        if sp.stop and self.tokenizer is None:
+            raise ValueError(f"{name}.stop: stop strings need a tokenizer and {self.model_dir} has none; use "
+                             "stop_token_ids")
 
     # ---- generation -----------------------------------------------------------------------------
     def generate(
@@ -287,31 +350,38 @@ class LLM:
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
         use_tqdm: bool | Callable[..., object] = True,
     ) -> list[dict]:
-        """Outputs in input order: ``{"text", "token_ids", "finish_reason", "error"}`` (text is None without
-        a tokenizer; finish_reason says whether a request stopped, got max_tokens, was cut by a limit
-        (``max_model_len``, ``kv_capacity``, ``token_budget``) or failed (``error``, with its message)).
-        A failing request finishes alone; the engine keeps serving the others. ``use_tqdm`` may be a tqdm-like
-        factory, as in vLLM."""
-        seqs = self._add_all(prompts, sampling_params)
+        """Outputs in input order, one per prompt: ``{"text", "token_ids", "finish_reason", "stop_reason", "error",
+        "prompt_token_ids", "outputs"}``. ``outputs`` holds the prompt's n samples (SamplingParams.n), each
+        ``{"index", "text", "token_ids", "finish_reason", "stop_reason", "error"}`` as vLLM's CompletionOutput; the
+        fields outside it are its first sample's. text is None without a tokenizer; finish_reason says whether a
+        sample stopped (an eos, a stop token or a stop string: stop_reason says which of the last two), got
+        max_tokens, was cut by a limit (``max_model_len``, ``kv_capacity``, ``token_budget``) or failed (``error``,
+        with its message). A failing request finishes alone; the engine keeps serving the others. ``use_tqdm`` may be
+        a tqdm-like factory, as in vLLM."""
+        samples = self._add_all(prompts, sampling_params)
         progress = None
         prefill_tps = decode_tps = 0.0
-        ours = {s.seq_id for s in seqs}
-        remaining = len(seqs)
+        ours = {s.seq.seq_id for s in samples}
+        # the samples with stop strings, read as their tokens come
+        watched = {s.seq.seq_id: s for s in samples if s.detokenizer.stop}
+        remaining = len(samples)
         try:
             # Inside the try: a failing or interrupted progress bar (its first import takes a while) left this call's
             # requests queued in the engine, run by the next call and counted as unfinished.
             if use_tqdm:
                 if callable(use_tqdm):  # vLLM's use_tqdm: a tqdm-like factory (was taken as True, and ignored)
-                    progress = use_tqdm(total=len(seqs), desc="generating", dynamic_ncols=True)
+                    progress = use_tqdm(total=len(samples), desc="generating", dynamic_ncols=True)
                 else:
                     from tqdm.auto import tqdm
 
-                    progress = tqdm(total=len(seqs), desc="generating", dynamic_ncols=True)
+                    progress = tqdm(total=len(samples), desc="generating", dynamic_ncols=True)
             while remaining and self.engine.has_unfinished_requests():
                 start = time.perf_counter()
                 batch, finished = self.engine.step()
                 elapsed = max(time.perf_counter() - start, 1e-9)
                 num_done = sum(1 for s in finished if s.seq_id in ours)
+                if watched:
+                    num_done += self._end_stopped(watched, batch.seqs)
                 remaining -= num_done
                 if progress is not None:
                     if batch.num_prefill_tokens:
@@ -322,49 +392,75 @@ class LLM:
                                          refresh=False)
                     progress.update(num_done)
         finally:  # an exception or Ctrl-C: nothing of this call stays queued in the engine
-            self._abort_unfinished(seqs)
+            self._abort_unfinished(samples)
             if progress is not None:
                 progress.close()
-        return [self._output(s) for s in seqs]
+        return self._outputs(samples)
 
-    def _output(self, seq: Sequence) -> dict:
-        reason = seq.finish_reason.value if seq.finish_reason is not None else None
-        token_ids = seq.completion_token_ids
-        # The token that stopped it (an eos, or one of stop_token_ids) is in token_ids but not in the text, as in vLLM
-        # (and the server): a stop token that is plain text ("\n") was in the text.
-        text_ids = token_ids[:-1] if seq.finish_reason is FinishReason.STOP else token_ids
-        return {"text": self._decode(text_ids), "token_ids": token_ids,
-                "finish_reason": reason, "error": seq.error}
-
-    def _abort_unfinished(self, seqs: list[Sequence]) -> None:
+    def _end_stopped(self, watched: dict[int, _Sample], seqs: list[Sequence]) -> int:
+        """Stop strings in the step's new tokens of the watched samples among ``seqs``; returns how many samples they
+        ended, beyond those the step finished."""
+        num_ended = 0
         for seq in seqs:
-            if not seq.is_finished:
-                self.engine.abort_request(seq)
+            sample = watched.get(seq.seq_id)
+            if sample is None:
+                continue
+            num_ended += self._apply_stop_strings(sample)
+            if sample.is_finished:
+                del watched[seq.seq_id]
+        return num_ended
+
+    def _apply_stop_strings(self, sample: _Sample) -> bool:
+        """Read the sample's new tokens where it has stop strings; one that ends it aborts its request (its blocks
+        freed) unless the engine finished it in the same step. True when it ended the sample so."""
+        if not sample.detokenizer.stop or not sample.read() or sample.seq.is_finished:
+            return False
+        self.engine.abort_request(sample.seq)
+        return True
+
+    def _outputs(self, samples: list[_Sample]) -> list[dict]:
+        """One output per prompt, of its samples (consecutive in ``samples``)."""
+        has_tokenizer = self.tokenizer is not None
+        outputs: list[dict] = []
+        for sample in samples:
+            output = sample.output(has_tokenizer)
+            if sample.sample_index == 0:  # the prompt's own fields: its first sample's, as before n
+                outputs.append({**{k: v for k, v in output.items() if k != "index"},
+                                "prompt_token_ids": sample.seq.prompt_token_ids, "outputs": []})
+            outputs[-1]["outputs"].append(output)
+        return outputs
+
+    def _abort_unfinished(self, samples: list[_Sample]) -> None:
+        for sample in samples:
+            if not sample.seq.is_finished:
+                self.engine.abort_request(sample.seq)
 
     def stream(
         self,
         prompts: Seq[Prompt] | Prompt,
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
     ) -> Iterator[StreamEvent]:
-        """Yields each request's new tokens as steps produce them; the last event of a request has finished=True.
-        Closing the iterator early (or abandoning it) aborts the requests it has not finished."""
-        seqs = self._add_all(prompts, sampling_params)
-        index_of = {s.seq_id: i for i, s in enumerate(seqs)}
-        sent = {s.seq_id: 0 for s in seqs}
-        open_ids = set(index_of)
+        """Yields each sample's new tokens as steps produce them; the last event of a sample has finished=True (and
+        its stop_reason). Closing the iterator early (or abandoning it) aborts the requests it has not finished."""
+        samples = self._add_all(prompts, sampling_params)
+        sample_of = {s.seq.seq_id: s for s in samples}
+        sent = {s.seq.seq_id: 0 for s in samples}
+        open_ids = set(sample_of)
 
         def events(candidates) -> Iterator[StreamEvent]:
             for seq in candidates:
                 if seq.seq_id not in open_ids:
                     continue  # another caller's request, or one already reported finished
-                produced = seq.num_completion_tokens
-                if produced > sent[seq.seq_id] or seq.is_finished:
-                    new = seq.completion_token_ids[sent[seq.seq_id] :]
-                    sent[seq.seq_id] = produced
-                    if seq.is_finished:
+                sample = sample_of[seq.seq_id]
+                self._apply_stop_strings(sample)
+                token_ids = sample.token_ids
+                if len(token_ids) > sent[seq.seq_id] or sample.is_finished:
+                    new = token_ids[sent[seq.seq_id] :]
+                    sent[seq.seq_id] = len(token_ids)
+                    if sample.is_finished:
                         open_ids.discard(seq.seq_id)
-                    reason = seq.finish_reason.value if seq.finish_reason else None
-                    yield StreamEvent(index_of[seq.seq_id], new, seq.is_finished, reason, seq.error)
+                    yield StreamEvent(sample.prompt_index, new, sample.is_finished, sample.finish_reason, seq.error,
+                                      sample.sample_index, sample.stop_reason if sample.is_finished else None)
 
         num_steps = len(self.engine.step_log)
         try:
@@ -373,7 +469,7 @@ class LLM:
                     # Steps of another caller (a generate() or another stream while this one waited between events)
                     # ran these requests too, and may have finished them: their tokens and their final event were
                     # lost, the stream ending without finished=True, as it looked only at the batches of its own steps.
-                    yield from events([s for s in seqs if s.seq_id in open_ids])
+                    yield from events([s.seq for s in samples if s.seq.seq_id in open_ids])
                     if not open_ids or not self.engine.has_unfinished_requests():
                         break
                 # Closed between two events (a stream consumed after its LLM's with block): the step ran on a runner
@@ -384,7 +480,7 @@ class LLM:
                 num_steps = len(self.engine.step_log)
                 yield from events(batch.seqs)
         finally:
-            self._abort_unfinished(seqs)
+            self._abort_unfinished(samples)
 
     def warm_up(self, num_requests: int = 8) -> None:
         """Run ``num_requests`` short requests of growing length, so kernels compile and caches fill before

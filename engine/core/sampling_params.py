@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Below this temperature sampling is greedy, as in vLLM: logits / 1e-40 overflow float32 to inf, and the draw
 # among several infinite logits is not the largest logit.
@@ -28,7 +28,9 @@ def _is_int(value: object) -> bool:
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     """Names follow vLLM. ``temperature == 0`` (or below 1e-5) means greedy; ``top_k`` -1 or 0 and ``top_p == 1``
-    disable those filters."""
+    disable those filters. ``n``, ``stop`` and ``include_stop_str_in_output`` are the front end's (engine.LLM, the
+    server): the engine runs each of the n samples as a request of its own, and stop strings are found in the text
+    (engine.core.detokenizer), which the engine does not make."""
 
     temperature: float = 1.0
     top_k: int = -1
@@ -37,6 +39,9 @@ class SamplingParams:
     ignore_eos: bool = False
     stop_token_ids: frozenset[int] | tuple[int, ...] | None = ()  # any ints (None: none); kept as a frozenset
     seed: int | None = None
+    n: int = 1
+    stop: str | tuple[str, ...] | None = ()  # a string or any strings (None: none); kept as a tuple
+    include_stop_str_in_output: bool = False
 
     def __post_init__(self) -> None:
         # A wrong type is a ValueError naming the field, as a wrong value is: compared with a float, "0.5" raised a
@@ -60,15 +65,21 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.seed must be an integer in [0, 2**64), got {self.seed!r}")
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"SamplingParams.ignore_eos must be True or False, got {self.ignore_eos!r}")
+        if not (_is_int(self.n) and self.n >= 1):
+            raise ValueError(f"SamplingParams.n must be an int >= 1, got {self.n!r}")
+        if not isinstance(self.include_stop_str_in_output, bool):
+            raise ValueError(f"SamplingParams.include_stop_str_in_output must be True or False, got "
+                             f"{self.include_stop_str_in_output!r}")
         self._as_python_numbers()
         self._set_stop_token_ids()
+        self._set_stop()
 
     def _as_python_numbers(self) -> None:
         """Numpy scalars (and other numbers.Real) as Python ints and floats: a seed of np.int8(5) failed its request in
         the sampler (seed & 0xFFFFFFFF overflowed int8), and max_tokens np.uint64(2**64 - 1) wrapped around when added
         to the prompt's length, a request of one token finished as "length"."""
         for name, kind in (("temperature", float), ("top_p", float), ("top_k", int), ("max_tokens", int),
-                           ("seed", int)):
+                           ("seed", int), ("n", int)):
             value = getattr(self, name)
             if type(value) is not int and type(value) is not float and value is not None:
                 object.__setattr__(self, name, kind(value))
@@ -96,9 +107,43 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.stop_token_ids must be a sequence of ints, got {bad!r} in it")
         object.__setattr__(self, "stop_token_ids", frozenset(int(t) for t in ids))
 
+    def _set_stop(self) -> None:
+        """Kept as a tuple of strings: one string is one stop string (vLLM's ``stop="\\n"``), not its characters. An
+        empty string, or one holding half a surrogate pair, can never end a text the way it was meant to."""
+        stop = self.stop
+        if type(stop) is tuple and not stop:  # the default, on every request
+            return
+        if stop is None:  # vLLM's default
+            object.__setattr__(self, "stop", ())
+            return
+        if isinstance(stop, str):
+            stop = (stop,)
+        elif isinstance(stop, bytes) or not hasattr(stop, "__iter__"):
+            raise ValueError(f"SamplingParams.stop must be a string or a list of strings, got {stop!r}")
+        try:
+            stop = tuple(stop)
+        except TypeError:  # a 0-d numpy array has __iter__ but iterates nothing
+            raise ValueError(f"SamplingParams.stop must be a string or a list of strings, got {stop!r}") from None
+        bad = next((s for s in stop if not isinstance(s, str) or not s), None)
+        if bad is not None:
+            raise ValueError(f"SamplingParams.stop must hold non-empty strings, got {bad!r} in it")
+        for text in stop:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"SamplingParams.stop holds an unpaired surrogate (U+{ord(text[exc.start]):04X}); "
+                                 "expected Unicode text") from None
+        object.__setattr__(self, "stop", stop)
+
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+    def sample(self, index: int) -> SamplingParams:
+        """The options of sample ``index`` of the ``n``: one request of its own (n=1), whose seed, if any, is the
+        request's plus ``index``: the samples draw differently, each reproducibly (the server's n choices too)."""
+        seed = None if self.seed is None else (self.seed + index) % 2**64
+        return replace(self, n=1, seed=seed)
 
 
 def field_problem(field: str, value: object) -> str | None:

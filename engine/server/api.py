@@ -22,12 +22,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engine.core.detokenizer import IncrementalDetokenizer
 from engine.core.generation_defaults import GenerationDefaults
 from engine.core.json_errors import json_problem
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import Scheduler
 from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, BodyReads, RequestBodyLimit
-from engine.server.detokenizer import IncrementalDetokenizer
 from engine.server.engine_client import EngineClient, EngineDead, RequestStream, ServerOverloaded
 from engine.server.engine_process import Update
 from engine.server.protocol import (
@@ -426,10 +426,11 @@ def _stop_token_ids(state: ServerState, body: _Sampling) -> frozenset[int]:
 
 
 def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int, max_tokens: int | None,
-                     copy: int, *, stop_token_ids: frozenset[int]) -> SamplingParams:
+                     copy: int, *, stop_token_ids: frozenset[int],
+                     stop: list[str] | tuple[str, ...] = ()) -> SamplingParams:
     """Errors name the field the client set the limit with (``body.max_tokens_param``: a chat request's
     max_completion_tokens was refused as "max_tokens must be >= 1", a field it had not sent); ``stop_token_ids``:
-    _stop_token_ids' of the request."""
+    _stop_token_ids' of the request; ``stop``: its stop strings."""
     max_tokens_param = body.max_tokens_param
     max_model_len = state.max_model_len
     room = max_model_len - num_prompt_tokens
@@ -449,10 +450,8 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
     seed = body.seed
     if seed == -1:  # vLLM's "no seed" (its SamplingParams takes -1 as None), what clients send for a random draw
         seed = None
-    if seed is not None:
-        if not 0 <= seed < 2**64:
-            raise bad_request(f"seed must be -1 (no seed) or an integer in [0, 2**64), got {seed}", "seed")
-        seed = (seed + copy) % 2**64  # n copies of one prompt sample differently, reproducibly
+    if seed is not None and not 0 <= seed < 2**64:
+        raise bad_request(f"seed must be -1 (no seed) or an integer in [0, 2**64), got {seed}", "seed")
     # A field the request leaves out (or sends as null) takes the model's default; one it sets keeps its value.
     top_k = defaults.top_k if body.top_k is None else body.top_k
     if top_k < -1:
@@ -466,7 +465,9 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
             ignore_eos=body.ignore_eos,
             stop_token_ids=stop_token_ids,
             seed=seed,
-        )
+            stop=stop,
+            include_stop_str_in_output=body.include_stop_str_in_output,
+        ).sample(copy)  # n copies of one prompt sample differently, reproducibly
     except ValueError as exc:
         name = str(exc).split(" ", 1)[0].removeprefix("SamplingParams.")
         raise bad_request(str(exc).removeprefix("SamplingParams."), name) from exc
@@ -488,13 +489,13 @@ async def _serve(state: ServerState, request: Request, body: _Sampling, prompts:
                               f"within max_model_len={state.max_model_len}", param)
     choice_prompts = [ids for ids in prompts for _ in range(n)]
     stop_token_ids = _stop_token_ids(state, body)
-    params = [_sampling_params(state, body, len(ids), max_tokens, i % n, stop_token_ids=stop_token_ids)
+    params = [_sampling_params(state, body, len(ids), max_tokens, i % n, stop_token_ids=stop_token_ids, stop=stop)
               for i, ids in enumerate(choice_prompts)]
     try:
         stream = state.engine.submit(choice_prompts, params)
     except (ServerOverloaded, EngineDead) as exc:
         raise APIError(503, str(exc)) from exc
-    choices = [_Choice(IncrementalDetokenizer(state.tokenizer, stop), ids) for ids in choice_prompts]
+    choices = [_Choice(IncrementalDetokenizer.of(state.tokenizer, sp), ids) for sp, ids in zip(params, choice_prompts)]
     response = _Response(state, body, request_id, choices, chat, num_prompts=len(prompts),
                          stop_token_ids=stop_token_ids)
     # The client's X-Request-Id comes back, as vLLM's --enable-request-id-headers sends it
@@ -534,13 +535,9 @@ class _Response:
         choice.token_ids.extend(update.new_token_ids)
         if update.num_cached_tokens:  # sent with the first token (continuous usage reported 0 until the last)
             choice.num_cached_tokens = update.num_cached_tokens
-        new_ids = update.new_token_ids
-        if update.finished and update.finish_reason == "stop" and new_ids:
-            # The engine's "stop" is an eos or a stop_token_ids token, its last: its text is left out, as vLLM leaves
-            # it out unless include_stop_str_in_output (refused here). A stop token that is plain text ("\n") was in
-            # the answer; the token stays in token_ids and the usage, as there.
-            new_ids = new_ids[:-1]
-        text = choice.detokenizer.add(new_ids)
+        # The engine's "stop" is an eos or a stop_token_ids token, its last: its text is left out (the detokenizer's
+        # rule); the token stays in token_ids and the usage, as in vLLM.
+        text = choice.detokenizer.add(update.new_token_ids, update.finished and update.finish_reason == "stop")
         if choice.detokenizer.stopped and not update.finished:  # a stop string ends this choice here
             self.state.engine.abort(stream, update.index, reason="stop", num_tokens=len(choice.token_ids))
             choice.finished, choice.finish_reason = True, "stop"
@@ -556,17 +553,10 @@ class _Response:
             elif reason in _CUT_REASONS:
                 choice.cut_by, reason = reason, "length"
             choice.finish_reason = reason
-            choice.stop_reason = self._stop_reason(choice, update.finish_reason)
+            choice.stop_reason = choice.detokenizer.stop_reason(
+                update.finish_reason, choice.token_ids[-1] if choice.token_ids else None, self.stop_token_ids)
         return text
 
-    def _stop_reason(self, choice: _Choice, engine_reason: str) -> str | int | None:
-        """vLLM's stop_reason: which stop string or stop_token_ids token ended the choice (None for an eos or a
-        limit). The text leaves a stop string out, so without this a client given several could not tell which
-        one matched."""
-        if choice.detokenizer.stopped:
-            return choice.detokenizer.stop_string
-        last = choice.token_ids[-1] if choice.token_ids else None
-        return last if engine_reason == "stop" and last in self.stop_token_ids else None
 
     def _usage(self) -> dict:
         firsts = self.choices[::self.num_copies]  # a prompt counts once however many copies it has

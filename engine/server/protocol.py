@@ -81,7 +81,7 @@ MAX_STOP_STRINGS = 64
 # vLLM's extensions this engine does not implement, with the values that ask for nothing: any other value is refused
 # (unknown fields are ignored, but a client setting one of these would silently get other output than it asked for).
 _UNSUPPORTED_EXTENSIONS: dict[str, tuple] = {
-    "min_p": (None, 0, 0.0), "include_stop_str_in_output": (None, False), "skip_special_tokens": (None, True),
+    "min_p": (None, 0, 0.0), "skip_special_tokens": (None, True),
     "truncate_prompt_tokens": (None,), "prompt_logprobs": (None,), "use_beam_search": (None, False),
     "bad_words": (None, []), "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
     "guided_grammar": (None,), "structured_outputs": (None,),
@@ -116,6 +116,7 @@ class _Sampling(_NullMeansDefault):
     repetition_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     min_tokens: int = 0
+    include_stop_str_in_output: bool = False  # vLLM's extension
     return_token_ids: bool = False  # vLLM's extension: the completion's and the prompt's token ids (api.py)
     # vLLM takes response_format on completions too (as structured output): it was ignored there, and a client that
     # asked for JSON got free text.
@@ -139,7 +140,7 @@ class _Sampling(_NullMeansDefault):
                               "repetition_penalty")
         if self.logit_bias:
             raise bad_request("logit_bias is not supported by this engine", "logit_bias")
-        if self.min_tokens:
+        if self.min_tokens:  # vLLM masks eos and the stop tokens' logits until then; the sampler here does not
             raise bad_request("min_tokens is not supported by this engine", "min_tokens")
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
@@ -160,15 +161,7 @@ class _Sampling(_NullMeansDefault):
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop)
         if len(stops) > MAX_STOP_STRINGS:
             raise bad_request(f"stop has {len(stops)} strings; at most {MAX_STOP_STRINGS} are accepted", "stop")
-        if any(not s for s in stops):
-            raise bad_request("stop strings must not be empty", "stop")
-        for stop in stops:  # JSON may escape half a surrogate pair ("\\ud800"): a string no output can ever contain
-            try:
-                stop.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise bad_request(f"a stop string holds an unpaired surrogate (U+{ord(stop[exc.start]):04X}); "
-                                  "expected Unicode text", "stop") from None
-        return stops
+        return stops  # (an empty one, or half a surrogate pair JSON escaped, is refused by SamplingParams)
 
     @property
     def requested_max_tokens(self) -> int | None:

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
-from engine.server.detokenizer import IncrementalDetokenizer  # noqa: E402
+from engine.core.detokenizer import IncrementalDetokenizer  # noqa: E402
 from tests.engine import test_server_api  # noqa: E402
 from tests.engine.test_server_api import CharTokenizer, sse_events, wait_until_idle  # noqa: E402
 

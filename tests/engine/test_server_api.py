@@ -467,7 +467,6 @@ def test_chat_errors_name_the_fields_the_client_sent(served, fields, param, mess
     ({"prompt": [1], "stream_options": {"include_usage": True}}, "stream_options", "stream=true"),
     # vLLM extensions this engine lacks were ignored: other output than the client asked for, without a word
     ({"prompt": [1], "min_p": 0.2}, "min_p", "min_p is not supported"),
-    ({"prompt": [1], "include_stop_str_in_output": True}, "include_stop_str_in_output", "not supported"),
     ({"prompt": [1], "guided_json": {"type": "object"}}, "guided_json", "not supported"),
     ({"prompt": [1], "skip_special_tokens": False}, "skip_special_tokens", "not supported"),
     ({"prompt": [1], "allowed_token_ids": [1, 2]}, "allowed_token_ids", "allowed_token_ids is not supported"),

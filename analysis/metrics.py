@@ -35,7 +35,7 @@ from analysis.schema import (
 )
 from analysis.slo import SLO, statistic_of
 from analysis.stats import MS_PER_S, latency_stats, round_sig, scaled_stats
-from analysis.vllm_metrics import vllm_flat_metrics
+from analysis.vllm_metrics import DEFAULT_METRIC_PERCENTILES, vllm_flat_metrics
 
 # Per-request latency columns (s) that `add_latency_columns` adds; ITL has none (it pools gaps).
 LATENCY_COLUMNS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
@@ -269,6 +269,7 @@ def summarize(
     vllm_names: bool = True,
     itl_s: np.ndarray | None = None,
     sorted_itl_s: np.ndarray | None = None,
+    metric_percentiles: tuple[float, ...] = DEFAULT_METRIC_PERCENTILES,
 ) -> dict:
     """One JSON-ready dict of a replay's headline metrics (see the module docstring), with vLLM's flat
     names beside ours (`analysis.vllm_metrics`) unless `vllm_names` is False (a capacity point reads ours only;
@@ -281,7 +282,8 @@ def summarize(
     result). `itl_s`: `itl_values` of the finished requests, where the caller has them already (a report draws
     them too); `sorted_itl_s`: their finite values sorted, where the caller sorted them (a report's CDF does): the
     same percentiles from a sorted array's cheaper partitions, the means still summed over `itl_s` in its own order
-    (a sum's rounding depends on it).
+    (a sum's rounding depends on it). `metric_percentiles`: the percentiles of the flat names (vLLM's
+    `--metric-percentiles`, `p99.9_ttft_ms`).
     """
     frame = add_latency_columns(conform_requests(requests, _SUMMARY_REQUEST_INPUTS))
     step_frame = conform_steps(steps, SUMMARY_STEP_INPUTS)
@@ -337,7 +339,7 @@ def summarize(
         }
     )
     if vllm_names:
-        summary.update(vllm_flat_metrics(finished, frame.height, duration_s, itl_s, sorted_itl_s))
+        summary.update(vllm_flat_metrics(finished, frame.height, duration_s, itl_s, sorted_itl_s, metric_percentiles))
         summary["request_goodput"] = None  # as vLLM writes it without SLOs
     if slos is not None:
         slos = tuple(slos)

@@ -33,6 +33,7 @@ from analysis.report.panels import REPORT_STEP_INPUTS
 from analysis.schema import MAX_TIME_S, conform_requests
 from analysis.slo import SLO, limit_s_from_ms
 from analysis.stats import finite_values
+from analysis.vllm_metrics import DEFAULT_METRIC_PERCENTILES, check_metric_percentile
 from engine.core.json_errors import json_problem, json_type_name
 from engine.core.messages import shown
 from sim.files import write_parquet_frame, write_text_atomic
@@ -68,12 +69,14 @@ def write_run(
     report_title: str | None = None,
     report_subtitle: str = "",
     slos: tuple[SLO, ...] | None = None,
+    metric_percentiles: tuple[float, ...] = DEFAULT_METRIC_PERCENTILES,
 ) -> dict:
     """Write the folder; ``meta`` (cost_model, trace, config) follows the metrics in summary.json.
-    A report is written when ``report_title`` is given; goodput when ``slos`` are. Returns the summary."""
+    A report is written when ``report_title`` is given; goodput when ``slos`` are; the flat names' percentiles are
+    ``metric_percentiles``. Returns the summary."""
     request_frame, step_frame = write_tables(out_dir, requests, steps)
     return write_summary(out_dir, request_frame, step_frame, meta, report_title=report_title,
-                         report_subtitle=report_subtitle, slos=slos)
+                         report_subtitle=report_subtitle, slos=slos, metric_percentiles=metric_percentiles)
 
 
 def write_tables(
@@ -106,6 +109,7 @@ def write_summary(
     report_title: str | None = None,
     report_subtitle: str = "",
     slos: tuple[SLO, ...] | None = None,
+    metric_percentiles: tuple[float, ...] = DEFAULT_METRIC_PERCENTILES,
 ) -> dict:
     """summary.json (written whole: a temporary file renamed over the old one) and, if asked, report.html."""
     # The finished requests' token gaps, pooled once for both the summary and the report (4.6M of them on the Azure
@@ -118,7 +122,8 @@ def write_summary(
         itl_s = itl_values(conform_requests(requests, ["finish_reason", "token_times_s"]).filter(is_finished()))
         sorted_itl_s = np.sort(finite_values(itl_s))
     summary = summarize(requests, steps, slos, duration_s=meta.get("recorded_duration_s"),
-                        timed_by_client=is_timed_by_client(meta), itl_s=itl_s, sorted_itl_s=sorted_itl_s)
+                        timed_by_client=is_timed_by_client(meta), itl_s=itl_s, sorted_itl_s=sorted_itl_s,
+                        metric_percentiles=metric_percentiles)
     summary.update(meta)
     # allow_nan=False: a NaN would be written as a bare NaN token that no JSON reader but Python's accepts.
     write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
@@ -228,3 +233,26 @@ def read_slos(run_dir: Path) -> tuple[SLO, ...] | None:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{path}: slos_ms entry {key!r}: {exc}") from None
     return tuple(slos)
+
+
+def read_metric_percentiles(run_dir: Path) -> tuple[float, ...]:
+    """The percentiles of the folder's summary.json flat names (its ``metric_percentiles``), so a re-summary keeps
+    them; vLLM's default for a folder written before they could be chosen."""
+    path = run_dir / "summary.json"
+    try:
+        recorded = json.loads(path.read_text()).get("metric_percentiles") if path.is_file() else None
+    except (ValueError, RecursionError, AttributeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return DEFAULT_METRIC_PERCENTILES  # read_meta names an unreadable file
+    if recorded is None:
+        return DEFAULT_METRIC_PERCENTILES
+    expected = "expected a list of percentiles, numbers from 0 to 100"
+    if not isinstance(recorded, list):
+        raise ValueError(f"{path}: metric_percentiles is {shown(json.dumps(recorded), 60)}; {expected}")
+    for q in recorded:
+        if isinstance(q, bool) or not isinstance(q, (int, float)):
+            raise ValueError(f"{path}: metric_percentiles entry {shown(json.dumps(q), 60)}: {expected}")
+        try:
+            check_metric_percentile(q, repr(q))
+        except ValueError as exc:
+            raise ValueError(f"{path}: metric_percentiles: {exc}") from None
+    return tuple(dict.fromkeys(float(q) for q in recorded))

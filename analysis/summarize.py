@@ -13,7 +13,7 @@ import polars as pl
 
 from analysis.console import print_out
 from analysis.report.summary_table import format_summary_table
-from analysis.runs import read_meta, read_slos, with_latency_columns, write_summary
+from analysis.runs import read_meta, read_metric_percentiles, read_slos, with_latency_columns, write_summary
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt, exit_when_done
@@ -53,6 +53,7 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
                       "to a file is replaced, not followed)", str(html))
     meta = read_meta(run_dir)
     slos = read_slos(run_dir)  # its errors name summary.json already
+    metric_percentiles = read_metric_percentiles(run_dir)
     config = meta.get("config") or {}
     requests = _read_checked(run_dir / "requests.parquet", conform_requests, check_requests)
     steps = _read_checked(run_dir / "steps.parquet", conform_steps, check_steps)
@@ -64,6 +65,7 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
             report_subtitle=f"{config.get('model', '')} on {config.get('device', config.get('gpu', ''))}; "
             f"cost model: {meta.get('cost_model', '')}",
             slos=slos,
+            metric_percentiles=metric_percentiles,
         )
     except (ValueError, pl.exceptions.PolarsError) as exc:  # polars' messages span lines: the first says what
         raise ValueError(f"{run_dir}: {str(exc).strip().splitlines()[0]}") from None

@@ -21,6 +21,7 @@ from cli.replay_args import (
     add_trace_arguments,
     check_real_time_span,
     load_trace_for_replay,
+    metric_percentiles_from_args,
     slos_from_args,
 )
 from engine.core.config import ConfigError
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = load_trace_for_replay(args)
         trace.check_vocabulary(ModelShape.load(options.model).vocab_size)  # not only after the model loads
         args.slos = slos_from_args(args)
+        args.metric_percentiles = metric_percentiles_from_args(args)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
     try:
@@ -252,6 +254,7 @@ def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Na
             report_title=None if args.no_report else f"GPU replay of {Path(args.trace).name}",
             report_subtitle=f"{options.model} on {config['device']}, policy {options.policy}",
             slos=args.slos,
+            metric_percentiles=args.metric_percentiles,
         )
 
 

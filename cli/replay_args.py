@@ -42,6 +42,21 @@ def add_output_arguments(parser: argparse.ArgumentParser, out_help: str, *, requ
                      help="latency SLOs for goodput in summary.json (vLLM's request_goodput: finished requests "
                           "within every limit, per second), e.g. ttft_p90=2s,tpot_p90=100ms (the syntax of "
                           "analysis.capacity)")
+    out.add_argument("--metric-percentiles", default=None, metavar="PERCENTILES",
+                     help="percentiles of vLLM's flat names in summary.json (p99.9_ttft_ms, ...), as vllm bench "
+                          "serve's option: comma-separated, e.g. 25,50,99.9 (default: 99)")
+
+
+def metric_percentiles_from_args(args: argparse.Namespace) -> tuple[float, ...]:
+    """--metric-percentiles parsed (vLLM's default without it); ValueError names the option and what was expected."""
+    from analysis.vllm_metrics import DEFAULT_METRIC_PERCENTILES, parse_metric_percentiles
+
+    if args.metric_percentiles is None:
+        return DEFAULT_METRIC_PERCENTILES
+    try:
+        return parse_metric_percentiles(args.metric_percentiles)
+    except ValueError as exc:
+        raise ValueError(f"--metric-percentiles: {exc}") from None
 
 
 def slos_from_args(args: argparse.Namespace):

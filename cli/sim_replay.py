@@ -16,11 +16,13 @@ from analysis.report.panels import REPORT_STEP_INPUTS
 from analysis.report.summary_table import format_summary_table
 from analysis.runs import write_summary, write_tables
 from analysis.schema import MAX_TIME_S
+from analysis.vllm_metrics import DEFAULT_METRIC_PERCENTILES
 from cli.replay_args import (
     add_config_groups,
     add_output_arguments,
     add_trace_arguments,
     load_trace_for_replay,
+    metric_percentiles_from_args,
     slos_from_args,
 )
 from engine.core.config_args import OneLineErrorParser, build_config
@@ -56,13 +58,15 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 
 
 def write_outputs(result: SimResult, out_dir: Path, trace: Trace, report: bool, slos=None,
-                  bands: dict | None = None) -> dict:
+                  bands: dict | None = None,
+                  metric_percentiles: tuple[float, ...] = DEFAULT_METRIC_PERCENTILES) -> dict:
     """The run folder of ``result``, a replay of ``trace`` (as replayed: --limit and --qps applied)."""
     with reusing_freed_memory():  # the tables' columns and their temporaries: pages reused, not faulted in anew
-        return _write_outputs(result, out_dir, trace, report, slos, bands)
+        return _write_outputs(result, out_dir, trace, report, slos, bands, metric_percentiles)
 
 
-def _write_outputs(result: SimResult, out_dir: Path, trace: Trace, report: bool, slos, bands: dict | None) -> dict:
+def _write_outputs(result: SimResult, out_dir: Path, trace: Trace, report: bool, slos, bands: dict | None,
+                   metric_percentiles: tuple[float, ...]) -> dict:
     cfg = result.config
     roofline = result.cost_model_name.startswith("roofline-estimate")  # then ", host slowdown ..." if one is given
     estimate = " (an analytic estimate, not measured)" if roofline else ""
@@ -86,6 +90,7 @@ def _write_outputs(result: SimResult, out_dir: Path, trace: Trace, report: bool,
             f"router {cfg.router}; cost model: {result.cost_model_name}{estimate}"
         ),
         slos=slos,
+        metric_percentiles=metric_percentiles,
     )
 
 
@@ -108,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
         trace = load_trace_for_replay(args)
         slos = slos_from_args(args)
+        metric_percentiles = metric_percentiles_from_args(args)
         num_replays = None
         if args.bands is not None:
             from sim.bands import check_num_replays
@@ -131,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             if num_replays is not None:
                 bands = run_bands_with_progress(trace, config, num_replays, slos, args.quiet)
             try:
-                summary = write_outputs(result, stage, trace, report=not args.no_report, slos=slos, bands=bands)
+                summary = write_outputs(result, stage, trace, report=not args.no_report, slos=slos, bands=bands,
+                                        metric_percentiles=metric_percentiles)
             except ValueError as exc:  # the tables' own checks: times past 1e12 s
                 # SystemExit unwinds through the staged folder, which removes it
                 last_arrival_s = float(trace.requests["arrival_s"].max() or 0.0)

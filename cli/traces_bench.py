@@ -27,6 +27,7 @@ from cli.replay_args import (
     add_trace_arguments,
     check_real_time_span,
     load_trace_for_replay,
+    metric_percentiles_from_args,
     slos_from_args,
 )
 from engine.core.config_args import OneLineErrorParser
@@ -276,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         check_real_time_span(trace, args.trace)  # --time-scale 1e9 waited years, where engine.replay refused it
         check_prompt_lengths(trace)  # before any request: the ids of a 1e10-token prompt filled the memory
         slos = slos_from_args(args)
+        args.metric_percentiles = metric_percentiles_from_args(args)
         tokenizer = _load_tokenizer(args.tokenizer) if args.prompt_format == "text" else None
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {exc}\n")
@@ -342,5 +344,6 @@ def _bench_into(out_dir: Path, url: str, trace, tokenizer, slos, args: argparse.
          "warnings": warnings},
         report_title=None if args.no_report else f"Served replay of {Path(args.trace).name}",
         report_subtitle=f"{model} at {url}, timed by the client", slos=slos,
+        metric_percentiles=args.metric_percentiles,
     )
     return summary, results

@@ -44,6 +44,11 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("output_throughput", "output throughput", "tok/s"),
     MetricSpec("request_throughput", "request throughput", "req/s"),
+    # vLLM's serving benchmark prints these too (`analysis.vllm_metrics`); labels no wider than the rows above, so the
+    # text table keeps its columns.
+    MetricSpec("total_token_throughput", "total throughput", "tok/s"),
+    MetricSpec("max_output_tokens_per_s", "peak output rate", "tok/s"),
+    MetricSpec("max_concurrent_requests", "max concurrent requests", "", "count"),
     MetricSpec("duration_s", "makespan", "s"),
     MetricSpec("num_finished", "finished requests", "", "count"),
     MetricSpec("num_rejected", "rejected requests", "", "count"),

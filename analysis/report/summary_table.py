@@ -24,6 +24,9 @@ _FORMATS: dict[str, tuple[str, str]] = {
     "duration_s": (".2f", " s"),
     "request_throughput": (".3f", " req/s"),
     "output_throughput": (".1f", " tok/s"),
+    "total_token_throughput": (".1f", " tok/s"),
+    "max_output_tokens_per_s": (".0f", " tok/s"),
+    "max_concurrent_requests": ("d", ""),
     "goodput": (".3f", " req/s"),
     "total_prompt_tokens": (",d", ""),
     "total_output_tokens": (",d", ""),
@@ -35,6 +38,8 @@ _HTML_LABELS: dict[str, str] = {
     "num_requests": "requests", "num_finished": "finished", "num_cut": "finished but cut by a limit",
     "num_rejected": "rejected", "num_aborted": "aborted", "num_failed": "failed",
     "duration_s": "duration", "request_throughput": "request throughput", "output_throughput": "output throughput",
+    "total_token_throughput": "total token throughput", "max_output_tokens_per_s": "peak output throughput",
+    "max_concurrent_requests": "max concurrent requests",
     "goodput": "goodput", "total_prompt_tokens": "prompt tokens", "total_output_tokens": "output tokens",
     "num_preemptions": "preemptions", "prefix_cache_hit_rate": "prefix cache hit rate",
     "peak_kv_usage": "peak KV usage", "mean_kv_usage": "mean KV usage", "num_steps": "engine steps",
@@ -93,6 +98,9 @@ def format_summary_table(summary: Mapping) -> str:
         line("duration", format_field(summary, "duration_s")),
         line("request throughput", format_field(summary, "request_throughput")),
         line("output throughput", format_field(summary, "output_throughput")),
+        line("total token throughput", format_field(summary, "total_token_throughput")),
+        line("peak output throughput", format_field(summary, "max_output_tokens_per_s")),
+        line("max concurrent requests", format_field(summary, "max_concurrent_requests")),
     ]
     if "goodput" in summary:
         lines.append(line("goodput", format_field(summary, "goodput")))

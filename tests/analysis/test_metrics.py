@@ -198,8 +198,8 @@ def test_summary_is_plain_json(replay: pl.DataFrame, steps: pl.DataFrame) -> Non
     assert json.loads(json.dumps(summary, allow_nan=False)) == summary
 
     def check(value: object) -> None:
-        if isinstance(value, dict):
-            for item in value.values():
+        if isinstance(value, (dict, list)):  # a list: metric_percentiles
+            for item in value.values() if isinstance(value, dict) else value:
                 check(item)
         else:
             assert value is None or type(value) in (int, float, str), value

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -270,6 +271,17 @@ def _check_slo(run: Run, base: Run) -> None:
     assert base.summary["request_goodput"] is None and "goodput" not in base.summary
 
 
+def _check_metric_percentiles(run: Run, base: Run) -> None:
+    # vLLM's option: its percentiles replace p99 in the flat names, as numpy's over the finished requests.
+    from analysis.stats import round_sig
+
+    ttfts_ms = run.requests.filter(pl.col("finish_reason").is_in(["stop", "length"]))["ttft_s"].to_numpy() * 1e3
+    assert run.summary["p90_ttft_ms"] == round_sig(float(np.percentile(ttfts_ms, 90)))
+    assert run.summary["metric_percentiles"] == [90.0, 99.5] and "p99.5_e2el_ms" in run.summary
+    assert "p99_ttft_ms" not in run.summary and base.summary["metric_percentiles"] == [99.0]
+    assert run.requests.equals(base.requests)  # a choice of statistics, not of the replay
+
+
 def _check_sampling(run: Run, base: Run) -> None:
     # Recorded as engine.replay records them. The shipped profile prices the sampling where it measured it; a profile
     # measured before sampled points prices the greedy steps and says so (tests/sim/test_sampling_cost.py has both).
@@ -355,6 +367,7 @@ OPTION_CASES: dict[str, tuple[list[str], Callable[[Run, Run], None]]] = {
     "cost-model": (["--cost-model", "roofline"], _check_cost_model),
     "host-slowdown": (["--host-slowdown", "3"], _check_host_slowdown),
     "slo": (["--slo", "ttft_p50=25ms,tpot_p90=50ms"], _check_slo),
+    "metric-percentiles": (["--metric-percentiles", "90,99.5"], _check_metric_percentiles),
     "bands": (["--bands", "3"], _check_bands),
     "sampling": (["--temperature", "0.6", "--top-k", "20", "--top-p", "0.95"], _check_sampling),
 }

@@ -51,24 +51,25 @@ def metric_percentiles_from_args(args: argparse.Namespace) -> tuple[float, ...]:
     """--metric-percentiles parsed (vLLM's default without it); ValueError names the option and what was expected."""
     from analysis.vllm_metrics import DEFAULT_METRIC_PERCENTILES, parse_metric_percentiles
 
-    if args.metric_percentiles is None:
-        return DEFAULT_METRIC_PERCENTILES
-    try:
-        return parse_metric_percentiles(args.metric_percentiles)
-    except ValueError as exc:
-        raise ValueError(f"--metric-percentiles: {exc}") from None
+    return _parsed_option("--metric-percentiles", args.metric_percentiles, parse_metric_percentiles,
+                          DEFAULT_METRIC_PERCENTILES)
 
 
 def slos_from_args(args: argparse.Namespace):
     """--slo parsed (None without it); ValueError names the option and what was expected."""
-    if args.slo is None:
-        return None
     from analysis.slo import parse_slos
 
+    return _parsed_option("--slo", args.slo, parse_slos, None)
+
+
+def _parsed_option(option: str, text: str | None, parse, default):
+    """``parse(text)``, or ``default`` where the option was not given; its ValueError prefixed with ``option``."""
+    if text is None:
+        return default
     try:
-        return parse_slos(args.slo)
+        return parse(text)
     except ValueError as exc:
-        raise ValueError(f"--slo: {exc}") from None
+        raise ValueError(f"{option}: {exc}") from None
 
 
 def _finite_positive(option: str, value: float) -> float:

@@ -53,11 +53,18 @@ class _Sample:
         return self.seq.is_finished or self.detokenizer.stopped
 
     @property
+    def num_tokens(self) -> int:
+        """The completion's length, up to the token that completed a stop string if one did."""
+        return self.num_read if self.detokenizer.stopped else self.seq.num_completion_tokens
+
+    def tokens_from(self, first: int) -> list[int]:
+        """The completion's tokens from the ``first``-th on (a stream's new ones, without copying those sent)."""
+        start = self.seq.num_prompt_tokens
+        return self.seq.token_ids[start + first : start + self.num_tokens]
+
+    @property
     def token_ids(self) -> list[int]:
-        """The completion's tokens, up to the one that completed a stop string if one did."""
-        seq = self.seq
-        end = seq.num_prompt_tokens + self.num_read if self.detokenizer.stopped else len(seq.token_ids)
-        return seq.token_ids[seq.num_prompt_tokens : end]
+        return self.tokens_from(0)
 
     @property
     def finish_reason(self) -> str | None:
@@ -453,10 +460,10 @@ class LLM:
                     continue  # another caller's request, or one already reported finished
                 sample = sample_of[seq.seq_id]
                 self._apply_stop_strings(sample)
-                token_ids = sample.token_ids
-                if len(token_ids) > sent[seq.seq_id] or sample.is_finished:
-                    new = token_ids[sent[seq.seq_id] :]
-                    sent[seq.seq_id] = len(token_ids)
+                num_tokens = sample.num_tokens
+                if num_tokens > sent[seq.seq_id] or sample.is_finished:
+                    new = sample.tokens_from(sent[seq.seq_id])
+                    sent[seq.seq_id] = num_tokens
                     if sample.is_finished:
                         open_ids.discard(seq.seq_id)
                     yield StreamEvent(sample.prompt_index, new, sample.is_finished, sample.finish_reason, seq.error,

@@ -142,6 +142,8 @@ class SamplingParams:
     def sample(self, index: int) -> SamplingParams:
         """The options of sample ``index`` of the ``n``: one request of its own (n=1), whose seed, if any, is the
         request's plus ``index``: the samples draw differently, each reproducibly (the server's n choices too)."""
+        if index == 0 and self.n == 1:  # itself: a prompt's only sample (every request but n's) is not validated again
+            return self
         seed = None if self.seed is None else (self.seed + index) % 2**64
         return replace(self, n=1, seed=seed)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,6 +89,12 @@ PLAN: dict[str, tuple[str, str, list[str]]] = {
        for name, share, qps in (("p70", 70, 17.5), ("p90", 90, 22.5))},
 }
 HEADLINE = ["ttft_ms.p50", "ttft_ms.p90", "tpot_ms.p50", "tpot_ms.p90", "e2e_ms.p50", "e2e_ms.p90", "output_throughput"]
+
+
+def planned_run(run: str, names: Iterable[str] = PLAN) -> str | None:
+    """The run of ``names`` (the plan's, by default) that folder ``run`` is or repeats (its name plus a RUN_TAG suffix,
+    ``b-azure-p70-b``); None when it is none of them."""
+    return next((name for name in names if run == name or run.startswith(f"{name}-")), None)
 
 
 def _runs(real_root: Path):

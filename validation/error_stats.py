@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from engine.core.messages import shown  # noqa: E402
 from sim.files import read_json_input  # noqa: E402
-from validation.compare_all import NEAR_SATURATION  # noqa: E402  the ~95 % runs of the plan
+from validation.compare_all import NEAR_SATURATION, planned_run  # noqa: E402  the ~95 % runs of the plan
 from validation.fidelity_summary import LATENCY_FIGURES as LATENCIES  # noqa: E402
 
 
 def near_saturation(run: str) -> bool:
     """A planned ~95 % run or a repeat of one (its name plus a RUN_TAG suffix)."""
-    return any(run == name or run.startswith(f"{name}-") for name in NEAR_SATURATION)
+    return planned_run(run, NEAR_SATURATION) is not None
 
 
 def run_errors(results: Path, excluded: set[str]) -> dict[str, list[float]]:

@@ -16,10 +16,19 @@ Two things differ between two GPU runs of the same trace and options (validation
 
 A third thing differs between GPU runs made on different machine starts (another host behind the same GPU model,
 another day): the host's average speed, by 5-17 % between two sessions' runs. A profile calibrated on several such
-sessions (``sim.calibrate --add``) records the range of their host factors: each band replay then draws its
-machine's mean slowdown uniformly from that range (decode steps follow along the sessions' slope,
-``serving.host_share``) instead of using the mean. With one session, or an explicit ``--host-slowdown``, the mean
-stays fixed.
+sessions (``sim.calibrate --add``) records each session's own host factor (``serving.sessions``) and prices with
+their mean: each band replay then takes one of those sessions' factors as its machine's mean slowdown, each session
+equally likely (decode steps follow along the sessions' slope, ``serving.host_share``). The replays' machines thus
+average to the mean the main run uses, and no replay runs on a host no session showed. (Drawn uniformly over the
+sessions' range, as before, they averaged to the range's middle instead: 0.950 against the mean 0.934 on the H200,
+1.217 against 1.235 on the H100.) With one session, or an explicit ``--host-slowdown``, the mean stays fixed.
+
+The band's median still need not sit on the main run. Its machines' median is the median session's, not their
+mean (two of the H200's three sessions lie near 0.90, one at 1.00: varied alone, the machines put the latency
+medians 1-3 % below the main run on validation slices at ~70 % load), and the step times' variation raises it: the
+pools lean slow (prefill/mixed offsets +1.8 to +3.5 % on average, the H100's prefill/mixed repeats +4.6 %), and
+under load a slower step delays more than a faster one saves (varied alone, 4-10 % above the main run on those
+slices, 13-32 % on the H100's prefill-heavy one).
 
 ``--host-slowdown episodes:...`` keeps the given process and draws new episodes per replay; a measured timeline
 (CSV) is kept as it is, and only the residuals vary. A profile's ``serving.host_episodes``
@@ -43,7 +52,7 @@ from sim.cost_model import CostModel
 from sim.files import read_json_input
 from sim.host_speed import MAX_SLOWDOWN, MIN_SLOWDOWN
 from sim.limits import chosen_profile
-from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step
+from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, measured_values
 from traces.token_synth import mix64, mix64_int  # splitmix64's finaliser, on arrays and on ints
 
 # validation/README.md, "Why: the host's speed varies in episodes": eager launch 23.3 ms in slow windows
@@ -73,16 +82,17 @@ class BandModel:
     max_graph_bs: int
     decode_offsets: np.ndarray | None = None  # the model's error per grid point: median / predicted - 1
     eager_offsets: np.ndarray | None = None
-    # (low, high) of the calibrated machine sessions' host factors: each replay draws its mean slowdown from it
-    mean_slowdown_range: tuple[float, float] | None = None
+    # The calibrated machine sessions' own host factors (None: one session): each replay takes one as its mean
+    machine_host_factors: tuple[float, ...] | None = None
 
     def describe(self) -> dict:
         """What summary.json's ``bands.varied`` says was varied."""
         if self.host_mode == "episodes":
             lo, hi = self.slow_share_range
-            mean = (f"a mean slowdown drawn per replay from {self.mean_slowdown_range[0]:g}-"
-                    f"{self.mean_slowdown_range[1]:g} (the calibrated machine sessions)"
-                    if self.mean_slowdown_range else f"a mean slowdown of {self.mean_slowdown:g}")
+            machines = self.machine_host_factors
+            mean = (f"a mean slowdown drawn per replay from the {len(machines)} calibrated machine sessions' host "
+                    f"factors ({', '.join(f'{f:g}' for f in machines)})"
+                    if machines else f"a mean slowdown of {self.mean_slowdown:g}")
             host = (f"seeded slow episodes ({self.slow_over_normal:g}x, {lo:.0%}-{hi:.0%} of the time drawn per "
                     f"replay, {self.mean_episode_s:g} s mean) around {mean}")
         elif self.host_mode == "reseed":
@@ -120,6 +130,14 @@ def _residual_pools(profile: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
             grid.max_graph_bs)
 
 
+def _machine_host_factors(serving: dict) -> tuple[float, ...] | None:
+    """The host factors of the machine sessions the profile's host factor is the mean of (sim.calibrate --add's
+    ``serving.sessions``, those that measured one); None where they do not differ (one session), as the mean is
+    then every replay's."""
+    factors = measured_values(serving.get("sessions") or [], "host_factor", lambda s: s["host_factor"])
+    return tuple(float(f) for f in factors) if len(set(factors)) > 1 else None
+
+
 def band_model(config: SimConfig, model: ModelShape) -> BandModel:
     path = chosen_profile(config, model)
     profile = json.loads(read_json_input(path)) if path is not None else {}
@@ -129,9 +147,7 @@ def band_model(config: SimConfig, model: ModelShape) -> BandModel:
     machines = None
     if spec == "calibrated":
         mode, mean = "episodes", float(serving.get("host_factor", 1.0))
-        span = serving.get("host_factor_range")
-        if span and float(span[0]) < float(span[1]):
-            machines = (float(span[0]), float(span[1]))
+        machines = _machine_host_factors(serving)
     elif spec.startswith("episodes:"):
         mode, mean = "reseed", 1.0
     else:
@@ -147,7 +163,7 @@ def band_model(config: SimConfig, model: ModelShape) -> BandModel:
         mean_episode_s=float(episodes.get("mean_episode_s", MEAN_EPISODE_S)),
         decode_residuals=pools[0] if pools else None, eager_residuals=pools[1] if pools else None,
         decode_offsets=pools[2] if pools else None, eager_offsets=pools[3] if pools else None,
-        max_graph_bs=pools[4] if pools else 0, mean_slowdown_range=machines,
+        max_graph_bs=pools[4] if pools else 0, machine_host_factors=machines,
     )
 
 
@@ -207,8 +223,8 @@ def replay_setup(config: SimConfig, base: CostModel, bands: BandModel, index: in
         share = float(rng.uniform(lo, hi))
         # normal is set so that the middle of the share range gives the mean slowdown: a replay with more slow
         # time than usual is slower on average, as a GPU run with more episodes is.
-        machines = bands.mean_slowdown_range
-        mean = bands.mean_slowdown if machines is None else float(rng.uniform(*machines))
+        machines = bands.machine_host_factors
+        mean = bands.mean_slowdown if machines is None else float(rng.choice(machines))
         normal = mean / (1.0 + (lo + hi) / 2 * (bands.slow_over_normal - 1.0))
         # Held within the host speeds a replay takes: around a mean at their edge (--host-slowdown 0.001 or 1000)
         # the normal or slow periods fell outside, and every band replay failed with a traceback.

@@ -17,8 +17,9 @@ the steps whose host part outweighs their device part) is recorded too, as ``ser
 Machines differ too: the same GPU model behind another host, on another day, serves the same trace 5-17 %
 slower or faster (validation/README.md). ``--add`` keeps the factors already in the profile as earlier machine
 sessions and adds these runs as one more (``serving.sessions``): the profile then prices with the mean of the
-sessions' factors, and ``sim.replay --bands`` draws each replay's machine from the range they span
-(``serving.host_factor_range``). Give each session's runs to one call: they should come from one machine start.
+sessions' factors, and ``sim.replay --bands`` gives each replay one of the sessions' own host factors (the range
+they span is ``serving.host_factor_range``). Give each session's runs to one call: they should come from one machine
+start.
 
 A factor is fitted only on steps of its kind: the host factor on MIN_RUN_STEPS eager steps or more, the device
 factor where fit_eager_factors can tell it, the decode factor on MIN_RUN_STEPS decode steps (where the extras are
@@ -34,7 +35,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +50,14 @@ from sim.host_episodes import fit_host_episodes
 from sim.limits import grid_range
 from sim.profiled_cost_model import (
     SERVING_FACTORS,
+    UNMEASURED_FACTOR,
     ProfiledCostModel,
     _check_serving,
     _is_graph_step,
     fit_profile,
     max_host_share,
+    measured_factors,
+    measured_values,
     read_profile,
     write_profile,
 )
@@ -79,9 +82,6 @@ CLIENT_TIMING = "client-side timing"
 HOST_FACTOR_BOUNDS = (0.25, 4.0)  # beyond these a factor says more about the runs than about a machine
 DEVICE_FACTOR_BOUNDS = (0.5, 2.0)
 DECODE_FACTOR_BOUNDS = (0.5, 2.0)
-# A factor the runs do not measure (too few steps of its kind) prices as the grid does: a calibration replaces the
-# profile's (whose factors may be another machine's), and --add averages it over the sessions that measured it only.
-UNMEASURED_FACTOR = 1.0
 # A graph bucket's serving extra (fit_decode_extras) is measured from this many steps that repeat their batch; fewer
 # leave it to the nearest measured bucket's.
 MIN_BUCKET_STEPS = 50
@@ -319,28 +319,28 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
     host factor; the host episodes' ranges are the union of the sessions'."""
     sessions = list(previous.get("sessions") or [previous]) if previous else []
     sessions = [{k: v for k, v in old.items() if k != "sessions"} for old in sessions] + [session]
-    hosts = _measured_values(sessions, "host_factor", lambda s: s["host_factor"])
-    decodes = _measured_values(sessions, "decode_factor", lambda s: s["decode_factor"])
+    hosts = measured_values(sessions, "host_factor", lambda s: s["host_factor"])
+    decodes = measured_values(sessions, "decode_factor", lambda s: s["decode_factor"])
     # Older sessions fitted no device factor: the grid's device time, as they priced it.
-    devices = _measured_values(sessions, "device_factor", lambda s: s.get("device_factor", 1.0))
+    devices = measured_values(sessions, "device_factor", lambda s: s.get("device_factor", 1.0))
     merged = {
         "host_factor": round(float(hosts.mean()), 4),
         "decode_factor": round(float(decodes.mean()), 4),
         "device_factor": round(float(devices.mean()), 4),
         "host_factor_range": [round(float(hosts.min()), 4), round(float(hosts.max()), 4)],
         "decode_factor_range": [round(float(decodes.min()), 4), round(float(decodes.max()), 4)],
-        "measured": [name for name in SERVING_FACTORS if any(name in _measured(s) for s in sessions)],
+        "measured": [name for name in SERVING_FACTORS if any(name in measured_factors(s) for s in sessions)],
         "runs": [run for s in sessions for run in s.get("runs", [])],
         "num_eager_steps": int(sum(s.get("num_eager_steps", 0) for s in sessions)),
         "same_host_as_profile": session.get("same_host_as_profile"),
         "sessions": sessions,
     }
-    repeating = [s for s in sessions if "repeat_decode_factor" in _measured(s)]
+    repeating = [s for s in sessions if "repeat_decode_factor" in measured_factors(s)]
     if any("repeat_decode_factor" in s for s in repeating):
         # A session calibrated before the field priced its repeating decode steps with its decode factor.
         repeats = [s.get("repeat_decode_factor", s["decode_factor"]) for s in repeating]
         merged["repeat_decode_factor"] = round(float(np.mean(repeats)), 4)
-    both = [s for s in sessions if {"host_factor", "decode_factor"} <= _measured(s)]
+    both = [s for s in sessions if {"host_factor", "decode_factor"} <= measured_factors(s)]
     both_hosts = np.array([s["host_factor"] for s in both], dtype=float)
     if len(both) and np.ptp(both_hosts) > 0.02:
         slope = float(np.polyfit(both_hosts, [s["decode_factor"] for s in both], 1)[0])
@@ -386,20 +386,9 @@ def with_sessions(previous: dict | None, session: dict) -> dict:
     return merged
 
 
-def _measured(session: dict) -> set[str]:
-    """The factors a calibration session measured; every one for a session calibrated before the record."""
-    return set(session.get("measured", SERVING_FACTORS))
-
-
-def _measured_values(sessions: list[dict], name: str, value: Callable[[dict], float]) -> np.ndarray:
-    """``value`` of each session that measured factor ``name``; the grid's 1 alone where none did. Averaged in, a
-    session's unmeasured 1 (runs without decode steps) had moved every later simulation's price."""
-    return np.array([value(s) for s in sessions if name in _measured(s)] or [UNMEASURED_FACTOR], dtype=float)
-
-
 def _measured_counts(sessions: list[dict]) -> str:
     """How many of ``sessions`` measured each factor, as 'host 2, device 1, decode 2 of 2'."""
-    counts = [f"{name.removesuffix('_factor')} {sum(name in _measured(s) for s in sessions)}"
+    counts = [f"{name.removesuffix('_factor')} {sum(name in measured_factors(s) for s in sessions)}"
               for name in ("host_factor", "device_factor", "decode_factor")]
     return f"{', '.join(counts)} of {len(sessions)}"
 
@@ -594,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", help="engine.replay output folders (their steps.parquet) on the same GPU")
     parser.add_argument("--add", action="store_true",
                         help="keep the profile's calibration as earlier machine sessions and add these runs as another "
-                             "(the profile prices with the sessions' mean; --bands draws machines from their range)")
+                             "(the profile prices with the sessions' mean; --bands draws machines from the sessions)")
     args = parser.parse_args(argv)
     path = Path(args.profile)
     runs = [Path(r) for r in args.runs]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections.abc import Callable
 from operator import mul
 from pathlib import Path
 
@@ -425,6 +426,21 @@ _MIN_FACTOR = 1e-3
 
 # The factors sim.calibrate fits on serving runs (a session's "measured" lists those its runs measured).
 SERVING_FACTORS = ("host_factor", "device_factor", "decode_factor", "repeat_decode_factor")
+# A factor the runs do not measure (too few steps of its kind) prices as the grid does: a calibration replaces the
+# profile's (whose factors may be another machine's), and --add averages it over the sessions that measured it only.
+UNMEASURED_FACTOR = 1.0
+
+
+def measured_factors(session: dict) -> set[str]:
+    """The factors a calibration session measured; every one for a session calibrated before the record."""
+    return set(session.get("measured", SERVING_FACTORS))
+
+
+def measured_values(sessions: list[dict], name: str, value: Callable[[dict], float]) -> np.ndarray:
+    """``value`` of each session that measured factor ``name``; the grid's 1 alone where none did. Averaged in, a
+    session's unmeasured 1 (runs without decode steps) had moved every later simulation's price. What sim.calibrate
+    --add takes a factor's mean over, and sim.bands draws each band replay's machine from."""
+    return np.array([value(s) for s in sessions if name in measured_factors(s)] or [UNMEASURED_FACTOR], dtype=float)
 
 
 def _is_seconds(value: object) -> bool:

@@ -56,35 +56,68 @@ def test_a_plain_calibration_replaces_the_sessions(tmp_path):
     assert "sessions" not in serving and serving["host_factor"] == pytest.approx(1.3, abs=1e-3)
 
 
-def test_band_replays_draw_their_machine_from_the_sessions_range(tmp_path):
-    profile = _calibrated(tmp_path, [(0.8, 0.97), (1.0, 1.02)])
+def _replay_means(config: SimConfig, profile, num_replays: int = 40) -> list[float]:
+    """Each band replay's mean host slowdown: its episodes' normal speed scaled back by the share range's middle."""
+    bands = band_model(config, config.model_shape)
+    base = ProfiledCostModel.load(profile)
+    share_mid = sum(bands.slow_share_range) / 2
+    means = []
+    for index in range(num_replays):
+        normal = float(replay_setup(config, base, bands, index)[0].host_slowdown.split(":")[1].split(",")[0])
+        means.append(normal * (1 + share_mid * (bands.slow_over_normal - 1)))
+    return means
+
+
+def _session_hosts(profile) -> list[float]:
+    return [s["host_factor"] for s in json.loads(profile.read_text())["serving"]["sessions"]]
+
+
+def test_band_replays_take_their_machine_from_the_sessions_own_host_factors(tmp_path):
+    """Each replay's mean host slowdown is one calibrated session's factor, every session taken: drawn uniformly over
+    the sessions' range instead, the band was centred on the range's middle (0.925 here), not on the mean the main
+    run uses (0.9), and most replays ran on hosts no session showed."""
+    profile = _calibrated(tmp_path, [(0.8, 0.97), (0.85, 0.98), (1.05, 1.03)])
+    hosts = _session_hosts(profile)
     config = SimConfig(cost_model=str(profile))
     bands = band_model(config, config.model_shape)
-    assert bands.mean_slowdown_range == pytest.approx((0.8, 1.0), abs=1e-3)
-    assert "drawn per replay from 0.8" in bands.describe()["host_speed"]
-    # Each replay's episodes have a normal speed scaled from its own mean: spread over the range, not all at 0.9.
-    share_mid = sum(bands.slow_share_range) / 2
-    base = ProfiledCostModel.load(profile)
-    means = []
-    for index in range(40):
-        replay_config, _ = replay_setup(config, base, bands, index)
-        normal = float(replay_config.host_slowdown.split(":")[1].split(",")[0])
-        means.append(normal * (1 + share_mid * (bands.slow_over_normal - 1)))
-    assert min(means) >= 0.8 - 1e-3 and max(means) <= 1.0 + 1e-3
-    assert np.ptp(means) > 0.15  # they cover most of the range
-    # The same replay index draws the same machine (a band is a function of --seed and the index only).
-    first, second = (replay_setup(config, base, bands, 7)[0].host_slowdown for _ in range(2))
-    assert first == second
+    assert bands.machine_host_factors == tuple(hosts)
+    assert bands.mean_slowdown == json.loads(profile.read_text())["serving"]["host_factor"] == \
+        pytest.approx(np.mean(hosts), abs=1e-4)  # the main run's: the mean of what the replays draw
+    assert bands.describe()["host_speed"].endswith(
+        f"the 3 calibrated machine sessions' host factors ({hosts[0]:g}, {hosts[1]:g}, {hosts[2]:g})")
+    means = _replay_means(config, profile)
+    drawn = [min(hosts, key=lambda h: abs(h - mean)) for mean in means]
+    assert means == pytest.approx(drawn, rel=1e-5)  # a session's factor, as the episodes spec writes it (6 digits)
+    assert set(drawn) == set(hosts)  # every session is drawn
+    # The same replay index draws the same machine (a band is a function of --seed and the index only); another
+    # seed, other draws.
+    assert _replay_means(config, profile) == means
+    assert _replay_means(SimConfig(cost_model=str(profile), seed=1), profile) != means
+
+
+def test_a_session_that_measured_no_host_factor_is_not_drawn(tmp_path):
+    """The replays draw from the sessions the profile's host factor is the mean of: one whose runs had too few eager
+    steps carries the grid's unmeasured 1.0, which neither the mean nor the bands count."""
+    profile = _calibrated(tmp_path, [(0.8, 0.97), (0.9, 0.98), (1.1, 1.02)])
+    data = json.loads(profile.read_text())
+    data["serving"]["sessions"][2]["measured"] = ["decode_factor"]
+    data["fit"]["serving"] = data["serving"]
+    profile.write_text(json.dumps(data))
+    config = SimConfig(cost_model=str(profile))
+    assert band_model(config, config.model_shape).machine_host_factors == tuple(_session_hosts(profile)[:2])
 
 
 def test_one_session_or_an_explicit_slowdown_keeps_the_mean_fixed(tmp_path):
     profile = _calibrated(tmp_path, [(0.8, 0.97)])
     config = SimConfig(cost_model=str(profile))
-    assert band_model(config, config.model_shape).mean_slowdown_range is None
+    bands = band_model(config, config.model_shape)
+    assert bands.machine_host_factors is None and "a mean slowdown of 0.8" in bands.describe()["host_speed"]
+    assert _replay_means(config, profile, 5) == pytest.approx([bands.mean_slowdown] * 5, rel=1e-5)
     profile = _calibrated(tmp_path / "two", [(0.8, 0.97), (1.0, 1.0)])
     config = SimConfig(cost_model=str(profile), host_slowdown="1.1")
     bands = band_model(config, config.model_shape)
-    assert bands.mean_slowdown_range is None and bands.mean_slowdown == 1.1
+    assert bands.machine_host_factors is None and bands.mean_slowdown == 1.1
+    assert _replay_means(config, profile, 5) == pytest.approx([1.1] * 5, rel=1e-5)
 
 
 @pytest.mark.parametrize("field, value", [("host_share", 1.5), ("host_share", -0.1),

@@ -282,8 +282,8 @@ def test_drawn_traces_summary_recomputes_from_its_tables(tmp_path, requests, opt
 def test_a_run_compared_with_itself_has_no_error_and_judges_its_bands(tmp_path, capsys):
     """Every figure equal, every error 0, and "inside" exactly where the figure lies in the band summary.json gives.
     (Not inside everywhere: the unperturbed replay is one more draw beside three band replays, the band's extremes,
-    and those draw each machine's mean host speed uniformly over the calibrated sessions' range, which is not
-    centred on the calibrated mean the unperturbed replay uses.)"""
+    and those vary the step times around the model and each machine's mean host speed among the calibrated
+    sessions', whose median is not their mean the unperturbed replay uses.)"""
     real = _replay(tmp_path, SHAREGPT, "--qps", 40, "--limit", 100, "--bands", 3)
     sim = tmp_path / "copy"
     shutil.copytree(real, sim)

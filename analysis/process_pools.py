@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 
+from engine.core.interrupt import end_with_parent
+
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # SIGTERM too: the commands turn it into a KeyboardInterrupt
 
 
@@ -77,10 +79,17 @@ def spawn_pool(max_workers: int, initializer: Callable, initargs: tuple) -> Proc
     from multiprocessing import resource_tracker
 
     pool = ProcessPoolExecutor(max_workers=max_workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=initializer, initargs=initargs)
+                               initializer=_start_worker, initargs=(initializer, initargs))
     if os.name == "posix":  # started now, before any worker: started from a submit, it unblocks SIGINT there
         resource_tracker.ensure_running()
     return pool
+
+
+def _start_worker(initializer: Callable, initargs: tuple) -> None:
+    """A worker's start: it ends with the process that started the pool (``end_with_parent``; spawned from the main
+    thread, in ``submit``, as the kernel's parent-death signal needs), then runs the pool's own ``initializer``."""
+    end_with_parent()
+    initializer(*initargs)
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:

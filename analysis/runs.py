@@ -248,11 +248,12 @@ def read_metric_percentiles(run_dir: Path) -> tuple[float, ...]:
     expected = "expected a list of percentiles, numbers from 0 to 100"
     if not isinstance(recorded, list):
         raise ValueError(f"{path}: metric_percentiles is {shown(json.dumps(recorded), 60)}; {expected}")
+    percentiles = []
     for q in recorded:
         if isinstance(q, bool) or not isinstance(q, (int, float)):
             raise ValueError(f"{path}: metric_percentiles entry {shown(json.dumps(q), 60)}: {expected}")
         try:
-            check_metric_percentile(q, repr(q))
+            percentiles.append(check_metric_percentile(q, repr(q)))
         except ValueError as exc:
             raise ValueError(f"{path}: metric_percentiles: {exc}") from None
-    return tuple(dict.fromkeys(float(q) for q in recorded))
+    return tuple(dict.fromkeys(percentiles))

@@ -19,6 +19,7 @@ from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt, exit_when_done
 from engine.core.messages import escape_controls
 from sim.files import RUN_FILES, read_parquet_frame
+from traces.files import is_link_loop
 
 
 def check_is_folder(run_dir: Path) -> None:
@@ -32,7 +33,8 @@ def check_is_folder(run_dir: Path) -> None:
             hint = " (for a vllm bench serve result, python -m analysis.vllm_import RESULT.json --out DIR makes one)"
         raise FileNotFoundError(f"{run_dir} is a file, not a folder; expected a replay output folder{hint}")
     if not run_dir.exists():
-        raise FileNotFoundError(f"{run_dir} does not exist; expected a replay output folder")
+        what = "is a symbolic link loop" if is_link_loop(run_dir) else "does not exist"
+        raise FileNotFoundError(f"{run_dir} {what}; expected a replay output folder")
 
 
 def check_run_dir(run_dir: Path) -> None:

@@ -41,7 +41,7 @@ def check_metric_percentile(q: float, shown: str) -> float:
     naming ``shown``, the value as its reader wrote it."""
     if not 0 <= q <= 100:  # NaN too
         raise ValueError(f"{shown} is not a percentile; expected numbers from 0 to 100, such as 25,50,99.9")
-    return q
+    return q + 0.0  # -0 as 0.0: summary.json listed it as -0.0
 
 
 def parse_metric_percentiles(text: str) -> tuple[float, ...]:

@@ -3,12 +3,13 @@ the inputs."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traces.files import long_name_problem, open_parquet, staging_path
+from traces.files import is_link_loop, long_name_problem, open_parquet, staging_path
 
 if TYPE_CHECKING:
     import polars as pl
@@ -53,6 +54,8 @@ def read_json_input(path: Path, max_bytes: int = MAX_JSON_INPUT_BYTES) -> str:
     """The text of a regular file of at most ``max_bytes``; OSError (with strerror) otherwise: a FIFO blocked the
     read forever and /dev/zero filled memory until the process was killed."""
     path = Path(path)
+    if is_link_loop(path):
+        raise OSError(errno.ELOOP, "a symbolic link loop", str(path))
     if not path.exists():
         raise FileNotFoundError(2, "no such file", str(path))
     if path.is_dir():

@@ -28,6 +28,19 @@ def existing_path(value: str | Path) -> Path | None:
     return path
 
 
+def is_link_loop(path: str | Path) -> bool:
+    """Whether a symbolic link loop on the way keeps ``path`` from being reached. Path.exists() is False there, as
+    for a missing file: inputs named so were refused as "no such file", which sent the user looking for a file that
+    is there."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    except ValueError:  # a NUL byte in the name
+        return False
+    return False
+
+
 def long_name_problem(path: str | Path, option: str) -> str | None:
     """Why ``path`` cannot name a file at all (a name in it over the file system's 255 bytes), or None. Path.exists()
     raises on such a name: an output path checked by hand met it as an OSError traceback (benchmarks/*.py --json,

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from engine.core.messages import one_line
 from traces.errors import TraceError, row_error
-from traces.files import make_folders, open_parquet, remove_empty, staging_path
+from traces.files import is_link_loop, make_folders, open_parquet, remove_empty, staging_path
 from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
 from traces.validation import (
     EXPECTED_TYPES,
@@ -190,7 +190,8 @@ class Trace:
 
 def _read_table(path: Path, source: str) -> pa.Table:
     if not path.exists():
-        raise TraceError(f"{source}: cannot read the trace: no such file")
+        raise TraceError(f"{source}: cannot read the trace: "
+                         f"{'a symbolic link loop' if is_link_loop(path) else 'no such file'}")
     if path.is_dir():
         raise TraceError(f"{source}: cannot read the trace: it is a directory, expected a parquet file")
     if not path.is_file():  # a FIFO or a device: its size (0) says nothing of what it holds

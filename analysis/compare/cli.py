@@ -12,7 +12,6 @@ Exit codes: 0 done, 1 schedules differ under --require-identical-schedule,
 from __future__ import annotations
 
 import argparse
-import errno
 from pathlib import Path
 
 from analysis.compare.comparison import check_same_requests, compare_runs, name_positional_requests, write_outputs
@@ -25,6 +24,7 @@ from analysis.outdir import OutDirError, default_out_dir, folder_complete, out_f
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import exit_130_on_interrupt, outputs_in_place
 from engine.core.messages import escape_controls
+from traces.files import is_link_loop
 
 EXIT_OK, EXIT_SCHEDULE_DIFFERS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -128,23 +128,12 @@ def print_comparison(comparison, real, sim, check_schedule: bool) -> None:
         print_out(comparison.schedule.describe())
 
 
-def _is_link_loop(path: Path) -> bool:
-    """Whether resolving ``path`` meets a symbolic link loop (Python 3.11 raises RuntimeError, 3.13 OSError)."""
-    try:
-        path.resolve(strict=False)
-    except RuntimeError:
-        return True
-    except OSError as exc:
-        return exc.errno == errno.ELOOP
-    return False
-
-
 @exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     for given in (args.real_dir, args.sim_dir, args.out):  # Path.resolve raised a RuntimeError traceback on a loop
-        if given is not None and _is_link_loop(Path(given)):
+        if given is not None and is_link_loop(given):
             parser.exit(EXIT_BAD_INPUT, f"error: {escape_controls(given)}: a symbolic link loop; expected a folder\n")
     both_names = f"{Path(args.real_dir).resolve().name}-vs-{Path(args.sim_dir).resolve().name}"
     out_dir = Path(args.out) if args.out else default_out_dir("compare", both_names)

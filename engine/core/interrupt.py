@@ -400,15 +400,33 @@ def exit_with_parent() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, unwind)
+    if _signal_on_parent_death(signal.SIGTERM) and _parent_gone():  # it died before the request was made
+        raise SystemExit(128 + signal.SIGTERM)
+
+
+def end_with_parent() -> None:
+    """For a pool's worker process, which holds nothing to clean up: end at once (SIGKILL) when the parent dies. A
+    parent killed with SIGKILL (``timeout -s KILL``, the out-of-memory killer) cannot stop its pool, and the idle
+    workers of a capacity sweep or of --bands waited for work forever, each holding its own end of the pool's queues
+    open. Linux only (prctl); elsewhere nothing changes."""
+    if _signal_on_parent_death(signal.SIGKILL) and _parent_gone():  # it died before the request was made
+        os._exit(128 + signal.SIGKILL)
+
+
+def _signal_on_parent_death(signum: int) -> bool:
+    """Ask the kernel to send ``signum`` to this process when its parent dies; False where it cannot (no prctl)."""
     name = ctypes.util.find_library("c")
     try:
         prctl = ctypes.CDLL(name, use_errno=True).prctl if name else None
     except (OSError, AttributeError):
         prctl = None
     if prctl is None:
-        return
+        return False
     pr_set_pdeathsig = 1  # linux/prctl.h
-    prctl(pr_set_pdeathsig, signal.SIGTERM)
+    prctl(pr_set_pdeathsig, signum)
+    return True
+
+
+def _parent_gone() -> bool:
     parent = multiprocessing.parent_process()
-    if parent is not None and os.getppid() != parent.pid:  # it died before the request was made
-        raise SystemExit(128 + signal.SIGTERM)
+    return parent is not None and os.getppid() != parent.pid

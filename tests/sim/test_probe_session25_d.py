@@ -74,7 +74,7 @@ def test_calibrate_and_fit_profile_given_a_symbolic_link_loop_are_one_line(tmp_p
     loop = tmp_path / "a"
     loop.symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(loop)
-    expected = f"error: {loop}: cannot read the profile (no such file)"
+    expected = f"error: {loop}: cannot read the profile (a symbolic link loop)"  # was "no such file" (session 44)
     assert cli_error(calibrate_main, [str(loop), str(loop)], capsys) == expected
     assert cli_error(fit_profile_main, [str(loop)], capsys) == expected
 

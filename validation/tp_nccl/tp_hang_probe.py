@@ -111,6 +111,8 @@ def main() -> int:
     ap.add_argument("--idle", type=float, default=0.0, help="seconds to wait between start-up and generate")
     args = ap.parse_args()
     from engine import LLM, SamplingParams
+    from engine.core.model_config import ModelShape
+    from engine.options import EngineOptions
 
     options = dict(load_format="dummy", tensor_parallel_size=2, max_model_len=args.max_model_len,
                    enforce_eager=args.eager, device=args.device)
@@ -118,6 +120,10 @@ def main() -> int:
         options["max_cuda_graph_tokens"] = args.max_cuda_graph_tokens
     if args.max_num_batched_tokens is not None:
         options["max_num_batched_tokens"] = args.max_num_batched_tokens
+    try:  # the engine's own checks, as engine.serve makes them: a bad option is one line, before any worker starts
+        EngineOptions.from_kwargs(args.model, **options).check_model(ModelShape.load(args.model))
+    except (ValueError, FileNotFoundError) as exc:
+        ap.exit(2, f"error: {exc}\n")
     mark(f"LLM({args.model}, {options}); torch {torch.__version__}, nccl "
          f"{torch.cuda.nccl.version() if torch.cuda.is_available() else '-'}, {torch.cuda.device_count()} GPUs")
     llm = LLM(args.model, **options)

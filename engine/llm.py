@@ -243,17 +243,18 @@ class LLM:
                              "(config.json's vocab_size); the tokenizer does not belong to this model")
         self.max_model_len = opts.max_model_len or self.shape.max_position_embeddings
         check_host_memory(opts, self.shape)
-        if opts.tensor_parallel_size > 1:
-            from engine.gpu.distributed import TensorParallelRunner
-
-            self.runner = TensorParallelRunner(opts, self.shape, model_dir if load_format != "dummy" else None)
-        else:
-            from engine.gpu.model_runner import ModelRunner
-
-            self.runner = ModelRunner(opts, self.shape, model_dir if load_format != "dummy" else None)
         eos = set(self.shape.eos_token_ids) | set(generation_eos)
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             eos.add(int(self.tokenizer.eos_token_id))
+        weights_dir = model_dir if load_format != "dummy" else None
+        if opts.tensor_parallel_size > 1:
+            from engine.gpu.distributed import TensorParallelRunner
+
+            self.runner = TensorParallelRunner(opts, self.shape, weights_dir, eos_token_ids=eos)
+        else:
+            from engine.gpu.model_runner import ModelRunner
+
+            self.runner = ModelRunner(opts, self.shape, weights_dir, eos_token_ids=eos)
         self.load_format = load_format  # what 'auto' became (ran_with)
         self.config = opts.resolved(num_gpu_blocks=self.runner.num_gpu_blocks, max_model_len=self.max_model_len)
         self.engine = LLMEngine(self.config, self.runner, eos_token_ids=eos)

@@ -11,14 +11,15 @@ HF's ``decode``); the engine itself finds no stop strings, it makes no text.
 
 from __future__ import annotations
 
-from engine.core.sampling_params import SamplingParams
+from engine.core.sampling_params import SamplingParams, may_stop
 
 
 class IncrementalDetokenizer:
     def __init__(self, tokenizer, stop: list[str] | tuple[str, ...] | None = None, *,
-                 include_stop_str: bool = False) -> None:
+                 include_stop_str: bool = False, min_tokens: int = 0) -> None:
         """vLLM's ``include_stop_str_in_output`` (``include_stop_str``): the text keeps the stop string (or the stop
-        token) that ended it."""
+        token) that ended it. ``min_tokens``: a stop string ends the text only if it ends after the text of the first
+        that many tokens (engine.core.sampling_params.may_stop), as vLLM searches only the text that follows it."""
         self.tokenizer = tokenizer
         self.token_ids: list[int] = []
         self.text = ""
@@ -31,11 +32,14 @@ class IncrementalDetokenizer:
         self._num_released = 0  # characters of self.text already released to the client
         self.stopped = False
         self.stop_string: str | None = None  # the stop string that ended the text (vLLM's stop_reason)
+        self.min_tokens = min_tokens
+        self._num_unstoppable_chars = 0  # the text of the tokens that may not stop it: no stop string ends there
 
     @classmethod
     def of(cls, tokenizer, params: SamplingParams) -> IncrementalDetokenizer:
         """The detokenizer of a request with these options: their stop strings and include_stop_str_in_output."""
-        return cls(tokenizer, params.stop, include_stop_str=params.include_stop_str_in_output)
+        return cls(tokenizer, params.stop, include_stop_str=params.include_stop_str_in_output,
+                   min_tokens=params.min_tokens)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -50,6 +54,12 @@ class IncrementalDetokenizer:
             new_ids = new_ids[:-1]
         if self.stopped or not new_ids or self.tokenizer is None:  # token ids only: no text to make (and no
             return ""                                                # stop strings: they need a tokenizer)
+        num_unstoppable = self.min_tokens - len(self.token_ids)
+        if 0 < num_unstoppable < len(new_ids):  # where the tokens that may stop it begin, their text begins
+            return self._add(new_ids[:num_unstoppable]) + self._add(new_ids[num_unstoppable:])
+        return self._add(new_ids)
+
+    def _add(self, new_ids: list[int]) -> str:
         self.token_ids.extend(new_ids)
         prefix_text = self._decode(self.token_ids[self._prefix_offset:self._read_offset])
         full_text = self._decode(self.token_ids[self._prefix_offset:])
@@ -59,6 +69,8 @@ class IncrementalDetokenizer:
             # (a leading space, a character split over byte tokens) decodes as the whole text would.
             self._prefix_offset = self._read_offset
             self._read_offset = len(self.token_ids)
+        if not may_stop(len(self.token_ids), self.min_tokens):
+            self._num_unstoppable_chars = len(self.text)
         return self._release(final=False)
 
     def finish(self) -> str:
@@ -83,8 +95,11 @@ class IncrementalDetokenizer:
     def _release(self, final: bool) -> str:
         if self.stop:
             start = max(self._num_released - self._hold, 0)
-            # (position, order in the request): the earliest match ends the text; of two there, the first listed
-            found = [(i, k) for k, i in enumerate(self.text.find(s, start) for s in self.stop) if i >= 0]
+            unstoppable = self._num_unstoppable_chars
+            # (position, order in the request): the earliest match ends the text; of two there, the first listed.
+            # A match must end past the text of the tokens that may not stop it.
+            found = [(i, k) for k, i in enumerate(self.text.find(s, max(start, unstoppable - len(s) + 1))
+                                                  for s in self.stop) if i >= 0]
             if found:
                 position, k = min(found)
                 self.stop_string = self.stop[k]

@@ -151,7 +151,7 @@ def plan_quiet_window(
             return None  # a prompt chunk still to compute: not a decode-only step
         params = seq.sampling_params
         if (token_is_eos and not params.ignore_eos) or (params.stop_token_ids and token_id in params.stop_token_ids):
-            return None  # the token would stop it: a finish the window does not model
+            return None  # the token would stop it (unless min_tokens holds it): a finish the window does not model
         lefts.append(seq.max_num_tokens - num_tokens)
     # After the last sequence finishes the batch is empty: the window ends there at the latest; with requests
     # waiting, after the first finish (the step after it may admit one).

@@ -30,7 +30,9 @@ class SamplingParams:
     """Names follow vLLM. ``temperature == 0`` (or below 1e-5) means greedy; ``top_k`` -1 or 0 and ``top_p == 1``
     disable those filters. ``n``, ``stop`` and ``include_stop_str_in_output`` are the front end's (engine.LLM, the
     server): the engine runs each of the n samples as a request of its own, and stop strings are found in the text
-    (engine.core.detokenizer), which the engine does not make."""
+    (engine.core.detokenizer), which the engine does not make. ``min_tokens``: the first that many tokens never stop
+    the request (``may_stop``), as in vLLM: the sampler masks the eos and stop_token_ids tokens (the eos even with
+    ignore_eos, as vLLM does) and no stop string is found in their text."""
 
     temperature: float = 1.0
     top_k: int = -1
@@ -42,6 +44,7 @@ class SamplingParams:
     n: int = 1
     stop: str | tuple[str, ...] | None = ()  # a string or any strings (None: none); kept as a tuple
     include_stop_str_in_output: bool = False
+    min_tokens: int = 0  # last: code passing the fields above by position keeps working
 
     def __post_init__(self) -> None:
         # A wrong type is a ValueError naming the field, as a wrong value is: compared with a float, "0.5" raised a
@@ -59,6 +62,9 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_k must be -1 or 0 (off) or >= 1, got {self.top_k!r}")
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"SamplingParams.max_tokens must be an int >= 1, got {self.max_tokens!r}")
+        if not (_is_int(self.min_tokens) and 0 <= self.min_tokens <= self.max_tokens):
+            raise ValueError(f"SamplingParams.min_tokens must be an int from 0 to max_tokens ({self.max_tokens}), got "
+                             f"{self.min_tokens!r}")
         if _is_int(self.seed) and self.seed == -1:  # vLLM's "no seed": code passing it through was refused
             object.__setattr__(self, "seed", None)
         if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed < 2**64):
@@ -79,7 +85,7 @@ class SamplingParams:
         the sampler (seed & 0xFFFFFFFF overflowed int8), and max_tokens np.uint64(2**64 - 1) wrapped around when added
         to the prompt's length, a request of one token finished as "length"."""
         for name, kind in (("temperature", float), ("top_p", float), ("top_k", int), ("max_tokens", int),
-                           ("seed", int), ("n", int)):
+                           ("seed", int), ("n", int), ("min_tokens", int)):
             value = getattr(self, name)
             if type(value) is not int and type(value) is not float and value is not None:
                 object.__setattr__(self, name, kind(value))
@@ -146,6 +152,12 @@ class SamplingParams:
             return self
         seed = None if self.seed is None else (self.seed + index) % 2**64
         return replace(self, n=1, seed=seed)
+
+
+def may_stop(num_generated: int, min_tokens: int) -> bool:
+    """Whether a request's ``num_generated``-th token (counted from 1) may stop it, an eos, a stop token or the end of
+    a stop string, under its ``min_tokens``: the one rule of the scheduler, the sampler's mask and the detokenizer."""
+    return num_generated > min_tokens
 
 
 def field_problem(field: str, value: object) -> str | None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
+from engine.core.sampling_params import may_stop
 from engine.core.sequence import FINISHED, REJECTED, RUNNING, WAITING, FinishReason, Sequence, index_in_running
 from engine.core.steady_decodes import SteadyDecodes
 
@@ -530,7 +531,10 @@ class Scheduler:
         if seq.first_token_s is None:
             seq.first_token_s = now_s
         params = seq.sampling_params
-        if (not params.ignore_eos and token_id in self.eos_token_ids) or token_id in params.stop_token_ids:
+        # (min_tokens read only for a stop token. The engine's sampler masks them until then; a runner that does not,
+        # the simulator's, still gets no early stop)
+        if (((not params.ignore_eos and token_id in self.eos_token_ids) or token_id in params.stop_token_ids)
+                and may_stop(len(tokens) - seq.num_prompt_tokens, params.min_tokens)):
             self._finish(seq, FinishReason.STOP)
             finished.append(seq)
         elif len(tokens) >= seq.max_num_tokens:

@@ -30,6 +30,7 @@ import pickle
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 
@@ -154,7 +155,9 @@ def _worker_main(rank: int, world_size: int, port: int, options: EngineOptions, 
 class TensorParallelRunner(ModelRunner):
     """Rank 0's ModelRunner: spawns ``tensor_parallel_size - 1`` workers and drives them."""
 
-    def __init__(self, options: EngineOptions, shape: ModelShape, model_dir: Path | None) -> None:
+    def __init__(self, options: EngineOptions, shape: ModelShape, model_dir: Path | None,
+                 eos_token_ids: Iterable[int] = ()) -> None:
+        """``eos_token_ids``: ModelRunner's (rank 0 alone samples)."""
         if dist.is_available() and dist.is_initialized():
             raise RuntimeError("a tensor-parallel engine already runs in this process; close it first")
         world_size = options.tensor_parallel_size
@@ -188,7 +191,8 @@ class TensorParallelRunner(ModelRunner):
             _wait_for_workers(store, self._workers)
             self.distributed_backend_name = _backend(options, device.type)  # what 'auto' became, for the run folder
             _init(0, world_size, store, self.distributed_backend_name, device, COLLECTIVE_TIMEOUT)
-            super().__init__(options, shape, model_dir, ParallelContext(0, world_size), device=device)
+            super().__init__(options, shape, model_dir, ParallelContext(0, world_size), device=device,
+                             eos_token_ids=eos_token_ids)
         except BaseException:
             self._broken = "start-up failed"
             self.close()

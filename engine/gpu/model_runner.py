@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -162,9 +162,13 @@ class ModelRunner:
         model_dir: Path | None,
         parallel: ParallelContext = SINGLE,
         device: torch.device | None = None,
+        eos_token_ids: Iterable[int] = (),
     ) -> None:
+        """``eos_token_ids``: the engine's (its scheduler's), which a request's min_tokens masks with its stop tokens
+        (engine.gpu.layers.sampler.SamplingRows)."""
         self.options = options
         self.shape = shape
+        self.eos_token_ids = frozenset(eos_token_ids)
         self.parallel = parallel
         self.device = device or resolve_device(options)
         self.dtype = resolve_dtype(options, self.device)
@@ -489,7 +493,7 @@ class ModelRunner:
         if not plan.sample_rows:
             return None
         seqs = batch.seqs
-        return SamplingRows([seqs[row] for row in plan.sample_rows], self.shape.vocab_size)
+        return SamplingRows([seqs[row] for row in plan.sample_rows], self.shape.vocab_size, self.eos_token_ids)
 
     @torch.inference_mode()
     def execute(self, inputs: StepInputs, sampling: SamplingTensors | None,

@@ -467,6 +467,7 @@ def _sampling_params(state: ServerState, body: _Sampling, num_prompt_tokens: int
             seed=seed,
             stop=stop,
             include_stop_str_in_output=body.include_stop_str_in_output,
+            min_tokens=body.min_tokens,  # up to max_tokens, the room the prompt leaves where the request sets none
         ).sample(copy)  # n copies of one prompt sample differently, reproducibly
     except ValueError as exc:
         name = str(exc).split(" ", 1)[0].removeprefix("SamplingParams.")

@@ -140,8 +140,6 @@ class _Sampling(_NullMeansDefault):
                               "repetition_penalty")
         if self.logit_bias:
             raise bad_request("logit_bias is not supported by this engine", "logit_bias")
-        if self.min_tokens:  # vLLM masks eos and the stop tokens' logits until then; the sampler here does not
-            raise bad_request("min_tokens is not supported by this engine", "min_tokens")
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
         if self.response_format and self.response_format.get("type") not in (None, "text"):

@@ -174,8 +174,7 @@ def test_the_server_takes_include_stop_str(served, body, text, token_ids, stop_r
 
 @pytest.mark.parametrize(("body", "param", "message"), [
     ({"stop": ["x", ""]}, "stop", "stop must hold non-empty strings, got '' in it"),
-    # vLLM masks the eos and stop tokens' logits until min_tokens; this sampler does not, so it stays refused
-    ({"min_tokens": 3}, "min_tokens", "min_tokens is not supported by this engine"),
+    ({"min_tokens": 17}, "min_tokens", "min_tokens must be an int from 0 to max_tokens (16), got 17"),
 ])
 def test_the_server_refuses_as_sampling_params_does(served, body, param, message):  # noqa: F811
     client = served(tokenizer=CharTokenizer())

@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from engine.core.sampling_params import may_stop
+
 MASK32 = 0xFFFFFFFF
 # Odd multipliers below 2**31, so a 32-bit value times one fits an int64 in torch (and in Triton's
 # int64 arithmetic, which the kernel uses for the same reason: both compute the very same bits).
@@ -32,6 +34,7 @@ MIX_M2 = 0x4C9F6B5B
 # 2**24, u to 1.0 and the noise to +inf, so one token in 2**24 won whatever its logit (about 1 % of the rows of a
 # 151936-token vocabulary drew a uniformly random token, even under top_k=1, where -inf + inf is a NaN argmax takes).
 UNIT_23 = 1.0 / (1 << 23)
+_CPU = torch.device("cpu")
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
@@ -71,15 +74,19 @@ class SamplingTensors:
         words: list[tuple[int, int, int]],
         device: torch.device,
         filtered_rows: list[int] | None = None,
+        masked: tuple[list[int], list[int]] | None = None,
     ) -> None:
-        """``filtered_rows``: the rows with top-k or top-p, when the caller knows them (else read off the lists)."""
+        """``filtered_rows``: the rows with top-k or top-p, when the caller knows them (else read off the lists).
+        ``masked``: (rows, token ids), the logits that are -inf this step (SamplingRows.unstoppable), or None."""
         self.num_rows = len(temperatures)
         self.all_greedy = not any(temperatures)
-        if self.all_greedy:  # argmax alone: nothing to copy
+        pinned = device.type == "cuda"
+        self.masked = None if masked is None else tuple(
+            _to(torch.from_numpy(np.array(part, dtype=np.int64)), device, pinned) for part in masked)
+        if self.all_greedy:  # argmax alone: nothing else to copy
             self.filtered_rows = []
             return
         self.filtered_rows = _filtered_rows(top_ks, top_ps) if filtered_rows is None else filtered_rows
-        pinned = device.type == "cuda"
         # Through numpy: torch.tensor(list) is several times slower on the few hundred rows of a step.
         self.temperatures = _to(torch.from_numpy(np.array(temperatures, dtype=np.float32)), device, pinned)
         # A copy: the caller may reuse its array for the next step while this one is still being copied.
@@ -90,17 +97,26 @@ class SamplingTensors:
             self.top_ps = _to(torch.from_numpy(np.array(top_ps, dtype=np.float32)), device, pinned)
 
     @classmethod
-    def greedy(cls, num_rows: int) -> SamplingTensors:
-        return cls([0.0] * num_rows, [], [], [], torch.device("cpu"))
+    def greedy(cls, num_rows: int, device: torch.device = _CPU,
+               masked: tuple[list[int], list[int]] | None = None) -> SamplingTensors:
+        return cls([0.0] * num_rows, [], [], [], device, masked=masked)
 
 
 class SamplingRows:
     """The sampled rows' options on the host, read off their sequences once; ``tensors`` copies them to
-    the device for one step and ``advanced`` gives the same rows one token later (seeded counters + 1)."""
+    the device for one step and ``advanced`` gives the same rows one token later (seeded counters + 1, and the
+    min_tokens masks of the token after this one).
 
-    def __init__(self, seqs, vocab_size: int) -> None:
+    ``unstoppable``: the rows whose token this step may not stop them (SamplingParams.min_tokens), each
+    (row, the number of the token it samples counted from 1, its min_tokens, the token ids masked: the engine's eos
+    ids, even under ignore_eos as vLLM masks them, and its stop_token_ids). The count is the rows' own, carried by
+    ``advanced``: a step launched ahead (ModelRunner.RanAhead) samples before the host has seen the token of the
+    step before, and its sequences' lengths are one token short."""
+
+    def __init__(self, seqs, vocab_size: int, eos_token_ids: frozenset[int] = frozenset()) -> None:
         params = [seq.sampling_params for seq in seqs]
         self.temperatures = [p.temperature for p in params]
+        self.unstoppable = _unstoppable_rows(seqs, params, eos_token_ids, vocab_size)
         self.all_greedy = not any(self.temperatures)
         if self.all_greedy:
             return
@@ -121,6 +137,8 @@ class SamplingRows:
     def advanced(self) -> SamplingRows:
         step = object.__new__(SamplingRows)
         step.temperatures, step.all_greedy = self.temperatures, self.all_greedy
+        step.unstoppable = [(row, number + 1, min_tokens, ids) for row, number, min_tokens, ids in self.unstoppable
+                            if not may_stop(number + 1, min_tokens)]
         if not self.all_greedy:
             step.top_ks, step.top_ps, step.seeded_rows = self.top_ks, self.top_ps, self.seeded_rows
             step.filtered_rows = self.filtered_rows
@@ -130,8 +148,9 @@ class SamplingRows:
 
     def tensors(self, step_value: int, device: torch.device) -> SamplingTensors:
         """This step's tensors; ``step_value`` (32 bits) is the unseeded rows' first word."""
+        masked = self._masked()
         if self.all_greedy:
-            return SamplingTensors.greedy(len(self.temperatures))
+            return SamplingTensors.greedy(len(self.temperatures), device, masked)
         words = self.words
         if not self.seeded_rows:
             words[:, 0] = step_value
@@ -139,7 +158,36 @@ class SamplingRows:
             unseeded = np.ones(len(words), dtype=bool)
             unseeded[self.seeded_rows] = False
             words[unseeded, 0] = step_value
-        return SamplingTensors(self.temperatures, self.top_ks, self.top_ps, words, device, self.filtered_rows)
+        return SamplingTensors(self.temperatures, self.top_ks, self.top_ps, words, device, self.filtered_rows, masked)
+
+    def _masked(self) -> tuple[list[int], list[int]] | None:
+        """The (row, token id) pairs of ``unstoppable``, as two lists, or None."""
+        if not self.unstoppable:
+            return None
+        rows = [row for row, _, _, ids in self.unstoppable for _ in ids]
+        ids = [token for *_, row_ids in self.unstoppable for token in row_ids]
+        return rows, ids
+
+
+def _unstoppable_rows(seqs, params, eos_token_ids: frozenset[int],
+                      vocab_size: int) -> list[tuple[int, int, int, tuple[int, ...]]]:
+    """SamplingRows.unstoppable of these rows (an id outside the vocabulary is never sampled: not masked)."""
+    rows = []
+    masked_ids: dict[frozenset[int], tuple[int, ...]] = {}  # by stop_token_ids: most rows share theirs (none)
+    for row, p in enumerate(params):
+        if not p.min_tokens:  # (the common case: one attribute read a row)
+            continue
+        seq = seqs[row]
+        number = seq.num_tokens - seq.num_prompt_tokens + 1
+        if may_stop(number, p.min_tokens):
+            continue
+        ids = masked_ids.get(p.stop_token_ids)
+        if ids is None:
+            ids = masked_ids[p.stop_token_ids] = tuple(
+                sorted(t for t in eos_token_ids | p.stop_token_ids if 0 <= t < vocab_size))
+        if ids:
+            rows.append((row, number, p.min_tokens, ids))
+    return rows
 
 
 def _filtered_rows(top_ks: list[int], top_ps: list[float]) -> list[int]:
@@ -190,7 +238,10 @@ SORT_MAX_ROWS = 48
 
 
 def sample(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
-    """logits: [rows, vocab] -> token ids [rows] (int64)."""
+    """logits: [rows, vocab] -> token ids [rows] (int64). ``params.masked`` logits are set to -inf in place first
+    (min_tokens, as vLLM's logits processor: before the temperature and the filters, so top-k and top-p keep others)."""
+    if params.masked is not None:
+        logits[params.masked] = float("-inf")  # on the device, no sync; -inf is never drawn (Gumbel noise is finite)
     if params.all_greedy:
         return logits.argmax(dim=-1)  # the argmax of bf16 values is that of their float32 copies
     filtered = bool(params.filtered_rows)

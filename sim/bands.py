@@ -109,19 +109,31 @@ class BandModel:
         return {"host_speed": host, "step_times": steps}
 
 
+def grid_model(fit: dict) -> ProfiledCostModel:
+    """A profile's fitted model at the grid's own speed (no serving factors): the conditions its points were
+    measured in."""
+    return ProfiledCostModel({**fit, "serving": None}, "grid")
+
+
+def grid_offset(grid: ProfiledCostModel, point: dict) -> float:
+    """How much slower grid ``point`` measured than ``grid`` (grid_model) prices it: its median over the price,
+    minus one."""
+    return point["median_s"] / grid.predict(point["features"], 1.0) - 1.0
+
+
 def _residual_pools(profile: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int] | None:
     """(decode repeat noise, eager repeat noise, decode offsets, eager offsets, largest decode graph)."""
     fit = profile.get("fit")
     points = profile.get("points")
     if not fit or not points:
         return None
-    grid = ProfiledCostModel({**fit, "serving": None}, "grid")  # the grid's own speed: the repeats' conditions
+    grid = grid_model(fit)
     noise: dict[bool, list[float]] = {True: [], False: []}
     offsets: dict[bool, list[float]] = {True: [], False: []}
     for p in points:
         is_decode = _is_graph_step(p["features"], grid.max_graph_bs)
         median = p["median_s"]
-        offsets[is_decode].append(median / grid.predict(p["features"], 1.0) - 1.0)
+        offsets[is_decode].append(grid_offset(grid, p))
         times = p.get("times_s") or [median]
         noise[is_decode].extend(t / median - 1.0 for t in times if t > 0)
     if not noise[True] or not noise[False]:

@@ -256,7 +256,8 @@ def _encoded_body_error(request: Request) -> APIError | None:
 def _check_num_choices(state: ServerState, n: int, num_prompts: int) -> None:
     limit = state.engine.max_waiting_requests
     if n * num_prompts > limit:  # could never be queued: a 400, not an overload
-        raise bad_request(f"the request asks for {n * num_prompts} sequences ({num_prompts} prompts x n={n}); "
+        prompts = f"{num_prompts} prompt{'s' if num_prompts != 1 else ''}"
+        raise bad_request(f"the request asks for {n * num_prompts} sequences ({prompts} x n={n}); "
                           f"the server queues at most {limit} (--max-waiting-requests)", "n")
 
 

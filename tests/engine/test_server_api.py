@@ -747,6 +747,14 @@ def test_too_many_prompts_are_refused_before_any_is_tokenized(served) -> None:
     assert tokenizer.num_encodes == settled
 
 
+def test_one_prompt_with_too_many_samples_is_named_in_the_singular(served) -> None:
+    client = served()
+    r = client.post("/v1/completions", json={"prompt": "ab", "n": 1001, "max_tokens": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+    assert r.json()["error"]["message"] == ("the request asks for 1001 sequences (1 prompt x n=1001); the server "
+                                            "queues at most 1000 (--max-waiting-requests)")
+
+
 @pytest.mark.parametrize(("fields", "param", "message"), [
     ({"tool_choice": "required"}, "tool_choice",
      "tool_choice required is not supported by this engine (no tool calls); leave it out, or 'none' or 'auto'"),

@@ -108,9 +108,10 @@ def offset_lines(gpu: str, profile: dict, steps: dict[str, np.ndarray]) -> tuple
     points = profile["points"]
     decode_noise, eager_noise, *_ = _residual_pools(profile)
     is_decode = np.array([_is_graph_step(p["features"], grid.max_graph_bs) for p in points])
-    # the rule of _is_graph_step, on the step log's columns at once
-    step_is_decode = ((steps["num_prefill_tokens"] == 0) & (steps["num_decode_seqs"] > 0)
-                      & (steps["num_decode_seqs"] <= grid.max_graph_bs))
+    step_is_decode = np.fromiter(
+        (_is_graph_step({"num_prefill_tokens": prefill, "num_decode_seqs": decode}, grid.max_graph_bs)
+         for prefill, decode in zip(steps["num_prefill_tokens"].tolist(), steps["num_decode_seqs"].tolist())),
+        dtype=bool, count=len(steps["num_prefill_tokens"]))
     rows, outliers = [], []
     for regime, decode, noise in (("decode", True, decode_noise), ("eager", False, eager_noise)):
         mine = [p for p, d in zip(points, is_decode, strict=True) if d == decode]

@@ -559,7 +559,6 @@ class _Response:
                 update.finish_reason, choice.token_ids[-1] if choice.token_ids else None, self.stop_token_ids)
         return text
 
-
     def _usage(self) -> dict:
         firsts = self.choices[::self.num_copies]  # a prompt counts once however many copies it has
         prompt = sum(c.num_prompt_tokens for c in firsts)

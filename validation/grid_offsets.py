@@ -7,10 +7,10 @@ Per regime (CUDA-graph decode; prefill/mixed, "eager"): the offsets' mean and me
 their mean weighted by the steps of sim.replay's replays of the validation runs committed in each RESULTS folder
 (each run of validation/compare_all.py's plan with a ``<run>/real_summary.json``, its options, that run's KV block
 count and ``--gpu GPU``): each simulated step counts for the grid point of its regime nearest it (NEAREST_FEATURES,
-log scale), by its number ("steps") and by its simulated time ("time"); and the mean of the repeats' noise sim.bands
-draws per step (each timed repeat over its point's median, minus one). Then the points with the largest |offset|
-and the share of the replays' steps nearest them: a mean moved by a point the traces hardly meet is no bias of the
-steps they run.
+log scale), by its number ("steps") and by its simulated time ("time"). The points are those the bands draw from
+(``sim.bands.band_points``); the column "left out" counts the profile's points marked as timing artifacts. Then the
+points with the largest |offset| and the share of the replays' steps nearest them: a mean moved by a point the traces
+hardly meet is no bias of the steps they run.
 """
 
 from __future__ import annotations
@@ -101,26 +101,27 @@ def _weighted(offsets: np.ndarray, weights: np.ndarray) -> str:
 def offset_lines(gpu: str, profile: dict, steps: dict[str, np.ndarray]) -> tuple[list[str], list[str]]:
     """(the offsets table's rows of ``gpu``'s ``profile`` against the replayed ``steps``, the lines of its largest
     offsets)."""
-    from sim.bands import _residual_pools, grid_model, grid_offset
+    from sim.bands import band_points, grid_model, grid_offset
     from sim.profiled_cost_model import _is_graph_step
 
     grid = grid_model(profile["fit"])
-    points = profile["points"]
-    decode_noise, eager_noise, *_ = _residual_pools(profile)
+    points = band_points(profile)
+    left_out = [p for p in profile["points"] if p not in points]
     is_decode = np.array([_is_graph_step(p["features"], grid.max_graph_bs) for p in points])
     step_is_decode = np.fromiter(
         (_is_graph_step({"num_prefill_tokens": prefill, "num_decode_seqs": decode}, grid.max_graph_bs)
          for prefill, decode in zip(steps["num_prefill_tokens"].tolist(), steps["num_decode_seqs"].tolist())),
         dtype=bool, count=len(steps["num_prefill_tokens"]))
     rows, outliers = [], []
-    for regime, decode, noise in (("decode", True, decode_noise), ("eager", False, eager_noise)):
+    for regime, decode in (("decode", True), ("eager", False)):
         mine = [p for p, d in zip(points, is_decode, strict=True) if d == decode]
+        num_left_out = sum(_is_graph_step(p["features"], grid.max_graph_bs) == decode for p in left_out)
         offsets = np.array([grid_offset(grid, p) for p in mine])
         taken = {name: values[step_is_decode == decode] for name, values in steps.items()}
         by_count = nearest_counts(mine, taken, np.ones(len(taken["duration_s"])))
         by_time = nearest_counts(mine, taken, taken["duration_s"])
         rows.append(f"| {gpu} | {regime} | {len(mine)} | {offsets.mean():+.2%} | {np.median(offsets):+.2%} | "
-                    f"{_weighted(offsets, by_count)} | {_weighted(offsets, by_time)} | {noise.mean():+.2%} | "
+                    f"{_weighted(offsets, by_count)} | {_weighted(offsets, by_time)} | {num_left_out} | "
                     f"{len(taken['duration_s'])} |")
         for i in np.argsort(-np.abs(offsets), kind="stable")[:NUM_OUTLIERS]:
             f = mine[i]["features"]
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += table
         outliers += lines
     print("| profile | regime | grid points | mean offset | median offset | mean by steps | mean by time | "
-          "mean repeat noise | replayed steps |\n|:---|:---|---:|---:|---:|---:|---:|---:|---:|")
+          "left out | replayed steps |\n|:---|:---|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows) + "\n\nLargest |offset| per profile and regime:\n" + "\n".join(outliers))
     return 0
 

@@ -186,3 +186,37 @@ def test_every_shipped_profile_loads_for_the_deployment_its_folder_names() -> No
     config = SimConfig(gpu="h100")
     cost_model = make_cost_model(config, config.model_shape)
     assert cost_model.name.startswith("profile:h100/qwen3-0.6b") and "serving-calibrated" in cost_model.name
+
+
+def test_a_point_leaves_the_engine_holding_none_of_its_sequences(tmp_path):
+    """The scheduler held a cleared point's sequences (its last decode batch, its plain-decode calendar) until the next
+    point's first step, timed, which then freed them, every token id of them: the 16-token prefill timed right after
+    the full-batch decode point took 4.7 ms on an H100 against 2.1 for 64 tokens, 9.2 against 2.4 on an H200. Each
+    point now lets go of its own before the next is timed: none of its sequences is referenced by the engine."""
+    import sys
+
+    from engine.llm import LLM
+    from sim.profile import GridPoint, StateInjector, measure_once
+
+    save_tiny_qwen3(tmp_path / "model", max_position_embeddings=4096)
+    llm = LLM(str(tmp_path / "model"), load_format="dummy", max_num_seqs=64, max_num_batched_tokens=2048,
+              block_size=16, max_model_len=4096, device="cpu")
+    added = []
+
+    class Recording(StateInjector):
+        def add(self, *args, **kwargs):
+            added.append(super().add(*args, **kwargs))
+            return added[-1]
+
+    injector = Recording(llm.engine, llm.shape.vocab_size)
+    try:
+        for point in (GridPoint("decode", decode=(64, 512), sampling="filters"), GridPoint("decode", decode=(4, 512)),
+                      GridPoint("prefill", prefill=((0, 16),)),
+                      GridPoint("mixed", decode=(48, 512), prefill=((0, 64),)),
+                      GridPoint("decode_after_eager", decode=(48, 512), prefill=((0, 256),))):
+            added.clear()
+            measure_once(llm.engine, injector, point)
+            unheld = [object() for _ in added]  # referenced by their list alone, as the sequences must be
+            assert [sys.getrefcount(seq) for seq in added] == [sys.getrefcount(obj) for obj in unheld], point
+    finally:
+        llm.close()

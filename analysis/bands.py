@@ -57,7 +57,7 @@ def replay_metrics(trace, config: SimConfig, index: int, slos: tuple[SLO, ...] |
     requests = with_latency_columns(pl.from_arrow(result.requests_table()))
     # No step table: no banded figure reads a step column, and built in every worker at once it took as much memory
     # as the run's own outputs, per worker (the Azure trace's 1.78M steps: ~300 MB each).
-    return banded_metrics(summarize(requests, None, slos))
+    return banded_metrics(summarize(requests, None, slos, prefix_caching=config.enable_prefix_caching))
 
 
 _WORKER: dict[str, object] = {}

@@ -16,7 +16,7 @@ summary cover finished requests only; aborted ones are counted but not timed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import polars as pl
@@ -252,10 +252,18 @@ def _known_sum(column: pl.Series) -> int | None:
     return None if column.null_count() else int(column.sum())
 
 
-def _hit_rate(cached_tokens: int | None, prompt_tokens: int) -> float | None:
-    """The admitted prompt tokens' share found in the prefix cache; None when unknown, or when no prompt token was
-    admitted (every request rejected): 0.0 there read as a cache that missed, not as one never asked."""
-    if cached_tokens is None or prompt_tokens == 0:
+def caches_prefixes(config: Mapping | None) -> bool:
+    """Whether a run ran with a prefix cache, as its summary.json's config records it: False only where it says
+    ``enable_prefix_caching`` false (--no-prefix-caching); a config that does not say (a run timed over HTTP, a
+    hand-made folder) leaves its cached tokens to say whether they are known."""
+    return not isinstance(config, Mapping) or config.get("enable_prefix_caching") is not False
+
+
+def _hit_rate(cached_tokens: int | None, prompt_tokens: int, prefix_caching: bool) -> float | None:
+    """The admitted prompt tokens' share found in the prefix cache; None when unknown, when no prompt token was
+    admitted (every request rejected): 0.0 there read as a cache that missed, not as one never asked, or when the
+    run had no prefix cache (a rate of a cache that is not there is undefined: vLLM reports none)."""
+    if cached_tokens is None or prompt_tokens == 0 or not prefix_caching:
         return None
     return round_sig(cached_tokens / prompt_tokens)
 
@@ -270,6 +278,7 @@ def summarize(
     itl_s: np.ndarray | None = None,
     sorted_itl_s: np.ndarray | None = None,
     metric_percentiles: tuple[float, ...] = DEFAULT_METRIC_PERCENTILES,
+    prefix_caching: bool = True,
 ) -> dict:
     """One JSON-ready dict of a replay's headline metrics (see the module docstring), with vLLM's flat
     names beside ours (`analysis.vllm_metrics`) unless `vllm_names` is False (a capacity point reads ours only;
@@ -283,7 +292,8 @@ def summarize(
     them too); `sorted_itl_s`: their finite values sorted, where the caller sorted them (a report's CDF does): the
     same percentiles from a sorted array's cheaper partitions, the means still summed over `itl_s` in its own order
     (a sum's rounding depends on it). `metric_percentiles`: the percentiles of the flat names (vLLM's
-    `--metric-percentiles`, `p99.9_ttft_ms`).
+    `--metric-percentiles`, `p99.9_ttft_ms`). `prefix_caching`: whether the run had a prefix cache
+    (`caches_prefixes`); without one its hit rate is None.
     """
     frame = add_latency_columns(conform_requests(requests, _SUMMARY_REQUEST_INPUTS))
     step_frame = conform_steps(steps, SUMMARY_STEP_INPUTS)
@@ -331,7 +341,7 @@ def summarize(
     summary.update(
         {
             "num_preemptions": _known_sum(frame["num_preemptions"]),
-            "prefix_cache_hit_rate": _hit_rate(total_cached_tokens, total_prompt_tokens),
+            "prefix_cache_hit_rate": _hit_rate(total_cached_tokens, total_prompt_tokens, prefix_caching),
             "peak_kv_usage": round_sig(peak_kv),
             "mean_kv_usage": round_sig(mean_kv),
             # Unknown, not 0, for a run timed by a client (`timed_by_client`), whose requests may all have failed.

@@ -21,7 +21,7 @@ from analysis.process_pools import interrupts_held
 from engine.core.interrupt import InterruptedOnceWritten
 from engine.core.messages import escape_controls
 from sim.files import RUN_FILES, existing_parent
-from traces.files import existing_path, make_folders, remove_empty, staging_path
+from traces.files import existing_path, make_folders, remove_empty, remove_stale_staging, staging_path
 
 
 class OutDirError(ValueError):
@@ -118,6 +118,7 @@ def staged_out_dir(target: Path, *, overwrite: bool, option: str = "--out",
     created: list[Path] = []
     try:
         make_folders(target.parent, created)
+        remove_stale_staging(target)
         shutil.rmtree(stage, ignore_errors=True)
         stage.mkdir()
     except OSError as exc:

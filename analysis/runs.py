@@ -24,6 +24,7 @@ from analysis.band_stats import check_bands
 from analysis.metrics import (
     SUMMARY_STEP_INPUTS,
     add_latency_columns,
+    caches_prefixes,
     is_finished,
     is_timed_by_client,
     itl_values,
@@ -123,7 +124,7 @@ def write_summary(
         sorted_itl_s = np.sort(finite_values(itl_s))
     summary = summarize(requests, steps, slos, duration_s=meta.get("recorded_duration_s"),
                         timed_by_client=is_timed_by_client(meta), itl_s=itl_s, sorted_itl_s=sorted_itl_s,
-                        metric_percentiles=metric_percentiles)
+                        metric_percentiles=metric_percentiles, prefix_caching=caches_prefixes(meta.get("config")))
     summary.update(meta)
     # allow_nan=False: a NaN would be written as a bare NaN token that no JSON reader but Python's accepts.
     write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")

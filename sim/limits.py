@@ -360,6 +360,8 @@ def images_warning(trace_requests: pl.DataFrame) -> list[dict]:
     images = trace_requests.get_column("num_images", default=None)
     if images is None or not images.dtype.is_numeric():
         return []
+    # NaN (an unknown count) carries no image: it compared above 0, and "20 of 20 requests carry images (nan in all)".
+    images = images.cast(pl.Float64).fill_nan(None)
     num_with_images = int((images > 0).sum())
     if num_with_images == 0:
         return []

@@ -81,9 +81,18 @@ def _full_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens
     cached = [0, 512, 4096, 16384]
     if quick:
         graph_sizes, contexts, chunks, cached = graph_sizes[::3], contexts[::2], chunks[::2], cached[::2]
+
+    # Every sequence of a point within --max-model-len: the engine's block tables hold no more, and a point past it
+    # failed each of its steps (a traceback each) while its times went into the profile, at exit 0.
+    def decode_fits(ctx: int) -> bool:  # room for the tokens its timed steps add
+        return ctx + 16 <= max_model_len
+
+    def prefill_fits(c: int, q: int) -> bool:
+        return c + q + 2 <= max_model_len
+
     points: list[GridPoint] = []
     for bs, ctx in itertools.product(graph_sizes, contexts):
-        if bs * (ctx + 16) <= max_kv_tokens and ctx + 16 <= max_model_len:
+        if bs * (ctx + 16) <= max_kv_tokens and decode_fits(ctx):
             points.append(GridPoint("decode", decode=(bs, ctx)))
     # Every row sampling (with temperature; with top-k and top-p) beside the greedy point of the same batch: the
     # difference is what sampling adds to a step (sim.replay --temperature, --top-k, --top-p).
@@ -93,25 +102,26 @@ def _full_grid(max_num_seqs: int, budget: int, max_model_len: int, max_kv_tokens
     for bs, mode in itertools.product(sampled_sizes, ("temperature", "filters")):
         points.append(GridPoint("decode", decode=(bs, SAMPLING_CONTEXT), sampling=mode))
     for q, c in itertools.product(chunks, cached):
-        if q <= budget and c + q + 2 <= max_model_len:
+        if q <= budget and prefill_fits(c, q):
             points.append(GridPoint("prefill", prefill=((c, q),)))
     for n, q in ((2, 1024), (4, 512), (8, 256), (16, 128), (4, 2048), (32, 64), (3, 1500)):
-        if n * q <= budget:
+        if n * q <= budget and prefill_fits(0, q):
             points.append(GridPoint("multi_prefill", prefill=tuple((0, q) for _ in range(n))))
     # A full batch too (max_num_seqs - 1 decode rows beside the chunk): decode-heavy serving near saturation runs
     # its mixed steps there, beyond 192 rows.
     mixed_sizes = sorted({b for b in (8, 32, 96, 192, max_num_seqs - 1) if b >= 1})
     for bs, ctx, q, c in itertools.product(mixed_sizes, (512, 4096), (64, 1024, 4096), (0, 2048)):
-        fits_len = ctx + 16 <= max_model_len and c + q + 2 <= max_model_len
+        fits_len = decode_fits(ctx) and prefill_fits(c, q)
         if fits_len and bs + q <= budget and bs + 1 <= max_num_seqs and bs * (ctx + 16) + c + q <= max_kv_tokens:
             points.append(GridPoint("mixed", decode=(bs, ctx), prefill=((c, q),)))
     # Serving batches mix short and long contexts: one long sequence among short ones.
     for bs, ctx, long_ctx in itertools.product((32, 96, 192, 256), (256, 1024), (4096, 16384)):
-        if bs <= max_num_seqs and long_ctx + 16 <= max_model_len and bs * (ctx + 16) + long_ctx <= max_kv_tokens:
+        if bs <= max_num_seqs and decode_fits(long_ctx) and bs * (ctx + 16) + long_ctx <= max_kv_tokens:
             points.append(GridPoint("decode_skewed", decode=(bs - 1, ctx), long_decode=(1, long_ctx)))
     # The decode step right after an eager one (the prefilled sequence joins the batch): serving alternates them.
     for bs, ctx, q in itertools.product((8, 64, 192), (512, 2048), (256, 2048)):
-        if bs + 1 <= max_num_seqs and bs + q <= budget and bs * (ctx + 16) + q <= max_kv_tokens:
+        fits_len = decode_fits(ctx) and prefill_fits(0, q)
+        if fits_len and bs + 1 <= max_num_seqs and bs + q <= budget and bs * (ctx + 16) + q <= max_kv_tokens:
             points.append(GridPoint("decode_after_eager", decode=(bs, ctx), prefill=((0, q),)))
     return points
 
@@ -458,6 +468,10 @@ def main(argv: list[str] | None = None) -> int:
     grid = build_grid(args.max_num_seqs, args.max_num_batched_tokens, engine.config.max_model_len, max_kv_tokens,
                       args.quick, args.sampling_only)
     block_size, num_blocks = engine.config.block_size, engine.config.num_gpu_blocks
+    if not grid:
+        llm.close()
+        parser.exit(2, f"error: --max-model-len {engine.config.max_model_len}: no grid point fits within it; "
+                       "expected room for at least the shortest prefill chunk and its output\n")
     fitting = [point for point in grid if blocks_needed(point, block_size) <= num_blocks]
     if len(fitting) < len(grid):  # each sequence holds whole blocks: a small cache holds fewer than its tokens
         print(f"  {len(grid) - len(fitting)} of {len(grid)} grid points need more than the KV cache's {num_blocks} "

@@ -5,9 +5,13 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import shutil
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
+
+from engine.core.messages import escape_controls
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -52,12 +56,13 @@ def long_name_problem(path: str | Path, option: str) -> str | None:
             f"at most {NAME_MAX_BYTES} bytes each")
 
 
-def staging_path(path: Path, tag: str) -> Path:
-    """The hidden sibling ``.NAME.TAG-PID`` that ``path`` is written as before it is renamed into place. A name
-    near the file system's limit is shortened to its head and a hash of the whole: an --out of 250 characters, a
-    valid name, was refused as "File name too long" because its staging name was not."""
+def staging_path(path: Path, tag: str, pid: int | None = None) -> Path:
+    """The hidden sibling ``.NAME.TAG-PID`` that ``path`` is written as before it is renamed into place, by this
+    process or the one of ``pid``. A name near the file system's limit is shortened to its head and a hash of the
+    whole: an --out of 250 characters, a valid name, was refused as "File name too long" because its staging name
+    was not."""
     path = Path(path)
-    suffix = f".{tag}-{os.getpid()}"
+    suffix = f".{tag}-{os.getpid() if pid is None else pid}"
     name = f".{path.name}{suffix}"
     # os.fsencode: a name holding an undecodable byte (an --out of b'\xff', read as '\udcff') has bytes on disk,
     # where str.encode raised UnicodeEncodeError.
@@ -65,6 +70,45 @@ def staging_path(path: Path, tag: str) -> Path:
         head = os.fsdecode(os.fsencode(path.name)[:150])
         name = f".{head}-{hashlib.sha1(os.fsencode(path.name)).hexdigest()[:16]}{suffix}"
     return path.with_name(name)
+
+
+def process_exists(pid: int) -> bool:
+    """Whether a process of ``pid`` runs on this host (another user's included); True where that cannot be told."""
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process is there
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # EPERM: another user's process; a number past any pid: not ours to judge
+        return True
+    return True
+
+
+def remove_stale_staging(path: Path, tag: str = "partial") -> None:
+    """Remove ``path``'s staging siblings (``staging_path``) named by a process that no longer runs on this host,
+    saying so on stderr: a writer killed by SIGKILL (the out-of-memory killer, ``timeout -s KILL``) cannot remove
+    its own, and each one left a whole run's or trace's worth of disk behind, hidden. A staging name of a process
+    that runs (another run writing the same target now) is left alone, as is any name no staging_path of ``path``
+    has."""
+    path = Path(path)
+    marker = f".{tag}-"
+    try:
+        entries = [entry for entry in path.parent.iterdir() if marker in entry.name]
+    except OSError:  # a parent that cannot be listed: the writer itself says why it cannot write there
+        return
+    for entry in entries:
+        pid_text = entry.name.rpartition(marker)[2]
+        if not (pid_text.isascii() and pid_text.isdigit()):
+            continue
+        pid = int(pid_text)
+        if entry.name != staging_path(path, tag, pid).name or pid == os.getpid() or process_exists(pid):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        if not os.path.lexists(entry):  # what could not be removed (another user's files) is not said to be
+            print(f"note: removed {escape_controls(entry)}, left by a writer (pid {pid}) that was killed before it "
+                  "finished", file=sys.stderr)
 
 
 def refuse_to_replace(path: str | Path, overwrite: bool) -> None:

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from engine.core.messages import one_line
 from traces.errors import TraceError, row_error
-from traces.files import is_link_loop, make_folders, open_parquet, remove_empty, staging_path
+from traces.files import is_link_loop, make_folders, open_parquet, remove_empty, remove_stale_staging, staging_path
 from traces.token_synth import tokens_from_hash_ids_array, tokens_from_row_array
 from traces.validation import (
     EXPECTED_TYPES,
@@ -335,6 +335,7 @@ def save_trace(trace_or_df: Trace | pl.DataFrame, path: str | Path, hash_block_s
     written = False
     try:
         make_folders(path.parent, made)
+        remove_stale_staging(path)
         with open(partial, "wb") as handle:  # pyarrow parses a path as a UTF-8 URI: a name with another byte failed
             pq.write_table(table, handle, compression="zstd", compression_level=9)
         os.replace(partial, path)

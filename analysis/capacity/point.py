@@ -193,7 +193,8 @@ def evaluate_point(library: SessionLibrary, workload: WorkloadParams, slos: Sequ
 
 def _point(job: PointJob, measured: pl.DataFrame, stability, check, slos, window_s: float, stream_requests: int,
            stream_duration_s: float, warmup_s: float, stopped_early: bool) -> PointResult:
-    summary = summarize(measured, None, duration_s=window_s, vllm_names=False)
+    summary = summarize(measured, None, duration_s=window_s, vllm_names=False,
+                        prefix_caching=job.config.enable_prefix_caching)
     return PointResult(
         qps=job.qps, seed=job.seed, duration_scale=job.duration_scale,
         feasible=check.meets_slos and stability.stable, meets_slos=check.meets_slos, stable=stability.stable,

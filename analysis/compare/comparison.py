@@ -14,14 +14,14 @@ from pathlib import Path
 import polars as pl
 
 from analysis.band_stats import flat_bands
-from analysis.compare.error_table import MetricRow, error_table, run_metrics
+from analysis.compare.error_table import MetricRow, error_table, prefix_caching_note, run_metrics
 from analysis.compare.inputs import CompareInputError, RunData
 from analysis.compare.report import write_compare_report
 from analysis.compare.request_join import RequestJoin, join_requests
 from analysis.compare.step_diff import ScheduleDiff, compare_schedules
 from analysis.compare.tables import error_table_markdown
 from analysis.formatting import markdown_code
-from analysis.metrics import has_step_log
+from analysis.metrics import caches_prefixes, has_step_log
 from engine.core.messages import counted, escape_controls
 from sim.files import write_parquet_frame
 
@@ -189,8 +189,11 @@ def compare_runs(real: RunData, sim: RunData) -> Comparison:
     Raises `CompareInputError` (naming the folders) when the runs cannot be
     paired, e.g. no request ids in common.
     """
-    real_summary, real_metrics = run_metrics(real.requests, real.steps, real.recorded_duration_s, real.timed_by_client)
-    sim_summary, sim_metrics = run_metrics(sim.requests, sim.steps, sim.recorded_duration_s, sim.timed_by_client)
+    real_caches, sim_caches = caches_prefixes(real.config), caches_prefixes(sim.config)
+    real_summary, real_metrics = run_metrics(real.requests, real.steps, real.recorded_duration_s, real.timed_by_client,
+                                             real_caches)
+    sim_summary, sim_metrics = run_metrics(sim.requests, sim.steps, sim.recorded_duration_s, sim.timed_by_client,
+                                           sim_caches)
     join = join_requests(real.requests, sim.requests, real_name=str(real.path), sim_name=str(sim.path))
     without_log = [run for run in (real, sim) if run.timed_by_client or not has_step_log(run.requests, run.steps)]
     if without_log:
@@ -203,7 +206,8 @@ def compare_runs(real: RunData, sim: RunData) -> Comparison:
         except ValueError as exc:
             raise CompareInputError(f"{real.path} vs {sim.path}: {exc}") from exc
     return Comparison(real=real, sim=sim, real_summary=real_summary, sim_summary=sim_summary,
-                      rows=error_table(real_metrics, sim_metrics, flat_bands(sim.metadata)), join=join,
+                      rows=error_table(real_metrics, sim_metrics, flat_bands(sim.metadata),
+                                       prefix_caching_note(real_caches, sim_caches)), join=join,
                       schedule=schedule,
                       config_differences=config_differences(real.config, sim.config))
 

@@ -73,6 +73,7 @@ class MetricRow:
     rel_error: float | None
     band: dict | None = None  # the sim side's prediction band ({median, p5, p95}) when it ran with --bands
     in_band: bool | None = None  # the real figure lies in the band's p5-p95 range
+    note: str | None = None  # why the two are not compared, shown for the relative error
 
     @property
     def title(self) -> str:
@@ -84,6 +85,8 @@ class MetricRow:
         fields = asdict(self)
         if self.band is None:
             del fields["band"], fields["in_band"]
+        if self.note is None:
+            del fields["note"]
         return {**fields, "title": self.title}
 
 
@@ -122,23 +125,37 @@ def flatten_summary(summary: Mapping) -> dict[str, float | int | None]:
 
 
 def run_metrics(requests: pl.DataFrame, steps: pl.DataFrame, duration_s: float | None = None,
-                timed_by_client: bool = False) -> tuple[dict, dict[str, float | int | None]]:
+                timed_by_client: bool = False,
+                prefix_caching: bool = True) -> tuple[dict, dict[str, float | int | None]]:
     """(summarize() dict, flat metrics dict with every `METRIC_SPECS` key) of one run; `duration_s` replaces
-    the makespan for a run that recorded its own (an imported vLLM result), `timed_by_client` as `summarize`."""
-    summary = summarize(requests, steps, duration_s=duration_s, timed_by_client=timed_by_client)
+    the makespan for a run that recorded its own (an imported vLLM result), `timed_by_client` and `prefix_caching`
+    as `summarize`."""
+    summary = summarize(requests, steps, duration_s=duration_s, timed_by_client=timed_by_client,
+                        prefix_caching=prefix_caching)
     summary["mean_step_duration_ms"] = mean_step_duration_ms(steps)
     return summary, flatten_summary(summary)
 
 
+def prefix_caching_note(real_caches: bool, sim_caches: bool) -> dict[str, str]:
+    """{metric key: why it is not compared} for the hit rate of a side run without a prefix cache: its rate is
+    undefined (None), so a missing figure beside the other side's is no error of the simulator."""
+    off = [name for name, caches in (("real", real_caches), ("sim", sim_caches)) if not caches]
+    if not off:
+        return {}
+    return {"prefix_cache_hit_rate": f"not compared: prefix caching off ({' and '.join(off)})"}
+
+
 def error_table(real: Mapping[str, float | int | None], sim: Mapping[str, float | int | None],
-                bands: Mapping[str, Mapping] | None = None) -> list[MetricRow]:
+                bands: Mapping[str, Mapping] | None = None, notes: Mapping[str, str] | None = None) -> list[MetricRow]:
     """One `MetricRow` per `METRIC_SPECS` entry from two flat metrics dicts (see `run_metrics`); `bands` (the sim
-    side's, `analysis.band_stats.flat_bands`) adds each metric's band and whether the real figure is inside."""
+    side's, `analysis.band_stats.flat_bands`) adds each metric's band and whether the real figure is inside;
+    `notes` ({key: reason}, `prefix_caching_note`) says why a metric is not compared."""
     rows = []
     for spec in METRIC_SPECS:
         real_value, sim_value = real.get(spec.key), sim.get(spec.key)
         band = (bands or {}).get(spec.key)
         rows.append(MetricRow(**asdict(spec), real=real_value, sim=sim_value, diff=_difference(real_value, sim_value),
                               rel_error=relative_error(real_value, sim_value), band=band,
-                              in_band=None if band is None else inside(band, real_value)))
+                              in_band=None if band is None else inside(band, real_value),
+                              note=(notes or {}).get(spec.key)))
     return rows

@@ -55,7 +55,7 @@ def row_cells(row: MetricRow) -> tuple[str, str, str, str, str]:
         _format_cell(row.real, row.kind),
         _format_cell(row.sim, row.kind),
         _format_cell(row.diff, row.kind, sign=True),
-        format_rel_error(row.rel_error),
+        row.note or format_rel_error(row.rel_error),
     )
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
+from engine.core.messages import shown
 from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids, time_origin
 from traces.formats.tabular import int_column, line_of_row, read_csv_text
@@ -40,9 +41,9 @@ def parse_timestamps(path: Path, text: pl.Series) -> pl.Series:
     bad = parsed.is_null().arg_true()
     if len(bad):
         row = int(bad[0])
-        shown = "empty" if text[row] is None or text[row] == "" else repr(text[row])
+        quoted = "empty" if text[row] is None or text[row] == "" else shown(repr(text[row]))
         raise TraceError(
-            f"{path}: line {line_of_row(path, row)}: field 'TIMESTAMP' is {shown}; expected a time like {example!r}"
+            f"{path}: line {line_of_row(path, row)}: field 'TIMESTAMP' is {quoted}; expected a time like {example!r}"
         )
     # Nanoseconds in int64 span the years 1677 to 2262; polars wraps a time outside them around silently.
     coarse = normalised.str.to_datetime(fmt, strict=False, time_unit="us")
@@ -51,8 +52,8 @@ def parse_timestamps(path: Path, text: pl.Series) -> pl.Series:
     if len(outside):
         row = int(outside[0])
         raise TraceError(
-            f"{path}: line {line_of_row(path, row)}: field 'TIMESTAMP' is {text[row]!r}, outside the years 1678 to "
-            f"2261; expected a time like {example!r}"
+            f"{path}: line {line_of_row(path, row)}: field 'TIMESTAMP' is {shown(repr(text[row]))}, outside the years "
+            f"1678 to 2261; expected a time like {example!r}"
         )
     return parsed
 

@@ -73,12 +73,13 @@ def _parse_record(path: Path, line_no: int, line: str) -> tuple[float, int, int,
     timestamp = record["timestamp"]
     # The trace's bound on arrivals, in ms: past it the error named the converted row, not this line.
     if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or not 0 <= timestamp <= MAX_TIMESTAMP_MS:
-        raise fail(f"field 'timestamp' is {timestamp!r}; expected milliseconds from 0 to {MAX_TIMESTAMP_MS:g}")
+        raise fail(f"field 'timestamp' is {shown(repr(timestamp))}; expected milliseconds from 0 to "
+                   f"{MAX_TIMESTAMP_MS:g}")
     lengths = []
     for field in ("input_length", "output_length"):
         value = _count(record[field])
         if value is None or value < 0:
-            raise fail(f"field {field!r} is {record[field]!r}; expected an integer from 0 to 2**63 - 1")
+            raise fail(f"field {field!r} is {shown(repr(record[field]))}; expected an integer from 0 to 2**63 - 1")
         lengths.append(value)
     hash_ids = record["hash_ids"]
     if not isinstance(hash_ids, list) or not all(_is_int(h) for h in hash_ids):

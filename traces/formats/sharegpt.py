@@ -38,7 +38,7 @@ import numpy as np
 import polars as pl
 
 from engine.core.json_errors import json_problem, json_type_name
-from engine.core.messages import one_line
+from engine.core.messages import one_line, shown
 from traces.arrivals import arrival_times_s, gamma_gaps_s
 from traces.errors import TraceError
 from traces.files import existing_path
@@ -141,7 +141,7 @@ def _messages(path: Path, index: int, item: object, line: int | None = None) -> 
     # list index, is what a user looks the session up by.
     given = item.get("id") if item.get("id") is not None else item.get("conversation_id")
     session = str(index) if given is None else str(given)  # null is no id either
-    where = f"{at} conversation {index} (id {session!r})"
+    where = f"{at} conversation {index} (id {shown(repr(session))})"
     if not session.isascii():  # the parquet's session_id is UTF-8: a lone surrogate failed its write, unnamed
         try:
             session.encode("utf-8")
@@ -198,7 +198,7 @@ def _message(where: str, message: object) -> tuple[str, str]:
     text = "" if text is None and text_field in message else text
     if role not in KNOWN_ROLES:
         raise TraceError(
-            f"{where}: field {role_field!r} is {message.get(role_field)!r}; expected 'human' or 'gpt' "
+            f"{where}: field {role_field!r} is {shown(repr(message.get(role_field)))}; expected 'human' or 'gpt' "
             f"(also accepted: {', '.join(sorted(KNOWN_ROLES - {'human', 'gpt'}))})"
         )
     if not isinstance(text, str):

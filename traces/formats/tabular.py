@@ -21,7 +21,7 @@ from typing import BinaryIO
 import polars as pl
 import pyarrow as pa
 
-from engine.core.messages import one_line
+from engine.core.messages import one_line, shown
 from traces.errors import TraceError
 
 # What reading a file through open_text may raise: EOFError is a compressed file cut short, zlib.error a corrupt
@@ -208,7 +208,7 @@ def read_csv_text(path: Path, required: tuple[str, ...], optional: tuple[str, ..
     if missing:
         raise TraceError(
             f"{path}: missing column(s) {', '.join(repr(m) for m in missing)} in the header; "
-            f"found {frame.columns}{_separator_hint(frame.columns)}; expected {', '.join(required)}"
+            f"found {shown(frame.columns, 300)}{_separator_hint(frame.columns)}; expected {', '.join(required)}"
             + (f" (and optionally {', '.join(optional)})" if optional else "")
         )
     if frame.height == 0:
@@ -346,7 +346,8 @@ def _strip_header(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
     names = [name.split("_duplicated_")[0].strip() for name in frame.columns]
     repeated = [name for i, name in enumerate(names) if name in names[:i]]
     if repeated:
-        raise TraceError(f"{path}: the header names column {repeated[0]!r} more than once; expected each column once")
+        raise TraceError(f"{path}: the header names column {shown(repr(repeated[0]))} more than once; expected each "
+                         "column once")
     return frame.rename(dict(zip(frame.columns, names)))
 
 
@@ -356,8 +357,9 @@ def _first_bad(path: Path, text: pl.Series, parsed: pl.Series, field: str, expec
     if len(bad):
         row = int(bad[0])
         value = text[row]
-        shown = "empty" if value is None or value == "" else f"{value!r}"
-        raise TraceError(f"{path}: line {line_of_row(path, row)}: field {field!r} is {shown}; expected {expected}")
+        # Cut: a field of megabytes (a lost line break) was quoted whole, an error line of megabytes.
+        quoted = "empty" if value is None or value == "" else shown(repr(value))
+        raise TraceError(f"{path}: line {line_of_row(path, row)}: field {field!r} is {quoted}; expected {expected}")
 
 
 def int_column(path: Path, frame: pl.DataFrame, field: str, minimum: int = 0) -> pl.Series:
@@ -371,8 +373,8 @@ def int_column(path: Path, frame: pl.DataFrame, field: str, minimum: int = 0) ->
     huge = (exact.is_null() & (parsed.abs() >= 2.0**63)).arg_true()  # beyond int64: no token count is that large
     if len(huge):
         row = int(huge[0])
-        raise TraceError(f"{path}: line {line_of_row(path, row)}: field {field!r} is {text[row]}; expected an integer "
-                         "below 2**63")
+        raise TraceError(f"{path}: line {line_of_row(path, row)}: field {field!r} is {shown(text[row])}; expected an "
+                         "integer below 2**63")
     # Not strict: the float of an exact 2**63 - 1 rounds to 2**63, and the strict cast refused the whole column (an
     # InvalidOperationError traceback) though only the rows without exact digits take its values, all refused above
     # where beyond int64.

@@ -1,12 +1,13 @@
 """Do the GPU runs fall inside the simulator's prediction bands? CPU only, from the committed GPU summaries.
 
-    python validation/band_check.py [--bands 20] [--out validation/results/bands]
+    python validation/band_check.py [--bands 20] [--gpu h200] [--results DIR] [--out validation/results/bands]
 
 Each run of ``validation/compare_all.py``'s plan whose GPU summary is committed
-(``validation/results/<run>/real_summary.json``) is simulated with the same options, the GPU's KV block count and
-``--bands N``; the table gives, per headline figure, the GPU's value, the unperturbed simulation's, the band
-(p5 / median / p95 over the N seeded replays) and whether the GPU's value lies inside it, for the run and for
-each of its repeats (``<run>-b/real_summary.json``, ...) against the same band.
+(``validation/results/<run>/real_summary.json``) is simulated with the same options, the GPU's KV block count,
+``--gpu`` (the profile of the GPU the runs were made on, as compare_all takes it) and ``--bands N``; the table
+gives, per headline figure, the GPU's value, the unperturbed simulation's, the band (p5 / median / p95 over the N
+seeded replays) and whether the GPU's value lies inside it, for the run and for each of its repeats
+(``<run>-b/real_summary.json``, ...) against the same band.
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="where bands.md and bands.json go")
     parser.add_argument("--results", type=nonempty, default=str(ROOT / "validation" / "results"),
                         help="folder of the runs' committed GPU summaries (<run>/real_summary.json)")
+    from sim.hardware import GPUS
+
+    parser.add_argument("--gpu", default="h200", choices=sorted(GPUS), type=str.lower,
+                        help="the GPU the runs were made on, passed to sim.replay (default: %(default)s)")
     args = parser.parse_args(argv)
     from analysis.band_stats import flat_bands, inside
     from cli.sim_replay import main as sim_replay
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             out = Path(tmp) / name
             # One band per configuration: every GPU run of it (the repeats too) is checked against the same band.
             sim_replay([str(TRACES / trace), *options, "--num-gpu-blocks", str(first["config"]["num_gpu_blocks"]),
-                        "--bands", args.bands, "--out", str(out), "--quiet", "--no-report"])
+                        "--gpu", args.gpu, "--bands", args.bands, "--out", str(out), "--quiet", "--no-report"])
             sim = json.loads((out / "summary.json").read_text())
             bands = flat_bands(sim)
             codes = ", ".join(w["code"] for w in sim["warnings"]) or "none"
@@ -126,12 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     text = (f"GPU figures against the simulator's p5-p95 bands ({args.bands} seeded replays each; "
             f"`python validation/band_check.py --bands {args.bands}"
+            + (f" --gpu {args.gpu}" if args.gpu != "h200" else "")
             + (f" --results {args.results}" if Path(args.results) != ROOT / "validation" / "results" else "")
             + "`).\n\n" + "\n".join(totals) + "\n\n"
             + "\n".join(lines) + "\n")
     write_text_atomic(out_dir / "bands.md", text)
-    write_text_atomic(out_dir / "bands.json", json.dumps({"bands": args.bands, "results": str(args.results),
-                                                    "rows": rows}, indent=1) + "\n")
+    write_text_atomic(out_dir / "bands.json", json.dumps({"bands": args.bands, "gpu": args.gpu,
+                                                    "results": str(args.results), "rows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -155,7 +155,7 @@ kv-pressure)
   fi
   ;;
 *)
-  echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online, kv-pressure, prefill-heavy, decode-heavy, model-8b, longctx, longout)"
+  echo "unknown phase $phase (check, calibrate, tp-and-profiles, throughput, offline, capacity, online, kv-pressure, prefill-heavy, decode-heavy, model-8b, longctx, longout, diagnose)"
   exit 2 ;;
 esac
 ls -la "$out"

@@ -20,6 +20,7 @@ from analysis.outdir import staged_out_dir
 from analysis.summarize import main as summarize_main
 from cli.sim_replay import main as sim_main
 from tests.sim.helpers import SHAREGPT, make_trace, result_tables, run_cli, write_trace
+from tests.traces.helpers import dead_pid
 from traces.files import staging_path
 
 NOT_COMPARED = "not compared: prefix caching off (sim)"
@@ -99,16 +100,9 @@ def test_bands_of_a_run_without_a_prefix_cache_have_no_hit_rate(runs, tmp_path) 
     assert "num_preemptions" in banded["bands"]["metrics"]
 
 
-def _dead_pid() -> int:
-    """The id of a process that ran and is gone (reaped: a zombie still holds its id)."""
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
-
-
 def test_the_next_run_removes_the_staging_folders_of_dead_writers_only(tmp_path, capsys) -> None:
     out = tmp_path / "run"
-    dead, other_target = staging_path(out, "partial", _dead_pid()), staging_path(tmp_path / "other", "partial", 1)
+    dead, other_target = staging_path(out, "partial", dead_pid()), staging_path(tmp_path / "other", "partial", 1)
     living = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         alive = staging_path(out, "partial", living.pid)

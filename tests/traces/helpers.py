@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -54,3 +56,10 @@ def cli_error(main, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     assert len(errors) == 1 and lines[-1] == errors[0], f"expected one error line, got:\n{stderr}"
     assert lines[:-1] == [] or lines[0].startswith("usage:"), f"unexpected output before the error:\n{stderr}"
     return lines[-1]
+
+
+def dead_pid() -> int:
+    """The id of a process that ran and is gone (reaped: a zombie still holds its id)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid

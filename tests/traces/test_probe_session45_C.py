@@ -5,8 +5,6 @@ by SIGKILL left its hidden staging file beside -o for good."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from traces.convert import main as convert_main
 from traces.files import staging_path
 from traces.schema import save_trace
 
-from .helpers import cli_error, small_frame
+from .helpers import cli_error, dead_pid, small_frame
 
 LONG = "9" * 1_000_000
 # What an error line quotes of a value: the first 77 characters of its repr, then "..." (engine.core.messages.shown).
@@ -78,15 +76,9 @@ def test_a_huge_sharegpt_id_and_role_are_quoted_cut(tmp_path, capsys, tiny_token
                     "observation, system, tool, user)")
 
 
-def _dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
-
-
 def test_a_trace_write_removes_the_staging_file_of_a_dead_writer(tmp_path, capsys) -> None:
     out = tmp_path / "trace.parquet"
-    dead, mine = staging_path(out, "partial", _dead_pid()), staging_path(out, "partial", 1)  # pid 1 always runs
+    dead, mine = staging_path(out, "partial", dead_pid()), staging_path(out, "partial", 1)  # pid 1 always runs
     for left in (dead, mine):
         left.write_bytes(b"PAR1 half a trace")
     save_trace(small_frame(), out)

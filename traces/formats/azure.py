@@ -18,10 +18,9 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.core.messages import shown
 from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids, time_origin
-from traces.formats.tabular import int_column, line_of_row, read_csv_text
+from traces.formats.tabular import field_shown, int_column, line_of_row, read_csv_text
 
 _ZONE_SUFFIX = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
 REQUIRED_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -41,10 +40,8 @@ def parse_timestamps(path: Path, text: pl.Series) -> pl.Series:
     bad = parsed.is_null().arg_true()
     if len(bad):
         row = int(bad[0])
-        quoted = "empty" if text[row] is None or text[row] == "" else shown(repr(text[row]))
-        raise TraceError(
-            f"{path}: line {line_of_row(path, row)}: field 'TIMESTAMP' is {quoted}; expected a time like {example!r}"
-        )
+        raise TraceError(f"{path}: line {line_of_row(path, row)}: field 'TIMESTAMP' is {field_shown(text[row])}; "
+                         f"expected a time like {example!r}")
     # Nanoseconds in int64 span the years 1677 to 2262; polars wraps a time outside them around silently.
     coarse = normalised.str.to_datetime(fmt, strict=False, time_unit="us")
     wrapped = (parsed.cast(pl.Int64) // 1000 - coarse.cast(pl.Int64)).abs() > 1
@@ -52,7 +49,7 @@ def parse_timestamps(path: Path, text: pl.Series) -> pl.Series:
     if len(outside):
         row = int(outside[0])
         raise TraceError(
-            f"{path}: line {line_of_row(path, row)}: field 'TIMESTAMP' is {shown(repr(text[row]))}, outside the years "
+            f"{path}: line {line_of_row(path, row)}: field 'TIMESTAMP' is {field_shown(text[row])}, outside the years "
             f"1678 to 2261; expected a time like {example!r}"
         )
     return parsed

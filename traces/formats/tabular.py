@@ -356,10 +356,14 @@ def _first_bad(path: Path, text: pl.Series, parsed: pl.Series, field: str, expec
     bad = (text.is_null() | parsed.is_null()).arg_true()
     if len(bad):
         row = int(bad[0])
-        value = text[row]
-        # Cut: a field of megabytes (a lost line break) was quoted whole, an error line of megabytes.
-        quoted = "empty" if value is None or value == "" else shown(repr(value))
-        raise TraceError(f"{path}: line {line_of_row(path, row)}: field {field!r} is {quoted}; expected {expected}")
+        raise TraceError(f"{path}: line {line_of_row(path, row)}: field {field!r} is {field_shown(text[row])}; "
+                         f"expected {expected}")
+
+
+def field_shown(value: str | None) -> str:
+    """A CSV field's text as an error quotes it: "empty", or its repr cut short (a field of megabytes, a lost line
+    break, was quoted whole, an error line of megabytes)."""
+    return "empty" if value is None or value == "" else shown(repr(value))
 
 
 def int_column(path: Path, frame: pl.DataFrame, field: str, minimum: int = 0) -> pl.Series:

@@ -16,6 +16,7 @@ import pytest
 from analysis.runs import read_metric_percentiles
 from analysis.summarize import main as summarize_main
 from analysis.vllm_metrics import parse_metric_percentiles
+from tests.traces.helpers import link_loop
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,9 +62,7 @@ def test_pool_workers_end_when_their_parent_is_killed() -> None:
 
 
 def test_a_run_folder_behind_a_link_loop_is_named_so(tmp_path: Path, capsys) -> None:
-    loop = tmp_path / "run"
-    loop.symlink_to(tmp_path / "other")
-    (tmp_path / "other").symlink_to(loop)
+    loop = link_loop(tmp_path, "run", "other")
     with pytest.raises(SystemExit) as exited:
         summarize_main([str(loop)])
     assert exited.value.code == 2

@@ -20,7 +20,7 @@ from sim.calibrate import main as calibrate_main
 from sim.files import write_parquet_frame
 from sim.fit_profile import main as fit_profile_main
 from tests.sim.helpers import REPO, SHAREGPT
-from tests.traces.helpers import cli_error
+from tests.traces.helpers import cli_error, link_loop
 from traces.info import main as info_main
 
 # A command run as python -m runs it, with an object freed only as the interpreter clears its modules (after the exit
@@ -71,9 +71,7 @@ def test_an_out_that_is_a_symbolic_link_loop_is_one_line(tmp_path, capsys):
 
 def test_calibrate_and_fit_profile_given_a_symbolic_link_loop_are_one_line(tmp_path, capsys):
     """Both resolved each path to find one given twice: RuntimeError: Symlink loop, a traceback."""
-    loop = tmp_path / "a"
-    loop.symlink_to(tmp_path / "b")
-    (tmp_path / "b").symlink_to(loop)
+    loop = link_loop(tmp_path, "a", "b")
     expected = f"error: {loop}: cannot read the profile (a symbolic link loop)"  # was "no such file" (session 44)
     assert cli_error(calibrate_main, [str(loop), str(loop)], capsys) == expected
     assert cli_error(fit_profile_main, [str(loop)], capsys) == expected

@@ -63,3 +63,11 @@ def dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
+
+
+def link_loop(folder: Path, name: str, other: str) -> Path:
+    """``folder/name``, a symbolic link to ``folder/other``, which links back to it: a path no read resolves."""
+    loop = folder / name
+    loop.symlink_to(folder / other)
+    (folder / other).symlink_to(loop)
+    return loop

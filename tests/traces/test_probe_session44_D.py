@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.traces.helpers import link_loop
 from traces.schema import TraceError, load_trace
 
 
 def test_a_trace_behind_a_link_loop_is_named_so(tmp_path: Path) -> None:
-    loop = tmp_path / "trace.parquet"
-    loop.symlink_to(tmp_path / "other.parquet")
-    (tmp_path / "other.parquet").symlink_to(loop)
+    loop = link_loop(tmp_path, "trace.parquet", "other.parquet")
     with pytest.raises(TraceError) as refused:
         load_trace(loop)
     assert str(refused.value) == f"{loop}: cannot read the trace: a symbolic link loop"

@@ -50,6 +50,7 @@ CLIS: dict[str, tuple[list[str], list[str], tuple[str, str] | None]] = {
     "benchmarks/serving_overhead.py": (["benchmarks/serving_overhead.py"], [
         "trace.parquet", "--qps", "1", "--limit", "1", "--out-dir", f"{TMP}/runs", "--json", f"{TMP}/out.json"],
         ("--limit", "x")),
+    "benchmarks/sim_bytecodes.py": (["benchmarks/sim_bytecodes.py"], [], ("--qps", "nan")),
     "benchmarks/sim_instructions.py": (["benchmarks/sim_instructions.py"], [], ("--qps", "nan")),
     "benchmarks/sim_million.py": (["benchmarks/sim_million.py"], [], ("--requests", "x")),
     "benchmarks/sim_speed.py": (["benchmarks/sim_speed.py"], [], ("--qps", "nan")),

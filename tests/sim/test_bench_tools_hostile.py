@@ -70,6 +70,8 @@ def test_json_onto_the_trace_is_refused_and_the_trace_left_alone(tmp_path, trace
         (["benchmarks/sim_speed.py", "--trace", str(azure_csv), "--no-pin", "--json", str(azure_csv)], azure_csv),
         (["benchmarks/sim_instructions.py", "--trace", str(azure_csv), "--limit", "2", "--json", str(azure_csv)],
          azure_csv),
+        (["benchmarks/sim_bytecodes.py", "--trace", str(azure_csv), "--limit", "2", "--json", str(azure_csv)],
+         azure_csv),
         (["benchmarks/serving.py", "--trace", str(trace_copy), "--json", str(trace_copy)], trace_copy),
     ]
     for argv, source in cases:
@@ -92,6 +94,7 @@ JSON_SCRIPTS = [
     ["benchmarks/sim_million.py", "--requests", "100"],
     ["benchmarks/capacity_speed.py", "--jobs", "1"],
     ["benchmarks/sim_instructions.py", "--trace", "{trace}", "--limit", "2"],
+    ["benchmarks/sim_bytecodes.py", "--trace", "{trace}", "--limit", "2"],
     ["benchmarks/steady_capacity.py", "--parts", "default", "--seeds", "1", "--jobs", "1"],
     ["benchmarks/throughput.py", "--num-seqs", "1"],
     ["benchmarks/serving.py", "--trace", "{trace}", "--probes", "1"],

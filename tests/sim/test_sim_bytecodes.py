@@ -4,13 +4,11 @@ every run (a count, not a timing), and its JSON adds up."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks import sim_bytecodes
 
-import sim_bytecodes  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _counts(tmp_path: Path, name: str) -> dict:

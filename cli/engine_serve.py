@@ -19,7 +19,7 @@ from cli.engine_replay import MAX_WARMUP_REQUESTS, cpu_fallback_note, out_of_mem
 from cli.replay_args import add_config_groups
 from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.generation_defaults import read_generation_defaults
-from engine.core.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, NOTHING_WRITTEN
+from engine.core.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, NOTHING_WRITTEN, reader_gone_safe
 from engine.core.model_config import ModelShape, resolve_model_dir
 from engine.options import EngineOptions
 from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
@@ -73,6 +73,9 @@ class _Terminated(BaseException):
 
 
 def _terminated_while_loading(signum, frame) -> None:
+    # Once: a SIGTERM sent to the whole group reaches the server twice once the engine has loaded (the engine passes
+    # its own on, engine.core.interrupt.defer_sigterm_to_parent), and a second raise would cut the first's cleanup.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise _Terminated
 
 
@@ -92,6 +95,13 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A reader of its output that has gone (`engine.serve | head -1`, a log pipe that died) is no reason to stop
+    # serving: the "serving on" line raised a BrokenPipeError, and the server exited 1 with three tracebacks.
+    with reader_gone_safe():
+        return _serve(argv)
+
+
+def _serve(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.host.strip():  # bind("") listens on every interface: not what an empty value asks for

@@ -192,6 +192,17 @@ def _guard_against_a_gone_reader() -> tuple:
     return was
 
 
+@contextlib.contextmanager
+def reader_gone_safe() -> Iterator[None]:
+    """``_ReaderGoneSafe`` around sys.stdout and sys.stderr, for a command that handles its signals itself rather
+    than through exit_130_on_interrupt (engine.serve): its lines to a reader that has gone are discarded."""
+    streams = _guard_against_a_gone_reader()
+    try:
+        yield
+    finally:
+        _end_guard(streams)
+
+
 def _stdout_lost() -> OSError | None:
     """Flush the guarded stdout; the error of its first write that failed for another reason than a gone reader."""
     stream = sys.stdout
@@ -402,6 +413,33 @@ def exit_with_parent() -> None:
     signal.signal(signal.SIGTERM, unwind)
     if _signal_on_parent_death(signal.SIGTERM) and _parent_gone():  # it died before the request was made
         raise SystemExit(128 + signal.SIGTERM)
+
+
+def defer_sigterm_to_parent(*, pass_on: bool) -> None:
+    """For a child process its parent stops itself (the server's engine once loaded, a tensor-parallel worker): a
+    SIGTERM while the parent lives is left to the parent rather than taken. systemd (KillMode=control-group), `timeout`
+    and `kill -- -PGID` send it to every process of the group at once: the server's engine unwound at once, and the
+    server, finding it dead, failed the requests in flight with a 500 and exited with status 1 and an error, where a
+    SIGTERM to the server alone drains them and exits 0 (and a worker's requests failed in their next collective).
+    ``pass_on``: send it on to the parent, so that a SIGTERM to the engine alone is still the server's graceful
+    shutdown; else ignore it (a worker: its parent-death signal also comes when the thread that started it ends, its
+    parent living on). Once the parent is gone (exit_with_parent's parent-death signal), a SIGTERM unwinds as there."""
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not a child of multiprocessing's: nobody to leave it to
+        return
+    parent_pid = parent.pid
+
+    def defer(signum, frame) -> None:
+        if _parent_gone():
+            raise SystemExit(128 + signum)
+        if not pass_on:
+            return
+        try:
+            os.kill(parent_pid, signum)  # (the parent, signalled with its group, gets it twice: it shuts down once)
+        except ProcessLookupError:  # it exited just now
+            raise SystemExit(128 + signum) from None
+
+    signal.signal(signal.SIGTERM, defer)
 
 
 def end_with_parent() -> None:

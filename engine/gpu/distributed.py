@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from engine.core.interrupt import exit_with_parent
+from engine.core.interrupt import defer_sigterm_to_parent, exit_with_parent
 from engine.core.model_config import ModelShape
 from engine.core.runner import RunnerOutput
 from engine.core.scheduler import ScheduledBatch
@@ -131,6 +131,10 @@ def _device_for(options: EngineOptions, rank: int) -> torch.device:
 def _worker_main(rank: int, world_size: int, port: int, options: EngineOptions, shape: ModelShape, model_dir,
                  plans, timeout: timedelta) -> None:
     exit_with_parent()  # a driver killed with SIGKILL cannot stop its daemon workers
+    # ... but while it lives, rank 0 stops them (close): a SIGTERM sent to the whole group (systemd, `timeout`) ended a
+    # worker at once, and a served engine's requests in flight failed in their next collective ("Connection closed by
+    # peer") while the server drained them
+    defer_sigterm_to_parent(pass_on=False)
     try:
         device = _device_for(options, rank)
         store = _join_store(port)

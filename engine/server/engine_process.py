@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from engine.core.config import EngineConfig
 from engine.core.generation_defaults import LOGGER_NAME, GenerationDefaults
-from engine.core.interrupt import exit_with_parent
+from engine.core.interrupt import defer_sigterm_to_parent, exit_with_parent
 from engine.core.messages import exception_line
 from engine.core.sequence import Sequence
 
@@ -92,7 +92,7 @@ class Update:
 
 def _report(messages: Connection, exc: BaseException) -> None:
     """Tell the server in one line why the engine stopped; a SIGTERM (exit_with_parent raises SystemExit) says so,
-    wherever it lands: while the engine loads, just after it said ready, or in the loop."""
+    wherever it lands: while the engine loads, or, once the server is gone, just after it said ready or in the loop."""
     if isinstance(exc, SystemExit):
         line = f"the engine process was stopped by a signal (exit {exc.code})"
     else:  # one line: a message of several (transformers', torch's) broke the server's one-line error
@@ -117,6 +117,9 @@ def run_engine(factory: Callable[[], object], commands: Connection, messages: Co
         gc.freeze()  # the model and the warm-up's leftovers: out of the collector's sight, as engine.replay does
         # A factory without generation defaults (the tests' scripted engines) gets vLLM's neutral ones.
         defaults = getattr(llm, "generation_defaults", GenerationDefaults())
+        # From "ready" on the server stops this loop itself, after draining its requests: a SIGTERM is the server's
+        # (defer_sigterm_to_parent says why). While the model loads it unwinds the load, which the server stops anyway.
+        defer_sigterm_to_parent(pass_on=True)
         messages.send(("ready", EngineInfo(engine.config, llm.shape.vocab_size, str(llm.model_dir), defaults)))
     except BaseException as exc:  # noqa: BLE001 - whatever stopped the load is the server's one-line error
         _report(messages, exc)
@@ -124,7 +127,7 @@ def run_engine(factory: Callable[[], object], commands: Connection, messages: Co
     try:
         _Loop(engine, commands, messages).run()
     except BaseException as exc:  # noqa: BLE001 - the server must learn why the loop stopped
-        # SIGTERM (exit_with_parent) is no failure to log: `timeout` or `kill -- -PGID` stops the server with it
+        # SIGTERM once the server is gone (exit_with_parent) is no failure to log
         if not isinstance(exc, SystemExit):
             _log.error("the engine loop stopped:\n%s", traceback.format_exc())
         _report(messages, exc)

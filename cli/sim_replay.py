@@ -33,7 +33,7 @@ from sim.config import SimConfig
 from sim.limits import WARNING_STEP_INPUTS, format_warnings, queued_replicas, run_warnings
 from sim.memory import max_steps_to_write, reusing_freed_memory
 from sim.simulator import SimResult, StepLimitError, make_cost_model, simulate
-from traces.requests import RequestMemoryError
+from traces.requests import RequestMemoryError, check_run_memory
 
 if TYPE_CHECKING:
     from traces.schema import Trace
@@ -121,8 +121,11 @@ def main(argv: list[str] | None = None) -> int:
             num_replays = check_num_replays(args.bands)
         shape = config.model_shape
         trace.check_vocabulary(shape.vocab_size)  # a stored prompt id beyond the model's failed mid-run
-        config.resolved_for(shape)  # fail on bad options before simulating
+        resolved = config.resolved_for(shape)  # fail on bad options before simulating
         make_cost_model(config, shape)
+        # The whole trace is simulated and its outputs written: a trace too large for the host's memory is refused
+        # now, not killed by the kernel after many minutes (a capacity sweep simulates shorter streams of it).
+        check_run_memory(trace, resolved, host_memory_available())
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {escape_controls(exc)}\n")  # a path's newline too: one line
     out_dir = Path(args.out) if args.out else default_out_dir("sim", Path(args.trace).stem)

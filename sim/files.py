@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,10 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     partial = staging_path(path, "partial")
     try:
         partial.write_bytes(data)
+        if path.is_file():
+            # The file it replaces keeps its permissions: a profile calibrated in place (group-writable in a team's
+            # folder, or made read-only) came back with the umask's, as a new file.
+            os.chmod(partial, stat.S_IMODE(path.stat().st_mode))
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

@@ -38,6 +38,14 @@ class RequestMemoryError(TraceError):
 
 # What a simulated request holds per token: its id (int32, prompt and output alike), an output token's time (float64).
 _BYTES_PER_TOKEN = 12
+# What a whole run holds by the time its outputs are written, at the least: per request (its row in the run's tables)
+# and per output token (its time in the requests table, its gap in the ITL statistics, ...). Measured peaks on this
+# machine (sim.replay --no-report, 1-8 replicas): 1,000,000 requests of 1 output token 1.2 GiB, 100,000 of 10 tokens
+# 0.34 GiB, of 500 tokens 1.9 GiB, 50,000 of 1,000 tokens 1.9 GiB, 200,000 of ShareGPT's lengths (336 output tokens
+# on average) 2.6 GiB: ~36 bytes an output token and 1-2 KB a request beyond the interpreter's 0.13 GiB. Below all of
+# them: a run refused by this estimate would not have fit.
+_RUN_BYTES_PER_REQUEST = 700
+_RUN_BYTES_PER_OUTPUT_TOKEN = 24
 
 
 def check_host_memory(trace, config, available_bytes: int | None) -> None:
@@ -49,11 +57,7 @@ def check_host_memory(trace, config, available_bytes: int | None) -> None:
     requests = trace.requests
     if available_bytes is None or not requests.height:
         return
-    prompt = requests["prompt_tokens"].to_numpy().astype(np.float64)
-    output = requests["output_tokens"].to_numpy().astype(np.float64)
-    held = np.minimum(prompt + output, np.maximum(float(config.max_seq_len_limit[0]), prompt + 1))
-    # As Scheduler.rejection_reason_for: too long for the model or for the whole cache.
-    held[(prompt > config.max_model_len) | (np.ceil(prompt / config.block_size) > config.num_gpu_blocks)] = 0.0
+    held = _held_tokens(requests, config)
     row = int(np.argmax(held))
     need_bytes = held[row] * _BYTES_PER_TOKEN
     if need_bytes > available_bytes:
@@ -62,6 +66,40 @@ def check_host_memory(trace, config, available_bytes: int | None) -> None:
             f"(prompt and output, as the limits cut them) need {need_bytes / 2**30:,.1f} GiB to simulate, more "
             f"than this host's {available_bytes / 2**30:,.1f} GiB available; expected requests the limits cut "
             "shorter (a smaller --max-model-len or --num-gpu-blocks) or a trace without them (--limit)")
+
+
+def _held_tokens(requests, config) -> np.ndarray:
+    """Per row, the tokens (prompt and output) a run of ``config`` holds for it, as the limits cut them; 0 for a
+    prompt the scheduler rejects unbuilt."""
+    prompt = requests["prompt_tokens"].to_numpy().astype(np.float64)
+    output = requests["output_tokens"].to_numpy().astype(np.float64)
+    held = np.minimum(prompt + output, np.maximum(float(config.max_seq_len_limit[0]), prompt + 1))
+    # As Scheduler.rejection_reason_for: too long for the model or for the whole cache.
+    held[(prompt > config.max_model_len) | (np.ceil(prompt / config.block_size) > config.num_gpu_blocks)] = 0.0
+    return held
+
+
+def check_run_memory(trace, config, available_bytes: int | None) -> None:
+    """RequestMemoryError when simulating the whole of ``trace`` under ``config`` (a resolved EngineConfig) and
+    writing its outputs needs more than ``available_bytes``, at the least (its requests, and their output tokens as
+    the limits cut them): a trace of millions of requests (a full public trace) ran for many minutes and was then
+    killed by the kernel's out-of-memory killer, without a word. The message says how many of its first requests
+    might fit. Its longest request is checked first (check_host_memory), naming its row. (A capacity sweep simulates
+    streams resampled from a trace, not the trace: check_host_memory only.)"""
+    check_host_memory(trace, config, available_bytes)
+    requests = trace.requests
+    if available_bytes is None or not requests.height:
+        return
+    output_held = np.maximum(_held_tokens(requests, config) - requests["prompt_tokens"].to_numpy(), 0.0)
+    need_bytes = np.cumsum(_RUN_BYTES_PER_REQUEST + _RUN_BYTES_PER_OUTPUT_TOKEN * output_held)
+    if need_bytes[-1] <= available_bytes:
+        return
+    fit = int(np.searchsorted(need_bytes, available_bytes, side="right"))
+    raise RequestMemoryError(
+        f"{trace.source}: its {len(need_bytes):,} requests and their {int(output_held.sum()):,} output tokens (as the "
+        f"limits cut them) need at least {need_bytes[-1] / 2**30:,.1f} GiB to simulate and write, more than this "
+        f"host's {available_bytes / 2**30:,.1f} GiB available; expected a part of the trace (--limit of at most "
+        f"{max(fit, 1):,} requests) or a host with more memory")
 
 
 class TraceRequests:

@@ -208,12 +208,23 @@ def _read_table(path: Path, source: str) -> pa.Table:
     except PermissionError as exc:
         raise TraceError(f"{source}: cannot read the trace: permission denied") from exc
     except (OSError, pa.ArrowException) as exc:
-        # A public trace given as it was downloaded: say which command makes it a trace.
-        formats = {".csv": "{azure|burstgpt|vidur}", ".jsonl": "mooncake", ".json": "sharegpt"}
-        hint = formats.get(path.suffix.lower())
+        hint = _conversion_hint(path)
         expected = (f"a trace parquet: convert this file first (python -m traces.convert {hint} {source} -o "
                     "TRACE.parquet)" if hint else "a trace written by save_trace")
         raise TraceError(f"{source}: not a readable parquet file ({exc}); expected {expected}") from exc
+
+
+def _conversion_hint(path: Path) -> str | None:
+    """The traces.convert format of a public trace given as it was downloaded, read from its first line as the
+    converters' own errors read it, or None. By the name's suffix alone, the Azure CSV was told "{azure|burstgpt|
+    vidur}", a compressed one (.csv.gz) nothing, and any .json (a run's summary.json, a profile) "sharegpt"."""
+    from traces.formats.guess import guess_format  # the converters' modules, only once a file is refused
+
+    guess = guess_format(path)
+    if guess is not None:
+        return guess[0]
+    # A CSV of no known header may still be one of them, laid out otherwise: name the CSV formats.
+    return "{azure|burstgpt|vidur}" if path.suffix.lower() == ".csv" else None
 
 
 def _block_size_from_metadata(table: pa.Table, source: str) -> int | None:

@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from analysis.capacity.bisection import START_SIGNIFICANT_DIGITS, SearchParams
-from analysis.capacity.cost import ConfigEconomics, assess, load_gpu_costs
+from analysis.capacity.cost import DEFAULT_GPU_COST_PER_HOUR_USD, ConfigEconomics, assess, load_gpu_costs
 from analysis.capacity.executors import default_num_jobs, make_executor
 from analysis.capacity.speculation import workers_per_search
 from analysis.capacity.sweep import (
@@ -198,6 +198,11 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
     if vacuous:
         _fail(parser, f"--slo: {vacuous}")
     library = SessionLibrary.from_trace(trace)
+    if args.think_times == "scale" and library.num_sessions == len(trace):
+        # Every request its own session: no gap between turns to scale, and the sweep ran as with "keep", at exit
+        # 0, its report saying "think times: scale".
+        _fail(parser, f"--think-times scale: {args.trace} has no session of more than one request (a session_id "
+                      "column groups a conversation's turns), so there are no think times to scale; leave it out")
     try:
         # --max-requests left out: the default, raised to --min-requests (a user who asked for more gets them).
         max_requests = (args.max_requests if args.max_requests is not None
@@ -275,10 +280,18 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
     except ValueError as exc:
         _fail(parser, str(exc))
     try:
-        gpu_costs = load_gpu_costs(args.gpu_cost)
+        given_costs = load_gpu_costs(args.gpu_cost, defaults={})  # the prices the option gives, {} without it
     except (ValueError, OSError) as exc:  # a price given inline names the option already
         _fail(parser, str(exc) if str(exc).startswith("--gpu-cost") else f"--gpu-cost: {exc}")
-    missing = sorted({c.gpu for c in configs if c.gpu not in gpu_costs})
+    swept_gpus = sorted({c.gpu for c in configs})
+    if given_costs and not set(given_costs) & set(swept_gpus):
+        # --gpu-cost h100=3 on a sweep of h200 priced it at the illustrative list price, at exit 0: the option did
+        # nothing, and the $/1M tokens read as the price given.
+        _fail(parser, f"--gpu-cost prices {', '.join(sorted(given_costs))}, and the sweep runs on "
+                      f"{', '.join(swept_gpus)} (--gpu): none of its GPUs would get the price given; price "
+                      f"{' and '.join(swept_gpus)}")
+    gpu_costs = {**DEFAULT_GPU_COST_PER_HOUR_USD, **given_costs}
+    missing = sorted(gpu for gpu in swept_gpus if gpu not in gpu_costs)
     if missing:
         _fail(parser, f"--gpu-cost: no price for {', '.join(missing)}")
     families = [family_label(c, varying) for c in configs]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import cli.sim_replay
 import sim.simulator
 import traces.requests
 from cli.sim_replay import main as replay_main
@@ -22,7 +23,8 @@ def test_a_prompt_too_long_to_synthesise_is_one_error_line_and_no_run(tmp_path, 
         raise MemoryError("Unable to allocate 128. GiB for an array with shape (17179869184,) and data type uint64")
 
     monkeypatch.setattr(traces.requests, "tokens_from_row_array", no_memory)
-    monkeypatch.setattr(sim.simulator, "host_memory_available", lambda: None)  # the up-front check cannot tell
+    monkeypatch.setattr(sim.simulator, "host_memory_available", lambda: None)  # the up-front checks cannot tell
+    monkeypatch.setattr(cli.sim_replay, "host_memory_available", lambda: None)
     trace = write_trace(tmp_path / "long.parquet", [10_000_000_000], [2])
     out = tmp_path / "out"
     line = cli_error(replay_main, [str(trace), *LIFTED_LIMITS, "--quiet", "--no-report", "--out", str(out)], capsys)
@@ -62,15 +64,17 @@ def test_replay_names_a_qps_too_small_in_its_own_terms(tmp_path, capsys):
 
 def test_a_request_too_long_to_simulate_in_this_host_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
     """With the limits lifted for a what-if, a row asking for ten billion output tokens ran on for as long as it was
-    let (its token times growing towards 120 GB); it is now refused before the run, naming its row."""
+    let (its token times growing towards 120 GB); it is now refused before the run, naming its row (by sim.replay
+    before its output folder is made, session 46)."""
     monkeypatch.setattr(sim.simulator, "host_memory_available", lambda: 8 * 2**30)
+    monkeypatch.setattr(cli.sim_replay, "host_memory_available", lambda: 8 * 2**30)
     trace = write_trace(tmp_path / "t.parquet", [100, 100], [5, 10_000_000_000])
     out = tmp_path / "out"
     line = cli_error(replay_main, [str(trace), *LIFTED_LIMITS, "--quiet", "--no-report", "--out", str(out)], capsys)
     assert line == (f"error: {trace}: row 1 (request_id 1): its 10,000,000,100 tokens (prompt and output, as the "
                     "limits cut them) need 111.8 GiB to simulate, more than this host's 8.0 GiB available; expected "
                     "requests the limits cut shorter (a smaller --max-model-len or --num-gpu-blocks) or a trace "
-                    f"without them (--limit); nothing written to {out}")
+                    "without them (--limit)")
     assert not out.exists()
 
 
@@ -78,6 +82,7 @@ def test_the_up_front_memory_check_counts_requests_as_the_limits_cut_them(tmp_pa
     """Under the default limits the same row is cut at max_model_len (num_cut) and a prompt longer than it is
     rejected: neither holds more than a few hundred kilobytes, and the run goes ahead."""
     monkeypatch.setattr(sim.simulator, "host_memory_available", lambda: 8 * 2**30)
+    monkeypatch.setattr(cli.sim_replay, "host_memory_available", lambda: 8 * 2**30)
     trace = write_trace(tmp_path / "t.parquet", [100, 100_000_000_000], [10_000_000_000, 2])
     out = tmp_path / "out"
     assert replay_main([str(trace), "--quiet", "--no-report", "--out", str(out)]) in (0, None)

@@ -33,13 +33,15 @@ def test_max_steps_follow_the_memory_available() -> None:
 
 
 def test_sim_replay_says_so_in_one_line_and_writes_nothing(tmp_path: Path, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(sim_replay, "host_memory_available", lambda: 2000 * BYTES_PER_STEP_WRITTEN)
+    # Memory for the 300 requests' rows and tokens (traces.requests.check_run_memory: ~2.6 MB), not for their ~29,500
+    # steps.
+    monkeypatch.setattr(sim_replay, "host_memory_available", lambda: 10_000 * BYTES_PER_STEP_WRITTEN)
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as exit_info:
         sim_replay.main([str(SHAREGPT), "--limit", "300", "--quiet", "--out", str(out)])
     assert exit_info.value.code == 2
     line = capsys.readouterr().err.strip()
     assert "\n" not in line and "Traceback" not in line
-    assert line.startswith("error: the simulation reached ") and "more than the 2,000 steps" in line
+    assert line.startswith("error: the simulation reached ") and "more than the 10,000 steps" in line
     assert line.endswith(f"nothing written to {out}")
     assert not out.exists() and list(tmp_path.iterdir()) == []

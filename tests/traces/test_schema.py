@@ -77,11 +77,16 @@ def test_not_parquet(tmp_path: Path) -> None:
         load_trace(path)
 
 
-@pytest.mark.parametrize(("name", "formats"), [("conv.csv", "{azure|burstgpt|vidur}"), ("m.jsonl", "mooncake"),
-                                              ("sg.json", "sharegpt")])
-def test_a_public_trace_given_as_downloaded_names_the_conversion(tmp_path: Path, name: str, formats: str) -> None:
+@pytest.mark.parametrize(("name", "head", "formats"), [
+    ("conv.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n", "azure"),
+    ("other.csv", "time,prompt,output\n", "{azure|burstgpt|vidur}"),
+    ("m.jsonl", '{"timestamp": 0, "input_length": 9, "output_length": 2, "hash_ids": [0]}\n', "mooncake"),
+    ("sg.json", '[{"id": "a", "conversations": []}]', "sharegpt"),
+])
+def test_a_public_trace_given_as_downloaded_names_the_conversion(tmp_path: Path, name: str, head: str,
+                                                                 formats: str) -> None:
     path = tmp_path / name
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    path.write_text(head)
     expected = f"expected a trace parquet: convert this file first (python -m traces.convert {formats} {path} -o "
     with pytest.raises(TraceError, match=re.escape(expected)):
         load_trace(path)

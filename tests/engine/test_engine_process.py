@@ -78,6 +78,18 @@ def test_a_request_the_engine_rejects_whole_is_not_kept() -> None:
     assert loop.seqs == {} and loop.choices == {}
 
 
+# A server's side of a loaded engine, in a child script: the engine started (spawned, as engine.serve starts it) and
+# ready; `commands` and `received` are the server's ends of its pipes.
+ENGINE_READY = """
+    ctx = multiprocessing.get_context("spawn")
+    receiver, commands = ctx.Pipe(duplex=False)
+    received, messages = ctx.Pipe(duplex=False)
+    engine = ctx.Process(target=run_engine, name="engine",
+                         args=(functools.partial(scripted_llm, ScriptedRunner, {}, {}), receiver, messages))
+    engine.start()
+    assert received.recv()[0] == "ready"
+"""
+
 SIGTERM_WHILE_THE_SERVER_LIVES = """
 import functools, multiprocessing, os, signal, sys, time
 from engine.core.sampling_params import SamplingParams
@@ -86,14 +98,7 @@ from tests.engine.test_server_api import ScriptedRunner, scripted_llm
 if __name__ == "__main__":
     received_sigterm = []
     signal.signal(signal.SIGTERM, lambda signum, frame: received_sigterm.append(signum))
-    ctx = multiprocessing.get_context("spawn")
-    receiver, commands = ctx.Pipe(duplex=False)
-    received, messages = ctx.Pipe(duplex=False)
-    engine = ctx.Process(target=run_engine, name="engine",
-                         args=(functools.partial(scripted_llm, ScriptedRunner, {}, {}), receiver, messages))
-    engine.start()
-    assert received.recv()[0] == "ready"
-    if sys.argv[1] == "group":
+""" + ENGINE_READY + """    if sys.argv[1] == "group":
         os.killpg(os.getpgid(0), signal.SIGTERM)  # what systemd, `timeout` and `kill -- -PGID` send
     else:
         os.kill(engine.pid, signal.SIGTERM)
@@ -139,14 +144,7 @@ import functools, multiprocessing, os
 from engine.server.engine_process import run_engine
 from tests.engine.test_server_api import ScriptedRunner, scripted_llm
 if __name__ == "__main__":
-    ctx = multiprocessing.get_context("spawn")
-    receiver, commands = ctx.Pipe(duplex=False)
-    received, messages = ctx.Pipe(duplex=False)
-    engine = ctx.Process(target=run_engine, name="engine",
-                         args=(functools.partial(scripted_llm, ScriptedRunner, {}, {}), receiver, messages))
-    engine.start()
-    assert received.recv()[0] == "ready"
-    print(engine.pid, flush=True)
+""" + ENGINE_READY + """    print(engine.pid, flush=True)
     os._exit(0)  # the server is gone without stopping its engine: it is sent SIGTERM (parent-death signal)
 """
 

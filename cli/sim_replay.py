@@ -94,14 +94,13 @@ def _write_outputs(result: SimResult, out_dir: Path, trace: Trace, report: bool,
     )
 
 
-def run_bands_with_progress(trace, config: SimConfig, num_replays: int, slos, quiet: bool) -> dict:
-    """The band replays in a local process pool, one per core at most (deterministic whatever the pool)."""
+def run_bands_with_progress(trace, config: SimConfig, num_replays: int, num_jobs: int, slos, quiet: bool) -> dict:
+    """The band replays in a local process pool of ``num_jobs`` (deterministic whatever the pool)."""
     # Imported here: a replay without --bands would pay for the process pool and capacity machinery at start-up.
     from analysis.bands import run_bands
-    from analysis.capacity.executors import default_num_jobs
 
     with progress_bar(quiet, total=num_replays, unit="replay", desc="bands") as progress:
-        return run_bands(trace, config, num_replays, slos=slos, num_jobs=min(num_replays, default_num_jobs()),
+        return run_bands(trace, config, num_replays, slos=slos, num_jobs=num_jobs,
                          on_replay_done=progress.update if progress else None)
 
 
@@ -125,7 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         make_cost_model(config, shape)
         # The whole trace is simulated and its outputs written: a trace too large for the host's memory is refused
         # now, not killed by the kernel after many minutes (a capacity sweep simulates shorter streams of it).
-        check_run_memory(trace, resolved, host_memory_available())
+        # With --bands, the main run is held while its replays run beside it, one per core: as many as fit.
+        band_jobs = 0
+        if num_replays is not None:
+            from analysis.capacity.executors import default_num_jobs  # (the pool's machinery: only with --bands)
+
+            band_jobs = min(num_replays, default_num_jobs())
+        band_jobs = check_run_memory(trace, resolved, host_memory_available(), num_replays=num_replays or 0,
+                                     max_parallel_replays=band_jobs)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {escape_controls(exc)}\n")  # a path's newline too: one line
     out_dir = Path(args.out) if args.out else default_out_dir("sim", Path(args.trace).stem)
@@ -138,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             result.meta.update(qps=args.qps, time_scale=args.time_scale, limit=args.limit, offline=args.offline)
             bands = None
             if num_replays is not None:
-                bands = run_bands_with_progress(trace, config, num_replays, slos, args.quiet)
+                bands = run_bands_with_progress(trace, config, num_replays, band_jobs, slos, args.quiet)
             try:
                 summary = write_outputs(result, stage, trace, report=not args.no_report, slos=slos, bands=bands,
                                         metric_percentiles=metric_percentiles)

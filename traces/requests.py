@@ -79,27 +79,39 @@ def _held_tokens(requests, config) -> np.ndarray:
     return held
 
 
-def check_run_memory(trace, config, available_bytes: int | None) -> None:
+def check_run_memory(trace, config, available_bytes: int | None, *, num_replays: int = 0,
+                     max_parallel_replays: int = 0) -> int:
     """RequestMemoryError when simulating the whole of ``trace`` under ``config`` (a resolved EngineConfig) and
     writing its outputs needs more than ``available_bytes``, at the least (its requests, and their output tokens as
     the limits cut them): a trace of millions of requests (a full public trace) ran for many minutes and was then
     killed by the kernel's out-of-memory killer, without a word. The message says how many of its first requests
     might fit. Its longest request is checked first (check_host_memory), naming its row. (A capacity sweep simulates
-    streams resampled from a trace, not the trace: check_host_memory only.)"""
+    streams resampled from a trace, not the trace: check_host_memory only.)
+
+    With ``num_replays`` band replays (``--bands``), each another whole run beside the main one, which is held until
+    its outputs are written: how many of them can run at once, at most ``max_parallel_replays``; RequestMemoryError
+    when not even one fits beside the main run."""
     check_host_memory(trace, config, available_bytes)
     requests = trace.requests
     if available_bytes is None or not requests.height:
-        return
+        return max_parallel_replays
     output_held = np.maximum(_held_tokens(requests, config) - requests["prompt_tokens"].to_numpy(), 0.0)
     need_bytes = np.cumsum(_RUN_BYTES_PER_REQUEST + _RUN_BYTES_PER_OUTPUT_TOKEN * output_held)
-    if need_bytes[-1] <= available_bytes:
-        return
-    fit = int(np.searchsorted(need_bytes, available_bytes, side="right"))
-    raise RequestMemoryError(
-        f"{trace.source}: its {len(need_bytes):,} requests and their {int(output_held.sum()):,} output tokens (as the "
-        f"limits cut them) need at least {need_bytes[-1] / 2**30:,.1f} GiB to simulate and write, more than this "
-        f"host's {available_bytes / 2**30:,.1f} GiB available; expected a part of the trace (--limit of at most "
-        f"{max(fit, 1):,} requests) or a host with more memory")
+    run_bytes = float(need_bytes[-1])
+    if run_bytes > available_bytes:
+        fit = int(np.searchsorted(need_bytes, available_bytes, side="right"))
+        raise RequestMemoryError(
+            f"{trace.source}: its {len(need_bytes):,} requests and their {int(output_held.sum()):,} output tokens (as "
+            f"the limits cut them) need at least {run_bytes / 2**30:,.1f} GiB to simulate and write, more than this "
+            f"host's {available_bytes / 2**30:,.1f} GiB available; expected a part of the trace (--limit of at most "
+            f"{max(fit, 1):,} requests) or a host with more memory")
+    beside = int(available_bytes // run_bytes) - 1  # whole runs that fit beside the main one
+    if num_replays and beside < 1:
+        raise RequestMemoryError(
+            f"--bands {num_replays}: {trace.source} needs at least {run_bytes / 2**30:,.1f} GiB a run, and this host's "
+            f"{available_bytes / 2**30:,.1f} GiB available hold the main run alone, while each band replay is another "
+            "whole run beside it; expected fewer requests (--limit) or no --bands")
+    return min(max_parallel_replays, beside)
 
 
 class TraceRequests:

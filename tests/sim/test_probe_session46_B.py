@@ -104,3 +104,38 @@ def test_sim_replay_refuses_a_trace_too_large_before_making_its_folder(tmp_path:
                     "more memory")
     assert need_gib == pytest.approx(40.9, abs=0.05) and fit == 1_954_923
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["big.parquet"]
+
+
+# --bands: the main run is held until its outputs are written while band replays, each another whole run, run beside
+# it; the pool had one per core whatever the memory.
+
+def test_band_replays_run_beside_the_main_run_as_many_as_fit(tmp_path: Path) -> None:
+    trace = load_trace(write_trace(tmp_path / "t.parquet", [10, 10, 10], [100, 200, 300]))
+    run = 3 * PER_REQUEST + 600 * PER_TOKEN  # 16,500 bytes
+    assert check_run_memory(trace, _resolved(), 3 * run, num_replays=20, max_parallel_replays=8) == 2
+    assert check_run_memory(trace, _resolved(), 100 * run, num_replays=20, max_parallel_replays=8) == 8
+    assert check_run_memory(trace, _resolved(), None, num_replays=20, max_parallel_replays=8) == 8
+    assert check_run_memory(trace, _resolved(), run) == 0  # no --bands: the main run alone fits
+    with pytest.raises(RequestMemoryError) as error:
+        check_run_memory(trace, _resolved(), 2 * run - 1, num_replays=20, max_parallel_replays=8)
+    assert str(error.value) == (
+        f"--bands 20: {trace.source} needs at least 0.0 GiB a run, and this host's 0.0 GiB available hold the main run "
+        "alone, while each band replay is another whole run beside it; expected fewer requests (--limit) or no "
+        "--bands")
+
+
+def test_sim_replay_sizes_the_band_pool_by_memory(tmp_path: Path, capsys, monkeypatch) -> None:
+    path = write_trace(tmp_path / "t.parquet", [10, 10, 10], [100, 200, 300])
+    run = 3 * PER_REQUEST + 600 * PER_TOKEN
+    jobs = []
+    monkeypatch.setattr(cli.sim_replay, "run_bands_with_progress",
+                        lambda trace, config, num_replays, num_jobs, slos, quiet: jobs.append(num_jobs) or None)
+    monkeypatch.setattr("analysis.capacity.executors.default_num_jobs", lambda: 8)
+    monkeypatch.setattr(cli.sim_replay, "max_steps_to_write", lambda available_bytes: None)  # (steps: not at issue)
+    monkeypatch.setattr(cli.sim_replay, "host_memory_available", lambda: 3 * run)
+    assert sim_replay([str(path), "--bands", "20", "--out", str(tmp_path / "a"), "--quiet", "--no-report"]) == 0
+    assert jobs == [2]  # two replays beside the main run, not eight
+    monkeypatch.setattr(cli.sim_replay, "host_memory_available", lambda: 2 * run - 1)
+    line = cli_error(sim_replay, [str(path), "--bands", "20", "--out", str(tmp_path / "b")], capsys)
+    assert line.startswith("error: --bands 20: ") and line.endswith("expected fewer requests (--limit) or no --bands")
+    assert not (tmp_path / "b").exists()

@@ -57,7 +57,12 @@ def check_host_memory(trace, config, available_bytes: int | None) -> None:
     requests = trace.requests
     if available_bytes is None or not requests.height:
         return
-    held = _held_tokens(requests, config)
+    _refuse_the_longest(trace, _held_tokens(requests, config), available_bytes)
+
+
+def _refuse_the_longest(trace, held: np.ndarray, available_bytes: int) -> None:
+    """check_host_memory's refusal, from the tokens each row holds (``_held_tokens``)."""
+    requests = trace.requests
     row = int(np.argmax(held))
     need_bytes = held[row] * _BYTES_PER_TOKEN
     if need_bytes > available_bytes:
@@ -91,11 +96,12 @@ def check_run_memory(trace, config, available_bytes: int | None, *, num_replays:
     With ``num_replays`` band replays (``--bands``), each another whole run beside the main one, which is held until
     its outputs are written: how many of them can run at once, at most ``max_parallel_replays``; RequestMemoryError
     when not even one fits beside the main run."""
-    check_host_memory(trace, config, available_bytes)
     requests = trace.requests
     if available_bytes is None or not requests.height:
         return max_parallel_replays
-    output_held = np.maximum(_held_tokens(requests, config) - requests["prompt_tokens"].to_numpy(), 0.0)
+    held = _held_tokens(requests, config)
+    _refuse_the_longest(trace, held, available_bytes)  # as check_host_memory: the row named first
+    output_held = np.maximum(held - requests["prompt_tokens"].to_numpy(), 0.0)
     need_bytes = np.cumsum(_RUN_BYTES_PER_REQUEST + _RUN_BYTES_PER_OUTPUT_TOKEN * output_held)
     run_bytes = float(need_bytes[-1])
     if run_bytes > available_bytes:

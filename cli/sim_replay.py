@@ -6,6 +6,7 @@ Writes requests.parquet, steps.parquet, summary.json and report.html to --out an
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,10 @@ from cli.replay_args import (
     add_config_groups,
     add_output_arguments,
     add_trace_arguments,
-    load_trace_for_replay,
+    arrivals_as_asked,
+    far_first_arrival_note,
+    from_a_far_first_arrival,
+    limited_trace,
     metric_percentiles_from_args,
     slos_from_args,
 )
@@ -104,13 +108,24 @@ def run_bands_with_progress(trace, config: SimConfig, num_replays: int, num_jobs
                          on_replay_done=progress.update if progress else None)
 
 
+def trace_to_simulate(args: argparse.Namespace) -> tuple[Trace, float | None]:
+    """The trace with --limit, --qps, --time-scale or --offline applied, its arrivals counted from its first where
+    that one is far from 0 s (from_a_far_first_arrival), and the time it arrived at then (None otherwise)."""
+    trace, shifted_s = limited_trace(args), None
+    if not args.offline:  # (which sets every arrival to 0 s)
+        # Before --qps or --time-scale rescale the gaps: rescaled on the far clock, each arrival would be rounded to
+        # its coarse digits again.
+        trace, shifted_s = from_a_far_first_arrival(trace)
+    return arrivals_as_asked(trace, args), shifted_s
+
+
 @exit_130_on_interrupt()
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
-        trace = load_trace_for_replay(args)
+        trace, shifted_s = trace_to_simulate(args)
         slos = slos_from_args(args)
         metric_percentiles = metric_percentiles_from_args(args)
         num_replays = None
@@ -134,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                                      max_parallel_replays=band_jobs)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"error: {escape_controls(exc)}\n")  # a path's newline too: one line
+    if shifted_s is not None:
+        print(escape_controls(far_first_arrival_note(args.trace, shifted_s)), file=sys.stderr)
     out_dir = Path(args.out) if args.out else default_out_dir("sim", Path(args.trace).stem)
     try:
         # Made now, so a bad --out fails at once; never over an input.
@@ -142,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = simulate(trace, config, on_request_done=progress.update if progress else None,
                                   max_steps=max_steps_to_write(host_memory_available()))
             result.meta.update(qps=args.qps, time_scale=args.time_scale, limit=args.limit, offline=args.offline)
+            if shifted_s is not None:  # the run's times are the trace's less this (only then: other runs unchanged)
+                result.meta.update(arrivals_counted_from_s=shifted_s)
             bands = None
             if num_replays is not None:
                 bands = run_bands_with_progress(trace, config, num_replays, band_jobs, slos, args.quiet)

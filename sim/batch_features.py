@@ -64,8 +64,9 @@ def read_steps(run_dir: Path, periods: bool = False) -> list[tuple[dict, float, 
     import pyarrow as pa
 
     path = Path(run_dir) / "steps.parquet"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no steps.parquet (expected an engine.replay output folder)")
+    if not path.is_file():  # a folder of that name was "no steps.parquet" too, which sent the user looking for none
+        what = "is not a regular file" if path.exists() else "no steps.parquet"
+        raise FileNotFoundError(f"{path}: {what} (expected an engine.replay output folder)")
     try:
         table = read_parquet_table(path)
     except (OSError, pa.ArrowException) as exc:

@@ -212,6 +212,16 @@ def _stdout_lost() -> OSError | None:
     return stream.lost
 
 
+def _exit_2_if_stdout_lost(status: object) -> None:
+    """Once main has returned ``status``: a stdout whose writes failed (other than for a gone reader) turns a success
+    into one line and status 2, since what the command printed there is incomplete."""
+    lost = _stdout_lost()
+    if lost is not None and status in (None, 0):
+        print(f"error: cannot write to standard output ({lost.strerror or lost}); what the command printed there "
+              "is incomplete", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
 def _end_guard(was: tuple) -> None:
     """Flush what main printed through the guard (a reader gone then is no error at exit, which Python reports with
     status 120), then put the streams back."""
@@ -273,13 +283,19 @@ def one_line_script_errors(main: Callable) -> Callable:
     --shared, --results) was an OSError traceback at the first Path.exists() or is_file() that met it, status 1; it
     is one line and status 2, as in the commands. Ctrl-C was a KeyboardInterrupt traceback through whatever the
     script was running (a bisection's simulation, a GPU run), status -2; it is one line and status 130. The scripts
-    write their files at their end, each renamed into place whole where it is a result."""
+    write their files at their end, each renamed into place whole where it is a result. Their stdout and stderr are
+    guarded as the commands' are (``_ReaderGoneSafe``): ``python validation/step_errors.py RUN | head`` was a
+    BrokenPipeError traceback and status 1 once head had its lines, before the files a script writes after its table
+    (--json); a stdout that cannot be written at all (``>/dev/full``) is one line and status 2 after the work."""
 
     @functools.wraps(main)
     def wrapped(*args, **kwargs):
         previous = _take_sigint()
+        streams = _guard_against_a_gone_reader()
         try:
-            return main(*args, **kwargs)
+            status = main(*args, **kwargs)
+            _exit_2_if_stdout_lost(status)
+            return status
         except KeyboardInterrupt:
             print(EACH_FILE_WHOLE, file=sys.stderr)
             raise SystemExit(EXIT_INTERRUPTED) from None
@@ -289,6 +305,7 @@ def one_line_script_errors(main: Callable) -> Callable:
             _exit_on_long_name(exc)
         finally:
             _give_back_sigint(previous)
+            _end_guard(streams)
 
     return wrapped
 
@@ -312,11 +329,7 @@ def exit_130_on_interrupt(message: str = NOTHING_WRITTEN) -> Callable:
             streams = _guard_against_a_gone_reader()
             try:
                 status = main(*args, **kwargs)
-                lost = _stdout_lost()
-                if lost is not None and status in (None, 0):
-                    print(f"error: cannot write to standard output ({lost.strerror or lost}); what the command "
-                          "printed there is incomplete", file=sys.stderr)
-                    raise SystemExit(EXIT_BAD_INPUT)
+                _exit_2_if_stdout_lost(status)
                 return status
             except KeyboardInterrupt as exc:
                 interrupted = True

@@ -79,6 +79,24 @@ def _terminated_while_loading(signum, frame) -> None:
     raise _Terminated
 
 
+class _SignalsBeforeServing:
+    """The handler of Ctrl-C and SIGTERM from the model's load until uvicorn takes them over (the app is built, the
+    event loop starts). There a Ctrl-C was a KeyboardInterrupt traceback (exit -2), and a SIGTERM killed the server
+    at once (its default action, exit -15), the engine process left to Linux's parent-death signal, which logged an
+    EOFError traceback. A signal before the server exists is kept (``signum``: the server then does not start); once
+    it exists, the signal is the server's, as one while it serves: it starts, drains nothing and shuts down."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.server = None  # engine.server.signals.Server, once built
+
+    def __call__(self, signum: int, frame) -> None:
+        if self.server is not None:
+            self.server.on_signal(signum, frame)
+        elif self.signum is None:
+            self.signum = signum
+
+
 def _bind(host: str, port: int) -> socket.socket:
     given = host
     if host.startswith("[") and host.endswith("]"):  # an IPv6 address as URLs write it (and the server prints it)
@@ -174,10 +192,13 @@ def _serve(argv: list[str] | None) -> int:
     try:  # whatever happens once the engine process exists, it is stopped: it is not a daemon, exit would wait on it
         # SIGTERM while the model loads (minutes for a large one; what systemd, Kubernetes and `timeout` send) killed
         # the server without a word, and its engine process only through Linux's parent-death signal: as Ctrl-C
+        before_serving = _SignalsBeforeServing()
         previous_sigterm = signal.signal(signal.SIGTERM, _terminated_while_loading)
         try:
             info = engine.start()
             tokenizer = load_tokenizer(Path(info.model_dir))
+            for sig in (signal.SIGINT, signal.SIGTERM):  # loaded: until uvicorn's handlers, a signal is kept
+                signal.signal(sig, before_serving)
         except (RuntimeError, ValueError, OSError) as exc:
             line = out_of_memory_line(options.model, exc) or f"--model {options.model}: {exc}"
             parser.exit(2, f"error: {line}\n")
@@ -209,6 +230,12 @@ def _serve(argv: list[str] | None) -> int:
 
         if not args.keep_alive_on_engine_death:
             engine.on_engine_death = shut_down_on_engine_death
+
+        before_serving.server = server  # from here a signal is the server's (it may come before uvicorn's handlers)
+        if before_serving.signum is not None:  # as a signal while the model loads: one line, exit 130 or 143
+            terminated = before_serving.signum == signal.SIGTERM
+            print(f"{'terminated' if terminated else 'interrupted'} before the server started", file=sys.stderr)
+            return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
         async def serve() -> None:
             task = asyncio.ensure_future(server.serve(sockets=[sock]))

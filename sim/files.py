@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traces.files import is_link_loop, long_name_problem, open_parquet, staging_path
+from traces.files import is_link_loop, long_name_problem, open_parquet, remove_stale_staging, staging_path
 
 if TYPE_CHECKING:
     import polars as pl
@@ -38,6 +38,9 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         raise IsADirectoryError(21, "is a directory; expected a file path", str(path))
     if path.exists() and not path.is_file():  # a device or FIFO: the rename would replace the node itself
         raise OSError(17, "exists and is not a regular file; expected a file path", str(path))
+    # A writer killed by SIGKILL (the out-of-memory killer, `timeout -s KILL`) left its hidden staging file behind, a
+    # whole report's or profile's worth, for ever: folders' writers swept theirs, this one did not.
+    remove_stale_staging(path)
     partial = staging_path(path, "partial")
     try:
         partial.write_bytes(data)

@@ -30,6 +30,7 @@ class IncrementalDetokenizer:
         # Text that could still be the start of a stop string is held back until it cannot.
         self._hold = max((len(s) for s in self.stop), default=1) - 1
         self._num_released = 0  # characters of self.text already released to the client
+        self._num_searched = 0  # characters of self.text already searched for the stop strings
         self.stopped = False
         self.stop_string: str | None = None  # the stop string that ended the text (vLLM's stop_reason)
         self.min_tokens = min_tokens
@@ -94,11 +95,15 @@ class IncrementalDetokenizer:
 
     def _release(self, final: bool) -> str:
         if self.stop:
-            start = max(self._num_released - self._hold, 0)
-            unstoppable = self._num_unstoppable_chars
+            # A match not found before ends in the text added since, and one must end past the text of the tokens that
+            # may not stop it: each string is looked for from there less its own length. Every string was looked for
+            # from the released text less the longest one, which one stop string of 100,000 characters put at the
+            # start: 64 strings rescanned the whole answer at each token, 53 s of the server's event loop for one
+            # request of 40,000 tokens (2 s without the long string).
+            searched = max(self._num_searched, self._num_unstoppable_chars)
+            self._num_searched = len(self.text)
             # (position, order in the request): the earliest match ends the text; of two there, the first listed.
-            # A match must end past the text of the tokens that may not stop it.
-            found = [(i, k) for k, i in enumerate(self.text.find(s, max(start, unstoppable - len(s) + 1))
+            found = [(i, k) for k, i in enumerate(self.text.find(s, max(searched - len(s) + 1, 0))
                                                   for s in self.stop) if i >= 0]
             if found:
                 position, k = min(found)

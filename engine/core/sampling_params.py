@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 # Below this temperature sampling is greedy, as in vLLM: logits / 1e-40 overflow float32 to inf, and the draw
@@ -12,6 +13,10 @@ GREEDY_BELOW_TEMPERATURE = 1e-5
 # a uniform draw that ignores top_k and top_p.
 MAX_TEMPERATURE = 3.4e38
 _NO_STOP_IDS: frozenset[int] = frozenset()
+# Each of a prompt's n samples is a request of its own, built and queued before the first step (~40 us each on the
+# CPU): n=10**12 was taken, and generate() built requests until memory ran out. The server refuses more than its
+# queue holds (--max-waiting-requests, 4,096 by default) before this bound is reached.
+MAX_N = 65_536
 
 
 # Exact float/int first: the ABC checks behind them (numpy scalars) cost ~30k instructions per request in the
@@ -23,6 +28,12 @@ def _is_real(value: object) -> bool:
 
 def _is_int(value: object) -> bool:
     return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
+
+
+def _is_bool(value: object) -> bool:
+    """A Python bool or a numpy one (np.True_, a mask's element), which is no bool subclass: ignore_eos=np.True_ was
+    refused as "must be True or False, got np.True_"."""
+    return type(value) is bool or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +80,12 @@ class SamplingParams:
             object.__setattr__(self, "seed", None)
         if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed < 2**64):
             raise ValueError(f"SamplingParams.seed must be an integer in [0, 2**64), got {self.seed!r}")
-        if not isinstance(self.ignore_eos, bool):
+        if not _is_bool(self.ignore_eos):
             raise ValueError(f"SamplingParams.ignore_eos must be True or False, got {self.ignore_eos!r}")
-        if not (_is_int(self.n) and self.n >= 1):
-            raise ValueError(f"SamplingParams.n must be an int >= 1, got {self.n!r}")
-        if not isinstance(self.include_stop_str_in_output, bool):
+        if not (_is_int(self.n) and 1 <= self.n <= MAX_N):
+            raise ValueError(f"SamplingParams.n must be an int from 1 to {MAX_N} (each sample is a request of its "
+                             f"own), got {self.n!r}")
+        if not _is_bool(self.include_stop_str_in_output):
             raise ValueError(f"SamplingParams.include_stop_str_in_output must be True or False, got "
                              f"{self.include_stop_str_in_output!r}")
         self._as_python_numbers()
@@ -89,6 +101,9 @@ class SamplingParams:
             value = getattr(self, name)
             if type(value) is not int and type(value) is not float and value is not None:
                 object.__setattr__(self, name, kind(value))
+        for name in ("ignore_eos", "include_stop_str_in_output"):  # np.True_ as True: its JSON and identity are bool's
+            if type(getattr(self, name)) is not bool:
+                object.__setattr__(self, name, bool(getattr(self, name)))
 
     def _set_stop_token_ids(self) -> None:
         """Kept as a frozenset: each generated token is looked up in it, and a request's 100,000 ids in a tuple cost
@@ -102,7 +117,8 @@ class SamplingParams:
         if ids is None or (type(ids) is tuple and not ids):
             object.__setattr__(self, "stop_token_ids", _NO_STOP_IDS)
             return
-        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        # A dict iterates its keys: {5: "eos"} stopped on 5 and {"5": ...} was refused as the string '5' in it
+        if isinstance(ids, (str, bytes, Mapping)) or not hasattr(ids, "__iter__"):
             raise ValueError(f"SamplingParams.stop_token_ids must be a sequence of ints, got {ids!r}")
         try:
             ids = tuple(ids)
@@ -124,7 +140,7 @@ class SamplingParams:
             return
         if isinstance(stop, str):
             stop = (stop,)
-        elif isinstance(stop, bytes) or not hasattr(stop, "__iter__"):
+        elif isinstance(stop, (bytes, Mapping)) or not hasattr(stop, "__iter__"):  # (a dict: its keys, silently)
             raise ValueError(f"SamplingParams.stop must be a string or a list of strings, got {stop!r}")
         try:
             stop = tuple(stop)

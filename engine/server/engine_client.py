@@ -140,7 +140,9 @@ class EngineClient:
         threading.Thread(target=self._read, name="engine-reader", daemon=True).start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        if self._process is None:
+        # (no pid: its start failed, fork's EAGAIN at a process limit or ENOMEM; joining it was an AssertionError
+        # traceback, "can only join a started process", after the one-line error)
+        if self._process is None or self._process.pid is None:
             return
         self._stopping = True
         try:

@@ -41,14 +41,14 @@ class Server(uvicorn.Server):
         if threading.current_thread() is not threading.main_thread():  # signals reach only the main thread
             yield
             return
-        originals = {sig: signal.signal(sig, self._on_signal) for sig in HANDLED_SIGNALS}
+        originals = {sig: signal.signal(sig, self.on_signal) for sig in HANDLED_SIGNALS}
         try:
             yield
         finally:
             for sig, handler in originals.items():
                 signal.signal(sig, handler)
 
-    def _on_signal(self, signum: int, frame) -> None:
+    def on_signal(self, signum: int, frame) -> None:
         if self.should_exit and signum == signal.SIGINT:
             self.force_exit = True  # the second Ctrl-C: requests still open are ended now, not after the grace period
         else:

@@ -110,8 +110,8 @@ def test_stream_ends_a_sample_at_its_stop_string_and_names_each_sample(llm):
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"n": 0}, "SamplingParams.n must be an int >= 1, got 0"),
-    ({"n": 2.0}, "SamplingParams.n must be an int >= 1, got 2.0"),
+    ({"n": 0}, r"SamplingParams.n must be an int from 1 to 65536 \(each sample is a request of its own\), got 0"),
+    ({"n": 2.0}, r"SamplingParams.n must be an int from 1 to 65536 \(each sample is a request of its own\), got 2.0"),
     ({"stop": ["a", ""]}, "SamplingParams.stop must hold non-empty strings, got '' in it"),
     ({"stop": 5}, "SamplingParams.stop must be a string or a list of strings, got 5"),
     ({"stop": "a\ud800"}, r"SamplingParams.stop holds an unpaired surrogate \(U\+D800\); expected Unicode text"),

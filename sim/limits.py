@@ -19,6 +19,10 @@ naming the limit and the run's figure, and the two figures. Warnings describe th
   measured cost of that sampling (a profile measured before sim.profile timed sampled steps, or the roofline
   estimate): steps are priced as greedy ones, short by what the sampler adds. ``sampling_below_greedy``: it has,
   but some sampled points measured faster than greedy steps of their size (priced with no sampling cost there).
+- ``unpriced_decode_skew``: decode steps of a few rows (4 up to the smallest batch the profile measured one long
+  context among short ones at) whose longest context exceeds their mean by ``SKEW_EXCESS_TOKENS`` or more, which the
+  profile prices as free (long-context traffic: Mooncake's). GPU runs measured such steps longer than priced, so the
+  run's TPOT and E2E lean optimistic.
 - ``images_not_simulated``: requests of the trace carry images (``num_images``, kept from the Azure 2025 multimodal
   trace), which the simulated model, text only, never sees: their prefills are priced without encoding them.
 """
@@ -258,6 +262,44 @@ def grid_warnings(steps: pl.DataFrame, grid: GridRange, max_graph_bs: int) -> li
     return out
 
 
+# unpriced_decode_skew: the decode batches it speaks of, and how far their longest context must exceed the mean. On
+# the H200 (qwen3-0.6b, the thirty-fifth session's three Mooncake runs, validation/results/h100-session36-2026-12-06/
+# skew-tried/) repeating decode steps of 8-15 rows read 1.005 of their real time at 5-12k tokens of excess, 0.925 at
+# 10-25k and 0.89 beyond 20k (4-7 rows 0.93 beyond 20k; 1-3 rows were priced long, 1.04-1.10); on an H100, 0.93-0.95
+# at the largest excess. Pricing that excess from twin grid points over-priced serving's batches, which hold several
+# long contexts (tried and not shipped, same folder): the simulator says so instead.
+SKEW_MIN_ROWS = 4
+SKEW_EXCESS_TOKENS = 10_000
+SKEW_MIN_SHARE = 0.01  # of the run's steps: a handful of such steps moves no latency figure
+
+
+def skew_warning(steps: pl.DataFrame, profile: dict, max_graph_bs: int) -> list[dict]:
+    """``unpriced_decode_skew`` when at least SKEW_MIN_SHARE of the run's steps decode SKEW_MIN_ROWS rows or more,
+    fewer than the profile prices the excess of a long context for (its fit's ``skew_min_batch_size``; every graph
+    batch where it prices none), their longest context SKEW_EXCESS_TOKENS or more above their mean."""
+    decode = ((profile.get("fit") or {}).get("graph_decode")) or {}
+    priced_from = int(decode.get("skew_min_batch_size", 0)) if decode.get("per_excess_context_token_s") else \
+        max_graph_bs + 1
+    if steps.height == 0 or "max_decode_context_tokens" not in steps.columns or priced_from <= SKEW_MIN_ROWS:
+        return []
+    rows = pl.col("num_decode_seqs")
+    excess = pl.col("max_decode_context_tokens") - pl.col("decode_context_tokens") / pl.max_horizontal(rows, 1)
+    skewed = steps.select(rows, excess.alias("excess"), pl.col("num_prefill_tokens")).filter(
+        (pl.col("num_prefill_tokens") == 0) & (rows >= SKEW_MIN_ROWS) & (rows < priced_from)
+        & (pl.col("excess") >= SKEW_EXCESS_TOKENS))
+    share = skewed.height / steps.height
+    if share < SKEW_MIN_SHARE:
+        return []
+    largest = int(skewed["excess"].max())
+    priced = f"only from {priced_from} rows" if priced_from <= max_graph_bs else "in no decode batch"
+    return [warning(
+        "unpriced_decode_skew",
+        f"{skewed.height:,} of {steps.height:,} steps ({share:.1%}) decode {SKEW_MIN_ROWS}-{priced_from - 1} rows "
+        f"whose longest context exceeds their mean by {SKEW_EXCESS_TOKENS:,} tokens or more (up to {largest:,}): the "
+        f"profile prices that excess {priced}; on GPU runs of long-context traffic such steps took 5-11 % longer "
+        "than priced, so TPOT and E2E lean optimistic", largest, SKEW_EXCESS_TOKENS)]
+
+
 def _trend(t_s: np.ndarray, values: np.ndarray) -> float:
     """The least-squares slope of ``values`` over ``t_s`` (per second), from centred sums: np.polyfit's
     Vandermonde matrix and SVD held several copies of a long step log's window (65 MB on the Azure trace)."""
@@ -344,8 +386,8 @@ def memory_warning(config: SimConfig, model: ModelShape) -> list[dict]:
                     f"{config.block_size} tokens): a what-if no real engine could run", asked, holds)]
 
 
-# The step columns ``run_warnings`` reads: the batches ``grid_warnings`` sizes up (max_decode_context_tokens where
-# the log has it) and the queues ``saturation_warning`` follows.
+# The step columns ``run_warnings`` reads: the batches ``grid_warnings`` and ``skew_warning`` size up
+# (max_decode_context_tokens where the log has it) and the queues ``saturation_warning`` follows.
 WARNING_STEP_INPUTS: tuple[str, ...] = (
     "num_prefill_tokens", "num_decode_seqs", "num_batched_tokens", "num_seqs", "prefill_context_tokens",
     "max_decode_context_tokens", "decode_context_tokens", "replica", "start_s", "num_waiting",
@@ -381,6 +423,7 @@ def run_warnings(config: SimConfig, model: ModelShape, trace_requests: pl.DataFr
     if profile is not None and profile.get("points"):
         max_graph_bs = max((profile.get("engine_options") or {}).get("cuda_graph_sizes") or [0])
         out += grid_warnings(steps, grid_range(profile), max_graph_bs)
+        out += skew_warning(steps, profile, max_graph_bs)
     return out + saturation_warning(steps, arrivals_s, replicas)
 
 

@@ -14,7 +14,7 @@ from cli.sim_replay import main as replay_main
 from sim.config import SimConfig
 from sim.cost_model import num_kv_blocks_for
 from sim.hardware import get_gpu
-from sim.limits import grid_range, saturation_warning
+from sim.limits import grid_range, saturation_warning, skew_warning
 from sim.profiled_cost_model import fit_profile, profile_path, write_profile
 from tests.sim.helpers import SHAREGPT, write_trace
 
@@ -153,3 +153,51 @@ def test_saturation_rule_on_crafted_queues() -> None:
     assert saturation_warning(_steps(t, [i // 12 for i in range(100)]), arrivals) == []
     assert saturation_warning(_steps(t, [max(0, 50 - i) for i in range(100)]), arrivals) == []
     assert saturation_warning(_steps([0.0] * 10, list(range(10))), np.zeros(10)) == []
+
+
+def _skew_steps(steps: list[tuple[int, int, int]]) -> pl.DataFrame:
+    """A step log of (prefill tokens, decode rows, longest context) rows, every other row's context 1,000."""
+    frame = [(prefill, rows, (rows - 1) * 1000 + longest, longest) for prefill, rows, longest in steps]
+    return pl.DataFrame(frame, schema=["num_prefill_tokens", "num_decode_seqs", "decode_context_tokens",
+                                       "max_decode_context_tokens"], orient="row")
+
+
+def test_long_context_skew_in_small_decode_batches_is_named(tmp_path: Path) -> None:
+    """One 20,000-token prompt among seven of 500, offline: 39 decode steps of 8 rows whose longest context exceeds
+    their mean by ~17,000 tokens, which the H200 profile prices only from 32 rows (its smallest skewed batch)."""
+    trace = write_trace(tmp_path / "t.parquet", [20000] + [500] * 7, [40] * 8)
+    summary = _run(tmp_path, trace, "--offline")
+    assert [w for w in summary["warnings"] if w["code"] == "unpriced_decode_skew"] == [
+        {"code": "unpriced_decode_skew",
+         "message": "39 of 42 steps (92.9%) decode 4-31 rows whose longest context exceeds their mean by 10,000 "
+                    "tokens or more (up to 17,062): the profile prices that excess only from 32 rows; on GPU runs of "
+                    "long-context traffic such steps took 5-11 % longer than priced, so TPOT and E2E lean optimistic",
+         "value": 17062, "limit": 10000}]  # 20,001 - 23,508 / 8 in the first decode step
+    # Three rows (priced long on the GPU runs), or a long context 7,500 above the mean: no warning.
+    for name, prompts in (("three", [20000] + [500] * 2), ("shorter", [9000] + [500] * 7)):
+        trace = write_trace(tmp_path / f"{name}.parquet", prompts, [40] * len(prompts))
+        codes = [w["code"] for w in _run(tmp_path, trace, "--offline", name=name)["warnings"]]
+        assert "unpriced_decode_skew" not in codes
+
+
+def test_skew_rule_on_crafted_steps() -> None:
+    profile = json.loads(PROFILE.read_text())
+    decode = profile["fit"]["graph_decode"]
+    assert decode["skew_min_batch_size"] == 32 and decode["per_excess_context_token_s"] > 0
+    quiet = [(0, 40, 1000)] * 196  # 200 steps: 2 skewed ones are 1 %, the least that counts
+    # Excesses: 8 rows, longest 14,000: 14,000 - 21,000 / 8 = 11,375; 31 rows, longest 11,334: 10,000.6; 32 rows are
+    # priced; a step with a prefill is eager.
+    steps = _skew_steps(quiet + [(0, 8, 14_000), (0, 31, 11_334), (0, 32, 30_000), (100, 8, 30_000)])
+    (only,) = skew_warning(steps, profile, 256)
+    assert (only["value"], only["limit"]) == (11_375, 10_000) and only["message"].startswith(
+        "2 of 200 steps (1.0%) decode 4-31 rows whose longest context exceeds their mean by 10,000 tokens or more "
+        "(up to 11,375): the profile prices that excess only from 32 rows;")
+    # One skewed step of 200 (0.5 %); an excess just short of 10,000 (31 rows, longest 11,333: 9,999.7); 3 rows: none.
+    assert skew_warning(_skew_steps(quiet + [(0, 8, 14_000)] + [(0, 40, 1000)] * 3), profile, 256) == []
+    assert skew_warning(_skew_steps(quiet + [(0, 8, 14_000), (0, 31, 11_333), (0, 3, 40_000), (0, 40, 1000)]),
+                        profile, 256) == []
+    # A profile that prices the excess from 4 rows says nothing; one that prices none names every graph batch.
+    assert skew_warning(steps, {"fit": {"graph_decode": dict(decode, skew_min_batch_size=4)}}, 256) == []
+    (none_priced,) = skew_warning(steps, {"fit": {"graph_decode": dict(decode, per_excess_context_token_s=0.0)}}, 256)
+    assert none_priced["message"].startswith("3 of 200 steps (1.5%) decode 4-256 rows") and \
+        "the profile prices that excess in no decode batch;" in none_priced["message"]

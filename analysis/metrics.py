@@ -36,6 +36,7 @@ from analysis.schema import (
 from analysis.slo import SLO, statistic_of
 from analysis.stats import MS_PER_S, latency_stats, round_sig, scaled_stats
 from analysis.vllm_metrics import DEFAULT_METRIC_PERCENTILES, vllm_flat_metrics
+from sim.run_kind import CLIENT_TIMING  # re-exported: traces.bench and analysis.vllm_import write it
 
 # Per-request latency columns (s) that `add_latency_columns` adds; ITL has none (it pools gaps).
 LATENCY_COLUMNS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
@@ -223,10 +224,6 @@ def _kv_usage(steps: pl.DataFrame) -> tuple[float | None, float | None]:
     return peak, mean
 
 
-# In the cost_model of a run measured from outside the engine (traces.bench, analysis.vllm_import).
-CLIENT_TIMING = "client-side timing"
-
-
 def is_timed_by_client(meta: dict) -> bool:
     """Whether a run's summary meta says it was measured from outside the engine: it has no step log however its
     requests ended (its tables alone cannot say so when no request got a token)."""
@@ -286,7 +283,8 @@ def summarize(
 
     Latencies are in ms as {p50, p90, p99, mean}; statistics with no data are
     None. With `slos`, `goodput` (req/s, also under vLLM's name `request_goodput`; None where the run did not
-    record a metric they limit, `goodput_rps`) and the limits used (`slos_ms`) are added. `duration_s` replaces
+    record a metric they limit, `goodput_rps`, or where no time passed, as the throughputs) and the limits used
+    (`slos_ms`) are added. `duration_s` replaces
     the makespan where the run recorded its own duration but not its arrival times (an imported `vllm bench serve`
     result). `itl_s`: `itl_values` of the finished requests, where the caller has them already (a report draws
     them too); `sorted_itl_s`: their finite values sorted, where the caller sorted them (a report's CDF does): the
@@ -353,7 +351,9 @@ def summarize(
         summary["request_goodput"] = None  # as vLLM writes it without SLOs
     if slos is not None:
         slos = tuple(slos)
-        summary["goodput"] = round_sig(goodput_rps(frame, slos, duration_s))
+        # A rate over no time is none, as request_throughput's: a run of one rejected request read "request
+        # throughput -" and "goodput 0.000 req/s", a measured rate the run never had.
+        summary["goodput"] = round_sig(goodput_rps(frame, slos, duration_s)) if duration_s > 0 else None
         if vllm_names:
             summary["request_goodput"] = summary["goodput"]
         summary["slos_ms"] = {slo.key: slo.limit_ms for slo in slos}

@@ -33,7 +33,7 @@ from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.host_memory import host_memory_available
 from engine.core.interrupt import InterruptedOnceWritten, exit_130_on_interrupt, outputs_in_place
 from engine.core.messages import escape_controls
-from sim.config import SimConfig
+from sim.config import SimConfig, unused_router_note
 from sim.limits import WARNING_STEP_INPUTS, format_warnings, queued_replicas, run_warnings
 from sim.memory import max_steps_to_write, reusing_freed_memory
 from sim.simulator import SimResult, StepLimitError, make_cost_model, simulate
@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {escape_controls(exc)}\n")  # a path's newline too: one line
     if shifted_s is not None:
         print(escape_controls(far_first_arrival_note(args.trace, shifted_s)), file=sys.stderr)
+    router_note = unused_router_note(config.router, config.num_replicas)
+    if router_note:
+        print(router_note, file=sys.stderr)
     out_dir = Path(args.out) if args.out else default_out_dir("sim", Path(args.trace).stem)
     try:
         # Made now, so a bad --out fails at once; never over an input.

@@ -45,7 +45,7 @@ from engine.core.messages import counted, escape_controls
 from engine.core.sampling_params import GREEDY_BELOW_TEMPERATURE
 from sim.bands import MEAN_EPISODE_S, SLOW_OVER_NORMAL, SLOW_SHARE_RANGE
 from sim.batch_features import read_steps
-from sim.files import read_json_input, read_parquet_table
+from sim.files import read_parquet_table
 from sim.host_episodes import fit_host_episodes
 from sim.limits import grid_range
 from sim.profiled_cost_model import (
@@ -61,6 +61,7 @@ from sim.profiled_cost_model import (
     read_profile,
     write_profile,
 )
+from sim.run_kind import gpu_run_problem, read_summary
 from traces.files import ends_as_parquet
 
 # A run this short says nothing about a host's speed; one step could hold a factor of 4 (the clamp) by itself.
@@ -76,9 +77,6 @@ MAX_STEP_S = 1e12
 # ones (~5 %) spread 0.25-0.26 on three machine starts and gave device factors of 0.965-0.986; either slice alone
 # (0.03-0.15) gave 0.94-1.07 and host factors that moved with them.
 MIN_HOST_SHARE_SPREAD = 0.2
-# How the summary.json of a run measured from outside the engine (traces.bench, analysis.vllm_import) names its
-# timing (analysis.metrics.CLIENT_TIMING; sim may not import analysis): such a run has no step log to calibrate on.
-CLIENT_TIMING = "client-side timing"
 HOST_FACTOR_BOUNDS = (0.25, 4.0)  # beyond these a factor says more about the runs than about a machine
 DEVICE_FACTOR_BOUNDS = (0.5, 2.0)
 DECODE_FACTOR_BOUNDS = (0.5, 2.0)
@@ -404,28 +402,11 @@ def _already_added(previous: dict | None, session: dict) -> list[str]:
             if (r["run"], r["num_steps"], json.dumps(r.get("host"), sort_keys=True)) in held]
 
 
-def _summary(run_dir: Path) -> dict:
-    """A run folder's summary.json as an object; {} when it is missing, unreadable or not an object."""
-    try:
-        summary = json.loads(read_json_input(run_dir / "summary.json"))
-    except (OSError, ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
-        return {}
-    return summary if isinstance(summary, dict) else {}
-
-
-def _simulated_by(run_dir: Path) -> str | None:
-    """The cost model a sim.replay folder names in its summary.json (a measured profile or the roofline); None
-    for a GPU run (engine.replay's says "measured") or a folder without a readable summary."""
-    cost_model = str(_summary(run_dir).get("cost_model"))
-    # The roofline's name is followed by the host slowdown a replay was given (sim.simulator.cost_model_description).
-    return cost_model if cost_model.startswith(("profile:", "roofline-estimate")) else None
-
-
 def _sampled_with(run_dir: Path) -> str | None:
     """The sampling a run folder's summary.json records its requests took beyond greedy ('temperature 0.6, top_k
     20'), None for a greedy run (or one that records none): its steps took what the sampler adds, which the serving
     factors (fitted on greedy steps) must not absorb; sim.replay prices sampling apart, as the profile measured it."""
-    config = _summary(run_dir).get("config")
+    config = read_summary(run_dir).get("config")
     if not isinstance(config, dict):
         return None
     temperature = config.get("temperature")
@@ -439,7 +420,7 @@ def _other_deployment(run_dir: Path, profile: dict) -> str | None:
     """What of the deployment a run folder's summary.json records (config's model, tensor-parallel size and
     device) differs from the profile's, as ``what run, not profile``; None when all agree or are not recorded.
     Another model's or GPU's step times fitted the profile's factors to that deployment without a word."""
-    config = _summary(run_dir).get("config")
+    config = read_summary(run_dir).get("config")
     if not isinstance(config, dict):
         return None
     # A profile without a model is named by what reads it (host_speed's was said to have model 'None').
@@ -487,7 +468,7 @@ def _steps_digest(run_dir: Path) -> str | None:
 
 def _run_host(run_dir: Path) -> dict | None:
     """The host an engine.replay folder was recorded on (its summary.json's config.host), None if not recorded."""
-    config = _summary(run_dir).get("config")
+    config = read_summary(run_dir).get("config")
     host = config.get("host") if isinstance(config, dict) else None
     return host if isinstance(host, dict) else None
 
@@ -602,23 +583,15 @@ def main(argv: list[str] | None = None) -> int:
                            "once\n")
         if digest is not None:
             contents[digest] = str(run)
-        simulated = _simulated_by(run)
-        if simulated:  # its step times are a cost model's: calibrating on them would fit the model to itself
-            parser.exit(2, f"error: run folder {run} is a simulation (cost model {simulated}); calibrate on "
-                           "engine.replay runs\n")
+        # A simulation's step times are a cost model's: calibrating on them would fit the model to itself.
+        not_gpu = gpu_run_problem(run, "calibrate on engine.replay runs")
+        if not_gpu:
+            parser.exit(2, f"error: {not_gpu}\n")
         sampled = _sampled_with(run)
         if sampled:
             parser.exit(2, f"error: run folder {run} sampled its requests ({sampled}); calibrate on greedy "
                            "engine.replay runs (no --temperature): the serving factors scale greedy steps, and "
                            "sim.replay adds what sampling costs as the profile measured it\n")
-        timed_by = str(_summary(run).get("cost_model") or "")
-        if CLIENT_TIMING in timed_by:  # its steps.parquet is empty: it was refused as "recorded by an older engine?"
-            parser.exit(2, f"error: run folder {run} was timed by a client ({timed_by}) and logged no engine steps; "
-                           "calibrate on engine.replay runs\n")
-        if run.is_dir() and (run / "steps.parquet").is_file() and not _summary(run):
-            # Without it a simulated run (its summary.json removed) was calibrated on as if a GPU had run it.
-            parser.exit(2, f"error: run folder {run} has no readable summary.json; expected an engine.replay output "
-                           "folder (its summary.json tells a GPU run from a simulation)\n")
     try:
         profile = read_profile(path)  # named here, before the runs are read
         if args.add:  # its calibration is kept and averaged over: a malformed one was a traceback at the end

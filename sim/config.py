@@ -92,3 +92,13 @@ class SimConfig(EngineConfig):
                                            self.max_num_batched_tokens, self.tensor_parallel_size)
         max_model_len = model.max_position_embeddings if self.max_model_len is None else self.max_model_len
         return self.resolved(num_gpu_blocks=num_blocks, max_model_len=max_model_len)
+
+
+def unused_router_note(router: str, max_num_replicas: int) -> str | None:
+    """A note for a router asked of a deployment of one replica: every request goes to that replica whichever router
+    picks, so --router named a choice that changes nothing (a script passes --router whatever --replicas it sweeps,
+    so this is a note, not an error). None where a replica count above 1 is asked, or for the default router."""
+    if max_num_replicas != 1 or router == SimConfig.__dataclass_fields__["router"].default:
+        return None
+    return (f"note: --router {router}: with --replicas 1 every request goes to the one replica, so the router changes "
+            "nothing (the run is the same with any router)")

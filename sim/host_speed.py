@@ -402,23 +402,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.window_s < math.inf:
         parser.exit(2, f"error: --window-s must be a finite number of seconds > 0, got {args.window_s}\n")
-    from sim.calibrate import _other_deployment, _sampled_with, _simulated_by, _summary
+    from sim.calibrate import _other_deployment, _sampled_with
     from sim.files import RUN_FILES, check_output_path, read_json_input
+    from sim.run_kind import gpu_run_problem
 
-    simulated = _simulated_by(Path(args.run))
-    if simulated:  # its step times are a cost model's: the timeline would be the model's, not the host's
-        parser.exit(2, f"error: run folder {args.run} is a simulation (cost model {simulated}); extract a timeline "
-                       "from an engine.replay run\n")
+    # A simulation's step times are a cost model's: the timeline would be the model's, not the host's. A simulated
+    # run whose summary.json was removed gave a timeline of the cost model's own host slowdown at exit 0.
+    not_gpu = gpu_run_problem(Path(args.run), "extract a timeline from an engine.replay run")
+    if not_gpu:
+        parser.exit(2, f"error: {not_gpu}\n")
     sampled = _sampled_with(Path(args.run))
     if sampled:  # its steps took what the sampler adds too, which the grid's greedy ones did not: read as slowness
         parser.exit(2, f"error: run folder {args.run} sampled its requests ({sampled}); extract a timeline from a "
                        "greedy engine.replay run (no --temperature)\n")
-    run = Path(args.run)
-    if run.is_dir() and (run / "steps.parquet").is_file() and not _summary(run):
-        # As sim.calibrate refuses it: a simulated run whose summary.json was removed gave a timeline of the cost
-        # model's own host slowdown (a --host-slowdown 1.3 replay read as a host 1.3x slow) at exit 0.
-        parser.exit(2, f"error: run folder {args.run} has no readable summary.json; expected an engine.replay output "
-                       "folder (its summary.json tells a GPU run from a simulation)\n")
     try:
         profile = json.loads(read_json_input(Path(args.profile)))
     except (OSError, ValueError, RecursionError):  # RecursionError: arrays nested thousands deep

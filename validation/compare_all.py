@@ -209,12 +209,20 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.compare.cli import main as compare_main
     from analysis.summarize import summarize_run_dir
     from cli.sim_replay import main as sim_replay
+    from sim.run_kind import GPU_RUNS_ONLY, simulated_by
 
     real_root, sim_root, results = Path(args.real), Path(args.sim_out), Path(args.results)
     if not any((real_root / name / "requests.parquet").is_file() for name, *_ in _runs(real_root)):
         # Nothing to compare: going on replaced the committed errors.md with an empty table at exit 0.
         parser.exit(2, f"error: --real {real_root}: no GPU run folder of the plan ({', '.join(list(PLAN)[:2])}, "
                        "...); nothing written\n")
+    # A sim.replay folder among the GPU runs (--real given the simulations' folder) was simulated again and compared
+    # with itself: errors of 0 % at exit 0. A GPU run without its summary.json is summarized below, as before.
+    for name, *_ in _runs(real_root):
+        simulated = simulated_by(real_root / name)
+        if simulated:
+            parser.exit(2, f"error: --real {real_root}: run folder {real_root / name} is a simulation (cost model "
+                           f"{simulated}); {GPU_RUNS_ONLY}\n")
     if args.host_timelines:
         from sim.host_speed import timeline_from_run
 

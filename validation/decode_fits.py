@@ -29,6 +29,7 @@ from sim.profiled_cost_model import (  # noqa: E402
     _excess_context,
     _is_graph_step,
 )
+from sim.run_kind import gpu_run_problem  # noqa: E402
 from validation.step_errors import profile_option, uncalibrated_grid  # noqa: E402
 
 BATCH_BAND = 16
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         missing = next((name for name in ("requests.parquet", "steps.parquet") if not (run / name).is_file()), None)
         if missing:
             parser.exit(2, f"error: {run}: no {missing}; expected an engine.replay run folder\n")
+        not_gpu = gpu_run_problem(run)  # a simulation's decode steps are the fitted model's own: ratios of 1.000
+        if not_gpu:
+            parser.exit(2, f"error: {not_gpu}\n")
     path = profile_option(parser, args.profile)
     try:
         grid = uncalibrated_grid(path)

@@ -18,6 +18,7 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
+from sim.run_kind import gpu_run_problem  # noqa: E402
 
 
 def window_table(steps: pl.DataFrame, window_s: float) -> pl.DataFrame:
@@ -59,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = [p.parent for p in diag.glob("*/steps.parquet")]
     if not runs:
         parser.exit(2, f"error: no */steps.parquet under {diag}\n")
+    not_gpu = gpu_run_problem(runs[0])  # its host and GPU times would be the cost model's
+    if not_gpu:
+        parser.exit(2, f"error: {not_gpu}\n")
     try:
         steps = pl.read_parquet(runs[0] / "steps.parquet")
     except (OSError, pl.exceptions.PolarsError) as exc:  # a damaged table was a polars traceback

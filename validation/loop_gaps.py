@@ -24,6 +24,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.batch_features import went_straight_on  # noqa: E402
+from sim.run_kind import gpu_run_problem  # noqa: E402
 
 
 def _read(path: Path, columns: list[str]):
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("steps.parquet", "requests.parquet"):
             if not (Path(run) / name).is_file():
                 parser.exit(2, f"error: {run}: no {name}; expected an engine.replay run folder\n")
+        not_gpu = gpu_run_problem(Path(run))  # a simulation's gaps are the simulator's own loop model
+        if not_gpu:
+            parser.exit(2, f"error: {not_gpu}\n")
     try:  # every run read before the table's first line
         results = [loop_gaps(Path(run)) for run in args.runs]
     except ValueError as exc:

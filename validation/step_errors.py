@@ -39,6 +39,7 @@ from analysis.runs import read_meta  # noqa: E402
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.batch_features import read_steps  # noqa: E402
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, find_profile, fit_profile, read_profile  # noqa: E402,E501
+from sim.run_kind import gpu_run_problem  # noqa: E402
 
 CLASSES = ("eager", "decode, new batch", "decode, same batch", "decode, same batch, a row finishes")
 
@@ -198,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     missing = [run for run in args.runs if not (Path(run) / "steps.parquet").is_file()]
     if missing:
         parser.exit(2, f"error: {missing[0]}: no steps.parquet; expected an engine.replay run folder\n")
+    # A sim.replay folder's steps are its cost model's own: every ratio read 1.000 at exit 0.
+    not_gpu = next(filter(None, (gpu_run_problem(Path(run)) for run in args.runs)), None)
+    if not_gpu:
+        parser.exit(2, f"error: {not_gpu}\n")
     profile_path = profile_option(parser, args.profile)
     if args.bucket_fit:
         try:

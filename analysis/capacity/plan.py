@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 
 import numpy as np
@@ -38,7 +39,7 @@ from analysis.slo import SLO, statistic_of
 from analysis.stats import round_sig
 from engine.core.config_args import build_config
 from engine.core.host_memory import host_memory_available
-from sim.config import SimConfig
+from sim.config import SimConfig, unused_router_note
 from sim.limits import sampling_note
 from sim.simulator import cost_model_description, make_cost_model
 from traces.requests import check_host_memory
@@ -243,6 +244,9 @@ def plan_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Swe
         configs = expand_configs(base, axes)
     except (ValueError, SweepError) as exc:
         _fail(parser, str(exc))
+    router_note = unused_router_note(axes["router"][0], max(axes["num_replicas"]))
+    if router_note:  # (two routers over one replica were refused above)
+        print(router_note, file=sys.stderr)
     varying = varying_axes(configs)
     labels = [config_label(c, varying) for c in configs]
     cost_models = []

@@ -20,13 +20,12 @@ from analysis.runs import META_KEYS, check_meta
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.json_errors import json_problem
 from sim.files import read_json_input, read_parquet_frame
+from sim.run_kind import SIMULATED_COST_MODELS
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
 SUMMARY_FILE = "summary.json"
-# How a run's summary.json cost_model starts when it was simulated (sim.replay: a profile or the roofline, whose name
-# may be followed by the host slowdown it was given), and what engine.replay writes for a run measured on a GPU.
-SIMULATED_COST_MODELS = ("profile:", "roofline-estimate")
+# What engine.replay writes as a GPU run's cost_model (a simulated one's starts as sim.run_kind says).
 MEASURED_COST_MODEL = "measured"
 
 

@@ -280,6 +280,7 @@ def test_step_errors_bucket_fit_recovers_a_constant_per_step(tmp_path, capsys):
         t += real_s
     (tmp_path / "run").mkdir()
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "run" / "steps.parquet")
+    (tmp_path / "run" / "summary.json").write_text('{"cost_model": "measured"}\n')  # as engine.replay's: a GPU run
     assert step_errors_main([str(tmp_path / "run"), "--bucket-fit"]) == 0
     header, line = capsys.readouterr().out.splitlines()
     bucket, count, real_a, grid_a, real_b, grid_b = line.split()[:6]

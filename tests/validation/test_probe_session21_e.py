@@ -221,6 +221,7 @@ def _run(tmp_path: Path, steps: pl.DataFrame | bytes) -> Path:
     else:
         steps.write_parquet(run / "steps.parquet")
     pl.DataFrame({"arrival_s": [0.0, 0.001]}).write_parquet(run / "requests.parquet")
+    (run / "summary.json").write_text('{"cost_model": "measured"}\n')  # as engine.replay's: a GPU run
     return run
 
 

@@ -25,6 +25,7 @@ def _write_run(path, finished: list[int], continues: list[int], order: list[int]
         rows = [rows[i] for i in order]
     path.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), path / "steps.parquet")
+    (path / "summary.json").write_text('{"cost_model": "measured"}\n')  # as engine.replay's: a GPU run
 
 
 def test_split_finishing_counts_finishing_steps_apart(tmp_path, capsys):

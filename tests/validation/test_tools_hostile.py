@@ -37,6 +37,7 @@ def _run_folder(tmp_path: Path) -> Path:
     run.mkdir()
     for name in ("requests.parquet", "steps.parquet"):
         (run / name).write_bytes(b"")
+    (run / "summary.json").write_text('{"cost_model": "measured"}\n')  # as engine.replay's: a GPU run
     return run
 
 

@@ -296,7 +296,7 @@ def skew_warning(steps: pl.DataFrame, profile: dict, max_graph_bs: int) -> list[
         "unpriced_decode_skew",
         f"{skewed.height:,} of {steps.height:,} steps ({share:.1%}) decode {SKEW_MIN_ROWS}-{priced_from - 1} rows "
         f"whose longest context exceeds their mean by {SKEW_EXCESS_TOKENS:,} tokens or more (up to {largest:,}): the "
-        f"profile prices that excess {priced}; on GPU runs of long-context traffic such steps took 5-11 % longer "
+        f"profile prices that excess {priced}; on GPU runs of long-context traffic such steps took 5-12 % longer "
         "than priced, so TPOT and E2E lean optimistic", largest, SKEW_EXCESS_TOKENS)]
 
 

@@ -31,24 +31,29 @@ def read_summary(run_dir: Path) -> dict:
     return summary if isinstance(summary, dict) else {}
 
 
+def _simulated(summary: dict) -> str | None:
+    cost_model = str(summary.get("cost_model"))
+    return cost_model if cost_model.startswith(SIMULATED_COST_MODELS) else None
+
+
 def simulated_by(run_dir: Path) -> str | None:
     """The cost model a sim.replay folder names in its summary.json (a measured profile or the roofline); None
     for a GPU run (engine.replay's says "measured") or a folder without a readable summary."""
-    cost_model = str(read_summary(run_dir).get("cost_model"))
-    return cost_model if cost_model.startswith(SIMULATED_COST_MODELS) else None
+    return _simulated(read_summary(run_dir))
 
 
 def gpu_run_problem(run_dir: Path, remedy: str = GPU_RUNS_ONLY) -> str | None:
     """Why ``run_dir`` cannot be read as a GPU run, as one line naming it and ending in ``remedy`` ("calibrate on
     engine.replay runs"); None for a GPU run, or a folder without steps.parquet (whose reader names that)."""
-    simulated = simulated_by(run_dir)
+    summary = read_summary(run_dir)  # read once for the three checks
+    simulated = _simulated(summary)
     if simulated:
         return f"run folder {run_dir} is a simulation (cost model {simulated}); {remedy}"
-    timed_by = str(read_summary(run_dir).get("cost_model") or "")
+    timed_by = str(summary.get("cost_model") or "")
     if CLIENT_TIMING in timed_by:  # its steps.parquet is empty: refused as "recorded by an older engine?", or an
         # empty table at exit 0
         return f"run folder {run_dir} was timed by a client ({timed_by}) and logged no engine steps; {remedy}"
-    if run_dir.is_dir() and (run_dir / "steps.parquet").is_file() and not read_summary(run_dir):
+    if not summary and run_dir.is_dir() and (run_dir / "steps.parquet").is_file():
         # Without it a simulated run (its summary.json removed) was read as if a GPU had run it.
         return (f"run folder {run_dir} has no readable summary.json; expected an engine.replay output folder (its "
                 "summary.json tells a GPU run from a simulation)")

@@ -53,6 +53,17 @@ def _validation_argv(script: str, run: Path) -> tuple:
             "host_episodes": (host_episodes_main, [str(run.parent)])}[script]
 
 
+def _tables_of(simulated: Path, run: Path, steps_logged: bool = True) -> Path:
+    """A folder ``run`` with the simulated run's requests.parquet and steps.parquet (with no step where not
+    ``steps_logged``, as a client-timed run has), without its summary.json."""
+    run.mkdir()
+    for name in ("requests.parquet", "steps.parquet"):
+        (run / name).write_bytes((simulated / name).read_bytes())
+    if not steps_logged:
+        pl.read_parquet(simulated / "steps.parquet").head(0).write_parquet(run / "steps.parquet")
+    return run
+
+
 @pytest.mark.parametrize("script", ["step_errors", "loop_gaps", "decode_fits", "host_episodes"])
 def test_validation_scripts_refuse_a_simulated_run(simulated, capsys, script):
     main, argv = _validation_argv(script, simulated)
@@ -66,10 +77,7 @@ def test_validation_scripts_refuse_a_simulated_run(simulated, capsys, script):
 @pytest.mark.parametrize("script", ["step_errors", "loop_gaps", "decode_fits"])
 def test_validation_scripts_refuse_a_run_without_its_summary(simulated, tmp_path, capsys, script):
     """The summary is what tells a GPU run from a simulation: a simulated run without it is not read as a GPU's."""
-    run = tmp_path / "run"
-    run.mkdir()
-    for name in ("requests.parquet", "steps.parquet"):
-        (run / name).write_bytes((simulated / name).read_bytes())
+    run = _tables_of(simulated, tmp_path / "run")
     main, argv = _validation_argv(script, run)
     assert cli_error(main, argv, capsys) == (
         f"error: run folder {run} has no readable summary.json; expected an engine.replay output folder (its "
@@ -79,10 +87,7 @@ def test_validation_scripts_refuse_a_run_without_its_summary(simulated, tmp_path
 @pytest.mark.parametrize("script", ["step_errors", "loop_gaps", "decode_fits"])
 def test_validation_scripts_refuse_a_run_timed_by_a_client(simulated, tmp_path, capsys, script):
     """An imported vllm bench serve result logs no engine step: step_errors printed an empty table at exit 0."""
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "requests.parquet").write_bytes((simulated / "requests.parquet").read_bytes())
-    pl.read_parquet(simulated / "steps.parquet").head(0).write_parquet(run / "steps.parquet")
+    run = _tables_of(simulated, tmp_path / "run", steps_logged=False)
     (run / "summary.json").write_text('{"cost_model": "vllm bench serve (client-side timing)"}\n')
     main, argv = _validation_argv(script, run)
     assert cli_error(main, argv, capsys) == (

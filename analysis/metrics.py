@@ -16,6 +16,7 @@ summary cover finished requests only; aborted ones are counted but not timed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -210,6 +211,37 @@ def goodput_rps(requests: pl.DataFrame, slos: Iterable[SLO], duration_s: float |
     return float(_meeting_slos(frame, slos).sum()) / duration_s
 
 
+_DIGITS = re.compile(r"(\d+)")
+
+
+def grouped_reasons(counts: Mapping[str, int]) -> dict[str, int]:
+    """Reasons that differ only in their numbers counted as one, each varying number shown as its range.
+
+    A rejection names the request's own size ("prompt has 41002 tokens, more than max_model_len=40960"), so a trace
+    with hundreds of over-long prompts summarised as hundreds of reasons of one request each (561 on the Mooncake
+    trace), which the summary table could not show: now "prompt has 40992 to 126195 tokens, more than
+    max_model_len=40960": 561. A number that every member shares stays as it is, and one message stays itself. Largest
+    count first. Numbers are compared as digit strings (by length, then text), never parsed: a reason from a server
+    may hold any number of digits.
+    """
+    groups: dict[tuple[str, ...], list] = {}  # the text between numbers -> [count, [lowest, highest] per number]
+    for reason, count in counts.items():
+        parts = _DIGITS.split(reason)  # text, number, text, ..., text
+        numbers = [(len(digits.lstrip("0")), digits.lstrip("0"), digits) for digits in parts[1::2]]
+        group = groups.get(texts := tuple(parts[0::2]))
+        if group is None:
+            groups[texts] = [count, [[number, number] for number in numbers]]
+            continue
+        group[0] += count
+        for span, number in zip(group[1], numbers, strict=True):
+            span[0], span[1] = min(span[0], number), max(span[1], number)
+    merged = {}
+    for texts, (count, spans) in groups.items():
+        shown = [low[2] if low[:2] == high[:2] else f"{low[2]} to {high[2]}" for low, high in spans]
+        merged["".join(part for pair in zip(texts, [*shown, ""]) for part in pair)] = count
+    return dict(sorted(merged.items(), key=lambda item: (-item[1], item[0])))
+
+
 def _kv_usage(steps: pl.DataFrame) -> tuple[float | None, float | None]:
     """Peak and duration-weighted mean KV usage; None without steps."""
     if steps.height == 0:
@@ -303,10 +335,10 @@ def summarize(
     total_prompt_tokens = int(admitted["prompt_tokens"].sum())
     total_cached_tokens = _known_sum(admitted["cached_tokens"])
     rejected = frame.filter(_is_rejected())
-    reject_reasons = {
+    reject_reasons = grouped_reasons({
         (str(reason) if reason is not None else "unknown"): int(count)
-        for reason, count in rejected.group_by("reject_reason").len().sort("reject_reason").iter_rows()
-    }
+        for reason, count in rejected.group_by("reject_reason").len().iter_rows()
+    })
     peak_kv, mean_kv = _kv_usage(step_frame)
 
     summary: dict = {

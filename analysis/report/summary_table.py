@@ -80,6 +80,20 @@ def _latency_rows(summary: Mapping) -> list[list[str]]:
     ]
 
 
+SHOWN_REASONS = 3  # the table names the commonest rejection reasons; summary.json holds them all
+
+
+def _reasons_note(summary: Mapping) -> str:
+    """" (why: count; ...)" for the rejections, or "": a count alone left the reader to open summary.json."""
+    reasons = summary.get("reject_reasons") or {}
+    if not isinstance(reasons, Mapping) or not reasons:
+        return ""
+    shown = [f"{reason}: {count}" for reason, count in list(reasons.items())[:SHOWN_REASONS]]
+    if len(reasons) > SHOWN_REASONS:
+        shown.append(f"{len(reasons) - SHOWN_REASONS} more reason(s) in summary.json")
+    return f" ({'; '.join(shown)})"
+
+
 def format_summary_table(summary: Mapping) -> str:
     """A short fixed-width table of a summary's headline numbers (latencies in ms)."""
 
@@ -92,8 +106,8 @@ def format_summary_table(summary: Mapping) -> str:
     reasons = summary.get("finish_reasons") or {}
     cut_by = [f"{reason} {count}" for reason, count in reasons.items() if reason in CUT_REASONS]
     lines.append(line("  cut by a limit", cut + (f" ({', '.join(cut_by)})" if cut_by else "")))
-    lines += [line(f"requests {kind}", format_field(summary, f"num_{kind}"))
-              for kind in ("rejected", "aborted", "failed")]
+    lines.append(line("requests rejected", format_field(summary, "num_rejected") + _reasons_note(summary)))
+    lines += [line(f"requests {kind}", format_field(summary, f"num_{kind}")) for kind in ("aborted", "failed")]
     lines += [
         line("duration", format_field(summary, "duration_s")),
         line("request throughput", format_field(summary, "request_throughput")),

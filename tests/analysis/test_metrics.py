@@ -345,3 +345,40 @@ def test_summary_table_columns_stay_apart_for_huge_latencies() -> None:
     summary = {"e2e_ms": {"p50": 12540400000.0, "p90": 999999.99, "p99": 1234567.891, "mean": 5.0}}
     row = next(line for line in format_summary_table(summary).splitlines() if line.strip().startswith("E2E"))
     assert row.split() == ["E2E", "1.254e+10", "999999.99", "1.235e+06", "5.00"]
+
+
+def test_reject_reasons_that_differ_only_in_numbers_are_one_reason_with_a_range() -> None:
+    """A trace of many over-long prompts summarised as one reason per request (561 on the Mooncake trace)."""
+    from analysis.metrics import grouped_reasons
+
+    counts = {"prompt has 41002 tokens, more than max_model_len=40960": 1,
+              "prompt has 126195 tokens, more than max_model_len=40960": 2,
+              "prompt has 40992 tokens, more than max_model_len=40960": 1,
+              "prompt needs 9 KV blocks of 16 tokens, the cache has 8": 1,
+              "empty prompt": 5, "kv_full": 2}
+    assert list(grouped_reasons(counts).items()) == [
+        ("empty prompt", 5), ("prompt has 40992 to 126195 tokens, more than max_model_len=40960", 4),
+        ("kv_full", 2), ("prompt needs 9 KV blocks of 16 tokens, the cache has 8", 1)]
+    # A limit that differs is a range too; the texts between numbers must match for reasons to merge.
+    assert grouped_reasons({"a 1 of 5": 1, "a 2 of 6": 1, "b 1 of 5": 1}) == {"a 1 to 2 of 5 to 6": 2, "b 1 of 5": 1}
+    # Numbers compare as numbers (9 < 10), of any length, without being parsed (int() refuses 5,000 digits).
+    huge = "9" * 5000
+    assert grouped_reasons({"x 10 y": 1, "x 9 y": 1, f"x {huge} y": 1}) == {f"x 9 to {huge} y": 3}
+    assert grouped_reasons({}) == {}
+
+
+def test_the_summary_and_its_table_name_the_grouped_rejection_reasons() -> None:
+    reasons = ["prompt has 5000 tokens, more than max_model_len=4096",
+               "prompt has 6000 tokens, more than max_model_len=4096", "empty prompt"]
+    frame = requests_frame([{"arrival_s": float(i), "prompt_tokens": n, "output_tokens": 0,
+                             "finish_reason": "rejected", "reject_reason": reason}
+                            for i, (n, reason) in enumerate(zip([5000, 6000, 0], reasons))])
+    summary = summarize(frame, empty_frame(STEPS_SCHEMA))
+    assert summary["reject_reasons"] == {"prompt has 5000 to 6000 tokens, more than max_model_len=4096": 2,
+                                         "empty prompt": 1}
+    table = format_summary_table(summary).splitlines()
+    assert table[2] == ("requests rejected       3 (prompt has 5000 to 6000 tokens, more than max_model_len=4096: 2; "
+                        "empty prompt: 1)")
+    many = {f"reason {letter}": 1 for letter in "abcde"}
+    assert format_summary_table({**summary, "reject_reasons": many}).splitlines()[2].endswith(
+        "(reason a: 1; reason b: 1; reason c: 1; 2 more reason(s) in summary.json)")

@@ -69,8 +69,10 @@ def test_prompts_past_max_model_len_are_rejected_and_counted_and_long_outputs_cu
     counts = ("num_requests", "num_finished", "num_rejected", "num_cut")
     assert [summary[key] for key in counts] == [8, 6, 2, 2]
     assert summary["finish_reasons"] == {"length": 4, "max_model_len": 2, "rejected": 2}
-    assert summary["reject_reasons"] == {"prompt has 1025 tokens, more than max_model_len=1024": 1,
-                                         "prompt has 3000 tokens, more than max_model_len=1024": 1}
+    # One reason, the prompts' sizes as a range (each request's own is in requests.parquet's reject_reason)
+    assert summary["reject_reasons"] == {"prompt has 1025 to 3000 tokens, more than max_model_len=1024": 2}
+    assert sorted(requests["reject_reason"].drop_nulls().to_list()) == [
+        "prompt has 1025 tokens, more than max_model_len=1024", "prompt has 3000 tokens, more than max_model_len=1024"]
 
 
 @pytest.mark.parametrize(("policy", "budget", "expected"), [

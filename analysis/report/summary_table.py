@@ -132,6 +132,6 @@ def format_summary_table(summary: Mapping) -> str:
 
 def summary_table_html(summary: Mapping) -> str:
     """The headline numbers and latency percentiles of one summary as HTML tables."""
-    rows = [(label, format_field(summary, key)) for key, label in _HTML_LABELS.items()
-            if key != "goodput" or key in summary]
+    rows = [(label, format_field(summary, key) + (_reasons_note(summary) if key == "num_rejected" else ""))
+            for key, label in _HTML_LABELS.items() if key != "goodput" or key in summary]
     return table_html(rows) + table_html(_latency_rows(summary), ["latency (ms)", *STATISTIC_NAMES])

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.metrics import add_latency_columns, goodput_rps, itl_values, requests_meeting_slos, summarize
-from analysis.report.summary_table import format_field, format_summary_table
+from analysis.report.summary_table import format_field, format_summary_table, summary_table_html
 from analysis.schema import REQUESTS_SCHEMA, STEPS_SCHEMA, empty_frame
 from analysis.slo import parse_slos
 from analysis.stats import latency_stats
@@ -382,3 +382,6 @@ def test_the_summary_and_its_table_name_the_grouped_rejection_reasons() -> None:
     many = {f"reason {letter}": 1 for letter in "abcde"}
     assert format_summary_table({**summary, "reject_reasons": many}).splitlines()[2].endswith(
         "(reason a: 1; reason b: 1; reason c: 1; 2 more reason(s) in summary.json)")
+    html = summary_table_html(summary)
+    assert ("<td>rejected</td><td>3 (prompt has 5000 to 6000 tokens, more than max_model_len=4096: 2; "
+            "empty prompt: 1)</td>") in html

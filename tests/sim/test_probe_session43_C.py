@@ -325,7 +325,9 @@ def test_report_cli_table_and_summarize_show_summary_json(tmp_path, capsys):
     figures = dict(zip(cells[0:34:2], cells[1:34:2]))
     assert figures["requests"] == str(summary["num_requests"])
     assert figures["finished"] == str(summary["num_finished"])
-    assert figures["rejected"] == str(summary["num_rejected"])
+    # the count, then the reasons (grouped: one line for prompts of 61 to 495 blocks)
+    assert figures["rejected"] == "{} ({})".format(
+        summary["num_rejected"], "; ".join(f"{reason}: {count}" for reason, count in summary["reject_reasons"].items()))
     assert figures["duration"] == f"{summary['duration_s']:.2f} s"
     assert figures["request throughput"] == f"{summary['request_throughput']:.3f} req/s"
     assert figures["output throughput"] == f"{summary['output_throughput']:.1f} tok/s"

@@ -137,7 +137,9 @@ def full_steps(trace, config, measured, ideal, min_tokens: int) -> dict:
         & (pl.col("num_decode_seqs") > 0))
     if not steps.height:
         return {"num_steps": 0}
-    ideal_s = [ideal.step_time_s(SimpleNamespace(**row, seqs=[None] * row["num_seqs"])) for row in steps.select(
+    # (mixed steps: none repeats the batch before it)
+    ideal_s = [ideal.step_time_s(SimpleNamespace(**row, seqs=[None] * row["num_seqs"], continues_batch=0))
+               for row in steps.select(
         "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "prefill_context_tokens",
         "prefill_attention_pairs", "decode_context_tokens", "num_seqs").to_dicts()]
     return {"num_steps": steps.height, "min_batched_tokens": min_tokens,
@@ -159,7 +161,7 @@ def idealised(model_shape, gpu, matmul_tflops: float, attention_tflops: float, b
         weight_bandwidth_efficiency=bandwidth_tbs * 1e12 / gpu.bandwidth_bps,
         kv_bandwidth_efficiency=bandwidth_tbs * 1e12 / gpu.bandwidth_bps,
         attention_flops_efficiency=attention_tflops * 1e12 / gpu.bf16_flops,
-        step_overhead_s=0.0, per_seq_overhead_s=0.0, per_layer_overhead_s=0.0,
+        step_overhead_s=0.0, continuing_step_overhead_s=0.0, per_seq_overhead_s=0.0, per_layer_overhead_s=0.0,
         overlap_compute_and_memory=overlap)
     return RooflineCostModel(model_shape, gpu, constants=constants)
 

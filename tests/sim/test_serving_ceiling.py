@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 # Round rates, every efficiency 1 and no host time: each part of a step is its FLOPs or bytes over one rate.
 GPU = GPUSpec("test", 80 << 30, datasheet_bandwidth_bps=1e12, datasheet_bf16_flops=1e15)
 IDEAL = {"matmul_efficiency": 1.0, "weight_bandwidth_efficiency": 1.0, "kv_bandwidth_efficiency": 1.0,
-         "attention_flops_efficiency": 1.0, "step_overhead_s": 0.0, "per_seq_overhead_s": 0.0,
+         "attention_flops_efficiency": 1.0, "step_overhead_s": 0.0, "continuing_step_overhead_s": 0.0,
+         "per_seq_overhead_s": 0.0,
          "per_layer_overhead_s": 0.0}
 
 
@@ -28,7 +29,7 @@ def _batch(num_prefill_tokens: int, num_decode: int, context: int | np.ndarray) 
                            num_decode_seqs=num_decode, prefill_context_tokens=0,
                            prefill_attention_pairs=num_prefill_tokens * (num_prefill_tokens + 1) // 2,
                            decode_context_tokens=num_decode * context,
-                           seqs=[None] * (num_decode + (1 if num_prefill_tokens else 0)))
+                           seqs=[None] * (num_decode + (1 if num_prefill_tokens else 0)), continues_batch=0)
 
 
 def _parts(shape, batch) -> tuple[float, float, float, float]:

@@ -209,13 +209,18 @@ def plan_quiet_window(
         num_ends = len(ends)
         num_steps += num_ends
         if num_ends < segment_steps or times[-1] >= horizon_s:  # the horizon (the step it falls in, if crossed)
+            # The window ends in segment j, or before it where none of its steps came (_cut_segments, inlined: most
+            # windows of a trace like Azure's end at the horizon)
+            if num_ends:
+                del bounds[j + 1:]
+            else:
+                del bounds[j:], batches[j:]
+            bounds.append(num_steps)
             break
         t_s = times[-1]
     if num_steps < min_steps:
         return None
     stopped_by_horizon = num_steps < steps
-    if stopped_by_horizon:
-        bounds = _cut_segments(bounds, batches, num_steps)
     window = QuietWindow(num_steps, times[-1], stopped_by_horizon, bounds, batches, lefts, continues_first, waiting)
     return window, times[:-1], times[1:]
 
@@ -491,7 +496,11 @@ class QuietRun:
         events.sort()
         self._events = events
         self._next = 0  # the first event not yet applied
-        self.next_event_s = self._event_s(0)
+        if events:  # (_event_s(0), inlined: a call a window)
+            k, phase, _ = events[0]
+            self.next_event_s = ends[k] if phase else starts[k]
+        else:
+            self.next_event_s = math.inf
         # Blocks in use after each step, constant between events (a step's row counts its events): (first step,
         # count) pairs, one for each stretch of steps of one count, as the step log keeps them. Written out step by
         # step, a small array made and copied for each event was some 3 % of simulate()'s instructions (Azure trace).
@@ -524,6 +533,7 @@ class QuietRun:
         block_manager = scheduler.block_manager
         events, running, starting, ends = self._events, self._rows, self._starting, self.ends
         used_changes = self._used_changes
+        last_used = used_changes[-1][1]  # (the count the last stretch holds, kept as it changes)
         finished: list[Sequence] = []
         position = self._next
         num_events = len(events)
@@ -543,13 +553,18 @@ class QuietRun:
                 if not block_manager.append_slots(seq, 1):
                     raise RuntimeError("a quiet window ran out of blocks it had counted as free")
             used = block_manager.num_used_blocks
-            if used != used_changes[-1][1]:  # (events come in step order: a step's last one says its count)
+            if used != last_used:  # (events come in step order: a step's last one says its count)
                 if used_changes[-1][0] == k:
                     used_changes[-1] = (k, used)
                 else:
                     used_changes.append((k, used))
+                last_used = used
         self._next = position
-        self.next_event_s = self._event_s(position)
+        if position < num_events:  # (_event_s(position), inlined: a call a window)
+            k, phase, _ = events[position]
+            self.next_event_s = ends[k] if phase else self.starts[k]
+        else:
+            self.next_event_s = math.inf
         if finished:
             scheduler.drop_finished(finished)  # (all of them: every other running sequence is still running)
             engine.runner.release(finished)
@@ -650,7 +665,12 @@ class QuietRun:
         # take the step a request arrives in has one arrival in its last step; finding the runs row by row made
         # simulate() on the Azure trace 11 % more instructions.
         changes = self._waiting_changes(steps)
-        change = 0  # the stretch of changes that holds run_first
+        # The count of the stretch that holds run_first, and the next stretch's first step and count (the window's
+        # step count where none: no run reaches it). Kept in locals as the stretches are passed, not indexed afresh
+        # for each run (~40 bytecodes a run, a run or two a window on the Azure trace).
+        num_waiting = changes[0][1]
+        at = 1
+        next_change, next_count = changes[1] if len(changes) > 1 else (steps, 0)
         # The blocks in use, given with the window's first run for all of its runs (the step log's stretches run on
         # over the runs after it); those of steps a cut or a stop dropped left out.
         used_changes = self._used_changes
@@ -662,12 +682,14 @@ class QuietRun:
             # Runs of rows of one waiting count but maybe the last (the first step whose count differs ends one).
             run_first = first
             while run_first < end:
-                while change + 1 < len(changes) and changes[change + 1][0] <= run_first:
-                    change += 1
-                num_waiting = changes[change][1]
-                next_change = changes[change + 1][0] if change + 1 < len(changes) else end
-                run_end = min(next_change + 1, end)
-                waiting_last = changes[change + 1][1] if run_end - 1 == next_change else num_waiting
+                while next_change <= run_first:  # (the stretches' first steps ascend)
+                    num_waiting = next_count
+                    at += 1
+                    next_change, next_count = changes[at] if at < len(changes) else (steps, 0)
+                if next_change < end:  # the run ends with the first row that counts the next stretch's requests
+                    run_end, waiting_last = next_change + 1, next_count
+                else:
+                    run_end, waiting_last = end, num_waiting
                 k = run_first - first
                 step_log.extend_quiet(bs, contexts + bs * k, longest + k, None if run_first else used_changes,
                                       starts[run_first], ends[run_first:run_end],

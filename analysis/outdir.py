@@ -55,7 +55,8 @@ def default_out_dir(prefix: str, name: str) -> Path:
 def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", inputs: Iterable[Path] = ()) -> None:
     """Refuse a target that is a file, or a non-empty folder unless ``overwrite`` and it is an earlier run's,
     or one that is or holds one of the command's ``inputs`` (an input run folder is itself an earlier run's:
-    analysis.compare A B --out A --overwrite replaced A with the comparison), or lies inside an input folder."""
+    analysis.compare A B --out A --overwrite replaced A with the comparison), or lies inside an input folder or
+    inside any command's output folder (``enclosing_output_folder``)."""
     try:
         resolved = Path(target).resolve()
     except (RuntimeError, OSError) as exc:  # a symbolic link loop: Python 3.11 raised RuntimeError (a traceback)
@@ -74,6 +75,10 @@ def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", input
             if source in folder.parents and source.is_dir():
                 raise OutDirError(f"{option} {target} is inside the input folder {source}; write the output "
                                   "elsewhere")
+    enclosing = enclosing_output_folder(absolute)
+    if enclosing is not None:
+        raise OutDirError(f"{option} {target} is inside {enclosing[0]}, the output folder of an earlier command (it "
+                          f"holds {enclosing[1]}); write the output beside it, not in it")
     if target.exists() and not target.is_dir():
         raise OutDirError(f"{option} {target} exists and is not a folder")
     parent = existing_parent(target)
@@ -92,6 +97,25 @@ def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", input
     if foreign:
         raise OutDirError(f"{option} {target} holds files no run wrote ({', '.join(foreign[:3])}"
                           f"{', ...' if len(foreign) > 3 else ''}); --overwrite replaces only an earlier run's folder")
+
+
+# The pairs of files that mark a folder as a command's output (a run's, a capacity plan's, a comparison's): both of a
+# pair, not summary.json or report.html, which a folder of the user's own that holds runs may hold too, nor one stray
+# requests.parquet in a home folder, which would refuse every run made under it.
+_OUTPUT_MARKS = (("requests.parquet", "steps.parquet"), ("capacity.json", "capacity.parquet"),
+                 ("compare.json", "compare.parquet"))
+
+
+def enclosing_output_folder(target: Path) -> tuple[Path, str] | None:
+    """The nearest folder above ``target`` (an absolute path) that is a command's output folder, and the files that
+    mark it so ("requests.parquet and steps.parquet"); None where none is. An output nested in one (--out RUN/sub)
+    made RUN a folder that no command wrote whole: --overwrite then refused it for the folder it held, and its
+    readers took it for one run."""
+    for folder in target.parents:
+        for pair in _OUTPUT_MARKS:
+            if all((folder / name).is_file() for name in pair):
+                return folder, " and ".join(pair)
+    return None
 
 
 def folder_complete(out_dir: Path) -> str:

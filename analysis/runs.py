@@ -7,10 +7,13 @@
   recorded rather than taken from its arrivals: an imported ``vllm bench serve`` result), and for a simulated run
   its ``warnings`` (``sim.limits``) and, when asked, its prediction ``bands``;
 - ``report.html``: the self-contained Plotly report (unless not asked for).
+
+Both tables and summary.json carry one run id (``sim.run_id``), so that a folder mixing two runs' files is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -38,6 +41,7 @@ from analysis.vllm_metrics import DEFAULT_METRIC_PERCENTILES, check_metric_perce
 from engine.core.json_errors import json_problem, json_type_name
 from engine.core.messages import shown
 from sim.files import write_parquet_frame, write_text_atomic
+from sim.run_id import RUN_ID_KEY, SUMMARY_RUN_ID_KEY, parquet_run_id
 
 # The step log's codec and statistics, written by polars (which dictionary-encodes only the columns with few distinct
 # values) with each page's null count but no min/max: those statistics only let a reader skip row groups by value, and
@@ -96,9 +100,23 @@ def write_tables(
     out_dir.mkdir(parents=True, exist_ok=True)
     request_frame = with_latency_columns(pl.from_arrow(requests))
     step_frame = pl.from_arrow(steps)
-    write_parquet_frame(request_frame, out_dir / "requests.parquet", **REQUEST_PARQUET_OPTIONS)
-    write_parquet_frame(step_frame, out_dir / "steps.parquet", **STEP_PARQUET_OPTIONS)
+    # Both tables say which run they are of (write_summary copies it into summary.json): sim.run_id.
+    metadata = {RUN_ID_KEY: tables_run_id(request_frame, step_frame)}
+    write_parquet_frame(request_frame, out_dir / "requests.parquet", metadata=metadata, **REQUEST_PARQUET_OPTIONS)
+    write_parquet_frame(step_frame, out_dir / "steps.parquet", metadata=metadata, **STEP_PARQUET_OPTIONS)
     return request_frame, step_frame.select(list(dict.fromkeys(c for c in step_columns if c in step_frame.columns)))
+
+
+def tables_run_id(requests: pl.DataFrame, steps: pl.DataFrame) -> str:
+    """The run id of a run of these tables (``sim.run_id``): a digest of the requests' scalar columns (their times,
+    tokens and outcomes: two runs of one trace differ there, and a GPU's runs always do) and of the step log's
+    length. The requests' token times (33 MB on the Azure trace's hour) and the step log's columns (1.78M rows) are
+    left out: they add nothing that tells two runs apart and would cost more than the rest of the digest."""
+    scalar = [name for name, dtype in requests.schema.items() if not dtype.is_nested()]
+    digest = hashlib.sha256(f"{requests.height} requests {steps.height} steps {','.join(scalar)}".encode())
+    if scalar and requests.height:
+        digest.update(requests.select(scalar).hash_rows(seed=0).to_numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def write_summary(
@@ -111,8 +129,11 @@ def write_summary(
     report_subtitle: str = "",
     slos: tuple[SLO, ...] | None = None,
     metric_percentiles: tuple[float, ...] = DEFAULT_METRIC_PERCENTILES,
+    carried: dict | None = None,
 ) -> dict:
-    """summary.json (written whole: a temporary file renamed over the old one) and, if asked, report.html."""
+    """summary.json (written whole: a temporary file renamed over the old one) and, if asked, report.html.
+    ``carried``: an earlier summary.json's keys that this version does not write (``read_other_keys``), kept after
+    its own where it writes none of that name."""
     # The finished requests' token gaps, pooled once for both the summary and the report (4.6M of them on the Azure
     # trace's hour: 0.03 CPU s each time), and sorted once: the report's CDF sorts them anyway, and the summary's
     # percentiles partition a sorted array in a third of the time. Sorted by numpy: from numpy 2 on its sort is
@@ -125,7 +146,13 @@ def write_summary(
     summary = summarize(requests, steps, slos, duration_s=meta.get("recorded_duration_s"),
                         timed_by_client=is_timed_by_client(meta), itl_s=itl_s, sorted_itl_s=sorted_itl_s,
                         metric_percentiles=metric_percentiles, prefix_caching=caches_prefixes(meta.get("config")))
+    # The tables' own, before what the run says of itself (meta): a re-summary of a folder written before run ids
+    # records none.
+    run_id = parquet_run_id(out_dir / "requests.parquet")
+    if run_id is not None:
+        summary[SUMMARY_RUN_ID_KEY] = run_id
     summary.update(meta)
+    summary.update({key: value for key, value in (carried or {}).items() if key not in summary})
     # allow_nan=False: a NaN would be written as a bare NaN token that no JSON reader but Python's accepts.
     write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
     if report_title is not None:
@@ -207,6 +234,30 @@ def non_finite_key(value, name: str) -> str | None:
         if found is not None:
             return found
     return None
+
+
+# What write_summary writes only where asked (SLOs) or from the tables (the run id): never carried over from an earlier
+# summary.json as a key this version does not write.
+_WRITTEN_WHEN_ASKED = ("goodput", "request_goodput", "slos_ms", SUMMARY_RUN_ID_KEY)
+
+
+def read_other_keys(run_dir: Path) -> dict:
+    """The keys of the folder's summary.json that this version neither computes nor keeps as the run's (META_KEYS):
+    a newer version's, or a user's own note. A re-summary carries them over (``write_summary``'s ``carried``) rather
+    than dropping what it cannot write again: the tables they were written of are the same."""
+    path = run_dir / "summary.json"
+    try:
+        recorded = json.loads(path.read_text()) if path.is_file() else {}
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return {}  # read_meta names an unreadable file
+    if not isinstance(recorded, dict):
+        return {}
+    other = {key: value for key, value in recorded.items() if key not in META_KEYS + _WRITTEN_WHEN_ASKED}
+    where = non_finite_key(other, "summary")
+    if where is not None:  # Python's json read it, and would not write it back
+        raise ValueError(f"{path}: {where.removeprefix('summary.')!r} is NaN or Infinity; expected a finite number, "
+                         "a string or null")
+    return other
 
 
 def read_slos(run_dir: Path) -> tuple[SLO, ...] | None:

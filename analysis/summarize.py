@@ -2,7 +2,8 @@
 
 ``python -m analysis.summarize DIR...`` reads requests.parquet and steps.parquet, never rewrites them,
 and keeps what summary.json (or an older GPU run's run.json) recorded about the run: its config,
-cost model and trace.
+cost model and trace, and any key it does not write itself (a newer version's, or a user's note). A folder whose files
+are of different runs (``sim.run_id``) is refused.
 """
 
 from __future__ import annotations
@@ -13,12 +14,20 @@ import polars as pl
 
 from analysis.console import print_out
 from analysis.report.summary_table import format_summary_table
-from analysis.runs import read_meta, read_metric_percentiles, read_slos, with_latency_columns, write_summary
+from analysis.runs import (
+    read_meta,
+    read_metric_percentiles,
+    read_other_keys,
+    read_slos,
+    with_latency_columns,
+    write_summary,
+)
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.config_args import OneLineErrorParser
 from engine.core.interrupt import EACH_FILE_WHOLE, exit_130_on_interrupt, exit_when_done
 from engine.core.messages import escape_controls
 from sim.files import RUN_FILES, read_parquet_frame
+from sim.run_id import mixed_run_problem
 from traces.files import is_link_loop
 
 
@@ -53,9 +62,13 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
     if report and (html.is_dir() or (html.exists() and not html.is_file())):  # before summary.json is rewritten
         raise OSError(21 if html.is_dir() else 17, "is a folder or not a regular file; expected report.html (a link "
                       "to a file is replaced, not followed)", str(html))
+    mixed = mixed_run_problem(run_dir)
+    if mixed:  # its summary would be written of one run's requests and another's steps
+        raise ValueError(mixed)
     meta = read_meta(run_dir)
     slos = read_slos(run_dir)  # its errors name summary.json already
     metric_percentiles = read_metric_percentiles(run_dir)
+    carried = read_other_keys(run_dir)  # a newer version's keys, or a user's: not dropped
     config = meta.get("config") or {}
     requests = _read_checked(run_dir / "requests.parquet", conform_requests, check_requests)
     steps = _read_checked(run_dir / "steps.parquet", conform_steps, check_steps)
@@ -68,6 +81,7 @@ def summarize_run_dir(run_dir: Path, report: bool = False) -> dict:
             f"cost model: {meta.get('cost_model', '')}",
             slos=slos,
             metric_percentiles=metric_percentiles,
+            carried=carried,
         )
     except (ValueError, pl.exceptions.PolarsError) as exc:  # polars' messages span lines: the first says what
         raise ValueError(f"{run_dir}: {str(exc).strip().splitlines()[0]}") from None
@@ -94,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for run_dir in args.run_dir:
             check_is_folder(Path(run_dir))
-    except FileNotFoundError as exc:
+            mixed = mixed_run_problem(Path(run_dir))  # as cheap (the tables' footers): no folder rewritten before it
+            if mixed:
+                raise ValueError(mixed)
+    except (FileNotFoundError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
     for run_dir in args.run_dir:
         try:

@@ -4,6 +4,7 @@ the inputs."""
 from __future__ import annotations
 
 import errno
+import inspect
 import os
 import re
 import stat
@@ -147,6 +148,10 @@ def write_parquet_frame(frame: pl.DataFrame, path: Path, **options) -> None:
     one-line handling of a full disk."""
     import polars as pl
 
+    if "metadata" in options and "metadata" not in inspect.signature(pl.DataFrame.write_parquet).parameters:
+        # A polars too old to write key-value metadata (pyproject allows 1.0): the run is written without its id
+        # (sim.run_id), which its readers take for a run written before run ids, rather than not at all.
+        options = {key: value for key, value in options.items() if key != "metadata"}
     with open(path, "wb") as handle:
         try:
             frame.write_parquet(handle, **options)

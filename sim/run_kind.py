@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from sim.files import read_json_input
+from sim.run_id import mixed_run_problem
 
 # How a simulated run's cost_model starts (sim.simulator.cost_model_description may add the host slowdown after it).
 SIMULATED_COST_MODELS = ("profile:", "roofline-estimate")
@@ -44,7 +45,11 @@ def simulated_by(run_dir: Path) -> str | None:
 
 def gpu_run_problem(run_dir: Path, remedy: str = GPU_RUNS_ONLY) -> str | None:
     """Why ``run_dir`` cannot be read as a GPU run, as one line naming it and ending in ``remedy`` ("calibrate on
-    engine.replay runs"); None for a GPU run, or a folder without steps.parquet (whose reader names that)."""
+    engine.replay runs"), or naming its files of different runs (``sim.run_id``); None for a GPU run, or a folder
+    without steps.parquet (whose reader names that)."""
+    mixed = mixed_run_problem(run_dir)
+    if mixed:  # one run's steps judged by another's summary, or beside another's requests
+        return mixed
     summary = read_summary(run_dir)  # read once for the three checks
     simulated = _simulated(summary)
     if simulated:

@@ -20,6 +20,7 @@ from analysis.runs import META_KEYS, check_meta
 from analysis.schema import check_requests, check_steps, conform_requests, conform_steps
 from engine.core.json_errors import json_problem
 from sim.files import read_json_input, read_parquet_frame
+from sim.run_id import mixed_run_problem
 from sim.run_kind import SIMULATED_COST_MODELS
 
 REQUESTS_FILE = "requests.parquet"
@@ -146,6 +147,9 @@ def load_run(path: str | Path, label: str) -> RunData:
         raise CompareInputError(f"{path}: not a directory (expected a replay output folder or a vllm bench serve "
                                 "result .json)")
     requests_path, steps_path = path / REQUESTS_FILE, path / STEPS_FILE
+    mixed = mixed_run_problem(path)
+    if mixed:  # one run's requests beside another's steps or summary: compared as one run
+        raise CompareInputError(mixed)
     requests = _read_parquet(requests_path)
     steps = _read_parquet(steps_path)
     try:

@@ -1,25 +1,25 @@
 """How far the roofline estimate is from the measured profiles, and the constants that bring it closest.
 
 The roofline (``sim.cost_model.RooflineCostModel``) prices every model/GPU pair without a measured profile
-(llama-3.1-8b on any GPU, anything on an A100 or L40S). Its efficiencies were leads from other engines' kernels; this
-script prices one grid of batches a serving engine forms (decode batches of 1-256 rows at 128-8k contexts, repeating
-the batch before them or not, prefill chunks of 256-8k tokens after 0-8k cached ones, mixed steps of 8,192 tokens) with
-the roofline and with each shipped profile, and fits the roofline's eight constants to all of them at once (least
-squares on log(roofline / profile), by coordinate descent in log space from the leads the constants were before: the
-roofline itself is what is evaluated, so nothing of its formula is copied here). It then replays a trace (default
-traces/sharegpt.parquet at 20 req/s on the H200) under each profile and under the roofline with the leads and with the
-shipped constants, to show how the steps' errors add up in TTFT and TPOT.
+(llama-3.1-8b on any GPU, anything on an A100 or L40S). Its efficiencies were leads from other engines' kernels. This
+script prices a set of batches with the roofline and with each shipped profile: a grid a serving engine forms (decode
+batches of 1-256 rows at 128-8k contexts, repeating the batch before them or not, prefill chunks of 256-8k tokens after
+0-8k cached ones, mixed steps of 8,192 tokens) and steps sampled from ShareGPT replays simulated under the H200
+profiles (contexts that differ within a batch, several prefill chunks beside decode rows). It fits the roofline's eight
+constants (least squares on log(roofline / profile), by coordinate descent in log space from the leads: the roofline
+itself is what is evaluated, so nothing of its formula is copied here) to each GPU's two profiles (the constants
+RooflineCostModel uses on that GPU) and to all four (those of any other GPU).
 
-It also says how well the fitted constants carry to what they were not fitted on: fitted on one model's profiles
-(both GPUs) and priced on the other's, and fitted on one GPU's and priced on the other's. The shipped constants are
-the fit on all four profiles, rounded.
+It also says how well fitted constants carry to what they were not fitted on (one GPU's fit priced on the other GPU,
+one model's on the other model), replays traces/sharegpt.parquet at 20 req/s on the H200 under each profile and under
+the roofline with the leads and with the shipped constants (how the steps' errors add up in TTFT and TPOT), and, with
+``--real``, simulates GPU runs of a model no profile was measured for and compares their headline latencies.
 
-    python validation/roofline_fit.py [--json validation/results/roofline-fit.json]
+    python validation/roofline_fit.py [--json validation/results/roofline-fit.json] [--real RUN ... --gpu h100]
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -36,6 +36,7 @@ from engine.core.scheduler import ScheduledBatch  # noqa: E402
 from engine.core.sequence import Sequence  # noqa: E402
 from sim.config import SimConfig  # noqa: E402
 from sim.cost_model import RooflineConstants, RooflineCostModel, roofline_constants_for  # noqa: E402
+from sim.files import write_text_atomic  # noqa: E402
 from sim.hardware import get_gpu  # noqa: E402
 from sim.simulator import make_cost_model  # noqa: E402
 
@@ -244,8 +245,38 @@ def gpu_run_errors(run_dir: Path, constants: dict[str, RooflineConstants], gpu: 
     return out
 
 
+def run_problem(run_dir: Path) -> str | None:
+    """Why ``run_dir`` cannot be checked (no readable summary.json of an engine.replay run, or its trace missing), or
+    None: asked of every --real folder before any work (a missing one was a traceback after the whole fit)."""
+    path = run_dir / "summary.json"
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        return (f"--real {run_dir}: no readable summary.json ({type(exc).__name__}); expected an engine.replay run "
+                "folder")
+    options = summary.get("config") if isinstance(summary, dict) else None
+    needed = ("trace", "model", "max_model_len", "num_gpu_blocks", "block_size", "max_num_seqs",
+              "max_num_batched_tokens", "enable_prefix_caching", "policy")
+    if not isinstance(options, dict) or any(options.get(key) is None for key in needed) or not all(
+            isinstance(summary.get(f"{metric}_ms"), dict) for metric, _ in HEADLINE):
+        return (f"--real {run_dir}: summary.json lacks the run's config ({', '.join(needed)}) or its latencies; "
+                "expected an engine.replay run folder")
+    from sim.run_kind import simulated_by
+
+    if simulated_by(run_dir):
+        return f"--real {run_dir}: a simulated run; expected a GPU run (engine.replay)"
+    trace = Path(options["trace"])
+    if not (trace if trace.is_absolute() else ROOT / trace).is_file():
+        return f"--real {run_dir}: its trace {trace} does not exist (python validation/make_traces.py makes the slices)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from engine.core.config_args import OneLineErrorParser
+    from sim.files import check_output_path
+    from sim.hardware import GPUS
+
+    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--trace", type=Path, default=ROOT / "traces" / "sharegpt.parquet",
                         help="the trace replayed under each model (default: traces/sharegpt.parquet)")
@@ -253,8 +284,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real", type=Path, nargs="*", default=[], metavar="RUN",
                         help="GPU run folders (engine.replay; their summary.json is read) of models no profile was "
                              "measured for, each simulated again under the roofline: held-out checks")
-    parser.add_argument("--gpu", default="h100", help="the GPU those runs were made on (default: %(default)s)")
+    parser.add_argument("--gpu", default="h100", choices=sorted(GPUS), type=str.lower,
+                        help="the GPU those runs were made on (default: %(default)s)")
     args = parser.parse_args(argv)
+    if not (math.isfinite(args.qps) and args.qps > 0):
+        parser.exit(2, f"error: --qps must be a finite number > 0, got {args.qps}\n")
+    if not args.trace.is_file():
+        parser.exit(2, f"error: --trace {args.trace} does not exist\n")
+    problems = [problem for problem in (run_problem(run) for run in args.real) if problem]
+    if args.json is not None:
+        # (the runs' summary.json files are inputs: --json naming one replaced it)
+        inputs = [args.trace, *(run / "summary.json" for run in args.real)]
+        problems.append(check_output_path(args.json, "--json", inputs))
+        if not args.json.resolve().parent.is_dir():
+            problems.append(f"--json: the folder of {args.json} does not exist")
+    problem = next((p for p in problems if p), None)
+    if problem:
+        parser.exit(2, f"error: {problem}\n")
     batches = grid() + serving_batches()
     kinds = [kind for kind, _ in batches]
     prices = profile_prices(batches)
@@ -316,8 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             errors = run[f"{label}_error_pct"]
             print(f"  {label:8s} " + "  ".join(f"{key} {value:+.1f}" for key, value in errors.items()))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        write_text_atomic(args.json, json.dumps(result, indent=1) + "\n")
     return 0
 
 

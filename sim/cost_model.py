@@ -40,23 +40,22 @@ class RooflineConstants:
     """Efficiencies are fractions of the GPU's measured (else datasheet) peaks.
 
     Fitted to this engine's measured profiles over a grid of decode, prefill and mixed batches and steps sampled from
-    simulated ShareGPT replays (``python
-    validation/roofline_fit.py``: validation/results/roofline-fit.json): a GPU with profiles gets its own fit
-    (FITTED_CONSTANTS), any other these defaults, the fit on all four profiles (sim/profiles/h200 and h100, qwen3-0.6b
-    and qwen3-8b). The leads they replace, taken from other engines' kernels (KV read at 0.7 of bandwidth, every step
-    paying 1.5 ms of host work), priced qwen3-8b's repeating decode steps 1.2-1.5x the H200 profile's and a ShareGPT
-    replay's TPOT at 2.2x.
+    simulated ShareGPT replays (``python validation/roofline_fit.py``: validation/results/roofline-fit.json): a GPU
+    with profiles gets its own fit (FITTED_CONSTANTS), any other these defaults, the fit on all four profiles
+    (sim/profiles/h200 and h100, qwen3-0.6b and qwen3-8b); the comments give the range of the per-GPU fits. The leads
+    they replace, taken from other engines' kernels (KV read at 0.7 of bandwidth, every step paying 1.5 ms of host
+    work), priced qwen3-8b's repeating decode steps 1.2-1.5x the H200 profile's and a ShareGPT replay's TPOT at 2.2x.
     """
 
-    # Dense GEMMs at prefill sizes (of the H200's measured 790 TFLOP/s, the H100's datasheet 989); small-M decode
-    # GEMMs are bandwidth-bound anyway.
+    # Dense GEMMs at prefill sizes: 0.56-0.74 of the rate (the H200's measured 790 TFLOP/s, the H100's datasheet 989);
+    # small-M decode GEMMs are bandwidth-bound anyway.
     matmul_efficiency: float = 0.653
-    # Weight streaming in decode GEMMs: near the copy bandwidth (the H200's measured copy figure, 4.24 TB/s, is
+    # Weight streaming in decode GEMMs: 0.90-1.04 of the bandwidth (the H200's measured copy figure, 4.24 TB/s, is
     # below what reads alone reach).
     weight_bandwidth_efficiency: float = 0.959
-    # Paged decode attention's KV reads: the engine's split-KV kernel reads near the copy bandwidth too.
+    # Paged decode attention's KV reads (the engine's split-KV kernel): 0.83-0.92 of the bandwidth.
     kv_bandwidth_efficiency: float = 0.85
-    # Prefill attention (the engine's Triton kernel, ~330-425 TFLOP/s on causal chunks) at ~0.4 of the matmul peak.
+    # Prefill attention (the engine's Triton kernel, ~330-425 TFLOP/s on causal chunks): 0.41-0.52 of the matmul rate.
     attention_flops_efficiency: float = 0.454
     # Host side of a step the engine could not prepare during the one before (a prefill or mixed step, or a decode
     # step whose batch changed): scheduling, input preparation, launch or graph replay, sampling, output handling.

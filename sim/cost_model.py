@@ -44,7 +44,8 @@ class RooflineConstants:
     with profiles gets its own fit (FITTED_CONSTANTS), any other these defaults, the fit on all four profiles
     (sim/profiles/h200 and h100, qwen3-0.6b and qwen3-8b); the comments give the range of the per-GPU fits. The leads
     they replace, taken from other engines' kernels (KV read at 0.7 of bandwidth, every step paying 1.5 ms of host
-    work), priced qwen3-8b's repeating decode steps 1.2-1.5x the H200 profile's and a ShareGPT replay's TPOT at 2.2x.
+    work), priced qwen3-8b's repeating decode steps 1.38x the H200 profile's on average (up to 1.46x) and a ShareGPT
+    replay's TPOT at 2.2x.
     """
 
     # Dense GEMMs at prefill sizes: 0.56-0.74 of the rate (the H200's measured 790 TFLOP/s, the H100's datasheet 989);
@@ -75,9 +76,9 @@ class RooflineConstants:
 
 
 # Each GPU this engine was profiled on gets the constants fitted to its own two profiles (validation/roofline_fit.py,
-# "fitted"); another GPU gets RooflineConstants(), the fit on all four. One set for both GPUs leaned optimistic on the
-# H100 (its prefill steps 12 % under the profile) and replayed three llama-3.1-8b runs on an H100 (a model with no
-# profile) 6-30 % fast; the H100's own fit replays them within 0-14 % (validation/results/llama-h100-session48).
+# "fitted"); another GPU gets RooflineConstants(), the fit on all four. On three llama-3.1-8b runs on an H100 (a model
+# with no profile) the H100's own fit comes closer than the fit on all four ("gpu_runs_mean_abs_error_pct":
+# validation/results/llama-h100-session48).
 FITTED_CONSTANTS: dict[str, RooflineConstants] = {
     "h200": RooflineConstants(matmul_efficiency=0.74, weight_bandwidth_efficiency=1.04, kv_bandwidth_efficiency=0.918,
                               attention_flops_efficiency=0.515, step_overhead_s=0.00165,
@@ -139,13 +140,6 @@ class RooflineCostModel:
         decode_kv_s = batch.decode_context_tokens * self._kv_bytes_per_token / self._kv_rate
         host_s = ((self._continuing_fixed_s if batch.continues_batch else self._fixed_s)
                   + self.constants.per_seq_overhead_s * len(batch.seqs))
-        if not batch.continues_batch and not np.isscalar(batch.decode_context_tokens):
-            # A quiet run (decode_run_s): only its first step may not repeat the batch before it (continues_batch is
-            # that step's, sim.runner), the later ones do; each element is the float step_time_s gives that step.
-            first_s = host_s
-            host_s = np.full(len(batch.decode_context_tokens),
-                             self._continuing_fixed_s + self.constants.per_seq_overhead_s * len(batch.seqs))
-            host_s[0] = first_s
         if host_slowdown is not None:
             host_s *= host_slowdown
         if self.constants.overlap_compute_and_memory:  # contexts are arrays over a decode run: element by element
@@ -160,10 +154,20 @@ class RooflineCostModel:
 
     def decode_run_s(self, batch: ScheduledBatch, host_slowdown: float | None = None):
         """``step_time_s`` of a run of decode-only steps at once (the contexts are arrays, one entry per step): the
-        same expression, element by element, so the same floats."""
+        same expression, element by element, so the same floats. Only the run's first step may not repeat the batch
+        before it (``continues_batch`` is that step's, sim.runner): such a first step is priced alone, as the step
+        loop prices it."""
         if batch.num_prefill_seqs:
             return None
-        return self.step_time_s(batch, host_slowdown)
+        if batch.continues_batch:
+            return self.step_time_s(batch, host_slowdown)
+        contexts = batch.decode_context_tokens
+        batch.continues_batch = 1
+        run_s = self.step_time_s(batch, host_slowdown)
+        batch.continues_batch, batch.decode_context_tokens = 0, int(contexts[0])
+        run_s[0] = self.step_time_s(batch, host_slowdown)
+        batch.decode_context_tokens = contexts
+        return run_s
 
 
 def num_kv_blocks_for(

@@ -15,8 +15,6 @@ Here, not in analysis, so that sim.calibrate and sim.host_speed check a folder w
 from __future__ import annotations
 
 import json
-import os
-import struct
 from pathlib import Path
 
 from sim.files import read_json_input
@@ -26,30 +24,16 @@ RUN_ID_KEY = "nanoserve.run_id"
 SUMMARY_RUN_ID_KEY = "run_id"
 # The files that carry it, in the order they are named.
 RUN_ID_FILES = ("requests.parquet", "steps.parquet", "summary.json")
-# A footer larger than this is no run writer's (a run's footer is a few KB): not read for an id.
-MAX_FOOTER_BYTES = 64 * 2**20
 
 
 def parquet_run_id(path: Path) -> str | None:
-    """The run id in the key-value metadata of the parquet file at ``path``, read from its footer alone; None where
-    it has none or cannot be read (its reader names an unreadable file)."""
+    """The run id in the key-value metadata of the parquet file at ``path`` (pyarrow reads the footer alone); None
+    where it has none or cannot be read (its reader names an unreadable file)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size < 12:
-                return None
-            handle.seek(size - 8)
-            tail = handle.read(8)
-            footer_bytes = struct.unpack("<I", tail[:4])[0]
-            if tail[4:] != b"PAR1" or footer_bytes > min(size - 12, MAX_FOOTER_BYTES):
-                return None
-            handle.seek(size - 8 - footer_bytes)
-            footer = handle.read(footer_bytes)
-        # The footer alone, framed as a file of no data: its metadata is read without the file's columns.
-        metadata = pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail)).metadata or {}
+        metadata = pq.read_metadata(path).metadata or {}
     except (OSError, ValueError, pa.ArrowException):
         return None
     value = metadata.get(RUN_ID_KEY.encode())

@@ -57,13 +57,20 @@ MAX_KV_TOKENS = 500_000  # the profiles measured decode batches up to ~525k KV t
 def _batch(decode_rows: int, decode_context: int, chunks: list[tuple[int, int]], continues: int = 0) -> ScheduledBatch:
     """decode_rows rows at decode_context tokens each, and prefill chunks of (new tokens, cached tokens); ``continues``:
     a decode step that repeats the batch before it (planned while that one ran)."""
-    seqs = [Sequence(i, [1], SamplingParams()) for i in range(decode_rows + len(chunks))]
-    return ScheduledBatch(
-        seqs=seqs, num_new_tokens=[1] * decode_rows + [q for q, _ in chunks], num_prefill_seqs=len(chunks),
+    return _scheduled(
+        [1] * decode_rows + [q for q, _ in chunks], num_prefill_seqs=len(chunks),
         num_prefill_tokens=sum(q for q, _ in chunks), prefill_context_tokens=sum(c for _, c in chunks),
         num_decode_seqs=decode_rows, decode_context_tokens=decode_rows * decode_context,
         max_decode_context_tokens=decode_context if decode_rows else 0,
         prefill_attention_pairs=sum(q * c + q * (q + 1) // 2 for q, c in chunks), continues_batch=continues)
+
+
+def _scheduled(num_new_tokens: list[int], num_seqs: int | None = None, **features: int) -> ScheduledBatch:
+    """A batch with the step features a cost model reads (a step log row's names), of ``num_seqs`` sequences (one a
+    row of ``num_new_tokens`` where not given)."""
+    count = len(num_new_tokens) if num_seqs is None else num_seqs
+    return ScheduledBatch(seqs=[Sequence(i, [1], SamplingParams()) for i in range(count)],
+                          num_new_tokens=num_new_tokens, **features)
 
 
 def grid() -> list[tuple[str, ScheduledBatch]]:
@@ -104,14 +111,10 @@ def serving_batches() -> list[tuple[str, ScheduledBatch]]:
         steps = pl.from_arrow(simulate(trace.with_qps(qps), config,
                                        cost_model=make_cost_model(config, config.model_shape)).steps_table())
         every = max(1, steps.height // SERVING_SAMPLES)
-        for row in steps.gather_every(every).head(SERVING_SAMPLES).iter_rows(named=True):
-            batch = _batch(row["num_decode_seqs"], 0, [])
-            batch.seqs = [Sequence(i, [1], SamplingParams()) for i in range(row["num_seqs"])]
-            for name in ("num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
-                         "decode_context_tokens", "max_decode_context_tokens", "prefill_attention_pairs",
-                         "continues_batch"):
-                setattr(batch, name, row[name])
-            batches.append(("serving", batch))
+        rows = steps.gather_every(every).head(SERVING_SAMPLES).select(
+            "num_seqs", "num_prefill_seqs", "num_prefill_tokens", "prefill_context_tokens", "num_decode_seqs",
+            "decode_context_tokens", "max_decode_context_tokens", "prefill_attention_pairs", "continues_batch")
+        batches += [("serving", _scheduled([1] * row["num_decode_seqs"], **row)) for row in rows.iter_rows(named=True)]
     return batches
 
 
@@ -167,7 +170,7 @@ def fit(batches, prices, pairs, sweeps: int = 12) -> dict[str, float]:
     return values
 
 
-def summary(errors: list[float], kinds: list[str]) -> dict:
+def error_stats(errors: list[float], kinds: list[str]) -> dict:
     """Mean and largest |roofline / profile - 1| (%), overall and per kind of step."""
     def stats(selected: list[float]) -> dict:
         percent = [abs(math.exp(e) - 1) * 100 for e in selected]
@@ -306,19 +309,16 @@ def main(argv: list[str] | None = None) -> int:
     prices = profile_prices(batches)
 
     def evaluate(constants: RooflineConstants, pairs) -> dict:
-        return {f"{gpu}/{model}": summary(log_errors(constants, batches, prices, [(gpu, model)]), kinds)
+        return {f"{gpu}/{model}": error_stats(log_errors(constants, batches, prices, [(gpu, model)]), kinds)
                 for gpu, model in pairs}
 
     def rounded(values: dict) -> dict:
         return {name: float(f"{value:.3g}") for name, value in values.items()}
 
-    def shipped_for(gpu: str) -> RooflineConstants:
-        return roofline_constants_for(gpu)
-
     result = {"num_batches": len(batches), "leads": LEADS, "leads_errors": evaluate(RooflineConstants(**LEADS), PAIRS),
-              "shipped": {gpu: dataclasses.asdict(shipped_for(gpu)) for gpu in ("h200", "h100", "default")},
-              "shipped_errors": {**evaluate(shipped_for("h200"), PAIRS[:2]),
-                                 **evaluate(shipped_for("h100"), PAIRS[2:])}}
+              "shipped": {gpu: dataclasses.asdict(roofline_constants_for(gpu)) for gpu in ("h200", "h100", "default")},
+              "shipped_errors": {**evaluate(roofline_constants_for("h200"), PAIRS[:2]),
+                                 **evaluate(roofline_constants_for("h100"), PAIRS[2:])}}
     # Each GPU's constants from its own two profiles (what RooflineCostModel uses on that GPU), and the fit on all
     # four for the GPUs no profile was measured on
     by_gpu = {gpu: [p for p in PAIRS if p[0] == gpu] for gpu in ("h200", "h100")}
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     result["replays"] = {"trace": str(trace.relative_to(ROOT) if trace.is_relative_to(ROOT) else trace),
                          "qps": args.qps, "gpu": "h200",
                          "results": replays(args.trace, args.qps, {"leads": RooflineConstants(**LEADS),
-                                                                   "shipped": shipped_for("h200")})}
+                                                                   "shipped": roofline_constants_for("h200")})}
     for key in ("leads_errors", "shipped_errors"):
         print(key)
         for pair, stats in result[key].items():
@@ -354,13 +354,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"replays of {args.trace} at {args.qps} req/s on the H200 (ms):")
     for label, figures in result["replays"]["results"].items():
         print(f"  {label:32s} " + "  ".join(f"{key} {value}" for key, value in figures.items()))
-    runs_constants = {"leads": RooflineConstants(**LEADS), "shipped": shipped_for(args.gpu)}
+    # The leads, the GPU's own fit (what ships) and the fit on all four profiles (what a GPU without profiles gets)
+    runs_constants = {"leads": RooflineConstants(**LEADS), "shipped": roofline_constants_for(args.gpu),
+                      "fit on all four": RooflineConstants()}
     result["gpu_runs"] = [gpu_run_errors(run, runs_constants, args.gpu) for run in args.real]
+    if result["gpu_runs"]:  # mean |error| over every run's headline figures, per set of constants
+        result["gpu_runs_mean_abs_error_pct"] = {
+            label: round(sum(abs(value) for run in result["gpu_runs"] for value in run[f"{label}_error_pct"].values())
+                         / (len(result["gpu_runs"]) * len(HEADLINE)), 1) for label in runs_constants}
+        print("mean |error| over the runs' figures (%):", result["gpu_runs_mean_abs_error_pct"])
     for run in result["gpu_runs"]:
         print(f"{run['run']} ({run['model']} on {run['gpu']} at {run['qps']} req/s): error vs the GPU run (%)")
         for label in runs_constants:
             errors = run[f"{label}_error_pct"]
-            print(f"  {label:8s} " + "  ".join(f"{key} {value:+.1f}" for key, value in errors.items()))
+            print(f"  {label:15s} " + "  ".join(f"{key} {value:+.1f}" for key, value in errors.items()))
     if args.json:
         write_text_atomic(args.json, json.dumps(result, indent=1) + "\n")
     return 0

@@ -21,7 +21,14 @@ from analysis.process_pools import interrupts_held
 from engine.core.interrupt import InterruptedOnceWritten
 from engine.core.messages import escape_controls
 from sim.files import RUN_FILES, existing_parent
-from traces.files import existing_path, make_folders, remove_empty, remove_stale_staging, staging_path
+from traces.files import (
+    enclosing_output_folder,
+    existing_path,
+    make_folders,
+    remove_empty,
+    remove_stale_staging,
+    staging_path,
+)
 
 
 class OutDirError(ValueError):
@@ -97,25 +104,6 @@ def check_out_dir(target: Path, *, overwrite: bool, option: str = "--out", input
     if foreign:
         raise OutDirError(f"{option} {target} holds files no run wrote ({', '.join(foreign[:3])}"
                           f"{', ...' if len(foreign) > 3 else ''}); --overwrite replaces only an earlier run's folder")
-
-
-# The pairs of files that mark a folder as a command's output (a run's, a capacity plan's, a comparison's): both of a
-# pair, not summary.json or report.html, which a folder of the user's own that holds runs may hold too, nor one stray
-# requests.parquet in a home folder, which would refuse every run made under it.
-_OUTPUT_MARKS = (("requests.parquet", "steps.parquet"), ("capacity.json", "capacity.parquet"),
-                 ("compare.json", "compare.parquet"))
-
-
-def enclosing_output_folder(target: Path) -> tuple[Path, str] | None:
-    """The nearest folder above ``target`` (an absolute path) that is a command's output folder, and the files that
-    mark it so ("requests.parquet and steps.parquet"); None where none is. An output nested in one (--out RUN/sub)
-    made RUN a folder that no command wrote whole: --overwrite then refused it for the folder it held, and its
-    readers took it for one run."""
-    for folder in target.parents:
-        for pair in _OUTPUT_MARKS:
-            if all((folder / name).is_file() for name in pair):
-                return folder, " and ".join(pair)
-    return None
 
 
 def folder_complete(out_dir: Path) -> str:

@@ -98,6 +98,25 @@ def _read_checked(path: Path, conform, check) -> pl.DataFrame:
     return frame
 
 
+def check_before_rewriting(run_dir: Path) -> None:
+    """What ``summarize_run_dir`` reads of a folder besides its tables (the folder, whether its files are of one run,
+    and summary.json), checked for every folder before any is rewritten: a garbled summary.json in the last folder
+    named left the folders before it rewritten, at exit 2."""
+    check_is_folder(run_dir)
+    mixed = mixed_run_problem(run_dir)  # as cheap (the tables' footers)
+    if mixed:
+        raise ValueError(mixed)
+    read_meta(run_dir)
+    read_slos(run_dir)
+    read_metric_percentiles(run_dir)
+    read_other_keys(run_dir)
+
+
+def _error_line(exc: OSError) -> str:
+    """A summary.json that is a FIFO or a device: its path and why, not "[Errno 17] ..."."""
+    return f"error: {exc.filename}: {exc.strerror}\n" if exc.filename and exc.strerror else f"error: {exc}\n"
+
+
 @exit_130_on_interrupt(EACH_FILE_WHOLE)
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="python -m analysis.summarize", description=__doc__.splitlines()[0])
@@ -107,18 +126,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         for run_dir in args.run_dir:
-            check_is_folder(Path(run_dir))
-            mixed = mixed_run_problem(Path(run_dir))  # as cheap (the tables' footers): no folder rewritten before it
-            if mixed:
-                raise ValueError(mixed)
-    except (FileNotFoundError, ValueError) as exc:
+            check_before_rewriting(Path(run_dir))
+    except OSError as exc:
+        parser.exit(2, _error_line(exc))
+    except ValueError as exc:
         parser.exit(2, f"error: {exc}\n")
     for run_dir in args.run_dir:
         try:
             summary = summarize_run_dir(Path(run_dir), report=args.report)
-        except OSError as exc:  # a summary.json that is a FIFO or a device: its path and why, not "[Errno 17] ..."
-            parser.exit(2, f"error: {exc.filename}: {exc.strerror}\n" if exc.filename and exc.strerror else
-                        f"error: {exc}\n")
+        except OSError as exc:
+            parser.exit(2, _error_line(exc))
         except (ValueError, pl.exceptions.PolarsError) as exc:
             parser.exit(2, f"error: {exc}\n")
         if not args.quiet:

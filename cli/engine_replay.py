@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.outdir import OutDirError, folder_complete, input_files, staged_out_dir
+from analysis.outdir import OutDirError, check_out_dir, folder_complete, input_files, staged_out_dir
 from cli.replay_args import (
     MAX_REPLAY_SPAN_S,
     add_config_groups,
@@ -155,13 +155,15 @@ def main(argv: list[str] | None = None) -> int:
                        "for its last: shift arrival_s to start near 0 (e.g. Unix timestamps minus the first)\n")
     from analysis.report.summary_table import format_summary_table
 
+    out_dir = Path(args.out)
     try:
         note = cpu_fallback_note(options, "engine.replay")
-    except ValueError as exc:
+        # Before the note: a refused --out was a note on the CPU fallback and then the error, two lines.
+        check_out_dir(out_dir, overwrite=args.overwrite, inputs=input_files(args))
+    except ValueError as exc:  # OutDirError is one
         parser.exit(2, f"error: {exc}\n")
     if note:
         print(note, file=sys.stderr)
-    out_dir = Path(args.out)
     try:
         # Made now, so a bad --out fails at once; never over an input.
         with staged_out_dir(out_dir, overwrite=args.overwrite, inputs=input_files(args)) as stage:

@@ -94,6 +94,14 @@ def check_step_durations(run_dir: Path, num_steps: int) -> None:
     path = Path(run_dir) / "steps.parquet"
     if num_steps < MIN_RUN_STEPS:
         raise ValueError(f"{path}: {num_steps} steps; expected at least {MIN_RUN_STEPS} to calibrate on")
+    check_measured_durations(run_dir)
+
+
+def check_measured_durations(run_dir: Path) -> None:
+    """Raise ValueError naming the run folder's steps.parquet and row unless every step was measured above 0 s and
+    within MAX_STEP_S: what every reader that divides by a GPU run's step times needs (validation/step_errors.py
+    divided by a class's total of 0 s, a ZeroDivisionError traceback)."""
+    path = Path(run_dir) / "steps.parquet"
     durations = read_parquet_table(path, columns=["duration_s"]).column("duration_s").to_numpy(zero_copy_only=False)
     bad = np.flatnonzero(~((durations > 0) & (durations <= MAX_STEP_S)))
     if len(bad):

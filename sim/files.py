@@ -11,7 +11,14 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traces.files import is_link_loop, long_name_problem, open_parquet, remove_stale_staging, staging_path
+from traces.files import (
+    is_link_loop,
+    long_name_problem,
+    open_parquet,
+    output_file_problem,
+    remove_stale_staging,
+    staging_path,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -97,6 +104,9 @@ def check_output_path(path: str | Path, option: str, inputs: list[Path], *, over
             return f"{option} {path} is one of the inputs ({source}); write elsewhere"
     if path.is_dir():
         return f"{option} {path} is a directory; expected a file path"
+    inside = output_file_problem(path)
+    if inside is not None:
+        return f"{option} {path} {inside}"
     if path.exists() and not path.is_file():
         return f"{option} {path} exists and is not a regular file"
     if not overwrite and (path.exists() or path.is_symlink()):

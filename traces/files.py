@@ -111,6 +111,36 @@ def remove_stale_staging(path: Path, tag: str = "partial") -> None:
                   "finished", file=sys.stderr)
 
 
+# The pairs of files that mark a folder as a command's output (a run's, a capacity plan's, a comparison's): both of a
+# pair, not summary.json or report.html, which a folder of the user's own that holds runs may hold too, nor one stray
+# requests.parquet in a home folder, which would refuse every run made under it.
+_OUTPUT_MARKS = (("requests.parquet", "steps.parquet"), ("capacity.json", "capacity.parquet"),
+                 ("compare.json", "compare.parquet"))
+
+
+def enclosing_output_folder(target: Path) -> tuple[Path, str] | None:
+    """The nearest folder above ``target`` (an absolute path) that is a command's output folder, and the files that
+    mark it so ("requests.parquet and steps.parquet"); None where none is. An output nested in one (--out RUN/sub)
+    made RUN a folder that no command wrote whole: --overwrite then refused it for the folder it held, and its
+    readers took it for one run. Output files are held to it too (``output_file_problem``)."""
+    for folder in target.parents:
+        for pair in _OUTPUT_MARKS:
+            if all((folder / name).is_file() for name in pair):
+                return folder, " and ".join(pair)
+    return None
+
+
+def output_file_problem(path: str | Path) -> str | None:
+    """Why an output file may not be written at ``path``, or None: it lies in a command's output folder. A trace or a
+    timeline written there (traces.synth -o RUN/requests.parquet --overwrite) replaced a run's own table, and any
+    other file made the folder one that no command wrote whole (sim.replay --overwrite then refused it)."""
+    enclosing = enclosing_output_folder(Path(os.path.abspath(path)))
+    if enclosing is None:
+        return None
+    return (f"is inside {escape_controls(enclosing[0])}, the output folder of an earlier command (it holds "
+            f"{enclosing[1]}); write the file beside it, not in it")
+
+
 def refuse_to_replace(path: str | Path, overwrite: bool) -> None:
     """FileExistsError for an existing file at ``path`` unless ``overwrite``: traces.convert and traces.synth
     renamed their parquet over whatever file -o named (another trace, a day's conversion) without a word. Called
@@ -122,6 +152,9 @@ def refuse_to_replace(path: str | Path, overwrite: bool) -> None:
                                 "path", path)
     # A link to nothing (dangling, or a loop) is a name too, replaced by the rename as a file is: sim's outputs
     # (sim.files.check_output_path) refused it already.
+    problem = output_file_problem(path)  # first: --overwrite would not help
+    if problem is not None:
+        raise PermissionError(errno.EPERM, problem, str(path))
     if not overwrite and (Path(path).is_file() or (Path(path).is_symlink() and not Path(path).exists())):
         raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it", str(path))
 

@@ -105,7 +105,7 @@ def _draw_block(config: SessionConfig, streams: SessionStreams, first_session: i
                          "half of it in turns)")
     user = config.user_tokens.sample(total, streams.user)
     answer = config.answer_tokens.sample(total, streams.answer)
-    gaps_s = gamma_gaps_s(total, config.think_time_s, config.think_time_cv, streams.think)
+    gaps_s = gamma_gaps_s(total, config.think_time_s, config.think_time_cv, streams.think, "think_time_cv")
     session = np.repeat(np.arange(num_sessions), turns)
     firsts = np.zeros(num_sessions, dtype=np.int64)
     np.cumsum(turns[:-1], out=firsts[1:])
@@ -231,7 +231,7 @@ def _build_sessions(
         # Each start is the one before plus a gap, summed in order (the first one -warmup_s).
         starts_s = np.empty(size + 1)
         starts_s[0] = next_start_s
-        starts_s[1:] = gamma_gaps_s(size, mean_start_gap_s, arrival_cv, streams.starts)
+        starts_s[1:] = gamma_gaps_s(size, mean_start_gap_s, arrival_cv, streams.starts, "arrival_cv")
         np.add.accumulate(starts_s, out=starts_s)
         block, next_block_id = _draw_block(config, streams, num_sessions, starts_s[:-1], next_block_id)
         blocks.append(block)

@@ -82,11 +82,20 @@ def _single_turn(config: SynthConfig, prompt: LengthDist, output: LengthDist) ->
     return pl.DataFrame(
         {
             "request_id": np.arange(n, dtype=np.int64),
-            "arrival_s": arrival_times_s(n, config.qps, config.arrival_cv, streams[0]),
+            "arrival_s": arrival_times_s(n, config.qps, config.arrival_cv, streams[0], "arrival_cv"),
             "prompt_tokens": prompt.sample(n, streams[1]),
             "output_tokens": output.sample(n, streams[2]),
         }
     )
+
+
+def _length_dist(text: str, role: str, field: str) -> LengthDist:
+    """``parse_length_dist``, its error naming the field (so the option: --turns 0 said only "distribution '0':
+    unknown kind", not which of the three distributions it was)."""
+    try:
+        return parse_length_dist(text, role)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from None
 
 
 def synthesize(config: SynthConfig) -> Trace:
@@ -97,13 +106,13 @@ def synthesize(config: SynthConfig) -> Trace:
 def synthesize_counting_cuts(config: SynthConfig) -> tuple[Trace, int]:
     """The trace and how many of its first turns of sessions (prompt, output or both) were cut to fit
     max_context_tokens."""
-    prompt = parse_length_dist(config.prompt_dist, "prompt")
-    output = parse_length_dist(config.output_dist, "output")
+    prompt = _length_dist(config.prompt_dist, "prompt", "prompt_dist")
+    output = _length_dist(config.output_dist, "output", "output_dist")
     source = f"synthetic trace (seed {config.seed})"
     if not config.multi_turn:
         return Trace.from_frame(_single_turn(config, prompt, output), source), 0
     sessions = SessionConfig(
-        turns=parse_length_dist(config.turns_dist, "turns"),
+        turns=_length_dist(config.turns_dist, "turns", "turns_dist"),
         user_tokens=prompt,
         answer_tokens=output,
         think_time_s=config.think_time_s,
@@ -248,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
 # SynthConfig's fields as the command line spells them: an error names the option to change.
 _OPTIONS = {"num_requests": "--num-requests", "qps": "--qps", "arrival_cv": "--cv", "think_time_s": "--think-time-s",
             "think_time_cv": "--think-time-cv", "hash_block_size": "--hash-block-size",
-            "max_context_tokens": "--max-context-tokens", "warmup_s": "--warmup-s", "seed": "--seed"}
+            "max_context_tokens": "--max-context-tokens", "warmup_s": "--warmup-s", "seed": "--seed",
+            "prompt_dist": "--prompt-dist", "output_dist": "--output-dist", "turns_dist": "--turns"}
 
 
 def _with_option_names(message: str) -> str:

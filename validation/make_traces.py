@@ -32,6 +32,7 @@ import polars as pl  # noqa: E402
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.files import existing_parent  # noqa: E402
 from traces.convert import ConvertOptions, convert  # noqa: E402
+from traces.files import output_file_problem  # noqa: E402
 from traces.schema import save_trace  # noqa: E402
 
 
@@ -106,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     blocked = out if out.exists() else existing_parent(out)
     if blocked is not None and not blocked.is_dir():  # a FileExistsError traceback
         parser.exit(2, f"error: --out {out}: {blocked} is a file; expected the folder the traces go to\n")
+    inside = output_file_problem(out / "bench_workload.parquet")  # traces.synth refused it only after the slices
+    if inside is not None:
+        parser.exit(2, f"error: --out {out}: a trace written there {inside}\n")
     shared = Path(args.shared)
     sources = {"azure": shared / "azure_llm_2023_conv.csv", "mooncake": shared / "mooncake_conversation.jsonl"}
     traces = {fmt: convert(fmt, path, ConvertOptions())[0] for fmt, path in sources.items()}

@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 from analysis.runs import read_meta  # noqa: E402
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.batch_features import read_steps  # noqa: E402
+from sim.calibrate import check_measured_durations  # noqa: E402
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, find_profile, fit_profile, read_profile  # noqa: E402,E501
 from sim.run_kind import gpu_run_problem  # noqa: E402
 
@@ -111,6 +112,7 @@ def step_errors(run_dir: Path, model: ProfiledCostModel, batch_bin: int = 0, con
     whole = (len(CLASSES), -1, -1)
     sums: dict[tuple, list] = {}  # count, real s, predicted s
     steps = read_steps(run_dir, periods=True)
+    check_measured_durations(run_dir)  # read_steps takes 0 s: a class of such steps divided by zero (a traceback)
     finished = finished_counts(run_dir, len(steps)) if split_finishing else [0] * len(steps)
     for (f, real_s, _), num_finished in zip(steps, finished):
         predicted_s = model.predict(f)

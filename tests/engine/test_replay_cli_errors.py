@@ -146,3 +146,16 @@ def test_engine_replay_says_when_it_falls_back_to_the_cpu(trace, tmp_path, capsy
     note = ("note: torch sees no CUDA device, so engine.replay runs on the CPU (slow; its step times are the CPU's); "
             "pass --device cpu to choose it without this note, or run on a GPU host")
     assert lines == ([note] if noted else []) + ["error: stopped before the load"]
+
+
+def test_engine_replay_refuses_a_bad_out_before_its_cpu_note(trace, tmp_path, capsys, monkeypatch):
+    """Forty-ninth session: a refused --out came after the note on the CPU fallback, two lines for one error."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("kept")
+    argv = [str(trace), "--model", "qwen3-0.6b", "--load-format", "dummy", "--out", str(out)]
+    assert cli_error(replay_main, argv, capsys) == (f"error: --out {out} exists and is not empty; pass --overwrite to "
+                                                    "replace it")
+    assert (out / "mine.txt").read_text() == "kept"

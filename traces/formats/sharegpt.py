@@ -296,7 +296,7 @@ def _arrivals_s(turns: np.ndarray, options: ConvertOptions) -> np.ndarray:
     start_rng, think_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(options.arrival_seed).spawn(2))
     conversation_rate = options.qps * num_conversations / len(turns)
     starts = arrival_times_s(num_conversations, conversation_rate, 1.0, start_rng)
-    thinks = gamma_gaps_s(len(turns), options.think_time_s, options.think_time_cv, think_rng)
+    thinks = gamma_gaps_s(len(turns), options.think_time_s, options.think_time_cv, think_rng, "--think-time-cv")
     thinks[first] = 0.0
     conversation = np.cumsum(turns == 0) - 1
     # cumulative think time within each conversation: global cumsum minus its value at the start

@@ -7,6 +7,9 @@ per-call overhead skewing small functions (cProfile inflates them 2-3x). It prin
 per file and per function, most first. Tracing is slow: 2,000 Azure requests take about two minutes.
 
 ``--qps`` rescales arrivals (``traces/sharegpt.parquet --qps 40``: the capacity sweep's batches of ~145).
+``--replicas N --router NAME`` simulate a fleet, and ``--sessions`` takes benchmarks/sim_million.py's synthesised
+multi-turn sessions instead of ``--trace`` (``--sessions --limit 5000 --replicas 64 --router prefix``: the
+million-request benchmark's work by function, as benchmarks/sim_instructions.py counts it in all).
 Compare trees with ``PYTHONHASHSEED=0`` (set iteration orders follow the seed). Bytecodes are not all alike (a
 call or a numpy pass costs more than a local load): read shares, not seconds.
 """
@@ -52,10 +55,18 @@ def count_bytecodes(run) -> tuple[collections.Counter, collections.Counter]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="python benchmarks/sim_bytecodes.py", description=__doc__.split("\n\n")[1])
-    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE,
-                        help="Azure CSV, Mooncake JSONL or trace parquet (default: %(default)s)")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help=f"Azure CSV, Mooncake JSONL or trace parquet (default: {DEFAULT_TRACE})")
     parser.add_argument("--limit", type=int, default=2000, help="replay only the first N requests (default: 2000)")
     parser.add_argument("--qps", type=float, default=None, help="rescale arrivals to this mean rate (requests/s)")
+    parser.add_argument("--sessions", action="store_true",
+                        help="instead of --trace, benchmarks/sim_million.py's synthesised multi-turn sessions (--limit "
+                             "requests at 10 req/s per replica, seed 0): a fleet's work, with --replicas 64 --router "
+                             "prefix")
+    parser.add_argument("--replicas", type=int, default=1, help="replicas (default: %(default)s)")
+    parser.add_argument("--router", default=None,
+                        help="router of several replicas (default: the simulator's; e.g. prefix, as "
+                             "benchmarks/sim_million.py runs)")
     parser.add_argument("--top", type=int, default=30, help="functions to print (default: 30)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the counts to this JSON file")
     args = parser.parse_args(argv)
@@ -63,16 +74,41 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--limit and --top must be at least 1")
     if args.qps is not None and not 0 < args.qps < float("inf"):
         parser.error(f"--qps must be a positive finite rate, not {args.qps}")
-    problem = args.json is not None and check_output_path(args.json, "--json", [args.trace])
+    from sim.config import MAX_REPLICAS
+    from sim.router import ROUTERS
+
+    if not 1 <= args.replicas <= MAX_REPLICAS:  # as benchmarks/sim_instructions.py checks them
+        parser.exit(2, f"error: --replicas must be from 1 to {MAX_REPLICAS:,}, got {args.replicas}\n")
+    if args.router is not None and args.router not in ROUTERS:
+        parser.exit(2, f"error: --router {args.router!r}: expected one of {', '.join(ROUTERS)}\n")
+    if args.sessions and args.trace is not None:  # the sessions would replace it, unsaid
+        parser.exit(2, f"error: --sessions replaces --trace {args.trace}; give one or the other\n")
+    if args.sessions:
+        from benchmarks.sim_million import MAX_REQUESTS
+
+        if args.limit > MAX_REQUESTS:  # drawn as sim_million's: a numpy MemoryError traceback beyond
+            parser.exit(2, f"error: --limit with --sessions must be at most {MAX_REQUESTS:,}, got {args.limit}\n")
+    trace_path = None if args.sessions else args.trace or DEFAULT_TRACE
+    problem = args.json is not None and check_output_path(args.json, "--json", [trace_path] if trace_path else [])
     if problem:
         parser.exit(2, f"error: {problem}\n")
 
     from benchmarks.sim_speed import load_or_exit
+    from engine.core.config import ConfigError
     from sim.config import SimConfig
     from sim.simulator import simulate
 
-    trace = load_or_exit(parser, args.trace, args.limit, args.qps)
-    config = SimConfig()
+    if args.sessions:
+        from benchmarks.sim_million import synthesize_sessions
+
+        trace = synthesize_sessions(args.limit, 10.0 * args.replicas, 0)
+        trace = trace.with_qps(args.qps) if args.qps is not None else trace
+    else:
+        trace = load_or_exit(parser, trace_path, args.limit, args.qps)
+    try:
+        config = SimConfig(num_replicas=args.replicas, **({"router": args.router} if args.router else {}))
+    except ConfigError as exc:
+        parser.exit(2, f"error: --replicas/--router: {exc}\n")
     # Lazy imports and caches first (the step table's too): they are not the work.
     simulate(trace.head(min(len(trace), 50)), config).steps_table()
     results = []
@@ -82,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     by_file: collections.Counter = collections.Counter()
     for (file_name, _line, _name), count in ops.items():
         by_file[file_name] += count
-    print(f"{args.trace} ({num_requests} requests{f', at {args.qps:g} req/s' if args.qps else ''}): "
+    trace_name = "benchmarks/sim_million.py sessions" if args.sessions else str(trace_path)
+    fleet = f", {args.replicas} replicas, router {config.router}" if args.replicas > 1 else ""
+    print(f"{trace_name} ({num_requests} requests{f', at {args.qps:g} req/s' if args.qps else ''}{fleet}): "
           f"{total:,} bytecodes, {total / num_requests:,.0f} per request, {results[0].num_rows:,} steps")
     print("\nby file (bytecodes per request, share)")
     for file_name, count in by_file.most_common(15):
@@ -93,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{calls[(file_name, line, name)] / num_requests:7.2f}  {file_name}:{line} {name}")
     if args.json:
         figures = {
-            "trace": str(args.trace), "num_requests": num_requests, "qps": args.qps,
+            "trace": trace_name, "num_requests": num_requests, "qps": args.qps, "replicas": args.replicas,
+            "router": config.router,
             "num_steps": results[0].num_rows, "bytecodes": total,
             "bytecodes_per_request": round(total / num_requests, 1),
             "by_file": {name: count for name, count in by_file.most_common()},

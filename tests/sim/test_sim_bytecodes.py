@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from benchmarks import sim_bytecodes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,3 +32,22 @@ def test_counts_add_up_and_repeat_exactly(tmp_path, capsys):
     assert first["by_file"]["scheduler.py"] > 0 and first["by_file"]["simulator.py"] > 0
     assert first["bytecodes"] == second["bytecodes"]  # deterministic: what makes it a before/after measure
     assert "by function, top 3" in capsys.readouterr().out
+
+
+def test_a_fleet_of_sessions_is_counted_with_its_router(tmp_path):
+    out = tmp_path / "fleet.json"
+    assert sim_bytecodes.main(["--sessions", "--limit", "30", "--replicas", "4", "--router", "prefix", "--top", "3",
+                               "--json", str(out)]) == 0
+    counts = json.loads(out.read_text())
+    assert (counts["trace"], counts["num_requests"], counts["replicas"], counts["router"]) == (
+        "benchmarks/sim_million.py sessions", 30, 4, "prefix")
+    # The prefix router reads the replicas at every arrival: its work and the lazy windows' are counted.
+    assert counts["by_file"]["router.py"] > 0 and counts["by_file"]["quiet_window.py"] > 0
+    assert sum(counts["by_file"].values()) == counts["bytecodes"]
+
+
+def test_sessions_with_a_trace_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sim_bytecodes.main(["--sessions", "--trace", str(REPO / "traces" / "sharegpt.parquet")])
+    assert exit_info.value.code == 2
+    assert "--sessions replaces --trace" in capsys.readouterr().err

@@ -437,7 +437,12 @@ def test_sigterm_mid_replay_leaves_no_staging_folder(tmp_path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "sim.replay", str(trace), "--quiet", "--out", str(out)],
                             cwd=PROFILES.parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(5)  # 200,000 requests take far longer to simulate
+        # Signalled once its staging folder exists, so mid-replay: a fixed sleep of 5 s came, on a loaded machine,
+        # before the replay had read its trace ("nothing written", no folder named). 200,000 requests take far longer.
+        deadline_s = time.monotonic() + 120
+        while len(list(tmp_path.iterdir())) < 2 and proc.poll() is None and time.monotonic() < deadline_s:
+            time.sleep(0.05)
+        time.sleep(0.5)
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)

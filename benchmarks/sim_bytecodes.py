@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.sim_million import add_fleet_options, check_fleet_options  # noqa: E402
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.files import check_output_path, write_text_atomic  # noqa: E402
 
@@ -59,14 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"Azure CSV, Mooncake JSONL or trace parquet (default: {DEFAULT_TRACE})")
     parser.add_argument("--limit", type=int, default=2000, help="replay only the first N requests (default: 2000)")
     parser.add_argument("--qps", type=float, default=None, help="rescale arrivals to this mean rate (requests/s)")
-    parser.add_argument("--sessions", action="store_true",
-                        help="instead of --trace, benchmarks/sim_million.py's synthesised multi-turn sessions (--limit "
-                             "requests at 10 req/s per replica, seed 0): a fleet's work, with --replicas 64 --router "
-                             "prefix")
-    parser.add_argument("--replicas", type=int, default=1, help="replicas (default: %(default)s)")
-    parser.add_argument("--router", default=None,
-                        help="router of several replicas (default: the simulator's; e.g. prefix, as "
-                             "benchmarks/sim_million.py runs)")
+    add_fleet_options(parser)
     parser.add_argument("--top", type=int, default=30, help="functions to print (default: 30)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the counts to this JSON file")
     args = parser.parse_args(argv)
@@ -74,20 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--limit and --top must be at least 1")
     if args.qps is not None and not 0 < args.qps < float("inf"):
         parser.error(f"--qps must be a positive finite rate, not {args.qps}")
-    from sim.config import MAX_REPLICAS
-    from sim.router import ROUTERS
-
-    if not 1 <= args.replicas <= MAX_REPLICAS:  # as benchmarks/sim_instructions.py checks them
-        parser.exit(2, f"error: --replicas must be from 1 to {MAX_REPLICAS:,}, got {args.replicas}\n")
-    if args.router is not None and args.router not in ROUTERS:
-        parser.exit(2, f"error: --router {args.router!r}: expected one of {', '.join(ROUTERS)}\n")
-    if args.sessions and args.trace is not None:  # the sessions would replace it, unsaid
-        parser.exit(2, f"error: --sessions replaces --trace {args.trace}; give one or the other\n")
-    if args.sessions:
-        from benchmarks.sim_million import MAX_REQUESTS
-
-        if args.limit > MAX_REQUESTS:  # drawn as sim_million's: a numpy MemoryError traceback beyond
-            parser.exit(2, f"error: --limit with --sessions must be at most {MAX_REQUESTS:,}, got {args.limit}\n")
+    check_fleet_options(parser, args)
     trace_path = None if args.sessions else args.trace or DEFAULT_TRACE
     problem = args.json is not None and check_output_path(args.json, "--json", [trace_path] if trace_path else [])
     if problem:

@@ -27,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.sim_million import add_fleet_options, check_fleet_options  # noqa: E402
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "azure_llm_2023_conv.csv"
@@ -75,35 +76,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="rescale the slice's arrivals to this rate (traces/sharegpt.parquet at 40: ~145 a batch)")
     parser.add_argument("--no-fast-forward", action="store_true",
                         help="simulate step by step (no quiet windows): what every step of the shared core costs")
-    parser.add_argument("--sessions", action="store_true",
-                        help="instead of --trace, benchmarks/sim_million.py's synthesised multi-turn sessions (--limit "
-                             "requests at 10 req/s per replica, seed 0): a fleet's work, with --replicas 64 --router "
-                             "prefix")
-    parser.add_argument("--replicas", type=int, default=1, help="replicas (default: %(default)s)")
-    parser.add_argument("--router", default=None,
-                        help="router of several replicas (default: the simulator's; e.g. prefix, as "
-                             "benchmarks/sim_million.py runs)")
+    add_fleet_options(parser)
     parser.add_argument("--json", default=None, metavar="OUT", help="write the figures here")
     args = parser.parse_args(argv)
-    from sim.config import MAX_REPLICAS
-    from sim.router import ROUTERS
-
-    # The simulator's own bound, here: beyond it the child under valgrind failed, and the one line quoted only
-    # valgrind's instruction count ("valgrind ... failed (exit 1): ==657== I refs: ..."), not what was wrong.
-    if not 1 <= args.replicas <= MAX_REPLICAS:
-        parser.exit(2, f"error: --replicas must be from 1 to {MAX_REPLICAS:,}, got {args.replicas}\n")
-
-    if args.router is not None and args.router not in ROUTERS:
-        parser.exit(2, f"error: --router {args.router!r}: expected one of {', '.join(ROUTERS)}\n")
     if args.limit < 1:
         parser.exit(2, f"error: --limit must be >= 1, got {args.limit}\n")
-    if args.sessions and args.trace is not None:  # the sessions replaced it, unsaid
-        parser.exit(2, f"error: --sessions replaces --trace {args.trace}; give one or the other\n")
-    if args.sessions:
-        from benchmarks.sim_million import MAX_REQUESTS
-
-        if args.limit > MAX_REQUESTS:  # drawn as sim_million's: a numpy MemoryError traceback (218 TiB at 1e14)
-            parser.exit(2, f"error: --limit with --sessions must be at most {MAX_REQUESTS:,}, got {args.limit}\n")
+    check_fleet_options(parser, args)
     if args.qps is not None and not (args.qps > 0 and args.qps < float("inf")):
         parser.exit(2, f"error: --qps must be a finite number > 0, got {args.qps}\n")
     trees = [Path(t).resolve() for t in (args.tree or ["."])]

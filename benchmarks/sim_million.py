@@ -43,6 +43,36 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
 
 
+def add_fleet_options(parser) -> None:
+    """The options with which benchmarks/sim_bytecodes.py and sim_instructions.py count a fleet's work instead of one
+    replica's (``--sessions --limit 5000 --replicas 64 --router prefix``): this script's sessions, replicas, router."""
+    parser.add_argument("--sessions", action="store_true",
+                        help="instead of --trace, benchmarks/sim_million.py's synthesised multi-turn sessions (--limit "
+                             "requests at 10 req/s per replica, seed 0): a fleet's work, with --replicas 64 --router "
+                             "prefix")
+    parser.add_argument("--replicas", type=int, default=1, help="replicas (default: %(default)s)")
+    parser.add_argument("--router", default=None,
+                        help="router of several replicas (default: the simulator's; e.g. prefix, as "
+                             "benchmarks/sim_million.py runs)")
+
+
+def check_fleet_options(parser, args) -> None:
+    """Exit 2 with one line for fleet options (``add_fleet_options``) the simulator would refuse later: under
+    valgrind that was a line quoting only its instruction count, and sessions beyond MAX_REQUESTS a numpy
+    MemoryError traceback (218 TiB at 1e14)."""
+    from sim.config import MAX_REPLICAS
+    from sim.router import ROUTERS
+
+    if not 1 <= args.replicas <= MAX_REPLICAS:
+        parser.exit(2, f"error: --replicas must be from 1 to {MAX_REPLICAS:,}, got {args.replicas}\n")
+    if args.router is not None and args.router not in ROUTERS:
+        parser.exit(2, f"error: --router {args.router!r}: expected one of {', '.join(ROUTERS)}\n")
+    if args.sessions and args.trace is not None:  # the sessions would replace it, unsaid
+        parser.exit(2, f"error: --sessions replaces --trace {args.trace}; give one or the other\n")
+    if args.sessions and args.limit > MAX_REQUESTS:
+        parser.exit(2, f"error: --limit with --sessions must be at most {MAX_REQUESTS:,}, got {args.limit}\n")
+
+
 def synthesize_sessions(num_requests: int, qps: float, seed: int, mean_turns: float = 4.0,
                         think_time_s: float = 20.0, user_median: float = 200.0, answer_median: float = 150.0,
                         max_context_tokens: int = 16384):

@@ -150,11 +150,11 @@ def refuse_to_replace(path: str | Path, overwrite: bool) -> None:
     if isinstance(path, str) and path.endswith(tuple({os.sep, os.altsep or os.sep})):
         raise IsADirectoryError(errno.EISDIR, "ends with a path separator, naming a folder; expected a parquet file "
                                 "path", path)
-    # A link to nothing (dangling, or a loop) is a name too, replaced by the rename as a file is: sim's outputs
-    # (sim.files.check_output_path) refused it already.
     problem = output_file_problem(path)  # first: --overwrite would not help
     if problem is not None:
         raise PermissionError(errno.EPERM, problem, str(path))
+    # A link to nothing (dangling, or a loop) is a name too, replaced by the rename as a file is: sim's outputs
+    # (sim.files.check_output_path) refused it already.
     if not overwrite and (Path(path).is_file() or (Path(path).is_symlink() and not Path(path).exists())):
         raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it", str(path))
 

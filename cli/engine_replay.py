@@ -189,12 +189,16 @@ def cpu_fallback_note(options: EngineOptions, tool: str) -> str | None:
     """The line to print when ``tool`` (engine.replay, engine.serve) will run on the CPU only because torch sees no
     CUDA device and no device was chosen (--device auto, the default, which the engine resolves to cuda when
     available): it ran there for minutes without a word, and recorded CPU step times as if they were a GPU's. None
-    otherwise. Raises ValueError (naming the option) for an option the CPU cannot take, before the model loads."""
-    if options.device != "auto":
+    otherwise. Raises ValueError (naming the option) for an option the CPU cannot take, or a --device torch does not
+    see, before the model loads."""
+    if options.device == "cpu":
         return None
     try:
         import torch
     except ImportError:  # the engine's own load says torch is missing
+        return None
+    if options.device != "auto":
+        _check_cuda_device(options.device, torch.cuda)
         return None
     if torch.cuda.is_available():
         return None
@@ -204,6 +208,19 @@ def cpu_fallback_note(options: EngineOptions, tool: str) -> str | None:
         raise ValueError(f"--{exc.field.replace('_', '-')}: {exc}") from None
     return (f"note: torch sees no CUDA device, so {tool} runs on the CPU (slow; its step times are the CPU's); "
             "pass --device cpu to choose it without this note, or run on a GPU host")
+
+
+def _check_cuda_device(device: str, cuda) -> None:
+    """Refuse --device cuda or cuda:N (``device``) where ``cuda`` (torch.cuda) sees no such device. The engine refused
+    it only once loading, and engine.serve's engine process then blamed the model: "--model M: ValueError:
+    device='cuda' was asked for but torch sees no CUDA device"."""
+    num_devices = cuda.device_count() if cuda.is_available() else 0
+    index = int(device.partition(":")[2] or 0)
+    if index < num_devices:
+        return
+    seen = ("no CUDA device" if num_devices == 0
+            else f"{num_devices} CUDA device(s), cuda:0 to cuda:{num_devices - 1}")
+    raise ValueError(f"--device: device={device!r} was asked for but torch sees {seen}")
 
 
 def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Namespace) -> dict:

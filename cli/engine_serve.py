@@ -20,7 +20,7 @@ from cli.replay_args import add_config_groups
 from engine.core.config_args import OneLineErrorParser, build_config
 from engine.core.generation_defaults import read_generation_defaults
 from engine.core.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, NOTHING_WRITTEN, reader_gone_safe
-from engine.core.model_config import ModelShape, resolve_model_dir
+from engine.core.model_config import ModelShape, generation_eos_token_ids, resolve_model_dir
 from engine.options import EngineOptions
 from engine.server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
 
@@ -150,7 +150,11 @@ def _serve(argv: list[str] | None) -> int:
             options = build_config(EngineOptions, args)
             # The model's config is read here too (no torch, milliseconds): a bad --model or --max-model-len was named
             # only after the engine process had started, as "--model M: ValueError: max_model_len=...".
-            options.check_model(ModelShape.load(options.model))
+            shape = ModelShape.load(options.model)
+            options.check_model(shape)
+            # So are the end-of-sequence ids of its generation_config.json: a bad one was refused by the engine process,
+            # after torch had loaded, as "--model M: ValueError: " and the file's own line.
+            generation_eos_token_ids(resolve_model_dir(options.model), shape.vocab_size)
             # So is its generation config: a default no request could take is refused here, naming the file and field.
             defaults = read_generation_defaults(resolve_model_dir(options.model), args.generation_config,
                                                 option="--generation-config")

@@ -13,6 +13,7 @@ from engine.core.config import ConfigError, EngineConfig, check, check_choice, c
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
 ATTENTION_BACKENDS = ("auto", "triton", "flash_attn", "torch")
+CUDA_ATTENTION_BACKENDS = ("triton", "flash_attn")  # the kernels that run on a CUDA device only
 DISTRIBUTED_BACKENDS = ("auto", "nccl", "gloo")
 INT32_LIMIT = 2**31
 # torch keeps a device index in 8 signed bits: cuda:128 became cuda:-128 and cuda:255 plain cuda. Digits only, no
@@ -102,11 +103,18 @@ class EngineOptions(EngineConfig):
         """Refuse options the device the engine runs on cannot take (``device``, or what 'auto' resolved to). NCCL on
         the CPU failed only once tensor-parallel workers had started (init_process_group's device_id error, naming
         no option), and with one process it was silently ignored."""
-        if self.distributed_backend == "nccl" and device_type != "cuda":
-            device = (f"device={self.device!r}" if self.device != "auto"
-                      else f"device='auto' is {device_type} here (torch sees no CUDA device)")
+        if device_type == "cuda":
+            return
+        device = (f"device={self.device!r}" if self.device != "auto"
+                  else f"device='auto' is {device_type} here (torch sees no CUDA device)")
+        if self.distributed_backend == "nccl":
             check(False, f"distributed_backend 'nccl' needs a CUDA device, and {device}; use 'gloo' (or 'auto') on "
                          f"{device_type}", "distributed_backend")
+        # Refused by the attention module only once the engine process had loaded torch: engine.serve then named
+        # --model ("--model M: ValueError: attention backend 'triton' needs a CUDA device").
+        if self.attention_backend in CUDA_ATTENTION_BACKENDS:
+            check(False, f"attention_backend {self.attention_backend!r} needs a CUDA device, and {device}; use "
+                         f"'torch' (or 'auto') on {device_type}", "attention_backend")
 
 
 def _cuda_index(device: str) -> int | None:

@@ -20,11 +20,13 @@ import importlib.util
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 
 from analysis.capacity.point import PointJob, evaluate_point
@@ -175,7 +177,37 @@ def _init_once(ray, address: str, runtime_env: dict, wait_s: float) -> BaseExcep
     return failure[0] if failure else None
 
 
+@contextmanager
+def _native_stderr_held() -> Iterator[None]:
+    """File descriptor 2 into a discarded temporary file while the block runs. Ray's C++ core writes its warnings
+    there, past Python's logging (ray.init's logging_level): an address that answers gRPC but is no Ray cluster (a
+    service mesh's proxy, another gRPC server) printed "gcs_client.cc:210: Failed to get cluster ID from GCS server"
+    once a second, 40 lines in all, before the one-line error. What fails is said by that line."""
+    sys.stderr.flush()
+    try:
+        saved_fd = os.dup(2)
+    except OSError:  # no stderr to hold (closed by the caller): nothing to keep clean either
+        yield
+        return
+    try:
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved_fd, 2)
+    finally:
+        os.close(saved_fd)
+
+
 def _init_with_timeout(ray, address: str, runtime_env: dict, timeout_s: float, attempts: int = 2) -> None:
+    """``ray.init`` within ``timeout_s`` in all, Ray's native warnings held (_native_stderr_held)."""
+    with _native_stderr_held():
+        _init_attempts(ray, address, runtime_env, timeout_s, attempts)
+
+
+def _init_attempts(ray, address: str, runtime_env: dict, timeout_s: float, attempts: int) -> None:
     """``ray.init`` within ``timeout_s`` in all. A failed attempt is retried once: on a loaded head, Ray Client's
     per-client server sometimes fails its own start ("Initialization failure from server"), and the next
     attempt succeeds (seen in CI on a 2-core machine)."""

@@ -9,6 +9,8 @@ Two engines are compared, their probes alternated so that both see the same host
   ``git archive d069b6d | tar -x -C DIR``, the tree before issue 16) and ``now`` is this tree;
 - without it: ``eager-prefill`` (this engine with prefill and mixed steps run eagerly,
   ``--max-cuda-graph-tokens 0``) and ``piecewise`` (the default).
+``--now-args "..."`` adds engine.replay options to the second engine's probes: ``--before-tree .
+--now-args=--overlap-decode-attention`` compares this engine's defaults with an option turned on.
 
 The trace is ``--trace PATH`` (its first ``--num-requests`` requests), or by default a prefill-heavy
 synthetic one (``traces.synth``: prompts lognormal, median 2,048 tokens, outputs geometric, mean 28;
@@ -24,9 +26,12 @@ measured.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -97,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="unmeasured replay of this many requests per engine first (0: none)")
     parser.add_argument("--model", default="qwen3-0.6b")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the results here")
+    parser.add_argument("--now-args", default="", metavar="OPTIONS",
+                        help="engine.replay options added to the second engine's probes, as one string "
+                             "(--now-args=--overlap-decode-attention)")
     args = parser.parse_args(argv)
+    now_args = _engine_args(parser, args.now_args)
     if args.num_requests < 1 or args.warmup_requests < 0 or args.probes < 1:
         parser.exit(2, "error: --num-requests and --probes must be >= 1 and --warmup-requests >= 0\n")
     brackets = [_rate_pair(parser, args.before_range, "--before-range"),
@@ -125,9 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         before = Path(args.before_tree).resolve()
         if not (before / "engine" / "replay.py").is_file():
             parser.exit(2, f"error: --before-tree: {before} holds no engine/replay.py\n")
-        engines = {"before": (before, []), "now": (REPO, [])}
+        engines = {"before": (before, []), "now": (REPO, now_args)}
     else:
-        engines = {"eager-prefill": (REPO, ["--max-cuda-graph-tokens", "0"]), "piecewise": (REPO, [])}
+        engines = {"eager-prefill": (REPO, ["--max-cuda-graph-tokens", "0"]), "piecewise": (REPO, now_args)}
     # After the options (each refused on its own first), before the trace is made: without a GPU every engine.replay
     # fell back to the CPU with only a note, each probe ran for hours, and the JSON gave the CPU's rates as capacities.
     if not cuda_available():
@@ -136,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                      "num_requests": args.num_requests, "ttft_p90_ms_limit": args.ttft_p90_ms,
                      "warmup_requests": args.warmup_requests,
                      "engines": {name: str(tree) for name, (tree, _) in engines.items()},
+                     "engine_args": {name: extra for name, (_, extra) in engines.items()},
                      "runs": {name: [] for name in engines}}
     with tempfile.TemporaryDirectory() as tmp:
         if args.trace is None:
@@ -162,6 +172,31 @@ def main(argv: list[str] | None = None) -> int:
                       f"{_ms(row['tpot_ms_p50'])}; {row['output_throughput'] or 0:.0f} tok/s", flush=True)
                 _write(results, args)
     return 0
+
+
+# What each probe sets itself: given again in --now-args, the later one would win and the bisection measure another run.
+PROBE_OPTIONS = ("--qps", "--limit", "--model", "--load-format", "--max-model-len", "--out", "--quiet", "--no-report")
+
+
+def _engine_args(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """--now-args as a list, checked by engine.replay's own parser (no torch) before any GPU work."""
+    try:
+        extra = shlex.split(text)
+    except ValueError as exc:
+        parser.exit(2, f"error: --now-args: {exc}\n")
+    taken = [a for a in extra if a.split("=", 1)[0] in PROBE_OPTIONS]
+    if taken:
+        parser.exit(2, f"error: --now-args: {taken[0]} is set by every probe; expected other engine.replay options\n")
+    from cli.engine_replay import build_parser
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            build_parser().parse_args(["trace.parquet", "--out", "out", *extra])
+    except SystemExit:  # engine.replay's own line names the option
+        line = said.getvalue().strip().splitlines()[-1:] or ["not what engine.replay takes"]
+        parser.exit(2, f"error: --now-args: {line[0].removeprefix('error: ')}\n")
+    return extra
 
 
 def _ms(value: float | None) -> str:

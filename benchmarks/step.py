@@ -3,13 +3,16 @@
 The step of issue 16: 8,192 batched tokens, four ~2k-token prefill chunks plus 80 decode rows
 (contexts 512-2,047), dummy weights; a second case gives each chunk a 2,048-token cached prefix (the
 paged attention path), a third is a small mixed step (one 1,968-token chunk and 80 decode rows), where
-launches weigh most. Each case runs both ways on one engine: eagerly (every kernel launched from
-Python) and as piecewise CUDA graphs (``engine/gpu/piecewise_graphs.py``). Reports per case and mode
+launches weigh most; a fourth is the full step of the prefill-heavy trace at capacity (112 decode rows of
+contexts 1,900-2,200). Each case runs three ways on one engine: eagerly (every kernel launched from
+Python), as piecewise CUDA graphs (``engine/gpu/piecewise_graphs.py``) with attention in sequence, and as
+piecewise graphs with decode attention on a side stream beside prefill attention (``overlap``, the
+engine option ``overlap_decode_attention``; ``engine/gpu/triton_launch.py``). Reports per case and mode
 the median over repeats of: host launch time of the forward (no wait), the forward's GPU time (CUDA
 events around it), the forward's wall time until the GPU is done, the whole step through
 ``ModelRunner.execute`` (logits and sampling too), and from one profiled step the kernels' summed GPU
-time over that step's wall time (``gpu_busy``). Also the engine's start-up (graph capture) time and the
-piecewise graphs' memory pool. Needs a CUDA GPU.
+time over that step's wall time (``gpu_busy``; above 1 where kernels overlap). Also the engine's start-up
+(graph capture) time and the piecewise graphs' memory pool. Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -28,21 +31,26 @@ from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.files import check_output_path, write_text_atomic  # noqa: E402
 
 NUM_DECODE = 80
+DECODE_CONTEXTS = (512, 2048)
 STEP_TOKENS = 8192
-CASES = {  # name: (batched tokens, prefill chunks, cached prefix per chunk)
-    "no-prefix": (STEP_TOKENS, 4, 0),
-    "prefix-2048": (STEP_TOKENS, 4, 2048),
-    "small-2048": (2048, 1, 0),
+MODES = ("eager", "piecewise", "overlap")
+CASES = {  # name: (batched tokens, prefill chunks, cached prefix per chunk, decode rows, their context range)
+    "no-prefix": (STEP_TOKENS, 4, 0, NUM_DECODE, DECODE_CONTEXTS),
+    "prefix-2048": (STEP_TOKENS, 4, 2048, NUM_DECODE, DECODE_CONTEXTS),
+    "small-2048": (2048, 1, 0, NUM_DECODE, DECODE_CONTEXTS),
+    # The prefill-heavy trace (prompts ~2,048, outputs ~28) near its capacity: ~110 rows decoding long contexts.
+    "capacity": (STEP_TOKENS, 4, 0, 112, (1900, 2200)),
 }
 
 
-def mixed_plan(runner, step_tokens: int, num_chunks: int, prefix: int, seed: int = 0):
+def mixed_plan(runner, step_tokens: int, num_chunks: int, prefix: int, num_decode: int = NUM_DECODE,
+               decode_contexts: tuple[int, int] = DECODE_CONTEXTS, seed: int = 0):
     from engine.gpu.model_runner import StepPlan
 
     rng = np.random.default_rng(seed)
     page = runner.block_size
-    chunk = (step_tokens - NUM_DECODE) // num_chunks
-    decode_ctx = rng.integers(512, 2048, NUM_DECODE)
+    chunk = (step_tokens - num_decode) // num_chunks
+    decode_ctx = rng.integers(*decode_contexts, num_decode)
     width = runner.max_blocks_per_seq
     next_block = 0
 
@@ -59,20 +67,20 @@ def mixed_plan(runner, step_tokens: int, num_chunks: int, prefix: int, seed: int
     if next_block > runner.num_gpu_blocks:
         raise SystemExit(f"the step needs {next_block} KV blocks, the runner has {runner.num_gpu_blocks}")
     positions = [decode_ctx - 1] + [np.arange(prefix, prefix + chunk)] * num_chunks
-    slots = [decode_tables[np.arange(NUM_DECODE), (decode_ctx - 1) // page] * page + (decode_ctx - 1) % page]
+    slots = [decode_tables[np.arange(num_decode), (decode_ctx - 1) // page] * page + (decode_ctx - 1) % page]
     for j in range(num_chunks):
         pos = positions[1 + j]
         slots.append(prefill_tables[j][pos // page].astype(np.int64) * page + pos % page)
-    num_tokens = NUM_DECODE + num_chunks * chunk
-    logits = list(range(NUM_DECODE)) + [NUM_DECODE + (j + 1) * chunk - 1 for j in range(num_chunks)]
+    num_tokens = num_decode + num_chunks * chunk
+    logits = list(range(num_decode)) + [num_decode + (j + 1) * chunk - 1 for j in range(num_chunks)]
     return StepPlan(
         ids=rng.integers(0, 10000, num_tokens).tolist(),
         positions=np.concatenate(positions).astype(np.int64),
         slots=np.concatenate(slots).astype(np.int64),
-        num_decode=NUM_DECODE,
+        num_decode=num_decode,
         decode_tables=decode_tables,
         logits_indices=logits,
-        sample_rows=list(range(NUM_DECODE + num_chunks)),
+        sample_rows=list(range(num_decode + num_chunks)),
         q_lens=[chunk] * num_chunks,
         context_lens=[prefix] * num_chunks,
         prefill_tables=prefill_tables,
@@ -165,12 +173,14 @@ def main(argv: list[str] | None = None) -> int:
                "piecewise_pool_bytes": runner.piecewise.pool_bytes,
                "graph_pool_reserved_bytes": runner.graph_pool_reserved_bytes,
                "targets": {"step_wall_ms": 18.0, "launch_ms": 2.0, "gpu_busy": 0.9}, "cases": {}}
-    for name, (step_tokens, num_chunks, prefix) in CASES.items():
-        plan = mixed_plan(runner, step_tokens, num_chunks, prefix)
-        for mode in ("eager", "piecewise"):
-            plan.piecewise_size = runner.piecewise.bucket(len(plan.ids)) if mode == "piecewise" else 0
+    for name, (step_tokens, num_chunks, prefix, num_decode, contexts) in CASES.items():
+        plan = mixed_plan(runner, step_tokens, num_chunks, prefix, num_decode, contexts)
+        for mode in MODES:
+            plan.piecewise_size = runner.piecewise.bucket(len(plan.ids)) if mode != "eager" else 0
+            runner.backend.overlap_decode = mode == "overlap"
             row = time_case(torch, runner, plan, args.repeats)
-            row.update(step_tokens=len(plan.ids), num_chunks=num_chunks, prefix=prefix)
+            row.update(step_tokens=len(plan.ids), num_chunks=num_chunks, prefix=prefix, num_decode=num_decode,
+                       decode_contexts=list(contexts))
             results["cases"][f"{name}/{mode}"] = row
             figures = ", ".join(f"{k} {v:.2f}" for k, v in row.items() if k.endswith(("_ms", "busy"))
                                 and not isinstance(v, dict))

@@ -437,10 +437,14 @@ def _other_deployment(run_dir: Path, profile: dict) -> str | None:
     # prices (and the other way round): its step times would fit the factors to the other engine.
     features = profile.get("engine_features")
     profile_ahead = features.get("runs_decode_ahead") if isinstance(features, dict) else None
+    # Likewise mixed steps with decode attention beside prefill attention (engine option overlap_decode_attention);
+    # a profile that records engine features but not this one was measured before the option existed: off.
+    profile_overlap = features.get("overlaps_decode_attention", False) if isinstance(features, dict) else None
     pairs = (("model", config.get("model"), None if model is None else Path(str(model)).name),
              ("tensor-parallel size", config.get("tensor_parallel_size"), profile.get("tensor_parallel_size")),
              ("device", config.get("device"), profile.get("device")),
-             ("run-ahead", _on_off(config.get("run_ahead")), _on_off(profile_ahead)))
+             ("run-ahead", _on_off(config.get("run_ahead")), _on_off(profile_ahead)),
+             ("decode attention overlap", _on_off(config.get("overlap_decode_attention")), _on_off(profile_overlap)))
     for what, run_value, profile_value in pairs:
         if run_value is None or profile_value is None:
             continue

@@ -333,7 +333,7 @@ def _add_sampling(parser: argparse.ArgumentParser, args: argparse.Namespace, sam
 
 # The engine options a profile is measured at, as the engine's config defines them (defaults, help, checks).
 ENGINE_OPTIONS = ("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "block_size",
-                  "allow_long_max_model_len", "device")
+                  "allow_long_max_model_len", "device", "overlap_decode_attention")
 # The longest sequence of the grid unless --max-model-len says otherwise, as the shipped profiles were measured; a model
 # of a shorter context gets its own (the fixed 32768 default was refused for it, naming an option sim.profile lacked).
 PROFILE_MAX_MODEL_LEN = 32768
@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model, load_format="dummy", max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
         max_model_len=args.max_model_len, tensor_parallel_size=args.tensor_parallel_size, device=args.device,
-        allow_long_max_model_len=args.allow_long_max_model_len,
+        allow_long_max_model_len=args.allow_long_max_model_len, overlap_decode_attention=args.overlap_decode_attention,
     )
     engine = llm.engine
     max_kv_tokens = engine.config.kv_capacity_tokens // 2
@@ -501,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     prepares_decode_ahead = bool(getattr(llm.runner, "prepare_ahead", False))
     # ... or, with run-ahead, launched during that step: the 'decode' family then times those (none waits).
     runs_decode_ahead = bool(getattr(llm.runner, "run_ahead", False))
+    # Mixed steps whose decode attention ran beside their prefill attention (TritonBackend.overlap_decode).
+    overlaps_decode_attention = bool(getattr(llm.runner.backend, "overlap_decode", False))
     llm.close()
     if args.sampling_only:
         return _add_sampling(parser, args, sampling_points, started)
@@ -513,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         "host": host_info(),
         "measured_at": time.strftime("%Y-%m-%d"),
         "engine_features": {"prepares_decode_ahead": prepares_decode_ahead, "runs_decode_ahead": runs_decode_ahead,
-                            "sampler": "gumbel one pass"},
+                            "overlaps_decode_attention": overlaps_decode_attention, "sampler": "gumbel one pass"},
         "decode_steps_per_sample": args.decode_steps,
         "engine_options": {
             "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,

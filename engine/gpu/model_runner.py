@@ -180,6 +180,8 @@ class ModelRunner:
             backend_name = default_backend(self.device.type)
         self.attention_backend_name = backend_name  # what 'auto' became: a run folder records what ran
         self.backend = get_backend(backend_name, self.device.type)
+        if options.overlap_decode_attention:  # the options allow it with the triton backend only
+            self.backend.overlap_decode = True
         self.timings = StepTimings()
         # Per-step (prepare, launch, wait, GPU forward, GPU sampling) seconds, when a list is put here.
         self.step_timings: list[tuple[float, float, float, float, float]] | None = None

@@ -126,3 +126,32 @@ class PerLayerLaunches:
 def _with_cache(args: tuple, k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple:
     """An attention kernel's arguments with another layer's cache (arguments 1 and 2)."""
     return (args[0], k_cache, v_cache, *args[3:])
+
+
+class OverlappedLaunches:
+    """A mixed step's attention with its decode rows on a side stream, beside its prefill chunks.
+
+    Decode attention reads every decode row's whole context once (memory-bound) while prefill attention
+    is compute-bound; issued one after the other, each leaves the other's resource idle. Each layer, the
+    side stream waits for the main stream (the piece before stored this layer's K/V), runs the decode
+    launches while the main stream runs the prefill launches, and the main stream waits for the side
+    stream before the next piece reads the attention output. The two write disjoint rows of it, so the
+    result is the same bits as in sequence; only the kernels' placement on the GPU changes.
+    """
+
+    def __init__(self, decode: list[Launch], prefill: list[Launch], side_stream: torch.cuda.Stream) -> None:
+        self.decode = PerLayerLaunches(decode)
+        self.prefill = PerLayerLaunches(prefill)
+        self.side = side_stream
+        self.ready = torch.cuda.Event()
+        self.done = torch.cuda.Event()
+
+    def __call__(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+        main = torch.cuda.current_stream()
+        self.ready.record(main)
+        self.side.wait_event(self.ready)
+        with torch.cuda.stream(self.side):
+            self.decode(k_cache, v_cache)
+        self.done.record(self.side)
+        self.prefill(k_cache, v_cache)
+        main.wait_event(self.done)

@@ -139,6 +139,34 @@ def test_cli_refuses_runs_of_another_deployment(tmp_path, capsys, config, messag
     assert calibrate_main([str(profile), str(run)]) == 0
 
 
+@pytest.mark.parametrize(("profile_overlap", "run_overlap", "message"), [
+    (None, True, "decode attention overlap on, not the profile's off"),  # measured before the option existed
+    (True, False, "decode attention overlap off, not the profile's on"),
+    (False, True, "decode attention overlap on, not the profile's off"),
+])
+def test_cli_refuses_runs_with_the_decode_attention_overlap_the_profile_lacks(tmp_path, capsys, profile_overlap,
+                                                                              run_overlap, message):
+    """Mixed steps of an engine with overlap_decode_attention take less time than a profile measured without it prices
+    (and the other way round): calibrating on such a run would spread the difference over every eager step."""
+    profile = tmp_path / "p.json"
+    data = json.loads(PROFILE.read_text())
+    if profile_overlap is not None:
+        data["engine_features"]["overlaps_decode_attention"] = profile_overlap
+    profile.write_text(json.dumps(data))
+    before = profile.read_bytes()
+    run = _fake_run(tmp_path / "run", host=1.0, decode=1.0)
+    (run / "summary.json").write_text(json.dumps({"cost_model": "measured", "config": {
+        "model": "qwen3-0.6b", "overlap_decode_attention": run_overlap}}))
+    with pytest.raises(SystemExit) as exited:
+        calibrate_main([str(profile), str(run)])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"error: run folder {run} was recorded with {message}" in err
+    assert profile.read_bytes() == before
+    (run / "summary.json").write_text(json.dumps({"cost_model": "measured", "config": {
+        "model": "qwen3-0.6b", "overlap_decode_attention": bool(profile_overlap)}}))
+    assert calibrate_main([str(profile), str(run)]) == 0
+
+
 def test_a_steps_real_time_is_its_period_where_the_engine_went_straight_on(tmp_path):
     """The loop's work between two steps (postprocess after the recorded end, taking in arrivals) belongs to the
     step before, as the simulator runs steps back to back; not so where the engine then waited idle, nor across

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import torch
+
 from engine.gpu.attention import triton_kernels as kernels
 from engine.gpu.attention.base import PagedAttentionBackend
-from engine.gpu.triton_launch import Launch, PerLayerLaunches
+from engine.gpu.triton_launch import Launch, OverlappedLaunches, PerLayerLaunches
 
 
 class TritonBackend(PagedAttentionBackend):
     name = "triton"
+
+    def __init__(self, overlap_decode: bool = False) -> None:
+        # Mixed steps run decode attention on a side stream beside prefill attention (OverlappedLaunches): the
+        # engine option overlap_decode_attention.
+        self.overlap_decode = overlap_decode
+        self._side_stream = None
 
     def store(self, k, v, k_cache, v_cache, slot_mapping) -> None:
         kernels.store_kv(k, v, k_cache, v_cache, slot_mapping)
@@ -24,6 +32,12 @@ class TritonBackend(PagedAttentionBackend):
     def per_layer(self, q, k, v, meta, scale, out, k_cache, v_cache) -> PerLayerLaunches:
         """Decode and prefill launches built once per step; each layer issues them with its own cache."""
         num_decode = meta.num_decode_tokens
+        if self.overlap_decode and num_decode and meta.num_prefill_seqs:
+            if self._side_stream is None:
+                self._side_stream = torch.cuda.Stream(q.device)
+            decode = self._decode_launches(q[:num_decode], k_cache, v_cache, meta, scale, out[:num_decode])
+            prefill = self._prefill_launches(q[num_decode:], k_cache, v_cache, meta, scale, out[num_decode:])
+            return OverlappedLaunches(decode, prefill, self._side_stream)
         launches = []
         if num_decode:
             launches += self._decode_launches(q[:num_decode], k_cache, v_cache, meta, scale, out[:num_decode])

@@ -66,3 +66,26 @@ def trace(tmp_path):
     pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "prompt_tokens": [3, 4],
                   "output_tokens": [1, 1]}).write_parquet(path)
     return path
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    """The engine must not load: LLM (engine.replay) and the engine process (engine.serve) fail at once."""
+    import engine.llm
+    import engine.server.engine_client
+
+    def stop(*args, **kwargs):
+        raise ValueError("stopped before the load")
+
+    class Client:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def start(self):
+            stop()
+
+        def stop(self, **kwargs):
+            pass
+
+    monkeypatch.setattr(engine.llm, "LLM", stop)
+    monkeypatch.setattr(engine.server.engine_client, "EngineClient", Client)

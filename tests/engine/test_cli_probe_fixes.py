@@ -22,29 +22,6 @@ NOTE = ("note: torch sees no CUDA device, so {} runs on the CPU (slow; its step 
         "cpu to choose it without this note, or run on a GPU host")
 
 
-@pytest.fixture
-def no_load(monkeypatch):
-    """The engine must not load: LLM (engine.replay) and the engine process (engine.serve) fail at once."""
-    import engine.llm
-    import engine.server.engine_client
-
-    def stop(*args, **kwargs):
-        raise ValueError("stopped before the load")
-
-    class Client:
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def start(self):
-            stop()
-
-        def stop(self, **kwargs):
-            pass
-
-    monkeypatch.setattr(engine.llm, "LLM", stop)
-    monkeypatch.setattr(engine.server.engine_client, "EngineClient", Client)
-
-
 # engine.serve's half needs the server's extra (a host without it, the GPU machine, is refused for that first).
 needs_server = pytest.mark.skipif(importlib.util.find_spec("fastapi") is None, reason="needs fastapi ('.[serve]')")
 

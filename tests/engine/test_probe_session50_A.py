@@ -20,29 +20,6 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("fastapi") is None, rea
 NOT_LOADED = "error: --model qwen3-0.6b: stopped before the load"  # what the fixture's engine says: checks passed
 
 
-@pytest.fixture
-def no_load(monkeypatch):
-    """The engine must not load: LLM (engine.replay) and the engine process (engine.serve) fail at once."""
-    import engine.llm
-    import engine.server.engine_client
-
-    def stop(*args, **kwargs):
-        raise ValueError("stopped before the load")
-
-    class Client:
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def start(self):
-            stop()
-
-        def stop(self, **kwargs):
-            pass
-
-    monkeypatch.setattr(engine.llm, "LLM", stop)
-    monkeypatch.setattr(engine.server.engine_client, "EngineClient", Client)
-
-
 def _cuda_devices(monkeypatch, num_devices: int) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: num_devices > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: num_devices)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from collections.abc import Callable
 from operator import mul
 from pathlib import Path
@@ -778,6 +779,20 @@ def describe_held_out(held: dict) -> str:
             f"max {held['max_abs_rel_error']:.1%} over {held['num_points']} points")
 
 
+def _plain_features(features: dict) -> dict:
+    """A profile's engine_features as a run folder may record them: the string keys whose values are a bool, a finite
+    number or a short string (summary.json is checked for NaN and Infinity on read)."""
+    kept = {}
+    for key, value in features.items():
+        if not isinstance(key, str):
+            continue
+        if isinstance(value, bool) or (isinstance(value, str) and len(value) <= 200):
+            kept[key] = value
+        elif isinstance(value, (int, float)) and math.isfinite(value):
+            kept[key] = value
+    return kept
+
+
 def fit_profile(profile: dict) -> dict:
     """Fit on three of every four grid points per family; report the error on the fourth."""
     check_profile(profile)
@@ -845,6 +860,9 @@ class ProfiledCostModel:
         # The profile's 'model' as sim.profile wrote it (load): a shipped config's name, or the folder it was given
         # (with a '/'). None for a model built from a fit alone.
         self.measured_model: str | None = None
+        # What the profiled engine did (sim.profile's engine_features: run-ahead, the decode-attention overlap); a run
+        # folder records it, so that analysis.compare can say where the real engine did otherwise.
+        self.engine_features: dict | None = None
         self.runs_decode_ahead = fit.get("runs_decode_ahead") is True
         decode = fit["graph_decode"]
         sizes = sorted(fit.get("graph_sizes") or decode["batch_sizes"])
@@ -988,6 +1006,8 @@ class ProfiledCostModel:
             loaded.name += f", sampling {'with top-k/top-p' if sampling == 'filters' else 'with a temperature'} " \
                            "as measured"
         loaded.measured_model = profile["model"]
+        features = profile.get("engine_features")
+        loaded.engine_features = _plain_features(features) if isinstance(features, dict) else None
         return loaded
 
     def graph_bucket(self, num_decode_seqs: int) -> int:

@@ -851,4 +851,7 @@ def simulate(
                        time.perf_counter() - started)
     result.num_fast_forward_steps = fast_forwarded[0]
     result.stopped_s = stopped_s
+    features = getattr(cost_model, "engine_features", None)  # a profile's: what the engine it measured did
+    if features:
+        result.meta["profile_engine_features"] = features
     return result

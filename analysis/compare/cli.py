@@ -116,6 +116,8 @@ def print_comparison(comparison, real, sim, check_schedule: bool) -> None:
     differences = format_config_differences(comparison.config_differences)
     if differences:
         print_out(differences)
+    for note in comparison.engine_notes:
+        print_out(f"note: {note}")
     print_out(format_error_table(comparison.rows))
     judged = [row for row in comparison.rows if row.in_band is not None]
     if judged:

@@ -202,6 +202,8 @@ def write_compare_report(comparison: Comparison, path: Path) -> Path:
     if comparison.config_differences:
         rows = [(key, f"real {v['real']!r} / sim {v['sim']!r}") for key, v in comparison.config_differences.items()]
         header += table_html(rows, caption="config differences")
+    if comparison.engine_notes:
+        header += table_html([("engine", note) for note in comparison.engine_notes], caption="engine notes")
     header += error_table_html(comparison.rows)
     header += f'<pre style="white-space: pre-wrap">{html.escape(comparison.schedule.describe())}</pre>'
     title = f"Simulation vs real: {sim.name} vs {real.name}"

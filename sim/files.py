@@ -120,6 +120,19 @@ def check_output_path(path: str | Path, option: str, inputs: list[Path], *, over
     return None
 
 
+def repeated_input_problem(given: list[str | Path], what: str) -> str | None:
+    """One line naming the first of ``given`` (inputs described by ``what``, "run folder") that another spelling
+    of the same path (a trailing '/', ./DIR, a symbolic link) already named, or None. A run given twice counted its
+    steps, requests or figures twice at exit 0; the scripts that read several runs share this check."""
+    seen: dict[str, str] = {}
+    for item in given:
+        real = os.path.realpath(item)  # not Path.resolve: a symbolic link loop raised a RuntimeError traceback
+        if real in seen:
+            return f"{what} {item} is given twice (also as {seen[real]}); give each once"
+        seen[real] = str(item)
+    return None
+
+
 def existing_parent(path: Path) -> Path | None:
     """The nearest path above ``path`` that exists (named as given), or None: where the folders down to ``path``
     would be made, or the file that stops them (an output file's folder and an --out folder both check it)."""

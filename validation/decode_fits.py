@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.core.config_args import OneLineErrorParser, nonempty  # noqa: E402
 from sim.batch_features import read_steps  # noqa: E402
+from sim.files import repeated_input_problem  # noqa: E402
 from sim.profiled_cost_model import (  # noqa: E402
     ProfiledCostModel,
     _excess_context,
@@ -79,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default=None, help="profile JSON (default: the shipped qwen3-0.6b)")
     args = parser.parse_args(argv)
     args.runs, args.calibration = [Path(run) for run in args.runs], [Path(run) for run in args.calibration]
+    # A calibration run given twice weighed its steps double in the fits; a validation run, its lines printed twice.
+    # (One run in both lists is allowed: its validation lines are the in-sample ones.)
+    twice = repeated_input_problem(args.calibration, "--calibration") or repeated_input_problem(args.runs, "run")
+    if twice:
+        parser.exit(2, f"error: {twice}\n")
     # Bad input is one line and exit 2: a missing, empty or garbled profile (or a folder) was a traceback.
     for run in [*args.calibration, *args.runs]:
         missing = next((name for name in ("requests.parquet", "steps.parquet") if not (run / name).is_file()), None)

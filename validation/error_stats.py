@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         label, sep, dirs = spec.partition("=")
         if not sep or not dirs:
             parser.error(f"{spec!r}: expected LABEL=RESULTS_DIR[,RESULTS_DIR...]")
+        if label in (given for given, _ in labels):  # two lines of one label: which cost model is which?
+            parser.exit(2, f"error: {spec}: the label {label!r} is given twice; give each cost model its own\n")
         seen: set[Path] = set()
         for results in map(Path, dirs.split(",")):
             if results.resolve() in seen:  # its runs counted twice in the label's figures

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.batch_features import went_straight_on  # noqa: E402
+from sim.files import repeated_input_problem  # noqa: E402
 from sim.run_kind import gpu_run_problem  # noqa: E402
 
 
@@ -67,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="engine.replay run folders")
     args = parser.parse_args(argv)
+    twice = repeated_input_problem(args.runs, "run folder")  # the same run's row printed twice
+    if twice:
+        parser.exit(2, f"error: {twice}\n")
     for run in args.runs:
         for name in ("steps.parquet", "requests.parquet"):
             if not (Path(run) / name).is_file():

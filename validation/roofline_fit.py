@@ -36,9 +36,10 @@ from engine.core.scheduler import ScheduledBatch  # noqa: E402
 from engine.core.sequence import Sequence  # noqa: E402
 from sim.config import SimConfig  # noqa: E402
 from sim.cost_model import RooflineConstants, RooflineCostModel, roofline_constants_for  # noqa: E402
-from sim.files import write_text_atomic  # noqa: E402
+from sim.files import repeated_input_problem, write_text_atomic  # noqa: E402
 from sim.hardware import get_gpu  # noqa: E402
 from sim.simulator import make_cost_model  # noqa: E402
+from traces.schema import Trace  # noqa: E402
 
 PAIRS = [("h200", "qwen3-0.6b"), ("h200", "qwen3-8b"), ("h100", "qwen3-0.6b"), ("h100", "qwen3-8b")]
 FITTED = ("step_overhead_s", "continuing_step_overhead_s", "per_layer_overhead_s", "per_seq_overhead_s",
@@ -187,16 +188,14 @@ def _error_text(kind: str, stats: dict) -> str:
     return f"{kind} {stats['mean_abs_error_pct']:.1f}% (max {stats['max_abs_error_pct']:.0f})"
 
 
-def replays(trace_path: Path, qps: float, constants: dict[str, RooflineConstants]) -> dict:
-    """TTFT and TPOT p50/p90 (ms) of the trace replayed at ``qps`` on the H200, for each model under its profile and
-    under the roofline with each set of ``constants``: how the steps' errors add up in a serving run."""
+def replays(trace: Trace, constants: dict[str, RooflineConstants]) -> dict:
+    """TTFT and TPOT p50/p90 (ms) of the trace (at its --qps) replayed on the H200, for each model under its profile
+    and under the roofline with each set of ``constants``: how the steps' errors add up in a serving run."""
     import polars as pl
 
     from analysis.metrics import summarize
     from sim.simulator import simulate
-    from traces.schema import load_trace
 
-    trace = load_trace(trace_path).with_qps(qps)
     out = {}
     for model in ("qwen3-0.6b", "qwen3-8b"):
         config = SimConfig(model=model, gpu="h200")
@@ -278,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.core.config_args import OneLineErrorParser
     from sim.files import check_output_path
     from sim.hardware import GPUS
+    from traces.schema import TraceError, load_trace
 
     parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -292,9 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (math.isfinite(args.qps) and args.qps > 0):
         parser.exit(2, f"error: --qps must be a finite number > 0, got {args.qps}\n")
-    if not args.trace.is_file():
+    if not args.trace.exists():
         parser.exit(2, f"error: --trace {args.trace} does not exist\n")
-    problems = [problem for problem in (run_problem(run) for run in args.real) if problem]
+    try:  # read before the fits: a folder or a file of another kind failed only after them, minutes later
+        trace = load_trace(args.trace).with_qps(args.qps)
+    except (TraceError, ValueError) as exc:
+        parser.exit(2, f"error: --trace {args.trace}: {exc}\n")
+    # The same run given twice weighed double in the mean error over the runs.
+    problems = [repeated_input_problem(args.real, "--real"),
+                *(problem for problem in (run_problem(run) for run in args.real) if problem)]
     if args.json is not None:
         # (the runs' summary.json files are inputs: --json naming one replaced it)
         inputs = [args.trace, *(run / "summary.json" for run in args.real)]
@@ -336,10 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         held_out[label] = {"constants": rounded(values),
                            "errors": evaluate(RooflineConstants(**{**LEADS, **values}), test)}
     result["held_out"] = held_out
-    trace = args.trace.resolve()
-    result["replays"] = {"trace": str(trace.relative_to(ROOT) if trace.is_relative_to(ROOT) else trace),
+    trace_path = args.trace.resolve()
+    result["replays"] = {"trace": str(trace_path.relative_to(ROOT) if trace_path.is_relative_to(ROOT) else trace_path),
                          "qps": args.qps, "gpu": "h200",
-                         "results": replays(args.trace, args.qps, {"leads": RooflineConstants(**LEADS),
+                         "results": replays(trace, {"leads": RooflineConstants(**LEADS),
                                                                    "shipped": roofline_constants_for("h200")})}
     for key in ("leads_errors", "shipped_errors"):
         print(key)

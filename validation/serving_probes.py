@@ -37,6 +37,11 @@ def _num(value: float | None, digits: int) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _rate(qps: float | None, absent: str) -> str:
+    """A bracket's rate in the summary line, or what its absence means: Python's "None" read as a rate."""
+    return absent if qps is None else f"{qps}"
+
+
 FIGURES = ("ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "output_throughput")  # each probe's, as serving.py writes
 
 
@@ -197,9 +202,11 @@ def main(argv: list[str] | None = None) -> int:
             cells[1:5] = [f"{cell} {'+' if r['bands'][key]['gpu_inside'] else '-'}" for cell, key in zip(
                 cells[1:5], ("ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "output_throughput"), strict=True)]
         print("| " + " | ".join(cells) + " |")
-    gpu_bracket = f"met {table['gpu_met_qps']}, missed {table['gpu_missed_qps']}"
-    print(f"capacity (TTFT p90 <= {limit_ms:g} ms): GPU {gpu_bracket}; simulator met {found['met_qps']}, missed "
-          f"{found['missed_qps']}; verdicts agree on {table['verdicts_agree']} of {len(rows)} probes"
+    gpu_bracket = (f"met {_rate(table['gpu_met_qps'], 'at no probe')}, "
+                   f"missed {_rate(table['gpu_missed_qps'], 'at no probe')}")
+    print(f"capacity (TTFT p90 <= {limit_ms:g} ms): GPU {gpu_bracket}; simulator met "
+          f"{_rate(found['met_qps'], 'at no rate tried')}, missed {_rate(found['missed_qps'], 'at no rate tried')}; "
+          f"verdicts agree on {table['verdicts_agree']} of {len(rows)} probes"
           + (f" ({found['note']})" if found.get("note") else "")
           + (f"; GPU figures inside the {args.bands} replays' p5-p95 bands (+): {table['figures_inside_bands']} of "
              f"{table['figures_banded']}" if args.bands else ""))

@@ -39,6 +39,7 @@ from analysis.runs import read_meta  # noqa: E402
 from engine.core.config_args import OneLineErrorParser  # noqa: E402
 from sim.batch_features import read_steps  # noqa: E402
 from sim.calibrate import check_measured_durations  # noqa: E402
+from sim.files import repeated_input_problem  # noqa: E402
 from sim.profiled_cost_model import ProfiledCostModel, _is_graph_step, find_profile, fit_profile, read_profile  # noqa: E402,E501
 from sim.run_kind import gpu_run_problem  # noqa: E402
 
@@ -112,6 +113,8 @@ def step_errors(run_dir: Path, model: ProfiledCostModel, batch_bin: int = 0, con
     whole = (len(CLASSES), -1, -1)
     sums: dict[tuple, list] = {}  # count, real s, predicted s
     steps = read_steps(run_dir, periods=True)
+    if not steps:  # the table printed its header alone, at exit 0
+        raise ValueError(f"{Path(run_dir) / 'steps.parquet'}: no steps (0 rows); expected the step log of a GPU run")
     check_measured_durations(run_dir)  # read_steps takes 0 s: a class of such steps divided by zero (a traceback)
     finished = finished_counts(run_dir, len(steps)) if split_finishing else [0] * len(steps)
     for (f, real_s, _), num_finished in zip(steps, finished):
@@ -201,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     missing = [run for run in args.runs if not (Path(run) / "steps.parquet").is_file()]
     if missing:
         parser.exit(2, f"error: {missing[0]}: no steps.parquet; expected an engine.replay run folder\n")
+    twice = repeated_input_problem(args.runs, "run folder")  # its steps were counted twice in the table
+    if twice:
+        parser.exit(2, f"error: {twice}\n")
     # A sim.replay folder's steps are its cost model's own: every ratio read 1.000 at exit 0.
     not_gpu = next(filter(None, (gpu_run_problem(Path(run)) for run in args.runs)), None)
     if not_gpu:

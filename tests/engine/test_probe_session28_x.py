@@ -44,7 +44,6 @@ np = pytest.importorskip("numpy")
 from cli.engine_serve import main as serve_main  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
 from engine.llm import MAX_WARMUP_REQUESTS  # noqa: E402
-from tests.engine.test_cli_probe_fixes import no_load  # noqa: E402, F401  (the fixture)
 from tests.traces.helpers import cli_error  # noqa: E402
 
 OPTIONS = dict(device="cpu", block_size=16, max_model_len=128)

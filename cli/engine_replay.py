@@ -31,7 +31,7 @@ from engine.core.messages import one_line
 from engine.core.model_config import ModelShape
 from engine.core.sampling_params import field_problem
 from engine.llm import MAX_WARMUP_REQUESTS
-from engine.options import EngineOptions
+from engine.options import EngineOptions, cuda_device_problem
 from sim.hardware import host_info
 
 STEP_TIMING_COLUMNS = ("host_prepare_ms", "host_launch_ms", "host_wait_ms", "gpu_forward_ms", "gpu_sample_ms")
@@ -198,7 +198,9 @@ def cpu_fallback_note(options: EngineOptions, tool: str) -> str | None:
     except ImportError:  # the engine's own load says torch is missing
         return None
     if options.device != "auto":
-        _check_cuda_device(options.device, torch.cuda)
+        problem = cuda_device_problem(options.device, torch.cuda)
+        if problem:
+            raise ValueError(f"--device: {problem}")
         return None
     if torch.cuda.is_available():
         return None
@@ -208,19 +210,6 @@ def cpu_fallback_note(options: EngineOptions, tool: str) -> str | None:
         raise ValueError(f"--{exc.field.replace('_', '-')}: {exc}") from None
     return (f"note: torch sees no CUDA device, so {tool} runs on the CPU (slow; its step times are the CPU's); "
             "pass --device cpu to choose it without this note, or run on a GPU host")
-
-
-def _check_cuda_device(device: str, cuda) -> None:
-    """Refuse --device cuda or cuda:N (``device``) where ``cuda`` (torch.cuda) sees no such device. The engine refused
-    it only once loading, and engine.serve's engine process then blamed the model: "--model M: ValueError:
-    device='cuda' was asked for but torch sees no CUDA device"."""
-    num_devices = cuda.device_count() if cuda.is_available() else 0
-    index = int(device.partition(":")[2] or 0)
-    if index < num_devices:
-        return
-    seen = ("no CUDA device" if num_devices == 0
-            else f"{num_devices} CUDA device(s), cuda:0 to cuda:{num_devices - 1}")
-    raise ValueError(f"--device: device={device!r} was asked for but torch sees {seen}")
 
 
 def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Namespace) -> dict:

@@ -50,7 +50,7 @@ class EngineOptions(EngineConfig):
     attention_backend: str = option("auto", "attention kernels", choices=ATTENTION_BACKENDS)
     overlap_decode_attention: bool = option(False, "run a mixed step's decode attention on a second CUDA stream "
                                             "beside its prefill attention (the triton backend; the same outputs, "
-                                            "serving capacity 2-5 percent higher on an H100). Off by default while "
+                                            "serving capacity 2-7 percent higher on an H100). Off by default while "
                                             "the shipped profiles are measured without it")
     max_cuda_graph_batch_size: int = option(512, "largest decode batch captured as a CUDA graph")
     max_cuda_graph_tokens: int = option(8192, "largest prefill or mixed step (batched tokens) replayed as piecewise "
@@ -125,6 +125,18 @@ class EngineOptions(EngineConfig):
                          f"'torch' (or 'auto') on {device_type}", "attention_backend")
         check(not self.overlap_decode_attention, f"overlap_decode_attention needs a CUDA device, and {device}",
               "overlap_decode_attention")
+
+
+def cuda_device_problem(device: str, cuda) -> str | None:
+    """Why ``device`` ('cuda' or 'cuda:N') cannot run where ``cuda`` (torch.cuda, passed in: this module imports no
+    torch) sees the devices it sees, or None. The runner's check, and the one engine.replay and engine.serve make before
+    the model loads (engine.serve's engine process had blamed --model for it)."""
+    num_devices = cuda.device_count() if cuda.is_available() else 0
+    index = 0 if device == "cuda" else _cuda_index(device)
+    if index is not None and index < num_devices:
+        return None
+    seen = "no CUDA device" if num_devices == 0 else f"{num_devices} CUDA device(s), cuda:0 to cuda:{num_devices - 1}"
+    return f"device={device!r} was asked for but torch sees {seen}"
 
 
 def _cuda_index(device: str) -> int | None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 from collections.abc import Callable
 from operator import mul
 from pathlib import Path
@@ -779,20 +778,6 @@ def describe_held_out(held: dict) -> str:
             f"max {held['max_abs_rel_error']:.1%} over {held['num_points']} points")
 
 
-def _plain_features(features: dict) -> dict:
-    """A profile's engine_features as a run folder may record them: the string keys whose values are a bool, a finite
-    number or a short string (summary.json is checked for NaN and Infinity on read)."""
-    kept = {}
-    for key, value in features.items():
-        if not isinstance(key, str):
-            continue
-        if isinstance(value, bool) or (isinstance(value, str) and len(value) <= 200):
-            kept[key] = value
-        elif isinstance(value, (int, float)) and math.isfinite(value):
-            kept[key] = value
-    return kept
-
-
 def fit_profile(profile: dict) -> dict:
     """Fit on three of every four grid points per family; report the error on the fourth."""
     check_profile(profile)
@@ -1007,7 +992,8 @@ class ProfiledCostModel:
                            "as measured"
         loaded.measured_model = profile["model"]
         features = profile.get("engine_features")
-        loaded.engine_features = _plain_features(features) if isinstance(features, dict) else None
+        if isinstance(features, dict):  # flags and names, as sim.profile writes them (no NaN into summary.json)
+            loaded.engine_features = {k: v for k, v in features.items() if isinstance(v, (bool, str))}
         return loaded
 
     def graph_bucket(self, num_decode_seqs: int) -> int:

@@ -95,7 +95,7 @@ def engine_notes(real: dict, sim: dict) -> list[str]:
         notes.append(f"the real engine ran {'with' if overlap else 'without'} overlap_decode_attention and the "
                      f"profile's engine {'with' if profiled_overlap else 'without'}: its mixed steps (decode rows "
                      f"beside prefill chunks) are priced {'long' if overlap else 'short'} (on an H100 an engine with "
-                     "it served 4-6 % more than a profile without it put its knee at)")
+                     "it served 4-9 % more than a profile without it put its knee at)")
     ahead, profiled_ahead = real.get("run_ahead"), features.get("runs_decode_ahead")
     if isinstance(ahead, bool) and isinstance(profiled_ahead, bool) and ahead != profiled_ahead:
         notes.append(f"the real engine ran {'with' if ahead else 'without'} run-ahead and the profile's engine "

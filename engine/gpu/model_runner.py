@@ -37,7 +37,7 @@ from engine.gpu.loader import init_dummy, load_safetensors
 from engine.gpu.models import DecoderForCausalLM
 from engine.gpu.parallel import SINGLE, ParallelContext
 from engine.gpu.piecewise_graphs import PiecewiseGraphs
-from engine.options import EngineOptions
+from engine.options import EngineOptions, cuda_device_problem
 
 _log = logging.getLogger(__name__)
 
@@ -139,12 +139,10 @@ def resolve_device(options: EngineOptions) -> torch.device:
     if options.device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(options.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={options.device!r} was asked for but torch sees no CUDA device")
     # cuda:7 on a one-GPU host failed deep in torch ('invalid device ordinal'), after the config had been read.
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"device={options.device!r} was asked for but torch sees {torch.cuda.device_count()} CUDA "
-                         f"device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    problem = cuda_device_problem(options.device, torch.cuda) if device.type == "cuda" else None
+    if problem:
+        raise ValueError(problem)
     return device
 
 

@@ -14,7 +14,7 @@ from tests.analysis.test_compare_cli import run_cli
 
 FEATURES = {"prepares_decode_ahead": True, "runs_decode_ahead": True, "sampler": "gumbel one pass"}
 OVERLAP_LONG = ("the real engine ran with overlap_decode_attention and the profile's engine without: its mixed steps "
-                "(decode rows beside prefill chunks) are priced long (on an H100 an engine with it served 4-6 % more "
+                "(decode rows beside prefill chunks) are priced long (on an H100 an engine with it served 4-9 % more "
                 "than a profile without it put its knee at)")
 
 
@@ -24,7 +24,7 @@ OVERLAP_LONG = ("the real engine ran with overlap_decode_attention and the profi
     ({"overlap_decode_attention": True}, {**FEATURES, "overlaps_decode_attention": True}, []),
     ({"overlap_decode_attention": False}, {**FEATURES, "overlaps_decode_attention": True},
      ["the real engine ran without overlap_decode_attention and the profile's engine with: its mixed steps (decode "
-      "rows beside prefill chunks) are priced short (on an H100 an engine with it served 4-6 % more than a profile "
+      "rows beside prefill chunks) are priced short (on an H100 an engine with it served 4-9 % more than a profile "
       "without it put its knee at)"]),
     ({"run_ahead": False}, FEATURES, ["the real engine ran without run-ahead and the profile's engine with: its "
                                       "decode steps that repeat their batch are priced short"]),

@@ -32,18 +32,15 @@ class TritonBackend(PagedAttentionBackend):
     def per_layer(self, q, k, v, meta, scale, out, k_cache, v_cache) -> PerLayerLaunches:
         """Decode and prefill launches built once per step; each layer issues them with its own cache."""
         num_decode = meta.num_decode_tokens
-        if self.overlap_decode and num_decode and meta.num_prefill_seqs:
+        decode = (self._decode_launches(q[:num_decode], k_cache, v_cache, meta, scale, out[:num_decode])
+                  if num_decode else [])
+        prefill = (self._prefill_launches(q[num_decode:], k_cache, v_cache, meta, scale, out[num_decode:])
+                   if meta.num_prefill_seqs else [])
+        if self.overlap_decode and decode and prefill:
             if self._side_stream is None:
                 self._side_stream = torch.cuda.Stream(q.device)
-            decode = self._decode_launches(q[:num_decode], k_cache, v_cache, meta, scale, out[:num_decode])
-            prefill = self._prefill_launches(q[num_decode:], k_cache, v_cache, meta, scale, out[num_decode:])
             return OverlappedLaunches(decode, prefill, self._side_stream)
-        launches = []
-        if num_decode:
-            launches += self._decode_launches(q[:num_decode], k_cache, v_cache, meta, scale, out[:num_decode])
-        if meta.num_prefill_seqs:
-            launches += self._prefill_launches(q[num_decode:], k_cache, v_cache, meta, scale, out[num_decode:])
-        return PerLayerLaunches(launches)
+        return PerLayerLaunches(decode + prefill)
 
     def warm_up(self, k_cache, v_cache, num_heads: int, max_model_len: int, max_num_seqs: int,
                 table_width: int) -> int:

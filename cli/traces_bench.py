@@ -11,7 +11,6 @@ are null. Exit codes: 0 done, 1 every request failed, 2 bad input, 130 interrupt
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import sys
 from array import array
@@ -31,7 +30,7 @@ from cli.replay_args import (
     slos_from_args,
 )
 from engine.core.config_args import OneLineErrorParser
-from engine.core.interrupt import InterruptedOnceWritten, exit_130_on_interrupt, outputs_in_place
+from engine.core.interrupt import InterruptedOnceWritten, exit_130_on_interrupt, outputs_in_place, run_async
 from engine.core.messages import escape_controls, one_line
 from engine.core.sampling_params import MAX_TEMPERATURE
 from sim.limits import format_warnings
@@ -321,13 +320,13 @@ def _bench_into(out_dir: Path, url: str, trace, tokenizer, slos, args: argparse.
     from traces.bench_prompts import bench_requests
     from traces.http_bench import BenchTarget, first_model, replay_over_http
 
-    model = args.model or asyncio.run(first_model(url))
+    model = args.model or run_async(first_model(url))
     vocab_size = _vocab_size(args, model, tokenizer)
     requests = bench_requests(trace, vocab_size, args.seed, tokenizer)
     target = BenchTarget(completions_url=url + args.endpoint, model=model, max_concurrency=args.max_concurrency,
                          timeout_s=args.request_timeout_s, temperature=args.temperature)
     with progress_bar(args.quiet, total=len(requests), unit="req", desc="requests", mininterval=0.5) as progress:
-        results = asyncio.run(replay_over_http(target, requests,
+        results = run_async(replay_over_http(target, requests,
                                                on_done=(lambda _: progress.update()) if progress else None))
     origin_s = float(trace.requests["arrival_s"][0])
     config = {

@@ -316,8 +316,8 @@ async def replay_over_http(
 ) -> list[BenchResult]:
     """Send ``requests`` (ordered by ``send_at_s``) on their schedule; results in the same order.
 
-    Cancelling the returned coroutine (Ctrl-C under ``asyncio.run``) cancels every request in flight and
-    closes the connections.
+    Cancelling the returned coroutine (a command's Ctrl-C, through ``engine.core.interrupt.run_async``) cancels every
+    request in flight and closes the connections.
     """
     semaphore = asyncio.Semaphore(target.max_concurrency) if target.max_concurrency else None
     start = time.perf_counter()

@@ -19,9 +19,12 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 from engine.core.messages import long_name_message
+
+T = TypeVar("T")
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM
@@ -481,3 +484,52 @@ def _signal_on_parent_death(signum: int) -> bool:
 def _parent_gone() -> bool:
     parent = multiprocessing.parent_process()
     return parent is not None and os.getppid() != parent.pid
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coroutine)`` for a command: a Ctrl-C or SIGTERM cancels the coroutine's task (what it awaits is
+    cancelled with it, its ``finally`` blocks close connections) and is raised as a KeyboardInterrupt once the loop
+    has stopped. asyncio.run does this itself only where Python's default handler is in place, which a command's
+    (``exit_130_on_interrupt``) is not: the handler raised inside whichever task the loop was running, and
+    asyncio.run's shutdown logged that task's "exception was never retrieved" traceback under the command's one line
+    (traces.bench, seen in CI). A second signal while the cancellation unwinds is raised at once: nothing hangs."""
+    import asyncio
+
+    signals: list[int] = []
+
+    async def cancellable() -> T:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum, frame) -> None:
+            if signum == signal.SIGTERM:
+                _Terminated.received = True
+            if _unwinding_an_interrupt():
+                return
+            if signals:
+                raise KeyboardInterrupt
+            signals.append(signum)
+            task.cancel()
+            loop.call_soon_threadsafe(lambda: None)  # wakes a loop asleep in select() to run the cancellation
+
+        replaced = {}
+        for signum, ours in ((signal.SIGINT, _on_sigint), (signal.SIGTERM, _on_sigterm)):
+            if signal.getsignal(signum) is ours:  # a command's handler (another's is left alone)
+                replaced[signum] = signal.signal(signum, on_signal)
+        try:
+            return await coroutine
+        finally:
+            for signum, handler in replaced.items():
+                signal.signal(signum, handler)
+
+    try:
+        result = asyncio.run(cancellable())
+    except asyncio.CancelledError:
+        if signals:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        coroutine.close()  # one never started (a signal before the loop ran it) warned "never awaited"
+    if signals:  # the coroutine caught the cancellation and returned: the command was interrupted all the same
+        raise KeyboardInterrupt
+    return result

@@ -33,6 +33,7 @@ from engine.core.sampling_params import field_problem
 from engine.llm import MAX_WARMUP_REQUESTS
 from engine.options import EngineOptions, cuda_device_problem
 from sim.hardware import host_info
+from sim.run_kind import MEASURED
 
 STEP_TIMING_COLUMNS = ("host_prepare_ms", "host_launch_ms", "host_wait_ms", "gpu_forward_ms", "gpu_sample_ms")
 
@@ -258,7 +259,7 @@ def _replay_into(out_dir: Path, options: EngineOptions, trace, args: argparse.Na
         steps = steps_table(engine.step_log, llm.runner.step_timings)
         return write_run(
             out_dir, requests_to_arrow(rows), steps,
-            {"cost_model": "measured", "trace": str(args.trace), "config": config},
+            {"cost_model": MEASURED, "trace": str(args.trace), "config": config},
             report_title=None if args.no_report else f"GPU replay of {Path(args.trace).name}",
             report_subtitle=f"{options.model} on {config['device']}, policy {options.policy}",
             slos=args.slos,

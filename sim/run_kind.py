@@ -19,6 +19,8 @@ SIMULATED_COST_MODELS = ("profile:", "roofline-estimate")
 # How the summary.json of a run measured from outside the engine (traces.bench, analysis.vllm_import) names its
 # timing: such a run has an empty step log.
 CLIENT_TIMING = "client-side timing"
+# What engine.replay writes as its cost_model: the step times are the GPU's own.
+MEASURED = "measured"
 # What a tool that judges the cost model against the GPU asks for instead.
 GPU_RUNS_ONLY = "give engine.replay (GPU) runs, whose steps.parquet holds the GPU's step times"
 
@@ -62,4 +64,9 @@ def gpu_run_problem(run_dir: Path, remedy: str = GPU_RUNS_ONLY) -> str | None:
         # Without it a simulated run (its summary.json removed) was read as if a GPU had run it.
         return (f"run folder {run_dir} has no readable summary.json; expected an engine.replay output folder (its "
                 "summary.json tells a GPU run from a simulation)")
+    if summary and summary.get("cost_model") != MEASURED:
+        # Any other summary.json (another tool's, or one edited by hand) was read as a GPU run's: its steps judged
+        # the cost model at exit 0. engine.replay has written "measured" since its first version.
+        return (f"run folder {run_dir}: its summary.json names cost model {summary.get('cost_model')!r}, not "
+                f"engine.replay's {MEASURED!r}; {remedy}")
     return None

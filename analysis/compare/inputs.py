@@ -21,13 +21,12 @@ from analysis.schema import check_requests, check_steps, conform_requests, confo
 from engine.core.json_errors import json_problem
 from sim.files import read_json_input, read_parquet_frame
 from sim.run_id import mixed_run_problem
+from sim.run_kind import MEASURED as MEASURED_COST_MODEL
 from sim.run_kind import SIMULATED_COST_MODELS
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
 SUMMARY_FILE = "summary.json"
-# What engine.replay writes as a GPU run's cost_model (a simulated one's starts as sim.run_kind says).
-MEASURED_COST_MODEL = "measured"
 
 
 class CompareInputError(Exception):

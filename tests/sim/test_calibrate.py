@@ -268,7 +268,7 @@ def test_step_errors_prices_the_sampling_a_run_recorded(tmp_path, capsys):
                          ("greedy", {"model": "qwen3-0.6b"})):
         (tmp_path / name).mkdir()
         pq.write_table(pa.Table.from_pylist(rows), tmp_path / name / "steps.parquet")
-        (tmp_path / name / "summary.json").write_text(json.dumps({"config": config}))
+        (tmp_path / name / "summary.json").write_text(json.dumps({"cost_model": "measured", "config": config}))
     assert run_sampling(tmp_path / "sampled") == "filters" and run_sampling(tmp_path / "greedy") == "greedy"
     assert step_errors_main([str(tmp_path / "sampled"), str(tmp_path / "greedy")]) == 0
     lines = {line.split()[0] + (" " + line.split()[1] if line.split()[1].startswith("(") else ""): line
@@ -280,8 +280,8 @@ def test_step_errors_prices_the_sampling_a_run_recorded(tmp_path, capsys):
         predicted_ms = 1e3 * sum(model.predict({**_features(64, 64 * 500), "continues_batch": int(k > 0)})
                                  for k in range(3)) / 3
         assert float(lines[label].split()[-2]) == pytest.approx(predicted_ms, abs=0.006)
-    (tmp_path / "sampled" / "summary.json").write_text(json.dumps({"config": {"model": "qwen3-0.6b",
-                                                                               "temperature": -1}}))
+    bad_config = {"cost_model": "measured", "config": {"model": "qwen3-0.6b", "temperature": -1}}
+    (tmp_path / "sampled" / "summary.json").write_text(json.dumps(bad_config))
     with pytest.raises(SystemExit) as exit_info:
         step_errors_main([str(tmp_path / "sampled")])
     assert exit_info.value.code == 2

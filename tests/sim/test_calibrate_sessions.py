@@ -144,7 +144,8 @@ def test_the_same_run_cannot_be_added_as_another_session(tmp_path, capsys):
     assert profile.read_bytes() == before
     (tmp_path / "elsewhere").mkdir()
     again = _fake_run(tmp_path / "elsewhere" / "run0", host=1.0, decode=1.0)  # another machine's run of that name
-    (again / "summary.json").write_text(json.dumps({"config": {"host": {"cpu": "x", "num_cpus": 16, "node": "vm"}}}))
+    other_host = {"host": {"cpu": "x", "num_cpus": 16, "node": "vm"}}
+    (again / "summary.json").write_text(json.dumps({"cost_model": "measured", "config": other_host}))
     assert calibrate_main([str(profile), str(again), "--add"]) == 0
 
 

@@ -19,16 +19,18 @@ from traces.errors import TraceError
 from traces.files import refuse_to_replace
 from traces.formats import FORMATS, ConvertOptions
 from traces.formats.guess import with_format_hint
+from traces.formats.mooncake import MOONCAKE_BLOCK_TOKENS
 from traces.schema import Trace, save_trace
 from traces.summary import describe
-from traces.validation import MAX_ARRIVAL_S
+from traces.validation import MAX_ARRIVAL_S, MAX_HASH_BLOCK_SIZE
 
 _DEFAULT_OPTIONS = ConvertOptions()  # frozen: one shared default instance, as the old default argument was
 
 
 def convert(fmt: str, source: str | Path, options: ConvertOptions = _DEFAULT_OPTIONS) -> tuple[Trace, str]:
-    """Read `source` in format `fmt`; returns the validated trace and a note on the dropped rows (with a limit,
-    those before the last kept request: the rows past it were never candidates)."""
+    """Read `source` in format `fmt`; returns the validated trace and a note on the source (a Mooncake file without
+    hash_ids) and on the dropped rows (with a limit, those before the last kept request: the rows past it were never
+    candidates)."""
     if fmt not in FORMATS:
         raise TraceError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     source = Path(source)
@@ -54,7 +56,8 @@ def convert(fmt: str, source: str | Path, options: ConvertOptions = _DEFAULT_OPT
             raise TraceError(f"{source}: --qps {options.qps:g}: all {len(trace)} request(s) arrive at "
                              f"{arrivals[0]:g} s, so there is no rate to rescale; convert without --qps")
         trace = trace.with_qps(options.qps)
-    return trace, converted.drop_reason(options.limit)  # with --limit, the drops among the rows it went through
+    # with --limit, the drops among the rows it went through
+    return trace, ", ".join(part for part in (converted.note, converted.drop_reason(options.limit)) if part)
 
 
 def _check_drawn_arrivals(fmt: str, source: Path, last_s: float, options: ConvertOptions) -> None:
@@ -102,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="sharegpt: think-time coefficient of variation (1 = exponential, 0 = fixed; "
         f"default {defaults.think_time_cv:g})",
     )
+    parser.add_argument(
+        "--hash-block-size", type=int, default=None,
+        help=f"mooncake: tokens per hash_ids block (default {MOONCAKE_BLOCK_TOKENS}, the published traces'; other "
+        "values for traces synthesized in that layout)",
+    )
     return parser
 
 
@@ -131,13 +139,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.format} traces record their arrival times"
         parser.error(f"--seed only applies to arrivals drawn at --qps (sharegpt, and vidur without arrived_at); "
                      f"{what}, so it would change nothing")
+    if args.hash_block_size is not None and not 1 <= args.hash_block_size <= MAX_HASH_BLOCK_SIZE:
+        parser.error(f"--hash-block-size must be an integer from 1 to {MAX_HASH_BLOCK_SIZE}, got "
+                     f"{args.hash_block_size}")
+    if args.hash_block_size is not None and args.format != "mooncake":
+        parser.error(f"--hash-block-size only applies to the mooncake format (its hash_ids name blocks of prompt "
+                     f"tokens); {args.format} traces have no hash_ids")
     if args.format != "sharegpt" and sharegpt_only:
         verb = "applies" if len(sharegpt_only) == 1 else "apply"
         parser.error(f"{', '.join(sharegpt_only)} only {verb} to the sharegpt format (its text is tokenized and its "
                      f"turns spaced); {args.format} traces give token counts, not text or conversations")
     options = ConvertOptions(
         limit=args.limit, tokenizer=args.tokenizer, qps=args.qps, seed=args.seed,
-        think_time_s=args.think_time_s, think_time_cv=args.think_time_cv,
+        think_time_s=args.think_time_s, think_time_cv=args.think_time_cv, hash_block_size=args.hash_block_size,
     )
     source, output = Path(args.source), Path(args.output)
     if output.exists() and source.exists() and output.resolve() == source.resolve():

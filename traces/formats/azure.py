@@ -22,7 +22,9 @@ from traces.errors import TraceError
 from traces.formats.base import Converted, ConvertOptions, drop_zero_lengths, row_ids, time_origin
 from traces.formats.tabular import field_shown, int_column, line_of_row, read_csv_text
 
-_ZONE_SUFFIX = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
+# An offset of hours alone ("+00") too: PostgreSQL writes a timestamptz so, and such a re-export was read as
+# zoneless and refused with the 2023 example.
+_ZONE_SUFFIX = re.compile(r"(Z|[+-]\d\d(:?\d\d)?)$")
 REQUIRED_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 IMAGES_COLUMN = "NumImages"  # the 2025 multimodal trace only
 

@@ -19,6 +19,7 @@ class ConvertOptions:
     seed: int | None = None  # of drawn arrivals (0 when None); given, a trace whose arrivals are recorded refuses it
     think_time_s: float = 30.0  # mean gap between turns of one conversation (sharegpt)
     think_time_cv: float = 1.0  # 1 = exponential think times, 0 = fixed
+    hash_block_size: int | None = None  # tokens per hash_ids block (mooncake; None: the published traces' 512)
 
     @property
     def arrival_seed(self) -> int:
@@ -41,6 +42,7 @@ class Converted:
     kept_before_drops: np.ndarray = field(default_factory=_no_drops)
     drop_note: str = "dropped {} request{s} with 0 prompt or 0 output tokens"  # {} is the count, {s} its plural s
     arrivals_assigned: bool = False  # True when arrivals were drawn at --qps, not recorded
+    note: str = ""  # what the summary line should say of the source beyond the drops ('' for nothing)
 
     def drop_reason(self, limit: int | None = None) -> str:
         """The summary line's phrase for the drops among the first `limit` requests ('' when there are none)."""

@@ -19,7 +19,7 @@ CSV_SIGNATURES = {
     "burstgpt": burstgpt.REQUIRED_COLUMNS,
     "vidur": vidur.REQUIRED_COLUMNS,
 }
-MOONCAKE_KEYS = ('"input_length"', '"output_length"', '"hash_ids"')
+MOONCAKE_KEYS = ('"input_length"', '"output_length"')  # hash_ids too, in the published traces; optional to convert
 
 
 def _head(path: Path) -> str:
@@ -38,7 +38,9 @@ def guess_format(path: Path) -> tuple[str, str] | None:
     head = _head(path)
     if head.startswith(("{", "[")):  # a pretty-printed ShareGPT list opens with '[' alone on its line
         if all(key in head for key in MOONCAKE_KEYS):
-            return "mooncake", "JSON records with input_length, output_length and hash_ids"
+            keys = "input_length, output_length and hash_ids" if '"hash_ids"' in head else \
+                "input_length and output_length"
+            return "mooncake", f"JSON records with {keys}"
         key = next((key for key in MESSAGE_LIST_KEYS if f'"{key}"' in head), None)
         if key:
             return "sharegpt", f"JSON conversations with {key!r}"

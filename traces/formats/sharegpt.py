@@ -6,7 +6,8 @@ The published variants are read as they are:
   or end with an unanswered message;
 - OpenChat's sharegpt_gpt4.json keeps the messages under `items`;
 - chat-style exports (LLaMA-Factory's second layout, UltraChat) use `messages` of
-  `{"role": "user"|"assistant"|"system", "content"}` (`role` with `value` too);
+  `{"role": "user"|"assistant"|"system", "content"}` (`role` with `value` too); a content
+  that is an OpenAI-style list of text parts is read as its texts joined by newlines;
 - LLaMA-Factory's function calling adds the roles `function_call` (the model's) and
   `observation` (the tool's result, which the model then answers), and a top-level
   `system` prompt (and `tools` text) that opens the conversation's context;
@@ -201,9 +202,28 @@ def _message(where: str, message: object) -> tuple[str, str]:
             f"{where}: field {role_field!r} is {shown(repr(message.get(role_field)))}; expected 'human' or 'gpt' "
             f"(also accepted: {', '.join(sorted(KNOWN_ROLES - {'human', 'gpt'}))})"
         )
+    if isinstance(text, list):
+        text = _text_of_parts(where, text_field, text)
     if not isinstance(text, str):
         raise TraceError(f"{where}: field {text_field!r} is {type(text).__name__}; expected a string")
     return role, _checked_text(where, text_field, text)
+
+
+def _text_of_parts(where: str, field: str, parts: list) -> str:
+    """The text of an OpenAI-style content list ([{"type": "text", "text": ...}, ...], as chat exports write a message
+    since the API took images): its text parts joined by newlines, as vLLM's chat front end joins them. A part of
+    another kind (an image, audio) is refused: its prefill cost is unknown here, and leaving it out would shorten the
+    prompt silently. Before, any list was refused as 'field is list; expected a string'."""
+    texts = []
+    for index, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text" or not isinstance(part.get("text"), str):
+            what = ("a text part whose 'text' is no string" if kind == "text" else f"of type {shown(repr(kind))}"
+                    if isinstance(kind, str) else f"a JSON {json_type_name(part)}")
+            raise TraceError(f"{where}: field {field!r} is a list whose part {index} is {what}; expected a string, or "
+                             "a list of {'type': 'text', 'text': ...} parts (images and other media are not simulated)")
+        texts.append(part["text"])
+    return "\n".join(texts)
 
 
 def _tokenize(path: Path, tokenizer: Any, texts: list[str], start: int, chunk: list) -> list[list[int]]:

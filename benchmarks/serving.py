@@ -57,9 +57,8 @@ def replay(tree: Path, trace: Path, qps: float, limit: int, extra: list[str], ou
     started = time.perf_counter()
     # The engine under test is the one in ``tree``: its folder comes first on the import path.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
-    subprocess.run([sys.executable, "-m", "engine.replay", str(trace), "--qps", f"{qps:.3f}", "--limit", str(limit),
-                    "--model", model, "--load-format", "dummy", "--max-model-len", "16384", "--out", str(out),
-                    "--quiet", "--no-report", *extra], cwd=tree, env=env, check=True)
+    subprocess.run([sys.executable, "-m", "engine.replay", *_probe_args(trace, qps, limit, model, out), *extra],
+                   cwd=tree, env=env, check=True)
     summary = json.loads((out / "summary.json").read_text())
     return {
         "qps": round(qps, 3), "wall_s": round(time.perf_counter() - started, 1),
@@ -67,6 +66,12 @@ def replay(tree: Path, trace: Path, qps: float, limit: int, extra: list[str], ou
         "tpot_ms_p50": summary["tpot_ms"]["p50"], "output_throughput": summary["output_throughput"],
         "num_finished": summary["num_finished"],
     }
+
+
+def _probe_args(trace: Path, qps: float, limit: int, model: str, out: Path) -> list[str]:
+    """engine.replay's arguments for one probe, before --now-args (PROBE_OPTIONS names the options)."""
+    return [str(trace), "--qps", f"{qps:.3f}", "--limit", str(limit), "--model", model, "--load-format", "dummy",
+            "--max-model-len", "16384", "--out", str(out), "--quiet", "--no-report"]
 
 
 def cuda_available() -> bool:
@@ -192,7 +197,10 @@ def _engine_args(parser: argparse.ArgumentParser, text: str) -> list[str]:
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said):
-            build_parser().parse_args(["trace.parquet", "--out", "out", *extra])
+            # Beside the probe's own options, as each probe passes them: an abbreviation of one (--qp 500, which
+            # argparse takes for --qps) or an option excluding one (--offline) passed this check alone and failed the
+            # first probe, a traceback after the warm-up's GPU minutes.
+            build_parser().parse_args([*_probe_args(Path("trace.parquet"), 1.0, 1, "qwen3-0.6b", Path("out")), *extra])
     except SystemExit:  # engine.replay's own line names the option
         line = said.getvalue().strip().splitlines()[-1:] or ["not what engine.replay takes"]
         parser.exit(2, f"error: --now-args: {line[0].removeprefix('error: ')}\n")

@@ -122,14 +122,24 @@ def check_output_path(path: str | Path, option: str, inputs: list[Path], *, over
 
 def repeated_input_problem(given: list[str | Path], what: str) -> str | None:
     """One line naming the first of ``given`` (inputs described by ``what``, "run folder") that another spelling
-    of the same path (a trailing '/', ./DIR, a symbolic link) already named, or None. A run given twice counted its
-    steps, requests or figures twice at exit 0; the scripts that read several runs share this check."""
+    of the same path (a trailing '/', ./DIR, a symbolic link) already named, or a folder holding the same run as one
+    already named (a copy: the run id its files record, ``sim.run_id``), or None. A run given twice counted its steps,
+    requests or figures twice at exit 0; the scripts that read several runs share this check."""
+    from sim.run_id import run_ids  # sim.run_id reads its files through this module
+
     seen: dict[str, str] = {}
+    runs: dict[str, str] = {}  # run id -> the folder first named with it
     for item in given:
         real = os.path.realpath(item)  # not Path.resolve: a symbolic link loop raised a RuntimeError traceback
         if real in seen:
             return f"{what} {item} is given twice (also as {seen[real]}); give each once"
         seen[real] = str(item)
+        # The first id its files record (files of two runs in one folder are refused by name where it is read).
+        run_id = next(iter(run_ids(Path(item)).values()), None) if os.path.isdir(item) else None
+        if run_id is not None and run_id in runs:  # cp -r RUN COPY: every step of the run counted twice
+            return f"{what} {item} holds the run {runs[run_id]} holds (run id {run_id}, a copy); give each run once"
+        if run_id is not None:
+            runs[run_id] = str(item)
     return None
 
 

@@ -312,6 +312,7 @@ def check_profile(profile: object) -> None:
     # replay then refused.
     _check_deployment(profile)
     _check_engine_options(profile)
+    _check_engine_features(profile)
     points = profile.get("points")
     if not isinstance(points, list) or not points:
         raise ValueError("field 'points' is missing, empty or not a list; expected the measured grid points")
@@ -337,6 +338,40 @@ def check_profile(profile: object) -> None:
             raise ValueError(f"{where}: 'times_s' is {shown(times)}; expected a list of the repeats' times, "
                              f"finite numbers of seconds > 0, at most {_MAX_COEFFICIENT:g}")
     _check_sampling_points(profile.get("sampling_points", []))
+
+
+# sim.profile's engine_features that are flags: what the profiled engine did, which the fit (run-ahead), sim.calibrate
+# and analysis.compare (the engine notes) read as true or false.
+ENGINE_FLAGS = ("prepares_decode_ahead", "runs_decode_ahead", "overlaps_decode_attention")
+
+
+def _check_engine_features(profile: dict) -> None:
+    """An object of flags and names, as sim.profile writes it, or absent (profiles measured before it). A flag of
+    another type ("true", 1) was taken as off by the fit and as unknown by sim.calibrate's deployment check and by
+    analysis.compare's engine notes, each without a word."""
+    if "engine_features" not in profile:
+        return
+    features = profile["engine_features"]
+    if not isinstance(features, dict):
+        raise ValueError(f"field 'engine_features' is {_json_shown(features)}; expected an object of what the profiled "
+                         f"engine did ({', '.join(ENGINE_FLAGS)}: true or false)")
+    for name, value in features.items():
+        if name in ENGINE_FLAGS and not isinstance(value, bool):
+            raise ValueError(f"field 'engine_features.{name}' is {_json_shown(value)}; expected true or false")
+        if not isinstance(value, (bool, str)):  # what a simulation records of it (NaN is no JSON for summary.json)
+            raise ValueError(f"field 'engine_features.{shown(name)}' is {_json_shown(value)}; expected true, false "
+                             "or a name")
+
+
+def _json_shown(value: object) -> str:
+    """A JSON value as the file spells it: the string "true" and the flag true read alike through str()."""
+    return shown(json.dumps(value))
+
+
+def _profiled_runs_ahead(profile: dict) -> bool:
+    """Whether a profile's engine launched decode steps ahead: off where its features do not say."""
+    features = profile.get("engine_features")
+    return isinstance(features, dict) and features.get("runs_decode_ahead") is True
 
 
 def _check_sampling_points(points: object) -> None:
@@ -505,6 +540,13 @@ def check_fit(profile: dict) -> None:
         raise ValueError(f"field 'fit.graph_sizes' is {shown(graph_sizes)}; expected field "
                          f"'engine_options.cuda_graph_sizes', {shown(measured)} (refit it with python -m "
                          "sim.fit_profile)")
+    # The fit prices decode steps as run ahead or not (its runs_decode_ahead); what the simulation records of the
+    # profile's engine and analysis.compare notes come from engine_features. Edited apart, they told another engine.
+    ahead = fit.get("runs_decode_ahead", False)
+    if ahead is not _profiled_runs_ahead(profile):
+        raise ValueError(f"field 'fit.runs_decode_ahead' is {_json_shown(ahead)}; expected field "
+                         f"'engine_features.runs_decode_ahead', {str(_profiled_runs_ahead(profile)).lower()} (refit it "
+                         "with python -m sim.fit_profile)")
     pieces = eager.get("piecewise_graph_sizes") or []  # a text or unsorted list was a traceback in the cost model
     if not isinstance(pieces, list) or not all(is_count(b) and b >= 1 for b in pieces) or pieces != sorted(pieces):
         raise ValueError(f"field 'fit.eager.piecewise_graph_sizes' is {shown(pieces)}; expected an increasing list "

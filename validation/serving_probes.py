@@ -74,6 +74,13 @@ def _settings_problem(results: dict, max_requests: int) -> str | None:
         return f"'ttft_p90_ms_limit' is {limit_ms!r:.40}; expected a finite number of milliseconds > 0"
     if not isinstance(results["trace"], str):
         return f"'trace' is {results['trace']!r:.40}; expected the path serving.py replayed"
+    if not isinstance(results["model"], str) or not results["model"]:
+        return f"'model' is {results['model']!r:.40}; expected the model serving.py's probes ran (its --model)"
+    engine_args = results.get("engine_args", {})
+    if not isinstance(engine_args, dict) or not all(
+            isinstance(extra, list) and all(isinstance(a, str) for a in extra) for extra in engine_args.values()):
+        return (f"'engine_args' is {engine_args!r:.40}; expected each engine's extra engine.replay options, lists of "
+                "strings")
     return None
 
 
@@ -84,7 +91,8 @@ def _load_results(parser, path: str, max_requests: int) -> dict:
         parser.exit(2, f"error: {path}: cannot read serving.py's results: {exc}\n")
     if not isinstance(results, dict) or not isinstance(results.get("runs"), dict):
         parser.exit(2, f"error: {path}: expected benchmarks/serving.py's JSON (an object with 'runs')\n")
-    for key, default in (("num_requests", 1500), ("ttft_p90_ms_limit", 1000.0), ("trace", "")):  # serving.py's
+    for key, default in (("num_requests", 1500), ("ttft_p90_ms_limit", 1000.0), ("trace", ""),
+                         ("model", "qwen3-0.6b")):  # serving.py's defaults
         results.setdefault(key, default)
     problem = _settings_problem(results, max_requests)
     if problem:
@@ -148,8 +156,14 @@ def main(argv: list[str] | None = None) -> int:
         trace = serving_ceiling.load_probe_trace(trace_path, num_requests)
     except (OSError, TraceError, ValueError) as exc:
         parser.exit(2, f"error: --trace {trace_name}: {exc}\n")
-    config = SimConfig(gpu=args.gpu, max_model_len=serving_ceiling.MAX_MODEL_LEN)
-    cost_model = make_cost_model(config, config.model_shape)
+    # The model the probes ran: results of serving.py --model qwen3-8b were simulated on qwen3-0.6b's profile, every
+    # figure and verdict another model's, at exit 0.
+    try:
+        config = SimConfig(model=results["model"], gpu=args.gpu, max_model_len=serving_ceiling.MAX_MODEL_LEN)
+        model_shape = config.model_shape
+    except (OSError, ValueError) as exc:
+        parser.exit(2, f"error: {args.results}: 'model' {results['model']!r:.60}: {exc}\n")
+    cost_model = make_cost_model(config, model_shape)
     def figures(rate_trace, run_config, run_cost_model) -> dict:
         result = simulate(rate_trace, run_config, cost_model=run_cost_model)
         summary = summarize(pl.from_arrow(result.requests_table()), None, vllm_names=False)
@@ -178,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                                      rel_precision=0.005)
     met = [r["qps"] for r in rows if r["gpu"]["met_slo"]]
     missed = [r["qps"] for r in rows if not r["gpu"]["met_slo"]]
-    table = {"results": args.results, "gpu": args.gpu, "engine": args.engine, "cost_model": cost_model.name,
+    table = {"results": args.results, "gpu": args.gpu, "model": results["model"], "engine": args.engine,
+             "cost_model": cost_model.name,
              "trace": str(trace_name), "num_requests": num_requests, "ttft_p90_ms_limit": limit_ms, "probes": rows,
              "gpu_met_qps": max(met) if met else None, "gpu_missed_qps": min(missed) if missed else None,
              "sim_met_qps": found["met_qps"], "sim_missed_qps": found["missed_qps"],
@@ -187,8 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.bands:
         table["figures_inside_bands"] = sum(b["gpu_inside"] for r in rows for b in r["bands"].values())
         table["figures_banded"] = sum(len(r["bands"]) for r in rows)
-    print(f"{args.engine} engine's probes on the {args.gpu} ({trace_name}, first {num_requests} requests); "
-          f"simulated with {cost_model.name}")
+    print(f"{args.engine} engine's probes of {results['model']} on the {args.gpu} ({trace_name}, first "
+          f"{num_requests} requests); simulated with {cost_model.name}")
+    engine_args = results.get("engine_args", {}).get(args.engine, [])
+    if engine_args:  # --now-args (--overlap-decode-attention), or the eager-prefill engine's: SimConfig has none
+        print(f"note: the {args.engine} engine ran engine.replay with {' '.join(engine_args)}, which this "
+              "simulation does not replay: its figures are those of the profile's engine")
+    table["engine_args"] = engine_args
     print("| req/s | TTFT p50 GPU / sim | TTFT p90 GPU / sim | TPOT p50 GPU / sim | output tok/s GPU / sim "
           "| met (GPU/sim) |")
     print("|--:|--:|--:|--:|--:|:--|")

@@ -238,6 +238,9 @@ def _end_guard(was: tuple) -> None:
 
 def _interrupted_before_main(signum, frame) -> None:
     print(NOTHING_WRITTEN, file=sys.stderr)
+    # Left in place, this handler took a second signal during the exit handlers (certifi's, torch's): the line again
+    # and an 'Exception ignored in atexit callback' traceback of its SystemExit.
+    _shutting_down_after_interrupt()
     raise SystemExit(128 + signum)  # unwinds the imports quietly: no traceback
 
 
@@ -408,13 +411,21 @@ def run_command(module: str) -> None:
     130 (143). Nothing is written before ``main`` runs."""
     _Terminated.received = False
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    interrupted = False
     try:
         main = importlib.import_module(module).main
     except KeyboardInterrupt:
+        interrupted = True
         print(f"\n{NOTHING_WRITTEN}" if sys.stderr.isatty() else NOTHING_WRITTEN, file=sys.stderr)
         raise SystemExit(EXIT_TERMINATED if _Terminated.received else EXIT_INTERRUPTED) from None
+    except SystemExit as exc:  # _interrupted_before_main's, which set the handlers of a process that only exits
+        interrupted = exc.code in (EXIT_INTERRUPTED, EXIT_TERMINATED)
+        raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if interrupted:  # a second signal while the process exits ends it at once, quietly
+            _shutting_down_after_interrupt()
+        else:
+            signal.signal(signal.SIGTERM, previous)
     exit_when_done(main())
 
 

@@ -81,8 +81,9 @@ def test_no_surcharge_is_fitted_for_an_engine_that_plans_every_step_itself():
     assert fit_profile(profile)["graph_decode"]["unprepared_s"] == [0.0, 0.0]
     del profile["engine_features"]  # profiles measured before the field: engines that did not plan ahead
     assert fit_profile(profile)["graph_decode"]["unprepared_s"] == [0.0, 0.0]
-    profile["engine_features"] = "yes"  # hostile: not an object, and not a traceback
-    assert fit_profile(profile)["graph_decode"]["unprepared_s"] == [0.0, 0.0]
+    profile["engine_features"] = "yes"  # hostile: not an object, refused by name (it was fitted as not planning ahead)
+    with pytest.raises(ValueError, match="^field 'engine_features' is \"yes\"; expected an object"):
+        fit_profile(profile)
 
 
 @pytest.mark.parametrize("runs_ahead", [True, False])

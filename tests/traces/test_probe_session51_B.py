@@ -179,3 +179,27 @@ def test_hash_block_size_is_refused_where_it_means_nothing(tmp_path: Path, capsy
     out = tmp_path / "t.parquet"
     assert cli_error(convert_main, [argv[0], str(source), "-o", str(out), *argv[1:]], capsys) == expected
     assert not out.exists()
+
+
+SECONDS_WARNING = ("warning: the timestamps look like seconds (fractional, median gap 0.55), but Mooncake timestamps "
+                   "are milliseconds: if they are seconds, multiply them by 1000")
+
+
+@pytest.mark.parametrize(("times", "warned"), [
+    ([0.0, 0.4, 1.1, 1.5, 2.25], True),  # seconds: arrivals read 1,000 times closer than recorded
+    ([0, 400, 1100, 1500, 2250], False),  # whole milliseconds, as the published traces
+    ([0, 0, 1, 1, 2], False),  # whole milliseconds, however dense
+    ([0.5, 400.25, 1100.75], False),  # fractional milliseconds far apart
+])
+def test_mooncake_timestamps_that_look_like_seconds_are_flagged(tmp_path: Path, times: list, warned: bool) -> None:
+    records = [{"timestamp": t, "input_length": 600, "output_length": 20, "hash_ids": [2 * i, 2 * i + 1]}
+               for i, t in enumerate(times)]
+    trace, note = convert("mooncake", _jsonl(tmp_path, records))
+    assert note == (SECONDS_WARNING if warned else "")
+    assert trace.requests["arrival_s"].to_list() == [(t - times[0]) / 1000 for t in times]  # still read as ms
+
+
+def test_the_seconds_warning_follows_the_hashless_note(tmp_path: Path) -> None:
+    records = [{"timestamp": t, "input_length": 600, "output_length": 20} for t in (0.0, 0.4, 1.1, 1.5, 2.25)]
+    _, note = convert("mooncake", _jsonl(tmp_path, records))
+    assert note == f"no hash_ids in the file (prompts share no prefix), {SECONDS_WARNING}"

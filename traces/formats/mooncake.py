@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from engine.core.config import cdiv
@@ -176,8 +177,21 @@ def read(path: Path, options: ConvertOptions) -> Converted:
         arrival_s=pl.Series((timestamps_ms - origin_ms) / 1000.0),
     ).select("request_id", "arrival_s", "prompt_tokens", "output_tokens", *(["hash_ids"] if with_hash_ids else []))
     requests, kept_before_drops, drop_note = drop_zero_lengths(requests, "request{s}")
-    if not with_hash_ids:
-        return Converted(requests, kept_before_drops=kept_before_drops, drop_note=drop_note,
-                         note="no hash_ids in the file (prompts share no prefix)")
-    return Converted(requests, hash_block_size=block_tokens, kept_before_drops=kept_before_drops,
-                     drop_note=drop_note)
+    note = ", ".join(part for part in ("" if with_hash_ids else "no hash_ids in the file (prompts share no prefix)",
+                                       _seconds_note(timestamps_ms)) if part)
+    return Converted(requests, hash_block_size=block_tokens if with_hash_ids else None,
+                     kept_before_drops=kept_before_drops, drop_note=drop_note, note=note)
+
+
+def _seconds_note(timestamps_ms: np.ndarray) -> str:
+    """A warning for timestamps that look like seconds: fractional values less than one apart (the median gap
+    between distinct times). Read as milliseconds, as the format says, such a file's arrivals came 1,000 times
+    closer together than recorded, and its replay judged a load 1,000 times the real one without a word. Published
+    Mooncake traces record whole milliseconds; a whole-number file is never flagged, however dense."""
+    if np.all(timestamps_ms == np.floor(timestamps_ms)):
+        return ""
+    gaps_ms = np.diff(np.unique(timestamps_ms))
+    if not len(gaps_ms) or np.median(gaps_ms) >= 1.0:
+        return ""
+    return (f"warning: the timestamps look like seconds (fractional, median gap {np.median(gaps_ms):.3g}), but "
+            "Mooncake timestamps are milliseconds: if they are seconds, multiply them by 1000")

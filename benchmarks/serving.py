@@ -69,7 +69,7 @@ def replay(tree: Path, trace: Path, qps: float, limit: int, extra: list[str], ou
 
 
 def _probe_args(trace: Path, qps: float, limit: int, model: str, out: Path) -> list[str]:
-    """engine.replay's arguments for one probe, before --now-args (PROBE_OPTIONS names the options)."""
+    """engine.replay's arguments for one probe, before --now-args (PROBE_OPTIONS: its options)."""
     return [str(trace), "--qps", f"{qps:.3f}", "--limit", str(limit), "--model", model, "--load-format", "dummy",
             "--max-model-len", "16384", "--out", str(out), "--quiet", "--no-report"]
 
@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # What each probe sets itself: given again in --now-args, the later one would win and the bisection measure another run.
-PROBE_OPTIONS = ("--qps", "--limit", "--model", "--load-format", "--max-model-len", "--out", "--quiet", "--no-report")
+_A_PROBE = _probe_args(Path("trace.parquet"), 1.0, 1, "qwen3-0.6b", Path("out"))  # what one probe passes
+PROBE_OPTIONS = tuple(a for a in _A_PROBE if a.startswith("--"))
 
 
 def _engine_args(parser: argparse.ArgumentParser, text: str) -> list[str]:
@@ -200,7 +201,7 @@ def _engine_args(parser: argparse.ArgumentParser, text: str) -> list[str]:
             # Beside the probe's own options, as each probe passes them: an abbreviation of one (--qp 500, which
             # argparse takes for --qps) or an option excluding one (--offline) passed this check alone and failed the
             # first probe, a traceback after the warm-up's GPU minutes.
-            build_parser().parse_args([*_probe_args(Path("trace.parquet"), 1.0, 1, "qwen3-0.6b", Path("out")), *extra])
+            build_parser().parse_args([*_A_PROBE, *extra])
     except SystemExit:  # engine.replay's own line names the option
         line = said.getvalue().strip().splitlines()[-1:] or ["not what engine.replay takes"]
         parser.exit(2, f"error: --now-args: {line[0].removeprefix('error: ')}\n")

@@ -368,10 +368,11 @@ def _json_shown(value: object) -> str:
     return shown(json.dumps(value))
 
 
-def _profiled_runs_ahead(profile: dict) -> bool:
-    """Whether a profile's engine launched decode steps ahead: off where its features do not say."""
+def _profiled_flag(profile: dict, flag: str) -> bool:
+    """One of a profile's ENGINE_FLAGS: what its engine did, off where its features do not say (profiles measured
+    before them)."""
     features = profile.get("engine_features")
-    return isinstance(features, dict) and features.get("runs_decode_ahead") is True
+    return isinstance(features, dict) and features.get(flag) is True
 
 
 def _check_sampling_points(points: object) -> None:
@@ -542,11 +543,11 @@ def check_fit(profile: dict) -> None:
                          "sim.fit_profile)")
     # The fit prices decode steps as run ahead or not (its runs_decode_ahead); what the simulation records of the
     # profile's engine and analysis.compare notes come from engine_features. Edited apart, they told another engine.
-    ahead = fit.get("runs_decode_ahead", False)
-    if ahead is not _profiled_runs_ahead(profile):
+    ahead, profiled_ahead = fit.get("runs_decode_ahead", False), _profiled_flag(profile, "runs_decode_ahead")
+    if ahead is not profiled_ahead:
         raise ValueError(f"field 'fit.runs_decode_ahead' is {_json_shown(ahead)}; expected field "
-                         f"'engine_features.runs_decode_ahead', {str(_profiled_runs_ahead(profile)).lower()} (refit it "
-                         "with python -m sim.fit_profile)")
+                         f"'engine_features.runs_decode_ahead', {_json_shown(profiled_ahead)} (refit it with python -m "
+                         "sim.fit_profile)")
     pieces = eager.get("piecewise_graph_sizes") or []  # a text or unsorted list was a traceback in the cost model
     if not isinstance(pieces, list) or not all(is_count(b) and b >= 1 for b in pieces) or pieces != sorted(pieces):
         raise ValueError(f"field 'fit.eager.piecewise_graph_sizes' is {shown(pieces)}; expected an increasing list "
@@ -825,8 +826,7 @@ def fit_profile(profile: dict) -> dict:
     check_profile(profile)
     _check_serving(profile.get("serving"), "serving")  # copied into the fit below, which prices steps with it
     points = [_with_continues_batch(p) for p in profile["points"]]
-    features = profile.get("engine_features")  # absent from profiles of engines that did not plan ahead
-    ahead = isinstance(features, dict) and features.get("prepares_decode_ahead") is True
+    ahead = _profiled_flag(profile, "prepares_decode_ahead")  # absent from profiles of engines that did not plan ahead
     sizes = profile["engine_options"].get("cuda_graph_sizes") or [0]
     max_graph_bs = max(sizes)
     train, held = [], []
@@ -864,7 +864,7 @@ def fit_profile(profile: dict) -> dict:
     final["graph_sizes"] = sizes
     # An engine that launches a step repeating its batch before the step before is postprocessed (run-ahead): its
     # 'decode' points time such steps, and its step logs mark them (ran_ahead), as the simulator's then do.
-    final["runs_decode_ahead"] = isinstance(features, dict) and features.get("runs_decode_ahead") is True
+    final["runs_decode_ahead"] = _profiled_flag(profile, "runs_decode_ahead")
     final_model = ProfiledCostModel(final, name="fit")
     all_errors = [abs(final_model.predict(p["features"]) - p["median_s"]) / p["median_s"] for p in points]
     final["held_out"] = fit["held_out"]
@@ -1034,8 +1034,8 @@ class ProfiledCostModel:
                            "as measured"
         loaded.measured_model = profile["model"]
         features = profile.get("engine_features")
-        if isinstance(features, dict):  # flags and names, as sim.profile writes them (no NaN into summary.json)
-            loaded.engine_features = {k: v for k, v in features.items() if isinstance(v, (bool, str))}
+        if isinstance(features, dict):  # flags and names only (check_profile): no NaN reaches summary.json
+            loaded.engine_features = dict(features)
         return loaded
 
     def graph_bucket(self, num_decode_seqs: int) -> int:
